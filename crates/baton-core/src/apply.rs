@@ -1,0 +1,500 @@
+//! `apply(doc, request, clock)`: the state machine of a key.
+//!
+//! Every operation runs in three steps on a copy of the document:
+//! 1. **expire**: end what the clock says has ended (a restarted store clock ends everything;
+//!    held leases and unclaimed grants expire; silent waiters are abandoned);
+//! 2. **the operation** itself (refusals return here, and the copy is dropped: a refused
+//!    operation changes nothing);
+//! 3. **grant**: walk the queue in order and grant while the head fits beside the holders,
+//!    stopping at the first that does not (no barging).
+
+use crate::clock::Clock;
+use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
+use crate::history::Finished;
+use crate::invariants;
+use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
+use crate::op::{Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
+
+/// The result of an accepted operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The new document.
+    pub doc: Doc,
+    /// What the operation did, for its caller.
+    pub reply: Reply,
+    /// Tickets that ended, for the history log (appended in the same CAS).
+    pub finished: Vec<Finished>,
+    /// Grants made, in grant order: (ticket id, fence).
+    pub granted: Vec<(String, u64)>,
+    /// Whether the document changed at all (an unchanged one need not be written).
+    pub changed: bool,
+}
+
+/// Applies `request` to `doc` (`None`: the key has no document yet) at `clock`.
+pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<Applied, Refusal> {
+    let original = doc.cloned().unwrap_or_default();
+    let mut work = Work {
+        doc: original.clone(),
+        clock,
+        attempt: &request.attempt,
+        finished: Vec::new(),
+        granted: Vec::new(),
+    };
+    work.expire();
+    let (reply, looking) = work.op(&request.op)?;
+    work.grant(looking.as_deref())?;
+    let reply = match reply {
+        // The ticket's standing after the grants of this very operation.
+        Reply::Ticket(TicketView::Live(status)) => Reply::Ticket(work.view(&status.id)),
+        other => other,
+    };
+    debug_assert_eq!(invariants::check(&work.doc), Ok(()));
+    debug_assert_eq!(invariants::check_settled(&work.doc), Ok(()));
+    let changed = work.doc != original;
+    Ok(Applied {
+        doc: work.doc,
+        reply,
+        finished: work.finished,
+        granted: work.granted,
+        changed,
+    })
+}
+
+/// The standing of the live ticket `id` in `doc`, if it is live.
+pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
+    let ticket = doc.by_id(id)?;
+    let position = match ticket.state {
+        TicketState::Held => 0,
+        TicketState::Queued => doc
+            .queued()
+            .iter()
+            .position(|t| t.id == id)
+            .unwrap_or_default(),
+    };
+    Some(TicketStatus {
+        id: ticket.id.clone(),
+        state: ticket.state,
+        position,
+        fence: ticket.fence,
+        claimed: ticket.claimed,
+        deadline_ms: ticket.deadline_ms,
+        phase_ms: ticket.phase_ms(),
+        granted_wall_ms: ticket.granted_wall_ms,
+    })
+}
+
+struct Work<'a> {
+    doc: Doc,
+    clock: &'a Clock<'a>,
+    attempt: &'a str,
+    finished: Vec<Finished>,
+    granted: Vec<(String, u64)>,
+}
+
+impl Work<'_> {
+    fn expire(&mut self) {
+        if let Clock::Store { epoch, .. } = *self.clock {
+            if self.doc.epoch.as_deref() != Some(epoch) {
+                let reason = "the store's clock restarted (the host rebooted)";
+                while let Some(ticket) = self.doc.tickets.first() {
+                    let outcome = match ticket.state {
+                        TicketState::Held => Outcome::Expired,
+                        TicketState::Queued => Outcome::Abandoned,
+                    };
+                    self.finish(0, outcome, false, Some(reason.into()), None);
+                }
+                self.doc.epoch = Some(epoch.to_string());
+            }
+        }
+        let mut idx = 0;
+        while idx < self.doc.tickets.len() {
+            let ticket = &self.doc.tickets[idx];
+            if !self.clock.has_expired(ticket) {
+                idx += 1;
+                continue;
+            }
+            let (outcome, reason) = match (ticket.state, ticket.claimed) {
+                (TicketState::Queued, _) => (Outcome::Abandoned, "the waiter stopped refreshing"),
+                (TicketState::Held, false) => (
+                    Outcome::Expired,
+                    "the grant was not claimed within the claim window",
+                ),
+                (TicketState::Held, true) => (Outcome::Expired, "the lease ran out"),
+            };
+            self.finish(idx, outcome, false, Some(reason.into()), None);
+        }
+    }
+
+    /// Runs the operation itself. Returns the reply and the ticket whose owner is looking (a
+    /// grant to it in this same operation needs no claim).
+    fn op(&mut self, op: &Op) -> Result<(Reply, Option<String>), Refusal> {
+        match op {
+            Op::Enqueue(enqueue) => self.enqueue(enqueue),
+            Op::Refresh { token } => {
+                let idx = self.live_by_token(token)?;
+                let phase_ms = match self.doc.tickets[idx].state {
+                    TicketState::Queued => self.doc.tickets[idx].waiter_ttl_ms,
+                    TicketState::Held => {
+                        self.doc.tickets[idx].claimed = true;
+                        self.doc.tickets[idx].ttl_ms
+                    }
+                };
+                self.beat(idx, phase_ms);
+                Ok(self.live_reply(idx))
+            }
+            Op::Renew { token, ttl_ms } => {
+                let idx = self.live_by_token(token)?;
+                if self.doc.tickets[idx].state == TicketState::Queued {
+                    let id = self.doc.tickets[idx].id.clone();
+                    let position = status_of(&self.doc, &id).map_or(0, |s| s.position);
+                    return Err(Refusal::NotHeld { position });
+                }
+                if let Some(ttl_ms) = *ttl_ms {
+                    limits::check_ttl("TTL", ttl_ms)?;
+                    self.doc.tickets[idx].ttl_ms = ttl_ms;
+                }
+                self.doc.tickets[idx].claimed = true;
+                let ttl_ms = self.doc.tickets[idx].ttl_ms;
+                self.beat(idx, ttl_ms);
+                Ok(self.live_reply(idx))
+            }
+            Op::Release { token, outcome } => {
+                limits::check_token(token)?;
+                let hash = token_hash(token);
+                let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+                    return self
+                        .ended_by_hash(&hash)
+                        .map(|view| (Reply::Ticket(view), None));
+                };
+                let state = self.doc.tickets[idx].state;
+                let fits = match state {
+                    TicketState::Held => matches!(
+                        outcome,
+                        Outcome::Succeeded | Outcome::Failed | Outcome::Cancelled
+                    ),
+                    TicketState::Queued => {
+                        matches!(outcome, Outcome::Cancelled | Outcome::TimedOut)
+                    }
+                };
+                if !fits {
+                    let state = match state {
+                        TicketState::Held => "held",
+                        TicketState::Queued => "queued",
+                    };
+                    return Err(Refusal::BadOutcome {
+                        state,
+                        outcome: *outcome,
+                    });
+                }
+                let id = self.doc.tickets[idx].id.clone();
+                let attempt = Some(self.attempt.to_string());
+                self.finish(idx, *outcome, false, None, attempt);
+                let view = TicketView::Finished {
+                    id,
+                    outcome: *outcome,
+                    forced: false,
+                };
+                Ok((Reply::Ticket(view), None))
+            }
+            Op::Cancel { id } => {
+                limits::check_id(id)?;
+                let Some(idx) = self.doc.tickets.iter().position(|t| &t.id == id) else {
+                    return match self.doc.finished.iter().find(|m| &m.id == id) {
+                        Some(mark) if mark.attempt.as_deref() == Some(self.attempt) => {
+                            Ok((Reply::Cancelled(vec![id.clone()]), None))
+                        }
+                        Some(mark) => Err(Refusal::Ended {
+                            id: id.clone(),
+                            outcome: mark.outcome,
+                            forced: mark.forced,
+                        }),
+                        None => Err(Refusal::UnknownId { id: id.clone() }),
+                    };
+                };
+                let (forced, reason) = match self.doc.tickets[idx].state {
+                    TicketState::Held => (true, Some("force-released by an operator".into())),
+                    TicketState::Queued => (false, Some("cancelled by an operator".into())),
+                };
+                let attempt = Some(self.attempt.to_string());
+                self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
+                Ok((Reply::Cancelled(vec![id.clone()]), None))
+            }
+            Op::CancelQueued => {
+                let mut ids = Vec::new();
+                while let Some(idx) = self
+                    .doc
+                    .tickets
+                    .iter()
+                    .position(|t| t.state == TicketState::Queued)
+                {
+                    ids.push(self.doc.tickets[idx].id.clone());
+                    let reason = Some("cancelled by an operator".into());
+                    let attempt = Some(self.attempt.to_string());
+                    self.finish(idx, Outcome::Cancelled, false, reason, attempt);
+                }
+                Ok((Reply::Cancelled(ids), None))
+            }
+            Op::Tick => Ok((Reply::Nothing, None)),
+        }
+    }
+
+    fn enqueue(&mut self, e: &Enqueue) -> Result<(Reply, Option<String>), Refusal> {
+        limits::check_id(&e.id)?;
+        limits::check_token(&e.token)?;
+        limits::check_context(&e.context)?;
+        if let Some(order) = &e.order {
+            limits::check_order(order)?;
+        }
+        limits::check_limit(e.limit)?;
+        limits::check_ttl("TTL", e.ttl_ms)?;
+        limits::check_ttl("waiter TTL", e.waiter_ttl_ms)?;
+        if !(limits::CLAIM_MIN_MS..=TTL_MAX_MS).contains(&e.claim_ms) {
+            return Err(limits::InvalidInput(format!(
+                "the claim window is {} ms; it must be between {} ms and 7 days",
+                e.claim_ms,
+                limits::CLAIM_MIN_MS
+            ))
+            .into());
+        }
+        if !(1..=LIVE_TICKETS_MAX).contains(&e.max_live) {
+            return Err(limits::InvalidInput(format!(
+                "the live-ticket bound is {}; it must be between 1 and {LIVE_TICKETS_MAX}",
+                e.max_live
+            ))
+            .into());
+        }
+        let hash = token_hash(&e.token);
+        // A retry of an enqueue that already landed: answer with the ticket's standing.
+        if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == e.id) {
+            if self.doc.tickets[idx].token_hash != hash {
+                return Err(Refusal::DuplicateId { id: e.id.clone() });
+            }
+            return Ok(self.live_reply(idx));
+        }
+        if let Some(mark) = self.doc.finished.iter().find(|m| m.id == e.id) {
+            if mark.token_hash != hash {
+                return Err(Refusal::DuplicateId { id: e.id.clone() });
+            }
+            let view = TicketView::Finished {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            };
+            return Ok((Reply::Ticket(view), None));
+        }
+        if self.doc.tickets.iter().any(|t| t.token_hash == hash) {
+            return Err(Refusal::DuplicateId { id: e.id.clone() });
+        }
+        if !self.doc.tickets.is_empty() && self.doc.limit != e.limit {
+            return Err(Refusal::LimitMismatch {
+                asked: e.limit,
+                current: self.doc.limit,
+            });
+        }
+        if self.doc.tickets.len() >= e.max_live as usize {
+            return Err(Refusal::QueueFull { max: e.max_live });
+        }
+        if self.doc.tickets.is_empty() {
+            self.doc.limit = e.limit;
+        }
+        let ticket = Ticket {
+            id: e.id.clone(),
+            token_hash: hash,
+            mode: e.mode,
+            state: TicketState::Queued,
+            order: e.order.clone(),
+            arrival: self.doc.next_arrival,
+            keep: e.keep,
+            context: e.context.clone(),
+            ttl_ms: e.ttl_ms,
+            waiter_ttl_ms: e.waiter_ttl_ms,
+            claim_ms: e.claim_ms,
+            heartbeat: 0,
+            deadline_ms: self.clock.deadline_ms(e.waiter_ttl_ms),
+            claimed: false,
+            fence: 0,
+            enqueued_wall_ms: self.clock.wall_ms(),
+            granted_wall_ms: 0,
+        };
+        self.doc.next_arrival += 1;
+        let new_key = (ticket.order.is_none(), ticket.order.clone(), ticket.arrival);
+        self.doc.tickets.push(ticket);
+        if e.supersede {
+            let reason = format!("superseded by {}", e.id);
+            while let Some(idx) = self.doc.tickets.iter().position(|t| {
+                t.state == TicketState::Queued
+                    && !t.keep
+                    && t.id != e.id
+                    && (t.order.is_none(), t.order.clone(), t.arrival) < new_key
+            }) {
+                self.finish(idx, Outcome::Superseded, false, Some(reason.clone()), None);
+            }
+        }
+        let idx = self.doc.tickets.len() - 1;
+        let reply = self.live_reply(idx);
+        Ok(reply)
+    }
+
+    /// Grants in queue order while the head fits beside the holders.
+    fn grant(&mut self, looking: Option<&str>) -> Result<(), Refusal> {
+        let holders = self.doc.holders();
+        let (mut n_normal, mut n_shared) = (0u32, 0u32);
+        for t in holders {
+            match t.mode {
+                Mode::Normal => n_normal += 1,
+                Mode::Shared => n_shared += 1,
+            }
+        }
+        let mut queued: Vec<usize> = (0..self.doc.tickets.len())
+            .filter(|&i| self.doc.tickets[i].state == TicketState::Queued)
+            .collect();
+        queued.sort_by(|&a, &b| {
+            self.doc.tickets[a]
+                .queue_key()
+                .cmp(&self.doc.tickets[b].queue_key())
+        });
+        for idx in queued {
+            let fits = match self.doc.tickets[idx].mode {
+                Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
+                Mode::Shared => n_normal == 0,
+            };
+            if !fits {
+                break;
+            }
+            // The hybrid fence: strictly above the last one, and at least the granting client's
+            // wall time in µs, so fences keep increasing even if a store loses the counter.
+            let next = self
+                .doc
+                .fence
+                .checked_add(1)
+                .ok_or(Refusal::FenceExhausted)?;
+            let fence = next.max(self.clock.wall_ms().saturating_mul(1000));
+            self.doc.fence = fence;
+            let claimed = looking == Some(self.doc.tickets[idx].id.as_str());
+            let ticket = &mut self.doc.tickets[idx];
+            ticket.state = TicketState::Held;
+            ticket.fence = fence;
+            ticket.granted_wall_ms = self.clock.wall_ms();
+            ticket.claimed = claimed;
+            let phase_ms = ticket.phase_ms();
+            self.beat(idx, phase_ms);
+            let ticket = &self.doc.tickets[idx];
+            match ticket.mode {
+                Mode::Normal => n_normal += 1,
+                Mode::Shared => n_shared += 1,
+            }
+            self.granted.push((ticket.id.clone(), fence));
+        }
+        Ok(())
+    }
+
+    /// Starts a new phase of `phase_ms` for ticket `idx`: a new deadline and a new heartbeat.
+    fn beat(&mut self, idx: usize, phase_ms: u64) {
+        let deadline_ms = self.clock.deadline_ms(phase_ms);
+        let ticket = &mut self.doc.tickets[idx];
+        ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
+        ticket.deadline_ms = deadline_ms;
+    }
+
+    /// Ends the live ticket `idx`: out of the document, into the history and the summary.
+    fn finish(
+        &mut self,
+        idx: usize,
+        outcome: Outcome,
+        forced: bool,
+        reason: Option<String>,
+        attempt: Option<String>,
+    ) {
+        let ticket = self.doc.tickets.remove(idx);
+        let wall_ms = self.clock.wall_ms();
+        if ticket.state == TicketState::Held {
+            let summary = &mut self.doc.summary;
+            summary
+                .recent_hold_ms
+                .push(wall_ms.saturating_sub(ticket.granted_wall_ms));
+            if summary.recent_hold_ms.len() > HOLD_SAMPLES {
+                summary.recent_hold_ms.remove(0);
+            }
+            summary.last_outcome = Some(outcome);
+            summary.last_finished_wall_ms = wall_ms;
+            summary.consecutive_failures = if outcome.is_failure() {
+                summary.consecutive_failures.saturating_add(1)
+            } else {
+                0
+            };
+        }
+        self.doc.finished.push(FinishedMark {
+            id: ticket.id.clone(),
+            token_hash: ticket.token_hash.clone(),
+            outcome,
+            forced,
+            attempt,
+        });
+        if self.doc.finished.len() > FINISHED_REMEMBERED {
+            self.doc.finished.remove(0);
+        }
+        self.finished
+            .push(Finished::of(&ticket, outcome, forced, reason, wall_ms));
+    }
+
+    /// The live ticket holding `token`, or the refusal that says what became of it.
+    fn live_by_token(&self, token: &str) -> Result<usize, Refusal> {
+        limits::check_token(token)?;
+        let hash = token_hash(token);
+        if let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) {
+            return Ok(idx);
+        }
+        match self.doc.finished.iter().find(|m| m.token_hash == hash) {
+            Some(mark) => Err(Refusal::Ended {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            }),
+            None => Err(Refusal::UnknownToken),
+        }
+    }
+
+    /// For a token with no live ticket: the retry of this very attempt is answered as it was
+    /// the first time; anything else is refused.
+    fn ended_by_hash(&self, hash: &str) -> Result<TicketView, Refusal> {
+        match self.doc.finished.iter().find(|m| m.token_hash == hash) {
+            Some(mark) if mark.attempt.as_deref() == Some(self.attempt) => {
+                Ok(TicketView::Finished {
+                    id: mark.id.clone(),
+                    outcome: mark.outcome,
+                    forced: mark.forced,
+                })
+            }
+            Some(mark) => Err(Refusal::Ended {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            }),
+            None => Err(Refusal::UnknownToken),
+        }
+    }
+
+    fn live_reply(&self, idx: usize) -> (Reply, Option<String>) {
+        let id = self.doc.tickets[idx].id.clone();
+        (Reply::Ticket(self.view(&id)), Some(id))
+    }
+
+    fn view(&self, id: &str) -> TicketView {
+        if let Some(status) = status_of(&self.doc, id) {
+            return TicketView::Live(status);
+        }
+        match self.doc.finished.iter().rev().find(|m| m.id == id) {
+            Some(mark) => TicketView::Finished {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            },
+            // Unreachable: a ticket the operation named is live or was just finished.
+            None => TicketView::Finished {
+                id: id.to_string(),
+                outcome: Outcome::Cancelled,
+                forced: false,
+            },
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The hot document of a key: its live tickets, its fence counter and a fixed-size summary.
+//!
+//! It stays small on purpose: history, job parameters and anything else that grows live outside
+//! it, so the cost of an operation does not grow with the key's past. It is encoded as JSON with
+//! a format number; a document in a newer format, or one that fails its checks, is refused with a
+//! clear error and never panics the reader.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::invariants;
+use crate::limits::{DOC_MAX_BYTES, FINISHED_REMEMBERED, HOLD_SAMPLES};
+
+/// The document format this code writes and understands.
+pub const FORMAT: u32 = 1;
+
+/// How a ticket holds a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Takes one of the key's `limit` permits.
+    Normal,
+    /// Holds together with any number of other shared tickets, never beside a normal one.
+    Shared,
+}
+
+/// Where a live ticket stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TicketState {
+    /// Waiting in the queue.
+    Queued,
+    /// Holding the key (granted; claimed or within its claim window).
+    Held,
+}
+
+/// The one final outcome of a ticket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Released by its owner after the work succeeded.
+    Succeeded,
+    /// Released by its owner after the work failed.
+    Failed,
+    /// Cancelled by its owner or an operator (a forced release is marked as such).
+    Cancelled,
+    /// Its lease ran out, or its grant was not claimed in time.
+    Expired,
+    /// A waiter that stopped refreshing its waiter lease.
+    Abandoned,
+    /// Squashed while queued by a newer ticket enqueued with `supersede`.
+    Superseded,
+    /// Its waiter gave up.
+    TimedOut,
+    /// A job whose retries were exhausted.
+    Dead,
+}
+
+impl Outcome {
+    /// The name used in output, history and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed => "failed",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Expired => "expired",
+            Outcome::Abandoned => "abandoned",
+            Outcome::Superseded => "superseded",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Dead => "dead",
+        }
+    }
+
+    /// Whether this outcome counts as a failure of the work (for the summary's streak).
+    pub fn is_failure(self) -> bool {
+        matches!(self, Outcome::Failed | Outcome::Expired | Outcome::Dead)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One live entry of a key's queue.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ticket {
+    /// Public id: shown in status, used by operators to cancel. Made by the client before its
+    /// first attempt, so a retried enqueue is recognised.
+    pub id: String,
+    /// Hash of the secret token ([`token_hash`]); the token itself is never stored.
+    pub token_hash: String,
+    /// Normal or shared.
+    pub mode: Mode,
+    /// Queued or held.
+    pub state: TicketState,
+    /// Sort value: tickets with one go first, compared as strings, then by arrival.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    /// Arrival number within the key, strictly increasing.
+    pub arrival: u64,
+    /// Immune to `supersede`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub keep: bool,
+    /// Who is waiting or holding, and why (shown to others).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context: String,
+    /// Lease duration while held and claimed.
+    pub ttl_ms: u64,
+    /// Waiter-lease duration while queued.
+    pub waiter_ttl_ms: u64,
+    /// How long a grant may stay unclaimed.
+    pub claim_ms: u64,
+    /// Bumped at every refresh, renewal, claim and grant: what observers watch on stores
+    /// without a clock.
+    pub heartbeat: u64,
+    /// End of the current phase (waiter lease, claim window or lease) on the store's clock;
+    /// `None` on stores judged by observation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// A held ticket whose owner has seen its grant.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub claimed: bool,
+    /// The fence handed out at grant (0 while queued).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fence: u64,
+    /// Wall-clock time of the enqueue, by the enqueuing client's clock. For display only.
+    pub enqueued_wall_ms: u64,
+    /// Wall-clock time of the grant, by the granting client's clock (0 while queued). For
+    /// display only: expiry never uses wall clocks.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub granted_wall_ms: u64,
+}
+
+impl Ticket {
+    /// Duration of the phase the ticket is in: waiter lease, claim window or lease.
+    pub fn phase_ms(&self) -> u64 {
+        match (self.state, self.claimed) {
+            (TicketState::Queued, _) => self.waiter_ttl_ms,
+            (TicketState::Held, false) => self.claim_ms,
+            (TicketState::Held, true) => self.ttl_ms,
+        }
+    }
+
+    /// The key in which grants are made: tickets with an `order` first (as strings), then by
+    /// arrival.
+    pub fn queue_key(&self) -> (bool, Option<&str>, u64) {
+        (self.order.is_none(), self.order.as_deref(), self.arrival)
+    }
+}
+
+/// A recently finished ticket, remembered so a retried operation is recognised.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FinishedMark {
+    /// The ticket's id.
+    pub id: String,
+    /// The ticket's token hash.
+    pub token_hash: String,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Ended by an operator's forced release.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub forced: bool,
+    /// The attempt that ended it, if an operation did (not expiry): its retry gets the same
+    /// answer instead of a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<String>,
+}
+
+/// A fixed-size summary of the key's recent past.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Summary {
+    /// The most recent hold times (grant to finish, wall clock), oldest first, at most
+    /// [`HOLD_SAMPLES`].
+    #[serde(default)]
+    pub recent_hold_ms: Vec<u64>,
+    /// The last outcome of a ticket that held the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_outcome: Option<Outcome>,
+    /// When that was (wall clock of the client that recorded it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub last_finished_wall_ms: u64,
+    /// Failures (failed, expired, dead) in a row among holders.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_failures: u32,
+}
+
+impl Summary {
+    /// The mean of the recent hold times, if there are any.
+    pub fn mean_hold_ms(&self) -> Option<u64> {
+        let n = self.recent_hold_ms.len() as u64;
+        (n > 0).then(|| self.recent_hold_ms.iter().sum::<u64>() / n)
+    }
+}
+
+/// The hot document of one key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Doc {
+    /// The format number ([`FORMAT`]).
+    #[serde(rename = "format")]
+    pub format: u32,
+    /// The last fence handed out (0: none yet). Never decreases; an idle key keeps it.
+    pub fence: u64,
+    /// The key's limit, set by the first live ticket.
+    pub limit: u32,
+    /// The clock deadlines refer to (the SQLite host's boot id, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    /// The next arrival number.
+    pub next_arrival: u64,
+    /// Live tickets, in arrival order.
+    #[serde(default)]
+    pub tickets: Vec<Ticket>,
+    /// Recently finished tickets, oldest first, at most [`FINISHED_REMEMBERED`].
+    #[serde(default)]
+    pub finished: Vec<FinishedMark>,
+    /// The key's recent past, for the wait estimate and status.
+    #[serde(default)]
+    pub summary: Summary,
+}
+
+impl Default for Doc {
+    fn default() -> Self {
+        Doc {
+            format: FORMAT,
+            fence: 0,
+            limit: 1,
+            epoch: None,
+            next_arrival: 1,
+            tickets: Vec::new(),
+            finished: Vec::new(),
+            summary: Summary::default(),
+        }
+    }
+}
+
+impl Doc {
+    /// Live tickets in queue order (the order grants are made in).
+    pub fn in_queue_order(&self) -> Vec<&Ticket> {
+        let mut tickets: Vec<&Ticket> = self.tickets.iter().collect();
+        tickets.sort_by(|a, b| a.queue_key().cmp(&b.queue_key()));
+        tickets
+    }
+
+    /// The tickets holding the key.
+    pub fn holders(&self) -> impl Iterator<Item = &Ticket> {
+        self.tickets.iter().filter(|t| t.state == TicketState::Held)
+    }
+
+    /// Queued tickets in queue order; index 0 is granted next.
+    pub fn queued(&self) -> Vec<&Ticket> {
+        self.in_queue_order()
+            .into_iter()
+            .filter(|t| t.state == TicketState::Queued)
+            .collect()
+    }
+
+    /// The live ticket with this token hash.
+    pub fn by_token_hash(&self, hash: &str) -> Option<&Ticket> {
+        self.tickets.iter().find(|t| t.token_hash == hash)
+    }
+
+    /// The live ticket with this id.
+    pub fn by_id(&self, id: &str) -> Option<&Ticket> {
+        self.tickets.iter().find(|t| t.id == id)
+    }
+
+    /// The earliest store-clock deadline among live tickets: when something may next expire.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.tickets.iter().filter_map(|t| t.deadline_ms).min()
+    }
+}
+
+/// Why bytes could not be read as a document.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Written by a newer baton.
+    #[error(
+        "the document is in format {found}, newer than this baton understands ({FORMAT}); \
+         upgrade baton on this machine"
+    )]
+    NewerFormat {
+        /// The format found.
+        found: u64,
+    },
+    /// Not a document, or one that breaks the design's invariants.
+    #[error("the document is corrupt ({0}); `baton cancel` cannot repair it: inspect the store")]
+    Corrupt(String),
+}
+
+/// Reads a document, checking its format and its invariants.
+pub fn decode(bytes: &[u8]) -> Result<Doc, DecodeError> {
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| DecodeError::Corrupt(format!("not JSON: {e}")))?;
+    let format = value
+        .get("format")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| DecodeError::Corrupt("no format number".into()))?;
+    if format > u64::from(FORMAT) {
+        return Err(DecodeError::NewerFormat { found: format });
+    }
+    let doc: Doc =
+        serde_json::from_value(value).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    if doc.finished.len() > FINISHED_REMEMBERED || doc.summary.recent_hold_ms.len() > HOLD_SAMPLES {
+        return Err(DecodeError::Corrupt("summary longer than its bound".into()));
+    }
+    invariants::check(&doc).map_err(DecodeError::Corrupt)?;
+    Ok(doc)
+}
+
+/// The encoded document is larger than [`DOC_MAX_BYTES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the key's document would be {bytes} bytes, over the {DOC_MAX_BYTES}-byte limit; \
+     shorten contexts or let the queue drain"
+)]
+pub struct TooLarge {
+    /// The size it would have had.
+    pub bytes: usize,
+}
+
+/// Writes a document, refusing one over [`DOC_MAX_BYTES`].
+pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
+    debug_assert_eq!(invariants::check(doc), Ok(()));
+    // Serialising plain structs with string keys cannot fail.
+    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    if bytes.len() > DOC_MAX_BYTES {
+        return Err(TooLarge { bytes: bytes.len() });
+    }
+    Ok(bytes)
+}
+
+/// The stored form of a token: the first 128 bits of its SHA-256, in hex. Reading the store
+/// reveals no token.
+pub fn token_hash(token: &str) -> String {
+    let digest = Sha256::digest(token.as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let doc = Doc::default();
+        let bytes = encode(&doc).expect("small");
+        assert_eq!(decode(&bytes), Ok(doc));
+    }
+
+    #[test]
+    fn newer_and_corrupt_documents_are_refused() {
+        let check = |bytes: &[u8], expect: &str| {
+            let err = decode(bytes).expect_err("must be refused").to_string();
+            assert!(err.contains(expect), "{err} does not mention {expect}");
+        };
+        check(b"{\"format\": 2, \"anything\": true}", "newer");
+        check(b"", "not JSON");
+        check(b"\xff\xfe", "not JSON");
+        check(b"[]", "no format");
+        check(b"{\"format\": 1}", "corrupt");
+        check(
+            b"{\"format\":1,\"fence\":-1,\"limit\":1,\"next_arrival\":1}",
+            "corrupt",
+        );
+    }
+
+    #[test]
+    fn token_hash_is_stable_and_hides_the_token() {
+        let token = "0123456789abcdef0123456789abcdef";
+        assert_eq!(token_hash(token), token_hash(token));
+        assert_eq!(token_hash(token).len(), 32);
+        assert_ne!(
+            token_hash(token),
+            token_hash("0123456789abcdef0123456789abcdee")
+        );
+        assert!(!token_hash(token).contains(token));
+    }
+}

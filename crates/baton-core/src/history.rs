@@ -1,0 +1,75 @@
+//! The record of a finished ticket, as the core hands it out for the key's history log.
+
+use serde::{Deserialize, Serialize};
+
+use crate::doc::{Mode, Outcome, Ticket};
+
+/// A ticket that has ended, with everything an operator wants to see about it later.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finished {
+    /// The ticket's public id.
+    pub id: String,
+    /// Normal or shared.
+    pub mode: Mode,
+    /// Its context.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub context: String,
+    /// Its order value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Ended by an operator's forced release.
+    #[serde(default)]
+    pub forced: bool,
+    /// Why, in words, when the outcome alone does not say (expiry, supersede, reboot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The fence it held under, if it was granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    /// When it was enqueued (wall clock of the enqueuing client).
+    pub enqueued_wall_ms: u64,
+    /// When it was granted (wall clock of the granting client), if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub granted_wall_ms: Option<u64>,
+    /// When it ended (wall clock of the client that ended it).
+    pub finished_wall_ms: u64,
+}
+
+impl Finished {
+    /// The record of `ticket` ending now with `outcome`.
+    pub fn of(
+        ticket: &Ticket,
+        outcome: Outcome,
+        forced: bool,
+        reason: Option<String>,
+        wall_ms: u64,
+    ) -> Finished {
+        let granted = ticket.fence > 0;
+        Finished {
+            id: ticket.id.clone(),
+            mode: ticket.mode,
+            context: ticket.context.clone(),
+            order: ticket.order.clone(),
+            outcome,
+            forced,
+            reason,
+            fence: granted.then_some(ticket.fence),
+            enqueued_wall_ms: ticket.enqueued_wall_ms,
+            granted_wall_ms: granted.then_some(ticket.granted_wall_ms),
+            finished_wall_ms: wall_ms,
+        }
+    }
+
+    /// Encodes the record for the history log.
+    pub fn encode(&self) -> Vec<u8> {
+        // Plain structs with string keys always serialise.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Reads a record from the history log.
+    pub fn decode(bytes: &[u8]) -> Result<Finished, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("unreadable history entry: {e}"))
+    }
+}

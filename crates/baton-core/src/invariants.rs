@@ -1,0 +1,82 @@
+//! The design's invariants on a single document, as checks.
+//!
+//! [`check`] runs on every decoded document and, in debug builds, on every document
+//! [`apply`](crate::apply()) returns. The invariants that span several documents (fences of
+//! successive grants increase, every ticket ends exactly once, retries are recognised) are
+//! checked by the property tests in `tests/properties.rs`, which watch whole histories.
+
+use std::collections::HashSet;
+
+use crate::doc::{Doc, Mode, TicketState};
+use crate::limits::{LIMIT_MAX, LIVE_TICKETS_MAX};
+
+/// Invariants every stored document satisfies.
+pub fn check(doc: &Doc) -> Result<(), String> {
+    if doc.limit == 0 || doc.limit > LIMIT_MAX {
+        return Err(format!("limit {} out of range", doc.limit));
+    }
+    if doc.tickets.len() > LIVE_TICKETS_MAX as usize {
+        return Err(format!("{} live tickets", doc.tickets.len()));
+    }
+    let mut ids = HashSet::new();
+    let mut hashes = HashSet::new();
+    let mut arrivals = HashSet::new();
+    let mut fences = HashSet::new();
+    let (mut n_normal, mut n_shared) = (0u32, 0u32);
+    for t in &doc.tickets {
+        if !ids.insert(t.id.as_str()) {
+            return Err(format!("ticket id {} twice", t.id));
+        }
+        if !hashes.insert(t.token_hash.as_str()) {
+            return Err(format!("a token shared by two tickets ({})", t.id));
+        }
+        if !arrivals.insert(t.arrival) || t.arrival >= doc.next_arrival {
+            return Err(format!("ticket {} has a bad arrival number", t.id));
+        }
+        match t.state {
+            TicketState::Queued => {
+                if t.fence != 0 || t.claimed {
+                    return Err(format!("queued ticket {} has a fence or a claim", t.id));
+                }
+            }
+            TicketState::Held => {
+                if t.fence == 0 || t.fence > doc.fence || !fences.insert(t.fence) {
+                    return Err(format!("held ticket {} has a bad fence {}", t.id, t.fence));
+                }
+                match t.mode {
+                    Mode::Normal => n_normal += 1,
+                    Mode::Shared => n_shared += 1,
+                }
+            }
+        }
+    }
+    if n_normal > doc.limit {
+        return Err(format!(
+            "{n_normal} normal holders over limit {}",
+            doc.limit
+        ));
+    }
+    if n_normal > 0 && n_shared > 0 {
+        return Err("shared and normal tickets hold together".into());
+    }
+    Ok(())
+}
+
+/// After an apply, nothing that could be granted is left waiting: the head of the queue is
+/// incompatible with the holders (so a later ticket was never granted past it: no barging).
+pub fn check_settled(doc: &Doc) -> Result<(), String> {
+    let Some(head) = doc.queued().first().copied() else {
+        return Ok(());
+    };
+    let holders: Vec<_> = doc.holders().collect();
+    let n_normal = holders.iter().filter(|t| t.mode == Mode::Normal).count() as u64;
+    let n_shared = holders.len() as u64 - n_normal;
+    let grantable = match head.mode {
+        Mode::Normal => n_shared == 0 && n_normal < u64::from(doc.limit),
+        Mode::Shared => n_normal == 0,
+    };
+    if grantable {
+        return Err(format!("ticket {} waits although it could hold", head.id));
+    }
+    Ok(())
+}

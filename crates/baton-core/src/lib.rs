@@ -1,0 +1,31 @@
+//! The pure core of baton: every rule about tickets, leases, fences and queue order.
+//!
+//! Nothing here does I/O, awaits, or reads a clock. The coordinator loads a key's document from
+//! a store, calls [`apply`] with an operation and a [`Clock`] it read itself, writes the new
+//! document back by compare-and-swap, and appends the [`Finished`] tickets to the key's history.
+//! Like raft-rs, the caller ticks it; it only computes.
+//!
+//! # Layout
+//!
+//! - [`limits`]: every limit of the design, and the checks of input at the edge.
+//! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
+//! - [`op`]: the operations and their replies.
+//! - [`clock`]: the two clocks of the design: the store's time, and observation of heartbeats.
+//! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
+//! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
+//! - [`history`]: the record of a finished ticket, as appended to the history log.
+#![deny(missing_docs)]
+
+pub mod apply;
+pub mod clock;
+pub mod doc;
+pub mod history;
+pub mod invariants;
+pub mod limits;
+pub mod op;
+
+pub use apply::{apply, Applied};
+pub use clock::{Clock, Observer};
+pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
+pub use history::Finished;
+pub use op::{Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};

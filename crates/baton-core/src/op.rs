@@ -1,0 +1,216 @@
+//! Operations on a key's document, their replies and their refusals.
+
+use serde::{Deserialize, Serialize};
+
+use crate::doc::{Mode, Outcome, TicketState};
+use crate::limits::InvalidInput;
+
+/// An operation together with the id of this attempt at it.
+///
+/// The attempt id is made before the first try and reused by every retry of the same
+/// operation, so a retry after an ambiguous failure is recognised instead of repeated.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// Unique per logical operation.
+    pub attempt: String,
+    /// What to do.
+    pub op: Op,
+}
+
+/// What to do to a key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    /// Join the queue.
+    Enqueue(Enqueue),
+    /// A waiter's heartbeat: extends its waiter lease while queued, claims (and renews) once
+    /// granted.
+    Refresh {
+        /// The ticket's secret token.
+        token: String,
+    },
+    /// A holder's heartbeat (the first one claims a grant). Refused while still queued.
+    Renew {
+        /// The ticket's secret token.
+        token: String,
+        /// A new lease duration, kept for later renewals; `None` keeps the ticket's.
+        ttl_ms: Option<u64>,
+    },
+    /// The owner ends its ticket: `succeeded`, `failed` or `cancelled` when held; `cancelled`
+    /// or `timed_out` when still queued.
+    Release {
+        /// The ticket's secret token.
+        token: String,
+        /// How it ended.
+        outcome: Outcome,
+    },
+    /// An operator cancels a queued ticket, or force-releases a held one (recorded as forced).
+    Cancel {
+        /// The ticket's public id.
+        id: String,
+    },
+    /// An operator cancels every queued ticket of the key.
+    CancelQueued,
+    /// Only expire what has expired and grant what can be granted.
+    Tick,
+}
+
+/// Arguments of [`Op::Enqueue`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enqueue {
+    /// The new ticket's public id, made by the client.
+    pub id: String,
+    /// The new ticket's secret token, made by the client.
+    pub token: String,
+    /// Normal or shared.
+    pub mode: Mode,
+    /// The key's limit this ticket expects.
+    pub limit: u32,
+    /// Who is asking, and why.
+    pub context: String,
+    /// Sort value (see [`crate::Ticket::order`]).
+    pub order: Option<String>,
+    /// Cancel every queued ticket that sorts before this one, unless it was enqueued with `keep`.
+    pub supersede: bool,
+    /// Immune to a later `supersede`.
+    pub keep: bool,
+    /// Lease duration once held.
+    pub ttl_ms: u64,
+    /// Waiter-lease duration while queued.
+    pub waiter_ttl_ms: u64,
+    /// Claim window after a grant made while the owner was not looking.
+    pub claim_ms: u64,
+    /// Bound on live tickets of the key.
+    pub max_live: u32,
+}
+
+/// A live ticket's standing, as returned to its owner.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TicketStatus {
+    /// The ticket's id.
+    pub id: String,
+    /// Queued or held.
+    pub state: TicketState,
+    /// Queued tickets ahead of it (0 when held, or next in line).
+    pub position: usize,
+    /// Its fence, once granted.
+    pub fence: u64,
+    /// Whether a held ticket has been claimed.
+    pub claimed: bool,
+    /// The end of its current phase on the store's clock (`None` when observed).
+    pub deadline_ms: Option<u64>,
+    /// Its current lease or waiter-lease duration.
+    pub phase_ms: u64,
+    /// When it was granted (wall clock), or 0.
+    pub granted_wall_ms: u64,
+}
+
+/// A ticket's standing: live, or ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TicketView {
+    /// Still queued or held.
+    Live(TicketStatus),
+    /// Ended.
+    Finished {
+        /// The ticket's id.
+        id: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// By an operator's forced release.
+        forced: bool,
+    },
+}
+
+/// What an operation did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    /// The standing of the ticket the operation was about.
+    Ticket(TicketView),
+    /// The ids of the tickets an operator's cancel ended.
+    Cancelled(Vec<String>),
+    /// Nothing to report ([`Op::Tick`]).
+    Nothing,
+}
+
+/// Why an operation was refused. A refused operation changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Input breaks a limit or a format rule.
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// The key's live tickets use another limit.
+    #[error(
+        "the key is in use with limit {current}, and this asks for limit {asked}; use the same \
+         --limit as the others, or wait until the key is idle"
+    )]
+    LimitMismatch {
+        /// The limit asked for.
+        asked: u32,
+        /// The key's current limit.
+        current: u32,
+    },
+    /// The key has as many live tickets as allowed.
+    #[error("the key already has {max} live tickets, its limit; try again later")]
+    QueueFull {
+        /// The bound.
+        max: u32,
+    },
+    /// A ticket with this id exists with another token.
+    #[error("a ticket with id {id} already exists on this key")]
+    DuplicateId {
+        /// The id.
+        id: String,
+    },
+    /// The token's ticket is still queued.
+    #[error("this ticket does not hold the key yet: it is queued with {position} ahead of it")]
+    NotHeld {
+        /// Queued tickets ahead of it.
+        position: usize,
+    },
+    /// The token's ticket has ended.
+    #[error("{}", finished_message(.outcome, *.forced))]
+    Ended {
+        /// The ticket's id.
+        id: String,
+        /// How it ended.
+        outcome: Outcome,
+        /// By an operator's forced release.
+        forced: bool,
+    },
+    /// No live or recently finished ticket has this token.
+    #[error(
+        "no ticket of this key has that token: it is wrong, or its ticket ended long ago \
+         (see `baton log`)"
+    )]
+    UnknownToken,
+    /// No live ticket has this id.
+    #[error("no live ticket of this key has id {id} (see `baton status`)")]
+    UnknownId {
+        /// The id.
+        id: String,
+    },
+    /// The outcome does not fit the ticket's state.
+    #[error("a {state} ticket cannot end as {outcome}")]
+    BadOutcome {
+        /// The ticket's state.
+        state: &'static str,
+        /// The outcome asked for.
+        outcome: Outcome,
+    },
+    /// The fence counter is exhausted (needs 2^64 grants, or a wall clock millions of years
+    /// ahead).
+    #[error("the key's fence counter is exhausted")]
+    FenceExhausted,
+}
+
+fn finished_message(outcome: &Outcome, forced: bool) -> String {
+    match (outcome, forced) {
+        (_, true) => "this ticket no longer holds the key: an operator force-released it".into(),
+        (Outcome::Expired, _) => {
+            "this ticket no longer holds the key: its lease expired (or its grant was not \
+             claimed in time)"
+                .into()
+        }
+        (outcome, _) => format!("this ticket has already ended: {outcome}"),
+    }
+}

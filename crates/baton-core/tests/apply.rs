@@ -1,0 +1,518 @@
+//! Data-driven tests of `apply`: each scenario is a script of operations at store times, with
+//! the expected standing after each step.
+
+use baton_core::op::TicketView;
+use baton_core::{
+    apply, Clock, Doc, Enqueue, Mode, Observer, Op, Outcome, Refusal, Reply, Request, TicketState,
+};
+
+const EPOCH: &str = "boot-1";
+
+fn token(n: u32) -> String {
+    format!("{n:032x}")
+}
+
+fn enqueue(n: u32) -> Enqueue {
+    Enqueue {
+        id: format!("t{n}"),
+        token: token(n),
+        mode: Mode::Normal,
+        limit: 1,
+        context: format!("client {n}"),
+        order: None,
+        supersede: false,
+        keep: false,
+        ttl_ms: 10_000,
+        waiter_ttl_ms: 60_000,
+        claim_ms: 3_000,
+        max_live: 1000,
+    }
+}
+
+/// A tiny driver: a document, a store clock, and a counter for attempt ids.
+struct World {
+    doc: Option<Doc>,
+    now_ms: u64,
+    attempts: u64,
+    finished: Vec<(String, Outcome)>,
+}
+
+impl World {
+    fn new() -> World {
+        World {
+            doc: None,
+            now_ms: 1_000,
+            attempts: 0,
+            finished: Vec::new(),
+        }
+    }
+
+    fn run(&mut self, op: Op) -> Result<Reply, Refusal> {
+        self.attempts += 1;
+        let request = Request {
+            attempt: format!("a{}", self.attempts),
+            op,
+        };
+        self.run_request(&request)
+    }
+
+    fn run_request(&mut self, request: &Request) -> Result<Reply, Refusal> {
+        let clock = Clock::Store {
+            now_ms: self.now_ms,
+            epoch: EPOCH,
+            wall_ms: 1_700_000_000_000 + self.now_ms,
+        };
+        let applied = apply(self.doc.as_ref(), request, &clock)?;
+        for f in &applied.finished {
+            self.finished.push((f.id.clone(), f.outcome));
+        }
+        self.doc = Some(applied.doc);
+        Ok(applied.reply)
+    }
+
+    fn state(&self, id: &str) -> Option<TicketState> {
+        self.doc.as_ref()?.by_id(id).map(|t| t.state)
+    }
+
+    fn holders(&self) -> Vec<String> {
+        let doc = self.doc.as_ref().expect("doc");
+        let mut ids: Vec<String> = doc.holders().map(|t| t.id.clone()).collect();
+        ids.sort();
+        ids
+    }
+}
+
+fn live(reply: Reply) -> baton_core::TicketStatus {
+    match reply {
+        Reply::Ticket(TicketView::Live(status)) => status,
+        other => panic!("expected a live ticket, got {other:?}"),
+    }
+}
+
+#[test]
+fn first_ticket_is_granted_and_claimed_at_once() {
+    let mut w = World::new();
+    let status = live(w.run(Op::Enqueue(enqueue(1))).expect("enqueue"));
+    assert_eq!(status.state, TicketState::Held);
+    assert!(status.claimed, "the enqueuer was looking");
+    assert_eq!(status.deadline_ms, Some(1_000 + 10_000));
+    assert!(status.fence >= 1_700_000_000_001_000 * 1000 / 1000);
+}
+
+#[test]
+fn grants_follow_arrival_and_release_hands_over_with_a_claim_window() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    let s2 = live(w.run(Op::Enqueue(enqueue(2))).expect("2"));
+    let s3 = live(w.run(Op::Enqueue(enqueue(3))).expect("3"));
+    assert_eq!((s2.state, s2.position), (TicketState::Queued, 0));
+    assert_eq!((s3.state, s3.position), (TicketState::Queued, 1));
+    let fence1 = w
+        .doc
+        .as_ref()
+        .and_then(|d| d.by_id("t1"))
+        .map(|t| t.fence)
+        .expect("t1");
+    w.run(Op::Release {
+        token: token(1),
+        outcome: Outcome::Succeeded,
+    })
+    .expect("release");
+    assert_eq!(w.holders(), vec!["t2"]);
+    let t2 = w
+        .doc
+        .as_ref()
+        .and_then(|d| d.by_id("t2"))
+        .expect("t2")
+        .clone();
+    assert!(!t2.claimed, "granted while its owner was not looking");
+    assert_eq!(t2.deadline_ms, Some(w.now_ms + 3_000), "claim window");
+    assert!(t2.fence > fence1);
+    // Unclaimed past the claim window: expired, and t3 is granted.
+    w.now_ms += 3_000;
+    w.run(Op::Tick).expect("tick");
+    assert_eq!(w.holders(), vec!["t3"]);
+    assert!(w.finished.contains(&("t2".into(), Outcome::Expired)));
+    // t2's owner comes back: its turn is lost.
+    let err = w
+        .run(Op::Refresh { token: token(2) })
+        .expect_err("lost turn");
+    assert!(
+        matches!(
+            err,
+            Refusal::Ended {
+                outcome: Outcome::Expired,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // t3 claims in time.
+    let s3 = live(w.run(Op::Refresh { token: token(3) }).expect("claim"));
+    assert!(s3.claimed);
+}
+
+#[test]
+fn order_values_go_first_then_arrival() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("holder");
+    w.run(Op::Enqueue(enqueue(2))).expect("no order");
+    w.run(Op::Enqueue(Enqueue {
+        order: Some("0002".into()),
+        ..enqueue(3)
+    }))
+    .expect("3");
+    w.run(Op::Enqueue(Enqueue {
+        order: Some("0001".into()),
+        ..enqueue(4)
+    }))
+    .expect("4");
+    let doc = w.doc.clone().expect("doc");
+    let queued: Vec<&str> = doc.queued().iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(queued, vec!["t4", "t3", "t2"]);
+}
+
+#[test]
+fn supersede_cancels_queued_tickets_before_it_except_keep_and_holders() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("holder");
+    w.run(Op::Enqueue(enqueue(2))).expect("2");
+    w.run(Op::Enqueue(Enqueue {
+        keep: true,
+        ..enqueue(3)
+    }))
+    .expect("3 keep");
+    w.run(Op::Enqueue(enqueue(4))).expect("4");
+    w.run(Op::Enqueue(Enqueue {
+        supersede: true,
+        ..enqueue(5)
+    }))
+    .expect("5");
+    let doc = w.doc.clone().expect("doc");
+    let queued: Vec<&str> = doc.queued().iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(queued, vec!["t3", "t5"]);
+    assert_eq!(w.holders(), vec!["t1"]);
+    assert!(w.finished.contains(&("t2".into(), Outcome::Superseded)));
+    assert!(w.finished.contains(&("t4".into(), Outcome::Superseded)));
+    // The superseded owner learns of it when it looks.
+    let err = w
+        .run(Op::Refresh { token: token(2) })
+        .expect_err("superseded");
+    assert!(matches!(
+        err,
+        Refusal::Ended {
+            outcome: Outcome::Superseded,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn semaphore_and_shared_modes() {
+    let mut w = World::new();
+    for n in 1..=4 {
+        w.run(Op::Enqueue(Enqueue {
+            limit: 3,
+            ..enqueue(n)
+        }))
+        .expect("enqueue");
+    }
+    assert_eq!(w.holders(), vec!["t1", "t2", "t3"]);
+    assert_eq!(w.state("t4"), Some(TicketState::Queued));
+    let err = w
+        .run(Op::Enqueue(Enqueue {
+            limit: 2,
+            ..enqueue(9)
+        }))
+        .expect_err("limit");
+    assert!(matches!(
+        err,
+        Refusal::LimitMismatch {
+            asked: 2,
+            current: 3
+        }
+    ));
+
+    // Readers and writers: readers hold together; a writer waits; readers behind it wait too.
+    let mut w = World::new();
+    let shared = |n| Enqueue {
+        mode: Mode::Shared,
+        ..enqueue(n)
+    };
+    w.run(Op::Enqueue(shared(1))).expect("r1");
+    w.run(Op::Enqueue(shared(2))).expect("r2");
+    w.run(Op::Enqueue(enqueue(3))).expect("w3");
+    w.run(Op::Enqueue(shared(4))).expect("r4");
+    assert_eq!(w.holders(), vec!["t1", "t2"]);
+    assert_eq!(
+        w.state("t4"),
+        Some(TicketState::Queued),
+        "no barging past the writer"
+    );
+    w.run(Op::Release {
+        token: token(1),
+        outcome: Outcome::Succeeded,
+    })
+    .expect("r1 done");
+    assert_eq!(w.holders(), vec!["t2"]);
+    w.run(Op::Release {
+        token: token(2),
+        outcome: Outcome::Succeeded,
+    })
+    .expect("r2 done");
+    assert_eq!(w.holders(), vec!["t3"]);
+    w.run(Op::Release {
+        token: token(3),
+        outcome: Outcome::Failed,
+    })
+    .expect("w3 done");
+    assert_eq!(w.holders(), vec!["t4"]);
+    assert_eq!(
+        w.doc.as_ref().map(|d| d.summary.consecutive_failures),
+        Some(1),
+        "w3 failed"
+    );
+}
+
+#[test]
+fn tokens_guard_renew_and_release_and_retries_are_recognised() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    let err = w
+        .run(Op::Renew {
+            token: token(7),
+            ttl_ms: None,
+        })
+        .expect_err("wrong token");
+    assert_eq!(err, Refusal::UnknownToken);
+    let release = Request {
+        attempt: "release-1".into(),
+        op: Op::Release {
+            token: token(1),
+            outcome: Outcome::Succeeded,
+        },
+    };
+    w.run_request(&release).expect("release");
+    // The coordinator's retry of the same attempt is answered as the first time.
+    let again = w.run_request(&release).expect("retry recognised");
+    assert!(matches!(
+        again,
+        Reply::Ticket(TicketView::Finished {
+            outcome: Outcome::Succeeded,
+            ..
+        })
+    ));
+    // A new release of the released ticket is refused.
+    let err = w
+        .run(Op::Release {
+            token: token(1),
+            outcome: Outcome::Succeeded,
+        })
+        .expect_err("double");
+    assert!(matches!(
+        err,
+        Refusal::Ended {
+            outcome: Outcome::Succeeded,
+            ..
+        }
+    ));
+    let err = w
+        .run(Op::Renew {
+            token: token(1),
+            ttl_ms: None,
+        })
+        .expect_err("stale");
+    assert!(matches!(err, Refusal::Ended { .. }));
+    // One ticket ended exactly once.
+    assert_eq!(w.finished, vec![("t1".to_string(), Outcome::Succeeded)]);
+}
+
+#[test]
+fn a_retried_enqueue_makes_no_ghost() {
+    let mut w = World::new();
+    let request = Request {
+        attempt: "e1".into(),
+        op: Op::Enqueue(enqueue(1)),
+    };
+    w.run_request(&request).expect("first");
+    w.run_request(&request).expect("retry");
+    assert_eq!(w.doc.as_ref().map(|d| d.tickets.len()), Some(1));
+    w.run(Op::Release {
+        token: token(1),
+        outcome: Outcome::Succeeded,
+    })
+    .expect("release");
+    let reply = w.run_request(&request).expect("late retry");
+    assert!(
+        matches!(reply, Reply::Ticket(TicketView::Finished { .. })),
+        "{reply:?}"
+    );
+    assert_eq!(w.doc.as_ref().map(|d| d.tickets.len()), Some(0));
+}
+
+#[test]
+fn leases_expire_and_waiters_are_abandoned() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    w.run(Op::Enqueue(enqueue(2))).expect("2");
+    w.now_ms += 9_999;
+    w.run(Op::Renew {
+        token: token(1),
+        ttl_ms: None,
+    })
+    .expect("renew in time");
+    w.now_ms += 10_000;
+    w.run(Op::Tick).expect("tick");
+    assert!(w.finished.contains(&("t1".into(), Outcome::Expired)));
+    // t2 was not refreshing either: 60 s waiter lease ended earlier? No: 19.999 s < 60 s.
+    assert_eq!(w.holders(), vec!["t2"]);
+    w.run(Op::Enqueue(enqueue(3))).expect("3");
+    w.now_ms += 60_000;
+    w.run(Op::Tick).expect("tick");
+    assert!(w.finished.contains(&("t3".into(), Outcome::Abandoned)));
+}
+
+#[test]
+fn a_changed_store_epoch_ends_every_ticket() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    w.run(Op::Enqueue(enqueue(2))).expect("2");
+    let doc = w.doc.clone().expect("doc");
+    let clock = Clock::Store {
+        now_ms: 5,
+        epoch: "boot-2",
+        wall_ms: 1_800_000_000_000,
+    };
+    let applied = apply(
+        Some(&doc),
+        &Request {
+            attempt: "x".into(),
+            op: Op::Tick,
+        },
+        &clock,
+    )
+    .expect("tick");
+    assert!(applied.doc.tickets.is_empty());
+    assert_eq!(applied.finished.len(), 2);
+    assert!(
+        applied.doc.fence >= doc.fence,
+        "an idle key keeps its fence"
+    );
+}
+
+#[test]
+fn operators_cancel_and_force_release() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    w.run(Op::Enqueue(enqueue(2))).expect("2");
+    w.run(Op::Enqueue(enqueue(3))).expect("3");
+    w.run(Op::Cancel { id: "t3".into() })
+        .expect("cancel queued");
+    w.run(Op::Cancel { id: "t1".into() })
+        .expect("force release");
+    assert_eq!(w.holders(), vec!["t2"]);
+    let err = w
+        .run(Op::Renew {
+            token: token(1),
+            ttl_ms: None,
+        })
+        .expect_err("forced");
+    assert!(matches!(err, Refusal::Ended { forced: true, .. }));
+    w.run(Op::Enqueue(enqueue(4))).expect("4");
+    w.run(Op::Enqueue(enqueue(5))).expect("5");
+    let reply = w.run(Op::CancelQueued).expect("cancel queued");
+    assert_eq!(reply, Reply::Cancelled(vec!["t4".into(), "t5".into()]));
+    assert_eq!(
+        w.run(Op::Cancel { id: "nope".into() }),
+        Err(Refusal::UnknownId { id: "nope".into() })
+    );
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let mut w = World::new();
+    w.run(Op::Enqueue(enqueue(1))).expect("1");
+    let before = w.doc.clone();
+    let cases = vec![
+        Op::Enqueue(Enqueue {
+            context: "x".repeat(1025),
+            ..enqueue(2)
+        }),
+        Op::Enqueue(Enqueue {
+            ttl_ms: 10,
+            ..enqueue(2)
+        }),
+        Op::Enqueue(Enqueue {
+            id: "bad id".into(),
+            ..enqueue(2)
+        }),
+        Op::Enqueue(Enqueue {
+            limit: 0,
+            ..enqueue(2)
+        }),
+        Op::Enqueue(Enqueue {
+            order: Some(String::new()),
+            ..enqueue(2)
+        }),
+        Op::Enqueue(Enqueue {
+            max_live: 1,
+            ..enqueue(2)
+        }),
+        Op::Release {
+            token: token(1),
+            outcome: Outcome::Expired,
+        },
+        Op::Renew {
+            token: String::new(),
+            ttl_ms: None,
+        },
+    ];
+    for op in cases {
+        assert!(w.run(op.clone()).is_err(), "{op:?} accepted");
+        assert_eq!(w.doc, before, "{op:?} changed the document");
+    }
+}
+
+#[test]
+fn observation_expires_only_after_a_heartbeat_is_seen_unchanged_for_the_lease() {
+    // Store without a clock: each client judges by its own monotonic clock.
+    let mut observer = Observer::default();
+    fn clock(o: &Observer, mono_ms: u64) -> Clock<'_> {
+        Clock::Observed {
+            observer: o,
+            mono_ms,
+            wall_ms: 1_700_000_000_000,
+        }
+    }
+    let req = |op| Request {
+        attempt: format!("{op:?}"),
+        op,
+    };
+    let a = apply(None, &req(Op::Enqueue(enqueue(1))), &clock(&observer, 0)).expect("1");
+    assert_eq!(a.doc.tickets[0].deadline_ms, None);
+    let doc = a.doc;
+    // A second client starts observing late, at its own mono 500_000 (clocks do not agree).
+    observer.observe(&doc, 500_000);
+    let tick = req(Op::Tick);
+    let applied = apply(Some(&doc), &tick, &clock(&observer, 509_999)).expect("tick");
+    assert!(applied.finished.is_empty(), "seen for less than the TTL");
+    let applied = apply(Some(&doc), &tick, &clock(&observer, 510_000)).expect("tick");
+    assert_eq!(
+        applied.finished.len(),
+        1,
+        "seen unchanged for the whole TTL"
+    );
+    // A heartbeat restarts the observation.
+    let renewed = apply(
+        Some(&doc),
+        &req(Op::Renew {
+            token: token(1),
+            ttl_ms: None,
+        }),
+        &clock(&observer, 505_000),
+    )
+    .expect("renew");
+    observer.observe(&renewed.doc, 506_000);
+    let applied = apply(Some(&renewed.doc), &tick, &clock(&observer, 515_000)).expect("tick");
+    assert!(applied.finished.is_empty());
+}
