@@ -1,0 +1,603 @@
+//! The conformance suite: one `pub async fn` per behaviour of the [`Store`] contract.
+//!
+//! Every store's tests call every function here, one `#[tokio::test]` each (or all at once with
+//! [`run_all`]), so that the coordinator can rely on the contract whichever store runs below it.
+//! A function panics with a message naming the broken rule; it is test support code.
+//!
+//! Each function takes the store and a key prefix, and writes only keys under
+//! `<prefix><behaviour>/`. Stores keep data across runs and the contract has no delete, so a
+//! persistent store (a shared database, a bucket) must be given a prefix no earlier run used:
+//! [`unique_prefix`] makes one. The prefix should stay short (under ~100 bytes): keys are at most
+//! 256 bytes.
+//!
+//! Behaviours that depend on a capability check the capability first: a store without push
+//! must return `None` from `watch`; a store without a clock must return [`StoreClock::None`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use crate::{CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned};
+
+/// The largest hot document the design allows (256 KiB); every store must hold one.
+pub const DOCUMENT_MAX_BYTES: usize = 256 * 1024;
+
+/// The longest key the design allows, in bytes.
+pub const KEY_MAX_BYTES: usize = 256;
+
+/// How long a watcher may take to wake after a change.
+pub const WATCH_WAKE_WITHIN: Duration = Duration::from_secs(2);
+
+/// A prefix no other run has used: `<name>-<pid>-<nanoseconds>/`.
+pub fn unique_prefix(name: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos())
+        .unwrap_or(0);
+    format!("{name}-{}-{nanos}/", std::process::id())
+}
+
+/// Every behaviour, in turn, on one store.
+pub async fn run_all(store: &dyn Store, prefix: &str) {
+    load_absent(store, prefix).await;
+    create_if_absent(store, prefix).await;
+    stale_version_refused(store, prefix).await;
+    history_in_order(store, prefix).await;
+    concurrent_increments(store, prefix).await;
+    list_by_prefix(store, prefix).await;
+    keys_round_trip(store, prefix).await;
+    largest_document(store, prefix).await;
+    watch_wakes(store, prefix).await;
+    clock_readings(store, prefix).await;
+}
+
+/// A key never written loads as `None`, has no history, and is not listed.
+pub async fn load_absent(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}load_absent/never-written");
+    assert_eq!(
+        ok("load", store.load(&key).await),
+        None,
+        "{key} was never written"
+    );
+    assert!(ok("history", store.history(&key, 0, 10).await).is_empty());
+    assert!(ok("history_tail", store.history_tail(&key, 10).await).is_empty());
+    assert!(ok("list", store.list(&key).await).is_empty());
+}
+
+/// `cas` with `expected = None` writes a key that has no document, and only such a key.
+pub async fn create_if_absent(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}create_if_absent/k");
+    let version = written(store.cas(&key, None, b"first", &[]).await, "create");
+    assert_eq!(
+        ok("load", store.load(&key).await),
+        Some(Versioned {
+            version: version.clone(),
+            bytes: b"first".to_vec()
+        }),
+        "load must return what the CAS wrote, with the version it returned"
+    );
+
+    let outcome = ok("second create", store.cas(&key, None, b"second", &[]).await);
+    let CasOutcome::Conflict { current } = outcome else {
+        panic!("a second create of {key} must conflict, got {outcome:?}");
+    };
+    if store.capabilities().conflict_returns_current {
+        assert_eq!(
+            current.map(|current| (current.version, current.bytes)),
+            Some((version.clone(), b"first".to_vec())),
+            "conflict_returns_current: the conflict must carry the current document"
+        );
+    }
+    assert_eq!(
+        ok("load", store.load(&key).await).map(|current| current.bytes),
+        Some(b"first".to_vec()),
+        "a refused create must write nothing"
+    );
+}
+
+/// A CAS naming a stale (or unknown) version is refused, writes nothing and appends nothing; the
+/// conflict carries the current document where the store says it can.
+pub async fn stale_version_refused(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}stale_version_refused/k");
+    let first = written(
+        store.cas(&key, None, b"v1", &[b"h1".to_vec()]).await,
+        "create",
+    );
+    let second = written(
+        store
+            .cas(&key, Some(&first), b"v2", &[b"h2".to_vec()])
+            .await,
+        "update with the current version",
+    );
+    assert_ne!(first, second, "each write must give a new version");
+
+    for stale in [first.clone(), Version("not-a-version".to_owned())] {
+        let outcome = ok(
+            "stale cas",
+            store
+                .cas(&key, Some(&stale), b"lost", &[b"lost".to_vec()])
+                .await,
+        );
+        let CasOutcome::Conflict { current } = outcome else {
+            panic!(
+                "a CAS naming version {stale} (current {second}) must conflict, got {outcome:?}"
+            );
+        };
+        if store.capabilities().conflict_returns_current {
+            assert_eq!(
+                current,
+                Some(Versioned {
+                    version: second.clone(),
+                    bytes: b"v2".to_vec()
+                }),
+                "conflict_returns_current: the conflict must carry the current document"
+            );
+        }
+    }
+    assert_eq!(
+        ok("load", store.load(&key).await),
+        Some(Versioned {
+            version: second.clone(),
+            bytes: b"v2".to_vec()
+        }),
+        "a refused CAS must write nothing"
+    );
+    assert_eq!(
+        entries(&ok("history", store.history(&key, 0, 10).await)),
+        vec![b"h1".to_vec(), b"h2".to_vec()],
+        "a refused CAS must append nothing"
+    );
+
+    // A key with no document: naming any version conflicts, with nothing current.
+    let absent = format!("{prefix}stale_version_refused/absent");
+    let outcome = ok(
+        "cas on absent key",
+        store.cas(&absent, Some(&second), b"x", &[]).await,
+    );
+    assert_eq!(
+        outcome,
+        CasOutcome::Conflict { current: None },
+        "a CAS naming a version on a key with no document must conflict with no current document"
+    );
+    assert_eq!(ok("load", store.load(&absent).await), None);
+    assert!(ok("list", store.list(&absent).await).is_empty());
+}
+
+/// History appended with CASes reads back in order, `seq` from 1 and strictly increasing, both
+/// oldest-first (`history`, with paging) and newest-first (`history_tail`); a failed CAS appends
+/// nothing; one key's log never shows in another's.
+pub async fn history_in_order(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}history_in_order/k");
+    let neighbour = format!("{key}x");
+    // Binary entries, including bytes that are not UTF-8.
+    let (entry_1, entry_2, entry_3) = (b"one".to_vec(), vec![0u8, 255, 10, 13], b"three".to_vec());
+
+    let v1 = written(
+        store
+            .cas(&key, None, b"d1", &[entry_1.clone(), entry_2.clone()])
+            .await,
+        "create with two entries",
+    );
+    let v2 = written(
+        store.cas(&key, Some(&v1), b"d2", &[]).await,
+        "update without history",
+    );
+    let refused = ok(
+        "stale cas",
+        store
+            .cas(&key, Some(&v1), b"lost", &[b"lost".to_vec()])
+            .await,
+    );
+    assert!(
+        matches!(refused, CasOutcome::Conflict { .. }),
+        "stale CAS must conflict"
+    );
+    written(
+        store
+            .cas(&key, Some(&v2), b"d3", std::slice::from_ref(&entry_3))
+            .await,
+        "update with one entry",
+    );
+    written(
+        store
+            .cas(&neighbour, None, b"n", &[b"neighbour".to_vec()])
+            .await,
+        "create the neighbouring key",
+    );
+
+    let all = ok("history", store.history(&key, 0, 100).await);
+    assert_eq!(
+        entries(&all),
+        vec![entry_1.clone(), entry_2.clone(), entry_3.clone()],
+        "history must hold exactly the entries of successful CASes, oldest first"
+    );
+    assert_eq!(all[0].seq, 1, "the first seq of a log is 1");
+    assert!(
+        all.windows(2).all(|pair| pair[0].seq < pair[1].seq),
+        "seq must strictly increase: {:?}",
+        seqs(&all)
+    );
+
+    assert_eq!(
+        ok("history page", store.history(&key, 0, 2).await),
+        all[..2].to_vec(),
+        "limit takes the oldest entries first"
+    );
+    assert_eq!(
+        ok("history after", store.history(&key, all[0].seq, 100).await),
+        all[1..].to_vec(),
+        "after_seq excludes entries up to and including it"
+    );
+    assert!(ok(
+        "history past end",
+        store.history(&key, all[2].seq, 100).await
+    )
+    .is_empty());
+    assert!(ok("history limit 0", store.history(&key, 0, 0).await).is_empty());
+    assert!(ok("history far", store.history(&key, u64::MAX, 10).await).is_empty());
+
+    let reversed: Vec<HistoryRecord> = all.iter().rev().cloned().collect();
+    assert_eq!(
+        ok("history_tail", store.history_tail(&key, 100).await),
+        reversed,
+        "history_tail returns newest first"
+    );
+    assert_eq!(
+        ok("history_tail 2", store.history_tail(&key, 2).await),
+        reversed[..2].to_vec(),
+        "history_tail's limit takes the newest entries"
+    );
+    assert!(ok("history_tail 0", store.history_tail(&key, 0).await).is_empty());
+
+    assert_eq!(
+        entries(&ok(
+            "neighbour history",
+            store.history(&neighbour, 0, 100).await
+        )),
+        vec![b"neighbour".to_vec()],
+        "a key's log must not show another key's entries"
+    );
+}
+
+/// Tasks racing load → increment → CAS (retrying on conflict) end with the exact count, and the
+/// log holds one entry per increment in commit order.
+pub async fn concurrent_increments(store: &dyn Store, prefix: &str) {
+    const N_TASKS: usize = 16;
+    const INCREMENTS_PER_TASK: usize = 25;
+    let key = format!("{prefix}concurrent_increments/counter");
+    let tasks: Vec<_> = (0..N_TASKS)
+        .map(|_| increment(store, &key, INCREMENTS_PER_TASK))
+        .collect();
+    join_all(tasks).await;
+
+    let expected = N_TASKS * INCREMENTS_PER_TASK;
+    let current = ok("load", store.load(&key).await).expect("the counter was written");
+    assert_eq!(
+        parse_counter(&current.bytes),
+        expected,
+        "{N_TASKS} tasks × {INCREMENTS_PER_TASK} increments"
+    );
+    let log = ok("history", store.history(&key, 0, expected + 10).await);
+    let expected_log: Vec<Vec<u8>> = (1..=expected).map(|n| n.to_string().into_bytes()).collect();
+    assert_eq!(
+        entries(&log),
+        expected_log,
+        "the log must hold each increment once, in the order the CASes took effect"
+    );
+}
+
+/// Does `n_increments` CAS increments of the decimal counter at `key`, retrying on conflict.
+/// Each increment appends the new value to the log. Public so that tests of several processes
+/// sharing a store can use the same loop.
+pub async fn increment(store: &dyn Store, key: &str, n_increments: usize) {
+    const ATTEMPTS_MAX: usize = 100_000;
+    for _ in 0..n_increments {
+        let mut n_attempts = 0;
+        loop {
+            n_attempts += 1;
+            assert!(
+                n_attempts <= ATTEMPTS_MAX,
+                "{key}: no CAS won in {ATTEMPTS_MAX} attempts"
+            );
+            let current = ok("load", store.load(key).await);
+            let (expected, count) = match &current {
+                None => (None, 0),
+                Some(current) => (Some(&current.version), parse_counter(&current.bytes)),
+            };
+            // Let the other tasks run between the read and the write, even on a store whose
+            // operations never suspend (the memory store), so that the race is real.
+            tokio::task::yield_now().await;
+            let next = (count + 1).to_string().into_bytes();
+            match ok(
+                "cas",
+                store
+                    .cas(key, expected, &next, std::slice::from_ref(&next))
+                    .await,
+            ) {
+                CasOutcome::Written { .. } => break,
+                CasOutcome::Conflict { .. } => continue,
+            }
+        }
+    }
+}
+
+/// `list` returns exactly the keys with a document that start with the prefix, byte-wise and
+/// sorted, whatever characters the keys hold; `%`, `_` and `*` are not wildcards.
+pub async fn list_by_prefix(store: &dyn Store, prefix: &str) {
+    let base = format!("{prefix}list_by_prefix/");
+    let names = [
+        "a",
+        "ab",
+        "abc",
+        "a/b",
+        "a b",
+        "quote'\"",
+        "100%",
+        "100%/x",
+        "1000",
+        "under_score",
+        "underXscore",
+        "star*",
+        "starry",
+        "déploiement/生产",
+        "déploiement/生产/2",
+        "déploiement/staging",
+        "edge\u{D7FF}x",
+        "edge\u{E000}",
+        "max\u{10FFFF}",
+        "maxy",
+    ];
+    for name in names {
+        let key = format!("{base}{name}");
+        written(store.cas(&key, None, name.as_bytes(), &[]).await, &key);
+    }
+    // A key watched or refused but never written has no document and must not be listed.
+    let never_written = format!("{base}a-never-written");
+    let _ = ok("watch", store.watch(&never_written).await);
+    let _ = ok(
+        "refused cas",
+        store
+            .cas(&never_written, Some(&Version("1".to_owned())), b"x", &[])
+            .await,
+    );
+
+    let check = |listed: Vec<String>, sub_prefix: &str| {
+        let wanted = format!("{base}{sub_prefix}");
+        let mut expected: Vec<String> = names
+            .iter()
+            .map(|name| format!("{base}{name}"))
+            .filter(|key| key.starts_with(&wanted))
+            .collect();
+        expected.sort();
+        assert_eq!(listed, expected, "list({wanted:?})");
+    };
+    for sub_prefix in [
+        "",
+        "a",
+        "ab",
+        "a/",
+        "a ",
+        "quote'",
+        "quote'\"",
+        "100%",
+        "100",
+        "under_",
+        "under",
+        "star*",
+        "star",
+        "déploiement/",
+        "déploiement/生产",
+        "déploiement/生",
+        "edge\u{D7FF}",
+        "max\u{10FFFF}",
+        "nothing-here",
+    ] {
+        check(
+            ok("list", store.list(&format!("{base}{sub_prefix}")).await),
+            sub_prefix,
+        );
+    }
+}
+
+/// Keys with unusual characters, and one of the longest allowed length, round-trip exactly
+/// through `cas`, `load`, `list` and `history`.
+pub async fn keys_round_trip(store: &dyn Store, prefix: &str) {
+    let base = format!("{prefix}keys_round_trip/");
+    let mut keys: Vec<String> = [
+        "plain",
+        "with/slashes/",
+        "//double//",
+        "with space",
+        " leading and trailing ",
+        "quotes'\"`",
+        "sql'); DROP TABLE baton_docs; --",
+        "100%_*?[]{}\\",
+        "déploiement/生产",
+        "emoji 🦀",
+        "dots/../..",
+        "colon:semi;comma,",
+        "+plus=equals&amp#hash",
+    ]
+    .iter()
+    .map(|name| format!("{base}{name}"))
+    .collect();
+    // The longest allowed key, in multi-byte characters where they fit.
+    let mut longest = base.clone();
+    while longest.len() + 'é'.len_utf8() <= KEY_MAX_BYTES {
+        longest.push('é');
+    }
+    while longest.len() < KEY_MAX_BYTES {
+        longest.push('e');
+    }
+    keys.push(longest);
+
+    for key in &keys {
+        let entry = format!("entry of {key}").into_bytes();
+        written(
+            store
+                .cas(key, None, key.as_bytes(), std::slice::from_ref(&entry))
+                .await,
+            key,
+        );
+        let loaded = ok("load", store.load(key).await);
+        assert_eq!(
+            loaded.map(|loaded| loaded.bytes),
+            Some(key.as_bytes().to_vec()),
+            "{key:?} must load what was written to it"
+        );
+        assert_eq!(
+            entries(&ok("history", store.history(key, 0, 10).await)),
+            vec![entry],
+            "{key:?} must keep its own history"
+        );
+        assert!(
+            ok("list", store.list(key).await).contains(key),
+            "{key:?} must be listed under itself"
+        );
+    }
+    let mut expected = keys.clone();
+    expected.sort();
+    assert_eq!(
+        ok("list", store.list(&base).await),
+        expected,
+        "every key must be listed exactly as written"
+    );
+}
+
+/// The largest allowed document, holding every byte value, round-trips exactly, and can be
+/// replaced by CAS.
+pub async fn largest_document(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}largest_document/k");
+    let document: Vec<u8> = (0..DOCUMENT_MAX_BYTES)
+        .map(|i| (i % 251) as u8) // a prime period, so no run of bytes repeats a page
+        .collect();
+    let version = written(store.cas(&key, None, &document, &[]).await, "write 256 KiB");
+    let loaded = ok("load", store.load(&key).await).expect("the document was written");
+    assert_eq!(loaded.version, version);
+    assert!(
+        loaded.bytes == document,
+        "a {DOCUMENT_MAX_BYTES}-byte document must round-trip exactly (got {} bytes)",
+        loaded.bytes.len()
+    );
+
+    let reversed: Vec<u8> = document.iter().rev().copied().collect();
+    written(
+        store.cas(&key, Some(&version), &reversed, &[]).await,
+        "replace 256 KiB",
+    );
+    let loaded = ok("load", store.load(&key).await).expect("the document was written");
+    assert!(
+        loaded.bytes == reversed,
+        "the replaced document must round-trip exactly"
+    );
+}
+
+/// Where the store can push, a watcher (subscribed even before the key exists) wakes within
+/// [`WATCH_WAKE_WITHIN`] of each change; where it cannot, `watch` returns `None`.
+pub async fn watch_wakes(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}watch_wakes/k");
+    let handle = ok("watch", store.watch(&key).await);
+    if !store.capabilities().watch {
+        assert!(
+            handle.is_none(),
+            "a store without the watch capability must return None"
+        );
+        return;
+    }
+    let mut handle = handle.expect("a store with the watch capability must return a handle");
+
+    let version = written(store.cas(&key, None, b"1", &[]).await, "create");
+    tokio::time::timeout(WATCH_WAKE_WITHIN, handle.changed())
+        .await
+        .expect("the watcher must wake after the key was created")
+        .expect("the store must stay open");
+
+    written(store.cas(&key, Some(&version), b"2", &[]).await, "update");
+    tokio::time::timeout(WATCH_WAKE_WITHIN, handle.changed())
+        .await
+        .expect("the watcher must wake after the key was updated")
+        .expect("the store must stay open");
+}
+
+/// Where the store has a clock, two readings share an epoch and do not go backwards; where it
+/// has none, `clock` says so.
+pub async fn clock_readings(store: &dyn Store, _prefix: &str) {
+    let first = ok("clock", store.clock().await);
+    let second = ok("clock", store.clock().await);
+    if !store.capabilities().clock {
+        assert_eq!(
+            first,
+            StoreClock::None,
+            "a store without a clock must return None"
+        );
+        return;
+    }
+    match (first, second) {
+        (
+            StoreClock::Time {
+                now_ms: first_ms,
+                epoch: first_epoch,
+            },
+            StoreClock::Time {
+                now_ms: second_ms,
+                epoch: second_epoch,
+            },
+        ) => {
+            assert_eq!(
+                first_epoch, second_epoch,
+                "two readings moments apart share an epoch"
+            );
+            assert!(
+                second_ms >= first_ms,
+                "the store's clock went backwards: {first_ms} then {second_ms}"
+            );
+        }
+        other => panic!("a store with the clock capability must return Time, got {other:?}"),
+    }
+}
+
+/// The value of a `Result`, or a panic naming the operation and the error.
+fn ok<T, E: std::fmt::Display>(operation: &str, result: Result<T, E>) -> T {
+    result.unwrap_or_else(|error| panic!("{operation} failed: {error}"))
+}
+
+/// The version a CAS wrote, or a panic saying it conflicted.
+fn written<E: std::fmt::Display>(result: Result<CasOutcome, E>, what: &str) -> Version {
+    match ok(what, result) {
+        CasOutcome::Written { version } => version,
+        CasOutcome::Conflict { current } => {
+            panic!("{what}: the CAS must write, but it conflicted (current: {current:?})")
+        }
+    }
+}
+
+fn entries(records: &[HistoryRecord]) -> Vec<Vec<u8>> {
+    records.iter().map(|record| record.bytes.clone()).collect()
+}
+
+fn seqs(records: &[HistoryRecord]) -> Vec<u64> {
+    records.iter().map(|record| record.seq).collect()
+}
+
+fn parse_counter(bytes: &[u8]) -> usize {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or_else(|| panic!("the counter holds {bytes:?}, not a decimal number"))
+}
+
+/// Polls every future in turn until all are done, on the caller's task: the suite takes
+/// `&dyn Store`, which spawned tasks could not borrow.
+async fn join_all<F: Future<Output = ()>>(futures: Vec<F>) {
+    let mut pending: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    std::future::poll_fn(|context| {
+        pending.retain_mut(|future| future.as_mut().poll(context).is_pending());
+        if pending.is_empty() {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await
+}

@@ -1,0 +1,52 @@
+//! The one error type of every store.
+
+/// An error from a store. Contention is not an error: a stale CAS is [`crate::CasOutcome::Conflict`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store URL could not be understood.
+    #[error("bad store URL `{url}`: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it and what is expected.
+        reason: String,
+    },
+    /// The store could not be opened or reached.
+    #[error("cannot open {store}: {reason}")]
+    Unavailable {
+        /// Which store (its description).
+        store: String,
+        /// Why, and what to do about it.
+        reason: String,
+    },
+    /// An operation may or may not have taken effect (a timeout or a dropped connection after
+    /// the request was sent). The coordinator re-reads to find out.
+    #[error("{store}: outcome unknown: {reason}")]
+    Ambiguous {
+        /// Which store.
+        store: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The store holds data this version of baton cannot use (a newer schema, say).
+    #[error("{store}: {reason}")]
+    Incompatible {
+        /// Which store.
+        store: String,
+        /// What was found and what to do.
+        reason: String,
+    },
+    /// The store was closed while waiting on it.
+    #[error("the store was closed")]
+    Closed,
+    /// Any other failure of the backend.
+    #[error("{store}: {source}")]
+    Backend {
+        /// Which store.
+        store: String,
+        /// The backend's own error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}

@@ -1,0 +1,40 @@
+//! The storage contract of baton, and the stores that keep it.
+//!
+//! A store only moves bytes. It keeps, per key, one small *hot document* (opaque bytes plus a
+//! version) that changes only by compare-and-swap, and an append-only *history log*. Every rule
+//! about tickets, leases and fences lives in `baton-core`; nothing here decodes a document.
+//!
+//! # Layout
+//!
+//! - [`Store`]: the trait every store implements: `load`, `cas` (with history appended in the
+//!   same transaction), `history`, `list`, `watch`, `clock`.
+//! - [`StoreError`]: the one error enum of every store.
+//! - [`memory`]: an in-process store for unit tests of the core and client. Never a stand-in for
+//!   a store under test.
+//! - `sqlite` (feature `sqlite`, on by default): the embedded default, one SQLite file shared by
+//!   many processes on one host.
+//! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
+//!   which every store's tests call.
+//! - [`url`]: parsing of store URLs (`sqlite:PATH`, `memory:`) into an opened store.
+#![deny(missing_docs)]
+
+mod error;
+pub mod memory;
+mod store;
+pub mod url;
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub mod boot_clock;
+
+pub use error::StoreError;
+pub use store::{
+    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle,
+};
+
+/// The result type of every store operation.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

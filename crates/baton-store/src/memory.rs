@@ -1,0 +1,275 @@
+//! An in-process store, for unit tests of the core and the client.
+//!
+//! It keeps the whole contract (CAS, history, list, watch, a clock) in one `HashMap` behind a
+//! mutex, so tests of the layers above run fast and without files. Its clock is controllable:
+//! [`MemoryStore::advance`] moves time forward and [`MemoryStore::set_epoch`] simulates a reboot.
+//! It is never a stand-in for a store under test: every real store runs the conformance suite.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use crate::{
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, Version, Versioned,
+    WatchHandle,
+};
+
+/// An in-process [`Store`]. Cloning is not offered: share it through an `Arc`.
+#[derive(Debug)]
+pub struct MemoryStore {
+    /// Every operation takes this lock briefly and never across an `.await`, so a std mutex is
+    /// right (and cheaper than an async one).
+    state: Mutex<State>,
+    /// The clock's zero: `now_ms` counts from the store's creation.
+    created: Instant,
+}
+
+#[derive(Debug)]
+struct State {
+    entries: HashMap<String, Entry>,
+    /// Added to the real elapsed time by [`MemoryStore::advance`].
+    clock_offset_ms: u64,
+    epoch: String,
+}
+
+/// One key. An entry can exist without a document: `watch` on a key never written creates one
+/// so that the first write wakes the watcher.
+#[derive(Debug)]
+struct Entry {
+    /// The current document and its version (1 for the first write); `None` until written.
+    document: Option<(u64, Vec<u8>)>,
+    history: Vec<HistoryRecord>,
+    /// Bumped after every successful CAS; receivers are handed out by `watch`.
+    changes: watch::Sender<u64>,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Self {
+            document: None,
+            history: Vec::new(),
+            changes: watch::Sender::new(0),
+        }
+    }
+
+    fn versioned(&self) -> Option<Versioned> {
+        self.document.as_ref().map(|(version, bytes)| Versioned {
+            version: Version(version.to_string()),
+            bytes: bytes.clone(),
+        })
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store whose clock reads 0 now and whose epoch no other `MemoryStore` shares.
+    pub fn new() -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or(0);
+        Self {
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                clock_offset_ms: 0,
+                epoch: format!("memory-{}-{nanos}", std::process::id()),
+            }),
+            created: Instant::now(),
+        }
+    }
+
+    /// Moves the store's clock forward by `ms` (tests of expiry use this instead of sleeping).
+    pub fn advance(&self, ms: u64) {
+        let mut state = self.lock();
+        state.clock_offset_ms = state.clock_offset_ms.saturating_add(ms);
+    }
+
+    /// Replaces the clock's epoch, as a reboot of the SQLite host would: every deadline measured
+    /// on the previous epoch is void.
+    pub fn set_epoch(&self, epoch: &str) {
+        self.lock().epoch = epoch.to_owned();
+    }
+
+    /// The state, even if a test panicked while holding the lock: every mutation below is
+    /// complete before anything that could panic, so a poisoned state is still consistent.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn describe(&self) -> String {
+        "memory: (in-process, for tests)".to_owned()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: true,
+            conflict_returns_current: true,
+            clock: true,
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>> {
+        Ok(self.lock().entries.get(key).and_then(Entry::versioned))
+    }
+
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        let mut state = self.lock();
+        let current_version = state
+            .entries
+            .get(key)
+            .and_then(|entry| entry.document.as_ref().map(|(version, _)| *version));
+        let matches = match (current_version, expected) {
+            (None, None) => true,
+            (Some(current), Some(expected)) => expected.0 == current.to_string(),
+            _ => false,
+        };
+        if !matches {
+            return Ok(CasOutcome::Conflict {
+                current: state.entries.get(key).and_then(Entry::versioned),
+            });
+        }
+        let new_version = current_version.map_or(1, |version| version.saturating_add(1));
+        // Only a write (or `watch`) creates an entry, so failed CASes leave nothing behind.
+        let entry = state
+            .entries
+            .entry(key.to_owned())
+            .or_insert_with(Entry::new);
+        entry.document = Some((new_version, bytes.to_vec()));
+        let last_seq = entry.history.last().map_or(0, |record| record.seq);
+        entry.history.extend(
+            (last_seq + 1..)
+                .zip(history)
+                .map(|(seq, bytes)| HistoryRecord {
+                    seq,
+                    bytes: bytes.clone(),
+                }),
+        );
+        entry.changes.send_modify(|n_changes| *n_changes += 1);
+        Ok(CasOutcome::Written {
+            version: Version(new_version.to_string()),
+        })
+    }
+
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
+        let state = self.lock();
+        let Some(entry) = state.entries.get(key) else {
+            return Ok(Vec::new());
+        };
+        // Sequence numbers are dense from 1, but search rather than index so that a future
+        // trimmed log stays correct.
+        let start = entry
+            .history
+            .partition_point(|record| record.seq <= after_seq);
+        Ok(entry.history[start..].iter().take(limit).cloned().collect())
+    }
+
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>> {
+        let state = self.lock();
+        Ok(state
+            .entries
+            .get(key)
+            .map(|entry| entry.history.iter().rev().take(limit).cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let state = self.lock();
+        let mut keys: Vec<String> = state
+            .entries
+            .iter()
+            .filter(|(key, entry)| entry.document.is_some() && key.starts_with(prefix))
+            .map(|(key, _)| key.clone())
+            .collect();
+        // `String`'s order is byte-wise, as the contract asks.
+        keys.sort_unstable();
+        Ok(keys)
+    }
+
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
+        let mut state = self.lock();
+        let entry = state
+            .entries
+            .entry(key.to_owned())
+            .or_insert_with(Entry::new);
+        Ok(Some(WatchHandle::new(entry.changes.subscribe())))
+    }
+
+    async fn clock(&self) -> Result<StoreClock> {
+        let elapsed_ms = u64::try_from(self.created.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let state = self.lock();
+        Ok(StoreClock::Time {
+            now_ms: elapsed_ms.saturating_add(state.clock_offset_ms),
+            epoch: state.epoch.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    fn time(clock: StoreClock) -> (u64, String) {
+        match clock {
+            StoreClock::Time { now_ms, epoch } => (now_ms, epoch),
+            StoreClock::None => panic!("the memory store has a clock"),
+        }
+    }
+
+    #[tokio::test]
+    async fn advance_moves_the_clock_forward() {
+        let store = MemoryStore::new();
+        let (before_ms, _) = time(store.clock().await.unwrap());
+        store.advance(60_000);
+        let (after_ms, _) = time(store.clock().await.unwrap());
+        assert!(
+            after_ms >= before_ms + 60_000,
+            "{after_ms} < {before_ms} + 60000"
+        );
+    }
+
+    #[tokio::test]
+    async fn set_epoch_changes_the_epoch() {
+        let store = MemoryStore::new();
+        let (_, before) = time(store.clock().await.unwrap());
+        store.set_epoch("rebooted");
+        let (_, after) = time(store.clock().await.unwrap());
+        assert_ne!(before, after);
+        assert_eq!(after, "rebooted");
+    }
+
+    #[tokio::test]
+    async fn two_stores_have_different_epochs() {
+        let (_, first) = time(MemoryStore::new().clock().await.unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let (_, second) = time(MemoryStore::new().clock().await.unwrap());
+        assert_ne!(first, second);
+    }
+
+    #[tokio::test]
+    async fn watch_on_a_key_never_written_does_not_make_it_listed() {
+        let store = MemoryStore::new();
+        let _handle = store.watch("watched").await.unwrap();
+        assert!(store.list("").await.unwrap().is_empty());
+        assert_eq!(store.load("watched").await.unwrap(), None);
+    }
+}

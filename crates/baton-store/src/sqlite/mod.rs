@@ -1,0 +1,415 @@
+//! The embedded default store: one SQLite file that many processes on one host share.
+//!
+//! Every CAS is one `BEGIN IMMEDIATE` transaction (read the version, write the document, append
+//! the history), so it costs one round trip to the file and two processes can never both win.
+//! The file runs in WAL mode so readers never wait for the writer; a writer waits for another
+//! up to [`BUSY_TIMEOUT`]. The clock is the host's boot-time clock ([`crate::boot_clock`]): every
+//! process sharing the file shares the host, so none is needed from the file.
+//!
+//! rusqlite is blocking: the store keeps one connection behind a mutex and runs every operation
+//! on tokio's blocking pool, never on the async workers.
+
+mod schema;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+
+use crate::boot_clock::{boot_id, boot_time_ms};
+use crate::{
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
+    Versioned, WatchHandle,
+};
+
+/// How long a write waits for another process's write transaction before giving up with
+/// [`StoreError::Unavailable`]. baton's transactions last microseconds, so reaching this means
+/// a process is stuck holding the file (or a human has it open in a shell).
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A [`Store`] in one SQLite file. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// One connection per store: SQLite serialises writers per file anyway, and operations only
+    /// hold the lock inside `spawn_blocking`, never across an `.await`.
+    connection: Mutex<Connection>,
+    path: PathBuf,
+    /// `sqlite:<absolute path>`, computed once.
+    description: String,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens the store at `path`, creating the file and its directories if missing. A relative
+    /// `path` is taken from the current directory.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the file cannot be used (not a SQLite file,
+    /// read-only, a file system where WAL cannot work, locked for longer than [`BUSY_TIMEOUT`]),
+    /// and with [`StoreError::Incompatible`] when a newer baton wrote it.
+    pub async fn open(path: &Path) -> Result<SqliteStore> {
+        let path = std::path::absolute(path).map_err(|error| StoreError::Unavailable {
+            store: format!("sqlite:{}", path.display()),
+            reason: format!("cannot resolve the path against the current directory: {error}"),
+        })?;
+        let description = format!("sqlite:{}", path.display());
+        let opened = {
+            let (path, description) = (path.clone(), description.clone());
+            tokio::task::spawn_blocking(move || schema::open_connection(&path, &description)).await
+        };
+        let connection = opened.map_err(|error| StoreError::Backend {
+            store: description.clone(),
+            source: Box::new(error),
+        })??;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                connection: Mutex::new(connection),
+                path,
+                description,
+            }),
+        })
+    }
+
+    /// The absolute path of the store's file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `operation` on the connection on tokio's blocking pool.
+    async fn run<T: Send + 'static>(
+        &self,
+        operation: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let inner = Arc::clone(&self.inner);
+        let joined = tokio::task::spawn_blocking(move || {
+            // A panic while the lock was held cannot leave a transaction open (rusqlite rolls
+            // back on drop), so a poisoned connection is still usable.
+            let mut connection = inner
+                .connection
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            operation(&mut connection)
+        })
+        .await;
+        match joined {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(sqlite_error(
+                &self.inner.description,
+                &self.inner.path,
+                error,
+            )),
+            Err(join_error) => Err(StoreError::Backend {
+                store: self.inner.description.clone(),
+                source: Box::new(join_error),
+            }),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        self.inner.description.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: false,
+            conflict_returns_current: true,
+            clock: true,
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>> {
+        let key = key.to_owned();
+        self.run(move |connection| Ok(read_row(connection, &key)?.map(versioned)))
+            .await
+    }
+
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        let key = key.to_owned();
+        let expected = expected.cloned();
+        let bytes = bytes.to_vec();
+        let history = history.to_vec();
+        self.run(move |connection| {
+            // IMMEDIATE: take the write lock before reading the version, so the version read is
+            // the one the write replaces (a DEFERRED read upgraded to a write can fail instead).
+            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let current = read_row(&transaction, &key)?;
+            let matches = match (&current, &expected) {
+                (None, None) => true,
+                (Some((version, _)), Some(expected)) => expected.0 == version.to_string(),
+                _ => false,
+            };
+            if !matches {
+                // Dropping the transaction rolls it back; it wrote nothing.
+                return Ok(CasOutcome::Conflict {
+                    current: current.map(versioned),
+                });
+            }
+            let new_version = match &current {
+                None => 1,
+                Some((version, _)) => version
+                    .checked_add(1)
+                    .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, *version))?,
+            };
+            transaction
+                .prepare_cached(
+                    "INSERT INTO baton_docs (key, version, doc) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (key) DO UPDATE SET version = excluded.version, doc = excluded.doc",
+                )?
+                .execute((&key, new_version, &bytes))?;
+            if !history.is_empty() {
+                let last_seq: i64 = transaction
+                    .prepare_cached(
+                        "SELECT COALESCE(MAX(seq), 0) FROM baton_history WHERE key = ?1",
+                    )?
+                    .query_row([&key], |row| row.get(0))?;
+                let mut insert = transaction.prepare_cached(
+                    "INSERT INTO baton_history (key, seq, entry) VALUES (?1, ?2, ?3)",
+                )?;
+                let mut seq = last_seq;
+                for entry in &history {
+                    seq = seq
+                        .checked_add(1)
+                        .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, seq))?;
+                    insert.execute((&key, seq, entry))?;
+                }
+            }
+            transaction.commit()?;
+            Ok(CasOutcome::Written {
+                version: Version(new_version.to_string()),
+            })
+        })
+        .await
+    }
+
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = key.to_owned();
+        // Sequence numbers are stored as SQLite's i64: nothing lies beyond i64::MAX.
+        let after_seq = i64::try_from(after_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT seq, entry FROM baton_history WHERE key = ?1 AND seq > ?2
+                 ORDER BY seq ASC LIMIT ?3",
+            )?;
+            let records = select.query_map((&key, after_seq, limit), history_record)?;
+            records.collect()
+        })
+        .await
+    }
+
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let key = key.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run(move |connection| {
+            let mut select = connection.prepare_cached(
+                "SELECT seq, entry FROM baton_history WHERE key = ?1 ORDER BY seq DESC LIMIT ?2",
+            )?;
+            let records = select.query_map((&key, limit), history_record)?;
+            records.collect()
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let prefix = prefix.to_owned();
+        self.run(move |connection| {
+            // A range on the primary key, not LIKE: `%` and `_` in a prefix are plain
+            // characters, and the range uses the index. SQLite compares TEXT with memcmp, which
+            // for UTF-8 is code point order, the order `prefix_upper_bound` works in.
+            let keys: Vec<String> = match prefix_upper_bound(&prefix) {
+                Some(upper_bound) => connection
+                    .prepare_cached(
+                        "SELECT key FROM baton_docs WHERE key >= ?1 AND key < ?2 ORDER BY key",
+                    )?
+                    .query_map((&prefix, &upper_bound), |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?,
+                None => connection
+                    .prepare_cached("SELECT key FROM baton_docs WHERE key >= ?1 ORDER BY key")?
+                    .query_map([&prefix], |row| row.get(0))?
+                    .collect::<rusqlite::Result<_>>()?,
+            };
+            debug_assert!(keys.iter().all(|key| key.starts_with(&prefix)));
+            Ok(keys)
+        })
+        .await
+    }
+
+    async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
+        // SQLite has no way to push a change to another process; waiters poll.
+        Ok(None)
+    }
+
+    async fn clock(&self) -> Result<StoreClock> {
+        // Every process on this file runs on this host, so the host's clock is the store's, read
+        // without touching the file.
+        Ok(StoreClock::Time {
+            now_ms: boot_time_ms(),
+            epoch: boot_id(),
+        })
+    }
+}
+
+/// The version and bytes of `key`'s document.
+fn read_row(connection: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Vec<u8>)>> {
+    connection
+        .prepare_cached("SELECT version, doc FROM baton_docs WHERE key = ?1")?
+        .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+}
+
+fn versioned((version, bytes): (i64, Vec<u8>)) -> Versioned {
+    Versioned {
+        version: Version(version.to_string()),
+        bytes,
+    }
+}
+
+fn history_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRecord> {
+    let seq: i64 = row.get(0)?;
+    Ok(HistoryRecord {
+        // baton writes seqs from 1; a negative one was not written by baton.
+        seq: u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))?,
+        bytes: row.get(1)?,
+    })
+}
+
+/// The least string greater than every string that starts with `prefix`, in code point order
+/// (which is UTF-8 byte order): `prefix` with its last character replaced by the next one,
+/// after dropping trailing `char::MAX`es. `None` when no such string exists (an empty prefix, or
+/// one of only `char::MAX`): then every key from `prefix` up matches.
+fn prefix_upper_bound(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        // The next code point, skipping the surrogates, which are not characters.
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            _ => char::from_u32(u32::from(last) + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// Maps a SQLite error to the store's error, saying what to do where there is something to do.
+fn sqlite_error(description: &str, path: &Path, error: rusqlite::Error) -> StoreError {
+    let unavailable = |reason: String| StoreError::Unavailable {
+        store: description.to_owned(),
+        reason,
+    };
+    match error.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => unavailable(format!(
+            "{} is locked: another process holds a write transaction on it (waited up to {} s); \
+             try again, or find that process with `fuser {}`",
+            path.display(),
+            BUSY_TIMEOUT.as_secs(),
+            path.display()
+        )),
+        Some(ErrorCode::NotADatabase) => unavailable(format!(
+            "{} is not a SQLite database; move it away or choose another file for the store",
+            path.display()
+        )),
+        Some(ErrorCode::ReadOnly) => unavailable(format!(
+            "{} cannot be written ({error}); put the store on a writable local disk",
+            path.display()
+        )),
+        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
+            unavailable(format!("{}: {error}", path.display()))
+        }
+        _ => StoreError::Backend {
+            store: description.to_owned(),
+            source: Box::new(error),
+        },
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_and_foreign_files_say_what_to_do() {
+        let path = Path::new("/data/baton.db");
+        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
+        let cases = [
+            (
+                rusqlite::ffi::SQLITE_BUSY,
+                "another process holds a write transaction",
+            ),
+            (
+                rusqlite::ffi::SQLITE_LOCKED,
+                "another process holds a write transaction",
+            ),
+            (rusqlite::ffi::SQLITE_NOTADB, "not a SQLite database"),
+            (rusqlite::ffi::SQLITE_READONLY, "writable local disk"),
+        ];
+        for (code, expected) in cases {
+            let error = sqlite_error("sqlite:/data/baton.db", path, failure(code));
+            let message = error.to_string();
+            assert!(
+                matches!(error, StoreError::Unavailable { .. }),
+                "{code}: {error:?}"
+            );
+            assert!(message.contains(expected), "{code}: {message}");
+            assert!(message.contains("/data/baton.db"), "{code}: {message}");
+        }
+        let other = sqlite_error(
+            "sqlite:/data/baton.db",
+            path,
+            failure(rusqlite::ffi::SQLITE_IOERR),
+        );
+        assert!(matches!(other, StoreError::Backend { .. }), "{other:?}");
+    }
+
+    #[test]
+    fn prefix_upper_bound_covers_exactly_the_prefixed_strings() {
+        let cases: &[(&str, Option<&str>)] = &[
+            ("", None),
+            ("a", Some("b")),
+            ("ab/", Some("ab0")),
+            ("100%", Some("100&")),
+            ("x\u{D7FF}", Some("x\u{E000}")),
+            ("x\u{10FFFF}", Some("y")),
+            ("\u{10FFFF}\u{10FFFF}", None),
+            ("é", Some("ê")),
+        ];
+        for (prefix, expected) in cases {
+            assert_eq!(
+                prefix_upper_bound(prefix).as_deref(),
+                *expected,
+                "prefix {prefix:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! Opening a store file: the connection's settings, WAL, and the schema and its version.
+//!
+//! Many processes may open one fresh file at the same moment (a build starting a dozen `baton
+//! run`s), so every step here is safe under that race: the journal-mode switch and the schema
+//! creation retry on `SQLITE_BUSY`, and the schema is created with `IF NOT EXISTS` inside
+//! `BEGIN IMMEDIATE`, so exactly one process creates it and the others find it done.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rusqlite::types::Value;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::{sqlite_error, BUSY_TIMEOUT};
+use crate::{Result, StoreError};
+
+/// The schema this code reads and writes. Bump it with a migration in [`migrate`].
+pub(super) const SCHEMA_VERSION: u64 = 1;
+
+/// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
+/// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
+const OPEN_RETRY_FOR: Duration = Duration::from_secs(10);
+
+const CREATE_TABLES: &str = "
+    CREATE TABLE IF NOT EXISTS baton_meta (name TEXT PRIMARY KEY, value TEXT);
+    CREATE TABLE IF NOT EXISTS baton_docs (
+        key TEXT PRIMARY KEY,
+        version INTEGER NOT NULL,
+        doc BLOB NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS baton_history (
+        key TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        entry BLOB NOT NULL,
+        PRIMARY KEY (key, seq)
+    );
+";
+
+/// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
+/// current schema. Blocking: call it from `spawn_blocking`.
+pub(super) fn open_connection(path: &Path, description: &str) -> Result<Connection> {
+    let unavailable = |reason: String| StoreError::Unavailable {
+        store: description.to_owned(),
+        reason,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|error| {
+            unavailable(format!(
+                "cannot create the directory {}: {error}",
+                parent.display()
+            ))
+        })?;
+    }
+    // No SQLITE_OPEN_URI: the path is a file name, even if it starts with `file:`. No mutex in
+    // SQLite either: the store keeps the connection behind its own.
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut connection = Connection::open_with_flags(path, flags)
+        .map_err(|error| sqlite_error(description, path, error))?;
+    connection
+        .busy_timeout(BUSY_TIMEOUT)
+        .map_err(|error| sqlite_error(description, path, error))?;
+    // SQLite silently opens a write-protected file read-only; baton must write to take a lock.
+    if connection.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return Err(unavailable(format!(
+            "{} is read-only; baton writes to its store on every operation: put it on a writable local disk",
+            path.display()
+        )));
+    }
+
+    retry_while_busy(|| enable_wal(&connection), description, path)?;
+    connection
+        .pragma_update(None, "synchronous", "NORMAL")
+        .map_err(|error| sqlite_error(description, path, error))?;
+    retry_while_busy(|| migrate(&mut connection, description), description, path)?;
+    Ok(connection)
+}
+
+/// WAL lets readers run while one process writes, which many processes on one file need.
+/// Networked and virtual file systems (NFS, SMB, 9p) cannot share its memory-mapped index, and
+/// SQLite then keeps the old journal mode: refuse such a file rather than run with locks that
+/// may not hold.
+fn enable_wal(connection: &Connection) -> Result<(), OpenError> {
+    let mode: String =
+        connection.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if mode.eq_ignore_ascii_case("wal") {
+        Ok(())
+    } else {
+        Err(OpenError::Refused(format!(
+            "SQLite's WAL mode cannot work on this file (journal mode stayed `{mode}`), as on \
+             network, 9p or read-only file systems; put the store on a local disk"
+        )))
+    }
+}
+
+/// Brings the file's schema to [`SCHEMA_VERSION`], or refuses a file written by a newer baton.
+fn migrate(connection: &mut Connection, description: &str) -> Result<(), OpenError> {
+    // Fast path, without the write lock: an existing file at the current version.
+    if read_schema_version(connection, description)? == Some(SCHEMA_VERSION) {
+        return Ok(());
+    }
+    // IMMEDIATE takes the write lock before reading, so racing openers take turns: the first
+    // creates the schema, the others find it done.
+    let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    transaction.execute_batch(CREATE_TABLES)?;
+    // `read_schema_version` refuses every version but ours; `None` is a file baton never set up.
+    if read_schema_version(&transaction, description)?.is_none() {
+        transaction.execute(
+            "INSERT INTO baton_meta (name, value) VALUES ('schema_version', ?1)",
+            [SCHEMA_VERSION.to_string()],
+        )?;
+    }
+    transaction.commit()?;
+    Ok(())
+}
+
+/// The file's schema version: `None` when baton has not set one up yet. A version newer than
+/// this code, or one it cannot read, is [`StoreError::Incompatible`].
+fn read_schema_version(
+    connection: &Connection,
+    description: &str,
+) -> Result<Option<u64>, OpenError> {
+    let has_meta: Option<i64> = connection
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baton_meta'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if has_meta.is_none() {
+        return Ok(None);
+    }
+    let value: Option<Value> = connection
+        .query_row(
+            "SELECT value FROM baton_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let text = match value {
+        None => return Ok(None),
+        Some(Value::Text(text)) => text,
+        Some(Value::Integer(number)) => number.to_string(),
+        Some(other) => format!("{other:?}"),
+    };
+    let incompatible = |reason: String| {
+        OpenError::Store(StoreError::Incompatible {
+            store: description.to_owned(),
+            reason,
+        })
+    };
+    match text.trim().parse::<u64>() {
+        Ok(version) if version == SCHEMA_VERSION => Ok(Some(version)),
+        Ok(version) if version > SCHEMA_VERSION => Err(incompatible(format!(
+            "schema version {version} is newer than this baton understands ({SCHEMA_VERSION}); upgrade baton"
+        ))),
+        _ => Err(incompatible(format!(
+            "schema version `{text}` is not one this baton understands ({SCHEMA_VERSION}); \
+             the file was not written by baton, or is damaged"
+        ))),
+    }
+}
+
+/// Why a step of opening failed.
+enum OpenError {
+    Sqlite(rusqlite::Error),
+    /// The file cannot serve as a store; the reason says why and what to do.
+    Refused(String),
+    Store(StoreError),
+}
+
+impl From<rusqlite::Error> for OpenError {
+    fn from(error: rusqlite::Error) -> Self {
+        Self::Sqlite(error)
+    }
+}
+
+/// Runs `step` until it succeeds, fails with anything but busy/locked, or [`OPEN_RETRY_FOR`]
+/// has passed, sleeping a little longer each time (with jitter, so racing openers spread out).
+fn retry_while_busy<T>(
+    mut step: impl FnMut() -> Result<T, OpenError>,
+    description: &str,
+    path: &Path,
+) -> Result<T> {
+    let started = Instant::now();
+    let mut n_attempts: u32 = 0;
+    loop {
+        n_attempts = n_attempts.saturating_add(1);
+        let error = match step() {
+            Ok(value) => return Ok(value),
+            Err(OpenError::Store(error)) => return Err(error),
+            Err(OpenError::Refused(reason)) => {
+                return Err(StoreError::Unavailable {
+                    store: description.to_owned(),
+                    reason,
+                })
+            }
+            Err(OpenError::Sqlite(error)) => error,
+        };
+        let busy = matches!(
+            error.sqlite_error_code(),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+        );
+        if !busy || started.elapsed() >= OPEN_RETRY_FOR {
+            return Err(sqlite_error(description, path, error));
+        }
+        tracing::debug!(path = %path.display(), n_attempts, "store file busy while opening; retrying");
+        std::thread::sleep(backoff(n_attempts));
+    }
+}
+
+/// 5 ms, 10 ms, … up to 200 ms, plus up to 15 ms of jitter from the clock's low bits (no random
+/// number generator needed for this).
+fn backoff(n_attempts: u32) -> Duration {
+    let base_ms = 5u64.saturating_mul(u64::from(n_attempts.min(40)));
+    let jitter_ms = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.subsec_micros())
+            .unwrap_or(0)
+            % 16,
+    );
+    Duration::from_millis(base_ms.min(200) + jitter_ms)
+}

@@ -1,0 +1,148 @@
+//! The [`Store`] trait: the contract between baton's coordinator and every storage backend.
+
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::Result;
+
+/// An opaque version of a stored document: whatever the store compares in its CAS (a counter
+/// for SQL stores, a mod revision for etcd, an ETag for S3). Only equality is meaningful.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Version(pub String);
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A document as stored: its bytes and the version a CAS must name to replace them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Versioned {
+    /// The version to pass as `expected` to [`Store::cas`].
+    pub version: Version,
+    /// The document, exactly as the last successful CAS wrote it.
+    pub bytes: Vec<u8>,
+}
+
+/// What a [`Store::cas`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// The document was written (and the history appended); this is its new version.
+    Written {
+        /// The version of the document just written.
+        version: Version,
+    },
+    /// The expected version was stale: nothing was written and no history was appended.
+    Conflict {
+        /// The current document, where the store can return it in the same round trip
+        /// (`None` when it cannot, or when the key has no document).
+        current: Option<Versioned>,
+    },
+}
+
+/// One entry of a key's history log, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryRecord {
+    /// Position in the key's log: strictly increasing in append order, starting at 1.
+    pub seq: u64,
+    /// The entry, as the core encoded it.
+    pub bytes: Vec<u8>,
+}
+
+/// A reading of the store's own clock.
+///
+/// baton's core never reads a clock; the coordinator hands it the store's time where the store
+/// has a clock every participant agrees on, and falls back to observation of heartbeats where it
+/// has none (see the design's *Time*).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreClock {
+    /// The store has a clock all participants share.
+    Time {
+        /// Milliseconds on that clock. Only differences are meaningful.
+        now_ms: u64,
+        /// Names the clock: when it changes (a reboot of the SQLite host, say), every deadline
+        /// measured on the previous clock is void.
+        epoch: String,
+    },
+    /// The store has no clock: leases are judged by observation of unchanged heartbeats.
+    None,
+}
+
+/// What a store can do beyond the required contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Capabilities {
+    /// [`Store::watch`] pushes wake-ups.
+    pub watch: bool,
+    /// A failed CAS returns the current document in [`CasOutcome::Conflict`].
+    pub conflict_returns_current: bool,
+    /// [`Store::clock`] returns [`StoreClock::Time`].
+    pub clock: bool,
+}
+
+/// A subscription to changes of one key: [`WatchHandle::changed`] resolves after the key's
+/// document changes. Spurious wake-ups are allowed; missed ones are not.
+pub struct WatchHandle {
+    receiver: tokio::sync::watch::Receiver<u64>,
+}
+
+impl WatchHandle {
+    /// Wraps a receiver whose value the store bumps at every change of the key.
+    pub fn new(receiver: tokio::sync::watch::Receiver<u64>) -> Self {
+        Self { receiver }
+    }
+
+    /// Waits for the next change. Returns an error when the store has gone away.
+    pub async fn changed(&mut self) -> Result<()> {
+        self.receiver
+            .changed()
+            .await
+            .map_err(|_| crate::StoreError::Closed)
+    }
+}
+
+/// The storage contract. Implementations move bytes; they never interpret a document.
+///
+/// Keys are UTF-8 strings of 1..=256 bytes with no control characters (the core checks this
+/// before any store sees a key). Every store must round-trip any such key exactly, escaping it
+/// however its backend needs; callers never escape.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug {
+    /// A one-line description of where this store keeps its data, without secrets (shown by
+    /// `baton status`).
+    fn describe(&self) -> String;
+
+    /// What this store can do beyond the required contract.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The current document of `key`, or `None` if it has never been written.
+    async fn load(&self, key: &str) -> Result<Option<Versioned>>;
+
+    /// Writes `bytes` as the document of `key` if its current version is `expected` (`None`:
+    /// only if the key has no document), and appends `history` to the key's log in the same
+    /// transaction. On a stale `expected`, writes nothing and appends nothing.
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome>;
+
+    /// Up to `limit` entries of `key`'s log with `seq > after_seq`, oldest first.
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>>;
+
+    /// The newest `limit` entries of `key`'s log, newest first.
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>>;
+
+    /// Every key with a document whose name starts with `prefix` (byte-wise, no wildcards),
+    /// sorted.
+    async fn list(&self, prefix: &str) -> Result<Vec<String>>;
+
+    /// A subscription to changes of `key`, or `None` when this store cannot push.
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>>;
+
+    /// The store's clock, or [`StoreClock::None`] when it has none.
+    async fn clock(&self) -> Result<StoreClock>;
+}

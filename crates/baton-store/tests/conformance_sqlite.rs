@@ -1,0 +1,346 @@
+//! The conformance suite against the SQLite store, one test per behaviour, and what only a file
+//! shared by many processes can show: racing openers, schema versions, garbage files, reopening.
+#![cfg(feature = "sqlite")]
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use baton_store::sqlite::SqliteStore;
+use baton_store::{conformance, CasOutcome, Store, StoreError};
+use tempfile::TempDir;
+
+const PREFIX: &str = "sqlite-conformance/";
+
+/// A store on a fresh file in a fresh directory (removed when the `TempDir` drops).
+async fn fresh_store() -> (TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("baton.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+#[tokio::test]
+async fn load_absent() {
+    let (_dir, store) = fresh_store().await;
+    conformance::load_absent(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn create_if_absent() {
+    let (_dir, store) = fresh_store().await;
+    conformance::create_if_absent(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn stale_version_refused() {
+    let (_dir, store) = fresh_store().await;
+    conformance::stale_version_refused(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn history_in_order() {
+    let (_dir, store) = fresh_store().await;
+    conformance::history_in_order(&store, PREFIX).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments() {
+    let (_dir, store) = fresh_store().await;
+    conformance::concurrent_increments(&store, PREFIX).await;
+}
+
+/// Racing stores that each have their own connection to one file, as separate processes do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_through_separate_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(SqliteStore::open(&path).await.unwrap());
+    }
+    let key = "shared/counter";
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in stores.clone() {
+        tasks.spawn(async move { conformance::increment(&store, key, 50).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    let current = stores[0].load(key).await.unwrap().unwrap();
+    assert_eq!(current.bytes, b"200");
+    assert_eq!(stores[1].history(key, 0, 1000).await.unwrap().len(), 200);
+}
+
+#[tokio::test]
+async fn list_by_prefix() {
+    let (_dir, store) = fresh_store().await;
+    conformance::list_by_prefix(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn keys_round_trip() {
+    let (_dir, store) = fresh_store().await;
+    conformance::keys_round_trip(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn largest_document() {
+    let (_dir, store) = fresh_store().await;
+    conformance::largest_document(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn watch_wakes() {
+    let (_dir, store) = fresh_store().await;
+    conformance::watch_wakes(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn clock_readings() {
+    let (_dir, store) = fresh_store().await;
+    conformance::clock_readings(&store, PREFIX).await;
+}
+
+/// Every behaviour on one file: the behaviours' keys must not collide.
+#[tokio::test]
+async fn run_all() {
+    let (_dir, store) = fresh_store().await;
+    conformance::run_all(&store, PREFIX).await;
+}
+
+#[tokio::test]
+async fn describe_names_the_absolute_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nested/dirs/baton.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+    assert!(
+        path.is_file(),
+        "open must create the file and its directories"
+    );
+
+    let by_url = baton_store::url::open(&format!("sqlite:{}", path.display()))
+        .await
+        .unwrap();
+    assert_eq!(by_url.describe(), store.describe());
+    let by_url = baton_store::url::open(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert_eq!(by_url.describe(), store.describe());
+}
+
+#[tokio::test]
+async fn empty_document_round_trips() {
+    let (_dir, store) = fresh_store().await;
+    let CasOutcome::Written { version } = store.cas("empty", None, b"", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    let loaded = store.load("empty").await.unwrap().unwrap();
+    assert_eq!((loaded.version, loaded.bytes), (version, Vec::new()));
+}
+
+/// A CAS waits for another process's short write transaction instead of failing.
+#[tokio::test]
+async fn cas_waits_out_a_short_write_transaction() {
+    let (_dir, store) = fresh_store().await;
+    let other = rusqlite::Connection::open(store.path()).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    let outcome = store.cas("waited", None, b"x", &[]).await.unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+    holder.join().unwrap();
+}
+
+#[tokio::test]
+async fn reopening_keeps_documents_and_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let (document, history) = {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let CasOutcome::Written { version } = store
+            .cas("deploy/prod", None, b"first", &[b"h1".to_vec()])
+            .await
+            .unwrap()
+        else {
+            panic!("create must write");
+        };
+        store
+            .cas("deploy/prod", Some(&version), b"second", &[b"h2".to_vec()])
+            .await
+            .unwrap();
+        (
+            store.load("deploy/prod").await.unwrap(),
+            store.history("deploy/prod", 0, 10).await.unwrap(),
+        )
+    };
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(reopened.load("deploy/prod").await.unwrap(), document);
+    assert_eq!(
+        reopened.history("deploy/prod", 0, 10).await.unwrap(),
+        history
+    );
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        reopened.list("").await.unwrap(),
+        vec!["deploy/prod".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    drop(SqliteStore::open(&path).await.unwrap());
+    let connection = rusqlite::Connection::open(&path).unwrap();
+    connection
+        .execute(
+            "UPDATE baton_meta SET value = '2' WHERE name = 'schema_version'",
+            [],
+        )
+        .unwrap();
+    drop(connection);
+
+    let error = SqliteStore::open(&path).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, StoreError::Incompatible { .. }),
+        "expected Incompatible, got {error:?}"
+    );
+    assert!(
+        message.contains("newer") && message.contains("upgrade baton"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn garbage_file_is_refused_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let garbage = b"this is not a database, it is a shopping list\n".repeat(100);
+    std::fs::write(&path, &garbage).unwrap();
+
+    let error = SqliteStore::open(&path).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, StoreError::Unavailable { .. }),
+        "expected Unavailable, got {error:?}"
+    );
+    assert!(message.contains("not a SQLite database"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        garbage,
+        "the file must be left as it was"
+    );
+}
+
+#[tokio::test]
+async fn a_directory_in_place_of_the_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let error = SqliteStore::open(dir.path()).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::Unavailable { .. }),
+        "expected Unavailable, got {error:?}"
+    );
+}
+
+/// Set in the environment of a child process: the store file the child works on.
+const CHILD_DB_ENV: &str = "BATON_STORE_TEST_CHILD_DB";
+/// Set in the environment of a child process: the wall-clock millisecond at which all children
+/// open the store together.
+const CHILD_START_AT_MS_ENV: &str = "BATON_STORE_TEST_CHILD_START_AT_MS";
+const N_CHILD_PROCESSES: usize = 12;
+const INCREMENTS_PER_CHILD: usize = 10;
+const CHILD_COUNTER_KEY: &str = "processes/counter";
+
+/// The child of [`many_processes_open_one_fresh_file`]: opens the store and increments the
+/// counter. Without the environment variable (a normal test run) it has nothing to do.
+#[test]
+fn child_process_increments() {
+    let Some(path) = std::env::var_os(CHILD_DB_ENV) else {
+        return;
+    };
+    let start_at_ms: u64 = std::env::var(CHILD_START_AT_MS_ENV)
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(start_at_ms.saturating_sub(wall_ms())));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(Path::new(&path)).await.unwrap();
+        conformance::increment(&store, CHILD_COUNTER_KEY, INCREMENTS_PER_CHILD).await;
+    });
+}
+
+/// Many processes opening one fresh file at the same moment all succeed (WAL switch and schema
+/// creation are safe under the race), and their CAS increments all count.
+#[test]
+fn many_processes_open_one_fresh_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Directories that do not exist yet: the children race to create them too.
+    let path: PathBuf = dir.path().join("not/yet/there/baton.db");
+    let exe = std::env::current_exe().unwrap();
+    let start_at_ms = wall_ms() + 500;
+    let children: Vec<_> = (0..N_CHILD_PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_increments",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_DB_ENV, &path)
+                .env(CHILD_START_AT_MS_ENV, start_at_ms.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "a child failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "the child test did not run:\n{stdout}"
+        );
+    }
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(&path).await.unwrap();
+        let expected = N_CHILD_PROCESSES * INCREMENTS_PER_CHILD;
+        let counter = store.load(CHILD_COUNTER_KEY).await.unwrap().unwrap();
+        assert_eq!(counter.bytes, expected.to_string().into_bytes());
+        let history = store
+            .history(CHILD_COUNTER_KEY, 0, expected + 10)
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = history.iter().map(|record| record.seq).collect();
+        assert_eq!(seqs, (1..=expected as u64).collect::<Vec<_>>());
+    });
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
