@@ -1,0 +1,556 @@
+//! Waiting for a turn.
+//!
+//! A waiter enqueues once, then reads (polls only read) and sleeps. It wakes early when the
+//! store pushes a change, and exactly when the earliest lease, claim window or waiter lease of
+//! the key is due to end, so taking over from a crashed holder costs about its TTL and no more.
+//! It refreshes its own waiter lease rarely (every third of it), and claims its grant at the
+//! first read that shows it. Several keys are taken one at a time in sorted order, with the
+//! earlier ones renewed while it waits for the later ones, and all given back on failure: two
+//! callers can never deadlock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::op::{Enqueue, TicketView};
+use baton_core::{apply, Clock, Doc, Mode, Op, Outcome, Refusal, Reply, Request, TicketState};
+use baton_store::StoreClock;
+
+use crate::coordinator::Coordinator;
+use crate::error::ClientError;
+use crate::heartbeat::Heartbeat;
+use crate::ids;
+use crate::time::wall_ms;
+
+/// A callback told where a wait stands.
+pub type ProgressFn = Arc<dyn Fn(&WaitProgress) + Send + Sync>;
+
+/// How a caller wants to wait and hold.
+#[derive(Clone)]
+pub struct AcquireOptions {
+    /// Normal (takes a permit) or shared.
+    pub mode: Mode,
+    /// The key's limit (1: a mutex).
+    pub limit: u32,
+    /// Lease duration once held; renewals extend it.
+    pub ttl: Duration,
+    /// Waiter-lease duration while queued.
+    pub waiter_ttl: Duration,
+    /// How long to wait for the turn: `None` waits as long as it takes, zero tries once.
+    pub timeout: Option<Duration>,
+    /// The longest interval between two reads while waiting.
+    pub poll: Duration,
+    /// Who is asking, and why (shown to others).
+    pub context: String,
+    /// Sort value: tickets with one go first, compared as strings.
+    pub order: Option<String>,
+    /// Cancel every queued ticket that sorts before this one, unless enqueued with `keep`.
+    pub supersede: bool,
+    /// Immune to a later `supersede`.
+    pub keep: bool,
+    /// Bound on the key's live tickets.
+    pub max_live: u32,
+    /// Called when the wait starts and whenever its standing changes.
+    pub on_progress: Option<ProgressFn>,
+}
+
+impl std::fmt::Debug for AcquireOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcquireOptions")
+            .field("mode", &self.mode)
+            .field("limit", &self.limit)
+            .field("ttl", &self.ttl)
+            .field("timeout", &self.timeout)
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            mode: Mode::Normal,
+            limit: 1,
+            ttl: Duration::from_secs(30),
+            waiter_ttl: Duration::from_secs(60),
+            timeout: None,
+            poll: Duration::from_secs(1),
+            context: String::new(),
+            order: None,
+            supersede: false,
+            keep: false,
+            max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
+            on_progress: None,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// The claim window: twice the longest poll interval plus two seconds of slack, so a live
+    /// waiter always claims in time.
+    pub fn claim(&self) -> Duration {
+        self.poll * 2 + Duration::from_secs(2)
+    }
+
+    /// The shortest interval between two reads: reads start fast and slow down while nothing
+    /// changes.
+    fn poll_min(&self) -> Duration {
+        self.poll.min(Duration::from_millis(10))
+    }
+}
+
+/// A ticket about to be enqueued: its id and token are made before the first attempt.
+#[derive(Clone, Debug)]
+pub struct Pending {
+    /// The key.
+    pub key: String,
+    /// The ticket's public id.
+    pub id: String,
+    /// The ticket's secret token.
+    pub token: String,
+}
+
+impl Pending {
+    /// A new ticket for `key`.
+    pub fn new(key: &str) -> Pending {
+        Pending {
+            key: key.to_string(),
+            id: ids::new_ticket_id(),
+            token: ids::new_token(),
+        }
+    }
+}
+
+/// A held turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The key.
+    pub key: String,
+    /// The ticket's public id.
+    pub id: String,
+    /// The secret token that renews and releases it.
+    pub token: String,
+    /// The fence of this grant.
+    pub fence: u64,
+    /// When it was granted (wall clock of the granting client).
+    pub acquired_wall_ms: u64,
+    /// When the lease ends unless renewed (this machine's wall clock, approximate).
+    pub lease_until_wall_ms: u64,
+    /// The lease duration.
+    pub ttl_ms: u64,
+}
+
+/// One holder, as a waiter sees it.
+#[derive(Clone, Debug)]
+pub struct HolderView {
+    /// Its ticket id.
+    pub id: String,
+    /// Its context.
+    pub context: String,
+    /// How long it has held, by this machine's wall clock.
+    pub held_ms: u64,
+}
+
+/// Where a wait stands.
+#[derive(Clone, Debug)]
+pub struct WaitProgress {
+    /// The key.
+    pub key: String,
+    /// The waiting ticket.
+    pub id: String,
+    /// Queued tickets ahead (0: next).
+    pub position: usize,
+    /// Who holds the key.
+    pub holders: Vec<HolderView>,
+    /// How long this wait has lasted.
+    pub waited: Duration,
+    /// The key's mean recent hold time, for an estimate.
+    pub mean_hold_ms: Option<u64>,
+}
+
+/// Waits for a turn at `pending.key`.
+pub async fn acquire(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+) -> Result<Lease, ClientError> {
+    let deadline = options.timeout.map(|t| Instant::now() + t);
+    acquire_until(coord, pending, options, deadline).await
+}
+
+/// Takes every key, one at a time in sorted order, renewing those already held while waiting
+/// for the next. On any failure every ticket is given back (held ones as `cancelled`, the
+/// waiting one as `timed_out` or `cancelled`) and the error is returned.
+pub async fn acquire_many(
+    coord: &Arc<Coordinator>,
+    pendings: &[Pending],
+    options: &AcquireOptions,
+    heartbeat: &Heartbeat,
+) -> Result<Vec<Lease>, ClientError> {
+    let deadline = options.timeout.map(|t| Instant::now() + t);
+    let mut sorted: Vec<&Pending> = pendings.iter().collect();
+    sorted.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut leases = Vec::new();
+    for pending in sorted {
+        match acquire_until(coord, pending, options, deadline).await {
+            Ok(lease) => {
+                heartbeat.add(&lease);
+                leases.push(lease);
+            }
+            Err(error) => {
+                heartbeat.stop_all();
+                for lease in &leases {
+                    let _ = release(coord, &lease.key, &lease.token, Outcome::Cancelled).await;
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(leases)
+}
+
+/// Ends a ticket by its token. `Outcome::Cancelled` withdraws a waiting ticket or gives back a
+/// held one.
+pub async fn release(
+    coord: &Coordinator,
+    key: &str,
+    token: &str,
+    outcome: Outcome,
+) -> Result<(), ClientError> {
+    let request = Request {
+        attempt: ids::new_attempt_id(),
+        op: Op::Release {
+            token: token.to_string(),
+            outcome,
+        },
+    };
+    coord.execute(key, &request).await.map(|_| ())
+}
+
+/// Renews a held ticket by its token; returns when the lease now ends (this machine's wall
+/// clock, approximate).
+pub async fn renew(
+    coord: &Coordinator,
+    key: &str,
+    token: &str,
+    ttl: Option<Duration>,
+) -> Result<u64, ClientError> {
+    let request = Request {
+        attempt: ids::new_attempt_id(),
+        op: Op::Renew {
+            token: token.to_string(),
+            ttl_ms: ttl.map(|t| t.as_millis() as u64),
+        },
+    };
+    let executed = coord.execute(key, &request).await?;
+    match executed.reply {
+        Reply::Ticket(TicketView::Live(status)) => Ok(wall_ms() + status.phase_ms),
+        _ => Ok(wall_ms()),
+    }
+}
+
+async fn acquire_until(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+    deadline: Option<Instant>,
+) -> Result<Lease, ClientError> {
+    let key = pending.key.as_str();
+    let started = Instant::now();
+    let enqueue = Request {
+        attempt: ids::new_attempt_id(),
+        op: Op::Enqueue(Enqueue {
+            id: pending.id.clone(),
+            token: pending.token.clone(),
+            mode: options.mode,
+            limit: options.limit,
+            context: options.context.clone(),
+            order: options.order.clone(),
+            supersede: options.supersede,
+            keep: options.keep,
+            ttl_ms: options.ttl.as_millis() as u64,
+            waiter_ttl_ms: options.waiter_ttl.as_millis() as u64,
+            claim_ms: options.claim().as_millis() as u64,
+            max_live: options.max_live,
+        }),
+    };
+    let executed = coord.execute(key, &enqueue).await?;
+    if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
+        return Ok(lease);
+    }
+    let mut watch = coord.store().watch(key).await?;
+    let mut last_refresh = Instant::now();
+    let refresh_every = options.waiter_ttl / 3;
+    let mut interval = options.poll_min();
+    let mut doc = executed.doc;
+    let mut last_position = usize::MAX;
+    let mut clock_reading = (coord.store().clock().await?, Instant::now());
+    loop {
+        let position = doc
+            .queued()
+            .iter()
+            .position(|t| t.id == pending.id)
+            .unwrap_or(0);
+        if position != last_position {
+            if let Some(progress) = &options.on_progress {
+                progress(&progress_of(
+                    key,
+                    &pending.id,
+                    &doc,
+                    position,
+                    started.elapsed(),
+                ));
+            }
+            last_position = position;
+            interval = options.poll_min();
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return give_up(coord, pending, options, &doc, position).await;
+        }
+        // Sleep until the first of: the next poll, this waiter's refresh, the earliest deadline
+        // among the key's tickets, the timeout.
+        let cap = if position == 0 {
+            options.poll.min(Duration::from_millis(100))
+        } else {
+            options.poll
+        };
+        let mut sleep = interval.min(cap);
+        sleep = sleep.min((last_refresh + refresh_every).saturating_duration_since(now));
+        if let Some(until) = next_expiry(coord, key, &doc, &pending.id, &clock_reading) {
+            sleep = sleep.min(until + Duration::from_millis(2));
+        }
+        if let Some(d) = deadline {
+            sleep = sleep.min(d.saturating_duration_since(now));
+        }
+        match watch.as_mut() {
+            Some(w) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(sleep) => {}
+                    changed = w.changed() => changed?,
+                }
+            }
+            None => tokio::time::sleep(sleep).await,
+        }
+        let before = doc.clone();
+        let snapshot = coord.read(key).await?;
+        clock_reading = (snapshot.clock.clone(), Instant::now());
+        let Some(new_doc) = snapshot.doc else {
+            return Err(lost(key, &doc, &pending.id));
+        };
+        doc = new_doc;
+        let Some(mine) = doc.by_id(&pending.id) else {
+            return Err(lost(key, &doc, &pending.id));
+        };
+        let something_expired = {
+            let observer = coord.observer(key);
+            let clock = clock_of(&snapshot.clock, &observer, coord.mono_ms());
+            let tick = Request {
+                attempt: String::new(),
+                op: Op::Tick,
+            };
+            apply(Some(&doc), &tick, &clock).is_ok_and(|a| a.changed)
+        };
+        let refresh_due = last_refresh.elapsed() >= refresh_every;
+        if mine.state == TicketState::Held || something_expired || refresh_due {
+            let refresh = Request {
+                attempt: ids::new_attempt_id(),
+                op: Op::Refresh {
+                    token: pending.token.clone(),
+                },
+            };
+            let executed = coord.execute(key, &refresh).await?;
+            last_refresh = Instant::now();
+            if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
+                return Ok(lease);
+            }
+            doc = executed.doc;
+        } else if doc == before {
+            // Nothing moved: read less often, up to the poll bound.
+            interval = (interval * 3 / 2).min(options.poll);
+        } else {
+            interval = options.poll_min();
+        }
+    }
+}
+
+/// How long until the earliest phase of another ticket of the key ends, if known.
+fn next_expiry(
+    coord: &Coordinator,
+    key: &str,
+    doc: &Doc,
+    me: &str,
+    (clock, read_at): &(StoreClock, Instant),
+) -> Option<Duration> {
+    let others = doc.tickets.iter().filter(|t| t.id != me);
+    match clock {
+        StoreClock::Time { now_ms, .. } => {
+            let earliest = others.filter_map(|t| t.deadline_ms).min()?;
+            let left = Duration::from_millis(earliest.saturating_sub(*now_ms));
+            Some(left.saturating_sub(read_at.elapsed()))
+        }
+        StoreClock::None => {
+            let observer = coord.observer(key);
+            let earliest = others
+                .filter_map(|t| observer.expires_at_mono_ms(t))
+                .min()?;
+            Some(Duration::from_millis(
+                earliest.saturating_sub(coord.mono_ms()),
+            ))
+        }
+    }
+}
+
+fn clock_of<'a>(
+    store_clock: &'a StoreClock,
+    observer: &'a baton_core::Observer,
+    mono_ms: u64,
+) -> Clock<'a> {
+    match store_clock {
+        StoreClock::Time { now_ms, epoch } => Clock::Store {
+            now_ms: *now_ms,
+            epoch,
+            wall_ms: wall_ms(),
+        },
+        StoreClock::None => Clock::Observed {
+            observer,
+            mono_ms,
+            wall_ms: wall_ms(),
+        },
+    }
+}
+
+/// The waiting ticket is gone from the document: say how it ended.
+fn lost(key: &str, doc: &Doc, id: &str) -> ClientError {
+    match doc.finished.iter().rev().find(|m| m.id == id) {
+        Some(mark) => ClientError::Ended {
+            key: key.to_string(),
+            outcome: mark.outcome,
+            forced: mark.forced,
+        },
+        None => ClientError::Ended {
+            key: key.to_string(),
+            outcome: Outcome::Abandoned,
+            forced: false,
+        },
+    }
+}
+
+/// The lease, if the reply says the ticket holds the key (claimed); the error, if it ended.
+fn held_lease(
+    key: &str,
+    pending: &Pending,
+    reply: &Reply,
+    options: &AcquireOptions,
+) -> Result<Option<Lease>, ClientError> {
+    match reply {
+        Reply::Ticket(TicketView::Live(status)) if status.state == TicketState::Held => {
+            let ttl_ms = options.ttl.as_millis() as u64;
+            Ok(Some(Lease {
+                key: key.to_string(),
+                id: pending.id.clone(),
+                token: pending.token.clone(),
+                fence: status.fence,
+                acquired_wall_ms: status.granted_wall_ms,
+                lease_until_wall_ms: wall_ms() + ttl_ms,
+                ttl_ms,
+            }))
+        }
+        Reply::Ticket(TicketView::Live(_)) => Ok(None),
+        Reply::Ticket(TicketView::Finished {
+            outcome, forced, ..
+        }) => Err(ClientError::Ended {
+            key: key.to_string(),
+            outcome: *outcome,
+            forced: *forced,
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// The wait ran out: withdraw the ticket as `timed_out`, unless it was granted meanwhile, in
+/// which case the turn is taken after all.
+async fn give_up(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+    doc: &Doc,
+    position: usize,
+) -> Result<Lease, ClientError> {
+    let key = pending.key.as_str();
+    match release(coord, key, &pending.token, Outcome::TimedOut).await {
+        Ok(()) => Err(ClientError::TimedOut {
+            key: key.to_string(),
+            detail: describe_wait(doc, position),
+        }),
+        Err(ClientError::Refused {
+            refusal: Refusal::BadOutcome { state: "held", .. },
+            ..
+        }) => {
+            let refresh = Request {
+                attempt: ids::new_attempt_id(),
+                op: Op::Refresh {
+                    token: pending.token.clone(),
+                },
+            };
+            let executed = coord.execute(key, &refresh).await?;
+            match held_lease(key, pending, &executed.reply, options)? {
+                Some(lease) => Ok(lease),
+                None => Err(ClientError::TimedOut {
+                    key: key.to_string(),
+                    detail: describe_wait(doc, position),
+                }),
+            }
+        }
+        Err(ClientError::Refused {
+            refusal: Refusal::Ended {
+                outcome, forced, ..
+            },
+            ..
+        }) => Err(ClientError::Ended {
+            key: key.to_string(),
+            outcome,
+            forced,
+        }),
+        Err(e) => Err(e),
+    }
+}
+
+fn describe_wait(doc: &Doc, position: usize) -> String {
+    let holders: Vec<String> = doc
+        .holders()
+        .map(|t| {
+            if t.context.is_empty() {
+                t.id.clone()
+            } else {
+                format!("{} ({})", t.id, t.context)
+            }
+        })
+        .collect();
+    if holders.is_empty() {
+        format!("{position} ahead in the queue")
+    } else {
+        format!(
+            "{position} ahead in the queue; held by {}",
+            holders.join(", ")
+        )
+    }
+}
+
+fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration) -> WaitProgress {
+    let now = wall_ms();
+    WaitProgress {
+        key: key.to_string(),
+        id: id.to_string(),
+        position,
+        holders: doc
+            .holders()
+            .map(|t| HolderView {
+                id: t.id.clone(),
+                context: t.context.clone(),
+                held_ms: now.saturating_sub(t.granted_wall_ms),
+            })
+            .collect(),
+        waited,
+        mean_hold_ms: doc.summary.mean_hold_ms(),
+    }
+}

@@ -1,0 +1,261 @@
+//! The load → apply → CAS loop.
+//!
+//! A warm client keeps each key's last document and version, so an uncontended operation costs
+//! one round trip (the CAS); a stale cache costs a conflict, which returns the current document
+//! where the store can. An answer computed from a cached document is trusted only if it writes
+//! (the CAS proves the cache was current); a refusal or an unchanged result from a cached
+//! document is recomputed from a fresh read before it is reported.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_core::{apply, decode, encode, Clock, Doc, Observer, Reply, Request};
+use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
+
+use crate::error::ClientError;
+use crate::time::{mono_ms, wall_ms};
+
+/// How many conflicting writes in a row before giving up.
+const MAX_CONFLICTS: u32 = 200;
+
+/// The result of an operation that was accepted and written (or needed no write).
+#[derive(Clone, Debug)]
+pub struct Executed {
+    /// What the operation did.
+    pub reply: Reply,
+    /// The key's document after it.
+    pub doc: Doc,
+    /// Grants made by it, in order: (ticket id, fence).
+    pub granted: Vec<(String, u64)>,
+}
+
+/// A key's document as read, with the store clock read alongside.
+#[derive(Clone, Debug)]
+pub struct KeySnapshot {
+    /// The document (`None`: the key has never been used).
+    pub doc: Option<Doc>,
+    /// The store's clock at the read.
+    pub clock: StoreClock,
+    /// The caller's wall clock at the read.
+    pub wall_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Cached {
+    version: Option<Version>,
+    doc: Option<Doc>,
+}
+
+/// Runs operations on keys of one store.
+#[derive(Debug)]
+pub struct Coordinator {
+    store: Arc<dyn Store>,
+    cache: Mutex<HashMap<String, Cached>>,
+    observers: Mutex<HashMap<String, Observer>>,
+}
+
+impl Coordinator {
+    /// A coordinator over `store`.
+    pub fn new(store: Arc<dyn Store>) -> Coordinator {
+        Coordinator {
+            store,
+            cache: Mutex::new(HashMap::new()),
+            observers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The store this coordinator writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Runs `request` on `key` until it is written, refused, or fails.
+    pub async fn execute(&self, key: &str, request: &Request) -> Result<Executed, ClientError> {
+        baton_core::limits::check_key(key).map_err(|e| ClientError::Refused {
+            key: key.to_string(),
+            refusal: e.into(),
+        })?;
+        let mut current = self.cached(key);
+        let mut fresh = false;
+        let mut conflicts = 0u32;
+        loop {
+            let cached = match current.take() {
+                Some(cached) => cached,
+                None => {
+                    fresh = true;
+                    self.load(key).await?
+                }
+            };
+            let store_clock = self.store.clock().await?;
+            let observer = self.observer(key);
+            let wall = wall_ms();
+            let clock = make_clock(&store_clock, &observer, wall);
+            let applied = match apply(cached.doc.as_ref(), request, &clock) {
+                Ok(applied) => applied,
+                Err(_) if !fresh => continue,
+                Err(refusal) => {
+                    return Err(ClientError::Refused {
+                        key: key.to_string(),
+                        refusal,
+                    })
+                }
+            };
+            if !applied.changed {
+                if !fresh {
+                    continue;
+                }
+                return Ok(Executed {
+                    reply: applied.reply,
+                    doc: applied.doc,
+                    granted: applied.granted,
+                });
+            }
+            let bytes = encode(&applied.doc).map_err(|source| ClientError::TooLarge {
+                key: key.to_string(),
+                source,
+            })?;
+            let history: Vec<Vec<u8>> = applied.finished.iter().map(|f| f.encode()).collect();
+            match self
+                .store
+                .cas(key, cached.version.as_ref(), &bytes, &history)
+                .await
+            {
+                Ok(CasOutcome::Written { version }) => {
+                    self.remember(key, Some(version), Some(applied.doc.clone()));
+                    return Ok(Executed {
+                        reply: applied.reply,
+                        doc: applied.doc,
+                        granted: applied.granted,
+                    });
+                }
+                Ok(CasOutcome::Conflict { current: now }) => {
+                    conflicts += 1;
+                    if conflicts >= MAX_CONFLICTS {
+                        return Err(ClientError::Contention {
+                            key: key.to_string(),
+                            attempts: conflicts,
+                        });
+                    }
+                    let returns_current = self.store.capabilities().conflict_returns_current;
+                    current = match now {
+                        Some(versioned) => Some(self.decode(key, versioned)?),
+                        None if returns_current => Some(Cached {
+                            version: None,
+                            doc: None,
+                        }),
+                        None => None,
+                    };
+                    fresh = current.is_some();
+                    if conflicts > 2 {
+                        let cap_ms = (1u64 << conflicts.min(6)).min(50);
+                        let ms = rand::random_range(0..=cap_ms);
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                }
+                Err(StoreError::Ambiguous { .. }) => {
+                    // The write may have landed. Re-read and apply the same request again: the
+                    // core recognises its own attempt (by ticket and attempt ids).
+                    self.forget(key);
+                    current = None;
+                }
+                Err(e) => {
+                    self.forget(key);
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// Reads `key` from the store (not the cache), with the store's clock.
+    pub async fn read(&self, key: &str) -> Result<KeySnapshot, ClientError> {
+        let cached = self.load(key).await?;
+        let clock = self.store.clock().await?;
+        Ok(KeySnapshot {
+            doc: cached.doc,
+            clock,
+            wall_ms: wall_ms(),
+        })
+    }
+
+    /// When a store has no clock: milliseconds on this process's monotonic clock, on which
+    /// [`Observer`] deadlines are expressed.
+    pub fn mono_ms(&self) -> u64 {
+        mono_ms()
+    }
+
+    /// This coordinator's observer of `key` (a copy).
+    pub fn observer(&self, key: &str) -> Observer {
+        self.observers
+            .lock()
+            .map(|o| o.get(key).cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    async fn load(&self, key: &str) -> Result<Cached, ClientError> {
+        let cached = match self.store.load(key).await? {
+            Some(versioned) => self.decode(key, versioned)?,
+            None => Cached {
+                version: None,
+                doc: None,
+            },
+        };
+        self.remember(key, cached.version.clone(), cached.doc.clone());
+        Ok(cached)
+    }
+
+    fn decode(&self, key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
+        let doc = decode(&versioned.bytes).map_err(|source| ClientError::Corrupt {
+            key: key.to_string(),
+            source,
+        })?;
+        if let Ok(mut observers) = self.observers.lock() {
+            observers
+                .entry(key.to_string())
+                .or_default()
+                .observe(&doc, mono_ms());
+        }
+        Ok(Cached {
+            version: Some(versioned.version),
+            doc: Some(doc),
+        })
+    }
+
+    fn cached(&self, key: &str) -> Option<Cached> {
+        self.cache.lock().ok()?.get(key).cloned()
+    }
+
+    fn remember(&self, key: &str, version: Option<Version>, doc: Option<Doc>) {
+        if let (Some(doc), Ok(mut observers)) = (&doc, self.observers.lock()) {
+            observers
+                .entry(key.to_string())
+                .or_default()
+                .observe(doc, mono_ms());
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key.to_string(), Cached { version, doc });
+        }
+    }
+
+    fn forget(&self, key: &str) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.remove(key);
+        }
+    }
+}
+
+/// The core's clock from a reading of the store's.
+fn make_clock<'a>(store_clock: &'a StoreClock, observer: &'a Observer, wall_ms: u64) -> Clock<'a> {
+    match store_clock {
+        StoreClock::Time { now_ms, epoch } => Clock::Store {
+            now_ms: *now_ms,
+            epoch,
+            wall_ms,
+        },
+        StoreClock::None => Clock::Observed {
+            observer,
+            mono_ms: mono_ms(),
+            wall_ms,
+        },
+    }
+}

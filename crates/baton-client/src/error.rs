@@ -1,0 +1,94 @@
+//! What can go wrong for a client, in words a CLI can print as one line.
+
+use baton_core::{DecodeError, Outcome, Refusal};
+use baton_store::StoreError;
+
+/// An error of the client library.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The core refused the operation (bad input, wrong token, ended ticket, …).
+    #[error("{key}: {refusal}")]
+    Refused {
+        /// The key.
+        key: String,
+        /// Why.
+        refusal: Refusal,
+    },
+    /// The key's document cannot be read.
+    #[error("{key}: {source}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        source: DecodeError,
+    },
+    /// The new document would be over the size limit.
+    #[error("{key}: {source}")]
+    TooLarge {
+        /// The key.
+        key: String,
+        /// The size.
+        source: baton_core::doc::TooLarge,
+    },
+    /// The wait for a turn ran out; the ticket was withdrawn (recorded as timed_out).
+    #[error("timed out waiting for {key} ({detail})")]
+    TimedOut {
+        /// The key waited for.
+        key: String,
+        /// Where the wait stood.
+        detail: String,
+    },
+    /// The ticket ended while waiting, or while held.
+    #[error("{key}: {}", ended_message(*.outcome, *.forced))]
+    Ended {
+        /// The key.
+        key: String,
+        /// How the ticket ended.
+        outcome: Outcome,
+        /// By an operator's forced release.
+        forced: bool,
+    },
+    /// Too many CAS conflicts in a row.
+    #[error("{key}: gave up after {attempts} conflicting writes; the key is extremely busy")]
+    Contention {
+        /// The key.
+        key: String,
+        /// How many tries were made.
+        attempts: u32,
+    },
+    /// The wait was interrupted (the ticket was withdrawn as cancelled).
+    #[error("interrupted while waiting for {key}")]
+    Interrupted {
+        /// The key.
+        key: String,
+    },
+}
+
+fn ended_message(outcome: Outcome, forced: bool) -> String {
+    match (outcome, forced) {
+        (_, true) => "an operator force-released this ticket".into(),
+        (Outcome::Superseded, _) => "superseded by a newer ticket while queued".into(),
+        (Outcome::Cancelled, _) => "the ticket was cancelled".into(),
+        (Outcome::Expired, _) => {
+            "the turn was lost: the lease (or the claim window of the grant) ran out".into()
+        }
+        (Outcome::Abandoned, _) => {
+            "the turn was lost: the waiter lease ran out (was this process paused?)".into()
+        }
+        (outcome, _) => format!("the ticket ended: {outcome}"),
+    }
+}
+
+impl ClientError {
+    /// The refusal inside, if the core refused.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        match self {
+            ClientError::Refused { refusal, .. } => Some(refusal),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! Keeping held leases alive, and knowing when one is lost.
+//!
+//! A background task renews every held lease at a third of its TTL. Whether a lease still
+//! stands is judged on this process's monotonic clock from when the last *successful* renewal
+//! was *sent*: once `ttl - margin` has passed since then without another success, the lease is
+//! treated as lost (before the store can grant it to someone else), and the lost-lease signal
+//! fires. A process that was paused (SIGSTOP) past its lease notices at once on resume, since
+//! the deadline check runs before any renewal is tried.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_core::Refusal;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::acquire::{release, renew, Lease};
+use crate::coordinator::Coordinator;
+use crate::error::ClientError;
+
+/// Why a lease was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lost {
+    /// The key whose lease was lost.
+    pub key: String,
+    /// What happened.
+    pub reason: String,
+}
+
+struct Tracked {
+    lease: Lease,
+    /// When the last successful renewal (or the grant) was sent.
+    confirmed_at: Instant,
+    /// When to try next.
+    next_try: Instant,
+}
+
+/// The margin by which a lease is given up before its TTL runs out locally: a tenth of the
+/// TTL, at least 300 ms.
+pub fn safety_margin(ttl: Duration) -> Duration {
+    (ttl / 10).max(Duration::from_millis(300)).min(ttl / 2)
+}
+
+/// Renews held leases in the background.
+pub struct Heartbeat {
+    tracked: Arc<Mutex<Vec<Tracked>>>,
+    lost_rx: watch::Receiver<Option<Lost>>,
+    wake: Arc<tokio::sync::Notify>,
+    task: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Heartbeat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Heartbeat").finish_non_exhaustive()
+    }
+}
+
+impl Heartbeat {
+    /// Starts a heartbeat task (with no leases yet) on the current tokio runtime.
+    pub fn start(coord: Arc<Coordinator>) -> Heartbeat {
+        let tracked: Arc<Mutex<Vec<Tracked>>> = Arc::new(Mutex::new(Vec::new()));
+        let (lost_tx, lost_rx) = watch::channel(None);
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let task = tokio::spawn(run(coord, tracked.clone(), lost_tx, wake.clone()));
+        Heartbeat {
+            tracked,
+            lost_rx,
+            wake,
+            task,
+        }
+    }
+
+    /// Starts renewing `lease`, granted (or last renewed) just now.
+    pub fn add(&self, lease: &Lease) {
+        let now = Instant::now();
+        let every = Duration::from_millis(lease.ttl_ms / 3);
+        if let Ok(mut tracked) = self.tracked.lock() {
+            tracked.push(Tracked {
+                lease: lease.clone(),
+                confirmed_at: now,
+                next_try: now + every,
+            });
+        }
+        self.wake.notify_one();
+    }
+
+    /// Stops renewing every lease (they are not released).
+    pub fn stop_all(&self) {
+        if let Ok(mut tracked) = self.tracked.lock() {
+            tracked.clear();
+        }
+    }
+
+    /// A receiver that changes to `Some` when a lease is lost.
+    pub fn lost(&self) -> watch::Receiver<Option<Lost>> {
+        self.lost_rx.clone()
+    }
+}
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(
+    coord: Arc<Coordinator>,
+    tracked: Arc<Mutex<Vec<Tracked>>>,
+    lost_tx: watch::Sender<Option<Lost>>,
+    wake: Arc<tokio::sync::Notify>,
+) {
+    loop {
+        // The earliest moment something must happen: a renewal, or a local deadline.
+        let next = {
+            let Ok(list) = tracked.lock() else { return };
+            list.iter()
+                .flat_map(|t| [t.next_try, local_deadline(t)])
+                .min()
+        };
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                    _ = wake.notified() => continue,
+                }
+            }
+            None => {
+                wake.notified().await;
+                continue;
+            }
+        }
+        // Deadlines first: a lease not confirmed for ttl - margin is lost, whatever a renewal
+        // might still say.
+        let now = Instant::now();
+        let expired = {
+            let Ok(list) = tracked.lock() else { return };
+            list.iter()
+                .find(|t| now >= local_deadline(t))
+                .map(|t| t.lease.key.clone())
+        };
+        if let Some(key) = expired {
+            let _ = lost_tx.send(Some(Lost {
+                key,
+                reason: "could not renew the lease in time (was this process paused, or the \
+                         store unreachable?)"
+                    .into(),
+            }));
+            return;
+        }
+        let due: Vec<(Lease, Instant)> = {
+            let Ok(list) = tracked.lock() else { return };
+            list.iter()
+                .filter(|t| now >= t.next_try)
+                .map(|t| (t.lease.clone(), local_deadline(t)))
+                .collect()
+        };
+        for (lease, deadline) in due {
+            let sent = Instant::now();
+            let ttl = Duration::from_millis(lease.ttl_ms);
+            let attempt = tokio::time::timeout_at(
+                deadline.into(),
+                renew(&coord, &lease.key, &lease.token, None),
+            )
+            .await;
+            let retry_in = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+            let update = |confirmed: bool| {
+                if let Ok(mut list) = tracked.lock() {
+                    if let Some(t) = list.iter_mut().find(|t| t.lease.id == lease.id) {
+                        if confirmed {
+                            t.confirmed_at = sent;
+                            t.next_try = sent + ttl / 3;
+                        } else {
+                            t.next_try = Instant::now() + retry_in;
+                        }
+                    }
+                }
+            };
+            match attempt {
+                Ok(Ok(_)) => update(true),
+                Ok(Err(ClientError::Refused { refusal, .. }))
+                    if matches!(refusal, Refusal::Ended { .. } | Refusal::UnknownToken) =>
+                {
+                    let _ = lost_tx.send(Some(Lost {
+                        key: lease.key.clone(),
+                        reason: refusal.to_string(),
+                    }));
+                    return;
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(key = %lease.key, %error, "renewal failed; retrying");
+                    update(false);
+                }
+                Err(_) => update(false),
+            }
+        }
+    }
+}
+
+fn local_deadline(t: &Tracked) -> Instant {
+    let ttl = Duration::from_millis(t.lease.ttl_ms);
+    t.confirmed_at + ttl - safety_margin(ttl)
+}
+
+/// Held leases with their heartbeat: released on [`LeaseGuard::release`], or on drop where a
+/// tokio runtime is still there to do it (as `cancelled`).
+pub struct LeaseGuard {
+    coord: Arc<Coordinator>,
+    leases: Vec<Lease>,
+    heartbeat: Heartbeat,
+    released: bool,
+}
+
+impl std::fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("leases", &self.leases)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseGuard {
+    /// Guards `leases`, renewed by `heartbeat`.
+    pub fn new(coord: Arc<Coordinator>, leases: Vec<Lease>, heartbeat: Heartbeat) -> LeaseGuard {
+        LeaseGuard {
+            coord,
+            leases,
+            heartbeat,
+            released: false,
+        }
+    }
+
+    /// The held leases.
+    pub fn leases(&self) -> &[Lease] {
+        &self.leases
+    }
+
+    /// A receiver that changes to `Some` when a lease is lost.
+    pub fn lost(&self) -> watch::Receiver<Option<Lost>> {
+        self.heartbeat.lost()
+    }
+
+    /// Stops renewing and releases every lease with `outcome`. Returns the first error; every
+    /// lease is attempted.
+    pub async fn release(mut self, outcome: baton_core::Outcome) -> Result<(), ClientError> {
+        self.released = true;
+        self.heartbeat.stop_all();
+        let mut first_error = None;
+        for lease in &self.leases {
+            if let Err(e) = release(&self.coord, &lease.key, &lease.token, outcome).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.heartbeat.stop_all();
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let coord = self.coord.clone();
+        let leases = std::mem::take(&mut self.leases);
+        handle.spawn(async move {
+            for lease in leases {
+                let outcome = baton_core::Outcome::Cancelled;
+                let _ = release(&coord, &lease.key, &lease.token, outcome).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,25 @@
+//! baton's client library: take fair, fenced turns at keys through any store.
+//!
+//! # Layout
+//!
+//! - [`coordinator`]: load → `core::apply` → CAS, with a cached document, retry on conflict with
+//!   jitter, and ambiguous outcomes recognised by re-reading.
+//! - [`acquire`](mod@acquire): waiting for a turn (one key, or several in sorted order), with
+//!   timeout, adaptive polling and wake-ups at the holder's deadline.
+//! - [`heartbeat`]: renewing held leases in the background, and the lost-lease signal.
+//! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
+//! - [`error`]: what can go wrong, in words a CLI can print.
+#![deny(missing_docs)]
+
+pub mod acquire;
+pub mod coordinator;
+pub mod error;
+pub mod heartbeat;
+pub mod ids;
+mod time;
+
+pub use acquire::{AcquireOptions, Lease, WaitProgress};
+pub use coordinator::{Coordinator, Executed, KeySnapshot};
+pub use error::ClientError;
+pub use heartbeat::{Heartbeat, LeaseGuard, Lost};
+pub use time::wall_ms;
