@@ -1,0 +1,286 @@
+//! The command line: every flag, its default, and the help text that teaches.
+
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit codes, documented in `--help` and the README.
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    success (for `run`: CMD's own exit code is passed through; 128+N if CMD died of signal N)
+  1    error: the store failed, or the operation was refused (wrong or stale token, bad document)
+  2    usage error (bad flag, bad key, bad duration)
+  75   the wait for a turn timed out (--timeout)
+  76   the ticket was superseded by a newer one while queued (--supersede)
+  77   the ticket was cancelled or force-released by an operator (baton cancel)
+  78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost
+  130  interrupted by SIGINT while waiting (143 for SIGTERM)";
+
+const ABOUT: &str = "Fair, fenced locks and semaphores for CI pipelines, deployments and jobs";
+
+const LONG_ABOUT: &str = "\
+Fair, fenced locks and semaphores for CI pipelines, deployments and background jobs.
+
+Every KEY (`deploy/production`) owns a queue. Callers wait their turn in order (no barging), hold
+the key under a lease that baton renews, and get a fence number that strictly increases with every
+grant, so a protected resource can refuse a stale holder.
+
+Examples:
+  baton run deploy/production -- ./deploy.sh         one deploy at a time, in arrival order
+  baton run --limit 3 runners -- make test           at most three at once
+  baton run --order \"$COMMIT_TIME\" --supersede deploy/prod -- ./deploy.sh
+                                                     newest commit wins, older queued ones skip
+  TOKEN=$(baton acquire --ttl 1h db/migrate)         acquire here ...
+  baton release db/migrate \"$TOKEN\"                  ... release in another job
+  baton status deploy/                               who holds what, who waits
+
+Store: --store URL or BATON_STORE; `sqlite:PATH` (the default is a per-user file under the XDG
+state directory, which gives no exclusion across machines or CI runners) or `memory:` (tests).";
+
+/// The `baton` command line.
+#[derive(Debug, Parser)]
+#[command(name = "baton", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// Where keys live: `sqlite:PATH`. Default: $XDG_STATE_HOME/baton/baton.db
+    #[arg(long, global = true, env = "BATON_STORE", value_name = "URL")]
+    pub store: Option<String>,
+
+    /// Log what baton does (to stderr); repeat for more detail
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Wait for a turn at KEY..., run CMD while holding it, release when CMD exits
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
+    /// Wait for a turn at KEY and print its token; release it later with `baton release`
+    #[command(after_help = ACQUIRE_HELP)]
+    Acquire(AcquireArgs),
+    /// Give back a turn taken with `baton acquire`
+    Release(ReleaseArgs),
+    /// Extend the lease of a turn taken with `baton acquire`
+    Renew(RenewArgs),
+    /// Show who holds each key, who waits, and how the last turn ended
+    Status(StatusArgs),
+    /// Cancel a queued ticket, or force-release a held one (recorded as forced)
+    Cancel(CancelArgs),
+}
+
+const RUN_HELP: &str = "\
+CMD gets BATON_KEY, BATON_TICKET (the token) and BATON_FENCE in its environment. With several keys
+(taken one at a time in sorted order, so two callers can never deadlock), BATON_KEYS=N and
+BATON_KEY_i, BATON_TICKET_i, BATON_FENCE_i for i = 1..N in sorted key order; BATON_KEY,
+BATON_TICKET and BATON_FENCE then name the first.
+
+While CMD runs baton renews the lease every TTL/3. If it cannot renew in time (the store is
+unreachable, or baton itself was paused), it kills CMD's process group before the lease can end
+and exits 78. CMD runs in its own process group and dies with baton; SIGINT and SIGTERM are
+forwarded to it. If baton is paused or killed, only fences protect the resource: check
+BATON_FENCE where you can. The turn is released as `succeeded` if CMD exits 0, else `failed`, and
+baton exits with CMD's exit code.";
+
+const ACQUIRE_HELP: &str = "\
+Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
+appends key=, ticket=, fence= and acquired-at= lines to it, for later steps and jobs.
+
+Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
+call `baton renew KEY TOKEN` from the work itself.";
+
+/// How to wait for a turn and how to hold it (shared by `run` and `acquire`).
+#[derive(Debug, Args, Clone)]
+pub struct WaitArgs {
+    /// How many may hold the key at once (1: a mutex). Every live ticket must agree
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub limit: u32,
+
+    /// Hold together with other --shared tickets (readers), never beside a normal holder
+    #[arg(long)]
+    pub shared: bool,
+
+    /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub ttl: Option<Duration>,
+
+    /// Give up waiting after DUR (exit 75); 0 tries once. Bounds the wait only, not CMD
+    /// [default: wait as long as it takes]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+
+    /// Longest interval between two looks at the store while waiting (a waiter also wakes
+    /// when the holder's lease is due to end)
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+
+    /// Who is waiting and why, shown to others [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+
+    /// Sort value: tickets with one go first, compared as strings (a zero-padded commit time,
+    /// say), then by arrival
+    #[arg(long, value_name = "VALUE")]
+    pub order: Option<String>,
+
+    /// Cancel every queued ticket that sorts before this one (they exit 76), unless it was
+    /// enqueued with --keep
+    #[arg(long)]
+    pub supersede: bool,
+
+    /// Never be superseded
+    #[arg(long)]
+    pub keep: bool,
+
+    /// A waiter that stops refreshing for this long is dropped from the queue
+    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "DUR", hide = true)]
+    pub waiter_ttl: Duration,
+
+    /// Print nothing while waiting
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The keys to hold while CMD runs, then `--`, then CMD and its arguments
+    #[arg(required = true, num_args = 1.., value_name = "KEY")]
+    pub keys: Vec<String>,
+
+    /// The command to run while holding the keys.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `baton acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The key to take
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// Print a JSON object (key, id, token, fence, acquired_at, lease_until) instead of the
+    /// token alone
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How a turn ended, as its owner reports it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReleaseOutcome {
+    /// The work succeeded.
+    Succeeded,
+    /// The work failed.
+    Failed,
+    /// The work was not done.
+    Cancelled,
+}
+
+/// `baton release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The token `baton acquire` printed
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+    /// How the work went (recorded in the key's history)
+    #[arg(long, value_enum, default_value = "succeeded")]
+    pub outcome: ReleaseOutcome,
+}
+
+/// `baton renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The token `baton acquire` printed
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+    /// New lease duration from now [default: the ticket's own TTL]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub ttl: Option<Duration>,
+}
+
+/// `baton status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Only keys starting with PREFIX [default: every key]
+    #[arg(value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Write JSON (only JSON) to stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton cancel`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["id", "queued"])))]
+pub struct CancelArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The ticket id (from `baton status`)
+    #[arg(value_name = "ID")]
+    pub id: Option<String>,
+    /// Cancel every queued ticket of the key
+    #[arg(long)]
+    pub queued: bool,
+}
+
+/// Parses `500ms`, `5s`, `15m`, `1h30m`, or a bare `0`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("`{text}` is not a duration ({e}); write it like 500ms, 5s, 15m or 1h30m")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let check = |text: &str, ms: Option<u64>| {
+            assert_eq!(
+                parse_duration(text).ok().map(|d| d.as_millis() as u64),
+                ms,
+                "{text}"
+            );
+        };
+        check("500ms", Some(500));
+        check("5s", Some(5_000));
+        check("15m", Some(900_000));
+        check("1h30m", Some(5_400_000));
+        check("0", Some(0));
+        check("0s", Some(0));
+        check("5", None);
+        check("soon", None);
+        check("", None);
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

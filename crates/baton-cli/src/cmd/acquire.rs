@@ -1,0 +1,103 @@
+//! `baton acquire KEY`: wait for a turn and print its token.
+
+use std::io::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::cli::AcquireArgs;
+use crate::exit::{self, Failure};
+use crate::{wait, Opened};
+
+/// Runs the `acquire` subcommand.
+pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
+    let options = wait::options(&args.wait, Duration::from_secs(15 * 60))?;
+    let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
+    let coord = &opened.coord;
+    let Some(pending) = pendings.first() else {
+        return Err(Failure::usage("no key given"));
+    };
+    let lease = tokio::select! {
+        result = baton_client::acquire::acquire(coord, pending, &options) => result?,
+        code = wait::interrupted() => {
+            wait::withdraw(coord, &pendings).await;
+            return Err(Failure::new(code, "interrupted while waiting; the ticket was withdrawn"));
+        }
+    };
+    let acquired_at = rfc3339(lease.acquired_wall_ms);
+    let lease_until = rfc3339(lease.lease_until_wall_ms);
+    let mut stdout = std::io::stdout().lock();
+    let written = if args.json {
+        let value = serde_json::json!({
+            "key": lease.key,
+            "id": lease.id,
+            "token": lease.token,
+            "fence": lease.fence,
+            "acquired_at": acquired_at,
+            "lease_until": lease_until,
+        });
+        writeln!(stdout, "{value}")
+    } else {
+        writeln!(stdout, "{}", lease.token)
+    };
+    if let Err(error) = written {
+        // Nobody will see the token: give the turn back rather than strand it.
+        let _ = baton_client::acquire::release(
+            coord,
+            &lease.key,
+            &lease.token,
+            baton_core::Outcome::Cancelled,
+        )
+        .await;
+        return Err(Failure::new(
+            exit::ERROR,
+            format!("cannot print the token ({error}); the turn was given back"),
+        ));
+    }
+    if let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) {
+        let lines = format!(
+            "key={}\nticket={}\nfence={}\nacquired-at={}\n",
+            lease.key, lease.token, lease.fence, acquired_at
+        );
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(lines.as_bytes()));
+        if let Err(error) = appended {
+            eprintln!(
+                "baton: warning: cannot append to GITHUB_OUTPUT ({}): {error}",
+                std::path::Path::new(&path).display()
+            );
+        }
+    }
+    if !args.wait.quiet && !args.json {
+        eprintln!(
+            "baton: acquired {} (fence {}); release with: baton release {} <token>",
+            lease.key,
+            lease.fence,
+            shell_quote(&lease.key)
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(wall_ms: u64) -> String {
+    let time = UNIX_EPOCH + Duration::from_millis(wall_ms);
+    humantime::format_rfc3339_millis(time.max(UNIX_EPOCH)).to_string()
+}
+
+/// Now, for output.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+fn shell_quote(text: &str) -> String {
+    if text
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"/-_.:@".contains(&b))
+    {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}

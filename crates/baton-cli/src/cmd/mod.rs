@@ -1,0 +1,8 @@
+//! One module per subcommand.
+
+pub mod acquire;
+pub mod cancel;
+pub mod child;
+pub mod run;
+pub mod status;
+pub mod token;

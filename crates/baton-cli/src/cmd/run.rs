@@ -1,0 +1,135 @@
+//! `baton run KEY... -- CMD`: wait, run CMD while holding, release by its exit status.
+
+use std::time::{Duration, Instant};
+
+use baton_client::acquire::{acquire_many, Lease};
+use baton_client::{Heartbeat, LeaseGuard};
+use baton_core::Outcome;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::RunArgs;
+use crate::cmd::child;
+use crate::exit::{self, Failure};
+use crate::{wait, Opened};
+
+/// Runs the `run` subcommand.
+pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
+    let options = wait::options(&args.wait, Duration::from_secs(30))?;
+    let pendings = wait::pendings(&args.keys)?;
+    let coord = opened.coord.clone();
+    let started = Instant::now();
+    let heartbeat = Heartbeat::start(coord.clone());
+    let leases = tokio::select! {
+        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result?,
+        code = wait::interrupted() => {
+            heartbeat.stop_all();
+            wait::withdraw(&coord, &pendings).await;
+            return Err(Failure::new(code, "interrupted while waiting; the tickets were withdrawn"));
+        }
+    };
+    if !args.wait.quiet {
+        let fences: Vec<String> = leases
+            .iter()
+            .map(|l| format!("{} (fence {})", l.key, l.fence))
+            .collect();
+        eprintln!(
+            "baton: holding {} after {:.1}s",
+            fences.join(", "),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let guard = LeaseGuard::new(coord.clone(), leases.clone(), heartbeat);
+    let env = command_env(&leases, &opened.url);
+    // Spawned here, on the main thread (see main.rs).
+    let mut running = match child::spawn(&args.command, &env) {
+        Ok(running) => running,
+        Err(error) => {
+            let _ = guard.release(Outcome::Failed).await;
+            let code = if error.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return Err(Failure::new(
+                code,
+                format!("cannot run {}: {error}", args.command.join(" ")),
+            ));
+        }
+    };
+    let mut lost = guard.lost();
+    let (Ok(mut sigint), Ok(mut sigterm)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        running.signal_group(libc::SIGKILL);
+        let _ = guard.release(Outcome::Failed).await;
+        return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
+    };
+    let status = loop {
+        tokio::select! {
+            status = running.child.wait() => break status,
+            _ = sigint.recv() => running.signal_group(libc::SIGINT),
+            _ = sigterm.recv() => running.signal_group(libc::SIGTERM),
+            changed = lost.changed() => {
+                let reason = match (changed, lost.borrow().clone()) {
+                    (Ok(()), Some(lost)) => format!("{}: {}", lost.key, lost.reason),
+                    _ => continue,
+                };
+                // The lease may be granted to another any moment: stop the command now.
+                running.signal_group(libc::SIGKILL);
+                let _ = running.child.wait().await;
+                running.restore_terminal();
+                drop(guard);
+                return Err(Failure::new(
+                    exit::LOST,
+                    format!("lease lost, command killed: {reason}"),
+                ));
+            }
+        }
+    };
+    running.restore_terminal();
+    let code = match status {
+        Ok(status) => child::exit_code(status),
+        Err(error) => {
+            let _ = guard.release(Outcome::Failed).await;
+            return Err(Failure::new(
+                exit::ERROR,
+                format!("lost track of the command: {error}"),
+            ));
+        }
+    };
+    let outcome = if code == 0 {
+        Outcome::Succeeded
+    } else {
+        Outcome::Failed
+    };
+    if let Err(error) = guard.release(outcome).await {
+        // The command ran; say the release went wrong, but keep its exit code unless it
+        // succeeded (a script must not believe all went well).
+        eprintln!("baton: the command finished but the release failed: {error}");
+        if code == 0 {
+            return Ok(exit::LOST);
+        }
+    }
+    Ok(code)
+}
+
+/// The environment of CMD: the documented form for one key and for several.
+fn command_env(leases: &[Lease], store_url: &str) -> Vec<(String, String)> {
+    let mut env = vec![("BATON_STORE".to_string(), store_url.to_string())];
+    if let Some(first) = leases.first() {
+        env.push(("BATON_KEY".into(), first.key.clone()));
+        env.push(("BATON_TICKET".into(), first.token.clone()));
+        env.push(("BATON_FENCE".into(), first.fence.to_string()));
+    }
+    if leases.len() > 1 {
+        env.push(("BATON_KEYS".into(), leases.len().to_string()));
+        for (i, lease) in leases.iter().enumerate() {
+            let n = i + 1;
+            env.push((format!("BATON_KEY_{n}"), lease.key.clone()));
+            env.push((format!("BATON_TICKET_{n}"), lease.token.clone()));
+            env.push((format!("BATON_FENCE_{n}"), lease.fence.to_string()));
+        }
+    }
+    env
+}

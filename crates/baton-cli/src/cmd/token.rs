@@ -1,0 +1,49 @@
+//! `baton release` and `baton renew`: act on a turn by its token.
+
+use baton_core::Outcome;
+
+use crate::cli::{ReleaseArgs, ReleaseOutcome, RenewArgs};
+use crate::exit::{self, Failure};
+use crate::Opened;
+
+fn check_key(key: &str) -> Result<(), Failure> {
+    baton_core::limits::check_key(key).map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))
+}
+
+/// Runs the `release` subcommand.
+pub async fn release(opened: &Opened, args: ReleaseArgs) -> Result<i32, Failure> {
+    check_key(&args.key)?;
+    let outcome = match args.outcome {
+        ReleaseOutcome::Succeeded => Outcome::Succeeded,
+        ReleaseOutcome::Failed => Outcome::Failed,
+        ReleaseOutcome::Cancelled => Outcome::Cancelled,
+    };
+    baton_client::acquire::release(&opened.coord, &args.key, &args.token, outcome)
+        .await
+        .map_err(refused)?;
+    Ok(exit::OK)
+}
+
+/// Runs the `renew` subcommand.
+pub async fn renew(opened: &Opened, args: RenewArgs) -> Result<i32, Failure> {
+    check_key(&args.key)?;
+    if let Some(ttl) = args.ttl {
+        baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
+            .map_err(|e| Failure::usage(e.to_string()))?;
+    }
+    let until = baton_client::acquire::renew(&opened.coord, &args.key, &args.token, args.ttl)
+        .await
+        .map_err(refused)?;
+    eprintln!(
+        "baton: renewed {} until about {}",
+        args.key,
+        crate::cmd::acquire::rfc3339(until)
+    );
+    Ok(exit::OK)
+}
+
+/// A refused token operation is an error (exit 1), not a usage error, even when the token is
+/// malformed: the caller passed what it had.
+fn refused(error: baton_client::ClientError) -> Failure {
+    Failure::new(exit::ERROR, Failure::from(error).message)
+}

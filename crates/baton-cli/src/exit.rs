@@ -1,0 +1,71 @@
+//! Exit codes and the one line baton prints when it fails.
+
+use baton_client::ClientError;
+use baton_core::{Outcome, Refusal};
+use baton_store::StoreError;
+
+/// Success.
+pub const OK: i32 = 0;
+/// The store failed or the operation was refused.
+pub const ERROR: i32 = 1;
+/// Bad usage.
+pub const USAGE: i32 = 2;
+/// The wait timed out.
+pub const TIMED_OUT: i32 = 75;
+/// Superseded while queued.
+pub const SUPERSEDED: i32 = 76;
+/// Cancelled or force-released by an operator.
+pub const CANCELLED: i32 = 77;
+/// The lease (or the turn) was lost.
+pub const LOST: i32 = 78;
+
+/// A failure: what to print, and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    /// The exit code.
+    pub code: i32,
+    /// One line: what happened and what to do.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with this code and message.
+    pub fn new(code: i32, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A usage error.
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(USAGE, message)
+    }
+}
+
+impl From<ClientError> for Failure {
+    fn from(error: ClientError) -> Failure {
+        let code = match &error {
+            ClientError::TimedOut { .. } => TIMED_OUT,
+            ClientError::Ended { outcome, .. } => match outcome {
+                Outcome::Superseded => SUPERSEDED,
+                Outcome::Cancelled => CANCELLED,
+                _ => LOST,
+            },
+            ClientError::Refused {
+                refusal: Refusal::Invalid(_),
+                ..
+            } => USAGE,
+            ClientError::Store(StoreError::BadUrl { .. }) => USAGE,
+            ClientError::Interrupted { .. } => 130,
+            _ => ERROR,
+        };
+        Failure::new(code, error.to_string())
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(error: StoreError) -> Failure {
+        ClientError::from(error).into()
+    }
+}

@@ -1,0 +1,117 @@
+//! `baton`: fair, fenced locks and semaphores from the command line.
+//!
+//! This binary only parses arguments, opens the store, calls the client library and turns
+//! results into output and exit codes. Every rule lives in `baton-core`.
+
+mod cli;
+mod cmd;
+mod context;
+mod exit;
+mod wait;
+
+use std::io::Write;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+use crate::exit::Failure;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // clap prints help and version to stdout (exit 0) and errors to stderr (exit 2).
+            let _ = error.print();
+            std::process::exit(if error.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    setup_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => fail(Failure::new(exit::ERROR, format!("cannot start: {error}"))),
+    };
+    // The main future runs on this (the main) thread, which lives as long as the process: a
+    // command spawned from it dies with baton through its parent-death signal.
+    let code = runtime.block_on(dispatch(cli));
+    let _ = std::io::stdout().flush();
+    match code {
+        Ok(code) => std::process::exit(code),
+        Err(failure) => fail(failure),
+    }
+}
+
+fn fail(failure: Failure) -> ! {
+    let message = failure.message.trim_end_matches('.');
+    let _ = writeln!(std::io::stderr(), "baton: {message}");
+    std::process::exit(failure.code)
+}
+
+async fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    let store_url = cli.store.clone();
+    match cli.command {
+        Command::Run(args) => cmd::run::run(&open(store_url).await?, args).await,
+        Command::Acquire(args) => cmd::acquire::acquire(&open(store_url).await?, args).await,
+        Command::Release(args) => cmd::token::release(&open(store_url).await?, args).await,
+        Command::Renew(args) => cmd::token::renew(&open(store_url).await?, args).await,
+        Command::Status(args) => cmd::status::status(&open(store_url).await?, args).await,
+        Command::Cancel(args) => cmd::cancel::cancel(&open(store_url).await?, args).await,
+    }
+}
+
+/// An opened store with its coordinator, and the URL it came from.
+pub struct Opened {
+    /// Runs operations.
+    pub coord: Arc<baton_client::Coordinator>,
+    /// The URL, to pass on to commands (`BATON_STORE`).
+    pub url: String,
+}
+
+/// Opens the store named by `--store`/`BATON_STORE`, or the per-user default.
+async fn open(url: Option<String>) -> Result<Opened, Failure> {
+    let url = match url.filter(|u| !u.is_empty()) {
+        Some(url) => url,
+        None => {
+            let path = baton_store::url::default_sqlite_path().ok_or_else(|| {
+                Failure::usage("no store given and no home directory: pass --store sqlite:PATH")
+            })?;
+            if std::env::var_os("CI").is_some() {
+                eprintln!(
+                    "baton: warning: no store chosen, using {} on this machine only; a local \
+                     file gives no exclusion across CI runners (set BATON_STORE)",
+                    path.display()
+                );
+            }
+            format!("sqlite:{}", path.display())
+        }
+    };
+    let store = baton_store::url::open(&url).await?;
+    Ok(Opened {
+        coord: Arc::new(baton_client::Coordinator::new(store)),
+        url,
+    })
+}
+
+fn setup_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
