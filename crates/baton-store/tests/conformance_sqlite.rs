@@ -344,3 +344,19 @@ fn wall_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+/// A file system without shared memory (network, 9p) cannot run WAL: SQLite then keeps the
+/// rollback journal, and baton must refuse the file with a message that says what to do. The
+/// `unix-dotfile` VFS has no shared memory, like such a file system.
+#[tokio::test]
+async fn a_file_system_where_wal_cannot_work_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let error = SqliteStore::open_with_vfs(&path, Some("unix-dotfile"))
+        .await
+        .expect_err("WAL cannot work without shared memory");
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("WAL"), "{message}");
+    assert!(message.contains("local disk"), "{message}");
+}

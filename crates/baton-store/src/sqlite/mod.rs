@@ -61,6 +61,14 @@ impl SqliteStore {
     /// read-only, a file system where WAL cannot work, locked for longer than [`BUSY_TIMEOUT`]),
     /// and with [`StoreError::Incompatible`] when a newer baton wrote it.
     pub async fn open(path: &Path) -> Result<SqliteStore> {
+        Self::open_with_vfs(path, None).await
+    }
+
+    /// Opens the store through the named SQLite VFS (`None`: the default). Tests use
+    /// `unix-dotfile`, whose files have no shared memory, to stand for a file system where WAL
+    /// cannot work.
+    #[doc(hidden)]
+    pub async fn open_with_vfs(path: &Path, vfs: Option<&'static str>) -> Result<SqliteStore> {
         let path = std::path::absolute(path).map_err(|error| StoreError::Unavailable {
             store: format!("sqlite:{}", path.display()),
             reason: format!("cannot resolve the path against the current directory: {error}"),
@@ -68,7 +76,8 @@ impl SqliteStore {
         let description = format!("sqlite:{}", path.display());
         let opened = {
             let (path, description) = (path.clone(), description.clone());
-            tokio::task::spawn_blocking(move || schema::open_connection(&path, &description)).await
+            tokio::task::spawn_blocking(move || schema::open_connection(&path, &description, vfs))
+                .await
         };
         let connection = opened.map_err(|error| StoreError::Backend {
             store: description.clone(),

@@ -38,7 +38,11 @@ const CREATE_TABLES: &str = "
 
 /// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
 /// current schema. Blocking: call it from `spawn_blocking`.
-pub(super) fn open_connection(path: &Path, description: &str) -> Result<Connection> {
+pub(super) fn open_connection(
+    path: &Path,
+    description: &str,
+    vfs: Option<&str>,
+) -> Result<Connection> {
     let unavailable = |reason: String| StoreError::Unavailable {
         store: description.to_owned(),
         reason,
@@ -56,8 +60,11 @@ pub(super) fn open_connection(path: &Path, description: &str) -> Result<Connecti
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let mut connection = Connection::open_with_flags(path, flags)
-        .map_err(|error| sqlite_error(description, path, error))?;
+    let opened = match vfs {
+        Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
+        None => Connection::open_with_flags(path, flags),
+    };
+    let mut connection = opened.map_err(|error| sqlite_error(description, path, error))?;
     connection
         .busy_timeout(BUSY_TIMEOUT)
         .map_err(|error| sqlite_error(description, path, error))?;
