@@ -2,23 +2,25 @@
 
 use std::env;
 
-fn var(name: &str) -> Option<String> {
-    env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// From the CI's variables where present (GitHub Actions, CircleCI), else user@host pid N.
 pub fn default_context() -> String {
+    context_from(&|name| env::var(name).ok())
+}
+
+/// The default context, with variables read through `lookup` (tests pass a table).
+fn context_from(lookup: &dyn Fn(&str) -> Option<String>) -> String {
+    let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
     let context = if var("GITHUB_ACTIONS").is_some() {
-        github()
+        github(&var)
     } else if var("CIRCLECI").is_some() {
-        circleci()
+        circleci(&var)
     } else {
-        local()
+        local(&var)
     };
     truncate(context, baton_core::limits::CONTEXT_MAX_BYTES)
 }
 
-fn github() -> String {
+fn github(var: &dyn Fn(&str) -> Option<String>) -> String {
     let mut parts = Vec::new();
     if let Some(workflow) = var("GITHUB_WORKFLOW") {
         match var("GITHUB_RUN_NUMBER") {
@@ -45,7 +47,7 @@ fn github() -> String {
     parts.join(", ")
 }
 
-fn circleci() -> String {
+fn circleci(var: &dyn Fn(&str) -> Option<String>) -> String {
     let mut parts = Vec::new();
     if let Some(workflow) = var("CIRCLE_WORKFLOW_ID") {
         parts.push(format!("workflow {workflow}"));
@@ -68,7 +70,7 @@ fn circleci() -> String {
     parts.join(", ")
 }
 
-fn local() -> String {
+fn local(var: &dyn Fn(&str) -> Option<String>) -> String {
     let user = var("USER")
         .or_else(|| var("LOGNAME"))
         // SAFETY: getuid has no preconditions.
@@ -106,6 +108,61 @@ mod tests {
     fn truncation_keeps_characters_whole() {
         assert_eq!(truncate("héllo".into(), 2), "h");
         assert_eq!(truncate("abc".into(), 5), "abc");
+    }
+
+    fn lookup(table: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            table
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn github_actions() {
+        let context = context_from(&lookup(&[
+            ("GITHUB_ACTIONS", "true"),
+            ("GITHUB_WORKFLOW", "deploy"),
+            ("GITHUB_RUN_NUMBER", "42"),
+            ("GITHUB_JOB", "prod"),
+            ("GITHUB_SHA", "0123456789abcdef0123"),
+            ("GITHUB_ACTOR", "ada"),
+            ("GITHUB_SERVER_URL", "https://github.com"),
+            ("GITHUB_REPOSITORY", "acme/app"),
+            ("GITHUB_RUN_ID", "99"),
+        ]));
+        assert_eq!(
+            context,
+            "deploy #42, job prod, commit 0123456789ab, by ada, \
+             https://github.com/acme/app/actions/runs/99"
+        );
+    }
+
+    #[test]
+    fn circleci() {
+        let context = context_from(&lookup(&[
+            ("CIRCLECI", "true"),
+            ("CIRCLE_WORKFLOW_ID", "wf-1"),
+            ("CIRCLE_JOB", "deploy"),
+            ("CIRCLE_BUILD_NUM", "7"),
+            ("CIRCLE_SHA1", "fedcba9876543210"),
+            ("CIRCLE_USERNAME", "grace"),
+        ]));
+        assert_eq!(
+            context,
+            "workflow wf-1, deploy #7, commit fedcba987654, by grace"
+        );
+    }
+
+    #[test]
+    fn elsewhere_user_host_and_pid() {
+        let context = context_from(&lookup(&[("USER", "linus")]));
+        assert!(context.starts_with("linus@"), "{context}");
+        assert!(
+            context.ends_with(&format!("pid {}", std::process::id())),
+            "{context}"
+        );
     }
 
     #[test]
