@@ -220,6 +220,18 @@ impl Work<'_> {
                 Ok((Reply::Cancelled(vec![id.clone()]), None))
             }
             Op::CancelQueued => {
+                // The retry of a cancel that already ended tickets answers as the first time and
+                // ends nothing more (it would otherwise cancel the tickets queued since).
+                let done: Vec<String> = self
+                    .doc
+                    .finished
+                    .iter()
+                    .filter(|m| m.attempt.as_deref() == Some(self.attempt))
+                    .map(|m| m.id.clone())
+                    .collect();
+                if !done.is_empty() {
+                    return Ok((Reply::Cancelled(done), None));
+                }
                 let mut ids = Vec::new();
                 while let Some(idx) = self
                     .doc
