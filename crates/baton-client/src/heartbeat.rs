@@ -25,6 +25,9 @@ pub struct Lost {
     pub key: String,
     /// What happened.
     pub reason: String,
+    /// How the ticket ended, when the store said so (an operator's forced release, say);
+    /// `None` when the lease could not be confirmed in time.
+    pub outcome: Option<baton_core::Outcome>,
 }
 
 struct Tracked {
@@ -144,6 +147,7 @@ async fn run(
                 reason: "could not renew the lease in time (was this process paused, or the \
                          store unreachable?)"
                     .into(),
+                outcome: None,
             }));
             return;
         }
@@ -180,9 +184,14 @@ async fn run(
                 Ok(Err(ClientError::Refused { refusal, .. }))
                     if matches!(refusal, Refusal::Ended { .. } | Refusal::UnknownToken) =>
                 {
+                    let outcome = match &refusal {
+                        Refusal::Ended { outcome, .. } => Some(*outcome),
+                        _ => None,
+                    };
                     let _ = lost_tx.send(Some(Lost {
                         key: lease.key.clone(),
                         reason: refusal.to_string(),
+                        outcome,
                     }));
                     return;
                 }

@@ -71,18 +71,23 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
             _ = sigint.recv() => running.signal_group(libc::SIGINT),
             _ = sigterm.recv() => running.signal_group(libc::SIGTERM),
             changed = lost.changed() => {
-                let reason = match (changed, lost.borrow().clone()) {
-                    (Ok(()), Some(lost)) => format!("{}: {}", lost.key, lost.reason),
-                    _ => continue,
+                let Some(lost) = changed.ok().and(lost.borrow().clone()) else {
+                    continue;
                 };
                 // The lease may be granted to another any moment: stop the command now.
                 running.signal_group(libc::SIGKILL);
                 let _ = running.child.wait().await;
                 running.restore_terminal();
                 drop(guard);
+                // An operator's cancel is not a lost lease: a script may retry after one but
+                // not the other.
+                let (code, what) = match lost.outcome {
+                    Some(Outcome::Cancelled) => (exit::CANCELLED, "force-released"),
+                    _ => (exit::LOST, "lease lost"),
+                };
                 return Err(Failure::new(
-                    exit::LOST,
-                    format!("lease lost, command killed: {reason}"),
+                    code,
+                    format!("{what}, command killed: {}: {}", lost.key, lost.reason),
                 ));
             }
         }
