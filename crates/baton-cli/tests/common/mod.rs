@@ -1,0 +1,862 @@
+//! Shared helpers for the CLI's real-process tests.
+//!
+//! # Layout
+//!
+//! - [`for_each_store`]: runs a test once per store under test. `BATON_TEST_STORES` (comma-separated
+//!   URLs) names shared servers; the entry `fresh-sqlite`, and the default when the variable is
+//!   unset, gives each test its own `sqlite:<tempdir>/baton.db`. Every run gets a fresh random key
+//!   prefix, so runs never collide on a shared server.
+//! - [`Ctx`]: one test's store, key prefix and scratch directory, and the processes it started.
+//!   Dropping it (also while unwinding from a failed assertion) kills every process that carries
+//!   its scratch directory in its environment, so no test leaves processes behind.
+//! - [`Cmd`], [`Proc`], [`Done`]: `baton` (or `sh -c`) invocations with their output in files,
+//!   waits that are always bounded, and exit checks that print everything on failure.
+//! - [`KeyView`], [`TicketView`]: `baton status --json`, read in one place, so a change of field
+//!   names is one edit here.
+//!
+//! Children find the binary in `$TEST_BATON` and the scratch directory in `$TEST_DIR`; the store
+//! reaches every `baton` through `BATON_STORE`, set explicitly on each process (the tests never
+//! fall back to the per-user default store).
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The `baton` binary cargo built for these tests.
+pub fn baton_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_baton"))
+}
+
+/// How long a `baton` invocation that should finish promptly may take before the test fails.
+pub const PROMPT: Duration = Duration::from_secs(30);
+
+/// Runs `test` once per store under test, each time with a fresh [`Ctx`].
+pub fn for_each_store(test: impl Fn(&Ctx)) {
+    for store in stores_under_test() {
+        let ctx = Ctx::new(store);
+        eprintln!(
+            "--- store {} prefix {} dir {}",
+            ctx.store,
+            ctx.prefix,
+            ctx.dir().display()
+        );
+        test(&ctx);
+    }
+}
+
+/// Runs `test` once with a fresh SQLite store, whatever `BATON_TEST_STORES` says (for tests of
+/// the SQLite store itself).
+pub fn with_fresh_sqlite(test: impl Fn(&Ctx)) {
+    let ctx = Ctx::new(None);
+    test(&ctx);
+}
+
+/// The `BATON_TEST_STORES` entry for "a fresh SQLite file in the test's own directory".
+pub const FRESH_SQLITE: &str = "fresh-sqlite";
+
+/// `None` stands for "a fresh SQLite file in the test's own directory".
+fn stores_under_test() -> Vec<Option<String>> {
+    match std::env::var("BATON_TEST_STORES") {
+        Ok(list) if !list.trim().is_empty() => list
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .map(|url| (url != FRESH_SQLITE).then(|| url.to_owned()))
+            .collect(),
+        _ => vec![None],
+    }
+}
+
+/// 64 random bits as hex, from the standard library's randomly seeded hasher (no RNG crate
+/// needed for names).
+pub fn random_hex() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    format!("{:016x}", hasher.finish())
+}
+
+/// One test's store, key prefix and scratch directory.
+pub struct Ctx {
+    /// The store URL every process of this test uses.
+    pub store: String,
+    /// `t<random>/`: every key of this test starts with it.
+    pub prefix: String,
+    dir: Option<tempfile::TempDir>,
+    /// Process groups to kill when the test ends (commands whose pid a test learned).
+    extra_groups: Mutex<Vec<i32>>,
+    n_invocations: AtomicUsize,
+}
+
+impl Ctx {
+    fn new(store: Option<String>) -> Ctx {
+        let dir = tempfile::Builder::new()
+            .prefix("baton-cli-test-")
+            .tempdir()
+            .expect("create a scratch directory");
+        let store = store.unwrap_or_else(|| format!("sqlite:{}/baton.db", dir.path().display()));
+        Ctx {
+            store,
+            prefix: format!("t{}/", random_hex()),
+            dir: Some(dir),
+            extra_groups: Mutex::new(Vec::new()),
+            n_invocations: AtomicUsize::new(0),
+        }
+    }
+
+    /// The scratch directory (children see it as `$TEST_DIR`).
+    pub fn dir(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("the scratch directory lives as long as the Ctx")
+            .path()
+    }
+
+    /// A path in the scratch directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir().join(name)
+    }
+
+    /// This test's key `name` (the prefix prepended).
+    pub fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// A `baton` invocation with `args`.
+    pub fn baton<S: AsRef<OsStr>>(&self, args: impl IntoIterator<Item = S>) -> Cmd<'_> {
+        let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let name = args
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "baton".to_owned());
+        Cmd {
+            ctx: self,
+            program: baton_bin().to_owned(),
+            args,
+            envs: Vec::new(),
+            name,
+            current_dir: None,
+        }
+    }
+
+    /// `sh -c script`, with `$TEST_BATON`, `$TEST_DIR` and `BATON_STORE` in its environment.
+    pub fn sh(&self, name: &str, script: &str) -> Cmd<'_> {
+        Cmd {
+            ctx: self,
+            program: PathBuf::from("sh"),
+            args: vec!["-c".into(), script.into()],
+            envs: Vec::new(),
+            name: name.to_owned(),
+            current_dir: None,
+        }
+    }
+
+    /// Kill process group `pgid` (if still there) when the test ends.
+    pub fn kill_group_on_drop(&self, pgid: i32) {
+        self.extra_groups
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(pgid);
+    }
+
+    /// Creates (or truncates) a file in the scratch directory.
+    pub fn touch(&self, name: &str) {
+        fs::write(self.path(name), b"").expect("touch a file in the scratch directory");
+    }
+
+    /// The file's content, or an empty string if it does not exist.
+    pub fn read(&self, name: &str) -> String {
+        match fs::read(self.path(name)) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(error) => panic!("read {name}: {error}"),
+        }
+    }
+
+    /// The file's non-empty lines.
+    pub fn lines(&self, name: &str) -> Vec<String> {
+        self.read(name)
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.path(name).exists()
+    }
+
+    /// Waits (bounded) for a file in the scratch directory to exist.
+    pub fn wait_file(&self, name: &str, timeout: Duration) {
+        let path = self.path(name);
+        wait_until(&format!("{name} to appear"), timeout, || path.exists());
+    }
+
+    /// Reads a pid a child wrote, once the file holds a whole line.
+    pub fn wait_pid(&self, name: &str, timeout: Duration) -> i32 {
+        wait_for(&format!("a pid in {name}"), timeout, || {
+            let text = self.read(name);
+            if !text.ends_with('\n') {
+                return None;
+            }
+            text.trim().parse::<i32>().ok()
+        })
+    }
+
+    // ----- status -----
+
+    /// `baton status PREFIX --json`: must exit 0 and print only JSON on stdout.
+    pub fn status(&self) -> Value {
+        let done = self
+            .baton(["status", &self.prefix, "--json"])
+            .run_within(PROMPT);
+        done.assert_code(0);
+        serde_json::from_str(&done.stdout).unwrap_or_else(|error| {
+            panic!(
+                "`baton status --json` printed something that is not one JSON value ({error}):\n{}",
+                done.describe()
+            )
+        })
+    }
+
+    /// The status of `key`, if status lists it.
+    pub fn key_status(&self, key: &str) -> Option<KeyView> {
+        let status = self.status();
+        let keys = status
+            .get("keys")
+            .and_then(Value::as_array)
+            .unwrap_or_else(|| panic!("status --json has no `keys` array: {status}"));
+        keys.iter()
+            .find(|entry| entry.get("key").and_then(Value::as_str) == Some(key))
+            .map(|raw| KeyView { raw: raw.clone() })
+    }
+
+    /// The status of `key`; fails the test if status does not list it.
+    pub fn key_view(&self, key: &str) -> KeyView {
+        self.key_status(key)
+            .unwrap_or_else(|| panic!("status does not list key {key}: {}", self.status()))
+    }
+
+    /// Waits until `check` holds for `key`'s status (a key status does not list counts as empty).
+    pub fn wait_status(
+        &self,
+        what: &str,
+        key: &str,
+        timeout: Duration,
+        mut check: impl FnMut(&KeyView) -> bool,
+    ) -> KeyView {
+        let started = Instant::now();
+        loop {
+            let view = self.key_status(key).unwrap_or(KeyView { raw: Value::Null });
+            if check(&view) {
+                return view;
+            }
+            if started.elapsed() > timeout {
+                panic!(
+                    "timed out after {timeout:?} waiting for {what} on {key}; last status: {}",
+                    view.raw
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until a ticket with `context` is queued on `key`.
+    pub fn wait_queued(&self, key: &str, context: &str) -> KeyView {
+        self.wait_status(&format!("{context} queued"), key, PROMPT, |view| {
+            view.queue().iter().any(|ticket| ticket.context == context)
+        })
+    }
+
+    /// Waits until a ticket with `context` holds `key`.
+    pub fn wait_holding(&self, key: &str, context: &str) -> KeyView {
+        self.wait_status(&format!("{context} holding"), key, PROMPT, |view| {
+            view.holders()
+                .iter()
+                .any(|ticket| ticket.context == context)
+        })
+    }
+
+    // ----- gated holders -----
+
+    /// The command of a gated run: appends `NAME start` to `log`, writes its pid (its process
+    /// group) to `NAME.pid` and its fence to `NAME.fence`, waits until `NAME.go` exists, appends
+    /// `NAME end` to `log` and exits 0.
+    pub fn gate_script(name: &str) -> String {
+        format!(
+            r#"echo "{name} start" >> "$TEST_DIR/log"
+echo "$BATON_FENCE" > "$TEST_DIR/{name}.fence"
+echo $$ > "$TEST_DIR/{name}.pid"
+while [ ! -e "$TEST_DIR/{name}.go" ]; do sleep 0.05; done
+echo "{name} end" >> "$TEST_DIR/log""#
+        )
+    }
+
+    /// Spawns `baton run KEY --context NAME EXTRA... -- sh -c <gate_script(NAME)>`.
+    pub fn spawn_gated(&self, name: &str, key: &str, extra: &[&str]) -> Proc {
+        let script = Self::gate_script(name);
+        let mut args: Vec<&str> = vec!["run", key, "--context", name];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", &script]);
+        self.baton(args).name(name).spawn()
+    }
+
+    /// Waits until gated run `name` has started its command; registers its group for cleanup.
+    pub fn wait_started(&self, name: &str) -> i32 {
+        let pid = self.wait_pid(&format!("{name}.pid"), PROMPT);
+        self.kill_group_on_drop(pid);
+        pid
+    }
+
+    /// Lets gated run `name` finish.
+    pub fn open_gate(&self, name: &str) {
+        self.touch(&format!("{name}.go"));
+    }
+
+    /// The lines of the shared event log.
+    pub fn log(&self) -> Vec<String> {
+        self.lines("log")
+    }
+
+    fn next_invocation(&self) -> usize {
+        self.n_invocations.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let groups = std::mem::take(
+            self.extra_groups
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for pgid in groups {
+            if pid_alive(pgid) {
+                // SAFETY: plain signal sends; a vanished group gives ESRCH, ignored.
+                unsafe {
+                    libc::killpg(pgid, libc::SIGKILL);
+                    libc::kill(pgid, libc::SIGKILL);
+                }
+            }
+        }
+        let Some(dir) = self.dir.take() else { return };
+        kill_processes_with_env("TEST_DIR", &dir.path().to_string_lossy());
+        if std::thread::panicking() {
+            let kept = dir.keep();
+            eprintln!(
+                "test failed: its scratch directory is kept at {}",
+                kept.display()
+            );
+        }
+    }
+}
+
+/// SIGKILLs every process (but this one) whose environment has `name=value`: every process a
+/// test started carries its `TEST_DIR`, so this finds all of them, however deep.
+fn kill_processes_with_env(name: &str, value: &str) {
+    let needle = format!("{name}={value}\0").into_bytes();
+    let own_pid = std::process::id();
+    // A few passes: a process may fork while we look.
+    for _ in 0..3 {
+        let mut n_killed = 0;
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if pid == own_pid {
+                continue;
+            }
+            let Ok(environ) = fs::read(entry.path().join("environ")) else {
+                continue;
+            };
+            let has = environ
+                .split_inclusive(|byte| *byte == 0)
+                .any(|var| var == needle.as_slice());
+            if has {
+                // SAFETY: a plain signal send.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                n_killed += 1;
+            }
+        }
+        if n_killed == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` is a live process (a zombie counts as gone: it runs nothing).
+pub fn pid_alive(pid: i32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain anything.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X') | None)
+}
+
+/// Sends `signal` to `pid`.
+pub fn send_signal(pid: i32, signal: i32) {
+    // SAFETY: a plain signal send.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {signal}) failed: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Polls `check` every 50 ms until it holds; fails the test after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    wait_for(what, timeout, || check().then_some(()));
+}
+
+/// Polls `check` every 50 ms until it gives a value; fails the test after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        if started.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A process to start: `baton` or `sh -c`.
+pub struct Cmd<'c> {
+    ctx: &'c Ctx,
+    program: PathBuf,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
+    name: String,
+    current_dir: Option<PathBuf>,
+}
+
+impl<'c> Cmd<'c> {
+    /// Runs it in `dir` instead of the test's own current directory.
+    pub fn current_dir(mut self, dir: &Path) -> Self {
+        self.current_dir = Some(dir.to_owned());
+        self
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn env(mut self, name: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.envs
+            .push((name.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// The name used for its log files and in messages.
+    pub fn name(mut self, name: &str) -> Self {
+        self.name = name.to_owned();
+        self
+    }
+
+    /// Starts it in its own process group, stdin from /dev/null, stdout and stderr into files.
+    pub fn spawn(self) -> Proc {
+        use std::os::unix::process::CommandExt;
+        let ctx = self.ctx;
+        let n = ctx.next_invocation();
+        let logs = ctx.dir().join("logs");
+        fs::create_dir_all(&logs).expect("create the logs directory");
+        let safe_name: String = self
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .take(40)
+            .collect();
+        let stdout_path = logs.join(format!("{n:04}-{safe_name}.out"));
+        let stderr_path = logs.join(format!("{n:04}-{safe_name}.err"));
+        let stdout = fs::File::create(&stdout_path).expect("create a stdout file");
+        let stderr = fs::File::create(&stderr_path).expect("create a stderr file");
+
+        let mut command = Command::new(&self.program);
+        command.args(&self.args);
+        if let Some(dir) = &self.current_dir {
+            command.current_dir(dir);
+        }
+        // Nothing from the outer environment may choose a store, a key or an output file.
+        for (name, _) in std::env::vars_os() {
+            let text = name.to_string_lossy();
+            if text.starts_with("BATON_") || text == "GITHUB_OUTPUT" {
+                command.env_remove(&name);
+            }
+        }
+        command
+            .env("BATON_STORE", &ctx.store)
+            .env("TEST_BATON", baton_bin())
+            .env("TEST_DIR", ctx.dir())
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
+        let what = format!(
+            "{} {}",
+            self.program
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy(),
+            self.args
+                .iter()
+                .map(|a| {
+                    let a = a.to_string_lossy();
+                    if a.len() > 80 {
+                        format!("{}…", a.chars().take(80).collect::<String>())
+                    } else {
+                        a.into_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn {what}: {error}"));
+        Proc {
+            child,
+            exited: None,
+            what,
+            name: self.name,
+            stdout_path,
+            stderr_path,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs it to the end, failing the test if it takes longer than [`PROMPT`].
+    pub fn run(self) -> Done {
+        self.run_within(PROMPT)
+    }
+
+    /// Runs it to the end, failing the test if it takes longer than `timeout`.
+    pub fn run_within(self, timeout: Duration) -> Done {
+        self.spawn().wait(timeout)
+    }
+}
+
+/// A started process, in its own process group. Dropping it kills the group if it still runs.
+pub struct Proc {
+    child: Child,
+    exited: Option<ExitStatus>,
+    what: String,
+    name: String,
+    stdout_path: PathBuf,
+    stderr_path: PathBuf,
+    started: Instant,
+}
+
+impl Proc {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Its exit status, if it has exited.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().expect("try_wait");
+        }
+        self.exited
+    }
+
+    pub fn has_exited(&mut self) -> bool {
+        self.try_exit().is_some()
+    }
+
+    /// Waits for it to exit; fails the test (killing it) after `timeout`.
+    pub fn wait(&mut self, timeout: Duration) -> Done {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return self.done(status);
+            }
+            if Instant::now() >= deadline {
+                self.kill();
+                panic!(
+                    "`{}` did not exit within {timeout:?}; killed it.\nstdout:\n{}\nstderr:\n{}",
+                    self.what,
+                    self.stdout(),
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kills its process group and reaps it.
+    pub fn kill(&mut self) {
+        if self.try_exit().is_none() {
+            // SAFETY: a plain signal send to the group we created at spawn.
+            unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
+            self.exited = self.child.wait().ok();
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.stdout_path).unwrap_or_default()).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&fs::read(&self.stderr_path).unwrap_or_default()).into_owned()
+    }
+
+    fn done(&self, status: ExitStatus) -> Done {
+        use std::os::unix::process::ExitStatusExt;
+        Done {
+            what: self.what.clone(),
+            name: self.name.clone(),
+            code: status.code(),
+            signal: status.signal(),
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+            elapsed: self.started.elapsed(),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A finished process.
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub what: String,
+    pub name: String,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// From spawn to the moment the exit was seen.
+    pub elapsed: Duration,
+}
+
+impl Done {
+    pub fn describe(&self) -> String {
+        format!(
+            "`{}` exited with {} after {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.what,
+            match (self.code, self.signal) {
+                (Some(code), _) => format!("code {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                _ => "unknown status".to_owned(),
+            },
+            self.elapsed,
+            self.stdout,
+            self.stderr
+        )
+    }
+
+    /// Fails the test unless it exited with `code`; also fails on panic text.
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "expected exit code {code}:\n{}",
+            self.describe()
+        );
+        self.assert_no_panic()
+    }
+
+    /// Fails the test unless it exited with one of `codes`.
+    pub fn assert_code_in(&self, codes: &[i32]) -> &Self {
+        assert!(
+            self.code.is_some_and(|code| codes.contains(&code)),
+            "expected an exit code in {codes:?}:\n{}",
+            self.describe()
+        );
+        self.assert_no_panic()
+    }
+
+    /// A refusal: exit 1 or 2 (as given), a message on stderr, no panic.
+    pub fn assert_refused(&self, codes: &[i32]) -> &Self {
+        self.assert_code_in(codes);
+        assert!(
+            !self.stderr.trim().is_empty(),
+            "a refusal must say why on stderr:\n{}",
+            self.describe()
+        );
+        self
+    }
+
+    pub fn assert_no_panic(&self) -> &Self {
+        assert!(
+            !self.stderr.contains("panicked") && !self.stdout.contains("panicked"),
+            "baton panicked:\n{}",
+            self.describe()
+        );
+        self
+    }
+}
+
+/// One key in `baton status --json`.
+#[derive(Debug, Clone)]
+pub struct KeyView {
+    pub raw: Value,
+}
+
+impl KeyView {
+    pub fn holders(&self) -> Vec<TicketView> {
+        self.tickets("holders")
+    }
+
+    /// The queue, in grant order.
+    pub fn queue(&self) -> Vec<TicketView> {
+        let queue = self.tickets("queue");
+        // Positions, where given, must agree with the array's order.
+        let positions: Vec<u64> = queue
+            .iter()
+            .filter_map(|ticket| ticket.raw.get("position").and_then(Value::as_u64))
+            .collect();
+        if positions.len() == queue.len() {
+            assert!(
+                positions.windows(2).all(|pair| pair[0] < pair[1]),
+                "queue positions disagree with the queue's order: {}",
+                self.raw
+            );
+        }
+        queue
+    }
+
+    pub fn queue_contexts(&self) -> Vec<String> {
+        self.queue()
+            .into_iter()
+            .map(|ticket| ticket.context)
+            .collect()
+    }
+
+    pub fn holder_contexts(&self) -> Vec<String> {
+        let mut contexts: Vec<String> = self
+            .holders()
+            .into_iter()
+            .map(|ticket| ticket.context)
+            .collect();
+        contexts.sort();
+        contexts
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        self.raw.get("limit").and_then(Value::as_u64)
+    }
+
+    /// The key's latest fence.
+    pub fn fence(&self) -> Option<u64> {
+        self.raw.get("fence").and_then(as_u64_lenient)
+    }
+
+    pub fn last_outcome(&self) -> Option<String> {
+        let value = self.raw.get("last_outcome")?;
+        match value {
+            Value::String(text) => Some(text.clone()),
+            // An object such as {"outcome": "failed", ...}.
+            Value::Object(map) => map
+                .get("outcome")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            _ => None,
+        }
+    }
+
+    fn tickets(&self, field: &str) -> Vec<TicketView> {
+        match self.raw.get(field) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items.iter().map(TicketView::new).collect(),
+            Some(other) => panic!("status field `{field}` is not an array: {other}"),
+        }
+    }
+}
+
+/// A fence may be printed as a number or (to keep 64 bits exact in JavaScript) as a string.
+pub fn as_u64_lenient(value: &Value) -> Option<u64> {
+    value
+        .as_u64()
+        .or_else(|| value.as_str().and_then(|text| text.parse().ok()))
+}
+
+/// One ticket in `baton status --json`.
+#[derive(Debug, Clone)]
+pub struct TicketView {
+    pub id: String,
+    pub context: String,
+    pub mode: String,
+    pub raw: Value,
+}
+
+impl TicketView {
+    fn new(raw: &Value) -> TicketView {
+        let text = |field: &str| {
+            raw.get(field)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        TicketView {
+            id: text("id"),
+            context: text("context"),
+            mode: text("mode"),
+            raw: raw.clone(),
+        }
+    }
+
+    pub fn lease_left_ms(&self) -> Option<u64> {
+        self.raw.get("lease_left_ms").and_then(Value::as_u64)
+    }
+}
+
+/// Appends a line to a file (for tests that write their own notes).
+pub fn append_line(path: &Path, line: &str) {
+    let mut file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open for append");
+    writeln!(file, "{line}").expect("append a line");
+}
+
+/// Fails unless every value is strictly greater than the one before.
+pub fn assert_strictly_increasing(what: &str, values: &[u64]) {
+    for (index, pair) in values.windows(2).enumerate() {
+        assert!(
+            pair[0] < pair[1],
+            "{what} not strictly increasing at {index}: {} then {} (all: {values:?})",
+            pair[0],
+            pair[1]
+        );
+    }
+}

@@ -1,0 +1,234 @@
+//! Bad input gives a clear message, a documented exit code, no panic, and changes nothing:
+//! malformed keys, oversize contexts, usage errors, and corrupt documents in the store.
+
+mod common;
+
+use common::{for_each_store, with_fresh_sqlite, Ctx};
+
+/// Status lists no key under the test's prefix.
+fn assert_prefix_untouched(ctx: &Ctx) {
+    let status = ctx.status();
+    let keys = status
+        .get("keys")
+        .and_then(|keys| keys.as_array())
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        keys.is_empty(),
+        "refused input left something behind: {status}"
+    );
+}
+
+#[test]
+fn malformed_keys_are_refused() {
+    for_each_store(|ctx| {
+        let too_long = format!("{}{}", ctx.prefix, "k".repeat(257 - ctx.prefix.len()));
+        assert_eq!(too_long.len(), 257);
+        let bad_keys = [
+            ("empty", String::new()),
+            ("control char", ctx.key("a\u{1}b")),
+            ("newline", ctx.key("line\nbreak")),
+            ("257 bytes", too_long),
+        ];
+        for (what, key) in &bad_keys {
+            let done = ctx.baton(["acquire", key, "--timeout", "0"]).run();
+            done.assert_refused(&[1, 2]);
+            assert!(done.stdout.trim().is_empty(), "{what}: {}", done.describe());
+
+            let marker = format!("{}.ran", what.replace(' ', "_"));
+            let done = ctx
+                .baton([
+                    "run",
+                    key,
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("touch \"$TEST_DIR/{marker}\""),
+                ])
+                .run();
+            done.assert_refused(&[1, 2]);
+            assert!(
+                !ctx.exists(&marker),
+                "{what}: the command ran under a refused key"
+            );
+            ctx.baton(["release", key, "0123456789abcdef"])
+                .run()
+                .assert_refused(&[1, 2]);
+        }
+        assert_prefix_untouched(ctx);
+
+        // The edge itself: 256 bytes is a key.
+        let longest = format!("{}{}", ctx.prefix, "k".repeat(256 - ctx.prefix.len()));
+        let done = ctx.baton(["acquire", &longest, "--timeout", "0"]).run();
+        done.assert_code(0);
+        ctx.baton(["release", &longest, done.stdout.trim()])
+            .run()
+            .assert_code(0);
+    });
+}
+
+#[test]
+fn oversize_context_is_refused() {
+    for_each_store(|ctx| {
+        let key = ctx.key("context");
+        let done = ctx
+            .baton([
+                "acquire",
+                &key,
+                "--timeout",
+                "0",
+                "--context",
+                &"c".repeat(1025),
+            ])
+            .run();
+        done.assert_refused(&[1, 2]);
+        let done = ctx
+            .baton([
+                "run",
+                &key,
+                "--context",
+                &"c".repeat(1025),
+                "--",
+                "sh",
+                "-c",
+                "touch \"$TEST_DIR/ran\"",
+            ])
+            .run();
+        done.assert_refused(&[1, 2]);
+        assert!(!ctx.exists("ran"));
+        assert_prefix_untouched(ctx);
+
+        let full = "c".repeat(1024);
+        let done = ctx
+            .baton(["acquire", &key, "--timeout", "0", "--context", &full])
+            .run();
+        done.assert_code(0);
+        assert_eq!(ctx.key_view(&key).holder_contexts(), [full]);
+        ctx.baton(["release", &key, done.stdout.trim()])
+            .run()
+            .assert_code(0);
+    });
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    for_each_store(|ctx| {
+        let key = ctx.key("usage");
+        let usage_errors: [&[&str]; 7] = [
+            &[],
+            &["frobnicate"],
+            &["run", &key],
+            &["acquire", &key, "--timeout", "soon"],
+            &["acquire", &key, "--ttl", "5 parsecs"],
+            &["release", &key],
+            &["release", &key, "0123456789abcdef", "--outcome", "bogus"],
+        ];
+        for args in usage_errors {
+            ctx.baton(args).run().assert_refused(&[2]);
+        }
+        // Below the TTL minimum of 1 s.
+        ctx.baton(["acquire", &key, "--ttl", "500ms", "--timeout", "0"])
+            .run()
+            .assert_refused(&[1, 2]);
+        assert_prefix_untouched(ctx);
+    });
+}
+
+#[test]
+fn conflicting_limit_and_unknown_ticket_are_refused() {
+    for_each_store(|ctx| {
+        let key = ctx.key("limits");
+        let done = ctx.baton(["acquire", &key, "--timeout", "0"]).run();
+        done.assert_code(0);
+        let token = done.stdout.trim().to_owned();
+        ctx.baton(["acquire", &key, "--timeout", "0", "--limit", "2"])
+            .run()
+            .assert_refused(&[1]);
+        ctx.baton(["cancel", &key, "no-such-ticket"])
+            .run()
+            .assert_refused(&[1]);
+        assert_eq!(ctx.key_view(&key).holders().len(), 1);
+        ctx.baton(["release", &key, &token]).run().assert_code(0);
+    });
+}
+
+/// Garbage in a key's document: every command that touches the key refuses with a message
+/// that says the document is corrupt, and the row is left as it was.
+#[test]
+fn corrupt_sqlite_document_is_refused() {
+    with_fresh_sqlite(|ctx| {
+        // Create the store file and its schema.
+        let other = ctx.key("healthy");
+        let done = ctx.baton(["acquire", &other, "--timeout", "0"]).run();
+        done.assert_code(0);
+        ctx.baton(["release", &other, done.stdout.trim()])
+            .run()
+            .assert_code(0);
+
+        let db_path = ctx
+            .store
+            .strip_prefix("sqlite:")
+            .expect("a sqlite store URL")
+            .to_owned();
+        let connection = rusqlite::Connection::open(&db_path).expect("open the store file");
+        connection
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy timeout");
+        let garbage_key = ctx.key("garbage");
+        let garbage: &[u8] = b"\x00\xffthis is not a baton document{";
+        let newer_key = ctx.key("newer");
+        let newer: &[u8] = br#"{"format": 4000000000, "tickets": []}"#;
+        for (key, doc) in [(&garbage_key, garbage), (&newer_key, newer)] {
+            connection
+                .execute(
+                    "INSERT INTO baton_docs (key, version, doc) VALUES (?1, 7, ?2)",
+                    (key.as_str(), doc),
+                )
+                .expect("write a corrupt document");
+        }
+
+        for (key, doc) in [(&garbage_key, garbage), (&newer_key, newer)] {
+            let done = ctx.baton(["acquire", key, "--timeout", "0"]).run();
+            done.assert_refused(&[1]);
+            if key == &garbage_key {
+                assert!(
+                    done.stderr.to_lowercase().contains("corrupt"),
+                    "the message says the document is corrupt:\n{}",
+                    done.describe()
+                );
+            }
+            let done = ctx
+                .baton(["run", key, "--", "sh", "-c", "touch \"$TEST_DIR/ran\""])
+                .run();
+            done.assert_refused(&[1]);
+            assert!(!ctx.exists("ran"), "the command ran on a corrupt key");
+            ctx.baton(["release", key, "0123456789abcdef0123456789abcdef"])
+                .run()
+                .assert_refused(&[1]);
+            // Status may refuse or report the key; it never panics.
+            ctx.baton(["status", &ctx.prefix, "--json"])
+                .run()
+                .assert_no_panic();
+
+            let (version, stored): (i64, Vec<u8>) = connection
+                .query_row(
+                    "SELECT version, doc FROM baton_docs WHERE key = ?1",
+                    [key.as_str()],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .expect("the row is still there");
+            assert_eq!(
+                (version, stored.as_slice()),
+                (7, doc),
+                "refusals change nothing"
+            );
+        }
+
+        // Other keys still work.
+        let done = ctx.baton(["acquire", &other, "--timeout", "0"]).run();
+        done.assert_code(0);
+        ctx.baton(["release", &other, done.stdout.trim()])
+            .run()
+            .assert_code(0);
+    });
+}

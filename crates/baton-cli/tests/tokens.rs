@@ -1,0 +1,425 @@
+//! Tokens and outputs: `acquire` in one process and `release` in another, refusals of wrong and
+//! stale tokens, what `baton run` hands its command, and exit-code passthrough.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx};
+
+/// `baton acquire KEY --timeout 0 [extra]`: exit 0, the token alone on stdout.
+fn acquire(ctx: &Ctx, key: &str, extra: &[&str]) -> String {
+    let mut args = vec!["acquire", key, "--timeout", "0"];
+    args.extend_from_slice(extra);
+    let done = ctx.baton(args).run();
+    done.assert_code(0);
+    let token = done.stdout.trim().to_owned();
+    assert!(
+        !token.is_empty()
+            && !token.contains(char::is_whitespace)
+            && done.stdout.trim_end_matches('\n') == token,
+        "acquire prints the token alone on stdout:\n{}",
+        done.describe()
+    );
+    token
+}
+
+/// A token of the same shape as `token` that is not it.
+fn altered(token: &str) -> String {
+    let mut chars: Vec<char> = token.chars().collect();
+    let last = chars.last_mut().expect("a non-empty token");
+    *last = if *last == 'a' { 'b' } else { 'a' };
+    chars.into_iter().collect()
+}
+
+/// The `NAME=VALUE` lines of an `env` dump.
+fn parse_env(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+#[test]
+fn acquire_in_one_process_and_release_in_another() {
+    for_each_store(|ctx| {
+        let key = ctx.key("handoff");
+        let github_output = ctx.path("github_output");
+        std::fs::write(&github_output, "earlier=line\n").expect("write GITHUB_OUTPUT");
+        let done = ctx
+            .baton(["acquire", &key, "--json", "--context", "job 1"])
+            .env("GITHUB_OUTPUT", &github_output)
+            .run();
+        done.assert_code(0);
+        let json: Value = serde_json::from_str(&done.stdout).unwrap_or_else(|error| {
+            panic!(
+                "acquire --json prints one JSON object ({error}):\n{}",
+                done.describe()
+            )
+        });
+        let field = |name: &str| {
+            json.get(name)
+                .unwrap_or_else(|| panic!("acquire --json has no `{name}`: {json}"))
+        };
+        assert_eq!(field("key").as_str(), Some(key.as_str()));
+        let id = field("id").as_str().expect("id is a string").to_owned();
+        let token = field("token")
+            .as_str()
+            .expect("token is a string")
+            .to_owned();
+        let fence = as_u64_lenient(field("fence")).expect("fence is a u64");
+        assert!(!id.is_empty() && !token.is_empty() && id != token, "{json}");
+        assert!(fence > 0, "{json}");
+        for name in ["acquired_at", "lease_until"] {
+            assert!(!field(name).is_null(), "`{name}` is set: {json}");
+        }
+
+        let lines: Vec<String> = std::fs::read_to_string(&github_output)
+            .expect("read GITHUB_OUTPUT")
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            lines.first().map(String::as_str),
+            Some("earlier=line"),
+            "appended: {lines:?}"
+        );
+        let outputs = parse_env(&lines.join("\n"));
+        assert_eq!(outputs.get("key"), Some(&key), "{lines:?}");
+        assert_eq!(outputs.get("ticket"), Some(&token), "{lines:?}");
+        assert_eq!(outputs.get("fence"), Some(&fence.to_string()), "{lines:?}");
+        assert!(
+            outputs
+                .get("acquired-at")
+                .is_some_and(|value| !value.is_empty()),
+            "{lines:?}"
+        );
+
+        // Status shows the holder by id and context, with the default 15 min lease, and never
+        // the token.
+        let status = ctx.status();
+        assert!(
+            !status.to_string().contains(&token),
+            "status reveals the token: {status}"
+        );
+        let view = ctx.key_view(&key);
+        let holders = view.holders();
+        assert_eq!(holders.len(), 1, "{}", view.raw);
+        assert_eq!(holders[0].id, id, "{}", view.raw);
+        assert_eq!(holders[0].context, "job 1", "{}", view.raw);
+        let left_ms = holders[0]
+            .lease_left_ms()
+            .expect("holders show lease_left_ms");
+        assert!(
+            (13 * 60_000..=15 * 60_000).contains(&left_ms),
+            "acquire's default TTL is 15m: {}",
+            view.raw
+        );
+        ctx.baton(["acquire", &key, "--timeout", "0"])
+            .run()
+            .assert_code(75);
+
+        // Renew from a third process.
+        ctx.baton(["renew", &key, &token, "--ttl", "1h"])
+            .run()
+            .assert_code(0);
+        let left_ms = ctx.key_view(&key).holders()[0]
+            .lease_left_ms()
+            .expect("holders show lease_left_ms");
+        assert!(
+            left_ms > 50 * 60_000,
+            "renew --ttl 1h extends the lease: {left_ms} ms"
+        );
+
+        // Release from a fourth.
+        ctx.baton(["release", &key, &token, "--outcome", "failed"])
+            .run()
+            .assert_code(0);
+        let view = ctx.key_view(&key);
+        assert!(view.holders().is_empty(), "{}", view.raw);
+        assert_eq!(
+            view.last_outcome().as_deref(),
+            Some("failed"),
+            "{}",
+            view.raw
+        );
+
+        // Compound durations; status filters by prefix.
+        let token2 = acquire(ctx, &key, &["--ttl", "1h30m"]);
+        let left_ms = ctx.key_view(&key).holders()[0]
+            .lease_left_ms()
+            .expect("holders show lease_left_ms");
+        assert!(
+            (85 * 60_000..=90 * 60_000).contains(&left_ms),
+            "--ttl 1h30m: {left_ms} ms left"
+        );
+        let outside = format!("z{}", key);
+        let outside_token = acquire(ctx, &outside, &[]);
+        assert!(
+            ctx.key_status(&outside).is_none(),
+            "status PREFIX lists only keys under PREFIX"
+        );
+        ctx.baton(["release", &outside, &outside_token])
+            .run()
+            .assert_code(0);
+        assert_ne!(token2, token);
+        let fence2 = ctx.key_view(&key).fence().expect("status shows the fence");
+        assert!(
+            fence2 > fence,
+            "the next grant's fence is larger: {fence} then {fence2}"
+        );
+        ctx.baton(["release", &key, &token2, "--outcome", "cancelled"])
+            .run()
+            .assert_code(0);
+        let view = ctx.key_view(&key);
+        assert_eq!(
+            view.last_outcome().as_deref(),
+            Some("cancelled"),
+            "{}",
+            view.raw
+        );
+    });
+}
+
+#[test]
+fn wrong_and_stale_tokens_are_refused() {
+    for_each_store(|ctx| {
+        let key = ctx.key("tokens");
+        let token = acquire(ctx, &key, &["--context", "owner"]);
+        let wrong = altered(&token);
+
+        ctx.baton(["release", &key, &wrong])
+            .run()
+            .assert_refused(&[1]);
+        ctx.baton(["renew", &key, &wrong])
+            .run()
+            .assert_refused(&[1]);
+        // A token of another key does not hold this one.
+        let other_key = ctx.key("tokens-other");
+        let other_token = acquire(ctx, &other_key, &[]);
+        ctx.baton(["release", &key, &other_token])
+            .run()
+            .assert_refused(&[1]);
+        ctx.baton(["release", &other_key, &other_token])
+            .run()
+            .assert_code(0);
+        // The refusals changed nothing.
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["owner"]);
+
+        ctx.baton(["release", &key, &token]).run().assert_code(0);
+        ctx.baton(["release", &key, &token])
+            .run()
+            .assert_refused(&[1]);
+        ctx.baton(["renew", &key, &token])
+            .run()
+            .assert_refused(&[1]);
+
+        // An expired lease: taken over by another acquire, then refused to its old owner.
+        let expired = acquire(ctx, &key, &["--ttl", "1s", "--context", "short"]);
+        std::thread::sleep(Duration::from_millis(2500));
+        let done = ctx
+            .baton([
+                "acquire",
+                &key,
+                "--timeout",
+                "10s",
+                "--poll",
+                "100ms",
+                "--context",
+                "next",
+            ])
+            .run();
+        done.assert_code(0);
+        let next = done.stdout.trim().to_owned();
+        ctx.baton(["renew", &key, &expired])
+            .run()
+            .assert_refused(&[1]);
+        ctx.baton(["release", &key, &expired])
+            .run()
+            .assert_refused(&[1]);
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["next"]);
+        ctx.baton(["release", &key, &next]).run().assert_code(0);
+    });
+}
+
+#[test]
+fn run_hands_its_command_the_key_token_and_fence() {
+    for_each_store(|ctx| {
+        let key = ctx.key("env/one");
+        ctx.baton([
+            "run",
+            &key,
+            "--",
+            "sh",
+            "-c",
+            r#"env > "$TEST_DIR/env1"; "$TEST_BATON" renew "$BATON_KEY" "$BATON_TICKET"; echo $? > "$TEST_DIR/renew_rc""#,
+        ])
+        .run()
+        .assert_code(0);
+        let env = parse_env(&ctx.read("env1"));
+        assert_eq!(env.get("BATON_KEY"), Some(&key), "{env:?}");
+        assert!(
+            env.get("BATON_TICKET").is_some_and(|t| !t.is_empty()),
+            "{env:?}"
+        );
+        let fence: u64 = env["BATON_FENCE"]
+            .parse()
+            .expect("BATON_FENCE is a decimal u64");
+        assert_eq!(
+            ctx.read("renew_rc").trim(),
+            "0",
+            "BATON_TICKET is the live token"
+        );
+        assert_eq!(
+            ctx.key_view(&key).fence(),
+            Some(fence),
+            "the fence status shows"
+        );
+
+        // Several keys: numbered variables in sorted key order; the plain ones are the first.
+        let key_a = ctx.key("env/a");
+        let key_b = ctx.key("env/b");
+        let key_c = ctx.key("env/c");
+        ctx.baton([
+            "run",
+            &key_c,
+            &key_a,
+            &key_b,
+            "--",
+            "sh",
+            "-c",
+            r#"env > "$TEST_DIR/env3""#,
+        ])
+        .run()
+        .assert_code(0);
+        let env = parse_env(&ctx.read("env3"));
+        assert_eq!(
+            env.get("BATON_KEYS").map(String::as_str),
+            Some("3"),
+            "{env:?}"
+        );
+        for (index, key) in [&key_a, &key_b, &key_c].into_iter().enumerate() {
+            let n = index + 1;
+            assert_eq!(env.get(&format!("BATON_KEY_{n}")), Some(key), "{env:?}");
+            let fence: u64 = env[&format!("BATON_FENCE_{n}")]
+                .parse()
+                .expect("a decimal fence");
+            assert_eq!(ctx.key_view(key).fence(), Some(fence), "BATON_FENCE_{n}");
+        }
+        assert_eq!(env.get("BATON_KEY"), Some(&key_a));
+        assert_eq!(env.get("BATON_TICKET"), env.get("BATON_TICKET_1"));
+        assert_eq!(env.get("BATON_FENCE"), env.get("BATON_FENCE_1"));
+        let tickets: std::collections::BTreeSet<&String> = (1..=3)
+            .map(|n| &env[&format!("BATON_TICKET_{n}")])
+            .collect();
+        assert_eq!(tickets.len(), 3, "one token per key: {env:?}");
+    });
+}
+
+#[test]
+fn run_passes_exit_codes_through_and_records_the_outcome() {
+    for_each_store(|ctx| {
+        let key = ctx.key("exit");
+        let cases: [(&[&str], i32, &str); 4] = [
+            (&["sh", "-c", "exit 7"], 7, "failed"),
+            (&["true"], 0, "succeeded"),
+            (&["sh", "-c", "kill -KILL $$"], 128 + 9, "failed"),
+            (&["false"], 1, "failed"),
+        ];
+        for (command, code, outcome) in cases {
+            let mut args = vec!["run", key.as_str(), "--"];
+            args.extend_from_slice(command);
+            ctx.baton(args).run().assert_code(code);
+            let view = ctx.key_view(&key);
+            assert_eq!(
+                view.last_outcome().as_deref(),
+                Some(outcome),
+                "after {command:?}: {}",
+                view.raw
+            );
+            assert!(view.holders().is_empty(), "{}", view.raw);
+        }
+
+        // baton's own output goes to stderr; stdout is the command's alone.
+        let done = ctx
+            .baton(["run", &key, "--", "sh", "-c", "echo out; echo err >&2"])
+            .run();
+        done.assert_code(0);
+        assert_eq!(done.stdout, "out\n", "{}", done.describe());
+        assert!(done.stderr.contains("err"), "{}", done.describe());
+
+        // A command that cannot start fails the run and does not leave the key held.
+        let done = ctx
+            .baton(["run", &key, "--", "/nonexistent/baton-test-command"])
+            .run();
+        done.assert_no_panic();
+        assert_ne!(done.code, Some(0), "{}", done.describe());
+        assert!(!done.stderr.trim().is_empty(), "{}", done.describe());
+        let view = ctx.key_view(&key);
+        assert!(view.holders().is_empty(), "{}", view.raw);
+        let token = acquire(ctx, &key, &[]);
+        ctx.baton(["release", &key, &token]).run().assert_code(0);
+    });
+}
+
+/// `--store` wins over `BATON_STORE`; a relative `sqlite:PATH` is taken from the current
+/// directory; status names the store it reads.
+#[test]
+fn store_flag_and_relative_sqlite_paths() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("where");
+        let elsewhere = format!("sqlite:{}/elsewhere.db", ctx.dir().display());
+        let token = ctx
+            .baton(["acquire", &key, "--timeout", "0", "--store", &ctx.store])
+            .env("BATON_STORE", &elsewhere)
+            .run()
+            .assert_code(0)
+            .stdout
+            .trim()
+            .to_owned();
+        assert_eq!(
+            ctx.key_view(&key).holders().len(),
+            1,
+            "--store chose the store"
+        );
+        ctx.baton(["release", &key, &token]).run().assert_code(0);
+
+        std::fs::create_dir(ctx.path("cwd")).expect("mkdir cwd");
+        let token = ctx
+            .baton(["acquire", &key, "--timeout", "0"])
+            .env("BATON_STORE", "sqlite:relative.db")
+            .current_dir(&ctx.path("cwd"))
+            .run()
+            .assert_code(0)
+            .stdout
+            .trim()
+            .to_owned();
+        assert!(
+            ctx.exists("cwd/relative.db"),
+            "sqlite:relative.db is under the current directory"
+        );
+        let status = ctx
+            .baton(["status", &ctx.prefix, "--json"])
+            .env("BATON_STORE", "sqlite:relative.db")
+            .current_dir(&ctx.path("cwd"))
+            .run();
+        status.assert_code(0);
+        let json: Value = serde_json::from_str(&status.stdout).expect("status --json is JSON");
+        let store = json
+            .get("store")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        assert!(
+            store.contains("relative.db"),
+            "status names its store: {json}"
+        );
+        ctx.baton(["release", &key, &token])
+            .env("BATON_STORE", "sqlite:relative.db")
+            .current_dir(&ctx.path("cwd"))
+            .run()
+            .assert_code(0);
+    });
+}

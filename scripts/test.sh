@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# baton's test command: the README and CI (.ci/run) call this, and nothing else.
+#
+# On a fresh Debian 12 machine (root, network only to package registries, a rustup toolchain
+# with cargo already there) it installs what the build and the tests need, starts the test
+# servers later stores will need, builds every target and runs every test.
+#
+# Environment:
+#   CARGO_TARGET_DIR     honoured (cargo reads it).
+#   BATON_TEST_STORES    comma-separated store URLs the CLI tests run against (`fresh-sqlite`:
+#                        a new SQLite file per test, the default when unset). The server
+#                        functions below append their URLs to it.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+# ----- tools -------------------------------------------------------------------------------
+
+# Debian packages to install, collected by need_tool and installed in one apt-get run.
+missing_packages=()
+
+# need_tool COMMAND PACKAGE...: install the packages when COMMAND is not on the PATH.
+need_tool() {
+    local tool=$1
+    shift
+    command -v "$tool" >/dev/null 2>&1 || missing_packages+=("$@")
+}
+
+install_missing() {
+    ((${#missing_packages[@]})) || return 0
+    section "installing ${missing_packages[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing tools need the packages: ${missing_packages[*]} (run as root, or install them)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing_packages[@]}"
+}
+
+# The toolchain comes from rustup, never from apt.
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is not on the PATH: install the Rust toolchain with rustup first" >&2
+    exit 1
+fi
+need_tool cc gcc libc6-dev # rusqlite builds SQLite from source (feature "bundled")
+need_tool sh dash          # the CLI tests' child commands
+need_tool sleep coreutils  # ... which use sleep, mkdir, ls, wc, env
+install_missing
+
+# ----- test servers ------------------------------------------------------------------------
+#
+# One function per server. Each starts its server on loopback on a free port with its data in
+# a temporary directory, registers its stop with the EXIT trap, and appends its URL to
+# BATON_TEST_STORES so the CLI tests run against it too. Later issues fill them in, then list
+# them in start_test_servers.
+
+server_dirs=()
+server_pids=()
+stop_test_servers() {
+    local pid
+    for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    ((${#server_dirs[@]})) && rm -rf "${server_dirs[@]}"
+    return 0
+}
+trap stop_test_servers EXIT
+
+# add_test_store URL: the CLI tests run against URL too. The first call keeps the default
+# (`fresh-sqlite`: a new SQLite file per test) in the list.
+add_test_store() {
+    BATON_TEST_STORES="${BATON_TEST_STORES:-fresh-sqlite},$1"
+    export BATON_TEST_STORES
+}
+
+# A free TCP port on loopback (bound and released; good enough for a test server). A server
+# function that uses it adds `need_tool python3 python3` before install_missing.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# No store of this build needs a server yet (SQLite is a file): start_test_servers will call
+# one start_<server> function per server store as those stores land.
+start_test_servers() { :; }
+
+start_test_servers
+if [ -n "${BATON_TEST_STORES:-}" ]; then
+    echo "CLI tests run against: $BATON_TEST_STORES"
+fi
+
+# ----- build and test ----------------------------------------------------------------------
+
+section "toolchain"
+cargo --version
+rustc --version
+echo "target dir: ${CARGO_TARGET_DIR:-target}"
+
+section "build (cargo build --workspace --all-targets)"
+cargo build --workspace --all-targets
+
+section "test (cargo test --workspace --no-fail-fast)"
+status=0
+cargo test --workspace --no-fail-fast || status=$?
+if [ "$status" -ne 0 ]; then
+    section "tests FAILED (cargo test exited $status): see the failures above"
+    exit "$status"
+fi
+section "all tests passed"
