@@ -48,6 +48,8 @@ fi
 need_tool cc gcc libc6-dev # rusqlite builds SQLite from source (feature "bundled")
 need_tool sh dash          # the CLI tests' child commands
 need_tool sleep coreutils  # ... which use sleep, mkdir, ls, wc, env
+need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
+need_tool awk mawk        # ... which reads /proc/PID/stat
 install_missing
 
 # ----- test servers ------------------------------------------------------------------------
