@@ -49,7 +49,7 @@ pub struct AcquireOptions {
     pub keep: bool,
     /// Bound on the key's live tickets.
     pub max_live: u32,
-    /// Called when the wait starts and whenever its standing changes.
+    /// Called when the wait starts and after every look at the store while waiting.
     pub on_progress: Option<ProgressFn>,
 }
 
@@ -163,8 +163,8 @@ pub struct WaitProgress {
     pub holders: Vec<HolderView>,
     /// How long this wait has lasted.
     pub waited: Duration,
-    /// The key's mean recent hold time, for an estimate.
-    pub mean_hold_ms: Option<u64>,
+    /// Estimated time until the grant, from the key's recent hold times.
+    pub estimate: Option<Duration>,
 }
 
 /// Waits for a turn at `pending.key`.
@@ -216,11 +216,23 @@ pub async fn release(
     token: &str,
     outcome: Outcome,
 ) -> Result<(), ClientError> {
+    release_with_reason(coord, key, token, outcome, None).await
+}
+
+/// [`release`] with a reason recorded in the history.
+pub async fn release_with_reason(
+    coord: &Coordinator,
+    key: &str,
+    token: &str,
+    outcome: Outcome,
+    reason: Option<String>,
+) -> Result<(), ClientError> {
     let request = Request {
         attempt: ids::new_attempt_id(),
         op: Op::Release {
             token: token.to_string(),
             outcome,
+            reason,
         },
     };
     coord.execute(key, &request).await.map(|_| ())
@@ -290,16 +302,17 @@ async fn acquire_until(
             .iter()
             .position(|t| t.id == pending.id)
             .unwrap_or(0);
+        // Told after every read: the caller decides what is worth printing.
+        if let Some(progress) = &options.on_progress {
+            progress(&progress_of(
+                key,
+                &pending.id,
+                &doc,
+                position,
+                started.elapsed(),
+            ));
+        }
         if position != last_position {
-            if let Some(progress) = &options.on_progress {
-                progress(&progress_of(
-                    key,
-                    &pending.id,
-                    &doc,
-                    position,
-                    started.elapsed(),
-                ));
-            }
             last_position = position;
             interval = options.poll_min();
         }
@@ -551,6 +564,6 @@ fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration
             })
             .collect(),
         waited,
-        mean_hold_ms: doc.summary.mean_hold_ms(),
+        estimate: baton_core::estimate::estimate_wait_ms(doc, id, now).map(Duration::from_millis),
     }
 }

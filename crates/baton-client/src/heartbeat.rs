@@ -14,7 +14,7 @@ use baton_core::Refusal;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::acquire::{release, renew, Lease};
+use crate::acquire::{release, release_with_reason, renew, Lease};
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 
@@ -250,12 +250,24 @@ impl LeaseGuard {
 
     /// Stops renewing and releases every lease with `outcome`. Returns the first error; every
     /// lease is attempted.
-    pub async fn release(mut self, outcome: baton_core::Outcome) -> Result<(), ClientError> {
+    pub async fn release(self, outcome: baton_core::Outcome) -> Result<(), ClientError> {
+        self.release_with_reason(outcome, None).await
+    }
+
+    /// [`LeaseGuard::release`] with a reason recorded in each key's history.
+    pub async fn release_with_reason(
+        mut self,
+        outcome: baton_core::Outcome,
+        reason: Option<String>,
+    ) -> Result<(), ClientError> {
         self.released = true;
         self.heartbeat.stop_all();
         let mut first_error = None;
         for lease in &self.leases {
-            if let Err(e) = release(&self.coord, &lease.key, &lease.token, outcome).await {
+            let reason = reason.clone();
+            let released =
+                release_with_reason(&self.coord, &lease.key, &lease.token, outcome, reason).await;
+            if let Err(e) = released {
                 first_error.get_or_insert(e);
             }
         }

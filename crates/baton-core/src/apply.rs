@@ -158,8 +158,15 @@ impl Work<'_> {
                 self.beat(idx, ttl_ms);
                 Ok(self.live_reply(idx))
             }
-            Op::Release { token, outcome } => {
+            Op::Release {
+                token,
+                outcome,
+                reason,
+            } => {
                 limits::check_token(token)?;
+                if let Some(reason) = reason {
+                    limits::check_reason(reason)?;
+                }
                 let hash = token_hash(token);
                 let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
                     return self
@@ -188,7 +195,7 @@ impl Work<'_> {
                 }
                 let id = self.doc.tickets[idx].id.clone();
                 let attempt = Some(self.attempt.to_string());
-                self.finish(idx, *outcome, false, None, attempt);
+                self.finish(idx, *outcome, false, reason.clone(), attempt);
                 let view = TicketView::Finished {
                     id,
                     outcome: *outcome,

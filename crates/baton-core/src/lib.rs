@@ -14,11 +14,13 @@
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
+//! - [`estimate`]: the wait estimate from the key's recent hold times.
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod clock;
 pub mod doc;
+pub mod estimate;
 pub mod history;
 pub mod invariants;
 pub mod limits;

@@ -9,6 +9,8 @@ pub const KEY_MAX_BYTES: usize = 256;
 pub const CONTEXT_MAX_BYTES: usize = 1024;
 /// Longest `order` value, in bytes of UTF-8.
 pub const ORDER_MAX_BYTES: usize = 128;
+/// Longest reason given with a release, in bytes of UTF-8.
+pub const REASON_MAX_BYTES: usize = 256;
 /// Longest ticket id, in bytes (ids are made by clients, `[A-Za-z0-9_-]`).
 pub const ID_MAX_BYTES: usize = 64;
 /// Longest token, in bytes.
@@ -67,6 +69,17 @@ pub fn check_context(context: &str) -> Result<(), InvalidInput> {
         return Err(InvalidInput(format!(
             "the context is {} bytes long; contexts are at most {CONTEXT_MAX_BYTES} bytes",
             context.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a release's reason: at most 256 bytes.
+pub fn check_reason(reason: &str) -> Result<(), InvalidInput> {
+    if reason.len() > REASON_MAX_BYTES {
+        return Err(InvalidInput(format!(
+            "the reason is {} bytes long; reasons are at most {REASON_MAX_BYTES} bytes",
+            reason.len()
         )));
     }
     Ok(())

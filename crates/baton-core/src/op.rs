@@ -43,6 +43,9 @@ pub enum Op {
         token: String,
         /// How it ended.
         outcome: Outcome,
+        /// Why, in words, for the history (`held longer than --max-hold 10m`, say).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// An operator cancels a queued ticket, or force-releases a held one (recorded as forced).
     Cancel {

@@ -116,6 +116,7 @@ fn grants_follow_arrival_and_release_hands_over_with_a_claim_window() {
     w.run(Op::Release {
         token: token(1),
         outcome: Outcome::Succeeded,
+        reason: None,
     })
     .expect("release");
     assert_eq!(w.holders(), vec!["t2"]);
@@ -252,18 +253,21 @@ fn semaphore_and_shared_modes() {
     w.run(Op::Release {
         token: token(1),
         outcome: Outcome::Succeeded,
+        reason: None,
     })
     .expect("r1 done");
     assert_eq!(w.holders(), vec!["t2"]);
     w.run(Op::Release {
         token: token(2),
         outcome: Outcome::Succeeded,
+        reason: None,
     })
     .expect("r2 done");
     assert_eq!(w.holders(), vec!["t3"]);
     w.run(Op::Release {
         token: token(3),
         outcome: Outcome::Failed,
+        reason: None,
     })
     .expect("w3 done");
     assert_eq!(w.holders(), vec!["t4"]);
@@ -290,6 +294,7 @@ fn tokens_guard_renew_and_release_and_retries_are_recognised() {
         op: Op::Release {
             token: token(1),
             outcome: Outcome::Succeeded,
+            reason: None,
         },
     };
     w.run_request(&release).expect("release");
@@ -307,6 +312,7 @@ fn tokens_guard_renew_and_release_and_retries_are_recognised() {
         .run(Op::Release {
             token: token(1),
             outcome: Outcome::Succeeded,
+            reason: None,
         })
         .expect_err("double");
     assert!(matches!(
@@ -340,6 +346,7 @@ fn a_retried_enqueue_makes_no_ghost() {
     w.run(Op::Release {
         token: token(1),
         outcome: Outcome::Succeeded,
+        reason: None,
     })
     .expect("release");
     let reply = w.run_request(&request).expect("late retry");
@@ -461,6 +468,7 @@ fn bad_input_is_refused_and_changes_nothing() {
         Op::Release {
             token: token(1),
             outcome: Outcome::Expired,
+            reason: None,
         },
         Op::Renew {
             token: String::new(),

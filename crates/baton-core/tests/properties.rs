@@ -550,7 +550,7 @@ fn describe(request: &Request) -> String {
         ),
         Op::Refresh { token } => format!("refresh {}", short(token)),
         Op::Renew { token, ttl_ms } => format!("renew {} ttl {ttl_ms:?}", short(token)),
-        Op::Release { token, outcome } => format!("release {} {outcome}", short(token)),
+        Op::Release { token, outcome, .. } => format!("release {} {outcome}", short(token)),
         Op::Cancel { id } => format!("cancel {id:?}"),
         Op::CancelQueued => "cancel-queued".into(),
         Op::Tick => "tick".into(),
@@ -796,6 +796,7 @@ impl World {
             } => Op::Release {
                 token: self.token(c, *pick, *token),
                 outcome: OUTCOMES[*outcome as usize],
+                reason: None,
             },
             OpSeed::Cancel { pick } => {
                 let all: Vec<&String> = self
@@ -934,6 +935,7 @@ impl World {
             10 => Op::Release {
                 token: format!("{own}\u{7}"),
                 outcome: Outcome::Succeeded,
+                reason: None,
             },
             11 => Op::Cancel {
                 id: "no such".into(),
