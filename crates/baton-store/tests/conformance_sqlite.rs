@@ -360,3 +360,23 @@ async fn a_file_system_where_wal_cannot_work_is_refused() {
     assert!(message.contains("WAL"), "{message}");
     assert!(message.contains("local disk"), "{message}");
 }
+
+/// A write by another connection to the file (another process, in real use) wakes a watcher:
+/// the wake-up comes from the file, not from the writer's own store object.
+#[tokio::test]
+async fn a_write_from_another_connection_wakes_a_watcher() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let watching = SqliteStore::open(&path).await.unwrap();
+    let writer = SqliteStore::open(&path).await.unwrap();
+    let mut handle = watching
+        .watch("k")
+        .await
+        .unwrap()
+        .expect("inotify is available on Linux");
+    writer.cas("k", None, b"1", &[]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), handle.changed())
+        .await
+        .expect("woken within 2 s of the other connection's commit")
+        .unwrap();
+}

@@ -10,6 +10,7 @@
 //! on tokio's blocking pool, never on the async workers.
 
 mod schema;
+mod watch;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,8 @@ struct Inner {
     /// hold the lock inside `spawn_blocking`, never across an `.await`.
     connection: Mutex<Connection>,
     path: PathBuf,
+    /// Wake-ups from inotify, started by the first `watch`.
+    watcher: Mutex<Option<watch::Watcher>>,
     /// `sqlite:<absolute path>`, computed once.
     description: String,
 }
@@ -87,6 +90,7 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 connection: Mutex::new(connection),
                 path,
+                watcher: Mutex::new(None),
                 description,
             }),
         })
@@ -136,7 +140,7 @@ impl Store for SqliteStore {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            watch: false,
+            watch: true,
             conflict_returns_current: true,
             clock: true,
         }
@@ -272,8 +276,23 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
-        // SQLite has no way to push a change to another process; waiters poll.
-        Ok(None)
+        // One inotify watcher per store, started on first use; where inotify is not available
+        // (or runs out of watches), waiters poll instead.
+        let mut watcher = self
+            .inner
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_none() {
+            match watch::Watcher::start(&self.inner.path) {
+                Ok(started) => *watcher = Some(started),
+                Err(error) => {
+                    tracing::debug!(%error, "no inotify watch; waiters poll");
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(watcher.as_ref().map(|w| WatchHandle::new(w.subscribe())))
     }
 
     async fn clock(&self) -> Result<StoreClock> {
