@@ -14,6 +14,7 @@ Exit codes:
   76   the ticket was superseded by a newer one while queued (--supersede)
   77   the ticket was cancelled or force-released by an operator (baton cancel)
   78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost
+  79   `run --max-hold`: CMD held the keys too long and was stopped
   130  interrupted by SIGINT while waiting (143 for SIGTERM)";
 
 const ABOUT: &str = "Fair, fenced locks and semaphores for CI pipelines, deployments and jobs";
@@ -71,6 +72,12 @@ pub enum Command {
     Status(StatusArgs),
     /// Cancel a queued ticket, or force-release a held one (recorded as forced)
     Cancel(CancelArgs),
+    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
+    Completions(CompletionsArgs),
+    /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
+    Man(ManArgs),
+    /// Show how a key's past turns ended, newest first; --follow for new ones
+    Log(LogArgs),
 }
 
 const RUN_HELP: &str = "\
@@ -153,6 +160,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub wait: WaitArgs,
 
+    /// Stop CMD (its process group: SIGTERM, then SIGKILL 5s later) once it has held the
+    /// keys this long; the turn is recorded as failed, and baton exits 79
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub max_hold: Option<Duration>,
+
     /// The keys to hold while CMD runs, then `--`, then CMD and its arguments
     #[arg(required = true, num_args = 1.., value_name = "KEY")]
     pub keys: Vec<String>,
@@ -220,13 +232,100 @@ pub struct RenewArgs {
 
 /// `baton status`.
 #[derive(Debug, Args)]
+#[command(after_help = STATUS_HELP)]
 pub struct StatusArgs {
     /// Only keys starting with PREFIX [default: every key]
-    #[arg(value_name = "PREFIX", default_value = "")]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
     pub prefix: String,
-    /// Write JSON (only JSON) to stdout
+    /// Keep watching: redraw every --interval on a terminal; elsewhere print the table once,
+    /// then one line per change (granted, queued, left)
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Only rows in these states: a comma list of held, queued, free, or all
+    #[arg(short, long, value_name = "STATES", default_value = "all")]
+    pub state: String,
+    /// The columns to show, in order: a comma list, or all (see below)
+    #[arg(short, long, value_name = "COLUMNS")]
+    pub columns: Option<String>,
+    /// Show at most N rows (1..=1000), and say how many were left out
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub limit_rows: Option<u32>,
+    /// How often --watch looks at the store (100ms..=1h)
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub interval: Duration,
+    /// Write JSON (only JSON) to stdout; with --watch, one JSON object per line
     #[arg(long)]
     pub json: bool,
+}
+
+const STATUS_HELP: &str = "\
+One row per ticket: holders first, then the queue in the order it will be granted; a key with no
+live tickets shows one `free` row with how its last turn ended. Below the default table, one line
+per busy key gives its limit, last outcome, failures in a row and mean hold time.
+
+Columns (-c): key, state, position, id, fence, for (held for / waiting for), lease_left (`?`
+where the store has no clock), context, order, mode, limit, last (last outcome), failures
+(failures in a row). Default: key,state,position,id,fence,for,lease_left,context.
+
+--watch, not on a terminal, prints lines such as
+  2026-11-22T01:02:03Z deploy/prod: t-abc granted (fence 17) to ci run 12
+  2026-11-22T01:02:03Z deploy/prod: t-def queued at position 2 (alice@host pid 7)
+  2026-11-22T01:02:05Z deploy/prod: t-abc left (succeeded)
+With --json --watch: the full status object on the first line, then one object per change:
+  {\"time\",\"key\",\"event\":\"granted\"|\"queued\"|\"left\",\"id\",\"mode\",\"context\", and fence
+  (granted), position (queued), outcome, forced, reason (left)}.
+Ctrl-C ends a watch (exit 0). Colour only on a terminal, and never when NO_COLOR is set.";
+
+/// `baton log`.
+#[derive(Debug, Args)]
+#[command(after_help = LOG_HELP)]
+pub struct LogArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// How many entries (1..=10000)
+    #[arg(
+        short = 'n',
+        long = "lines",
+        value_name = "N",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u32).range(1..=10000)
+    )]
+    pub n: u32,
+    /// Print the last N oldest first, then each new entry as it is recorded, until Ctrl-C
+    #[arg(short, long)]
+    pub follow: bool,
+    /// One JSON object per line (seq, key, id, outcome, forced, reason, context, order, mode,
+    /// fence, enqueued_at, acquired_at, released_at, wait_ms, hold_ms)
+    #[arg(long)]
+    pub json: bool,
+}
+
+const LOG_HELP: &str = "\
+Newest first: when the turn ended, its outcome (`cancelled (forced)` for an operator's forced
+release), ticket id, fence, how long it waited (enqueued to granted, or to its end if never
+granted), how long it held, its context and the reason. With --follow the last N come oldest
+first, so new entries append in time order. Ctrl-C ends --follow (exit 0).";
+
+/// `baton completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `baton man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A subcommand, for its own page (baton-SUBCOMMAND(1)) [default: baton(1)]
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
 }
 
 /// `baton cancel`.

@@ -18,6 +18,8 @@ pub const SUPERSEDED: i32 = 76;
 pub const CANCELLED: i32 = 77;
 /// The lease (or the turn) was lost.
 pub const LOST: i32 = 78;
+/// The command held longer than `--max-hold` and was stopped.
+pub const MAX_HOLD: i32 = 79;
 
 /// A failure: what to print, and the exit code.
 #[derive(Debug)]

@@ -1,18 +1,24 @@
 //! Shared by `run` and `acquire`: options from flags, the waiting line, interruption.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use baton_client::acquire::{AcquireOptions, Pending, ProgressFn};
 use baton_client::WaitProgress;
 use baton_core::Mode;
-use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::WaitArgs;
 use crate::exit::Failure;
+use crate::render;
 
-/// Acquire options from the flags, with `default_ttl` when `--ttl` is not given.
-pub fn options(args: &WaitArgs, default_ttl: Duration) -> Result<AcquireOptions, Failure> {
+/// Acquire options from the flags, with `default_ttl` when `--ttl` is not given, telling
+/// `line` (if any) where the wait stands.
+pub fn options(
+    args: &WaitArgs,
+    default_ttl: Duration,
+    line: Option<Arc<WaitLine>>,
+) -> Result<AcquireOptions, Failure> {
     let context = match &args.context {
         Some(context) => context.clone(),
         None => crate::context::default_context(),
@@ -28,11 +34,9 @@ pub fn options(args: &WaitArgs, default_ttl: Duration) -> Result<AcquireOptions,
     if args.poll < Duration::from_millis(10) || args.poll > Duration::from_secs(3600) {
         return Err(Failure::usage("--poll must be between 10ms and 1h"));
     }
-    let quiet = args.quiet;
-    let on_progress: Option<ProgressFn> = if quiet {
-        None
-    } else {
-        Some(Arc::new(print_progress))
+    let on_progress: Option<ProgressFn> = match line {
+        Some(line) => Some(Arc::new(move |p: &WaitProgress| line.update(p))),
+        None => None,
     };
     Ok(AcquireOptions {
         mode: if args.shared {
@@ -69,12 +73,99 @@ pub fn pendings(keys: &[String]) -> Result<Vec<Pending>, Failure> {
         .collect()
 }
 
-fn print_progress(p: &WaitProgress) {
+/// The waiting line on stderr.
+///
+/// On a terminal: one line, redrawn in place after each look at the store (at most five times a
+/// second) and cleared when the wait ends. Otherwise (a CI log): a line when the wait starts,
+/// one whenever the position changes, and one every 30 s, so a long wait never looks stuck.
+pub struct WaitLine {
+    tty: bool,
+    state: Mutex<LineState>,
+}
+
+#[derive(Default)]
+struct LineState {
+    last_key: String,
+    last_position: Option<usize>,
+    last_print: Option<Instant>,
+    drawn: bool,
+}
+
+/// How often a log (not a terminal) gets a line while nothing changes.
+const LOG_EVERY: Duration = Duration::from_secs(30);
+/// The fastest a terminal line is redrawn.
+const REDRAW_EVERY: Duration = Duration::from_millis(200);
+
+impl WaitLine {
+    /// A line for stderr, drawn in place when stderr is a terminal.
+    pub fn new() -> Arc<WaitLine> {
+        Arc::new(WaitLine {
+            tty: std::io::stderr().is_terminal(),
+            state: Mutex::new(LineState::default()),
+        })
+    }
+
+    fn update(&self, p: &WaitProgress) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let changed = state.last_position != Some(p.position) || state.last_key != p.key;
+        let since = state.last_print.map(|t| now.duration_since(t));
+        let due = if self.tty {
+            changed || since.is_none_or(|s| s >= REDRAW_EVERY)
+        } else {
+            changed || since.is_none_or(|s| s >= LOG_EVERY)
+        };
+        if !due {
+            return;
+        }
+        let text = describe(p);
+        let mut err = std::io::stderr().lock();
+        if self.tty {
+            let width = render::terminal_size_of(libc::STDERR_FILENO)
+                .map_or(100, |(columns, _)| columns.max(20));
+            let shown: String = text.chars().take(width - 1).collect();
+            let _ = write!(err, "\r\x1b[K{shown}");
+            state.drawn = true;
+        } else {
+            let _ = writeln!(err, "{text}");
+        }
+        let _ = err.flush();
+        state.last_key = p.key.clone();
+        state.last_position = Some(p.position);
+        state.last_print = Some(now);
+    }
+
+    /// Clears the terminal line, if one was drawn.
+    pub fn finish(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            if self.tty && state.drawn {
+                eprint!("\r\x1b[K");
+                state.drawn = false;
+            }
+        }
+    }
+}
+
+/// Clears the waiting line, if there is one.
+pub fn finish(line: &Option<Arc<WaitLine>>) {
+    if let Some(line) = line {
+        line.finish();
+    }
+}
+
+/// `waiting for KEY: 2 ahead; held by t-… (context) for 1m02s; about 3m left; waited 45s`.
+pub fn describe(p: &WaitProgress) -> String {
+    let mut parts = vec![match p.position {
+        0 => "next in line".to_string(),
+        n => format!("{n} ahead"),
+    }];
     let holders: Vec<String> = p
         .holders
         .iter()
         .map(|h| {
-            let held = humantime::format_duration(Duration::from_secs(h.held_ms / 1000));
+            let held = render::duration_ms(h.held_ms);
             if h.context.is_empty() {
                 format!("{} for {held}", h.id)
             } else {
@@ -82,34 +173,20 @@ fn print_progress(p: &WaitProgress) {
             }
         })
         .collect();
-    let ahead = match p.position {
-        0 => "next in line".to_string(),
-        1 => "1 ahead".to_string(),
-        n => format!("{n} ahead"),
-    };
-    if holders.is_empty() {
-        eprintln!("baton: waiting for {}: {ahead}", p.key);
-    } else {
-        eprintln!(
-            "baton: waiting for {}: {ahead}; held by {}",
-            p.key,
-            holders.join(", ")
-        );
+    if !holders.is_empty() {
+        parts.push(format!("held by {}", holders.join(", ")));
     }
-}
-
-/// Resolves when SIGINT or SIGTERM arrives, with the exit code for it (130 or 143).
-pub async fn interrupted() -> i32 {
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => 130,
-        _ = term.recv() => 143,
+    if let Some(estimate) = p.estimate {
+        parts.push(format!(
+            "about {} left",
+            render::duration_ms(estimate.as_millis() as u64)
+        ));
     }
+    parts.push(format!(
+        "waited {}",
+        render::duration_ms(p.waited.as_millis() as u64)
+    ));
+    format!("baton: waiting for {}: {}", p.key, parts.join("; "))
 }
 
 /// Withdraws every ticket (queued or held) after an interruption, ignoring refusals (a
@@ -119,5 +196,32 @@ pub async fn withdraw(coord: &baton_client::Coordinator, pendings: &[Pending]) {
         let _ =
             baton_client::acquire::release(coord, &p.key, &p.token, baton_core::Outcome::Cancelled)
                 .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_client::acquire::HolderView;
+
+    #[test]
+    fn the_line_says_position_holder_estimate_and_wait() {
+        let p = WaitProgress {
+            key: "deploy/prod".into(),
+            id: "t-1".into(),
+            position: 2,
+            holders: vec![HolderView {
+                id: "t-0".into(),
+                context: "deploy #41".into(),
+                held_ms: 62_000,
+            }],
+            waited: Duration::from_secs(45),
+            estimate: Some(Duration::from_secs(180)),
+        };
+        assert_eq!(
+            describe(&p),
+            "baton: waiting for deploy/prod: 2 ahead; held by t-0 (deploy #41) for 1m02s; \
+             about 3m00s left; waited 45s"
+        );
     }
 }

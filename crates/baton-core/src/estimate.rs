@@ -105,7 +105,8 @@ mod tests {
     fn estimates_follow_the_scripted_history() {
         let now = 1_000_000;
         // (limit, held for, queued, history, waiter, expected ms)
-        let cases: &[(u32, &[u64], usize, &[u64], &str, Option<u64>)] = &[
+        type Case<'a> = (u32, &'a [u64], usize, &'a [u64], &'a str, Option<u64>);
+        let cases: &[Case] = &[
             // Mutex, deploys take 60 s, the holder is 20 s in: next waits 40 s, the one after 100 s.
             (1, &[20_000], 3, &[60_000, 60_000], "q0", Some(40_000)),
             (1, &[20_000], 3, &[60_000, 60_000], "q1", Some(100_000)),

@@ -9,19 +9,26 @@ use crate::{wait, Opened};
 
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
-    let options = wait::options(&args.wait, Duration::from_secs(15 * 60))?;
+    let line = (!args.wait.quiet).then(wait::WaitLine::new);
+    let options = wait::options(&args.wait, Duration::from_secs(15 * 60), line.clone())?;
     let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
     let coord = &opened.coord;
     let Some(pending) = pendings.first() else {
         return Err(Failure::usage("no key given"));
     };
-    let lease = tokio::select! {
-        result = baton_client::acquire::acquire(coord, pending, &options) => result?,
-        code = wait::interrupted() => {
+    let interrupted = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
+    tokio::pin!(interrupted);
+    let acquired = tokio::select! {
+        result = baton_client::acquire::acquire(coord, pending, &options) => result,
+        code = &mut interrupted => {
+            wait::finish(&line);
             wait::withdraw(coord, &pendings).await;
             return Err(Failure::new(code, "interrupted while waiting; the ticket was withdrawn"));
         }
     };
+    wait::finish(&line);
+    let lease = acquired?;
     let acquired_at = rfc3339(lease.acquired_wall_ms);
     let lease_until = rfc3339(lease.lease_until_wall_ms);
     let mut stdout = std::io::stdout().lock();

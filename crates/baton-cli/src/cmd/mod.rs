@@ -3,6 +3,8 @@
 pub mod acquire;
 pub mod cancel;
 pub mod child;
+pub mod docs;
+pub mod log;
 pub mod run;
 pub mod status;
 pub mod token;

@@ -14,19 +14,26 @@ use crate::{wait, Opened};
 
 /// Runs the `run` subcommand.
 pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
-    let options = wait::options(&args.wait, Duration::from_secs(30))?;
+    let line = (!args.wait.quiet).then(wait::WaitLine::new);
+    let options = wait::options(&args.wait, Duration::from_secs(30), line.clone())?;
     let pendings = wait::pendings(&args.keys)?;
     let coord = opened.coord.clone();
     let started = Instant::now();
     let heartbeat = Heartbeat::start(coord.clone());
-    let leases = tokio::select! {
-        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result?,
-        code = wait::interrupted() => {
+    let interrupted = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
+    tokio::pin!(interrupted);
+    let acquired = tokio::select! {
+        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result,
+        code = &mut interrupted => {
+            wait::finish(&line);
             heartbeat.stop_all();
             wait::withdraw(&coord, &pendings).await;
             return Err(Failure::new(code, "interrupted while waiting; the tickets were withdrawn"));
         }
     };
+    wait::finish(&line);
+    let leases = acquired?;
     if !args.wait.quiet {
         let fences: Vec<String> = leases
             .iter()
@@ -65,9 +72,33 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
         let _ = guard.release(Outcome::Failed).await;
         return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
     };
+    let max_hold_at = args.max_hold.map(|d| Instant::now() + d);
+    let mut overran_at: Option<Instant> = None;
+    let mut killed = false;
     let status = loop {
+        let stop_at = if overran_at.is_none() {
+            max_hold_at
+        } else {
+            None
+        };
+        let kill_at = overran_at.filter(|_| !killed).map(|t| t + MAX_HOLD_GRACE);
         tokio::select! {
             status = running.child.wait() => break status,
+            _ = sleep_until(stop_at) => {
+                eprintln!(
+                    "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
+                     SIGKILL after {}s)",
+                    keys_of(&leases),
+                    humantime::format_duration(args.max_hold.unwrap_or_default()),
+                    MAX_HOLD_GRACE.as_secs()
+                );
+                overran_at = Some(Instant::now());
+                running.signal_group(libc::SIGTERM);
+            }
+            _ = sleep_until(kill_at) => {
+                killed = true;
+                running.signal_group(libc::SIGKILL);
+            }
             _ = sigint.recv() => running.signal_group(libc::SIGINT),
             _ = sigterm.recv() => running.signal_group(libc::SIGTERM),
             changed = lost.changed() => {
@@ -103,6 +134,25 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
             ));
         }
     };
+    if let Some(max_hold) = args.max_hold.filter(|_| overran_at.is_some()) {
+        let reason = format!(
+            "held longer than --max-hold {}; the command was stopped",
+            humantime::format_duration(max_hold)
+        );
+        if let Err(error) = guard
+            .release_with_reason(Outcome::Failed, Some(reason))
+            .await
+        {
+            eprintln!("baton: the release failed: {error}");
+        }
+        return Err(Failure::new(
+            exit::MAX_HOLD,
+            format!(
+                "the command held {} longer than --max-hold and was stopped",
+                keys_of(&leases)
+            ),
+        ));
+    }
     let outcome = if code == 0 {
         Outcome::Succeeded
     } else {
@@ -117,6 +167,22 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
         }
     }
     Ok(code)
+}
+
+/// How long a command stopped for `--max-hold` gets between SIGTERM and SIGKILL.
+const MAX_HOLD_GRACE: Duration = Duration::from_secs(5);
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn keys_of(leases: &[Lease]) -> String {
+    let keys: Vec<&str> = leases.iter().map(|l| l.key.as_str()).collect();
+    keys.join(", ")
 }
 
 /// The environment of CMD: the documented form for one key and for several.

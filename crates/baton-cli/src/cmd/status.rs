@@ -1,37 +1,40 @@
-//! `baton status [PREFIX]`: who holds each key, who waits, and how the last turn ended.
+//! `baton status [PREFIX]`: who holds each key, who waits, and how the last turn ended; with
+//! `--watch`, as it changes.
+//!
+//! Every form is built from one [`KeyStatus`] per key, read once: the JSON, the table and the
+//! change lines of a watch. `--state` and `--limit-rows` cut the same selection for all of them.
 
-use std::io::Write;
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use baton_core::{Doc, Mode, TicketState};
+use baton_core::doc::FinishedMark;
+use baton_core::{Doc, Finished, Mode, Outcome, TicketState};
 use baton_store::StoreClock;
 use serde_json::{json, Value};
 
 use crate::cli::StatusArgs;
 use crate::cmd::acquire::{now_rfc3339, rfc3339};
 use crate::exit::{self, Failure};
+use crate::render::{self, Cell, Paint, Table};
 use crate::Opened;
 
 /// Runs the `status` subcommand.
 pub async fn status(opened: &Opened, args: StatusArgs) -> Result<i32, Failure> {
-    let store = opened.coord.store();
-    let keys = store.list(&args.prefix).await?;
-    let mut views = Vec::new();
-    for key in &keys {
-        let snapshot = opened.coord.read(key).await?;
-        let Some(doc) = snapshot.doc else { continue };
-        views.push(key_view(key, &doc, &snapshot.clock, snapshot.wall_ms));
-    }
-    let mut out = std::io::stdout().lock();
-    let written = if args.json {
-        let value = json!({
-            "store": store.describe(),
-            "now": now_rfc3339(),
-            "keys": views,
-        });
-        writeln!(out, "{value}")
+    let view = View::from_args(&args)?;
+    let written = if !args.watch {
+        let keys = read_all(opened, &args.prefix).await?;
+        let mut out = std::io::stdout().lock();
+        let text = if args.json {
+            format!("{}\n", view.json(opened, keys))
+        } else {
+            view.table(opened, keys, render::terminal_size().map(|(w, _)| w))
+        };
+        out.write_all(text.as_bytes()).and_then(|()| out.flush())
+    } else if std::io::stdout().is_terminal() && !args.json {
+        watch_terminal(opened, &args, &view).await
     } else {
-        write_table(&mut out, &store.describe(), &views)
+        watch_changes(opened, &args, &view).await
     };
     match written {
         Ok(()) => Ok(exit::OK),
@@ -41,6 +44,330 @@ pub async fn status(opened: &Opened, args: StatusArgs) -> Result<i32, Failure> {
     }
 }
 
+// ----- what is shown -----
+
+/// A column of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Column {
+    Key,
+    State,
+    Position,
+    Id,
+    Fence,
+    For,
+    LeaseLeft,
+    Context,
+    Order,
+    Mode,
+    Limit,
+    Last,
+    Failures,
+}
+
+/// Every column, in the order `-c all` shows them (the context last: it is the one cut to fit).
+const ALL_COLUMNS: [Column; 13] = [
+    Column::Key,
+    Column::State,
+    Column::Position,
+    Column::Id,
+    Column::Mode,
+    Column::Fence,
+    Column::For,
+    Column::LeaseLeft,
+    Column::Order,
+    Column::Limit,
+    Column::Last,
+    Column::Failures,
+    Column::Context,
+];
+
+const DEFAULT_COLUMNS: [Column; 8] = [
+    Column::Key,
+    Column::State,
+    Column::Position,
+    Column::Id,
+    Column::Fence,
+    Column::For,
+    Column::LeaseLeft,
+    Column::Context,
+];
+
+impl Column {
+    fn name(self) -> &'static str {
+        match self {
+            Column::Key => "key",
+            Column::State => "state",
+            Column::Position => "position",
+            Column::Id => "id",
+            Column::Fence => "fence",
+            Column::For => "for",
+            Column::LeaseLeft => "lease_left",
+            Column::Context => "context",
+            Column::Order => "order",
+            Column::Mode => "mode",
+            Column::Limit => "limit",
+            Column::Last => "last",
+            Column::Failures => "failures",
+        }
+    }
+}
+
+/// Which rows to show: `--state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct States {
+    held: bool,
+    queued: bool,
+    free: bool,
+}
+
+impl States {
+    fn parse(text: &str) -> Result<States, Failure> {
+        let mut states = States {
+            held: false,
+            queued: false,
+            free: false,
+        };
+        for name in text.split(',').map(str::trim) {
+            match name {
+                "held" => states.held = true,
+                "queued" => states.queued = true,
+                "free" => states.free = true,
+                "all" => {
+                    states = States {
+                        held: true,
+                        queued: true,
+                        free: true,
+                    }
+                }
+                other => {
+                    return Err(Failure::usage(format!(
+                        "unknown state `{other}` for --state; give a comma list of held, \
+                         queued, free, or all"
+                    )))
+                }
+            }
+        }
+        Ok(states)
+    }
+
+    fn shows(self, held: bool) -> bool {
+        if held {
+            self.held
+        } else {
+            self.queued
+        }
+    }
+}
+
+fn parse_columns(text: &str) -> Result<Vec<Column>, Failure> {
+    let mut columns = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        if name == "all" {
+            columns.extend(ALL_COLUMNS);
+            continue;
+        }
+        match ALL_COLUMNS.iter().find(|c| c.name() == name) {
+            Some(column) => columns.push(*column),
+            None => {
+                let valid: Vec<&str> = ALL_COLUMNS.iter().map(|c| c.name()).collect();
+                return Err(Failure::usage(format!(
+                    "unknown column `{name}` for --columns; valid columns: {}, or all",
+                    valid.join(", ")
+                )));
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    columns.retain(|c| seen.insert(*c));
+    Ok(columns)
+}
+
+/// The options that shape every form of the output.
+struct View {
+    states: States,
+    columns: Vec<Column>,
+    /// `-c` given: exactly those columns, and no per-key lines under the table.
+    columns_chosen: bool,
+    limit_rows: Option<usize>,
+    state_text: String,
+}
+
+impl View {
+    fn from_args(args: &StatusArgs) -> Result<View, Failure> {
+        let states = States::parse(&args.state)?;
+        let (columns, columns_chosen) = match &args.columns {
+            Some(text) => (parse_columns(text)?, true),
+            None => (DEFAULT_COLUMNS.to_vec(), false),
+        };
+        if args.interval < Duration::from_millis(100) || args.interval > Duration::from_secs(3600) {
+            return Err(Failure::usage("--interval must be between 100ms and 1h"));
+        }
+        Ok(View {
+            states,
+            columns,
+            columns_chosen,
+            limit_rows: args.limit_rows.map(|n| n as usize),
+            state_text: args.state.clone(),
+        })
+    }
+
+    /// `--json`: the status object (its shape is relied on by scripts and tests).
+    fn json(&self, opened: &Opened, keys: Vec<KeyStatus>) -> Value {
+        let (keys, left_out) = select(keys, self.states, self.limit_rows);
+        json!({
+            "store": opened.coord.store().describe(),
+            "now": now_rfc3339(),
+            "keys": keys.iter().map(KeyStatus::json).collect::<Vec<_>>(),
+            "rows_left_out": left_out,
+        })
+    }
+
+    /// The table, with the store line above it and the per-key lines below it.
+    fn table(&self, opened: &Opened, keys: Vec<KeyStatus>, width: Option<usize>) -> String {
+        let colour = render::colour_wanted();
+        let n_keys = keys.len();
+        let (keys, left_out) = select(keys, self.states, self.limit_rows);
+        let mut out = format!("store: {}\n", opened.coord.store().describe());
+        if keys.is_empty() {
+            if n_keys == 0 {
+                out.push_str("no keys\n");
+            } else {
+                out.push_str(&format!(
+                    "no rows in state {} ({n_keys} keys)\n",
+                    self.state_text
+                ));
+            }
+        } else {
+            let headers = self
+                .columns
+                .iter()
+                .map(|c| c.name().to_uppercase())
+                .collect();
+            let context_at = self.columns.iter().position(|c| *c == Column::Context);
+            let mut table = Table::new(headers).flexible(context_at);
+            for key in &keys {
+                for ticket in key.holders.iter().chain(&key.queue) {
+                    table.push(self.row(key, Some(ticket)));
+                }
+                if !key.busy {
+                    table.push(self.row(key, None));
+                }
+            }
+            out.push_str(&table.render(width, colour));
+        }
+        if left_out > 0 {
+            out.push_str(&format!(
+                "… {left_out} more rows not shown (--limit-rows)\n"
+            ));
+        }
+        if !self.columns_chosen {
+            let lines: Vec<String> = keys
+                .iter()
+                .filter(|k| k.busy)
+                .map(|k| key_line(k, colour))
+                .collect();
+            if !lines.is_empty() {
+                out.push('\n');
+                for line in lines {
+                    out.push_str(&line);
+                    out.push('\n');
+                }
+            }
+        }
+        out
+    }
+
+    /// One row: a ticket of `key`, or (`None`) the key's `free` row.
+    fn row(&self, key: &KeyStatus, ticket: Option<&TicketStatus>) -> Vec<Cell> {
+        self.columns
+            .iter()
+            .map(|column| match (column, ticket) {
+                (Column::Key, _) => Cell::plain(&key.key),
+                (Column::State, Some(t)) => {
+                    let (name, paint) = if t.held {
+                        ("held", Paint::Green)
+                    } else {
+                        ("queued", Paint::Yellow)
+                    };
+                    let shared = if t.mode == Mode::Shared {
+                        " shared"
+                    } else {
+                        ""
+                    };
+                    Cell::painted(format!("{name}{shared}"), Some(paint))
+                }
+                (Column::State, None) => Cell::plain("free"),
+                (Column::Position, Some(t)) if !t.held => Cell::plain(t.position.to_string()),
+                (Column::Id, Some(t)) => Cell::plain(&t.id),
+                (Column::Fence, Some(t)) if t.held => Cell::plain(t.fence.to_string()),
+                // An idle key keeps its last fence.
+                (Column::Fence, None) if key.fence > 0 => Cell::plain(key.fence.to_string()),
+                (Column::For, Some(t)) => Cell::plain(render::duration_ms(t.for_ms)),
+                (Column::For, None) if key.last_finished_wall_ms > 0 => Cell::plain(
+                    render::duration_ms(key.wall_ms.saturating_sub(key.last_finished_wall_ms)),
+                ),
+                (Column::LeaseLeft, Some(t)) if t.held => match t.lease_left_ms {
+                    Some(ms) => Cell::plain(render::duration_ms(ms)),
+                    None => Cell::plain("?"),
+                },
+                (Column::Context, Some(t)) => Cell::plain(&t.context),
+                (Column::Context, None) => {
+                    let (text, paint) = last_turn(key);
+                    Cell::painted(text, paint)
+                }
+                (Column::Order, Some(t)) => Cell::plain(t.order.as_deref().unwrap_or("")),
+                (Column::Mode, Some(t)) => Cell::plain(mode_name(t.mode)),
+                (Column::Limit, _) => Cell::plain(key.limit.to_string()),
+                (Column::Last, _) => {
+                    let outcome = key.last_outcome.map_or("", Outcome::as_str);
+                    Cell::painted(outcome, render::outcome_paint(outcome))
+                }
+                (Column::Failures, _) => Cell::plain(key.consecutive_failures.to_string()),
+                _ => Cell::default(),
+            })
+            .collect()
+    }
+}
+
+/// How the key's last turn ended, for a free row: `last turn failed (2 failures in a row)`.
+fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
+    let Some(outcome) = key.last_outcome else {
+        return ("no turn has ended yet".into(), None);
+    };
+    let mut text = format!("last turn {outcome}");
+    if key.consecutive_failures > 1 {
+        text.push_str(&format!(
+            " ({} failures in a row)",
+            key.consecutive_failures
+        ));
+    }
+    (text, render::outcome_paint(outcome.as_str()))
+}
+
+/// The line under the table for a busy key: limit, last outcome, failures in a row, mean hold.
+fn key_line(key: &KeyStatus, colour: bool) -> String {
+    let mut parts = vec![format!("limit {}", key.limit)];
+    match key.last_outcome {
+        Some(outcome) => {
+            let ago = render::duration_ms(key.wall_ms.saturating_sub(key.last_finished_wall_ms));
+            let name = render::paint(
+                outcome.as_str(),
+                render::outcome_paint(outcome.as_str()),
+                colour,
+            );
+            parts.push(format!("last turn {name} {ago} ago"));
+        }
+        None => parts.push("no turn has ended yet".into()),
+    }
+    if key.consecutive_failures > 0 {
+        parts.push(format!("{} failures in a row", key.consecutive_failures));
+    }
+    if let Some(ms) = key.mean_hold_ms {
+        parts.push(format!("mean hold {}", render::duration_ms(ms)));
+    }
+    format!("{}: {}", render::one_line(&key.key), parts.join(", "))
+}
+
 fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Normal => "normal",
@@ -48,118 +375,706 @@ fn mode_name(mode: Mode) -> &'static str {
     }
 }
 
-/// One key as JSON (also the source of the table, so both always agree).
-fn key_view(key: &str, doc: &Doc, clock: &StoreClock, wall_ms: u64) -> Value {
-    let holders: Vec<Value> = doc
-        .in_queue_order()
-        .into_iter()
-        .filter(|t| t.state == TicketState::Held)
-        .map(|t| {
-            let lease_left_ms = match (clock, t.deadline_ms) {
-                (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
-                    Some(deadline.saturating_sub(*now_ms))
-                }
-                _ => None,
-            };
-            json!({
-                "id": t.id,
-                "mode": mode_name(t.mode),
-                "context": t.context,
-                "fence": t.fence,
-                "acquired_at": rfc3339(t.granted_wall_ms),
-                "held_ms": wall_ms.saturating_sub(t.granted_wall_ms),
-                "lease_left_ms": lease_left_ms,
-                "claimed": t.claimed,
-            })
-        })
-        .collect();
-    let queue: Vec<Value> = doc
-        .queued()
-        .into_iter()
-        .enumerate()
-        .map(|(position, t)| {
-            json!({
-                "id": t.id,
-                "position": position + 1,
-                "mode": mode_name(t.mode),
-                "context": t.context,
-                "order": t.order,
-                "keep": t.keep,
-                "enqueued_at": rfc3339(t.enqueued_wall_ms),
-                "waiting_ms": wall_ms.saturating_sub(t.enqueued_wall_ms),
-            })
-        })
-        .collect();
-    json!({
-        "key": key,
-        "limit": doc.limit,
-        "fence": doc.fence,
-        "holders": holders,
-        "queue": queue,
-        "last_outcome": doc.summary.last_outcome.map(|o| o.as_str()),
-        "last_finished_at": (doc.summary.last_finished_wall_ms > 0)
-            .then(|| rfc3339(doc.summary.last_finished_wall_ms)),
-        "consecutive_failures": doc.summary.consecutive_failures,
-        "mean_hold_ms": doc.summary.mean_hold_ms(),
-    })
+// ----- what was read -----
+
+/// One key as read: the source of every form of output.
+#[derive(Clone, Debug)]
+struct KeyStatus {
+    key: String,
+    limit: u32,
+    fence: u64,
+    /// Holders, in queue order.
+    holders: Vec<TicketStatus>,
+    /// The queue, in grant order.
+    queue: Vec<TicketStatus>,
+    /// Whether the key had live tickets (before any filtering): a key without shows a `free` row.
+    busy: bool,
+    last_outcome: Option<Outcome>,
+    last_finished_wall_ms: u64,
+    consecutive_failures: u32,
+    mean_hold_ms: Option<u64>,
+    /// The reader's wall clock at the read.
+    wall_ms: u64,
+    /// The document's recently finished tickets: how a ticket that left ended.
+    finished: Vec<FinishedMark>,
 }
 
-fn ms(value: &Value) -> String {
-    match value.as_u64() {
-        Some(ms) => humantime::format_duration(Duration::from_secs(ms / 1000)).to_string(),
-        None => "?".into(),
+/// One live ticket as read.
+#[derive(Clone, Debug)]
+struct TicketStatus {
+    id: String,
+    held: bool,
+    mode: Mode,
+    context: String,
+    order: Option<String>,
+    keep: bool,
+    claimed: bool,
+    fence: u64,
+    /// 1.. in the queue; 0 for holders.
+    position: usize,
+    /// When it was granted (holders) or enqueued (queued).
+    since_wall_ms: u64,
+    /// How long it has held or waited.
+    for_ms: u64,
+    /// Lease left on the store's clock; `None` when the store has none.
+    lease_left_ms: Option<u64>,
+}
+
+impl KeyStatus {
+    fn of(key: &str, doc: &Doc, clock: &StoreClock, wall_ms: u64) -> KeyStatus {
+        let holders = doc
+            .in_queue_order()
+            .into_iter()
+            .filter(|t| t.state == TicketState::Held)
+            .map(|t| TicketStatus {
+                id: t.id.clone(),
+                held: true,
+                mode: t.mode,
+                context: t.context.clone(),
+                order: t.order.clone(),
+                keep: t.keep,
+                claimed: t.claimed,
+                fence: t.fence,
+                position: 0,
+                since_wall_ms: t.granted_wall_ms,
+                for_ms: wall_ms.saturating_sub(t.granted_wall_ms),
+                lease_left_ms: match (clock, t.deadline_ms) {
+                    (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
+                        Some(deadline.saturating_sub(*now_ms))
+                    }
+                    _ => None,
+                },
+            })
+            .collect::<Vec<_>>();
+        let queue = doc
+            .queued()
+            .into_iter()
+            .enumerate()
+            .map(|(index, t)| TicketStatus {
+                id: t.id.clone(),
+                held: false,
+                mode: t.mode,
+                context: t.context.clone(),
+                order: t.order.clone(),
+                keep: t.keep,
+                claimed: false,
+                fence: 0,
+                position: index + 1,
+                since_wall_ms: t.enqueued_wall_ms,
+                for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
+                lease_left_ms: None,
+            })
+            .collect::<Vec<_>>();
+        KeyStatus {
+            key: key.to_string(),
+            limit: doc.limit,
+            fence: doc.fence,
+            busy: !holders.is_empty() || !queue.is_empty(),
+            holders,
+            queue,
+            last_outcome: doc.summary.last_outcome,
+            last_finished_wall_ms: doc.summary.last_finished_wall_ms,
+            consecutive_failures: doc.summary.consecutive_failures,
+            mean_hold_ms: doc.summary.mean_hold_ms(),
+            wall_ms,
+            finished: doc.finished.clone(),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let holders: Vec<Value> = self
+            .holders
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "mode": mode_name(t.mode),
+                    "context": t.context,
+                    "fence": t.fence,
+                    "acquired_at": rfc3339(t.since_wall_ms),
+                    "held_ms": t.for_ms,
+                    "lease_left_ms": t.lease_left_ms,
+                    "claimed": t.claimed,
+                })
+            })
+            .collect();
+        let queue: Vec<Value> = self
+            .queue
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "position": t.position,
+                    "mode": mode_name(t.mode),
+                    "context": t.context,
+                    "order": t.order,
+                    "keep": t.keep,
+                    "enqueued_at": rfc3339(t.since_wall_ms),
+                    "waiting_ms": t.for_ms,
+                })
+            })
+            .collect();
+        json!({
+            "key": self.key,
+            "limit": self.limit,
+            "fence": self.fence,
+            "holders": holders,
+            "queue": queue,
+            "last_outcome": self.last_outcome.map(Outcome::as_str),
+            "last_finished_at": (self.last_finished_wall_ms > 0)
+                .then(|| rfc3339(self.last_finished_wall_ms)),
+            "consecutive_failures": self.consecutive_failures,
+            "mean_hold_ms": self.mean_hold_ms,
+        })
     }
 }
 
-fn text(value: &Value) -> &str {
-    value.as_str().unwrap_or("")
+/// Reads every key under `prefix`.
+async fn read_all(opened: &Opened, prefix: &str) -> Result<Vec<KeyStatus>, Failure> {
+    let keys = opened.coord.store().list(prefix).await?;
+    let mut statuses = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let snapshot = opened.coord.read(key).await?;
+        let Some(doc) = snapshot.doc else { continue };
+        statuses.push(KeyStatus::of(key, &doc, &snapshot.clock, snapshot.wall_ms));
+    }
+    Ok(statuses)
 }
 
-fn write_table(out: &mut impl Write, store: &str, views: &[Value]) -> std::io::Result<()> {
-    writeln!(out, "store: {store}")?;
-    if views.is_empty() {
-        writeln!(out, "no keys")?;
+/// The rows `states` asks for, at most `limit_rows` of them (holders before the queue, keys in
+/// order), and how many were left out. A key keeps its place only if it has a row left: a
+/// ticket, or its `free` row.
+fn select(
+    keys: Vec<KeyStatus>,
+    states: States,
+    limit_rows: Option<usize>,
+) -> (Vec<KeyStatus>, usize) {
+    let mut budget = limit_rows.unwrap_or(usize::MAX);
+    let mut left_out = 0;
+    let mut selected = Vec::new();
+    for mut key in keys {
+        if !key.busy {
+            if !states.free {
+                continue;
+            }
+            if budget == 0 {
+                left_out += 1;
+                continue;
+            }
+            budget -= 1;
+            selected.push(key);
+            continue;
+        }
+        key.holders.retain(|_| states.held);
+        key.queue.retain(|_| states.queued);
+        let n_rows = key.holders.len() + key.queue.len();
+        let n_holders = key.holders.len().min(budget);
+        key.holders.truncate(n_holders);
+        let n_queued = key.queue.len().min(budget - n_holders);
+        key.queue.truncate(n_queued);
+        budget -= n_holders + n_queued;
+        left_out += n_rows - n_holders - n_queued;
+        if n_holders + n_queued > 0 {
+            selected.push(key);
+        }
     }
-    for view in views {
-        let last = match view["last_outcome"].as_str() {
-            Some(outcome) => format!("  last: {outcome}"),
-            None => String::new(),
+    (selected, left_out)
+}
+
+// ----- watching -----
+
+/// `--watch` on a terminal: redraw in place every interval until Ctrl-C.
+async fn watch_terminal(opened: &Opened, args: &StatusArgs, view: &View) -> std::io::Result<()> {
+    let interrupted = crate::signals::interruption()?;
+    tokio::pin!(interrupted);
+    let mut out = std::io::stdout();
+    // Clear once; later frames overwrite in place (no flicker), erasing what is left over.
+    out.write_all(b"\x1b[2J")?;
+    loop {
+        let (width, height) = render::terminal_size().unwrap_or((80, 24));
+        let title = format!(
+            "every {} · {} · Ctrl-C to stop",
+            humantime::format_duration(args.interval),
+            render::rfc3339_seconds(baton_client::wall_ms()),
+        );
+        let body = match read_all(opened, &args.prefix).await {
+            Ok(keys) => view.table(opened, keys, Some(width)),
+            Err(failure) => format!("baton: {}\n", failure.message),
         };
-        writeln!(
-            out,
-            "\n{}  limit {}  fence {}{last}",
-            text(&view["key"]),
-            view["limit"],
-            view["fence"]
-        )?;
-        let holders = view["holders"].as_array().map_or(&[][..], Vec::as_slice);
-        let queue = view["queue"].as_array().map_or(&[][..], Vec::as_slice);
-        if holders.is_empty() && queue.is_empty() {
-            writeln!(out, "  free")?;
+        let mut lines: Vec<&str> = std::iter::once(title.as_str())
+            .chain(body.lines())
+            .collect();
+        // Stay within the screen, or the redraw scrolls instead of overwriting.
+        let room = height.saturating_sub(1).max(2);
+        let more;
+        if lines.len() > room {
+            more = format!(
+                "… {} more lines (a taller window, --state or --limit-rows)",
+                lines.len() - (room - 1)
+            );
+            lines.truncate(room - 1);
+            lines.push(&more);
         }
-        for h in holders {
-            let mode = if h["mode"] == "shared" { " shared" } else { "" };
-            writeln!(
-                out,
-                "  held{mode}  {}  fence {}  for {}  lease left {}  {}",
-                text(&h["id"]),
-                h["fence"],
-                ms(&h["held_ms"]),
-                ms(&h["lease_left_ms"]),
-                text(&h["context"])
-            )?;
+        let mut frame = String::from("\x1b[H");
+        for line in lines {
+            frame.push_str(line);
+            frame.push_str("\x1b[K\n");
         }
-        for q in queue {
-            let mode = if q["mode"] == "shared" { " shared" } else { "" };
-            writeln!(
-                out,
-                "  #{}{mode}  {}  waiting {}  {}",
-                q["position"],
-                text(&q["id"]),
-                ms(&q["waiting_ms"]),
-                text(&q["context"])
-            )?;
+        frame.push_str("\x1b[J");
+        out.write_all(frame.as_bytes())?;
+        out.flush()?;
+        tokio::select! {
+            () = tokio::time::sleep(args.interval) => {}
+            _ = &mut interrupted => return Ok(()),
         }
     }
-    Ok(())
+}
+
+/// A change seen between two reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Change {
+    Granted {
+        fence: u64,
+    },
+    Queued {
+        position: usize,
+    },
+    Left {
+        was_held: bool,
+        outcome: Option<Outcome>,
+        forced: bool,
+        reason: Option<String>,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Event {
+    key: String,
+    id: String,
+    mode: Mode,
+    context: String,
+    change: Change,
+}
+
+impl Event {
+    fn held(&self) -> bool {
+        match self.change {
+            Change::Granted { .. } => true,
+            Change::Queued { .. } => false,
+            Change::Left { was_held, .. } => was_held,
+        }
+    }
+
+    /// `deploy/prod: t-abc granted (fence 17) to ci run 12`, after a timestamp.
+    fn line(&self, wall_ms: u64) -> String {
+        let shared = if self.mode == Mode::Shared {
+            " shared"
+        } else {
+            ""
+        };
+        let context = render::one_line(&self.context);
+        let what = match &self.change {
+            Change::Granted { fence } if context.is_empty() => {
+                format!("granted{shared} (fence {fence})")
+            }
+            Change::Granted { fence } => format!("granted{shared} (fence {fence}) to {context}"),
+            Change::Queued { position } if context.is_empty() => {
+                format!("queued{shared} at position {position}")
+            }
+            Change::Queued { position } => {
+                format!("queued{shared} at position {position} ({context})")
+            }
+            Change::Left {
+                outcome,
+                forced,
+                reason,
+                ..
+            } => {
+                let mut how = outcome.map_or_else(|| "outcome unknown".into(), |o| o.to_string());
+                if *forced {
+                    how.push_str(", forced");
+                }
+                if let Some(reason) = reason {
+                    how.push_str(&format!(": {}", render::one_line(reason)));
+                }
+                format!("left ({how})")
+            }
+        };
+        format!(
+            "{} {}: {} {what}",
+            render::rfc3339_seconds(wall_ms),
+            render::one_line(&self.key),
+            self.id
+        )
+    }
+
+    fn json(&self, wall_ms: u64) -> Value {
+        let mut value = json!({
+            "time": rfc3339(wall_ms),
+            "key": self.key,
+            "id": self.id,
+            "mode": mode_name(self.mode),
+            "context": self.context,
+        });
+        let fields = match &self.change {
+            Change::Granted { fence } => json!({ "event": "granted", "fence": fence }),
+            Change::Queued { position } => json!({ "event": "queued", "position": position }),
+            Change::Left {
+                outcome,
+                forced,
+                reason,
+                ..
+            } => json!({
+                "event": "left",
+                "outcome": outcome.map(Outcome::as_str),
+                "forced": forced,
+                "reason": reason,
+            }),
+        };
+        if let (Some(value), Value::Object(fields)) = (value.as_object_mut(), fields) {
+            value.extend(fields);
+        }
+        value
+    }
+}
+
+/// What changed from `before` to `after`, per key: tickets that left, then grants in fence
+/// order, then arrivals in queue order. A ticket that left is looked up in the document's
+/// recently finished tickets; its outcome is `None` when it is no longer there.
+fn changes(before: &[KeyStatus], after: &[KeyStatus]) -> Vec<Event> {
+    let before: HashMap<&str, &KeyStatus> = before.iter().map(|k| (k.key.as_str(), k)).collect();
+    let mut events = Vec::new();
+    for key in after {
+        let old: HashMap<&str, &TicketStatus> = before
+            .get(key.key.as_str())
+            .map(|k| {
+                k.holders
+                    .iter()
+                    .chain(&k.queue)
+                    .map(|t| (t.id.as_str(), t))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let live: HashSet<&str> = key
+            .holders
+            .iter()
+            .chain(&key.queue)
+            .map(|t| t.id.as_str())
+            .collect();
+        let event = |t: &TicketStatus, change: Change| Event {
+            key: key.key.clone(),
+            id: t.id.clone(),
+            mode: t.mode,
+            context: t.context.clone(),
+            change,
+        };
+        let mut gone: Vec<&TicketStatus> = old
+            .values()
+            .copied()
+            .filter(|t| !live.contains(t.id.as_str()))
+            .collect();
+        gone.sort_by_key(|t| (!t.held, t.position, t.fence));
+        for t in gone {
+            let mark = key.finished.iter().rev().find(|m| m.id == t.id);
+            events.push(event(
+                t,
+                Change::Left {
+                    was_held: t.held,
+                    outcome: mark.map(|m| m.outcome),
+                    forced: mark.is_some_and(|m| m.forced),
+                    reason: None,
+                },
+            ));
+        }
+        let mut granted: Vec<&TicketStatus> = key
+            .holders
+            .iter()
+            .filter(|t| !old.get(t.id.as_str()).is_some_and(|o| o.held))
+            .collect();
+        granted.sort_by_key(|t| t.fence);
+        for t in granted {
+            events.push(event(t, Change::Granted { fence: t.fence }));
+        }
+        for t in key
+            .queue
+            .iter()
+            .filter(|t| !old.contains_key(t.id.as_str()))
+        {
+            events.push(event(
+                t,
+                Change::Queued {
+                    position: t.position,
+                },
+            ));
+        }
+    }
+    events
+}
+
+/// Fills in the outcome and reason of tickets that left from their keys' history (one read per
+/// key with departures).
+async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    for event in events.iter() {
+        if matches!(event.change, Change::Left { .. }) {
+            *by_key.entry(event.key.clone()).or_default() += 1;
+        }
+    }
+    for (key, n_left) in by_key {
+        // Others may have finished since: look a little further back than the departures.
+        let Ok(records) = opened
+            .coord
+            .store()
+            .history_tail(&key, n_left * 2 + 100)
+            .await
+        else {
+            continue;
+        };
+        let finished: HashMap<String, Finished> = records
+            .iter()
+            .filter_map(|r| Finished::decode(&r.bytes).ok())
+            .map(|f| (f.id.clone(), f))
+            .collect();
+        for event in events.iter_mut().filter(|e| e.key == key) {
+            if let (
+                Change::Left {
+                    outcome,
+                    forced,
+                    reason,
+                    ..
+                },
+                Some(found),
+            ) = (&mut event.change, finished.get(&event.id))
+            {
+                *outcome = Some(found.outcome);
+                *forced = found.forced;
+                reason.clone_from(&found.reason);
+            }
+        }
+    }
+}
+
+/// `--watch` elsewhere: the table (or the JSON object) once, then one line per change, each
+/// flushed, until Ctrl-C.
+async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::io::Result<()> {
+    let interrupted = crate::signals::interruption()?;
+    tokio::pin!(interrupted);
+    let mut out = std::io::stdout();
+    let mut before = loop {
+        match read_all(opened, &args.prefix).await {
+            Ok(keys) => break keys,
+            Err(failure) => eprintln!("baton: {}", failure.message),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(args.interval) => {}
+            _ = &mut interrupted => return Ok(()),
+        }
+    };
+    let first = if args.json {
+        format!("{}\n", view.json(opened, before.clone()))
+    } else {
+        view.table(opened, before.clone(), None)
+    };
+    out.write_all(first.as_bytes())?;
+    out.flush()?;
+    let mut last_error = None;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(args.interval) => {}
+            _ = &mut interrupted => return Ok(()),
+        }
+        let after = match read_all(opened, &args.prefix).await {
+            Ok(keys) => keys,
+            Err(failure) => {
+                // Say it once, and keep watching: the store may come back.
+                if last_error.as_ref() != Some(&failure.message) {
+                    eprintln!("baton: {}", failure.message);
+                    last_error = Some(failure.message);
+                }
+                continue;
+            }
+        };
+        last_error = None;
+        let mut events: Vec<Event> = changes(&before, &after)
+            .into_iter()
+            .filter(|e| view.states.shows(e.held()))
+            .collect();
+        resolve_outcomes(opened, &mut events).await;
+        let wall_ms = baton_client::wall_ms();
+        for event in &events {
+            let line = if args.json {
+                event.json(wall_ms).to_string()
+            } else {
+                event.line(wall_ms)
+            };
+            writeln!(out, "{line}")?;
+            out.flush()?;
+        }
+        before = after;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ticket(id: &str, held: bool, position: usize, fence: u64) -> TicketStatus {
+        TicketStatus {
+            id: id.into(),
+            held,
+            mode: Mode::Normal,
+            context: format!("ctx {id}"),
+            order: None,
+            keep: false,
+            claimed: held,
+            fence,
+            position,
+            since_wall_ms: 0,
+            for_ms: 0,
+            lease_left_ms: None,
+        }
+    }
+
+    fn key(name: &str, holders: Vec<TicketStatus>, queue: Vec<TicketStatus>) -> KeyStatus {
+        KeyStatus {
+            key: name.into(),
+            limit: 1,
+            fence: 0,
+            busy: !holders.is_empty() || !queue.is_empty(),
+            holders,
+            queue,
+            last_outcome: None,
+            last_finished_wall_ms: 0,
+            consecutive_failures: 0,
+            mean_hold_ms: None,
+            wall_ms: 0,
+            finished: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn states_and_columns_parse_or_say_what_is_valid() {
+        assert_eq!(
+            States::parse("held,queued").ok(),
+            Some(States {
+                held: true,
+                queued: true,
+                free: false
+            })
+        );
+        assert!(States::parse("all").is_ok_and(|s| s.held && s.queued && s.free));
+        let bad = States::parse("held,gone")
+            .err()
+            .map(|f| (f.code, f.message));
+        assert!(bad.is_some_and(|(code, m)| code == exit::USAGE && m.contains("gone")));
+        assert_eq!(
+            parse_columns("key,id,key").ok(),
+            Some(vec![Column::Key, Column::Id])
+        );
+        assert_eq!(parse_columns("all").ok().map(|c| c.len()), Some(13));
+        let bad = parse_columns("key,bogus").err().map(|f| f.message);
+        assert!(bad.is_some_and(|m| m.contains("bogus") && m.contains("lease_left")));
+    }
+
+    #[test]
+    fn select_filters_states_and_limits_rows() {
+        let keys = vec![
+            key(
+                "a",
+                vec![ticket("h1", true, 0, 5)],
+                vec![ticket("q1", false, 1, 0), ticket("q2", false, 2, 0)],
+            ),
+            key("b", vec![], vec![]),
+        ];
+        let all = States::parse("all").unwrap_or(States {
+            held: true,
+            queued: true,
+            free: true,
+        });
+        let ids = |(keys, left): (Vec<KeyStatus>, usize)| {
+            let ids: Vec<String> = keys
+                .iter()
+                .flat_map(|k| {
+                    let mut ids: Vec<String> = k
+                        .holders
+                        .iter()
+                        .chain(&k.queue)
+                        .map(|t| t.id.clone())
+                        .collect();
+                    if !k.busy {
+                        ids.push(format!("{}:free", k.key));
+                    }
+                    ids
+                })
+                .collect();
+            (ids, left)
+        };
+        assert_eq!(
+            ids(select(keys.clone(), all, None)),
+            (
+                vec!["h1".into(), "q1".into(), "q2".into(), "b:free".into()],
+                0
+            )
+        );
+        assert_eq!(
+            ids(select(keys.clone(), all, Some(2))),
+            (vec!["h1".into(), "q1".into()], 2)
+        );
+        let queued = States {
+            held: false,
+            queued: true,
+            free: false,
+        };
+        assert_eq!(
+            ids(select(keys.clone(), queued, None)),
+            (vec!["q1".into(), "q2".into()], 0)
+        );
+        let held = States {
+            held: true,
+            queued: false,
+            free: false,
+        };
+        assert_eq!(ids(select(keys, held, None)), (vec!["h1".into()], 0));
+    }
+
+    #[test]
+    fn changes_are_grants_arrivals_and_departures_with_outcomes() {
+        let before = vec![key(
+            "k",
+            vec![ticket("h1", true, 0, 5)],
+            vec![ticket("q1", false, 1, 0)],
+        )];
+        let mut after = key(
+            "k",
+            vec![ticket("q1", true, 0, 6)],
+            vec![ticket("q2", false, 1, 0)],
+        );
+        after.finished.push(FinishedMark {
+            id: "h1".into(),
+            token_hash: String::new(),
+            outcome: Outcome::Cancelled,
+            forced: true,
+            attempt: None,
+        });
+        let events = changes(&before, &[after]);
+        let lines: Vec<String> = events.iter().map(|e| e.line(0)).collect();
+        assert_eq!(
+            lines,
+            [
+                "1970-01-01T00:00:00Z k: h1 left (cancelled, forced)",
+                "1970-01-01T00:00:00Z k: q1 granted (fence 6) to ctx q1",
+                "1970-01-01T00:00:00Z k: q2 queued at position 1 (ctx q2)",
+            ]
+        );
+        assert_eq!(
+            events.iter().map(Event::held).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        let json = events[0].json(0);
+        assert_eq!(json["event"], "left");
+        assert_eq!(json["outcome"], "cancelled");
+        assert_eq!(json["forced"], true);
+        assert_eq!(events[1].json(0)["fence"], 6);
+        assert!(changes(&before, &before).is_empty());
+    }
 }
