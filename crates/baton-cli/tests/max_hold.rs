@@ -41,6 +41,14 @@ fn a_command_past_max_hold_is_stopped_and_recorded_failed() {
         assert_eq!(view.raw["last_outcome"], "failed", "{}", view.raw);
         assert!(view.holders().is_empty(), "{}", view.raw);
         assert!(done.stderr.contains("--max-hold"), "{}", done.describe());
+        // The history says why.
+        let log = ctx.baton(["log", &key, "--json", "-n", "1"]).run();
+        log.assert_code(0);
+        let entry: serde_json::Value =
+            serde_json::from_str(log.stdout.trim()).expect("one JSON line");
+        assert_eq!(entry["outcome"], "failed", "{entry}");
+        let reason = entry["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("--max-hold 1s"), "{entry}");
     });
 }
 
