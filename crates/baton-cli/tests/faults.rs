@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{for_each_store, pid_alive, send_signal, wait_until, Ctx, PROMPT};
+use common::{for_each_store, pid_alive, send_signal, wait_until, Ctx, Proc, PROMPT};
 
 /// A command that records its pid and fence, then sleeps in place of the shell (`exec`), so the
 /// recorded pid is the process that must die with baton.
@@ -37,6 +37,25 @@ fn pgid_of(pid: i32) -> i32 {
 /// A command that records its fence and the fact it ran.
 fn marker(name: &str) -> String {
     format!(r#"echo "$BATON_FENCE" > "$TEST_DIR/{name}.fence"; echo ran >> "$TEST_DIR/{name}.ran""#)
+}
+
+/// `baton run KEY --poll 100ms --context W -- sh -c <marker("W")>`: a waiter whose command only
+/// marks that it ran.
+fn spawn_marked_waiter(ctx: &Ctx, key: &str) -> Proc {
+    ctx.baton([
+        "run",
+        key,
+        "--poll",
+        "100ms",
+        "--context",
+        "W",
+        "--",
+        "sh",
+        "-c",
+        &marker("W"),
+    ])
+    .name("W")
+    .spawn()
 }
 
 fn fence(ctx: &Ctx, name: &str) -> u64 {
@@ -75,21 +94,7 @@ fn killed_holder_is_taken_over_within_its_ttl() {
             holder_cmd_pid,
             "CMD runs in its own process group"
         );
-        let mut waiter = ctx
-            .baton([
-                "run",
-                &key,
-                "--poll",
-                "100ms",
-                "--context",
-                "W",
-                "--",
-                "sh",
-                "-c",
-                &marker("W"),
-            ])
-            .name("W")
-            .spawn();
+        let mut waiter = spawn_marked_waiter(ctx, &key);
         ctx.wait_queued(&key, "W");
 
         send_signal(holder.pid(), libc::SIGKILL);
@@ -143,21 +148,7 @@ fn paused_holder_loses_its_lease_and_kills_its_command_on_resume() {
         let holder_cmd_pid = ctx.wait_pid("H.pid", PROMPT);
         ctx.kill_group_on_drop(holder_cmd_pid);
         let grandchild_pid = ctx.wait_pid("H.grandchild", PROMPT);
-        let mut waiter = ctx
-            .baton([
-                "run",
-                &key,
-                "--poll",
-                "100ms",
-                "--context",
-                "W",
-                "--",
-                "sh",
-                "-c",
-                &marker("W"),
-            ])
-            .name("W")
-            .spawn();
+        let mut waiter = spawn_marked_waiter(ctx, &key);
         ctx.wait_queued(&key, "W");
 
         send_signal(holder.pid(), libc::SIGSTOP);
@@ -348,21 +339,7 @@ fn run_renews_its_lease_while_the_command_runs() {
         let key = ctx.key("renew");
         let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "1s"]);
         ctx.wait_started("H");
-        let mut waiter = ctx
-            .baton([
-                "run",
-                &key,
-                "--poll",
-                "100ms",
-                "--context",
-                "W",
-                "--",
-                "sh",
-                "-c",
-                &marker("W"),
-            ])
-            .name("W")
-            .spawn();
+        let mut waiter = spawn_marked_waiter(ctx, &key);
         ctx.wait_queued(&key, "W");
         let started = Instant::now();
         while started.elapsed() < Duration::from_millis(3500) {
