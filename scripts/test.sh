@@ -50,14 +50,26 @@ need_tool sh dash          # the CLI tests' child commands
 need_tool sleep coreutils  # ... which use sleep, mkdir, ls, wc, env
 need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
 need_tool awk mawk        # ... which reads /proc/PID/stat
+need_tool python3 python3 # free_port
+need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffers when it builds
+
+# The test servers' scripts (see "test servers" below) add their packages here, when sourced.
+server_names=()
+for server_script in scripts/servers/*.sh; do
+    [ -e "$server_script" ] || continue
+    # shellcheck source=/dev/null
+    source "$server_script"
+    server_names+=("$(basename "$server_script" .sh)")
+done
 install_missing
 
 # ----- test servers ------------------------------------------------------------------------
 #
-# One function per server. Each starts its server on loopback on a free port with its data in
-# a temporary directory, registers its stop with the EXIT trap, and appends its URL to
-# BATON_TEST_STORES so the CLI tests run against it too. Later issues fill them in, then list
-# them in start_test_servers.
+# Each file scripts/servers/NAME.sh, when sourced (above), adds the packages its server needs
+# (need_tool, or missing_packages+=(...)) and defines start_NAME, which starts the server on
+# 127.0.0.1 on a free port with its data in a temporary directory (server_dirs), records its
+# PID (server_pids) so the EXIT trap stops it, exports the URL its store's tests read
+# (BATON_TEST_<NAME>_URL) and calls add_test_store so the CLI tests run against it too.
 
 server_dirs=()
 server_pids=()
@@ -77,15 +89,18 @@ add_test_store() {
     export BATON_TEST_STORES
 }
 
-# A free TCP port on loopback (bound and released; good enough for a test server). A server
-# function that uses it adds `need_tool python3 python3` before install_missing.
+# A free TCP port on loopback (bound and released; good enough for a test server).
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# No store of this build needs a server yet (SQLite is a file): start_test_servers will call
-# one start_<server> function per server store as those stores land.
-start_test_servers() { :; }
+start_test_servers() {
+    local name
+    for name in "${server_names[@]}"; do
+        section "starting $name on loopback"
+        "start_$name"
+    done
+}
 
 start_test_servers
 if [ -n "${BATON_TEST_STORES:-}" ]; then

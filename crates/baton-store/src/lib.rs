@@ -15,6 +15,8 @@
 //!   many processes on one host.
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
 //!   which every store's tests call.
+//! - [`server_clock`]: a server's clock estimated from the time its replies carry, so reading it
+//!   costs no round trip.
 //! - [`url`]: parsing of store URLs (`sqlite:PATH`, `memory:`) into an opened store.
 #![deny(missing_docs)]
 
@@ -30,6 +32,7 @@ pub mod sqlite;
 pub mod conformance;
 
 pub mod boot_clock;
+pub mod server_clock;
 
 pub use error::StoreError;
 pub use store::{
