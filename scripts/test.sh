@@ -73,10 +73,19 @@ install_missing
 
 server_dirs=()
 server_pids=()
+# SIGINT is a fast shutdown for every server here (PostgreSQL's SIGTERM waits for its clients
+# to leave); the servers are daemons, not children of this shell, so wait by polling, and kill
+# what is still there after 10 s.
 stop_test_servers() {
-    local pid
-    for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${server_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    local pid i
+    for pid in "${server_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for i in $(seq 100); do
+        local alive=0
+        for pid in "${server_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     ((${#server_dirs[@]})) && rm -rf "${server_dirs[@]}"
     return 0
 }

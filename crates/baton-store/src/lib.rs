@@ -13,6 +13,12 @@
 //!   a store under test.
 //! - `sqlite` (feature `sqlite`, on by default): the embedded default, one SQLite file shared by
 //!   many processes on one host.
+//! - `etcd` (feature `etcd`, on by default): an etcd cluster; a CAS is one etcd transaction,
+//!   wake-ups come from etcd watches, leases are judged by observation (etcd has no clock).
+//! - `redis` (feature `redis`): `redis://` and `rediss://`, one script per CAS, pub/sub wake-ups,
+//!   the server's `TIME` as the clock.
+//! - `postgres` (feature `postgres`): `postgres://` and `postgresql://`, one statement per CAS,
+//!   `LISTEN`/`NOTIFY` wake-ups, the server's `clock_timestamp()` as the clock.
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
 //!   which every store's tests call.
 //! - [`server_clock`]: a server's clock estimated from the time its replies carry, so reading it
@@ -27,6 +33,15 @@ pub mod url;
 
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+
+#[cfg(feature = "etcd")]
+pub mod etcd;
+
+#[cfg(feature = "redis")]
+pub mod redis;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

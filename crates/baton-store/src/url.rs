@@ -1,9 +1,11 @@
 //! Store URLs: which store `--store` / `BATON_STORE` names, opened.
 //!
 //! Accepted: `memory:`, `sqlite:PATH` (absolute or relative to the current directory) and
-//! `sqlite:///ABSOLUTE/PATH`. The design's other schemes are recognised so that their users get
-//! "not in this build yet" rather than "bad URL". Paths are taken literally: no percent-decoding
-//! and no `~` expansion.
+//! `sqlite:///ABSOLUTE/PATH` (paths taken literally: no percent-decoding, no `~` expansion);
+//! `postgres://…`/`postgresql://…`, `redis://…`/`rediss://…` and `etcd://…`, which their stores
+//! parse whole. The design's other schemes (`s3://`, `dynamodb://`, `http(s)://`) are recognised
+//! so that their users get "not in this build yet" rather than "bad URL"; so are the server
+//! stores in a build compiled without them.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -13,10 +15,27 @@ use crate::memory::MemoryStore;
 use crate::{Result, Store, StoreError};
 
 /// The forms a URL may take in this build, for error messages.
-const ACCEPTED_FORMS: &str = "expected `sqlite:PATH`, `sqlite:///ABSOLUTE/PATH` or `memory:`";
+const ACCEPTED_FORMS: &str = "expected `sqlite:PATH`, `sqlite:///ABSOLUTE/PATH`, \
+    `postgres://USER@HOST:PORT/DB`, `redis://HOST:PORT/DB`, `rediss://…`, \
+    `etcd://HOST:PORT[,HOST:PORT]/PREFIX` or `memory:`";
 
 /// Opens the store `url` names.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    // The Redis store takes its URL whole (credentials, database, TLS, namespace).
+    #[cfg(feature = "redis")]
+    if crate::redis::RedisStore::handles(url) {
+        return Ok(Arc::new(crate::redis::RedisStore::open(url).await?));
+    }
+    // The PostgreSQL store takes its URL whole (sqlx parses it, with libpq's environment).
+    #[cfg(feature = "postgres")]
+    if crate::postgres::is_postgres_url(url) {
+        return Ok(Arc::new(crate::postgres::PostgresStore::open(url).await?));
+    }
+    // The etcd store takes its URL whole (endpoints, credentials, prefix, TLS).
+    #[cfg(feature = "etcd")]
+    if crate::etcd::is_etcd_url(url) {
+        return Ok(Arc::new(crate::etcd::EtcdStore::open(url).await?));
+    }
     match parse(url)? {
         Target::Memory => Ok(Arc::new(MemoryStore::new())),
         #[cfg(feature = "sqlite")]
@@ -68,14 +87,19 @@ fn parse(url: &str) -> Result<Target> {
             "the memory store takes no path: `memory:`".to_owned(),
         )),
         "sqlite" => parse_sqlite_path(rest).map_err(bad_url),
-        "postgres" | "postgresql" => Err(bad_url(not_in_this_build("PostgreSQL"))),
-        "redis" | "rediss" => Err(bad_url(not_in_this_build("Redis"))),
-        "etcd" => Err(bad_url(not_in_this_build("etcd"))),
+        // Reached only in a build without these stores: with them, `open` hands them over first.
+        "postgres" | "postgresql" => Err(bad_url(compiled_without("PostgreSQL", "postgres"))),
+        "redis" | "rediss" => Err(bad_url(compiled_without("Redis", "redis"))),
+        "etcd" => Err(bad_url(compiled_without("etcd", "etcd"))),
         "s3" => Err(bad_url(not_in_this_build("S3"))),
         "dynamodb" => Err(bad_url(not_in_this_build("DynamoDB"))),
         "http" | "https" => Err(bad_url(not_in_this_build("HTTP (`baton serve`)"))),
         _ => Err(bad_url(ACCEPTED_FORMS.to_owned())),
     }
+}
+
+fn compiled_without(name: &str, feature: &str) -> String {
+    format!("this build of baton was compiled without the {name} store (cargo feature `{feature}`)")
 }
 
 fn not_in_this_build(name: &str) -> String {
@@ -160,14 +184,27 @@ mod tests {
         assert!(reason("sqlite:/tmp/x.db").contains("does not include the SQLite store"));
     }
 
+    /// `parse` never opens a server store; a build without one names the missing feature.
     #[test]
-    fn other_schemes_are_not_in_this_build() {
-        let cases = [
+    fn server_stores_are_handed_over_or_named_as_compiled_out() {
+        for (url, name) in [
             ("postgres://u@h/db", "PostgreSQL"),
             ("postgresql://h/db", "PostgreSQL"),
             ("redis://h", "Redis"),
             ("rediss://h", "Redis"),
             ("etcd://h:2379/p", "etcd"),
+        ] {
+            let reason = reason(url);
+            assert!(
+                reason.contains(name) && reason.contains("compiled without"),
+                "{url}: {reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_schemes_are_not_in_this_build() {
+        let cases = [
             ("s3://bucket/p", "S3"),
             ("dynamodb://table", "DynamoDB"),
             ("http://h:8080", "HTTP"),

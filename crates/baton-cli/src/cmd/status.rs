@@ -216,6 +216,9 @@ impl View {
         let (keys, left_out) = select(keys, self.states, self.limit_rows);
         json!({
             "store": opened.coord.store().describe(),
+            // How leases are judged: by the store's clock (lease_left_ms is known), or by
+            // observation of heartbeats (a store without a clock: lease_left_ms is null).
+            "clock": if opened.coord.store().capabilities().clock { "store" } else { "observation" },
             "now": now_rfc3339(),
             "keys": keys.iter().map(KeyStatus::json).collect::<Vec<_>>(),
             "rows_left_out": left_out,

@@ -59,6 +59,13 @@ pub fn with_fresh_sqlite(test: impl Fn(&Ctx)) {
     test(&ctx);
 }
 
+/// Runs `test` once with a fresh [`Ctx`] on the store `url`, whatever `BATON_TEST_STORES` says
+/// (for tests that need one kind of store, such as the clock-skew tests on etcd).
+pub fn with_store(url: &str, test: impl Fn(&Ctx)) {
+    let ctx = Ctx::new(Some(url.to_owned()));
+    test(&ctx);
+}
+
 /// The `BATON_TEST_STORES` entry for "a fresh SQLite file in the test's own directory".
 pub const FRESH_SQLITE: &str = "fresh-sqlite";
 
@@ -155,6 +162,22 @@ impl Ctx {
         }
     }
 
+    /// `faketime -f OFFSET baton ARGS…`: `baton` with its wall clock shifted by `offset` (`+1h`,
+    /// `-1h`) and its monotonic clock left alone (`FAKETIME_DONT_FAKE_MONOTONIC=1`). faketime
+    /// forks: the spawned pid is faketime's, with baton its child in the same process group, so
+    /// [`Proc::kill`] (the group) is what kills baton.
+    pub fn baton_faketime<S: AsRef<OsStr>>(
+        &self,
+        offset: &str,
+        args: impl IntoIterator<Item = S>,
+    ) -> Cmd<'_> {
+        let mut cmd = self.baton(args);
+        cmd.args
+            .splice(0..0, ["-f".into(), offset.into(), baton_bin().into()]);
+        cmd.program = PathBuf::from("faketime");
+        cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+    }
+
     /// `sh -c script`, with `$TEST_BATON`, `$TEST_DIR` and `BATON_STORE` in its environment.
     pub fn sh(&self, name: &str, script: &str) -> Cmd<'_> {
         Cmd {
@@ -234,6 +257,17 @@ impl Ctx {
                 done.describe()
             )
         })
+    }
+
+    /// Whether the store has a clock (status then knows how much of a lease is left); stores
+    /// without one judge leases by observation, and status shows no lease left.
+    pub fn store_has_clock(&self) -> bool {
+        let status = self.status();
+        match status["clock"].as_str() {
+            Some("store") => true,
+            Some("observation") => false,
+            _ => panic!("status --json says how leases are judged: {status}"),
+        }
     }
 
     /// The status of `key`, if status lists it.

@@ -38,9 +38,10 @@ impl Watcher {
         wal_name.push("-wal");
         let names = [file_name.to_os_string(), wal_name];
         let inotify = Inotify::init()?;
-        inotify
-            .watches()
-            .add(dir, WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO)?;
+        inotify.watches().add(
+            dir,
+            WatchMask::MODIFY | WatchMask::CREATE | WatchMask::MOVED_TO,
+        )?;
         // SAFETY: the Inotify owns its descriptor, keeps it open until dropped and always
         // returns the same one, and the AsyncFd owns the Inotify from here on.
         let fd = unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) }
@@ -68,11 +69,13 @@ async fn follow(mut fd: AsyncFd<Inotify>, names: [OsString; 2], counter: watch::
         let Ok(mut ready) = fd.readable_mut().await else {
             return;
         };
-        match ready.try_io(|inner| inner.get_mut().read_events(&mut buffer).map(|events| {
-            events
-                .filter(|e| e.name.is_some_and(|n| names.iter().any(|m| m == n)))
-                .count()
-        })) {
+        match ready.try_io(|inner| {
+            inner.get_mut().read_events(&mut buffer).map(|events| {
+                events
+                    .filter(|e| e.name.is_some_and(|n| names.iter().any(|m| m == n)))
+                    .count()
+            })
+        }) {
             Ok(Ok(0)) => {}
             Ok(Ok(_)) => counter.send_modify(|n| *n = n.wrapping_add(1)),
             Ok(Err(error)) => {

@@ -1,0 +1,236 @@
+//! Clients whose wall clocks disagree by far more than a lease, on a store without a clock.
+//!
+//! etcd has no clock baton can read, so leases are judged by observation: an observer ends a
+//! lease only after it has seen the same heartbeat unchanged for the lease's whole duration on
+//! its own monotonic clock. Wall clocks then play no part in expiry. These tests run one client
+//! an hour ahead and one an hour behind (`faketime`, monotonic clocks untouched) with a 2 s TTL:
+//! - a renewing holder is never taken over, however far the waiter's clock is from its own;
+//! - a killed holder is taken over within the TTL and a little, not an hour early or late.
+//!
+//! They run against `BATON_TEST_ETCD_URL` (scripts/servers/etcd.sh starts etcd and installs
+//! faketime). Without it they say so and pass, except under CI, where a missing server is a
+//! failure.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{pid_alive, wait_until, with_store, Ctx, PROMPT};
+
+/// The leases of these tests.
+const TTL: Duration = Duration::from_secs(2);
+const TTL_FLAG: &str = "2s";
+
+/// The etcd store's URL, or `None` (after saying why) when there is none outside CI.
+fn etcd_url() -> Option<String> {
+    match std::env::var("BATON_TEST_ETCD_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url),
+        _ if std::env::var_os("CI").is_some() => panic!(
+            "BATON_TEST_ETCD_URL is not set under CI: scripts/test.sh starts etcd \
+             (scripts/servers/etcd.sh) for the clock-skew tests"
+        ),
+        _ => {
+            eprintln!(
+                "clock-skew tests not run: BATON_TEST_ETCD_URL is not set (run `bash \
+                 scripts/test.sh`, or `source scripts/servers/etcd.sh; start_etcd` with the \
+                 helpers of scripts/test.sh, and export the URL)"
+            );
+            None
+        }
+    }
+}
+
+/// Fails clearly when faketime is missing, rather than in a spawn.
+fn require_faketime() {
+    let found = std::process::Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(
+        found,
+        "faketime is not installed: scripts/servers/etcd.sh installs it (Debian: faketime)"
+    );
+}
+
+fn fence(ctx: &Ctx, name: &str) -> u64 {
+    ctx.read(&format!("{name}.fence"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name}.fence holds a decimal fence"))
+}
+
+/// A command that logs its start and end, records its fence and pid, checks that nobody else
+/// holds the resource (an atomic `mkdir`), and runs for `seconds`.
+fn exclusive_command(name: &str, seconds: u32) -> String {
+    format!(
+        r#"mkdir "$TEST_DIR/held" 2>/dev/null || echo "{name}" >> "$TEST_DIR/overlaps"
+echo "{name} start" >> "$TEST_DIR/log"
+echo "$BATON_FENCE" > "$TEST_DIR/{name}.fence"
+echo $$ > "$TEST_DIR/{name}.pid"
+sleep {seconds}
+echo "{name} end" >> "$TEST_DIR/log"
+rmdir "$TEST_DIR/held""#
+    )
+}
+
+/// A holder an hour ahead renews a 2 s lease through a 6 s command; a waiter an hour behind
+/// waits it out: its command starts only after the holder's ended, with a larger fence. Then the
+/// other way round (holder behind, waiter ahead), where deadlines on wall clocks would let the
+/// waiter straight in.
+#[test]
+fn skewed_clocks_keep_mutual_exclusion() {
+    let Some(url) = etcd_url() else { return };
+    require_faketime();
+    for (holder_offset, waiter_offset) in [("+1h", "-1h"), ("-1h", "+1h")] {
+        with_store(&url, |ctx| {
+            eprintln!("holder at {holder_offset}, waiter at {waiter_offset}");
+            exclusion_between(ctx, holder_offset, waiter_offset);
+        });
+    }
+}
+
+fn exclusion_between(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
+    let key = ctx.key("skew-exclusion");
+    let holder_command = exclusive_command("H", 6);
+    let mut holder = ctx
+        .baton_faketime(
+            holder_offset,
+            [
+                "run",
+                &key,
+                "--ttl",
+                TTL_FLAG,
+                "--context",
+                "H",
+                "--",
+                "sh",
+                "-c",
+            ],
+        )
+        .arg(&holder_command)
+        .name("H")
+        .spawn();
+    let holder_pid = ctx.wait_pid("H.pid", PROMPT);
+    ctx.kill_group_on_drop(holder_pid);
+
+    let waiter_command = exclusive_command("W", 0);
+    let mut waiter = ctx
+        .baton_faketime(
+            waiter_offset,
+            [
+                "run",
+                &key,
+                "--ttl",
+                TTL_FLAG,
+                "--poll",
+                "100ms",
+                "--context",
+                "W",
+                "--",
+                "sh",
+                "-c",
+            ],
+        )
+        .arg(&waiter_command)
+        .name("W")
+        .spawn();
+    ctx.wait_queued(&key, "W");
+
+    holder.wait(PROMPT).assert_code(0);
+    waiter.wait(PROMPT).assert_code(0);
+    assert_eq!(
+        ctx.read("overlaps"),
+        "",
+        "two commands held the key at once"
+    );
+    assert_eq!(
+        ctx.log(),
+        ["H start", "H end", "W start", "W end"],
+        "the waiter's command must start only after the holder's ended"
+    );
+    assert!(
+        fence(ctx, "W") > fence(ctx, "H"),
+        "fences increase whatever the granting clients' clocks say"
+    );
+}
+
+/// A holder an hour ahead is killed (`kill -9` of its process group: faketime, baton, and by
+/// the parent-death signal its command): a waiter an hour behind takes over once it has seen
+/// the holder's heartbeat unchanged for the TTL on its own monotonic clock.
+#[test]
+fn skewed_waiter_takes_over_a_killed_holder_within_the_ttl() {
+    let Some(url) = etcd_url() else { return };
+    require_faketime();
+    with_store(&url, |ctx| {
+        let key = ctx.key("skew-takeover");
+        let mut holder = ctx
+            .baton_faketime(
+                "+1h",
+                ["run", &key, "--ttl", TTL_FLAG, "--context", "H", "--", "sh", "-c"],
+            )
+            .arg(r#"echo "$BATON_FENCE" > "$TEST_DIR/H.fence"; echo $$ > "$TEST_DIR/H.pid"; exec sleep 120"#)
+            .name("H")
+            .spawn();
+        let holder_command_pid = ctx.wait_pid("H.pid", PROMPT);
+        ctx.kill_group_on_drop(holder_command_pid);
+
+        let mut waiter = ctx
+            .baton_faketime(
+                "-1h",
+                [
+                    "run",
+                    &key,
+                    "--ttl",
+                    TTL_FLAG,
+                    "--poll",
+                    "100ms",
+                    "--context",
+                    "W",
+                    "--",
+                    "sh",
+                    "-c",
+                ],
+            )
+            .arg(r#"echo "$BATON_FENCE" > "$TEST_DIR/W.fence"; echo ran > "$TEST_DIR/W.ran""#)
+            .name("W")
+            .spawn();
+        ctx.wait_queued(&key, "W");
+        // Let the waiter watch a few of the holder's renewals (every TTL/3) before the kill.
+        std::thread::sleep(TTL);
+        assert!(
+            !ctx.exists("W.ran"),
+            "the waiter ran while the holder renewed"
+        );
+
+        holder.kill();
+        let killed_at = Instant::now();
+        wait_until(
+            "the killed holder's command to die with it",
+            Duration::from_secs(5),
+            || !pid_alive(holder_command_pid),
+        );
+        wait_until(
+            "the waiter's command to run",
+            Duration::from_secs(30),
+            || ctx.exists("W.ran"),
+        );
+        let takeover = killed_at.elapsed();
+        eprintln!("takeover {takeover:?} after kill -9 (TTL {TTL:?}, clocks 2 h apart)");
+        // The waiter waits out the TTL from the last heartbeat it saw, which the holder wrote
+        // about TTL/3 (plus a write's latency) before the kill: never at once.
+        assert!(
+            takeover >= TTL / 4,
+            "the waiter took over {takeover:?} after the kill, without waiting out the lease \
+             (TTL {TTL:?})"
+        );
+        assert!(
+            takeover <= TTL + Duration::from_secs(3),
+            "the waiter took over {takeover:?} after the kill; the TTL is {TTL:?}"
+        );
+        waiter.wait(PROMPT).assert_code(0);
+        assert!(
+            fence(ctx, "W") > fence(ctx, "H"),
+            "the new holder has a larger fence"
+        );
+    });
+}

@@ -1,0 +1,145 @@
+//! Where baton's documents and history live among etcd's keys.
+//!
+//! Under the URL's prefix `P` (default `/baton`), with baton's key `K` as its UTF-8 bytes, as-is:
+//!
+//! ```text
+//! P/d/K                      the document of K (the etcd value is the document's bytes)
+//! P/h/K \x00 SEQ             one history entry of K; SEQ is the entry's seq as 20 decimal digits
+//! ```
+//!
+//! Documents and history are separate branches, so listing documents (a range on `P/d/` +
+//! prefix) never meets a history entry. A history key ends K with a NUL byte, which no baton key
+//! can contain (control characters are refused), so K's history range `[P/h/K\x00, P/h/K\x01)`
+//! holds K's entries only: not those of `K/x` or `Kx`, whose keys continue K with a byte above
+//! NUL. Twenty digits hold every u64, so the byte order of history keys is the order of their
+//! seqs. etcd's range reads are ordered by key bytes, which for UTF-8 is code point order: the
+//! order `list` promises.
+
+/// The etcd keys of one store (one prefix).
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// `P/d/`.
+    docs_root: Vec<u8>,
+    /// `P/h/`.
+    history_root: Vec<u8>,
+}
+
+/// The digits of a seq in a history key: enough for `u64::MAX`.
+const SEQ_DIGITS: usize = 20;
+
+impl Layout {
+    /// The layout under `prefix` (no trailing `/`).
+    pub fn new(prefix: &str) -> Layout {
+        Layout {
+            docs_root: format!("{prefix}/d/").into_bytes(),
+            history_root: format!("{prefix}/h/").into_bytes(),
+        }
+    }
+
+    /// `P/d/K`.
+    pub fn doc_key(&self, key: &str) -> Vec<u8> {
+        [self.docs_root.as_slice(), key.as_bytes()].concat()
+    }
+
+    /// `P/d/` + `prefix`: the start of the documents `list(prefix)` returns.
+    pub fn docs_with_prefix(&self, prefix: &str) -> Vec<u8> {
+        self.doc_key(prefix)
+    }
+
+    /// The baton key of a document's etcd key; `None` for a key not under `P/d/` or not UTF-8
+    /// (not written by baton).
+    pub fn key_of_doc(&self, etcd_key: &[u8]) -> Option<String> {
+        let key = etcd_key.strip_prefix(self.docs_root.as_slice())?;
+        String::from_utf8(key.to_vec()).ok()
+    }
+
+    /// `P/h/K\x00`: every history key of K starts with it.
+    fn history_start(&self, key: &str) -> Vec<u8> {
+        [self.history_root.as_slice(), key.as_bytes(), b"\x00"].concat()
+    }
+
+    /// `P/h/K\x00SEQ`.
+    pub fn history_key(&self, key: &str, seq: u64) -> Vec<u8> {
+        let mut history_key = self.history_start(key);
+        history_key.extend_from_slice(format!("{seq:0SEQ_DIGITS$}").as_bytes());
+        history_key
+    }
+
+    /// `P/h/K\x01`: just past every history key of K.
+    pub fn history_end(&self, key: &str) -> Vec<u8> {
+        [self.history_root.as_slice(), key.as_bytes(), b"\x01"].concat()
+    }
+
+    /// The seq of one of K's history keys; `None` for a key baton did not write.
+    pub fn seq_of_history_key(&self, key: &str, etcd_key: &[u8]) -> Option<u64> {
+        let digits = etcd_key.strip_prefix(self.history_start(key).as_slice())?;
+        if digits.len() != SEQ_DIGITS || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_and_their_inverses() {
+        let layout = Layout::new("/baton");
+        assert_eq!(layout.doc_key("deploy/prod"), b"/baton/d/deploy/prod");
+        assert_eq!(
+            layout.key_of_doc(b"/baton/d/deploy/prod").as_deref(),
+            Some("deploy/prod")
+        );
+        assert_eq!(layout.key_of_doc(b"/baton/h/deploy/prod"), None);
+        let history_key = layout.history_key("a/b", 42);
+        assert_eq!(history_key, b"/baton/h/a/b\x0000000000000000000042");
+        assert_eq!(layout.seq_of_history_key("a/b", &history_key), Some(42));
+        assert_eq!(layout.seq_of_history_key("a", &history_key), None);
+        let largest = layout.history_key("k", u64::MAX);
+        assert_eq!(layout.seq_of_history_key("k", &largest), Some(u64::MAX));
+    }
+
+    /// A key that is a prefix of another (`a` of `a/b`, `ab`, `a b`) owns a history range that
+    /// holds none of the other's entries, and seqs sort as numbers.
+    #[test]
+    fn history_ranges_never_overlap() {
+        let layout = Layout::new("/p");
+        let within = |key: &str, etcd_key: &[u8]| {
+            layout.history_key(key, 0).as_slice() <= etcd_key
+                && etcd_key < layout.history_end(key).as_slice()
+        };
+        for (key, other) in [
+            ("a", "a/b"),
+            ("a", "ab"),
+            ("a", "a b"),
+            ("a/", "a//"),
+            ("é", "éé"),
+        ] {
+            for seq in [0, 1, 9, 10, u64::MAX] {
+                assert!(within(key, &layout.history_key(key, seq)), "{key} {seq}");
+                assert!(
+                    !within(key, &layout.history_key(other, seq)),
+                    "{key} {other}"
+                );
+                assert!(
+                    !within(other, &layout.history_key(key, seq)),
+                    "{other} {key}"
+                );
+            }
+        }
+        let mut seqs = [3u64, 10, 2, 100, 1, u64::MAX, 65_536];
+        let mut keys: Vec<Vec<u8>> = seqs
+            .iter()
+            .map(|seq| layout.history_key("k", *seq))
+            .collect();
+        keys.sort();
+        seqs.sort();
+        let sorted: Vec<u64> = keys
+            .iter()
+            .map(|key| layout.seq_of_history_key("k", key).unwrap_or(0))
+            .collect();
+        assert_eq!(sorted, seqs);
+    }
+}

@@ -1,0 +1,715 @@
+//! The etcd store: documents and history as etcd keys, a CAS as one etcd transaction, push
+//! wake-ups from etcd watches.
+//!
+//! URL: `etcd://[user:password@]host[:port][,host[:port]…][/prefix][?tls=true&cacert=PATH]`
+//! (the `url` module says every part). Keys (the `layout` module): `P/d/K` for documents,
+//! `P/h/K\x00SEQ` for history, under the URL's prefix `P` (default `/baton`).
+//!
+//! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
+//!   the key, so equality is exactly "nobody wrote since".
+//! - **CAS**: one transaction. `If(mod_revision(P/d/K) == expected)` (a create:
+//!   `create_revision == 0`, the key does not exist) `Then(put the document, put each history
+//!   entry) Else(get the document)`: a conflict carries the current document in the same round
+//!   trip, like etcd's own `concurrency.Mutex`.
+//! - **History seq**: `expected_revision × 65536 + i` for the `i`-th entry (from 1) of a CAS
+//!   that names `expected_revision` (0 for a create). No counter is read: a revision can be the
+//!   expected one of at most one successful CAS, whose write makes a later revision the only one
+//!   a further CAS can name, so seqs are unique and increase in append order. etcd allows 128
+//!   operations per transaction branch (`--max-txn-ops`) and a nested transaction only what its
+//!   enclosing branch leaves: up to 127 entries go beside the document's put, more go in nested
+//!   transactions without conditions (so they always run), up to 4,032 entries per CAS.
+//! - **Watch**: one etcd watch stream per store, one watch per key (the `watch` module).
+//! - **Clock**: none ([`StoreClock::None`]). etcd's revisions are not time and its leases are
+//!   not readable as a clock, so leases are judged by observation of heartbeats: an observer
+//!   ends a lease only after seeing the same heartbeat for the lease's whole duration on its own
+//!   monotonic clock. Clients' wall clocks may disagree by any amount. A waiter that starts
+//!   looking at a key whose holder is already dead still waits a whole TTL from its first look.
+//! - **Errors**: the connect timeout is 5 s and every request has 10 s. A CAS whose request may
+//!   have reached etcd but got no answer (a timeout, a dropped connection, etcd's own "request
+//!   timed out") is [`StoreError::Ambiguous`]: an etcd write that timed out may still commit,
+//!   so the coordinator re-reads and recognises its own write. A failure to connect at all is
+//!   [`StoreError::Unavailable`], saying which endpoints were tried; nothing was sent, so it is
+//!   first retried on the other endpoints.
+//!
+//! Operating notes: every renewal writes the key's whole document as a new etcd revision, and
+//! etcd keeps old revisions until it compacts, so run etcd with auto-compaction (for instance
+//! `--auto-compaction-mode=periodic --auto-compaction-retention=1h`). A document deleted by
+//! hand (`etcdctl del`) makes its key new again: its next history entries reuse seqs from 1 and
+//! overwrite the old ones. baton itself never deletes anything.
+
+mod layout;
+pub mod url;
+mod watch;
+
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
+    TxnOp, TxnOpResponse,
+};
+
+use crate::{
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
+    Versioned, WatchHandle,
+};
+use layout::Layout;
+pub use url::EtcdUrl;
+
+/// How long connecting to an endpoint may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long one request may take once sent.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bound on a whole operation (connecting, then the request), enforced around the client:
+/// tonic's balanced channel can hold a request while no endpoint is ready, which its own
+/// timeouts do not see.
+const OPERATION_TIMEOUT: Duration = Duration::from_secs(16);
+
+/// etcd's default `--max-txn-ops`: operations in a transaction's branch, where a nested
+/// transaction's branches get what the enclosing branch leaves.
+const MAX_TXN_OPS: usize = 128;
+
+/// History seqs of a CAS are `expected_revision × SEQS_PER_REVISION + i`.
+const SEQS_PER_REVISION: u64 = 65_536;
+
+/// How an error that was never sent starts its reason (and how `request` recognises it).
+const CANNOT_REACH: &str = "cannot reach etcd at";
+
+/// The largest reply accepted: a 10,000-entry history page of 1 KiB entries is ~10 MiB.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Keys per page when listing documents.
+const LIST_PAGE: i64 = 1_000;
+
+/// Whether `url` names an etcd store (`etcd://…`, any case), which [`EtcdStore::open`] takes.
+pub fn is_etcd_url(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("etcd"))
+}
+
+/// A [`Store`] on an etcd cluster. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    kv: KvClient,
+    layout: Layout,
+    url: EtcdUrl,
+    /// `url.describe()`, computed once.
+    description: String,
+    /// The watch task, started by the first `watch`.
+    watcher: Mutex<Option<watch::Watcher>>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("url", &self.inner.description)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a failed request may have been applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Effect {
+    /// A read: failing changed nothing.
+    Read,
+    /// A write: an unanswered one may still commit.
+    Write,
+}
+
+impl EtcdStore {
+    /// Opens the store `url` names (`etcd://…`, see [`url`]).
+    ///
+    /// Without credentials this does no I/O (the first operation connects); with them it
+    /// authenticates, so wrong credentials fail here.
+    pub async fn open(url: &str) -> Result<EtcdStore> {
+        Self::open_url(EtcdUrl::parse(url)?).await
+    }
+
+    /// Opens the store a parsed URL names.
+    pub async fn open_url(url: EtcdUrl) -> Result<EtcdStore> {
+        let description = url.describe();
+        let unavailable = |reason: String| StoreError::Unavailable {
+            store: description.clone(),
+            reason,
+        };
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(CONNECT_TIMEOUT)
+            .with_timeout(REQUEST_TIMEOUT)
+            // Pings find a dead connection under an idle watch stream. etcd refuses pings more
+            // often than every 5 s (`--grpc-keepalive-min-time`).
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            // etcd's simple tokens expire (5 minutes idle by default); a long `baton run`
+            // must outlive them.
+            .with_auto_token_refresh(true);
+        if let Some((user, password)) = &url.user {
+            options = options.with_user(user.clone(), password.clone());
+        }
+        if let Some(files) = &url.tls {
+            options = options.with_tls(tls_options(files).map_err(unavailable)?);
+        }
+        let connected = tokio::time::timeout(
+            OPERATION_TIMEOUT,
+            Client::connect(url.endpoint_urls(), Some(options)),
+        )
+        .await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => return Err(classify(&url, &description, error, Effect::Read)),
+            Err(_) => {
+                return Err(unavailable(format!(
+                    "no answer from {} within {} s; check that etcd runs there and the URL",
+                    url.endpoints.join(", "),
+                    OPERATION_TIMEOUT.as_secs()
+                )))
+            }
+        };
+        let kv = client
+            .kv_client()
+            .max_decoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(EtcdStore {
+            inner: Arc::new(Inner {
+                client,
+                kv,
+                layout: Layout::new(&url.prefix),
+                url,
+                description,
+                watcher: Mutex::new(None),
+            }),
+        })
+    }
+
+    /// Runs a request (made afresh by `make` for each try) within [`OPERATION_TIMEOUT`],
+    /// mapping its errors.
+    ///
+    /// A try that could not connect sent nothing, so it is tried again, writes included: with
+    /// several endpoints, tonic's balancer may hand a request to one that is down while another
+    /// is up. Tries stop at `3 × endpoints`, all within the same bound.
+    async fn request<T, F>(&self, effect: Effect, mut make: impl FnMut(KvClient) -> F) -> Result<T>
+    where
+        F: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let url = &self.inner.url;
+        let n_tries = 3 * url.endpoints.len();
+        let tries = async {
+            let mut n_tried = 0;
+            loop {
+                n_tried += 1;
+                let error = match make(self.inner.kv.clone()).await {
+                    Ok(value) => return Ok(value),
+                    Err(error) => classify(url, &self.inner.description, error, effect),
+                };
+                let never_sent = matches!(&error, StoreError::Unavailable { reason, .. }
+                    if reason.starts_with(CANNOT_REACH));
+                if !never_sent || n_tried >= n_tries {
+                    return Err(error);
+                }
+                // Give a refused endpoint's reconnection a moment, so the balancer can tell the
+                // endpoints apart.
+                tokio::time::sleep(Duration::from_millis(20 * n_tried as u64)).await;
+            }
+        };
+        match tokio::time::timeout(OPERATION_TIMEOUT, tries).await {
+            Ok(result) => result,
+            Err(_) => {
+                let reason = format!(
+                    "no answer from {} within {} s",
+                    url.endpoints.join(", "),
+                    OPERATION_TIMEOUT.as_secs()
+                );
+                Err(match effect {
+                    Effect::Write => StoreError::Ambiguous {
+                        store: self.inner.description.clone(),
+                        reason,
+                    },
+                    Effect::Read => StoreError::Unavailable {
+                        store: self.inner.description.clone(),
+                        reason: format!("{reason}; check that etcd runs there and the URL"),
+                    },
+                })
+            }
+        }
+    }
+
+    fn backend(&self, message: String) -> StoreError {
+        StoreError::Backend {
+            store: self.inner.description.clone(),
+            source: message.into(),
+        }
+    }
+
+    /// The operations that write `history` after a CAS naming `expected_revision`, nested so
+    /// that no level has more than [`MAX_TXN_OPS`] (the document's put takes one at the top).
+    fn history_puts(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        history: &[Vec<u8>],
+    ) -> Result<Vec<TxnOp>> {
+        if history.len() >= SEQS_PER_REVISION as usize {
+            return Err(self.backend(format!(
+                "one CAS may append at most {} history entries, not {}",
+                SEQS_PER_REVISION - 1,
+                history.len()
+            )));
+        }
+        let base = expected_revision
+            .checked_mul(SEQS_PER_REVISION)
+            .ok_or_else(|| {
+                self.backend(format!(
+                    "revision {expected_revision} is too large for history seqs"
+                ))
+            })?;
+        let puts: Vec<TxnOp> = history
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                // index < 65,536 and base + 65,535 fits: base is a multiple of 65,536 ≤ u64::MAX.
+                let seq = base + index as u64 + 1;
+                TxnOp::put(self.inner.layout.history_key(key, seq), entry.clone(), None)
+            })
+            .collect();
+        // The document's put and the entries share the top branch: one op is the document's.
+        if puts.len() < MAX_TXN_OPS {
+            return Ok(puts);
+        }
+        // Else `n_groups` nested transactions (no condition: they always run) of `group_len`
+        // entries each. etcd allows a nested branch what the top branch leaves: the top holds
+        // 1 + n_groups operations, so 1 + n_groups + group_len must stay within the limit.
+        let n_groups = (1..MAX_TXN_OPS)
+            .find(|n_groups| 1 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
+            .ok_or_else(|| {
+                self.backend(format!(
+                    "{} history entries do not fit in one etcd transaction (at most 4,032)",
+                    history.len()
+                ))
+            })?;
+        let group_len = puts.len().div_ceil(n_groups);
+        let mut groups = Vec::with_capacity(n_groups);
+        let mut puts = puts.into_iter().peekable();
+        while puts.peek().is_some() {
+            let group: Vec<TxnOp> = puts.by_ref().take(group_len).collect();
+            groups.push(TxnOp::txn(Txn::new().and_then(group)));
+        }
+        Ok(groups)
+    }
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    fn describe(&self) -> String {
+        self.inner.description.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: true,
+            conflict_returns_current: true,
+            clock: false,
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>> {
+        let doc_key = self.inner.layout.doc_key(key);
+        let mut response = self
+            .request(Effect::Read, |mut kv| {
+                let doc_key = doc_key.clone();
+                async move { kv.get(doc_key, None).await }
+            })
+            .await?;
+        Ok(response.take_kvs().into_iter().next().map(versioned))
+    }
+
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        let doc_key = self.inner.layout.doc_key(key);
+        let (condition, expected_revision) = match expected {
+            None => (
+                Compare::create_revision(doc_key.clone(), CompareOp::Equal, 0),
+                0,
+            ),
+            Some(version) => match version.0.parse::<i64>() {
+                // Revision 0 is "no such key" to etcd's compare: never a document's version.
+                Ok(revision) if revision > 0 => (
+                    Compare::mod_revision(doc_key.clone(), CompareOp::Equal, revision),
+                    revision as u64,
+                ),
+                // Not a version this store handed out: stale by definition.
+                _ => {
+                    return Ok(CasOutcome::Conflict {
+                        current: self.load(key).await?,
+                    })
+                }
+            },
+        };
+        let mut writes = vec![TxnOp::put(doc_key.clone(), bytes.to_vec(), None)];
+        writes.extend(self.history_puts(key, expected_revision, history)?);
+        let transaction = Txn::new()
+            .when([condition])
+            .and_then(writes)
+            .or_else([TxnOp::get(doc_key, None)]);
+        let mut response = self
+            .request(Effect::Write, |mut kv| {
+                let transaction = transaction.clone();
+                async move { kv.txn(transaction).await }
+            })
+            .await?;
+        if response.succeeded() {
+            let revision = response
+                .take_header()
+                .map(|header| header.revision())
+                .filter(|revision| *revision > 0)
+                .ok_or_else(|| self.backend("etcd answered a write without a revision".into()))?;
+            return Ok(CasOutcome::Written {
+                version: Version(revision.to_string()),
+            });
+        }
+        let current = response
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                self.backend("etcd answered a failed CAS without the document".into())
+            })?;
+        Ok(CasOutcome::Conflict {
+            current: current.map(versioned),
+        })
+    }
+
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
+        let Some(first_seq) = after_seq.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let layout = &self.inner.layout;
+        let options = GetOptions::new()
+            .with_range(layout.history_end(key))
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let start = layout.history_key(key, first_seq);
+        let mut response = self
+            .request(Effect::Read, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        Ok(self.history_records(key, response.take_kvs()))
+    }
+
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let layout = &self.inner.layout;
+        let options = GetOptions::new()
+            .with_range(layout.history_end(key))
+            .with_sort(SortTarget::Key, SortOrder::Descend)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let start = layout.history_key(key, 0);
+        let mut response = self
+            .request(Effect::Read, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        Ok(self.history_records(key, response.take_kvs()))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let layout = &self.inner.layout;
+        let start = layout.docs_with_prefix(prefix);
+        // The end of the prefix range, as etcd computes it for `--prefix`; the start ends in
+        // `/d/…` so some byte can be raised.
+        let end = prefix_end(&start);
+        let mut keys = Vec::new();
+        let mut from = start;
+        loop {
+            let options = GetOptions::new()
+                .with_range(end.clone())
+                .with_keys_only()
+                .with_limit(LIST_PAGE);
+            let mut response = self
+                .request(Effect::Read, |mut kv| {
+                    let (from, options) = (from.clone(), options.clone());
+                    async move { kv.get(from, Some(options)).await }
+                })
+                .await?;
+            let more = response.more();
+            let page = response.take_kvs();
+            let Some(last) = page.last() else {
+                break;
+            };
+            // The next page starts just after the last key.
+            from = [last.key(), b"\x00"].concat();
+            keys.extend(page.iter().filter_map(|kv| layout.key_of_doc(kv.key())));
+            if !more {
+                break;
+            }
+        }
+        debug_assert!(keys.iter().all(|key| key.starts_with(prefix)));
+        Ok(keys)
+    }
+
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
+        let doc_key = self.inner.layout.doc_key(key);
+        let watcher = {
+            let mut watcher = self
+                .inner
+                .watcher
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // A task whose runtime has shut down (tests run one runtime per test) is replaced.
+            match watcher.as_ref() {
+                Some(running) if running.is_running() => running.clone(),
+                _ => watcher
+                    .insert(watch::Watcher::start(self.inner.client.clone()))
+                    .clone(),
+            }
+        };
+        watcher.subscribe(doc_key).await
+    }
+
+    async fn clock(&self) -> Result<StoreClock> {
+        Ok(StoreClock::None)
+    }
+}
+
+impl EtcdStore {
+    fn history_records(&self, key: &str, kvs: Vec<etcd_client::KeyValue>) -> Vec<HistoryRecord> {
+        kvs.into_iter()
+            .filter_map(|kv| {
+                let seq = self.inner.layout.seq_of_history_key(key, kv.key())?;
+                let (_, bytes) = kv.into_key_value();
+                Some(HistoryRecord { seq, bytes })
+            })
+            .collect()
+    }
+}
+
+fn versioned(kv: etcd_client::KeyValue) -> Versioned {
+    let version = Version(kv.mod_revision().to_string());
+    let (_, bytes) = kv.into_key_value();
+    Versioned { version, bytes }
+}
+
+/// The least key above every key that starts with `start` (etcd's `GetPrefixRangeEnd`).
+fn prefix_end(start: &[u8]) -> Vec<u8> {
+    let mut end = start.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only 0xff bytes: every key from `start` up (etcd's "\0" range end).
+    vec![0]
+}
+
+/// TLS settings from the URL's files.
+fn tls_options(files: &url::TlsFiles) -> std::result::Result<etcd_client::TlsOptions, String> {
+    let read = |what: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|error| format!("cannot read the {what} {}: {error}", path.display()))
+    };
+    let mut options = etcd_client::TlsOptions::new();
+    if let Some(path) = &files.ca_cert {
+        options = options.ca_certificate(etcd_client::Certificate::from_pem(read(
+            "CA certificate (cacert=)",
+            path,
+        )?));
+    }
+    if let (Some(cert), Some(key)) = (&files.client_cert, &files.client_key) {
+        options = options.identity(etcd_client::Identity::from_pem(
+            read("client certificate (cert=)", cert)?,
+            read("client key (key=)", key)?,
+        ));
+    }
+    Ok(options)
+}
+
+/// Maps a client error to the store's error, saying what to check where there is something to
+/// check.
+fn classify(url: &EtcdUrl, store: &str, error: etcd_client::Error, effect: Effect) -> StoreError {
+    use tonic_code::Code;
+    let store = store.to_owned();
+    let detail = error_chain(&error);
+    let endpoints = url.endpoints.join(", ");
+    let unavailable = |reason: String| StoreError::Unavailable {
+        store: store.clone(),
+        reason,
+    };
+    let unreachable = || {
+        let hint = if url.tls.is_some() {
+            "check that etcd runs there and serves TLS (the URL has tls=true), and that cacert= \
+             names the CA of its certificate"
+        } else {
+            "check that etcd runs there and the URL (if etcd serves TLS, add ?tls=true&cacert=PATH)"
+        };
+        unavailable(format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}"))
+    };
+    let status = match &error {
+        etcd_client::Error::GRpcStatus(status) => status,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            return unreachable()
+        }
+        _ => {
+            return StoreError::Backend {
+                store,
+                source: Box::new(error),
+            }
+        }
+    };
+    let message = status.message();
+    match Code::from_number(i32::from(status.code())) {
+        Code::Unauthenticated | Code::InvalidArgument
+            if message.contains("authentication failed")
+                || message.contains("invalid auth token") =>
+        {
+            unavailable(format!(
+                "etcd refused the credentials ({message}); check the user:password in the URL"
+            ))
+        }
+        Code::Unauthenticated => unavailable(format!(
+            "etcd refused the credentials (authentication failed: {message}); check the \
+             user:password in the URL"
+        )),
+        Code::InvalidArgument if message.contains("user name is empty") => unavailable(
+            "etcd requires authentication and the URL has no credentials; use \
+             etcd://user:password@host:port/prefix"
+                .to_owned(),
+        ),
+        Code::FailedPrecondition if message.contains("authentication is not enabled") => {
+            unavailable(
+                "the URL has credentials but etcd has authentication disabled; remove \
+                 user:password@ from the URL, or enable authentication on etcd"
+                    .to_owned(),
+            )
+        }
+        Code::PermissionDenied => unavailable(format!(
+            "etcd denied access ({message}); grant the URL's user read-write on the keys under \
+             `{}`",
+            url.prefix
+        )),
+        _ if message.contains("database space exceeded") => unavailable(format!(
+            "etcd's database is full ({message}); compact and defragment it, then disarm the \
+             alarm (`etcdctl alarm disarm`), and run etcd with auto-compaction"
+        )),
+        // Never connected: nothing was sent, whatever the request.
+        _ if is_connect_failure(&detail) => unreachable(),
+        Code::Unavailable
+        | Code::DeadlineExceeded
+        | Code::Cancelled
+        | Code::Unknown
+        | Code::Internal
+        | Code::Aborted => match effect {
+            Effect::Write => StoreError::Ambiguous {
+                store,
+                reason: format!("etcd at {endpoints} did not confirm the write: {detail}"),
+            },
+            Effect::Read => unavailable(format!(
+                "etcd at {endpoints} did not answer: {detail}; check that etcd runs there and has \
+                 a leader{}",
+                if url.tls.is_some() {
+                    ""
+                } else {
+                    ", and whether it serves TLS only (then add ?tls=true&cacert=PATH)"
+                }
+            )),
+        },
+        _ => StoreError::Backend {
+            store,
+            source: Box::new(error),
+        },
+    }
+}
+
+/// Whether a failure's text shows that no connection was ever made, so no request was sent.
+fn is_connect_failure(detail: &str) -> bool {
+    let detail = detail.to_ascii_lowercase();
+    [
+        // tonic's error for any failure while connecting (refused, reset, TLS handshake).
+        "connecterror(",
+        "connection refused",
+        "tcp connect error",
+        "error trying to connect",
+        "dns error",
+        "failed to lookup address",
+        "invalid peer certificate",
+        "invalidcontenttype",
+        "corrupt message",
+        "received corrupt message",
+        "handshake",
+    ]
+    .iter()
+    .any(|needle| detail.contains(needle))
+}
+
+/// An error and its sources, as one line.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The gRPC status codes `classify` tells apart (tonic is not a dependency of this crate, so
+/// its `Code` is matched by number).
+mod tonic_code {
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Code {
+        Cancelled,
+        Unknown,
+        InvalidArgument,
+        DeadlineExceeded,
+        PermissionDenied,
+        FailedPrecondition,
+        Aborted,
+        Internal,
+        Unavailable,
+        Unauthenticated,
+        Other,
+    }
+
+    impl Code {
+        /// The code gRPC numbers `number`.
+        pub fn from_number(number: i32) -> Code {
+            match number {
+                1 => Code::Cancelled,
+                2 => Code::Unknown,
+                3 => Code::InvalidArgument,
+                4 => Code::DeadlineExceeded,
+                7 => Code::PermissionDenied,
+                9 => Code::FailedPrecondition,
+                10 => Code::Aborted,
+                13 => Code::Internal,
+                14 => Code::Unavailable,
+                16 => Code::Unauthenticated,
+                _ => Code::Other,
+            }
+        }
+    }
+}

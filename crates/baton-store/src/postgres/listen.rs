@@ -1,0 +1,217 @@
+//! Wake-ups for the PostgreSQL store: one `LISTEN` connection per store.
+//!
+//! Every CAS that writes sends `pg_notify('baton_changed', key)` in its own statement, delivered
+//! when it commits. The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
+//! connection of its own, checks that notifications really arrive (a transaction-mode pooler
+//! such as PgBouncer accepts `LISTEN` but delivers nothing: then `watch` returns `None` and
+//! waiters poll), and starts a task that bumps the counter of the key each notification names.
+//! Every watch handle of the store follows its key's counter.
+//!
+//! Missed wake-ups are not allowed; spurious ones are. Notifications sent while the connection
+//! was down are lost, so every time the listener reconnects it bumps every counter: each waiter
+//! reads again and finds whatever changed in the gap.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::connections::Connections;
+use super::{CHANNEL, CONNECT_TIMEOUT};
+use crate::WatchHandle;
+
+/// How long the first `watch` waits for its test notification to come back. Far longer than a
+/// healthy server needs (a round trip); a pooler that never delivers costs this once per
+/// [`RETRY_AFTER`].
+const PROBE_WAIT: Duration = Duration::from_secs(2);
+
+/// After a failed set-up, how long `watch` answers `None` (poll) before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// The longest pause between attempts to bring a lost listener back.
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// Where the store's listener is.
+pub(super) enum State {
+    NotStarted,
+    Running(Listener),
+    /// The last set-up failed at this instant; waiters poll until [`RETRY_AFTER`] has passed.
+    Failed(Instant),
+}
+
+/// The counter of each watched key. Entries whose handles have all been dropped are swept at
+/// the next subscription.
+type Counters = Arc<Mutex<HashMap<String, watch::Sender<u64>>>>;
+
+/// A running listener: the counters it bumps and the task that bumps them (aborted on drop, so
+/// the connection closes with the store).
+pub(super) struct Listener {
+    counters: Counters,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl State {
+    /// A handle that wakes when `key` changes, setting up the listener if this is the first;
+    /// `None` when notifications cannot reach this process.
+    pub(super) async fn subscribe(
+        &mut self,
+        key: &str,
+        options: &PgConnectOptions,
+        connections: &Connections,
+    ) -> Option<WatchHandle> {
+        match self {
+            State::Running(listener) => return Some(listener.subscribe(key)),
+            State::Failed(at) if at.elapsed() < RETRY_AFTER => return None,
+            State::Failed(_) | State::NotStarted => {}
+        }
+        match start(options, connections).await {
+            Ok(listener) => {
+                let handle = listener.subscribe(key);
+                *self = State::Running(listener);
+                Some(handle)
+            }
+            Err(reason) => {
+                tracing::info!(
+                    "no wake-ups from PostgreSQL ({reason}); waiters poll instead, which is \
+                     slower to notice a released turn"
+                );
+                *self = State::Failed(Instant::now());
+                None
+            }
+        }
+    }
+}
+
+impl Listener {
+    fn subscribe(&self, key: &str) -> WatchHandle {
+        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        counters.retain(|_, counter| counter.receiver_count() > 0);
+        let counter = counters
+            .entry(key.to_owned())
+            .or_insert_with(|| watch::channel(0).0);
+        WatchHandle::new(counter.subscribe())
+    }
+}
+
+/// Opens the listener, checks that a notification comes back, and starts the task.
+async fn start(options: &PgConnectOptions, connections: &Connections) -> Result<Listener, String> {
+    let mut listener = connect(options).await?;
+    // The test notification goes out on another connection, as other processes' would: an
+    // empty payload, which no key can be (keys have at least one byte).
+    let mut lease = connections
+        .acquire()
+        .await
+        .map_err(|_| "no connection to send a test notification on".to_owned())?;
+    let connection = lease
+        .start()
+        .ok_or_else(|| "a connection lease without a connection".to_owned())?;
+    let sent = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(CHANNEL)
+            .execute(connection),
+    )
+    .await;
+    match sent {
+        Ok(Ok(_)) => lease.done(),
+        Ok(Err(error)) => return Err(format!("cannot send a test notification: {error}")),
+        Err(_) => return Err("sending a test notification timed out".to_owned()),
+    }
+    drop(lease);
+    // Any notification on the channel proves delivery works, ours or another process's.
+    match tokio::time::timeout(PROBE_WAIT, listener.recv()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => return Err(format!("the listening connection failed: {error}")),
+        Err(_) => {
+            return Err(format!(
+                "LISTEN was accepted but a test notification did not arrive within {} s, as \
+                 behind a transaction-mode pooler",
+                PROBE_WAIT.as_secs()
+            ))
+        }
+    }
+    let counters = Counters::default();
+    let task = tokio::spawn(follow(listener, options.clone(), Arc::clone(&counters)));
+    Ok(Listener { counters, task })
+}
+
+/// A listener on a connection of its own (its pool of one only serves to reconnect), listening;
+/// within twice [`CONNECT_TIMEOUT`] (connecting, then `LISTEN`).
+async fn connect(options: &PgConnectOptions) -> Result<PgListener, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT * 2, connect_and_listen(options))
+        .await
+        .unwrap_or_else(|_| Err("connecting and LISTEN took too long".to_owned()))
+}
+
+async fn connect_and_listen(options: &PgConnectOptions) -> Result<PgListener, String> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .acquire_slow_threshold(CONNECT_TIMEOUT + Duration::from_secs(1))
+        // The connection lives as long as the store; idle is its normal state.
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_lazy_with(options.clone());
+    let mut listener = PgListener::connect_with(&pool)
+        .await
+        .map_err(|error| format!("cannot open a connection to LISTEN on: {error}"))?;
+    listener
+        .listen(CHANNEL)
+        .await
+        .map_err(|error| format!("LISTEN failed: {error}"))?;
+    Ok(listener)
+}
+
+/// Bumps the counter of each notified key, for as long as the store lives.
+async fn follow(mut listener: PgListener, options: PgConnectOptions, counters: Counters) {
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(notification)) => {
+                let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(counter) = counters.get(notification.payload()) {
+                    counter.send_modify(|n| *n = n.wrapping_add(1));
+                }
+            }
+            // sqlx reconnected and listens again; what was sent in between is lost.
+            Ok(None) => wake_all(&counters),
+            Err(error) => {
+                // A failure sqlx does not recover from by itself (a reset connection, a
+                // terminated backend, a failed reconnect): start over with a new listener.
+                tracing::debug!(%error, "the PostgreSQL listener failed; reconnecting");
+                drop(listener);
+                listener = reconnect(&options).await;
+                wake_all(&counters);
+            }
+        }
+    }
+}
+
+/// A new listener, trying until one is up, pausing longer each time (up to
+/// [`RECONNECT_PAUSE_MAX`]). Meanwhile waiters poll on their own timers.
+async fn reconnect(options: &PgConnectOptions) -> PgListener {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        tokio::time::sleep(pause).await;
+        match connect(options).await {
+            Ok(listener) => return listener,
+            Err(reason) => tracing::debug!(reason, "the PostgreSQL listener is still down"),
+        }
+        pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+    }
+}
+
+fn wake_all(counters: &Counters) {
+    let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    for counter in counters.values() {
+        counter.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}

@@ -1,0 +1,197 @@
+//! baton's tables in PostgreSQL, created and migrated on first use.
+//!
+//! Opening a store reads the schema version and the server's time in one round trip. Only when
+//! the tables are missing (or older) does it take the migration path: one transaction that first
+//! takes a transaction-scoped advisory lock, so that when many processes start at once against a
+//! fresh schema (a CI fan-out, a dozen `baton run`s) they take turns: the first creates the
+//! tables, the others find them there. `CREATE TABLE IF NOT EXISTS` alone is not enough: two
+//! sessions creating the same table at once can both pass the "not exists" check and one then
+//! fails on the catalog's unique index.
+//!
+//! The tables go where unqualified names go: the first schema of the connection's `search_path`
+//! that exists (`public` by default; a URL can choose another with
+//! `?options=-csearch_path%3DNAME`).
+
+use sqlx::{PgConnection, Row};
+
+use super::now_ms;
+use crate::{Result, StoreError};
+
+/// The schema this code reads and writes. Bump it with a migration in [`migrate_locked`].
+pub(super) const SCHEMA_VERSION: u64 = 1;
+
+/// The advisory lock the migration takes: the bytes of "baton" — one lock for every schema of
+/// the database, which only makes first-time setups of different schemas take turns.
+const MIGRATION_LOCK_ID: i64 = 0x62_61_74_6f_6e;
+
+/// The schema version (null when baton has not set one up) and the server's time, in one
+/// simple-protocol query (one round trip: no prepare).
+const READ_VERSION: &str = concat!(
+    "SELECT (SELECT value FROM baton_meta WHERE name = 'schema_version') AS schema_version, ",
+    now_ms!(),
+    " AS now_ms"
+);
+
+/// Version 1. `COLLATE "C"`: keys compare byte-wise (code point order for UTF-8), so `list` is
+/// sorted the way the contract says and its prefix match can use the primary key's index. The
+/// key's history counter lives in its document row, so a CAS numbers its entries from the row
+/// it has locked anyway. A fill factor below 100 leaves room on each page for the new version
+/// of a row, so the frequent updates of a hot document stay heap-only (no index update).
+const CREATE_TABLES_V1: &str = "
+    CREATE TABLE IF NOT EXISTS baton_docs (
+        key text COLLATE \"C\" PRIMARY KEY,
+        version bigint NOT NULL,
+        doc bytea NOT NULL,
+        history_seq bigint NOT NULL DEFAULT 0
+    ) WITH (fillfactor = 70);
+    CREATE TABLE IF NOT EXISTS baton_history (
+        key text COLLATE \"C\" NOT NULL,
+        seq bigint NOT NULL,
+        entry bytea NOT NULL,
+        PRIMARY KEY (key, seq)
+    );
+    INSERT INTO baton_meta (name, value) VALUES ('schema_version', '1');
+";
+
+/// Makes sure the tables are at [`SCHEMA_VERSION`], creating them if needed; returns the
+/// server's time (in ms) read on the way.
+pub(super) async fn migrate(connection: &mut PgConnection, description: &str) -> Result<i64> {
+    let mut migrated = false;
+    loop {
+        let (version, now_ms) = match read_version(connection).await {
+            Ok(read) => read,
+            // No baton_meta table: baton has never run in this schema.
+            Err(error) if error_code(&error).as_deref() == Some("42P01") && !migrated => (None, 0),
+            Err(error) => return Err(setup_error(description, error)),
+        };
+        if check_version(version.as_deref(), description)? == Some(SCHEMA_VERSION) {
+            return Ok(now_ms);
+        }
+        if migrated {
+            return Err(StoreError::Incompatible {
+                store: description.to_owned(),
+                reason: "baton's tables were set up but their schema version is not there; \
+                         baton_meta may have been changed by hand"
+                    .to_owned(),
+            });
+        }
+        migrate_locked(connection, description)
+            .await
+            .map_err(|error| match error {
+                MigrateError::Sql(error) => setup_error(description, error),
+                MigrateError::Store(error) => error,
+            })?;
+        migrated = true;
+    }
+}
+
+async fn read_version(connection: &mut PgConnection) -> sqlx::Result<(Option<String>, i64)> {
+    let row = sqlx::raw_sql(READ_VERSION).fetch_one(connection).await?;
+    Ok((row.try_get("schema_version")?, row.try_get("now_ms")?))
+}
+
+enum MigrateError {
+    Sql(sqlx::Error),
+    Store(StoreError),
+}
+
+impl From<sqlx::Error> for MigrateError {
+    fn from(error: sqlx::Error) -> Self {
+        Self::Sql(error)
+    }
+}
+
+/// Creates the tables under the migration lock, unless another process did while this one
+/// waited for it. A newer schema found here is refused (and the transaction rolled back).
+async fn migrate_locked(
+    connection: &mut PgConnection,
+    description: &str,
+) -> Result<(), MigrateError> {
+    use sqlx::Connection;
+    let mut transaction = connection.begin().await?;
+    // `client_min_messages`: the "already exists, skipping" notices are expected here.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SET LOCAL client_min_messages = warning;
+         SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID});
+         CREATE TABLE IF NOT EXISTS baton_meta (name text PRIMARY KEY, value text NOT NULL);"
+    )))
+    .execute(&mut *transaction)
+    .await?;
+    let version: Option<String> =
+        sqlx::raw_sql("SELECT value FROM baton_meta WHERE name = 'schema_version'")
+            .fetch_optional(&mut *transaction)
+            .await?
+            .map(|row| row.try_get("value"))
+            .transpose()?;
+    match check_version(version.as_deref(), description).map_err(MigrateError::Store)? {
+        Some(SCHEMA_VERSION) => {}
+        // Only version 1 exists so far; a later version migrates from the ones before it here.
+        _ => {
+            sqlx::raw_sql(CREATE_TABLES_V1)
+                .execute(&mut *transaction)
+                .await?;
+            tracing::info!(store = description, "created baton's tables");
+        }
+    }
+    transaction.commit().await?;
+    Ok(())
+}
+
+/// The schema version as a number: `None` when baton has not set one up. A version newer than
+/// this code, or one it cannot read, is [`StoreError::Incompatible`].
+fn check_version(version: Option<&str>, description: &str) -> Result<Option<u64>> {
+    let Some(text) = version else {
+        return Ok(None);
+    };
+    let incompatible = |reason: String| StoreError::Incompatible {
+        store: description.to_owned(),
+        reason,
+    };
+    match text.trim().parse::<u64>() {
+        Ok(version) if version == SCHEMA_VERSION => Ok(Some(version)),
+        Ok(version) if version > SCHEMA_VERSION => Err(incompatible(format!(
+            "schema version {version} is newer than this baton understands ({SCHEMA_VERSION}); \
+             upgrade baton"
+        ))),
+        _ => Err(incompatible(format!(
+            "schema version `{text}` is not one this baton understands ({SCHEMA_VERSION}); \
+             baton_meta was not written by baton, or is damaged"
+        ))),
+    }
+}
+
+fn error_code(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(error) => error.code().map(|code| code.into_owned()),
+        _ => None,
+    }
+}
+
+/// The store's error for a failure while setting up the tables.
+fn setup_error(description: &str, error: sqlx::Error) -> StoreError {
+    let unavailable = |reason: String| StoreError::Unavailable {
+        store: description.to_owned(),
+        reason,
+    };
+    let message = super::server_message(&error);
+    match error_code(&error).as_deref() {
+        Some("3F000") => unavailable(format!(
+            "{message}: no schema of the search_path exists; create it (CREATE SCHEMA …) or fix \
+             the URL's `options=-csearch_path%3D…`"
+        )),
+        Some("42501") => unavailable(format!(
+            "{message}: the user may not create baton's tables here; create them once as a user \
+             who may (run baton with that user), or GRANT CREATE ON SCHEMA"
+        )),
+        Some("25006") => unavailable(format!(
+            "{message}: the server is read-only; point the URL at the primary"
+        )),
+        _ if matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_)) => {
+            unavailable(format!("the connection was lost while setting up: {error}"))
+        }
+        _ => StoreError::Backend {
+            store: description.to_owned(),
+            source: Box::new(error),
+        },
+    }
+}

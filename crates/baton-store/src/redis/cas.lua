@@ -1,0 +1,74 @@
+-- The compare-and-swap of the Redis store (see mod.rs for the key layout). One script, so the
+-- check, the writes, the history and the wake-up are one atomic step and one round trip.
+--
+-- KEYS[1]  the document hash: v (version), d (document), n (writes so far), s (last history seq)
+-- KEYS[2]  the history stream: entry IDs `<seq>-0`, one field `e` holding the entry
+-- KEYS[3]  the sorted set of every key with a document (score 0, for `list`)
+-- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
+-- ARGV[2]  the expected version
+-- ARGV[3]  the new document
+-- ARGV[4]  the key, as baton names it (member of KEYS[3], payload of the wake-up)
+-- ARGV[5]  the wake-up channel of the store's namespace
+-- ARGV[6]  how many history entries to keep per key (approximate trimming, at least that many)
+-- ARGV[7..] history entries to append, oldest first
+--
+-- Returns {1, seconds, microseconds, new version} when written, and on a stale version
+-- {0, seconds, microseconds, current version, current document}, or {0, seconds, microseconds}
+-- when the key has no document. The time is the server's TIME, so every CAS also reads the clock.
+
+-- Redis before 5 replicates scripts verbatim and refuses writes after TIME; since 5 this is the
+-- default and the call a no-op (it is deprecated, so call it only where it exists).
+if redis.replicate_commands then
+    redis.replicate_commands()
+end
+
+local now = redis.call('TIME')
+local current = redis.call('HMGET', KEYS[1], 'v', 'd')
+local version = current[1]
+
+local matches
+if ARGV[1] == '0' then
+    matches = not version
+else
+    matches = version == ARGV[2]
+end
+if not matches then
+    if version then
+        return {0, now[1], now[2], version, current[2]}
+    end
+    return {0, now[1], now[2]}
+end
+
+-- Everything that can fail is checked before the first write: Redis does not roll back the
+-- writes of a script that fails halfway. The history's next seq continues from both the
+-- document's counter and the stream's last entry, so neither a stream nor a document lost on its
+-- own (evicted, deleted by hand) can make an XADD fail on an ID that is not increasing.
+local n_entries = #ARGV - 6
+local first_seq = 0
+if n_entries > 0 then
+    local last_seq = tonumber(redis.call('HGET', KEYS[1], 's') or '0') or 0
+    local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+    if top[1] then
+        local top_seq = tonumber(string.match(top[1][1], '^(%d+)')) or 0
+        if top_seq > last_seq then
+            last_seq = top_seq
+        end
+    end
+    first_seq = last_seq + 1
+end
+
+-- The version is the write count plus the server's time in microseconds: a server that lost its
+-- data (no persistence, a restore from an older snapshot) starts counting again, and the time
+-- keeps its new versions distinct from any a client may still hold in its cache.
+local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local new_version = n .. '-' .. now[1] .. string.format('%06d', tonumber(now[2]))
+redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3])
+if n_entries > 0 then
+    for i = 1, n_entries do
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], (first_seq + i - 1) .. '-0', 'e', ARGV[6 + i])
+    end
+    redis.call('HSET', KEYS[1], 's', first_seq + n_entries - 1)
+end
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('PUBLISH', ARGV[5], ARGV[4])
+return {1, now[1], now[2], new_version}

@@ -1,0 +1,1080 @@
+//! The Redis store: `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]`, or `rediss://…`
+//! for TLS.
+//!
+//! # Key layout
+//!
+//! Every name starts with the store's namespace (`baton:` unless the URL's `namespace` says
+//! otherwise), so baton can share a database with other data; the URL's path chooses the
+//! database number, as Redis URLs do. For a baton key `K`:
+//!
+//! | Redis key | type | holds |
+//! |---|---|---|
+//! | `baton:doc:K` | hash | `v` version, `d` document, `n` writes so far, `s` last history seq |
+//! | `baton:hist:K` | stream | the history log: entry ID `<seq>-0`, one field `e` with the entry |
+//! | `baton:keys` | sorted set | every key with a document, score 0, for `list` |
+//!
+//! and the pub/sub channel `baton:wake:DB` carries a key's name after each write to it. `K` is
+//! taken byte for byte (Redis keys are binary), so no key needs escaping and none can reach
+//! another's names: the fixed part comes first. Namespaces should not be prefixes of one another.
+//!
+//! # Operations
+//!
+//! - A CAS is one Lua script (`cas.lua`, sent as `EVALSHA`, loaded again after a `NOSCRIPT`):
+//!   it compares the version, writes the document, appends the history (seq from the hash's
+//!   counter, so strictly increasing per key), adds the key to the set, publishes the wake-up,
+//!   and returns the current document on a stale version — with the server's `TIME` in every
+//!   reply. One round trip, atomic. A version is the write count and the server's time in
+//!   microseconds, so a server that lost its data never hands out a version a client still
+//!   holds from before.
+//! - A load is one pipelined round trip: `HMGET` of the version and document, and `TIME`.
+//! - `list(prefix)` is `ZRANGEBYLEX [prefix (successor` on the key set, where the successor is
+//!   the least byte string above every string that starts with the prefix: byte-wise, and no
+//!   character of a key is a wildcard.
+//! - History is `XRANGE`/`XREVRANGE` on the stream, trimmed to about [`HISTORY_KEPT_MAX`] entries
+//!   per key (the design's limit; Redis keeps everything in memory).
+//! - `watch` has one subscriber connection per store (`watch.rs`), which resubscribes after a
+//!   drop and then wakes every waiter once, since a message may have been missed meanwhile.
+//! - The clock is the server's `TIME`, read from the replies the store receives anyway
+//!   ([`ServerClock`]).
+//!
+//! Commands go through one multiplexed [`ConnectionManager`], which reconnects after a drop;
+//! connecting and each reply are bounded by [`CONNECT_TIMEOUT`] and [`RESPONSE_TIMEOUT`], and
+//! every operation by [`OPERATION_TIMEOUT`]. A CAS whose reply does not come is
+//! [`StoreError::Ambiguous`]: the coordinator re-reads to learn whether it landed.
+//!
+//! A single server (or the primary behind one address) is supported; Redis Cluster is not, since
+//! a script touches three keys that a cluster would place on different nodes.
+//!
+//! # TLS
+//!
+//! `rediss://` verifies the server against the Mozilla roots (webpki-roots), or, when the
+//! environment variable `SSL_CERT_FILE` names a PEM file, against the certificates in it instead
+//! (for a server with a private CA). `rediss://…#insecure` is refused by this build.
+//!
+//! # Durability
+//!
+//! Redis keeps data in memory; what survives a restart depends on its configuration. At open the
+//! store reads `appendonly`, `save`, `maxmemory` and `maxmemory-policy` (where `CONFIG` is
+//! allowed) and warns when a restart would lose every queue or when keys may be evicted.
+
+mod watch;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use async_trait::async_trait;
+
+use crate::server_clock::ServerClock;
+use crate::{
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
+    Versioned, WatchHandle,
+};
+
+/// How long connecting to the server may take before the store is [`StoreError::Unavailable`].
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a reply may take once a request is sent. A CAS without a reply in time is
+/// [`StoreError::Ambiguous`].
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The bound on a whole operation, reconnecting included: no call waits longer.
+pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The namespace when the URL names none.
+pub const DEFAULT_NAMESPACE: &str = "baton:";
+
+/// The longest namespace accepted, in bytes (every Redis name of a key repeats it).
+pub const NAMESPACE_MAX_BYTES: usize = 64;
+
+/// History entries kept per key: the design's limit. Trimming is approximate (`MAXLEN ~`), so
+/// a little more may be kept, never less.
+pub const HISTORY_KEPT_MAX: u64 = 10_000;
+
+/// The epoch of the server's clock. It is wall time, which a restart keeps, so it never changes:
+/// a restart with persistence must not end every lease.
+pub const CLOCK_EPOCH: &str = "redis-server-time";
+
+/// The CAS script. Its SHA-1 is computed once per store; the server caches it after the first
+/// load.
+const CAS_SCRIPT: &str = include_str!("cas.lua");
+
+/// A [`Store`] on a Redis server. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Reconnects by itself after a drop; multiplexed, so concurrent operations share it.
+    connection: ConnectionManager,
+    /// For the subscriber's own connection (pub/sub takes a connection to itself).
+    client: Client,
+    names: Names,
+    cas_script: Script,
+    clock: ServerClock,
+    /// Started by the first `watch`.
+    watcher: Mutex<Option<watch::Watcher>>,
+    /// The URL without password and without query parameters other than `namespace`.
+    description: String,
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("url", &self.inner.description)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The Redis names of the store's data (see the module's *Key layout*).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Names {
+    namespace: String,
+    /// `<namespace>wake:<db>`: pub/sub is shared by every database of a server, so the database
+    /// number keeps stores on different databases from waking each other.
+    channel: String,
+}
+
+impl Names {
+    fn new(namespace: &str, db: i64) -> Names {
+        Names {
+            namespace: namespace.to_owned(),
+            channel: format!("{namespace}wake:{db}"),
+        }
+    }
+
+    fn doc(&self, key: &str) -> String {
+        format!("{}doc:{key}", self.namespace)
+    }
+
+    fn history(&self, key: &str) -> String {
+        format!("{}hist:{key}", self.namespace)
+    }
+
+    fn keys(&self) -> String {
+        format!("{}keys", self.namespace)
+    }
+}
+
+/// A URL taken apart.
+#[derive(Debug, PartialEq, Eq)]
+struct Target {
+    namespace: String,
+    tls: bool,
+    description: String,
+}
+
+/// Whether an operation writes: an unanswered write may have landed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+impl RedisStore {
+    /// Whether `url` names a Redis store (`redis:` or `rediss:`, in any case).
+    pub fn handles(url: &str) -> bool {
+        url.split_once(':').is_some_and(|(scheme, _)| {
+            scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
+        })
+    }
+
+    /// Opens the store at `url` (`redis://…` or `rediss://…`), checking that the server answers
+    /// and accepts the credentials, and warning when its configuration would lose data.
+    ///
+    /// For `rediss://`, the server's certificate is checked against the PEM certificates in the
+    /// file `SSL_CERT_FILE` names when that variable is set, else against the Mozilla roots.
+    pub async fn open(url: &str) -> Result<RedisStore> {
+        let is_tls = url
+            .get(..9)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"));
+        let root_certificates = match std::env::var_os("SSL_CERT_FILE") {
+            Some(path) if is_tls => match std::fs::read(&path) {
+                Ok(pem) => Some(pem),
+                Err(error) => {
+                    return Err(StoreError::Unavailable {
+                        store: parse_url(url).map(|t| t.description).unwrap_or_default(),
+                        reason: format!(
+                            "cannot read the certificates in SSL_CERT_FILE={}: {error}",
+                            std::path::Path::new(&path).display()
+                        ),
+                    })
+                }
+            },
+            _ => None,
+        };
+        Self::open_with_root_certificates(url, root_certificates).await
+    }
+
+    /// [`RedisStore::open`] with the PEM root certificates to trust for `rediss://` given
+    /// (`None`: the Mozilla roots), whatever the environment says.
+    pub async fn open_with_root_certificates(
+        url: &str,
+        root_certificates: Option<Vec<u8>>,
+    ) -> Result<RedisStore> {
+        let target = parse_url(url).map_err(|reason| StoreError::BadUrl {
+            url: redact(url),
+            reason,
+        })?;
+        let description = target.description.clone();
+        let bad_url = |error: RedisError| StoreError::BadUrl {
+            url: description.clone(),
+            reason: error.to_string(),
+        };
+        if target.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+            // rustls panics at the first TLS connection unless exactly one crypto provider is
+            // compiled in or one is installed; install ring unless the program chose already.
+            // An error means another thread installed one first, which serves as well.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match root_certificates {
+            Some(root_cert) if target.tls => Client::build_with_tls(
+                url,
+                ::redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                },
+            ),
+            _ => Client::open(url),
+        }
+        .map_err(bad_url)?;
+        let db = client.get_connection_info().redis_settings().db();
+        let names = Names::new(&target.namespace, db);
+
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+            // A few quick retries: an unreachable server must fail the open within the connect
+            // timeout, and a dropped connection is retried again at the next operation anyway.
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_millis(500));
+        let unavailable = |reason: String| StoreError::Unavailable {
+            store: description.clone(),
+            reason,
+        };
+        let connection = match tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) => {
+                return Err(redis_error(&description, error, Access::Read));
+            }
+            Err(_elapsed) => {
+                return Err(unavailable(format!(
+                    "no connection within {} s: check the host and port, and that a firewall \
+                     lets the connection through",
+                    CONNECT_TIMEOUT.as_secs()
+                )))
+            }
+        };
+
+        let store = RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                client,
+                names,
+                cas_script: Script::new(CAS_SCRIPT),
+                clock: ServerClock::new(CLOCK_EPOCH),
+                watcher: Mutex::new(None),
+                description,
+            }),
+        };
+        store.check_server().await?;
+        Ok(store)
+    }
+
+    /// The first round trip: reads the clock (which also proves the credentials), loads the CAS
+    /// script so the first CAS is one round trip, and reads the persistence settings to warn
+    /// about. `CONFIG` is often disabled on managed servers: then the check is skipped quietly.
+    async fn check_server(&self) -> Result<()> {
+        let mut pipeline = ::redis::pipe();
+        pipeline.ignore_errors().cmd("TIME");
+        pipeline.cmd("SCRIPT").arg("LOAD").arg(CAS_SCRIPT);
+        for parameter in ["appendonly", "save", "maxmemory", "maxmemory-policy"] {
+            pipeline.cmd("CONFIG").arg("GET").arg(parameter);
+        }
+        let mut connection = self.inner.connection.clone();
+        let replies: Vec<::redis::RedisResult<Value>> = self
+            .bounded(Access::Read, pipeline.query_async(&mut connection))
+            .await?;
+        let mut replies = replies.into_iter();
+        match replies.next() {
+            Some(Ok(time)) => self.observe_time(&time)?,
+            Some(Err(error)) => return Err(self.error(error, Access::Read)),
+            None => return Err(self.unexpected("TIME", &Value::Nil)),
+        }
+        if let Some(Err(error)) = replies.next() {
+            // EVALSHA loads it again on NOSCRIPT; a server that refuses SCRIPT LOAD will also
+            // refuse EVAL, and the first CAS will say so.
+            tracing::debug!(%error, "SCRIPT LOAD failed");
+        }
+        let mut settings = HashMap::new();
+        for reply in replies {
+            match reply {
+                Ok(value) => {
+                    if let Some((name, setting)) = config_pair(value) {
+                        settings.insert(name, setting);
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "CONFIG GET refused; persistence not checked");
+                    return Ok(());
+                }
+            }
+        }
+        for warning in persistence_warnings(&self.inner.description, &settings) {
+            tracing::warn!("{warning}");
+        }
+        Ok(())
+    }
+
+    /// Runs `operation`, bounded by [`OPERATION_TIMEOUT`], mapping its error.
+    async fn bounded<T>(
+        &self,
+        access: Access,
+        operation: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(OPERATION_TIMEOUT, operation).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(self.error(error, access)),
+            Err(_elapsed) => Err(timed_out(&self.inner.description, access)),
+        }
+    }
+
+    fn error(&self, error: RedisError, access: Access) -> StoreError {
+        redis_error(&self.inner.description, error, access)
+    }
+
+    fn unexpected(&self, command: &str, value: &Value) -> StoreError {
+        StoreError::Backend {
+            store: self.inner.description.clone(),
+            source: format!("unexpected reply to {command}: {}", brief(value)).into(),
+        }
+    }
+
+    /// Records the reply `[seconds, microseconds]` of `TIME`.
+    fn observe_time(&self, time: &Value) -> Result<()> {
+        let Value::Array(parts) = time else {
+            return Err(self.unexpected("TIME", time));
+        };
+        match parts.as_slice() {
+            [seconds, microseconds] => self.observe_time_parts(seconds, microseconds),
+            _ => Err(self.unexpected("TIME", time)),
+        }
+    }
+
+    fn observe_time_parts(&self, seconds: &Value, microseconds: &Value) -> Result<()> {
+        let (Some(seconds), Some(microseconds)) = (integer(seconds), integer(microseconds)) else {
+            return Err(self.unexpected(
+                "TIME",
+                &Value::Array(vec![seconds.clone(), microseconds.clone()]),
+            ));
+        };
+        let ms = seconds
+            .saturating_mul(1000)
+            .saturating_add(microseconds / 1000);
+        // Paired with the reply's arrival (now), not its sending: see `ServerClock`.
+        self.inner.clock.observe(ms, Instant::now());
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn describe(&self) -> String {
+        self.inner.description.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: true,
+            conflict_returns_current: true,
+            clock: true,
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>> {
+        let mut pipeline = ::redis::pipe();
+        pipeline
+            .cmd("HMGET")
+            .arg(self.inner.names.doc(key))
+            .arg("v")
+            .arg("d")
+            .cmd("TIME");
+        let mut connection = self.inner.connection.clone();
+        let (fields, time): (Value, Value) = self
+            .bounded(Access::Read, pipeline.query_async(&mut connection))
+            .await?;
+        self.observe_time(&time)?;
+        let Value::Array(fields) = fields else {
+            return Err(self.unexpected("HMGET", &fields));
+        };
+        match fields.as_slice() {
+            [Value::Nil, _] => Ok(None),
+            [version, document] => match (bytes(version), bytes(document)) {
+                (Some(version), Some(document)) => Ok(Some(versioned(version, document))),
+                _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
+            },
+            _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
+        }
+    }
+
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        document: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        let names = &self.inner.names;
+        let mut invocation = self.inner.cas_script.prepare_invoke();
+        invocation
+            .key(names.doc(key))
+            .key(names.history(key))
+            .key(names.keys())
+            .arg(if expected.is_some() { "1" } else { "0" })
+            .arg(expected.map(|version| version.0.as_str()).unwrap_or(""))
+            .arg(document)
+            .arg(key)
+            .arg(&names.channel)
+            .arg(HISTORY_KEPT_MAX);
+        for entry in history {
+            invocation.arg(entry.as_slice());
+        }
+        let mut connection = self.inner.connection.clone();
+        let reply: Value = self
+            .bounded(Access::Write, invocation.invoke_async(&mut connection))
+            .await?;
+        let Value::Array(parts) = &reply else {
+            return Err(self.unexpected("the CAS script", &reply));
+        };
+        match parts.as_slice() {
+            [written, seconds, microseconds, rest @ ..] => {
+                self.observe_time_parts(seconds, microseconds)?;
+                match (integer(written), rest) {
+                    (Some(1), [version]) => match bytes(version) {
+                        Some(version) => Ok(CasOutcome::Written {
+                            version: version_of(version),
+                        }),
+                        None => Err(self.unexpected("the CAS script", &reply)),
+                    },
+                    (Some(0), []) => Ok(CasOutcome::Conflict { current: None }),
+                    (Some(0), [version, document]) => match (bytes(version), bytes(document)) {
+                        (Some(version), Some(document)) => Ok(CasOutcome::Conflict {
+                            current: Some(versioned(version, document)),
+                        }),
+                        _ => Err(self.unexpected("the CAS script", &reply)),
+                    },
+                    _ => Err(self.unexpected("the CAS script", &reply)),
+                }
+            }
+            _ => Err(self.unexpected("the CAS script", &reply)),
+        }
+    }
+
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
+        // Entry IDs are `<seq>-0`; nothing lies beyond u64::MAX.
+        let Some(first_seq) = after_seq.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut command = ::redis::cmd("XRANGE");
+        command
+            .arg(self.inner.names.history(key))
+            .arg(format!("{first_seq}-0"))
+            .arg("+")
+            .arg("COUNT")
+            .arg(limit);
+        self.read_history(command, "XRANGE").await
+    }
+
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut command = ::redis::cmd("XREVRANGE");
+        command
+            .arg(self.inner.names.history(key))
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(limit);
+        self.read_history(command, "XREVRANGE").await
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let (min, max) = lex_range(prefix);
+        let mut command = ::redis::cmd("ZRANGEBYLEX");
+        command.arg(self.inner.names.keys()).arg(min).arg(max);
+        let mut connection = self.inner.connection.clone();
+        let members: Vec<Vec<u8>> = self
+            .bounded(Access::Read, command.query_async(&mut connection))
+            .await?;
+        let mut keys = Vec::with_capacity(members.len());
+        for member in members {
+            match String::from_utf8(member) {
+                Ok(key) => keys.push(key),
+                // baton writes only UTF-8 keys: a member that is not was put there by hand.
+                Err(error) => tracing::warn!(
+                    member = ?error.as_bytes(),
+                    "{}: skipping a member of {} that is not UTF-8",
+                    self.inner.description,
+                    self.inner.names.keys()
+                ),
+            }
+        }
+        debug_assert!(keys.iter().all(|key| key.starts_with(prefix)));
+        Ok(keys)
+    }
+
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
+        let mut watcher = self
+            .inner
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let watcher = watcher.get_or_insert_with(|| {
+            watch::Watcher::start(
+                self.inner.client.clone(),
+                self.inner.names.channel.clone(),
+                self.inner.description.clone(),
+            )
+        });
+        Ok(Some(WatchHandle::new(watcher.subscribe(key))))
+    }
+
+    async fn clock(&self) -> Result<StoreClock> {
+        if let Some(now) = self.inner.clock.now() {
+            return Ok(now);
+        }
+        // Only before the first reply with a time (open reads one, so hardly ever).
+        let mut connection = self.inner.connection.clone();
+        let time: Value = self
+            .bounded(
+                Access::Read,
+                ::redis::cmd("TIME").query_async(&mut connection),
+            )
+            .await?;
+        self.observe_time(&time)?;
+        self.inner
+            .clock
+            .now()
+            .ok_or_else(|| self.unexpected("TIME", &time))
+    }
+}
+
+impl RedisStore {
+    async fn read_history(&self, command: ::redis::Cmd, name: &str) -> Result<Vec<HistoryRecord>> {
+        let mut connection = self.inner.connection.clone();
+        let reply: Value = self
+            .bounded(Access::Read, command.query_async(&mut connection))
+            .await?;
+        let Value::Array(entries) = &reply else {
+            return Err(self.unexpected(name, &reply));
+        };
+        entries
+            .iter()
+            .map(|entry| history_record(entry).ok_or_else(|| self.unexpected(name, entry)))
+            .collect()
+    }
+}
+
+/// Takes a store URL apart: the namespace (checked), whether it uses TLS, and the description
+/// (the URL without password and without query parameters other than `namespace`).
+fn parse_url(url: &str) -> std::result::Result<Target, String> {
+    let Some(mut parsed) = ::redis::parse_redis_url(url) else {
+        return Err(
+            "expected `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]` (or rediss:// \
+             for TLS)"
+                .to_owned(),
+        );
+    };
+    let tls = match parsed.scheme() {
+        "redis" => false,
+        "rediss" => true,
+        other => return Err(format!("the scheme `{other}` is not redis or rediss")),
+    };
+    if parsed.fragment() == Some("insecure") {
+        return Err(
+            "`#insecure` (TLS without checking the certificate) is not supported; to trust a \
+             private CA, name its PEM file in SSL_CERT_FILE"
+                .to_owned(),
+        );
+    }
+    let mut namespace = None;
+    for (name, value) in parsed.query_pairs() {
+        match name.as_ref() {
+            "namespace" => namespace = Some(value.into_owned()),
+            // Parameters the redis client reads itself.
+            "protocol" => {}
+            other => {
+                return Err(format!(
+                    "unknown parameter `{other}`; accepted: `namespace`, `protocol`"
+                ))
+            }
+        }
+    }
+    let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+    if namespace.is_empty() || namespace.len() > NAMESPACE_MAX_BYTES {
+        return Err(format!(
+            "the namespace must be 1 to {NAMESPACE_MAX_BYTES} bytes long"
+        ));
+    }
+    if namespace.chars().any(char::is_control) {
+        return Err("the namespace must not contain control characters".to_owned());
+    }
+    // `set_password` only fails for URLs that cannot have one, which a parsed redis URL can.
+    let _ = parsed.set_password(None);
+    parsed.set_query(None);
+    if namespace != DEFAULT_NAMESPACE {
+        parsed
+            .query_pairs_mut()
+            .append_pair("namespace", &namespace);
+    }
+    Ok(Target {
+        namespace,
+        tls,
+        description: parsed.to_string(),
+    })
+}
+
+/// `url` with any password replaced, for an error about a URL that did not parse.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user_info, host)) => {
+            let user = user_info
+                .split_once(':')
+                .map_or(user_info, |(user, _)| user);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The `ZRANGEBYLEX` bounds of the keys that start with `prefix`, byte-wise: from `[prefix`
+/// (inclusive) to `(successor` (exclusive), where the successor is the prefix with trailing
+/// 0xFF bytes dropped and its last byte incremented — the least byte string above every string
+/// that starts with the prefix. Only the first byte of a bound is syntax; the rest is taken
+/// literally.
+fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
+    let mut min = b"[".to_vec();
+    if prefix.is_empty() {
+        return (b"-".to_vec(), b"+".to_vec());
+    }
+    min.extend_from_slice(prefix.as_bytes());
+    let mut successor = prefix.as_bytes().to_vec();
+    while let Some(last) = successor.pop() {
+        if last < u8::MAX {
+            successor.push(last + 1);
+            let mut max = b"(".to_vec();
+            max.extend_from_slice(&successor);
+            return (min, max);
+        }
+    }
+    // Only 0xFF bytes (impossible in UTF-8): every string from the prefix up.
+    (min, b"+".to_vec())
+}
+
+/// The `[name, value]` reply of `CONFIG GET name` (an array in RESP2, a map in RESP3).
+fn config_pair(value: Value) -> Option<(String, String)> {
+    let pair = match value {
+        Value::Array(items) => match <[Value; 2]>::try_from(items) {
+            Ok([name, setting]) => (name, setting),
+            Err(_) => return None,
+        },
+        Value::Map(mut items) if items.len() == 1 => items.pop()?,
+        _ => return None,
+    };
+    let text =
+        |value: &Value| bytes(value).map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    Some((text(&pair.0)?, text(&pair.1)?))
+}
+
+/// What to warn about in the server's persistence settings (`CONFIG GET` replies by name):
+/// nothing persisted, or baton's keys open to eviction. Missing settings warn about nothing.
+fn persistence_warnings(description: &str, settings: &HashMap<String, String>) -> Vec<String> {
+    let setting = |name: &str| settings.get(name).map(String::as_str);
+    let mut warnings = Vec::new();
+    if setting("appendonly") == Some("no")
+        && setting("save").is_some_and(|save| save.trim().is_empty())
+    {
+        warnings.push(format!(
+            "{description} persists nothing (appendonly no, save \"\"): a restart of Redis loses \
+             every queue, lease and history entry. Fences stay increasing anyway (a grant's fence \
+             is at least the granting client's wall-clock milliseconds × 1000), but queued jobs \
+             and waiters are lost; to keep them, enable the append-only file: \
+             `redis-cli CONFIG SET appendonly yes` and `appendonly yes` in redis.conf"
+        ));
+    }
+    let limited = setting("maxmemory").is_some_and(|bytes| bytes != "0");
+    if let Some(policy) = setting("maxmemory-policy") {
+        if limited && policy.starts_with("allkeys-") {
+            warnings.push(format!(
+                "{description} may evict baton's keys when it is full (maxmemory-policy \
+                 {policy}): an evicted key loses its queue; set `maxmemory-policy noeviction` \
+                 (or a volatile-* policy: baton's keys have no TTL)"
+            ));
+        }
+    }
+    warnings
+}
+
+/// Maps a redis error to the store's error, saying what to check where there is something to
+/// check. An unanswered or interrupted write is ambiguous: it may have landed.
+fn redis_error(description: &str, error: RedisError, access: Access) -> StoreError {
+    let unavailable = |reason: String| StoreError::Unavailable {
+        store: description.to_owned(),
+        reason,
+    };
+    let code = error.code().unwrap_or("");
+    if error.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
+        return unavailable(format!(
+            "authentication failed ({error}): put the password in the URL, as \
+             redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT for an ACL user; \
+             percent-encode `@`, `:` and `/` in it)"
+        ));
+    }
+    match error.kind() {
+        ErrorKind::Server(ServerErrorKind::NoPerm) => {
+            return unavailable(format!(
+                "the Redis user may not run a command baton needs ({error}): baton runs EVALSHA, \
+                 SCRIPT LOAD, HMGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE and PUBLISH \
+                 on its namespace's keys and channel"
+            ))
+        }
+        ErrorKind::Server(ServerErrorKind::BusyLoading) => {
+            return unavailable(
+                "Redis is loading its data into memory; try again in a moment".to_owned(),
+            )
+        }
+        ErrorKind::Server(ServerErrorKind::ReadOnly) => {
+            return unavailable(format!(
+                "the server is a read-only replica ({error}); point the URL at the primary"
+            ))
+        }
+        ErrorKind::Server(
+            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
+        ) => {
+            return unavailable(format!(
+                "the server is a Redis Cluster ({error}), which the Redis store does not support; \
+                 use a single server or a primary with replicas"
+            ))
+        }
+        _ => {}
+    }
+    if error.is_connection_refusal() {
+        return unavailable(format!(
+            "connection refused ({error}): check that Redis is running and listening on the host \
+             and port of the URL"
+        ));
+    }
+    if error.is_timeout() {
+        return timed_out(description, access);
+    }
+    if error.is_io_error() || error.is_connection_dropped() {
+        return match access {
+            Access::Write => StoreError::Ambiguous {
+                store: description.to_owned(),
+                reason: format!("the connection failed while the write was under way: {error}"),
+            },
+            Access::Read => unavailable(format!(
+                "the connection failed ({error}): check that Redis is up and reachable"
+            )),
+        };
+    }
+    StoreError::Backend {
+        store: description.to_owned(),
+        source: Box::new(error),
+    }
+}
+
+fn timed_out(description: &str, access: Access) -> StoreError {
+    match access {
+        Access::Write => StoreError::Ambiguous {
+            store: description.to_owned(),
+            reason: format!(
+                "no reply within {} s; the write may or may not have taken effect",
+                RESPONSE_TIMEOUT.as_secs()
+            ),
+        },
+        Access::Read => StoreError::Unavailable {
+            store: description.to_owned(),
+            reason: format!(
+                "no reply within {} s: check that Redis is up and reachable, and not blocked by \
+                 a long-running command",
+                OPERATION_TIMEOUT.as_secs()
+            ),
+        },
+    }
+}
+
+fn versioned(version: Vec<u8>, bytes: Vec<u8>) -> Versioned {
+    Versioned {
+        version: version_of(version),
+        bytes,
+    }
+}
+
+/// Versions are written by the CAS script as ASCII; anything else is kept, lossily, as text
+/// that will simply not match.
+fn version_of(version: Vec<u8>) -> Version {
+    Version(String::from_utf8_lossy(&version).into_owned())
+}
+
+/// One `[id, [field, value, …]]` stream entry as a record: seq from the ID `<seq>-0`, bytes
+/// from the field `e`.
+fn history_record(entry: &Value) -> Option<HistoryRecord> {
+    let Value::Array(parts) = entry else {
+        return None;
+    };
+    let [id, fields] = parts.as_slice() else {
+        return None;
+    };
+    let id = bytes(id)?;
+    let seq = std::str::from_utf8(&id)
+        .ok()?
+        .split_once('-')?
+        .0
+        .parse()
+        .ok()?;
+    let entry_bytes = match fields {
+        Value::Array(fields) => fields
+            .chunks(2)
+            .find(|pair| pair.first().and_then(bytes).as_deref() == Some(b"e"))
+            .and_then(|pair| pair.get(1))
+            .and_then(bytes)?,
+        Value::Map(fields) => fields
+            .iter()
+            .find(|(name, _)| bytes(name).as_deref() == Some(b"e"))
+            .and_then(|(_, value)| bytes(value))?,
+        _ => return None,
+    };
+    Some(HistoryRecord {
+        seq,
+        bytes: entry_bytes,
+    })
+}
+
+/// The bytes of a string reply.
+fn bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes.clone()),
+        Value::SimpleString(text) => Some(text.clone().into_bytes()),
+        Value::VerbatimString { text, .. } => Some(text.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+/// A non-negative integer reply, or a string of digits (TIME answers with strings).
+fn integer(value: &Value) -> Option<u64> {
+    match value {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => std::str::from_utf8(&bytes(value)?).ok()?.parse().ok(),
+    }
+}
+
+/// A reply, shortened for an error message (a document can be 256 KiB).
+fn brief(value: &Value) -> String {
+    let mut text = format!("{value:?}");
+    if text.len() > 200 {
+        let mut end = 200;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_give_namespace_tls_and_a_description_without_password() {
+        let cases = [
+            (
+                "redis://127.0.0.1:6379",
+                "baton:",
+                false,
+                "redis://127.0.0.1:6379",
+            ),
+            ("redis://:secret@h:1/2", "baton:", false, "redis://h:1/2"),
+            (
+                "redis://user:secret@h/0?protocol=resp3",
+                "baton:",
+                false,
+                "redis://user@h/0",
+            ),
+            (
+                "rediss://:pw@h:6380?namespace=ci%20locks:",
+                "ci locks:",
+                true,
+                "rediss://h:6380?namespace=ci+locks%3A",
+            ),
+            ("redis://h?namespace=baton:", "baton:", false, "redis://h"),
+        ];
+        for (url, namespace, tls, description) in cases {
+            let target = parse_url(url).unwrap();
+            assert_eq!(
+                (
+                    target.namespace.as_str(),
+                    target.tls,
+                    target.description.as_str()
+                ),
+                (namespace, tls, description),
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_urls_say_what_is_expected() {
+        let cases = [
+            ("redis://h?namespace=", "1 to 64 bytes"),
+            ("redis://h?db=3", "unknown parameter `db`"),
+            ("rediss://h#insecure", "SSL_CERT_FILE"),
+            ("http://h", "expected `redis://"),
+        ];
+        for (url, expected) in cases {
+            let reason = parse_url(url).unwrap_err();
+            assert!(reason.contains(expected), "{url}: {reason}");
+        }
+        let long = format!(
+            "redis://h?namespace={}",
+            "n".repeat(NAMESPACE_MAX_BYTES + 1)
+        );
+        assert!(parse_url(&long).is_err());
+    }
+
+    #[test]
+    fn redact_hides_passwords() {
+        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:p@w@h"), "redis://:***@h");
+        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
+    }
+
+    #[test]
+    fn lex_ranges_are_byte_wise_and_literal() {
+        let cases: &[(&str, &[u8], &[u8])] = &[
+            ("", b"-", b"+"),
+            ("a", b"[a", b"(b"),
+            ("100%", b"[100%", b"(100&"),
+            ("star*", b"[star*", b"(star+"),
+            ("[x", b"[[x", b"([y"),
+            ("é", "[é".as_bytes(), &[b'(', 0xC3, 0xAA]),
+            (
+                "x\u{10FFFF}",
+                "[x\u{10FFFF}".as_bytes(),
+                &[b'(', b'x', 0xF4, 0x8F, 0xBF, 0xC0],
+            ),
+        ];
+        for (prefix, min, max) in cases {
+            assert_eq!(
+                lex_range(prefix),
+                (min.to_vec(), max.to_vec()),
+                "{prefix:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn warns_when_nothing_persists_or_keys_may_be_evicted() {
+        let settings = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect()
+        };
+        let warnings = |pairs: &[(&str, &str)]| persistence_warnings("redis://h", &settings(pairs));
+
+        let nothing = warnings(&[("appendonly", "no"), ("save", "")]);
+        assert_eq!(nothing.len(), 1);
+        assert!(nothing[0].contains("persists nothing"), "{}", nothing[0]);
+        assert!(
+            nothing[0].contains("Fences stay increasing"),
+            "{}",
+            nothing[0]
+        );
+        assert!(
+            nothing[0].contains("CONFIG SET appendonly yes"),
+            "{}",
+            nothing[0]
+        );
+
+        assert!(warnings(&[("appendonly", "yes"), ("save", "")]).is_empty());
+        assert!(warnings(&[("appendonly", "no"), ("save", "3600 1")]).is_empty());
+        assert!(warnings(&[]).is_empty(), "CONFIG refused: nothing to say");
+
+        let evicting = warnings(&[
+            ("maxmemory", "1000000"),
+            ("maxmemory-policy", "allkeys-lru"),
+        ]);
+        assert_eq!(evicting.len(), 1);
+        assert!(evicting[0].contains("noeviction"), "{}", evicting[0]);
+        assert!(warnings(&[("maxmemory", "0"), ("maxmemory-policy", "allkeys-lru")]).is_empty());
+        assert!(warnings(&[("maxmemory", "100"), ("maxmemory-policy", "volatile-lru")]).is_empty());
+    }
+
+    #[test]
+    fn history_entries_parse_in_both_protocols() {
+        let bulk = |text: &[u8]| Value::BulkString(text.to_vec());
+        let resp2 = Value::Array(vec![
+            bulk(b"42-0"),
+            Value::Array(vec![bulk(b"e"), bulk(&[0, 255])]),
+        ]);
+        let resp3 = Value::Array(vec![
+            bulk(b"7-0"),
+            Value::Map(vec![(bulk(b"e"), bulk(b"x"))]),
+        ]);
+        assert_eq!(
+            history_record(&resp2),
+            Some(HistoryRecord {
+                seq: 42,
+                bytes: vec![0, 255]
+            })
+        );
+        assert_eq!(
+            history_record(&resp3),
+            Some(HistoryRecord {
+                seq: 7,
+                bytes: b"x".to_vec()
+            })
+        );
+        assert_eq!(
+            history_record(&Value::Array(vec![bulk(b"x-0"), Value::Array(vec![])])),
+            None
+        );
+        assert_eq!(history_record(&Value::Nil), None);
+    }
+
+    #[test]
+    fn config_replies_parse_in_both_protocols() {
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        assert_eq!(
+            config_pair(Value::Array(vec![bulk("save"), bulk("")])),
+            Some(("save".to_owned(), String::new()))
+        );
+        assert_eq!(
+            config_pair(Value::Map(vec![(bulk("appendonly"), bulk("no"))])),
+            Some(("appendonly".to_owned(), "no".to_owned()))
+        );
+        assert_eq!(config_pair(Value::Array(vec![])), None);
+    }
+}

@@ -1,0 +1,723 @@
+//! The conformance suite against a real etcd, one test per behaviour, and what only etcd shows:
+//! unreachable endpoints, authentication, TLS against a plain server, the key layout, large
+//! batches of history, and watches that survive a server restart.
+//!
+//! The server comes from `BATON_TEST_ETCD_URL` (`bash scripts/test.sh` starts one; so does
+//! `source scripts/servers/etcd.sh; start_etcd` in a shell that defines the helpers of
+//! scripts/test.sh). Every test writes under its own `conformance::unique_prefix`, so runs never
+//! collide on the shared server. The authentication and restart tests start etcd servers of
+//! their own, on free loopback ports in temporary directories, and kill them at the end.
+#![cfg(feature = "etcd")]
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_store::etcd::EtcdStore;
+use baton_store::{conformance, CasOutcome, Store, StoreError, Version};
+
+/// The shared server's URL; panics, saying how to start one, when it is not set.
+fn server_url() -> String {
+    std::env::var("BATON_TEST_ETCD_URL").unwrap_or_else(|_| {
+        panic!(
+            "BATON_TEST_ETCD_URL is not set: run `bash scripts/test.sh` (it starts every test \
+             server), or start etcd with `source scripts/servers/etcd.sh; start_etcd` (after \
+             defining the helpers of scripts/test.sh) and export the URL it prints"
+        )
+    })
+}
+
+async fn store() -> EtcdStore {
+    EtcdStore::open(&server_url()).await.unwrap()
+}
+
+fn prefix(name: &str) -> String {
+    conformance::unique_prefix(&format!("etcd-{name}"))
+}
+
+#[tokio::test]
+async fn load_absent() {
+    conformance::load_absent(&store().await, &prefix("load_absent")).await;
+}
+
+#[tokio::test]
+async fn create_if_absent() {
+    conformance::create_if_absent(&store().await, &prefix("create")).await;
+}
+
+#[tokio::test]
+async fn stale_version_refused() {
+    conformance::stale_version_refused(&store().await, &prefix("stale")).await;
+}
+
+#[tokio::test]
+async fn history_in_order() {
+    conformance::history_in_order(&store().await, &prefix("history")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments() {
+    conformance::concurrent_increments(&store().await, &prefix("increments")).await;
+}
+
+/// Racing stores with a connection each, as separate processes have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_through_separate_connections() {
+    let key = format!("{}counter", prefix("separate"));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let store = store().await;
+        let key = key.clone();
+        tasks.spawn(async move { conformance::increment(&store, &key, 25).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    let store = store().await;
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"100");
+    let seqs: Vec<u64> = store
+        .history(&key, 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(seqs.len(), 100);
+    assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
+}
+
+#[tokio::test]
+async fn list_by_prefix() {
+    conformance::list_by_prefix(&store().await, &prefix("list")).await;
+}
+
+#[tokio::test]
+async fn keys_round_trip() {
+    conformance::keys_round_trip(&store().await, &prefix("keys")).await;
+}
+
+#[tokio::test]
+async fn largest_document() {
+    conformance::largest_document(&store().await, &prefix("largest")).await;
+}
+
+#[tokio::test]
+async fn watch_wakes() {
+    conformance::watch_wakes(&store().await, &prefix("watch")).await;
+}
+
+#[tokio::test]
+async fn clock_readings() {
+    conformance::clock_readings(&store().await, &prefix("clock")).await;
+}
+
+#[tokio::test]
+async fn run_all() {
+    conformance::run_all(&store().await, &prefix("all")).await;
+}
+
+/// The URL's path is the prefix of every etcd key: documents under `P/d/`, history under
+/// `P/h/`, and a store with another prefix sees none of them.
+#[tokio::test]
+async fn keys_live_under_the_url_prefix() {
+    let endpoint = endpoint_of(&server_url());
+    let unique = prefix("layout").trim_end_matches('/').to_owned();
+    let store_a = EtcdStore::open(&format!("etcd://{endpoint}/{unique}/a/"))
+        .await
+        .unwrap();
+    let store_b = EtcdStore::open(&format!("etcd://{endpoint}/{unique}/b"))
+        .await
+        .unwrap();
+    assert!(
+        store_a.describe().ends_with(&format!("/{unique}/a")),
+        "{}",
+        store_a.describe()
+    );
+
+    let CasOutcome::Written { version } = store_a
+        .cas("deploy/prod", None, b"doc", &[b"entry".to_vec()])
+        .await
+        .unwrap()
+    else {
+        panic!("create must write");
+    };
+    assert_eq!(store_b.load("deploy/prod").await.unwrap(), None);
+    assert!(store_b.list("").await.unwrap().is_empty());
+    assert_eq!(store_a.list("").await.unwrap(), ["deploy/prod"]);
+
+    // What etcdctl sees: the document at P/d/K, the entry at P/h/K\0SEQ, both raw bytes.
+    let dump = etcdctl(&endpoint, &["get", "--prefix", &format!("/{unique}/a/")]);
+    let expected = format!(
+        "/{unique}/a/d/deploy/prod\ndoc\n/{unique}/a/h/deploy/prod\u{0}00000000000000000001\nentry\n"
+    );
+    assert_eq!(dump, expected);
+    // The version is the document's mod revision.
+    let revision = etcdctl(
+        &endpoint,
+        &["get", "-w", "fields", &format!("/{unique}/a/d/deploy/prod")],
+    );
+    assert!(
+        revision.contains(&format!("\"ModRevision\" : {version}\n")),
+        "{version} not in {revision}"
+    );
+}
+
+/// History seqs come from the revision a CAS names: strictly increasing, and more entries than
+/// etcd allows operations in one transaction level still go in one CAS.
+#[tokio::test]
+async fn large_history_batches_fit_in_one_cas() {
+    let store = store().await;
+    let key = format!("{}batch", prefix("batch"));
+    let first: Vec<Vec<u8>> = (0..5).map(|i| format!("first {i}").into_bytes()).collect();
+    let CasOutcome::Written { version } = store.cas(&key, None, b"1", &first).await.unwrap() else {
+        panic!("create must write");
+    };
+    // 1,000 entries: more than etcd's 128 operations, so in nested transactions.
+    let many: Vec<Vec<u8>> = (0..1000)
+        .map(|i| format!("entry {i:04}").into_bytes())
+        .collect();
+    let outcome = store.cas(&key, Some(&version), b"2", &many).await.unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+
+    let log = store.history(&key, 0, 2000).await.unwrap();
+    assert_eq!(log.len(), 1005);
+    let entries: Vec<Vec<u8>> = log.iter().map(|record| record.bytes.clone()).collect();
+    assert_eq!(entries, [first.clone(), many].concat());
+    assert_eq!(
+        log[..5].iter().map(|record| record.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5],
+        "a create's seqs start at 1"
+    );
+    let created_at: u64 = version.0.parse().unwrap();
+    assert_eq!(log[5].seq, created_at * 65_536 + 1);
+    assert!(log.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let tail = store.history_tail(&key, 3).await.unwrap();
+    assert_eq!(
+        tail.iter().map(|record| record.seq).collect::<Vec<_>>(),
+        [log[1004].seq, log[1003].seq, log[1002].seq]
+    );
+    // Paging from the middle of a CAS's batch.
+    let page = store.history(&key, log[500].seq, 10).await.unwrap();
+    assert_eq!(page, log[501..511].to_vec());
+}
+
+/// A version this store never handed out (zero, negative, not a number) conflicts and carries
+/// the current document; it is never taken for "absent".
+#[tokio::test]
+async fn foreign_versions_conflict() {
+    let store = store().await;
+    let key = format!("{}k", prefix("foreign"));
+    let absent = format!("{}absent", prefix("foreign"));
+    for version in ["0", "-1", "", "12abc"] {
+        let outcome = store
+            .cas(&absent, Some(&Version(version.to_owned())), b"x", &[])
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            CasOutcome::Conflict { current: None },
+            "{version:?}"
+        );
+    }
+    assert_eq!(store.load(&absent).await.unwrap(), None);
+    store.cas(&key, None, b"doc", &[]).await.unwrap();
+    let outcome = store
+        .cas(&key, Some(&Version("0".to_owned())), b"x", &[])
+        .await
+        .unwrap();
+    let CasOutcome::Conflict {
+        current: Some(current),
+    } = outcome
+    else {
+        panic!("expected a conflict with the document, got {outcome:?}");
+    };
+    assert_eq!(current.bytes, b"doc");
+}
+
+/// A server that speaks TLS only: `?tls=true&cacert=CA` works; without the CA, or without
+/// `tls=true`, the error says what to check.
+#[tokio::test]
+async fn tls_with_the_servers_ca() {
+    let server = Server::start_tls();
+    let endpoint = &server.endpoint;
+    let ca = server.ca_path();
+    let store = EtcdStore::open(&format!(
+        "etcd://{endpoint}/tls?tls=true&cacert={}",
+        ca.display()
+    ))
+    .await
+    .unwrap();
+    conformance::run_all(&store, "suite/").await;
+
+    let untrusted = EtcdStore::open(&format!("etcd://{endpoint}/tls?tls=true"))
+        .await
+        .unwrap();
+    let error = untrusted.load("k").await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("cacert="), "{message}");
+
+    let plain = EtcdStore::open(&format!("etcd://{endpoint}/tls"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let error = plain.load("k").await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("tls=true"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A closed port: `Unavailable` within the connect timeout, naming the endpoint, never a hang.
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_quickly() {
+    let port = closed_port();
+    let started = Instant::now();
+    // Without credentials, opening does no I/O: the first operation finds out.
+    let store = EtcdStore::open(&format!("etcd://127.0.0.1:{port}/p"))
+        .await
+        .unwrap();
+    for (what, result) in [
+        ("load", store.load("k").await.map(|_| ())),
+        ("list", store.list("").await.map(|_| ())),
+        ("cas", store.cas("k", None, b"x", &[]).await.map(|_| ())),
+    ] {
+        let error = result.expect_err(what);
+        let message = error.to_string();
+        assert!(
+            matches!(error, StoreError::Unavailable { .. }),
+            "{what}: expected Unavailable, got {error:?}"
+        );
+        assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+        assert!(message.contains("check that etcd runs"), "{message}");
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+
+    // Two endpoints, both closed.
+    let other = closed_port();
+    let store = EtcdStore::open(&format!("etcd://127.0.0.1:{port},127.0.0.1:{other}/p"))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let error = store.load("k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// With one endpoint down and one up, operations go to the one that answers.
+#[tokio::test]
+async fn a_dead_endpoint_beside_a_live_one_is_skipped() {
+    let url = server_url();
+    let live = endpoint_of(&url);
+    let dead = format!("127.0.0.1:{}", closed_port());
+    let unique = prefix("endpoints");
+    let store = EtcdStore::open(&format!(
+        "etcd://{dead},{live}/{}",
+        unique.trim_end_matches('/')
+    ))
+    .await
+    .unwrap();
+    for round in 0..10 {
+        let key = format!("k{round}");
+        let outcome = store.cas(&key, None, b"x", &[]).await;
+        assert!(
+            matches!(outcome, Ok(CasOutcome::Written { .. })),
+            "round {round}: {outcome:?}"
+        );
+        assert!(store.load(&key).await.unwrap().is_some());
+    }
+}
+
+/// `?tls=true` against a server without TLS: a clear error that names TLS, quickly.
+#[tokio::test]
+async fn tls_against_a_plain_server_says_so() {
+    let endpoint = endpoint_of(&server_url());
+    let store = EtcdStore::open(&format!("etcd://{endpoint}/p?tls=true"))
+        .await
+        .unwrap();
+    assert!(
+        store.describe().ends_with("?tls=true"),
+        "{}",
+        store.describe()
+    );
+    let started = Instant::now();
+    let error = store.load("k").await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("TLS"), "{message}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let missing = EtcdStore::open(&format!("etcd://{endpoint}/p?cacert=/nonexistent/ca.pem"))
+        .await
+        .unwrap_err();
+    assert!(
+        missing.to_string().contains("/nonexistent/ca.pem"),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn describe_hides_the_password() {
+    let store = EtcdStore::open(&format!(
+        "etcd://root:s3cret-pw@127.0.0.1:{}/p",
+        closed_port()
+    ))
+    .await;
+    // Authenticating against a closed port fails; the error must not show the password either.
+    let error = store.unwrap_err();
+    let message = error.to_string();
+    assert!(!message.contains("s3cret-pw"), "{message}");
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+
+    let bad = EtcdStore::open("etcd://root:s3cret-pw@127.0.0.1:notaport/p")
+        .await
+        .unwrap_err();
+    assert!(!bad.to_string().contains("s3cret-pw"), "{bad}");
+
+    // Opened through the store URL parser, the store describes itself by its URL.
+    let opened = baton_store::url::open(&server_url()).await.unwrap();
+    assert_eq!(opened.describe(), server_url().trim_end_matches('/'));
+}
+
+/// An etcd with authentication on: no credentials, or wrong ones, give an error that names
+/// authentication; the right ones work (CAS, watch, history), and the password is never shown.
+#[tokio::test]
+async fn authentication() {
+    let server = Server::start();
+    let endpoint = server.endpoint.clone();
+    etcdctl(&endpoint, &["user", "add", "root:pa55-word"]);
+    etcdctl(&endpoint, &["auth", "enable"]);
+
+    let url = format!("etcd://{endpoint}/auth");
+    let anonymous = EtcdStore::open(&url).await.unwrap();
+    let error = anonymous.load("k").await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("authentication"), "{message}");
+    let error = anonymous.cas("k", None, b"x", &[]).await.unwrap_err();
+    assert!(error.to_string().contains("authentication"), "{error}");
+
+    let wrong = EtcdStore::open(&format!("etcd://root:wrong@{endpoint}/auth"))
+        .await
+        .unwrap_err();
+    let message = wrong.to_string();
+    assert!(matches!(wrong, StoreError::Unavailable { .. }), "{wrong:?}");
+    assert!(message.contains("authentication"), "{message}");
+    assert!(!message.contains("wrong@"), "{message}");
+
+    let store = EtcdStore::open(&format!("etcd://root:pa55-word@{endpoint}/auth"))
+        .await
+        .unwrap();
+    assert_eq!(store.describe(), format!("etcd://root@{endpoint}/auth"));
+    let mut watch = store.watch("k").await.unwrap().expect("etcd watches");
+    let outcome = store.cas("k", None, b"x", &[b"h".to_vec()]).await.unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+    tokio::time::timeout(Duration::from_secs(2), watch.changed())
+        .await
+        .expect("woken by the write")
+        .unwrap();
+    assert_eq!(store.history("k", 0, 10).await.unwrap().len(), 1);
+    assert_eq!(store.list("").await.unwrap(), ["k"]);
+    conformance::run_all(&store, "suite/").await;
+}
+
+/// A watch survives its server going away: after a restart on the same port, the handle is
+/// woken once the watch is back (changes in the gap were not pushed), and then at each change.
+#[tokio::test]
+async fn watches_come_back_after_a_restart() {
+    let mut server = Server::start();
+    let store = EtcdStore::open(&format!("etcd://{}/restart", server.endpoint))
+        .await
+        .unwrap();
+    let mut watch = store.watch("k").await.unwrap().expect("etcd watches");
+    let CasOutcome::Written { version } = store.cas("k", None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    tokio::time::timeout(Duration::from_secs(2), watch.changed())
+        .await
+        .expect("woken by the create")
+        .unwrap();
+
+    server.stop();
+    let error = store.load("k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    server.restart();
+
+    // Woken by the re-created watch (the write below may come first; either wakes it).
+    let outcome = store.cas("k", Some(&version), b"2", &[]).await.unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+    tokio::time::timeout(Duration::from_secs(15), watch.changed())
+        .await
+        .expect("woken after the restart")
+        .unwrap();
+    // And pushes work again: drain any pending wake-up, then write once more.
+    let current = store.load("k").await.unwrap().unwrap();
+    let _ = tokio::time::timeout(Duration::from_millis(500), watch.changed()).await;
+    store
+        .cas("k", Some(&current.version), b"3", &[])
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(2), watch.changed())
+        .await
+        .expect("woken by a write after the restart")
+        .unwrap();
+}
+
+/// etcd stops answering (SIGSTOP) with a CAS in flight: the CAS is `Ambiguous` after the
+/// request timeout, never a hang, and a read is `Unavailable`. Once etcd resumes, the write it
+/// had already received may commit: the outcome really was unknown.
+#[tokio::test]
+async fn a_cas_without_an_answer_is_ambiguous() {
+    let server = Server::start();
+    let store = EtcdStore::open(&format!("etcd://{}/ambiguous", server.endpoint))
+        .await
+        .unwrap();
+    let CasOutcome::Written { version } = store.cas("k", None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    server.signal(libc::SIGSTOP);
+    let started = Instant::now();
+    let error = store
+        .cas("k", Some(&version), b"2", &[b"h".to_vec()])
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(error, StoreError::Ambiguous { .. }), "{error:?}");
+    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
+    let error = store.load("k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    server.signal(libc::SIGCONT);
+
+    // Whichever happened, the document and its history agree.
+    let current = loop {
+        match store.load("k").await {
+            Ok(current) => break current.unwrap(),
+            Err(_) if started.elapsed() < Duration::from_secs(60) => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(error) => panic!("etcd did not come back: {error}"),
+        }
+    };
+    let history = store.history("k", 0, 10).await.unwrap();
+    match current.bytes.as_slice() {
+        b"1" => assert!(history.is_empty(), "{history:?}"),
+        b"2" => assert_eq!(history.len(), 1, "{history:?}"),
+        other => panic!("unexpected document {other:?}"),
+    }
+}
+
+// ----- helpers -----------------------------------------------------------------------------
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `host:port` of an `etcd://host:port/prefix` URL (one endpoint).
+fn endpoint_of(url: &str) -> String {
+    let rest = url.split_once("://").unwrap().1;
+    rest.split(['/', '?']).next().unwrap().to_owned()
+}
+
+/// Runs etcdctl (v3 API) against `endpoint`, failing the test if it fails; returns its stdout.
+fn etcdctl(endpoint: &str, args: &[&str]) -> String {
+    let output = Command::new("etcdctl")
+        .env("ETCDCTL_API", "3")
+        .args(["--endpoints", endpoint, "--dial-timeout", "3s"])
+        .args(args)
+        .output()
+        .unwrap_or_else(|error| {
+            panic!("etcdctl is not installed ({error}): scripts/servers/etcd.sh installs it")
+        });
+    assert!(
+        output.status.success(),
+        "etcdctl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// An etcd of a test's own: free loopback ports, data in a temporary directory, killed on drop.
+struct Server {
+    dir: tempfile::TempDir,
+    endpoint: String,
+    client_port: u16,
+    peer_port: u16,
+    /// Serves clients over TLS with a certificate for 127.0.0.1 signed by `dir/ca.pem`.
+    tls: bool,
+    child: Option<Child>,
+}
+
+impl Server {
+    fn start() -> Server {
+        Self::start_with(false)
+    }
+
+    /// A server whose client port speaks TLS only.
+    fn start_tls() -> Server {
+        Self::start_with(true)
+    }
+
+    fn start_with(tls: bool) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let client_port = closed_port();
+        let mut peer_port = closed_port();
+        while peer_port == client_port {
+            peer_port = closed_port();
+        }
+        let mut server = Server {
+            dir,
+            endpoint: format!("127.0.0.1:{client_port}"),
+            client_port,
+            peer_port,
+            tls,
+            child: None,
+        };
+        if tls {
+            make_certificates(server.dir.path());
+        }
+        server.restart();
+        server
+    }
+
+    fn ca_path(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// Starts (again) on the same ports and data, and waits until it answers.
+    fn restart(&mut self) {
+        let (client, peer) = (self.client_port, self.peer_port);
+        let scheme = if self.tls { "https" } else { "http" };
+        let log = std::fs::File::create(self.dir.path().join("etcd.log")).unwrap();
+        let mut command = Command::new("etcd");
+        if self.tls {
+            command
+                .arg("--cert-file")
+                .arg(self.dir.path().join("server.pem"))
+                .arg("--key-file")
+                .arg(self.dir.path().join("server.key"));
+        }
+        let child = command
+            .args(["--name", "n", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args([
+                "--listen-client-urls",
+                &format!("{scheme}://127.0.0.1:{client}"),
+                "--advertise-client-urls",
+                &format!("{scheme}://127.0.0.1:{client}"),
+                "--listen-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-advertise-peer-urls",
+                &format!("http://127.0.0.1:{peer}"),
+                "--initial-cluster",
+                &format!("n=http://127.0.0.1:{peer}"),
+                "--initial-cluster-state",
+                "new",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|error| {
+                panic!("etcd is not installed ({error}): scripts/servers/etcd.sh installs it")
+            });
+        self.child = Some(child);
+        let started = Instant::now();
+        let ca = self.tls.then(|| self.ca_path());
+        while !healthy(&self.endpoint, ca.as_deref()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "etcd did not start; its log:\n{}",
+                std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends `signal` to the server process.
+    fn signal(&self, signal: i32) {
+        let child = self.child.as_ref().expect("the server runs");
+        // SAFETY: a plain signal send to our own child.
+        let rc = unsafe { libc::kill(child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill({signal}) failed");
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether etcd answers on `endpoint` (over TLS when given the CA).
+fn healthy(endpoint: &str, ca: Option<&std::path::Path>) -> bool {
+    let mut command = Command::new("etcdctl");
+    if let Some(ca) = ca {
+        command.arg("--cacert").arg(ca);
+    }
+    command
+        .env("ETCDCTL_API", "3")
+        .args([
+            "--endpoints",
+            endpoint,
+            "--dial-timeout",
+            "1s",
+            "endpoint",
+            "health",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A CA (`ca.pem`) and a server certificate for 127.0.0.1 it signed (`server.pem`,
+/// `server.key`), made with openssl in `dir`.
+fn make_certificates(dir: &std::path::Path) {
+    let openssl = |args: &str| {
+        let output = Command::new("openssl")
+            .current_dir(dir)
+            .args(args.split_whitespace())
+            .output()
+            .unwrap_or_else(|error| panic!("openssl is not installed ({error})"));
+        assert!(
+            output.status.success(),
+            "openssl {args}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    std::fs::write(
+        dir.join("server.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    openssl(&format!(
+        "req -x509 {key} -days 2 -subj /CN=baton-test-ca -keyout ca.key -out ca.pem"
+    ));
+    openssl(&format!(
+        "req {key} -subj /CN=127.0.0.1 -keyout server.key -out server.csr"
+    ));
+    openssl(
+        "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+         -extfile server.cnf -out server.pem",
+    );
+}

@@ -1,0 +1,700 @@
+//! The conformance suite against a real PostgreSQL server, one test per behaviour, and what only
+//! a shared server shows: many processes setting up a fresh schema at once, schema versions, the
+//! statements a CAS costs, the clock carried by replies, `LISTEN` across stores and across a lost
+//! connection, the races a one-statement CAS must get right, and connection failures.
+//!
+//! The server comes from `BATON_TEST_POSTGRES_URL` (`bash scripts/test.sh` starts one; so does
+//! `source scripts/servers/postgres.sh; start_postgres` after defining the helpers test.sh
+//! defines). The conformance tests share the URL's own schema and keep apart by key prefix; tests
+//! of setting up the tables each make a fresh schema, `baton_test_<pid>_<nanos>`, and point the
+//! store at it with `options=-csearch_path=…` in the URL, so baton's tables are created there.
+#![cfg(feature = "postgres")]
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use baton_store::postgres::PostgresStore;
+use baton_store::{conformance, CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
+use sqlx::{Connection, Executor, PgConnection, Row};
+
+/// The test server's URL, or a panic that says how to start one.
+fn server_url() -> String {
+    std::env::var("BATON_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "BATON_TEST_POSTGRES_URL is not set: these tests need a PostgreSQL server. \
+             `bash scripts/test.sh` starts one for the whole suite; for these tests alone, \
+             define the helpers scripts/test.sh defines, then \
+             `source scripts/servers/postgres.sh; start_postgres`"
+        )
+    })
+}
+
+/// `url` with one more query parameter.
+fn with_parameter(url: &str, parameter: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{parameter}")
+}
+
+fn nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// A new, empty schema, and a URL whose connections create and find baton's tables in it.
+async fn fresh_schema() -> (String, String) {
+    let schema = format!("baton_test_{}_{}", std::process::id(), nanos());
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    admin
+        .execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .await
+        .unwrap();
+    let url = with_parameter(&server_url(), &format!("options=-csearch_path%3D{schema}"));
+    (schema, url)
+}
+
+async fn shared_store() -> PostgresStore {
+    PostgresStore::open(&server_url()).await.unwrap()
+}
+
+fn prefix(name: &str) -> String {
+    conformance::unique_prefix(&format!("pg-{name}"))
+}
+
+#[tokio::test]
+async fn load_absent() {
+    conformance::load_absent(&shared_store().await, &prefix("load_absent")).await;
+}
+
+#[tokio::test]
+async fn create_if_absent() {
+    conformance::create_if_absent(&shared_store().await, &prefix("create")).await;
+}
+
+#[tokio::test]
+async fn stale_version_refused() {
+    conformance::stale_version_refused(&shared_store().await, &prefix("stale")).await;
+}
+
+#[tokio::test]
+async fn history_in_order() {
+    conformance::history_in_order(&shared_store().await, &prefix("history")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments() {
+    conformance::concurrent_increments(&shared_store().await, &prefix("increments")).await;
+}
+
+#[tokio::test]
+async fn list_by_prefix() {
+    conformance::list_by_prefix(&shared_store().await, &prefix("list")).await;
+}
+
+#[tokio::test]
+async fn keys_round_trip() {
+    conformance::keys_round_trip(&shared_store().await, &prefix("keys")).await;
+}
+
+#[tokio::test]
+async fn largest_document() {
+    conformance::largest_document(&shared_store().await, &prefix("largest")).await;
+}
+
+#[tokio::test]
+async fn watch_wakes() {
+    conformance::watch_wakes(&shared_store().await, &prefix("watch")).await;
+}
+
+#[tokio::test]
+async fn clock_readings() {
+    conformance::clock_readings(&shared_store().await, &prefix("clock")).await;
+}
+
+/// Every behaviour on one store: the behaviours' keys must not collide.
+#[tokio::test]
+async fn run_all() {
+    conformance::run_all(&shared_store().await, &prefix("all")).await;
+}
+
+/// Racing stores that each have their own pool, as separate processes do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_through_separate_pools() {
+    let key = format!("{}counter", prefix("pools"));
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(shared_store().await);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for store in stores.clone() {
+        let key = key.clone();
+        tasks.spawn(async move { conformance::increment(&store, &key, 50).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    assert_eq!(stores[0].load(&key).await.unwrap().unwrap().bytes, b"200");
+    let seqs: Vec<u64> = stores[1]
+        .history(&key, 0, 1000)
+        .await
+        .unwrap()
+        .iter()
+        .map(|record| record.seq)
+        .collect();
+    assert_eq!(seqs, (1..=200).collect::<Vec<u64>>());
+}
+
+/// Set in the environment of a child process: the store URL the child opens.
+const CHILD_URL_ENV: &str = "BATON_STORE_TEST_CHILD_POSTGRES_URL";
+/// Set in the environment of a child process: the wall-clock millisecond at which all children
+/// open the store together.
+const CHILD_START_AT_MS_ENV: &str = "BATON_STORE_TEST_CHILD_START_AT_MS";
+const N_CHILD_PROCESSES: usize = 12;
+const INCREMENTS_PER_CHILD: usize = 10;
+const CHILD_COUNTER_KEY: &str = "processes/counter";
+
+/// The child of [`many_processes_set_up_one_fresh_schema_at_once`]: opens the store and
+/// increments the counter. Without the environment variable (a normal test run) it has nothing
+/// to do.
+#[test]
+fn child_process_increments() {
+    let Ok(url) = std::env::var(CHILD_URL_ENV) else {
+        return;
+    };
+    let start_at_ms: u64 = std::env::var(CHILD_START_AT_MS_ENV)
+        .unwrap()
+        .parse()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(start_at_ms.saturating_sub(wall_ms())));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let store = PostgresStore::open(&url).await.unwrap();
+        conformance::increment(&store, CHILD_COUNTER_KEY, INCREMENTS_PER_CHILD).await;
+    });
+}
+
+/// Many processes opening a fresh schema at the same moment all succeed (the advisory lock makes
+/// them take turns creating the tables), and their CAS increments all count.
+#[test]
+fn many_processes_set_up_one_fresh_schema_at_once() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (schema, url) = runtime.block_on(fresh_schema());
+    let exe = std::env::current_exe().unwrap();
+    let start_at_ms = wall_ms() + 1000;
+    let children: Vec<_> = (0..N_CHILD_PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "child_process_increments",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(CHILD_URL_ENV, &url)
+                .env(CHILD_START_AT_MS_ENV, start_at_ms.to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "a child failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(
+            stdout.contains("1 passed"),
+            "the child test did not run:\n{stdout}"
+        );
+    }
+
+    runtime.block_on(async {
+        let store = PostgresStore::open(&url).await.unwrap();
+        let expected = N_CHILD_PROCESSES * INCREMENTS_PER_CHILD;
+        let counter = store.load(CHILD_COUNTER_KEY).await.unwrap().unwrap();
+        assert_eq!(counter.bytes, expected.to_string().into_bytes());
+        let history = store
+            .history(CHILD_COUNTER_KEY, 0, expected + 10)
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = history.iter().map(|record| record.seq).collect();
+        assert_eq!(seqs, (1..=expected as u64).collect::<Vec<_>>());
+
+        // The tables are in the fresh schema, where the URL's search_path put them.
+        let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+        let tables: Vec<String> = sqlx::query(
+            "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1
+             ORDER BY table_name",
+        )
+        .bind(&schema)
+        .fetch_all(&mut admin)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+        assert_eq!(tables, ["baton_docs", "baton_history", "baton_meta"]);
+    });
+}
+
+/// Many stores, each with its own pool, opening one fresh schema at once within one process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_pools_set_up_one_fresh_schema_at_once() {
+    let (_schema, url) = fresh_schema().await;
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..16 {
+        let url = url.clone();
+        opening.spawn(async move { PostgresStore::open(&url).await });
+    }
+    while let Some(opened) = opening.join_next().await {
+        let store = opened.unwrap().unwrap();
+        assert!(store.load("k").await.unwrap().is_none());
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[tokio::test]
+async fn newer_schema_is_refused() {
+    let (_schema, url) = fresh_schema().await;
+    drop(PostgresStore::open(&url).await.unwrap());
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    admin
+        .execute("UPDATE baton_meta SET value = '2' WHERE name = 'schema_version'")
+        .await
+        .unwrap();
+
+    let error = PostgresStore::open(&url).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, StoreError::Incompatible { .. }),
+        "expected Incompatible, got {error:?}"
+    );
+    assert!(
+        message.contains("newer") && message.contains("upgrade baton"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_search_path_without_an_existing_schema_is_unavailable_with_a_hint() {
+    let url = with_parameter(
+        &server_url(),
+        &format!("options=-csearch_path%3Dbaton_never_created_{}", nanos()),
+    );
+    let error = PostgresStore::open(&url).await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(message.contains("CREATE SCHEMA"), "{message}");
+}
+
+/// A closed port on loopback: refused connections are retried until the connect timeout, then
+/// reported with the cause, in well under 10 s, and without the URL's password.
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_within_the_connect_timeout() {
+    let port = {
+        let socket = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        socket.local_addr().unwrap().port()
+    };
+    let url = format!("postgres://baton:hunter2@127.0.0.1:{port}/baton");
+    let started = Instant::now();
+    let error = PostgresStore::open(&url).await.unwrap_err();
+    let elapsed = started.elapsed();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+    assert!(message.contains("refused"), "{message}");
+    assert!(!message.contains("hunter2"), "{message}");
+
+    let error = baton_store::url::open(&url).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+}
+
+/// A server that accepts the TCP connection and then never answers: the connect timeout ends
+/// the wait, never a hang.
+#[tokio::test]
+async fn a_server_that_never_answers_is_unavailable_after_the_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let started = Instant::now();
+    let error = PostgresStore::open(&format!("postgres://baton@127.0.0.1:{port}/baton"))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(
+        (Duration::from_secs(4)..Duration::from_secs(10)).contains(&elapsed),
+        "took {elapsed:?}"
+    );
+    assert!(error.to_string().contains("no answer"), "{error}");
+    drop(silent);
+}
+
+/// The server closes the store's idle connections (a restart, an idle timeout, an operator):
+/// the next read goes through on a new connection.
+#[tokio::test]
+async fn reads_survive_connections_the_server_closed() {
+    let application_name = format!("baton-test-closed-{}", nanos());
+    let url = with_parameter(
+        &server_url(),
+        &format!("application_name={application_name}"),
+    );
+    let store = PostgresStore::open(&url).await.unwrap();
+    let key = format!("{}k", prefix("closed"));
+    store.cas(&key, None, b"1", &[]).await.unwrap();
+
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    let n_terminated: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+    )
+    .bind(&application_name)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(n_terminated >= 1, "the store keeps its connection");
+    // The terminated backends are gone once pg_stat_activity no longer shows them.
+    let started = Instant::now();
+    loop {
+        let n_left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+                .bind(&application_name)
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+        if n_left == 0 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"1");
+    assert_eq!(store.list(&key).await.unwrap(), vec![key.clone()]);
+}
+
+#[tokio::test]
+async fn describe_never_shows_the_password() {
+    // The test server trusts every connection, so any password opens it.
+    let url = server_url().replacen("postgres@", "postgres:hunter2@", 1);
+    assert!(url.contains("hunter2"), "the URL should have a user: {url}");
+    let store = PostgresStore::open(&url).await.unwrap();
+    let description = store.describe();
+    assert!(
+        description.starts_with("postgres://postgres@127.0.0.1:"),
+        "{description}"
+    );
+    assert!(!description.contains("hunter2"), "{description}");
+
+    let by_url = baton_store::url::open(&url.replacen("postgres://", "postgresql://", 1))
+        .await
+        .unwrap();
+    assert_eq!(by_url.describe(), description);
+
+    let error = PostgresStore::open(&with_parameter(&url, "sslmode=bogus"))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, StoreError::BadUrl { .. }), "{error:?}");
+    assert!(!error.to_string().contains("hunter2"), "{error}");
+}
+
+/// The test server has no TLS: `sslmode=require` must fail to connect, saying so; `disable`
+/// must work.
+#[tokio::test]
+async fn sslmode_from_the_url_is_honoured() {
+    let started = Instant::now();
+    let error = PostgresStore::open(&with_parameter(&server_url(), "sslmode=require"))
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(
+        message.contains("TLS") && message.contains("sslmode"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    let store = PostgresStore::open(&with_parameter(&server_url(), "sslmode=disable"))
+        .await
+        .unwrap();
+    conformance::create_if_absent(&store, &prefix("sslmode-disable")).await;
+    assert!(
+        store.describe().ends_with("sslmode=disable"),
+        "{}",
+        store.describe()
+    );
+}
+
+/// A warm, uncontended CAS is one statement; so is a load and a CAS that loses.
+#[tokio::test]
+async fn each_operation_is_one_statement() {
+    let store = shared_store().await;
+    let key = format!("{}k", prefix("statements"));
+    let count = |before: u64| store.n_statements() - before;
+
+    let before = store.n_statements();
+    assert_eq!(store.load(&key).await.unwrap(), None);
+    assert_eq!(count(before), 1, "a load");
+
+    let before = store.n_statements();
+    let CasOutcome::Written { version } =
+        store.cas(&key, None, b"1", &[b"h".to_vec()]).await.unwrap()
+    else {
+        panic!("create must write");
+    };
+    assert_eq!(count(before), 1, "a create");
+
+    let before = store.n_statements();
+    let outcome = store
+        .cas(&key, Some(&version), b"2", &[b"h".to_vec(), b"i".to_vec()])
+        .await
+        .unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+    assert_eq!(count(before), 1, "an update");
+
+    let before = store.n_statements();
+    let outcome = store.cas(&key, Some(&version), b"3", &[]).await.unwrap();
+    assert!(
+        matches!(&outcome, CasOutcome::Conflict { current: Some(current) } if current.bytes == b"2"),
+        "{outcome:?}"
+    );
+    assert_eq!(count(before), 1, "a conflict, with the current document");
+}
+
+/// After a load, `clock()` is an estimate from the time the reply carried: it costs no
+/// statement, advances with local time, and stays within a few ms of the server's clock.
+#[tokio::test]
+async fn the_clock_comes_with_the_replies() {
+    let store = shared_store().await;
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    store.load(&format!("{}k", prefix("clock"))).await.unwrap();
+    let n_statements = store.n_statements();
+
+    let read = |clock: StoreClock| match clock {
+        StoreClock::Time { now_ms, epoch } => {
+            assert_eq!(epoch, "postgres-server-time");
+            now_ms
+        }
+        StoreClock::None => panic!("the PostgreSQL store has a clock"),
+    };
+    let first_ms = read(store.clock().await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before_ms = read(store.clock().await.unwrap());
+    let server_ms: i64 =
+        sqlx::query_scalar("SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    let after_ms = read(store.clock().await.unwrap());
+    assert_eq!(
+        store.n_statements(),
+        n_statements,
+        "clock() sent a statement"
+    );
+
+    assert!(
+        (100..200).contains(&(before_ms - first_ms)),
+        "the estimate must advance with local time: {first_ms} then {before_ms}"
+    );
+    let server_ms = u64::try_from(server_ms).unwrap();
+    assert!(
+        before_ms.saturating_sub(5) <= server_ms && server_ms <= after_ms + 5,
+        "the server read {server_ms} between estimates {before_ms} and {after_ms}"
+    );
+}
+
+/// A write through another store (another pool, another listener: another process, in real
+/// use) wakes a watcher.
+#[tokio::test]
+async fn a_write_through_another_store_wakes_a_watcher() {
+    let watching = shared_store().await;
+    let writer = shared_store().await;
+    let key = format!("{}k", prefix("other-store"));
+    let mut handle = watching.watch(&key).await.unwrap().expect("LISTEN works");
+    writer.cas(&key, None, b"1", &[]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), handle.changed())
+        .await
+        .expect("woken within 2 s of the other store's commit")
+        .unwrap();
+}
+
+/// The listening connection is killed: its waiters are woken (whatever happened while it was
+/// down is for them to read), and it comes back and delivers later changes.
+#[tokio::test]
+async fn a_lost_listener_reconnects_and_wakes_its_waiters() {
+    let application_name = format!("baton-test-listener-{}", nanos());
+    let url = with_parameter(
+        &server_url(),
+        &format!("application_name={application_name}"),
+    );
+    let store = PostgresStore::open(&url).await.unwrap();
+    let key = format!("{}k", prefix("lost-listener"));
+    let mut handle = store.watch(&key).await.unwrap().expect("LISTEN works");
+
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    let n_terminated: i64 = sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+         WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+    )
+    .bind(&application_name)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(n_terminated, 1, "one listening connection");
+    tokio::time::timeout(Duration::from_secs(10), handle.changed())
+        .await
+        .expect("the waiter is woken when the listener reconnects")
+        .unwrap();
+
+    let writer = shared_store().await;
+    writer.cas(&key, None, b"1", &[]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), handle.changed())
+        .await
+        .expect("the reconnected listener delivers later changes")
+        .unwrap();
+}
+
+/// A CAS whose connection dies while the statement runs may or may not have committed:
+/// Ambiguous, never a plain error. The store then goes on with other connections.
+#[tokio::test]
+async fn a_write_whose_connection_dies_is_ambiguous() {
+    let application_name = format!("baton-test-ambiguous-{}", nanos());
+    let url = with_parameter(
+        &server_url(),
+        &format!("application_name={application_name}"),
+    );
+    let store = PostgresStore::open(&url).await.unwrap();
+    let key = format!("{}k", prefix("ambiguous"));
+    let CasOutcome::Written { version } = store.cas(&key, None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+
+    // Another session holds the row, so the CAS waits on the server until it is killed.
+    let mut holder = PgConnection::connect(&server_url()).await.unwrap();
+    holder.execute("BEGIN").await.unwrap();
+    sqlx::query("SELECT 1 FROM baton_docs WHERE key = $1 FOR UPDATE")
+        .bind(&key)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let cas = tokio::spawn({
+        let (store, key, version) = (store.clone(), key.clone(), version.clone());
+        async move { store.cas(&key, Some(&version), b"2", &[]).await }
+    });
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let n_terminated: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(&application_name)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+        if n_terminated == 1 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the CAS never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let error = cas.await.unwrap().unwrap_err();
+    assert!(matches!(error, StoreError::Ambiguous { .. }), "{error:?}");
+    holder.execute("ROLLBACK").await.unwrap();
+
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"1");
+    let outcome = store.cas(&key, Some(&version), b"2", &[]).await.unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+}
+
+/// The races a one-statement CAS must get right: a competing write that commits while the CAS
+/// waits for the row (or for the key's insert) beats it, and the conflict still carries the
+/// winner, though the statement's snapshot predates it.
+#[tokio::test]
+async fn a_conflict_with_a_write_committed_meanwhile_carries_the_winner() {
+    let store = shared_store().await;
+    let key = format!("{}k", prefix("race"));
+
+    // Update: the competitor has updated the row but not committed when the CAS starts.
+    let CasOutcome::Written { version } = store.cas(&key, None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    let mut competitor = PgConnection::connect(&server_url()).await.unwrap();
+    competitor.execute("BEGIN").await.unwrap();
+    sqlx::query("UPDATE baton_docs SET version = version + 1, doc = 'winner' WHERE key = $1")
+        .bind(&key)
+        .execute(&mut competitor)
+        .await
+        .unwrap();
+    let n_statements = store.n_statements();
+    let cas = tokio::spawn({
+        let (store, key, version) = (store.clone(), key.clone(), version.clone());
+        async move {
+            store
+                .cas(&key, Some(&version), b"loser", &[b"lost".to_vec()])
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    competitor.execute("COMMIT").await.unwrap();
+    let outcome = cas.await.unwrap().unwrap();
+    assert_eq!(
+        store.n_statements() - n_statements,
+        2,
+        "the CAS, then a read for the winner its snapshot could not see"
+    );
+    let winner = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(winner.bytes, b"winner");
+    assert_eq!(
+        outcome,
+        CasOutcome::Conflict {
+            current: Some(winner)
+        }
+    );
+    assert!(store.history(&key, 0, 10).await.unwrap().is_empty());
+
+    // Create: the competitor has inserted the key but not committed when the CAS starts.
+    let key = format!("{key}-created");
+    competitor.execute("BEGIN").await.unwrap();
+    sqlx::query("INSERT INTO baton_docs (key, version, doc) VALUES ($1, 7, 'winner')")
+        .bind(&key)
+        .execute(&mut competitor)
+        .await
+        .unwrap();
+    let cas = tokio::spawn({
+        let (store, key) = (store.clone(), key.clone());
+        async move { store.cas(&key, None, b"loser", &[b"lost".to_vec()]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    competitor.execute("COMMIT").await.unwrap();
+    let outcome = cas.await.unwrap().unwrap();
+    assert_eq!(
+        outcome,
+        CasOutcome::Conflict {
+            current: Some(Versioned {
+                version: Version("7".to_owned()),
+                bytes: b"winner".to_vec()
+            })
+        }
+    );
+    assert!(store.history(&key, 0, 10).await.unwrap().is_empty());
+}
