@@ -1,0 +1,233 @@
+//! `handoff`: from the holder's release to the start of the next holder's command, across two
+//! processes.
+//!
+//! This process holds the key through the library; a `baton run -q … -- baton-bench stamp FILE`
+//! waits for it. Once the library shows the waiter's ticket queued behind ours (two tickets in
+//! the key's document), we read CLOCK_REALTIME as t0 and release; the waiter's command reads
+//! CLOCK_REALTIME as t1 first thing and writes it to FILE. t1 − t0 is everything a user waits
+//! for: the release's write, the waiter's wake-up and read, its claim, and the start of its
+//! command.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
+use baton_client::Coordinator;
+use baton_core::{Outcome, TicketState};
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+
+use crate::setup::{
+    baton_path, describe_load, fresh_key, load_average_1m, own_path, read_ns, realtime_ns, Workdir,
+};
+use crate::stats::Summary;
+use crate::Common;
+
+/// The goal on SQLite: a median handoff under this.
+const GOAL_P50_MS: f64 = 20.0;
+
+/// How long the waiter may take to enqueue before the round is given up.
+const ENQUEUE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The results of `handoff`.
+#[derive(Debug, Serialize)]
+pub struct HandoffReport {
+    /// The host's 1-minute load average when the run started.
+    pub load_average_1m: Option<f64>,
+    /// The store.
+    pub store: String,
+    /// The baton binary the waiters ran.
+    pub baton: PathBuf,
+    /// Measured handoffs.
+    pub rounds: usize,
+    /// Unmeasured handoffs before them.
+    pub warmup: usize,
+    /// The waiter's command line, as run (FILE changes per round).
+    pub waiter_command: String,
+    /// Release (t0) to the waiter's command starting (t1).
+    pub handoff_ms: Summary,
+    /// Every measured handoff, in order.
+    pub samples_ms: Vec<f64>,
+    /// The goal for the median.
+    pub goal_p50_ms: f64,
+    /// Whether the goal was met.
+    pub goal_met: bool,
+}
+
+/// Runs the benchmark.
+pub async fn run(common: &Common, rounds: usize, warmup: usize) -> Result<HandoffReport> {
+    let load_average_1m = load_average_1m();
+    let workdir = Workdir::new(common)?;
+    workdir.require_shared_store("`handoff`")?;
+    let baton = baton_path(common)?;
+    let harness = own_path()?;
+    let store = baton_store::url::open(&workdir.store_url)
+        .await
+        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let coord = Coordinator::new(store);
+    let key = fresh_key("handoff");
+    let options = AcquireOptions {
+        timeout: Some(Duration::from_secs(30)),
+        context: "baton-bench handoff holder".into(),
+        ..AcquireOptions::default()
+    };
+    let waiter_args = |stamp: &PathBuf| -> Vec<String> {
+        vec![
+            "run".into(),
+            "-q".into(),
+            "--store".into(),
+            workdir.store_url.clone(),
+            key.clone(),
+            "--".into(),
+            harness.display().to_string(),
+            "stamp".into(),
+            stamp.display().to_string(),
+        ]
+    };
+
+    let mut samples = Vec::with_capacity(rounds);
+    for round in 0..warmup + rounds {
+        let pending = Pending::new(&key);
+        let lease = acquire(&coord, &pending, &options)
+            .await
+            .with_context(|| format!("round {round}: the holder could not acquire {key}"))?;
+        let stamp = workdir.path(&format!("stamp-{round}"));
+        let mut waiter = Command::new(&baton)
+            .args(waiter_args(&stamp))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot run {}", baton.display()))?;
+        wait_until_queued(&coord, &key, &pending.id, &mut waiter)
+            .await
+            .with_context(|| format!("round {round}"))?;
+        let t0 = realtime_ns();
+        release(&coord, &key, &lease.token, Outcome::Succeeded)
+            .await
+            .with_context(|| format!("round {round}: the holder could not release {key}"))?;
+        let output = waiter
+            .wait_with_output()
+            .await
+            .context("lost track of the waiting baton")?;
+        if !output.status.success() {
+            bail!(
+                "round {round}: the waiting baton failed ({}): {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        let t1 = read_ns(&stamp)?;
+        let Some(handoff_ns) = t1.checked_sub(t0) else {
+            bail!(
+                "round {round}: the waiter's command started {} µs before the release \
+                 (CLOCK_REALTIME stepped, or the waiter did not wait)",
+                (t0 - t1) / 1000
+            );
+        };
+        if round >= warmup {
+            samples.push(Duration::from_nanos(
+                u64::try_from(handoff_ns).context("a handoff of more than 500 years")?,
+            ));
+        }
+    }
+    let handoff_ms = Summary::of(&samples).context("no rounds were measured")?;
+    Ok(HandoffReport {
+        load_average_1m,
+        store: workdir.store_url.clone(),
+        waiter_command: format!(
+            "{} {}",
+            baton.display(),
+            waiter_args(&workdir.path("stamp-N")).join(" ")
+        ),
+        baton,
+        rounds,
+        warmup,
+        goal_met: handoff_ms.p50_ms < GOAL_P50_MS,
+        samples_ms: samples.iter().map(|d| d.as_secs_f64() * 1e3).collect(),
+        handoff_ms,
+        goal_p50_ms: GOAL_P50_MS,
+    })
+}
+
+/// Reads the key until its document shows two tickets: ours holding and the waiter's queued.
+/// Fails if the waiter exits first or takes longer than [`ENQUEUE_TIMEOUT`].
+async fn wait_until_queued(
+    coord: &Coordinator,
+    key: &str,
+    holder_id: &str,
+    waiter: &mut Child,
+) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let snapshot = coord.read(key).await.context("cannot read the key")?;
+        if let Some(doc) = &snapshot.doc {
+            let ours_held = doc
+                .by_id(holder_id)
+                .is_some_and(|t| t.state == TicketState::Held);
+            let waiter_queued = doc
+                .tickets
+                .iter()
+                .any(|t| t.id != holder_id && t.state == TicketState::Queued);
+            if !ours_held {
+                bail!("our ticket no longer holds the key");
+            }
+            if doc.tickets.len() == 2 && waiter_queued {
+                return Ok(());
+            }
+        }
+        if let Some(status) = waiter
+            .try_wait()
+            .context("lost track of the waiting baton")?
+        {
+            let mut stderr = String::new();
+            if let Some(pipe) = waiter.stderr.as_mut() {
+                let _ = pipe.read_to_string(&mut stderr).await;
+            }
+            bail!(
+                "the waiting baton exited ({status}) before it queued: {}",
+                stderr.trim()
+            );
+        }
+        if started.elapsed() > ENQUEUE_TIMEOUT {
+            bail!(
+                "the waiting baton did not queue within {} s",
+                ENQUEUE_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Prints the report as a table.
+pub fn print(report: &HandoffReport) {
+    println!(
+        "handoff: {} rounds after {} warm-up; holder: this process (library), waiter: baton run -q",
+        report.rounds, report.warmup
+    );
+    println!("store:   {}", report.store);
+    println!(
+        "load:    {} (1-minute average at the start)",
+        describe_load(report.load_average_1m)
+    );
+    println!();
+    let s = &report.handoff_ms;
+    println!(
+        "{:<34} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "release -> command start (ms)", "min", "p50", "p90", "p99", "max"
+    );
+    println!(
+        "{:<34} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+        "handoff", s.min_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
+    );
+    println!();
+    println!(
+        "goal: p50 under {:.0} ms: {}",
+        report.goal_p50_ms,
+        if report.goal_met { "met" } else { "NOT met" }
+    );
+}

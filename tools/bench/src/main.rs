@@ -1,0 +1,202 @@
+//! `baton-bench`: the figures criterion cannot take, because they need whole processes or
+//! several of them. The in-process figures are criterion benches (`cargo bench -p baton-client`,
+//! `cargo bench -p baton-core`); `BENCHMARKS.md` says how to run both and keeps the results.
+//!
+//! # Layout
+//!
+//! - [`process`]: the cost of a whole `baton run … -- true` next to `flock FILE true`.
+//! - [`handoff`]: how long a waiting `baton run` takes to start its command after the holder
+//!   releases (the holder is this process, through the library).
+//! - [`throughput`]: uncontended acquire + release cycles of one library client (with the store
+//!   round trips each costs), and many processes cycling on one key (with the fences checked).
+//! - [`counting`]: a `Store` wrapper that counts calls, for the round trips.
+//! - [`stats`]: percentiles; [`setup`]: the store, the temporary directory and the clocks.
+//!
+//! Every subcommand prints a small table, or with `--json` one JSON object on stdout.
+
+mod counting;
+mod handoff;
+mod process;
+mod setup;
+mod stats;
+mod throughput;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+/// Rounds below which the percentiles reported (p90, p99) say little.
+const MIN_ROUNDS: usize = 30;
+
+#[derive(Parser)]
+#[command(
+    name = "baton-bench",
+    about = "Whole-process and cross-process benchmarks of baton (see BENCHMARKS.md)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every measuring subcommand takes.
+#[derive(Args, Clone, Debug)]
+struct Common {
+    /// Store URL [default: a fresh SQLite file in a temporary directory, removed afterwards]
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// The baton binary, for `process` and `handoff` [default: `baton` next to this harness,
+    /// i.e. target/release/baton]
+    #[arg(long, value_name = "PATH")]
+    baton: Option<PathBuf>,
+    /// Print the results as one JSON object on stdout instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Whole-process time of `baton run --store S k -- true` next to `flock FILE true`
+    Process {
+        #[command(flatten)]
+        common: Common,
+        /// Measured rounds (one baton run and one flock each, alternating which goes first)
+        #[arg(long, default_value_t = 50, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured rounds first (page cache, the store file's creation)
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
+    /// Handoff latency from this process's release to a waiting `baton run`'s command
+    Handoff {
+        #[command(flatten)]
+        common: Common,
+        /// Measured handoffs
+        #[arg(long, default_value_t = 50, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured handoffs first
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+    },
+    /// Acquire + release cycles through the library: one uncontended client, or with
+    /// --processes N, N processes on one key
+    Throughput {
+        #[command(flatten)]
+        common: Common,
+        /// Measured cycles of the single uncontended client
+        #[arg(long, default_value_t = 10_000)]
+        cycles: usize,
+        /// Unmeasured cycles first (warms the coordinator's cache and SQLite's statements)
+        #[arg(long, default_value_t = 200)]
+        warmup: usize,
+        /// Run this many processes cycling on one key instead of one uncontended client
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+        processes: Option<u32>,
+        /// How long the processes cycle (with --processes)
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+    /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
+    #[command(hide = true)]
+    Stamp { file: PathBuf },
+    /// One process of `throughput --processes` (started by the harness)
+    #[command(hide = true)]
+    Worker(throughput::WorkerArgs),
+}
+
+fn rounds(text: &str) -> Result<usize, String> {
+    let n: usize = text.parse().map_err(|e| format!("{e}"))?;
+    if n < MIN_ROUNDS {
+        return Err(format!(
+            "at least {MIN_ROUNDS} rounds, or the p90 and p99 say little"
+        ));
+    }
+    Ok(n)
+}
+
+fn main() {
+    // First thing, before parsing arguments or starting a runtime: for `stamp` this reading is
+    // the moment the waiting command started, which is what the handoff measures.
+    let started_ns = setup::realtime_ns();
+    let cli = Cli::parse();
+    if let Err(error) = run(cli, started_ns) {
+        eprintln!("baton-bench: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli, started_ns: u128) -> Result<()> {
+    if let Command::Stamp { file } = &cli.command {
+        return std::fs::write(file, started_ns.to_string())
+            .with_context(|| format!("cannot write the stamp to {}", file.display()));
+    }
+    // Two workers, as the `baton` CLI runs with: the figures are those of the same runtime.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start a tokio runtime")?;
+    runtime.block_on(dispatch(cli.command))
+}
+
+async fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Process {
+            common,
+            rounds,
+            warmup,
+        } => {
+            let report = process::run(&common, rounds, warmup).await?;
+            output(&common, &report, process::print)
+        }
+        Command::Handoff {
+            common,
+            rounds,
+            warmup,
+        } => {
+            let report = handoff::run(&common, rounds, warmup).await?;
+            output(&common, &report, handoff::print)
+        }
+        Command::Throughput {
+            common,
+            cycles,
+            warmup,
+            processes: None,
+            ..
+        } => {
+            let report = throughput::single(&common, cycles, warmup).await?;
+            output(&common, &report, throughput::print_single)
+        }
+        Command::Throughput {
+            common,
+            processes: Some(processes),
+            duration,
+            ..
+        } => {
+            let report = throughput::many(&common, processes, duration).await?;
+            let exclusive = report.duplicate_fences.is_empty() && report.overlaps.is_empty();
+            output(&common, &report, throughput::print_many)?;
+            anyhow::ensure!(exclusive, "mutual exclusion was violated (see above)");
+            anyhow::ensure!(
+                report.n_failures == 0,
+                "{} operations failed (see above)",
+                report.n_failures
+            );
+            Ok(())
+        }
+        Command::Worker(args) => throughput::worker(args).await,
+        Command::Stamp { .. } => unreachable!("handled before the runtime starts"),
+    }
+}
+
+/// Prints `report` as a table or, with `--json`, as JSON.
+fn output<T: serde::Serialize>(common: &Common, report: &T, table: fn(&T)) -> Result<()> {
+    if common.json {
+        let json = serde_json::to_string_pretty(report).context("cannot encode the report")?;
+        println!("{json}");
+    } else {
+        table(report);
+    }
+    Ok(())
+}
