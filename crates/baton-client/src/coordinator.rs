@@ -151,6 +151,10 @@ impl Coordinator {
                         let cap_ms = (1u64 << conflicts.min(6)).min(50);
                         let ms = rand::random_range(0..=cap_ms);
                         tokio::time::sleep(Duration::from_millis(ms)).await;
+                        // The document the conflict returned is stale after the sleep on a busy
+                        // key: retrying with it loses again, nearly always, and the client
+                        // starves (measured in BENCHMARKS.md). Read afresh instead.
+                        current = None;
                     }
                 }
                 Err(StoreError::Ambiguous { .. }) => {
