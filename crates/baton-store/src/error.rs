@@ -37,6 +37,20 @@ pub enum StoreError {
         /// What was found and what to do.
         reason: String,
     },
+    /// The store refused an operation for want of permission (an IAM policy, a database role):
+    /// the message names the action to allow, so that an operator can fix the policy.
+    #[error("{store}: permission denied: baton needs `{action}` on {resource}: {reason}")]
+    Denied {
+        /// Which store.
+        store: String,
+        /// The action to allow, as the policy language spells it (`s3:PutObject`,
+        /// `dynamodb:UpdateItem`).
+        action: String,
+        /// What it is needed on (a bucket prefix, a table).
+        resource: String,
+        /// The backend's own words.
+        reason: String,
+    },
     /// The store was closed while waiting on it.
     #[error("the store was closed")]
     Closed,

@@ -21,6 +21,8 @@
 //!   `LISTEN`/`NOTIFY` wake-ups, the server's `clock_timestamp()` as the clock.
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
 //!   which every store's tests call.
+//! - [`deferred`]: history for stores without multi-record transactions (S3, DynamoDB): entries
+//!   ride in the key's hot record until a later writer has stored them on their own.
 //! - [`server_clock`]: a server's clock estimated from the time its replies carry, so reading it
 //!   costs no round trip.
 //! - [`url`]: parsing of store URLs (`sqlite:PATH`, `memory:`) into an opened store.
@@ -47,6 +49,7 @@ pub mod postgres;
 pub mod conformance;
 
 pub mod boot_clock;
+pub mod deferred;
 pub mod server_clock;
 
 pub use error::StoreError;

@@ -57,7 +57,8 @@ struct Common {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Whole-process time of `baton run --store S k -- true` next to `flock FILE true`
+    /// Whole-process time of `baton run --store S k -- true` next to `flock FILE true` (on an
+    /// etcd store: `etcdctl lock k true`)
     Process {
         #[command(flatten)]
         common: Common,

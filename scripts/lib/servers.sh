@@ -1,0 +1,102 @@
+# The tools and test servers baton's scripts need: sourced by scripts/test.sh and
+# scripts/with-servers.sh (never run on its own). Defines need_tool, install_missing,
+# start_test_servers and the EXIT trap that stops the servers by PID; sourcing it also sources
+# every scripts/servers/NAME.sh, which adds the packages its server needs.
+#
+# The sourcing script sets `set -euo pipefail` and `baton_root` (the repository) first.
+
+section() { printf '\n==== %s ====\n' "$*"; }
+
+# ----- tools -------------------------------------------------------------------------------
+
+# Debian packages to install, collected by need_tool and installed in one apt-get run.
+missing_packages=()
+
+# need_tool COMMAND PACKAGE...: install the packages when COMMAND is not on the PATH.
+need_tool() {
+    local tool=$1
+    shift
+    command -v "$tool" >/dev/null 2>&1 || missing_packages+=("$@")
+}
+
+install_missing() {
+    ((${#missing_packages[@]})) || return 0
+    section "installing ${missing_packages[*]}"
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "missing tools need the packages: ${missing_packages[*]} (run as root, or install them)" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing_packages[@]}"
+}
+
+# The toolchain comes from rustup, never from apt.
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "cargo is not on the PATH: install the Rust toolchain with rustup first" >&2
+    exit 1
+fi
+need_tool cc gcc libc6-dev # rusqlite builds SQLite from source (feature "bundled")
+need_tool sh dash          # the CLI tests' child commands
+need_tool sleep coreutils  # ... which use sleep, mkdir, ls, wc, env
+need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
+need_tool awk mawk        # ... which reads /proc/PID/stat
+need_tool python3 python3 # free_port
+need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffers when it builds
+
+# The test servers' scripts (see "test servers" below) add their packages here, when sourced.
+server_names=()
+for server_script in "$baton_root"/scripts/servers/*.sh; do
+    [ -e "$server_script" ] || continue
+    # shellcheck source=/dev/null
+    source "$server_script"
+    server_names+=("$(basename "$server_script" .sh)")
+done
+
+# ----- test servers ------------------------------------------------------------------------
+#
+# Each file scripts/servers/NAME.sh, when sourced (above), adds the packages its server needs
+# (need_tool, or missing_packages+=(...)) and defines start_NAME, which starts the server on
+# 127.0.0.1 on a free port with its data in a temporary directory (server_dirs), records its
+# PID (server_pids) so the EXIT trap stops it, exports the URL its store's tests read
+# (BATON_TEST_<NAME>_URL) and calls add_test_store so the CLI tests run against it too.
+
+server_dirs=()
+server_pids=()
+# SIGINT is a fast shutdown for every server here (PostgreSQL's SIGTERM waits for its clients
+# to leave); the servers are daemons, not children of this shell, so wait by polling, and kill
+# what is still there after 10 s.
+stop_test_servers() {
+    local pid i
+    for pid in "${server_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for i in $(seq 100); do
+        local alive=0
+        for pid in "${server_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
+    done
+    for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    ((${#server_dirs[@]})) && rm -rf "${server_dirs[@]}"
+    return 0
+}
+trap stop_test_servers EXIT
+
+# add_test_store URL: the CLI tests run against URL too. The first call keeps the default
+# (`fresh-sqlite`: a new SQLite file per test) in the list.
+add_test_store() {
+    BATON_TEST_STORES="${BATON_TEST_STORES:-fresh-sqlite},$1"
+    export BATON_TEST_STORES
+}
+
+# A free TCP port on loopback (bound and released; good enough for a test server).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+start_test_servers() {
+    local name
+    for name in "${server_names[@]}"; do
+        section "starting $name on loopback"
+        "start_$name"
+    done
+}
