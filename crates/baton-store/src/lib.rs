@@ -48,6 +48,9 @@ pub mod postgres;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+#[cfg(any(feature = "s3", feature = "dynamodb"))]
+pub mod aws;
+
 pub mod boot_clock;
 pub mod deferred;
 pub mod server_clock;
