@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use baton_client::poll::PollBounds;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Exit codes, documented in `--help` and the README.
@@ -120,10 +121,12 @@ pub struct WaitArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub timeout: Option<Duration>,
 
-    /// Longest interval between two looks at the store while waiting (a waiter also wakes
-    /// when the holder's lease is due to end)
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
-    pub poll: Duration,
+    /// Intervals between two looks at the store while waiting, MIN..MAX or just MAX. On S3
+    /// and DynamoDB (no push) the waiter next in line looks every MIN, each place further back
+    /// doubles it up to MAX, ±20% at random; stores that push wake waiters at once and are read
+    /// by timer every MAX. Every waiter also wakes when the holder's lease is due to end
+    #[arg(long, value_parser = parse_poll, default_value = "250ms..1s", value_name = "[MIN..]MAX")]
+    pub poll: PollBounds,
 
     /// Who is waiting and why, shown to others [default: from the CI's variables, else
     /// user@host pid N]
@@ -353,9 +356,49 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     })
 }
 
+/// Parses `--poll`: `MIN..MAX` (`250ms..5s`) or just `MAX` (the shortest interval then
+/// defaults to 250ms, or MAX if shorter). Both within 10ms..1h, MIN no longer than MAX.
+pub fn parse_poll(text: &str) -> Result<PollBounds, String> {
+    let bounds = match text.split_once("..") {
+        Some((min, max)) => PollBounds {
+            min: parse_duration(min)?,
+            max: parse_duration(max)?,
+        },
+        None => PollBounds::up_to(parse_duration(text)?),
+    };
+    let allowed = Duration::from_millis(10)..=Duration::from_secs(3600);
+    if !allowed.contains(&bounds.min) || !allowed.contains(&bounds.max) {
+        return Err(format!(
+            "`{text}`: poll intervals must be between 10ms and 1h"
+        ));
+    }
+    if bounds.min > bounds.max {
+        return Err(format!(
+            "`{text}`: the shortest interval is longer than the longest; write MIN..MAX, as in \
+             250ms..5s"
+        ));
+    }
+    Ok(bounds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn poll_bounds() {
+        let ms = Duration::from_millis;
+        let ok = |text: &str| parse_poll(text).ok().map(|b| (b.min, b.max));
+        assert_eq!(ok("250ms..5s"), Some((ms(250), ms(5000))));
+        assert_eq!(ok("5s"), Some((ms(250), ms(5000))));
+        assert_eq!(ok("100ms"), Some((ms(100), ms(100))));
+        assert_eq!(ok("1s..1s"), Some((ms(1000), ms(1000))));
+        for bad in [
+            "5s..1s", "1ms", "1ms..1s", "1s..2h", "..", "1s..", "fast", "0",
+        ] {
+            assert!(parse_poll(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn durations() {

@@ -31,9 +31,6 @@ pub fn options(
     let ttl = args.ttl.unwrap_or(default_ttl);
     baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
         .map_err(|e| Failure::usage(e.to_string()))?;
-    if args.poll < Duration::from_millis(10) || args.poll > Duration::from_secs(3600) {
-        return Err(Failure::usage("--poll must be between 10ms and 1h"));
-    }
     let on_progress: Option<ProgressFn> = match line {
         Some(line) => Some(Arc::new(move |p: &WaitProgress| line.update(p))),
         None => None,

@@ -1,8 +1,10 @@
 //! Waiting for a turn.
 //!
-//! A waiter enqueues once, then reads (polls only read) and sleeps. It wakes early when the
-//! store pushes a change, and exactly when the earliest lease, claim window or waiter lease of
-//! the key is due to end, so taking over from a crashed holder costs about its TTL and no more.
+//! A waiter enqueues once, then reads (polls only read) and sleeps: on a store that pushes, until
+//! it is woken; on one that cannot, for an interval that depends on its place in the queue
+//! ([`crate::poll`]). Either way it also wakes when the earliest lease, claim window or waiter
+//! lease of the key is due to end, so taking over from a crashed holder costs about its TTL and
+//! no more.
 //! It refreshes its own waiter lease rarely (every third of it), and claims its grant at the
 //! first read that shows it. Several keys are taken one at a time in sorted order, with the
 //! earlier ones renewed while it waits for the later ones, and all given back on failure: two
@@ -19,6 +21,7 @@ use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::heartbeat::Heartbeat;
 use crate::ids;
+use crate::poll::PollBounds;
 use crate::time::wall_ms;
 
 /// A callback told where a wait stands.
@@ -37,8 +40,8 @@ pub struct AcquireOptions {
     pub waiter_ttl: Duration,
     /// How long to wait for the turn: `None` waits as long as it takes, zero tries once.
     pub timeout: Option<Duration>,
-    /// The longest interval between two reads while waiting.
-    pub poll: Duration,
+    /// The shortest and longest interval between two reads while waiting.
+    pub poll: PollBounds,
     /// Who is asking, and why (shown to others).
     pub context: String,
     /// Sort value: tickets with one go first, compared as strings.
@@ -73,7 +76,7 @@ impl Default for AcquireOptions {
             ttl: Duration::from_secs(30),
             waiter_ttl: Duration::from_secs(60),
             timeout: None,
-            poll: Duration::from_secs(1),
+            poll: PollBounds::default(),
             context: String::new(),
             order: None,
             supersede: false,
@@ -86,15 +89,9 @@ impl Default for AcquireOptions {
 
 impl AcquireOptions {
     /// The claim window: twice the longest poll interval plus two seconds of slack, so a live
-    /// waiter always claims in time.
+    /// waiter always claims in time (its longest jittered interval is 1.2 times the bound).
     pub fn claim(&self) -> Duration {
-        self.poll * 2 + Duration::from_secs(2)
-    }
-
-    /// The shortest interval between two reads: reads start fast and slow down while nothing
-    /// changes.
-    fn poll_min(&self) -> Duration {
-        self.poll.min(Duration::from_millis(10))
+        self.poll.max * 2 + Duration::from_secs(2)
     }
 }
 
@@ -290,11 +287,12 @@ async fn acquire_until(
         return Ok(lease);
     }
     let mut watch = coord.store().watch(key).await?;
+    let pushed = watch.is_some();
+    // A change between the enqueue and the subscription woke nobody: read once right away.
+    let mut read_now = pushed;
     let mut last_refresh = Instant::now();
     let refresh_every = options.waiter_ttl / 3;
-    let mut interval = options.poll_min();
     let mut doc = executed.doc;
-    let mut last_position = usize::MAX;
     let mut clock_reading = (coord.store().clock().await?, Instant::now());
     loop {
         let position = doc
@@ -312,29 +310,32 @@ async fn acquire_until(
                 started.elapsed(),
             ));
         }
-        if position != last_position {
-            last_position = position;
-            interval = options.poll_min();
-        }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return give_up(coord, pending, options, &doc, position).await;
         }
         // Sleep until the first of: the next poll, this waiter's refresh, the earliest deadline
-        // among the key's tickets, the timeout.
-        let cap = if position == 0 {
-            options.poll.min(Duration::from_millis(100))
+        // among the key's tickets; on a store that cannot push, never less than the poll floor
+        // (every read is a request someone pays for); and never past the timeout.
+        let mut sleep = if read_now {
+            Duration::ZERO
         } else {
-            options.poll
+            PollBounds::jittered(
+                options.poll.interval(position, pushed),
+                rand::random::<f64>(),
+            )
         };
-        let mut sleep = interval.min(cap);
         sleep = sleep.min((last_refresh + refresh_every).saturating_duration_since(now));
         if let Some(until) = next_expiry(coord, key, &doc, &pending.id, &clock_reading) {
             sleep = sleep.min(until + Duration::from_millis(2));
         }
+        if !pushed {
+            sleep = sleep.max(options.poll.floor());
+        }
         if let Some(d) = deadline {
             sleep = sleep.min(d.saturating_duration_since(now));
         }
+        read_now = false;
         match watch.as_mut() {
             Some(w) => {
                 tokio::select! {
@@ -344,7 +345,6 @@ async fn acquire_until(
             }
             None => tokio::time::sleep(sleep).await,
         }
-        let before = doc.clone();
         let snapshot = coord.read(key).await?;
         clock_reading = (snapshot.clock.clone(), Instant::now());
         let Some(new_doc) = snapshot.doc else {
@@ -377,11 +377,6 @@ async fn acquire_until(
                 return Ok(lease);
             }
             doc = executed.doc;
-        } else if doc == before {
-            // Nothing moved: read less often, up to the poll bound.
-            interval = (interval * 3 / 2).min(options.poll);
-        } else {
-            interval = options.poll_min();
         }
     }
 }

@@ -115,7 +115,7 @@ fn faulty() -> (Arc<Coordinator>, Arc<Faults>, Arc<dyn Store>) {
 fn quick() -> AcquireOptions {
     AcquireOptions {
         ttl: Duration::from_secs(1),
-        poll: Duration::from_millis(50),
+        poll: baton_client::poll::PollBounds::up_to(Duration::from_millis(50)),
         ..AcquireOptions::default()
     }
 }
@@ -215,7 +215,7 @@ async fn a_waiter_takes_over_when_the_holders_lease_ends_not_later() {
         .unwrap();
     let started = Instant::now();
     let options = AcquireOptions {
-        poll: Duration::from_secs(30),
+        poll: baton_client::poll::PollBounds::up_to(Duration::from_secs(30)),
         ..quick()
     };
     let lease = acquire(&waiter, &Pending::new("k"), &options)

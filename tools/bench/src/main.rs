@@ -73,6 +73,10 @@ enum Command {
     Handoff {
         #[command(flatten)]
         common: Common,
+        /// Who waits: `baton run` (release to its command's start) or another process using
+        /// the library (release to its `acquire` returning)
+        #[arg(long, value_enum, default_value = "run")]
+        waiter: handoff::Waiter,
         /// Measured handoffs
         #[arg(long, default_value_t = 50, value_parser = rounds)]
         rounds: usize,
@@ -101,6 +105,14 @@ enum Command {
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
     #[command(hide = true)]
     Stamp { file: PathBuf },
+    /// The `handoff --waiter library` process: acquire, stamp, release
+    #[command(hide = true)]
+    GrantStamp {
+        #[arg(long)]
+        store: String,
+        key: String,
+        file: PathBuf,
+    },
     /// One process of `throughput --processes` (started by the harness)
     #[command(hide = true)]
     Worker(throughput::WorkerArgs),
@@ -153,10 +165,11 @@ async fn dispatch(command: Command) -> Result<()> {
         }
         Command::Handoff {
             common,
+            waiter,
             rounds,
             warmup,
         } => {
-            let report = handoff::run(&common, rounds, warmup).await?;
+            let report = handoff::run(&common, waiter, rounds, warmup).await?;
             output(&common, &report, handoff::print)
         }
         Command::Throughput {
@@ -187,6 +200,7 @@ async fn dispatch(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Worker(args) => throughput::worker(args).await,
+        Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,
         Command::Stamp { .. } => unreachable!("handled before the runtime starts"),
     }
 }

@@ -1,0 +1,177 @@
+//! How often waiters read a store that cannot push (S3, DynamoDB): by their place in the queue,
+//! never more than the documented bound ([`PollBounds::reads_per_minute_at_most`]).
+//!
+//! On the in-memory store with its wake-ups hidden, in tokio's paused time: a minute of waiting
+//! takes no time, and the counts do not depend on the machine's load.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_client::acquire::{acquire, AcquireOptions, Pending};
+use baton_client::poll::PollBounds;
+use baton_client::Coordinator;
+use baton_store::memory::MemoryStore;
+use baton_store::{
+    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle,
+};
+
+/// The memory store without push, counting reads: what a waiter costs on S3 or DynamoDB.
+#[derive(Debug)]
+struct PollOnly {
+    inner: Arc<MemoryStore>,
+    loads: AtomicU64,
+    push: bool,
+}
+
+#[async_trait]
+impl Store for PollOnly {
+    fn describe(&self) -> String {
+        "memory, poll only".into()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: self.push,
+            ..self.inner.capabilities()
+        }
+    }
+    async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load(key).await
+    }
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> baton_store::Result<CasOutcome> {
+        self.inner.cas(key, expected, bytes, history).await
+    }
+    async fn history(
+        &self,
+        key: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history(key, after_seq, limit).await
+    }
+    async fn history_tail(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history_tail(key, limit).await
+    }
+    async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
+        if self.push {
+            self.inner.watch(key).await
+        } else {
+            Ok(None)
+        }
+    }
+    async fn clock(&self) -> baton_store::Result<StoreClock> {
+        self.inner.clock().await
+    }
+}
+
+fn options() -> AcquireOptions {
+    AcquireOptions {
+        // Nothing expires within the minute: only the polling explains the reads.
+        ttl: Duration::from_secs(600),
+        waiter_ttl: Duration::from_secs(600),
+        ..AcquireOptions::default()
+    }
+}
+
+/// A holder and three waiters queued behind it in order; each waits a minute of paused time.
+/// Returns each waiter's reads during that minute, next in line first.
+async fn reads_in_a_minute(push: bool) -> Vec<u64> {
+    let shared = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Arc::new(PollOnly {
+        inner: shared.clone(),
+        loads: AtomicU64::new(0),
+        push,
+    }));
+    acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        let store = Arc::new(PollOnly {
+            inner: shared.clone(),
+            loads: AtomicU64::new(0),
+            push,
+        });
+        let coord = Coordinator::new(store.clone());
+        stores.push(store);
+        // Enqueued one after another, so their places are 0, 1, 2.
+        let pending = Pending::new("k");
+        let wait = tokio::spawn(async move {
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                acquire(&coord, &pending, &options()),
+            )
+            .await
+        });
+        // Let this waiter enqueue before the next one starts.
+        while shared.load("k").await.unwrap().is_some_and(|v| {
+            let doc = baton_core::decode(&v.bytes).unwrap();
+            doc.tickets.len() < waiters.len() + 2
+        }) {
+            tokio::task::yield_now().await;
+        }
+        waiters.push(wait);
+    }
+    for wait in waiters {
+        let waited = wait.await.unwrap();
+        assert!(waited.is_err(), "nobody is granted while the holder holds");
+    }
+    stores
+        .iter()
+        .map(|s| s.loads.load(Ordering::SeqCst))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_push_waiters_read_by_their_place_within_the_documented_bound() {
+    let bounds = PollBounds::default();
+    let reads = reads_in_a_minute(false).await;
+    for (place, &n) in reads.iter().enumerate() {
+        let bound = bounds.reads_per_minute_at_most(place);
+        // One read more than the bound at most: the first one, right after enqueueing.
+        assert!(n <= bound + 1, "place {place}: {n} reads, bound {bound}");
+        // And not far below: every interval is at most 1.2 times its nominal length.
+        let nominal = bounds.interval(place, false).as_secs_f64() * 1.2;
+        let fewest = (60.0 / nominal).floor() as u64;
+        assert!(
+            n >= fewest - 1,
+            "place {place}: {n} reads, expected ≥ {fewest}"
+        );
+    }
+    assert!(
+        reads[0] > reads[2] * 3,
+        "the waiter next in line reads far more often than one two places back: {reads:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_push_waiters_read_by_timer_only_at_the_longest_interval() {
+    let bounds = PollBounds::default();
+    let reads = reads_in_a_minute(true).await;
+    let most = (60.0 / (bounds.max.as_secs_f64() * 0.8)).ceil() as u64;
+    for (place, &n) in reads.iter().enumerate() {
+        // One immediate read after subscribing, then one per longest interval, and the
+        // wake-ups of the later waiters' enqueues.
+        assert!(
+            n <= most + 4,
+            "place {place}: {n} reads, at most {most} expected"
+        );
+    }
+}
