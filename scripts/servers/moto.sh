@@ -1,10 +1,13 @@
 # moto for the S3 and DynamoDB stores' tests and the CLI tests: sourced by scripts/test.sh, which
 # defines need_tool, free_port, add_test_store, server_dirs and server_pids.
 #
-# moto_server (PyPI `moto[server]`) speaks S3 and DynamoDB on one loopback port, keeping
-# everything in memory. It is the one local server found to honour S3's conditional writes
-# (If-None-Match, If-Match) and DynamoDB's conditions and transactions under concurrency, with
-# exactly one winner per race; s3s-fs, s3rver and dynalite do not, so they cannot prove anything.
+# moto (PyPI `moto[server]`) speaks S3 and DynamoDB on one loopback port, keeping everything in
+# memory, and implements S3's conditional writes (If-None-Match, If-Match) and DynamoDB's
+# conditions and transactions (s3s-fs, s3rver and dynalite do not). But moto_server runs each
+# request on its own thread and checks a condition apart from the write it guards: 16 threads
+# incrementing one object through If-Match lose updates (seen here with moto 5.2.5). So the
+# server below is moto's own WSGI application behind one lock: a request is handled whole
+# before the next starts, which makes every condition atomic, as S3 and DynamoDB make them.
 # It lives in a virtualenv cached at ${XDG_CACHE_HOME:-$HOME/.cache}/baton/moto-venv, so local
 # runs install it once; CI's fresh machines create it.
 #
@@ -16,20 +19,51 @@ need_tool python3 python3
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing_packages+=(python3-venv)
 
 moto_venv="${XDG_CACHE_HOME:-$HOME/.cache}/baton/moto-venv"
+# Pinned: the server below uses moto's WSGI application and request handler, which are internal.
+moto_version=5.2.5
 
 # ensure_moto: the virtualenv with moto_server, created or repaired when needed.
 ensure_moto() {
-    if [ -x "$moto_venv/bin/moto_server" ] && "$moto_venv/bin/python" -c 'import moto, boto3' >/dev/null 2>&1; then
+    if "$moto_venv/bin/python" -c 'import sys, boto3, importlib.metadata as metadata
+sys.exit(metadata.version("moto") != sys.argv[1])' "$moto_version" >/dev/null 2>&1; then
         return 0
     fi
-    echo "installing moto[server] into $moto_venv"
+    echo "installing moto[server]==$moto_version into $moto_venv"
     rm -rf "$moto_venv"
     mkdir -p "$(dirname "$moto_venv")"
     python3 -m venv "$moto_venv"
-    "$moto_venv/bin/pip" install --quiet --disable-pip-version-check --no-input 'moto[server]' </dev/null
+    "$moto_venv/bin/pip" install --quiet --disable-pip-version-check --no-input \
+        "moto[server]==$moto_version" </dev/null
 }
 
-# start_moto: starts moto_server, waits until it answers, creates the test bucket, points the
+# The server: moto_server's application and request handler (moto/server.py), one request at a
+# time. Arguments: host, port.
+moto_serialized_server='
+import signal, sys, threading
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication, MotoRequestHandler, create_backend_app)
+
+app = DomainDispatcherApplication(create_backend_app)
+lock = threading.Lock()
+
+def serialized(environ, start_response):
+    with lock:
+        body = app(environ, start_response)
+        try:
+            return [b"".join(body)]
+        finally:
+            if hasattr(body, "close"):
+                body.close()
+
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+run_simple(sys.argv[1], int(sys.argv[2]), serialized, threaded=True,
+           request_handler=MotoRequestHandler)
+'
+
+
+# start_moto: starts the server, waits until it answers, creates the test bucket, points the
 # AWS chain at the server and exports BATON_TEST_S3_URL and BATON_TEST_DYNAMODB_URL.
 start_moto() {
     local dir port pid tries=0
@@ -37,7 +71,8 @@ start_moto() {
     dir=$(mktemp -d "${TMPDIR:-/tmp}/baton-moto.XXXXXX")
     server_dirs+=("$dir")
     port=$(free_port)
-    TMPDIR="$dir" "$moto_venv/bin/moto_server" -H 127.0.0.1 -p "$port" </dev/null >"$dir/moto.log" 2>&1 &
+    MOTO_PORT="$port" TMPDIR="$dir" "$moto_venv/bin/python" -c "$moto_serialized_server" \
+        127.0.0.1 "$port" </dev/null >"$dir/moto.log" 2>&1 &
     pid=$!
     server_pids+=("$pid")
     # Any HTTP answer will do: the server is up once it answers at all.
@@ -48,7 +83,7 @@ except urllib.error.HTTPError:
     pass' "http://127.0.0.1:$port/" >/dev/null 2>&1; do
         tries=$((tries + 1))
         if [ "$tries" -ge 150 ] || ! kill -0 "$pid" 2>/dev/null; then
-            echo "moto_server did not answer on 127.0.0.1:$port; its log:" >&2
+            echo "moto did not answer on 127.0.0.1:$port; its log:" >&2
             cat "$dir/moto.log" >&2
             return 1
         fi

@@ -19,6 +19,9 @@
 //!   the server's `TIME` as the clock.
 //! - `postgres` (feature `postgres`): `postgres://` and `postgresql://`, one statement per CAS,
 //!   `LISTEN`/`NOTIFY` wake-ups, the server's `clock_timestamp()` as the clock.
+//! - `s3` (feature `s3`): `s3://bucket/prefix`, one object per key changed by conditional PUT
+//!   (`If-Match` on its ETag), history entries as objects of their own ([`deferred`]), no push
+//!   and no clock (waiters poll; leases are judged by observation).
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
 //!   which every store's tests call.
 //! - [`deferred`]: history for stores without multi-record transactions (S3, DynamoDB): entries
@@ -44,6 +47,9 @@ pub mod redis;
 
 #[cfg(feature = "postgres")]
 pub mod postgres;
+
+#[cfg(feature = "s3")]
+pub mod s3;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -17,7 +17,7 @@ use crate::{Result, Store, StoreError};
 /// The forms a URL may take in this build, for error messages.
 const ACCEPTED_FORMS: &str = "expected `sqlite:PATH`, `sqlite:///ABSOLUTE/PATH`, \
     `postgres://USER@HOST:PORT/DB`, `redis://HOST:PORT/DB`, `rediss://…`, \
-    `etcd://HOST:PORT[,HOST:PORT]/PREFIX` or `memory:`";
+    `etcd://HOST:PORT[,HOST:PORT]/PREFIX`, `s3://BUCKET/PREFIX` or `memory:`";
 
 /// Opens the store `url` names.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
@@ -35,6 +35,11 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     #[cfg(feature = "etcd")]
     if crate::etcd::is_etcd_url(url) {
         return Ok(Arc::new(crate::etcd::EtcdStore::open(url).await?));
+    }
+    // The S3 store takes its URL whole (bucket, prefix); the rest comes from the AWS chain.
+    #[cfg(feature = "s3")]
+    if crate::s3::is_s3_url(url) {
+        return Ok(Arc::new(crate::s3::S3Store::open(url).await?));
     }
     match parse(url)? {
         Target::Memory => Ok(Arc::new(MemoryStore::new())),
@@ -91,7 +96,7 @@ fn parse(url: &str) -> Result<Target> {
         "postgres" | "postgresql" => Err(bad_url(compiled_without("PostgreSQL", "postgres"))),
         "redis" | "rediss" => Err(bad_url(compiled_without("Redis", "redis"))),
         "etcd" => Err(bad_url(compiled_without("etcd", "etcd"))),
-        "s3" => Err(bad_url(not_in_this_build("S3"))),
+        "s3" => Err(bad_url(compiled_without("S3", "s3"))),
         "dynamodb" => Err(bad_url(not_in_this_build("DynamoDB"))),
         "http" | "https" => Err(bad_url(not_in_this_build("HTTP (`baton serve`)"))),
         _ => Err(bad_url(ACCEPTED_FORMS.to_owned())),
@@ -193,6 +198,7 @@ mod tests {
             ("redis://h", "Redis"),
             ("rediss://h", "Redis"),
             ("etcd://h:2379/p", "etcd"),
+            ("s3://bucket/p", "S3"),
         ] {
             let reason = reason(url);
             assert!(
@@ -205,7 +211,6 @@ mod tests {
     #[test]
     fn other_schemes_are_not_in_this_build() {
         let cases = [
-            ("s3://bucket/p", "S3"),
             ("dynamodb://table", "DynamoDB"),
             ("http://h:8080", "HTTP"),
             ("https://h", "HTTP"),

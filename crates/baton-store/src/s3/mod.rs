@@ -1,0 +1,699 @@
+//! The S3 store: one object per key changed by conditional PUT, history entries as objects of
+//! their own, on any S3-compatible server that honours `If-None-Match` and `If-Match`.
+//!
+//! URL: `s3://BUCKET[/PREFIX]` (the `url` module); the prefix defaults to `baton`. Credentials,
+//! region and endpoint come from aws-config's chain (`crate::aws`), so baton finds what the AWS
+//! CLI finds: `AWS_*` variables, profiles with SSO and `credential_process`, web identity
+//! (GitHub's OIDC login), container and instance roles. `AWS_ENDPOINT_URL_S3` or
+//! `AWS_ENDPOINT_URL` points it at an S3-compatible server, addressed path-style (and over plain
+//! HTTP when the endpoint says `http://`); AWS itself is addressed virtual-host style.
+//!
+//! # Layout
+//!
+//! ```text
+//! P/hot/E(K)               the hot record of K: deferred::Hot::encode() (the core's document,
+//!                          a generation, and the history entries not yet stored on their own)
+//! P/history/E(K)/SEQ       one history entry of K; SEQ is 20 decimal digits
+//! ```
+//!
+//! `E` escapes every byte but ASCII letters, digits, `-` and `_` as `%XX` (the `layout` module
+//! says why that keeps names exact, keeps key prefixes name prefixes, and keeps `a`'s history
+//! apart from `a/b`'s).
+//!
+//! # Operations
+//!
+//! - **Version**: the hot object's ETag. Every write bumps the record's generation, so every
+//!   write changes the body and its ETag (S3's ETag is a hash of the body: two identical bodies
+//!   would let a stale `If-Match` through).
+//! - **CAS** (`deferred::plan`): PUT the entries the plan moves out of the hot record (each to
+//!   its own name, unconditionally: a second writer of the same entry writes the same bytes),
+//!   and only then PUT the new hot record with `If-Match: <expected ETag>` (`If-None-Match: *`
+//!   for a new key). 412 Precondition Failed (or S3's 409 for a concurrent conditional write) is
+//!   a conflict: nothing of this CAS exists anywhere, since its new entries ride in the hot
+//!   record that was refused. The plan needs the record the expected version names: a small
+//!   per-store cache keeps the last record read or written per key with its ETag, so a warm
+//!   client's CAS is one PUT; otherwise the record is read first (and a different ETag there is a
+//!   conflict answered with the current document, without a PUT). A conditional PUT that got no
+//!   answer (a timeout, a reset connection, a 5xx) is [`StoreError::Ambiguous`]: it may have
+//!   been applied, so the coordinator re-reads and recognises its own write. object_store does
+//!   not retry these PUTs: a retry of a PUT that was applied would fail its `If-Match` and look
+//!   like somebody else's write.
+//! - **History**: the hot record first, then a LIST of `P/history/E(K)/` from `start-after` the
+//!   wanted seq, then a GET per entry (in parallel), merged by `deferred::merge_after` and
+//!   `merge_tail`; in that order, an entry moved out in between is still pending in the record
+//!   read or already listed. Only entries below the record's first pending seq are taken from
+//!   the listing, so a read is a snapshot as of the record it read, and a read of entries that
+//!   are all still pending (a `log --follow` poll) costs one GET.
+//! - **List**: one LIST of `P/hot/E(prefix)` (paged by 1,000).
+//! - **Watch**: none: S3 cannot push. Waiters poll.
+//! - **Clock**: none ([`StoreClock::None`]): leases are judged by observation, as on etcd (an
+//!   observer ends a lease only after seeing the same heartbeat unchanged for the lease's whole
+//!   duration on its own monotonic clock), so clients' clocks may disagree by any amount. S3's
+//!   own timestamps (`Date`, `Last-Modified`) were considered and refused: they have one-second
+//!   resolution, so a deadline computed from them is uncertain by up to a second plus a round
+//!   trip, which is more than a holder's safety margin at the 1 s minimum TTL.
+//! - **Deletes**: never. object_store has no conditional delete, and deleting a hot record would
+//!   lose the key's fence counter; an idle key costs one small object.
+//!
+//! # Errors
+//!
+//! Connecting may take 5 s and a request 10 s; reads are retried (at most 3 times, within 5 s).
+//! A 403 is [`StoreError::Denied`] naming the action the call needs (`s3:GetObject`,
+//! `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX/*`, `s3:ListBucket` on `arn:aws:s3:::BUCKET`);
+//! a missing bucket, refused credentials, no credentials at all, a wrong region and a skewed
+//! clock each have an error that says what to do. A hot object that is not a baton record is
+//! [`StoreError::Incompatible`].
+//!
+//! Operating notes: with bucket versioning on, every renewal keeps a noncurrent version; add a
+//! lifecycle rule that expires noncurrent versions under the prefix.
+
+mod credentials;
+mod errors;
+mod layout;
+pub mod url;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_config::SdkConfig;
+use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
+use object_store::client::{HttpClient, HttpConnector};
+use object_store::list::{PaginatedListOptions, PaginatedListStore};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, ObjectStore, PutMode, PutPayload, RetryConfig, UpdateVersion,
+};
+use tokio::task::JoinSet;
+
+use crate::deferred::{self, Hot, Policy};
+use crate::{
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
+    Versioned, WatchHandle,
+};
+use credentials::ChainCredentials;
+use errors::{Call, Context, ObservingConnector};
+use layout::Layout;
+pub use url::S3Url;
+
+/// When a CAS moves pending history out of the hot record: the record stays a few KiB above
+/// the document however long the key's history.
+pub const POLICY: Policy = Policy {
+    max_pending: 16,
+    max_pending_bytes: 16 * 1024,
+};
+
+/// How many object requests one operation has in flight at once (moving entries out, reading
+/// history).
+const PARALLEL_REQUESTS: usize = 16;
+
+/// Object names per LIST page (S3's maximum).
+const LIST_PAGE: usize = 1_000;
+
+/// How many keys' hot records the store remembers; past it, it forgets them all (a client
+/// works on a handful of keys at a time).
+const CACHED_KEYS_MAX: usize = 256;
+
+/// Whether `url` names an S3 store (`s3://…`, any case), which [`S3Store::open`] takes.
+pub fn is_s3_url(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("s3"))
+}
+
+/// A [`Store`] on an S3 bucket. Cheap to clone; clones share the connections and the cache.
+#[derive(Clone)]
+pub struct S3Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// For GET, LIST and the PUTs of history entries: object_store retries these.
+    reads: AmazonS3,
+    /// For the conditional PUTs of hot records: never retried by object_store (see the module
+    /// documentation). Shares `reads`' connections.
+    writes: AmazonS3,
+    layout: Layout,
+    /// Error messages' knowledge of the store, and its description.
+    context: Context,
+    /// The last hot record read or written per key, with its ETag.
+    cache: Mutex<HashMap<String, (Version, Hot)>>,
+}
+
+impl fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Store")
+            .field("store", &self.inner.context.store)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Hands the same HTTP client to every `AmazonS3` built with it, so that reads and writes share
+/// one connection pool (a warm client's write then needs no new connection).
+#[derive(Debug)]
+struct SharedClient(HttpClient);
+
+impl HttpConnector for SharedClient {
+    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
+        Ok(self.0.clone())
+    }
+}
+
+impl S3Store {
+    /// Opens the store `url` names (`s3://BUCKET[/PREFIX]`), with the environment's AWS
+    /// configuration (`crate::aws::sdk_config`) and `AWS_ENDPOINT_URL_S3` when set.
+    ///
+    /// This does no request: credentials are resolved, and the bucket first reached, by the first
+    /// operation.
+    pub async fn open(url: &str) -> Result<S3Store> {
+        let parsed = S3Url::parse(url)?;
+        let config = crate::aws::sdk_config().await;
+        // The S3-specific override, which the SdkConfig does not carry (the S3 SDK client would
+        // read it from the service configuration).
+        let ignore_configured = std::env::var("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")
+            .is_ok_and(|value| value.eq_ignore_ascii_case("true"));
+        let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
+            .ok()
+            .filter(|endpoint| !endpoint.is_empty() && !ignore_configured)
+            .or_else(|| config.endpoint_url().map(str::to_owned));
+        Self::build(parsed, &config, endpoint)
+    }
+
+    /// Opens the store `url` names with the given AWS configuration: its credentials, region
+    /// and `endpoint_url`. For tests, and for callers that load the configuration themselves.
+    pub fn open_with_config(url: &str, config: &SdkConfig) -> Result<S3Store> {
+        let endpoint = config.endpoint_url().map(str::to_owned);
+        Self::build(S3Url::parse(url)?, config, endpoint)
+    }
+
+    fn build(url: S3Url, config: &SdkConfig, endpoint: Option<String>) -> Result<S3Store> {
+        let region = config
+            .region()
+            .map(|region| region.to_string())
+            .unwrap_or_else(|| "us-east-1".to_owned());
+        let endpoint = endpoint.map(|endpoint| endpoint.trim_end_matches('/').to_owned());
+        let shown_endpoint = match &endpoint {
+            Some(endpoint) => without_userinfo(endpoint),
+            None => format!("https://s3.{region}.amazonaws.com"),
+        };
+        let context = Context {
+            store: format!("{} at {shown_endpoint}", url.describe()),
+            bucket: url.bucket.clone(),
+            endpoint: shown_endpoint,
+            objects_arn: url.objects_arn(),
+            bucket_arn: url.bucket_arn(),
+        };
+        let unavailable = |reason: String| StoreError::Unavailable {
+            store: context.store.clone(),
+            reason,
+        };
+        let plain_http = match &endpoint {
+            Some(endpoint) if endpoint.starts_with("http://") => true,
+            Some(endpoint) if endpoint.starts_with("https://") => false,
+            Some(endpoint) => {
+                return Err(unavailable(format!(
+                    "the endpoint `{}` is not an http:// or https:// URL; check AWS_ENDPOINT_URL",
+                    without_userinfo(endpoint)
+                )))
+            }
+            None => false,
+        };
+        let options = ClientOptions::new()
+            .with_connect_timeout(crate::aws::CONNECT_TIMEOUT)
+            .with_timeout(crate::aws::OPERATION_TIMEOUT)
+            .with_allow_http(plain_http);
+        let http = ObservingConnector
+            .connect(&options)
+            .map_err(|error| unavailable(format!("cannot set up the HTTP client: {error}")))?;
+        let credentials = Arc::new(ChainCredentials::new(config.credentials_provider()));
+        let builder = |retry: RetryConfig| {
+            let mut builder = AmazonS3Builder::new()
+                .with_bucket_name(&url.bucket)
+                .with_region(&region)
+                .with_credentials(credentials.clone())
+                .with_client_options(options.clone())
+                .with_http_connector(SharedClient(http.clone()))
+                .with_retry(retry)
+                .with_conditional_put(S3ConditionalPut::ETagMatch);
+            builder = match &endpoint {
+                // S3-compatible servers are addressed path-style: `ENDPOINT/BUCKET/NAME`.
+                Some(endpoint) => builder
+                    .with_endpoint(endpoint)
+                    .with_virtual_hosted_style_request(false),
+                // AWS virtual-host style, except for bucket names with dots, which break TLS
+                // there (the certificate covers one label).
+                None => builder.with_virtual_hosted_style_request(!url.bucket.contains('.')),
+            };
+            builder
+                .build()
+                .map_err(|error| unavailable(format!("cannot set up the S3 client: {error}")))
+        };
+        let reads = builder(RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
+            max_retries: 3,
+            retry_timeout: Duration::from_secs(5),
+        })?;
+        let writes = builder(RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        })?;
+        Ok(S3Store {
+            inner: Arc::new(Inner {
+                reads,
+                writes,
+                layout: Layout::new(&url.prefix),
+                context,
+                cache: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    fn classify(&self, call: Call, error: object_store::Error) -> StoreError {
+        self.inner.context.classify(call, error)
+    }
+
+    fn backend(&self, message: String) -> StoreError {
+        StoreError::Backend {
+            store: self.inner.context.store.clone(),
+            source: message.into(),
+        }
+    }
+
+    /// An object name as object_store's path (which refuses empty, `.` and `..` segments and
+    /// control characters: the layout never makes them).
+    fn path(&self, name: &str) -> Result<Path> {
+        Path::parse(name)
+            .map_err(|error| self.backend(format!("object name `{name}` is not valid: {error}")))
+    }
+
+    fn cached(&self, key: &str, version: &Version) -> Option<Hot> {
+        let cache = self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cache
+            .get(key)
+            .filter(|(cached, _)| cached == version)
+            .map(|(_, hot)| hot.clone())
+    }
+
+    fn remember(&self, key: &str, version: Version, hot: Hot) {
+        let mut cache = self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if cache.len() >= CACHED_KEYS_MAX && !cache.contains_key(key) {
+            cache.clear();
+        }
+        cache.insert(key.to_owned(), (version, hot));
+    }
+
+    fn forget(&self, key: &str) {
+        let mut cache = self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cache.remove(key);
+    }
+
+    /// Reads `key`'s hot record and its ETag (remembered for the next CAS); `None` when the key
+    /// has none.
+    async fn read_hot(&self, key: &str) -> Result<Option<(Version, Hot)>> {
+        let path = self.path(&self.inner.layout.hot(key))?;
+        let result = match self.inner.reads.get(&path).await {
+            Ok(result) => result,
+            Err(error) if errors::is_missing_object(&error) => return Ok(None),
+            Err(error) => return Err(self.classify(Call::Get, error)),
+        };
+        let etag = result.meta.e_tag.clone().ok_or_else(|| {
+            self.backend("the server answered a GET without an ETag, which baton needs".into())
+        })?;
+        let bytes = result
+            .bytes()
+            .await
+            .map_err(|error| self.classify(Call::Get, error))?;
+        let hot = Hot::decode(&bytes, &self.inner.context.store)?;
+        let version = Version(etag);
+        self.remember(key, version.clone(), hot.clone());
+        Ok(Some((version, hot)))
+    }
+
+    /// Stores `records` as history objects of `key`, all at once (each write is idempotent:
+    /// the same bytes to the same name).
+    async fn store_entries(&self, key: &str, records: &[HistoryRecord]) -> Result<()> {
+        let mut tasks = JoinSet::new();
+        for record in records {
+            if tasks.len() >= PARALLEL_REQUESTS {
+                self.joined_put(tasks.join_next().await).await?;
+            }
+            let path = self.path(&self.inner.layout.history(key, record.seq))?;
+            let payload = PutPayload::from(record.bytes.clone());
+            let s3 = self.inner.reads.clone();
+            tasks.spawn(async move { s3.put(&path, payload).await.map(drop) });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            self.joined_put(Some(joined)).await?;
+        }
+        Ok(())
+    }
+
+    async fn joined_put(
+        &self,
+        joined: Option<std::result::Result<object_store::Result<()>, tokio::task::JoinError>>,
+    ) -> Result<()> {
+        match joined {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(error))) => Err(self.classify(Call::PutEntry, error)),
+            Some(Err(error)) => Err(self.backend(format!("a history write failed: {error}"))),
+        }
+    }
+
+    /// Stored history entries of `key` with `after_seq < seq < below_seq`, at most `limit`,
+    /// oldest first. Entries that vanish between the LIST and the GET (deleted by hand or by a
+    /// lifecycle rule) are left out.
+    async fn stored_entries(
+        &self,
+        key: &str,
+        after_seq: u64,
+        below_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<HistoryRecord>> {
+        let layout = &self.inner.layout;
+        let prefix = layout.history_prefix(key);
+        let mut wanted: Vec<(u64, Path)> = Vec::new();
+        let mut options = PaginatedListOptions {
+            offset: Some(layout.history(key, after_seq)),
+            ..PaginatedListOptions::default()
+        };
+        'pages: loop {
+            options.max_keys = Some(limit.saturating_sub(wanted.len()).clamp(1, LIST_PAGE));
+            let page = self
+                .inner
+                .reads
+                .list_paginated(Some(&prefix), options.clone())
+                .await
+                .map_err(|error| self.classify(Call::List, error))?;
+            let mut names: Vec<(u64, Path)> = page
+                .result
+                .objects
+                .into_iter()
+                .filter_map(|meta| {
+                    let seq = Layout::seq_of_history(&prefix, meta.location.as_ref())?;
+                    Some((seq, meta.location))
+                })
+                .collect();
+            names.sort_by_key(|(seq, _)| *seq);
+            for (seq, path) in names {
+                if seq <= after_seq {
+                    continue;
+                }
+                if seq >= below_seq || wanted.len() >= limit {
+                    break 'pages;
+                }
+                wanted.push((seq, path));
+            }
+            match page.page_token {
+                Some(token) if wanted.len() < limit => options.page_token = Some(token),
+                _ => break,
+            }
+        }
+
+        let mut records = Vec::with_capacity(wanted.len());
+        let mut tasks = JoinSet::new();
+        let mut wanted = wanted.into_iter();
+        loop {
+            while tasks.len() < PARALLEL_REQUESTS {
+                let Some((seq, path)) = wanted.next() else {
+                    break;
+                };
+                let s3 = self.inner.reads.clone();
+                tasks.spawn(async move {
+                    let bytes = match s3.get(&path).await {
+                        Ok(result) => result.bytes().await.map(|bytes| Some(bytes.to_vec())),
+                        Err(error) if errors::is_missing_object(&error) => Ok(None),
+                        Err(error) => Err(error),
+                    };
+                    (seq, bytes)
+                });
+            }
+            let Some(joined) = tasks.join_next().await else {
+                break;
+            };
+            match joined {
+                Ok((seq, Ok(Some(bytes)))) => records.push(HistoryRecord { seq, bytes }),
+                Ok((_, Ok(None))) => {}
+                Ok((_, Err(error))) => return Err(self.classify(Call::Get, error)),
+                Err(error) => return Err(self.backend(format!("a history read failed: {error}"))),
+            }
+        }
+        records.sort_by_key(|record| record.seq);
+        Ok(records)
+    }
+}
+
+/// Whether `version` can be sent as an `If-Match` value: an ETag is visible ASCII. Anything
+/// else was not handed out by this store (and object_store panics on a header it cannot send).
+fn is_sendable(version: &Version) -> bool {
+    !version.0.is_empty()
+        && version.0.len() <= 1024
+        && version.0.bytes().all(|byte| (0x21..=0x7e).contains(&byte))
+}
+
+/// `endpoint` without `user:password@`, for messages.
+fn without_userinfo(endpoint: &str) -> String {
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        return endpoint.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+        None => endpoint.to_owned(),
+    }
+}
+
+/// The first seq of `hot` not yet stored on its own: the first pending entry's, or the next
+/// seq when nothing is pending. Every lower seq was stored before `hot` was written.
+fn first_unstored(hot: &Hot) -> u64 {
+    hot.pending
+        .first()
+        .map_or(hot.next_seq.max(1), |record| record.seq)
+}
+
+#[async_trait]
+impl Store for S3Store {
+    fn describe(&self) -> String {
+        self.inner.context.store.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: false,
+            // A 412 carries no body; only a CAS that had to read the record first knows it.
+            conflict_returns_current: false,
+            clock: false,
+        }
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>> {
+        Ok(self.read_hot(key).await?.map(|(version, hot)| Versioned {
+            version,
+            bytes: hot.doc,
+        }))
+    }
+
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        let current = match expected {
+            None => None,
+            // Not an ETag: not a version this store handed out, so stale by definition.
+            Some(version) if !is_sendable(version) => {
+                return Ok(CasOutcome::Conflict { current: None })
+            }
+            Some(version) => match self.cached(key, version) {
+                Some(hot) => Some((version.clone(), hot)),
+                None => match self.read_hot(key).await? {
+                    None => return Ok(CasOutcome::Conflict { current: None }),
+                    Some((found, hot)) if &found != version => {
+                        return Ok(CasOutcome::Conflict {
+                            current: Some(Versioned {
+                                version: found,
+                                bytes: hot.doc,
+                            }),
+                        })
+                    }
+                    Some(current) => Some(current),
+                },
+            },
+        };
+        let plan = deferred::plan(current.as_ref().map(|(_, hot)| hot), bytes, history, POLICY);
+        // The entries moved out must be durable before the record that no longer holds them.
+        self.store_entries(key, &plan.flush).await?;
+
+        let path = self.path(&self.inner.layout.hot(key))?;
+        let mode = match &current {
+            None => PutMode::Create,
+            Some((version, _)) => PutMode::Update(UpdateVersion {
+                e_tag: Some(version.0.clone()),
+                version: None,
+            }),
+        };
+        let written = self
+            .inner
+            .writes
+            .put_opts(&path, PutPayload::from(plan.next.encode()), mode.into())
+            .await;
+        match written {
+            Ok(result) => match result.e_tag {
+                Some(etag) => {
+                    let version = Version(etag);
+                    self.remember(key, version.clone(), plan.next);
+                    Ok(CasOutcome::Written { version })
+                }
+                None => {
+                    self.forget(key);
+                    Err(StoreError::Ambiguous {
+                        store: self.inner.context.store.clone(),
+                        reason: "the server answered a conditional write without an ETag".into(),
+                    })
+                }
+            },
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => {
+                self.forget(key);
+                Ok(CasOutcome::Conflict { current: None })
+            }
+            Err(error) => {
+                self.forget(key);
+                Err(self.classify(Call::PutHot, error))
+            }
+        }
+    }
+
+    async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // The record first (see `deferred`): then the listing holds whatever it moved out.
+        let Some((_, hot)) = self.read_hot(key).await? else {
+            return Ok(Vec::new());
+        };
+        let below_seq = first_unstored(&hot);
+        let stored = if after_seq.saturating_add(1) >= below_seq {
+            Vec::new()
+        } else {
+            self.stored_entries(key, after_seq, below_seq, limit)
+                .await?
+        };
+        Ok(deferred::merge_after(stored, Some(&hot), after_seq, limit))
+    }
+
+    async fn history_tail(&self, key: &str, limit: usize) -> Result<Vec<HistoryRecord>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let Some((_, hot)) = self.read_hot(key).await? else {
+            return Ok(Vec::new());
+        };
+        let below_seq = first_unstored(&hot);
+        let wanted = limit.saturating_sub(hot.pending.len());
+        let stored = if wanted == 0 || below_seq <= 1 {
+            Vec::new()
+        } else {
+            // The newest `wanted` stored seqs are `below_seq - wanted ..= below_seq - 1`.
+            let after_seq = below_seq.saturating_sub(1).saturating_sub(wanted as u64);
+            self.stored_entries(key, after_seq, below_seq, wanted)
+                .await?
+        };
+        Ok(deferred::merge_tail(stored, Some(&hot), limit))
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        let layout = &self.inner.layout;
+        let list_prefix = layout.hot_prefix(prefix);
+        let mut keys = Vec::new();
+        let mut options = PaginatedListOptions {
+            max_keys: Some(LIST_PAGE),
+            ..PaginatedListOptions::default()
+        };
+        loop {
+            let page = self
+                .inner
+                .reads
+                .list_paginated(Some(&list_prefix), options.clone())
+                .await
+                .map_err(|error| self.classify(Call::List, error))?;
+            keys.extend(
+                page.result
+                    .objects
+                    .iter()
+                    .filter_map(|meta| layout.key_of_hot(meta.location.as_ref()))
+                    .filter(|key| key.starts_with(prefix)),
+            );
+            match page.page_token {
+                Some(token) => options.page_token = Some(token),
+                None => break,
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
+    async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
+        Ok(None)
+    }
+
+    async fn clock(&self) -> Result<StoreClock> {
+        Ok(StoreClock::None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_recognised() {
+        assert!(is_s3_url("s3://b/p"));
+        assert!(is_s3_url("S3://b"));
+        assert!(!is_s3_url("s3:b"));
+        assert!(!is_s3_url("sqlite:/x"));
+    }
+
+    #[test]
+    fn only_etags_are_sent() {
+        assert!(is_sendable(&Version("\"0123abcd\"".to_owned())));
+        assert!(is_sendable(&Version("not-a-version".to_owned())));
+        for bad in ["", "a b", "line\nbreak", "é"] {
+            assert!(!is_sendable(&Version(bad.to_owned())), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn endpoints_are_shown_without_credentials() {
+        assert_eq!(
+            without_userinfo("http://user:secret@127.0.0.1:9000"),
+            "http://127.0.0.1:9000"
+        );
+        assert_eq!(
+            without_userinfo("http://127.0.0.1:9000"),
+            "http://127.0.0.1:9000"
+        );
+        assert_eq!(without_userinfo("https://h/path@x"), "https://h/path@x");
+    }
+}

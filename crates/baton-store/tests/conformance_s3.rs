@@ -1,0 +1,626 @@
+//! The conformance suite against moto's S3, one test per behaviour, and what only S3 shows: the
+//! object layout, history moved out of the hot record (and a writer that dies halfway through
+//! moving it), racing conditional writes, identical documents, a missing bucket, missing
+//! credentials, an unreachable or silent endpoint, and a hot object that is not baton's.
+//!
+//! The server comes from `BATON_TEST_S3_URL`, with the AWS variables scripts/servers/moto.sh
+//! exports (`scripts/with-servers.sh --only moto cargo test -p baton-store --test
+//! conformance_s3`). Every test writes under its own `conformance::unique_prefix`, so runs never
+//! collide in the shared bucket.
+#![cfg(feature = "s3")]
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::provider::SharedCredentialsProvider;
+use aws_credential_types::Credentials;
+use baton_store::deferred::Hot;
+use baton_store::s3::{S3Store, POLICY};
+use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreError, Version};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{ObjectStore, PutPayload};
+
+/// The shared server's URL; panics, saying how to start one, when it is not set.
+fn server_url() -> String {
+    std::env::var("BATON_TEST_S3_URL").unwrap_or_else(|_| {
+        panic!(
+            "BATON_TEST_S3_URL is not set: run `scripts/with-servers.sh --only moto cargo test \
+             -p baton-store --test conformance_s3` (it starts moto_server and exports the AWS \
+             variables), or `bash scripts/test.sh` for everything"
+        )
+    })
+}
+
+/// The endpoint moto.sh exported.
+fn endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL")
+        .unwrap_or_else(|_| panic!("AWS_ENDPOINT_URL is not set: {}", server_url()))
+}
+
+async fn store() -> S3Store {
+    S3Store::open(&server_url()).await.unwrap()
+}
+
+fn prefix(name: &str) -> String {
+    conformance::unique_prefix(&format!("s3-{name}"))
+}
+
+#[tokio::test]
+async fn load_absent() {
+    conformance::load_absent(&store().await, &prefix("load_absent")).await;
+}
+
+#[tokio::test]
+async fn create_if_absent() {
+    conformance::create_if_absent(&store().await, &prefix("create")).await;
+}
+
+#[tokio::test]
+async fn stale_version_refused() {
+    conformance::stale_version_refused(&store().await, &prefix("stale")).await;
+}
+
+#[tokio::test]
+async fn history_in_order() {
+    conformance::history_in_order(&store().await, &prefix("history")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments() {
+    conformance::concurrent_increments(&store().await, &prefix("increments")).await;
+}
+
+/// Racing stores with connections and caches of their own, as separate processes have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_through_separate_stores() {
+    let key = format!("{}counter", prefix("separate"));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let store = store().await;
+        let key = key.clone();
+        tasks.spawn(async move { conformance::increment(&store, &key, 25).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined.unwrap();
+    }
+    let store = store().await;
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"100");
+    let log = store.history(&key, 0, 1000).await.unwrap();
+    let expected: Vec<Vec<u8>> = (1..=100).map(|n| n.to_string().into_bytes()).collect();
+    assert_eq!(entries(&log), expected);
+    assert_eq!(seqs(&log), (1..=100).collect::<Vec<u64>>());
+}
+
+#[tokio::test]
+async fn list_by_prefix() {
+    conformance::list_by_prefix(&store().await, &prefix("list")).await;
+}
+
+#[tokio::test]
+async fn keys_round_trip() {
+    conformance::keys_round_trip(&store().await, &prefix("keys")).await;
+}
+
+#[tokio::test]
+async fn largest_document() {
+    conformance::largest_document(&store().await, &prefix("largest")).await;
+}
+
+#[tokio::test]
+async fn watch_wakes() {
+    conformance::watch_wakes(&store().await, &prefix("watch")).await;
+}
+
+#[tokio::test]
+async fn clock_readings() {
+    conformance::clock_readings(&store().await, &prefix("clock")).await;
+}
+
+#[tokio::test]
+async fn run_all() {
+    conformance::run_all(&store().await, &prefix("all")).await;
+}
+
+/// The URL's path is the prefix of every object: hot records under `P/hot/E(K)`, history under
+/// `P/history/E(K)/SEQ`; a store with another prefix sees none of them; the store describes
+/// itself by its URL and endpoint.
+#[tokio::test]
+async fn objects_live_under_the_url_prefix() {
+    let unique = prefix("layout").trim_end_matches('/').to_owned();
+    let store_a = S3Store::open(&format!("s3://baton-test/{unique}/a/"))
+        .await
+        .unwrap();
+    let store_b = S3Store::open(&format!("s3://baton-test/{unique}/b"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store_a.describe(),
+        format!("s3://baton-test/{unique}/a at {}", endpoint())
+    );
+    written(
+        store_a
+            .cas("deploy/prod 1", None, b"doc", &[b"entry".to_vec()])
+            .await,
+    );
+    assert_eq!(store_b.load("deploy/prod 1").await.unwrap(), None);
+    assert!(store_b.list("").await.unwrap().is_empty());
+    assert_eq!(store_a.list("").await.unwrap(), ["deploy/prod 1"]);
+
+    let raw = raw_client();
+    let names = raw_names(&raw, &format!("{unique}/a/")).await;
+    assert_eq!(names, [format!("{unique}/a/hot/deploy%2Fprod%201")]);
+    let hot = raw_get(&raw, &names[0]).await;
+    let hot = Hot::decode(&hot, "test").unwrap();
+    assert_eq!(hot.doc, b"doc");
+    assert_eq!(
+        seqs(&hot.pending),
+        [1],
+        "a new entry rides in the hot record"
+    );
+
+    // Opened through the store URL parser, the store is the same.
+    let opened = baton_store::url::open(&format!("s3://baton-test/{unique}/a"))
+        .await
+        .unwrap();
+    assert_eq!(opened.describe(), store_a.describe());
+    assert_eq!(opened.list("deploy/").await.unwrap(), ["deploy/prod 1"]);
+}
+
+/// Past the policy, pending entries move out to objects of their own, so the hot record stays
+/// small; every read (paged, from the middle, newest first, from a cold store) sees each entry
+/// once, in order.
+#[tokio::test]
+async fn history_moves_out_and_reads_back_in_order() {
+    let store = store().await;
+    let unique = prefix("moves");
+    let key = format!("{unique}k");
+    let n_entries = 3 * POLICY.max_pending + 5;
+    let mut version = None;
+    for n in 1..=n_entries {
+        let entry = format!("entry {n}").into_bytes();
+        version = Some(written(
+            store
+                .cas(
+                    &key,
+                    version.as_ref(),
+                    format!("doc {n}").as_bytes(),
+                    &[entry],
+                )
+                .await,
+        ));
+    }
+    let raw = raw_client();
+    let hot = Hot::decode(&raw_get(&raw, &hot_name(&key)).await, "test").unwrap();
+    assert!(
+        hot.pending.len() <= POLICY.max_pending,
+        "{} entries pending",
+        hot.pending.len()
+    );
+    let stored = raw_names(&raw, &history_prefix(&key)).await;
+    assert_eq!(
+        stored.len() + hot.pending.len(),
+        n_entries,
+        "every entry is stored or pending, not both: {stored:?}"
+    );
+
+    let expected: Vec<Vec<u8>> = (1..=n_entries)
+        .map(|n| format!("entry {n}").into_bytes())
+        .collect();
+    let cold = S3Store::open(&server_url()).await.unwrap();
+    for reader in [&store, &cold] {
+        check_history(reader, &key, &expected).await;
+    }
+}
+
+/// A writer dies after storing the entries it moves out and before writing the hot record:
+/// the entries are then both stored and pending. Readers see each once, in order; the next
+/// writer (knowing nothing of it) moves them out again, writing the same bytes; nothing is
+/// lost.
+#[tokio::test]
+async fn a_writer_that_dies_halfway_through_moving_history_loses_nothing() {
+    let store = store().await;
+    let unique = prefix("dies");
+    let key = format!("{unique}k");
+    let mut version = None;
+    let mut expected = Vec::new();
+    for n in 1..=POLICY.max_pending {
+        let entry = format!("entry {n}").into_bytes();
+        expected.push(entry.clone());
+        version = Some(written(
+            store.cas(&key, version.as_ref(), b"doc", &[entry]).await,
+        ));
+    }
+    let raw = raw_client();
+    let hot = Hot::decode(&raw_get(&raw, &hot_name(&key)).await, "test").unwrap();
+    assert_eq!(hot.pending.len(), POLICY.max_pending);
+    // The dying writer's first step, as `cas` does it: each pending entry to its own object.
+    // Its second step, the hot record without them, never happens.
+    for record in &hot.pending[..POLICY.max_pending / 2] {
+        raw_put(&raw, &history_name(&key, record.seq), record.bytes.clone()).await;
+    }
+    check_history(&store, &key, &expected).await;
+
+    // The next writer, from a cold store, moves all of them out (again) with its own entry.
+    let other = S3Store::open(&server_url()).await.unwrap();
+    let current = other.load(&key).await.unwrap().unwrap();
+    let entry = b"after the crash".to_vec();
+    expected.push(entry.clone());
+    written(
+        other
+            .cas(&key, Some(&current.version), b"doc", &[entry])
+            .await,
+    );
+    let hot = Hot::decode(&raw_get(&raw, &hot_name(&key)).await, "test").unwrap();
+    assert_eq!(seqs(&hot.pending), [POLICY.max_pending as u64 + 1]);
+    check_history(&store, &key, &expected).await;
+    check_history(&other, &key, &expected).await;
+}
+
+/// Two writers with the same expected ETag, racing: exactly one wins, every time, and the
+/// loser's entry is nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_writers_with_one_etag_have_one_winner() {
+    let unique = prefix("race");
+    let key = format!("{unique}k");
+    let stores = [store().await, store().await, store().await, store().await];
+    let mut version = written(stores[0].cas(&key, None, b"0", &[]).await);
+    let mut winners = Vec::new();
+    for round in 0..10 {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (writer, store) in stores.iter().enumerate() {
+            let (store, key, version) = (store.clone(), key.clone(), version.clone());
+            tasks.spawn(async move {
+                let entry = format!("round {round} writer {writer}").into_bytes();
+                let outcome = store
+                    .cas(&key, Some(&version), &entry, std::slice::from_ref(&entry))
+                    .await
+                    .unwrap();
+                (entry, outcome)
+            });
+        }
+        let mut won = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (entry, outcome) = joined.unwrap();
+            match outcome {
+                CasOutcome::Written { version: new } => won.push((entry, new)),
+                CasOutcome::Conflict { .. } => {}
+            }
+        }
+        assert_eq!(won.len(), 1, "round {round}: {} writers won", won.len());
+        let (entry, new) = won.remove(0);
+        let current = stores[0].load(&key).await.unwrap().unwrap();
+        assert_eq!((&current.version, &current.bytes), (&new, &entry));
+        winners.push(entry);
+        version = new;
+    }
+    let log = stores[1].history(&key, 0, 100).await.unwrap();
+    assert_eq!(
+        entries(&log),
+        winners,
+        "only the winners' entries, in order"
+    );
+}
+
+/// The same document written twice still gets a new ETag (the generation changes the body), so
+/// the first write's ETag is stale afterwards.
+#[tokio::test]
+async fn identical_documents_get_new_etags() {
+    let store = store().await;
+    let key = format!("{}k", prefix("identical"));
+    let first = written(store.cas(&key, None, b"same", &[]).await);
+    let second = written(store.cas(&key, Some(&first), b"same", &[]).await);
+    let third = written(store.cas(&key, Some(&second), b"same", &[]).await);
+    assert_ne!(first, second);
+    assert_ne!(second, third);
+    assert_ne!(first, third);
+    for stale in [&first, &second] {
+        let outcome = store.cas(&key, Some(stale), b"same", &[]).await.unwrap();
+        assert!(
+            matches!(outcome, CasOutcome::Conflict { .. }),
+            "{stale}: {outcome:?}"
+        );
+    }
+    // From a cold store too (which must read the record to plan).
+    let cold = S3Store::open(&server_url()).await.unwrap();
+    let outcome = cold.cas(&key, Some(&first), b"same", &[]).await.unwrap();
+    assert_eq!(
+        outcome,
+        CasOutcome::Conflict {
+            current: Some(baton_store::Versioned {
+                version: third,
+                bytes: b"same".to_vec()
+            })
+        },
+        "a cold store that read the record answers with it"
+    );
+}
+
+/// Many entries in one CAS ride in the hot record, and the next CAS moves them all out.
+#[tokio::test]
+async fn a_large_batch_of_history_in_one_cas() {
+    let store = store().await;
+    let key = format!("{}batch", prefix("batch"));
+    let many: Vec<Vec<u8>> = (0..150)
+        .map(|i| format!("entry {i:04}").into_bytes())
+        .collect();
+    let version = written(store.cas(&key, None, b"1", &many).await);
+    written(
+        store
+            .cas(&key, Some(&version), b"2", &[b"last".to_vec()])
+            .await,
+    );
+    let mut expected = many;
+    expected.push(b"last".to_vec());
+    check_history(&store, &key, &expected).await;
+}
+
+/// A bucket that does not exist: an error that says to create it.
+#[tokio::test]
+async fn a_missing_bucket_says_to_create_it() {
+    let store = S3Store::open("s3://baton-no-such-bucket/p").await.unwrap();
+    for error in [
+        store.load("k").await.unwrap_err(),
+        store.cas("k", None, b"x", &[]).await.unwrap_err(),
+        store.list("").await.unwrap_err(),
+    ] {
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+        assert!(
+            message.contains("baton-no-such-bucket") && message.contains("create it"),
+            "{message}"
+        );
+    }
+}
+
+/// No credentials anywhere: an error naming where the chain looks.
+#[tokio::test]
+async fn no_credentials_names_the_chain() {
+    let config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint())
+        .build();
+    let store = S3Store::open_with_config(&server_url(), &config).unwrap();
+    let error = store.load("k").await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(
+        message.contains("AWS_ACCESS_KEY_ID") && message.contains("AWS_PROFILE"),
+        "{message}"
+    );
+}
+
+/// A port nobody listens on: every operation fails quickly with a clear error (nothing was
+/// sent, so a write is not ambiguous).
+#[tokio::test]
+async fn an_unreachable_endpoint_fails_quickly() {
+    let port = closed_port();
+    let store = S3Store::open_with_config(
+        &server_url(),
+        &config_for(&format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let started = Instant::now();
+    for error in [
+        store.load("k").await.unwrap_err(),
+        store.cas("k", None, b"x", &[]).await.unwrap_err(),
+        store.list("").await.unwrap_err(),
+    ] {
+        let message = error.to_string();
+        assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+        assert!(message.contains("cannot reach S3 at"), "{message}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A server that accepts connections and never answers: a conditional write is ambiguous (it
+/// may have been applied), a read is unavailable, both within the request timeout.
+#[tokio::test]
+async fn a_silent_server_makes_writes_ambiguous() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut connection in listener.incoming().flatten() {
+            let mut buffer = [0u8; 1024];
+            let _ = connection.set_read_timeout(Some(Duration::from_millis(100)));
+            let _ = connection.read(&mut buffer);
+            held.push(connection);
+        }
+    });
+    let store = S3Store::open_with_config(
+        &server_url(),
+        &config_for(&format!("http://127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let error = store.cas("k", None, b"x", &[]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Ambiguous { .. }), "{error:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let error = store.load("k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A hot object that is not a baton record (written by something else): an error saying so,
+/// never a panic, on every operation that reads it.
+#[tokio::test]
+async fn a_foreign_object_is_incompatible() {
+    let unique = prefix("foreign");
+    let key = format!("{unique}k");
+    let raw = raw_client();
+    raw_put(&raw, &hot_name(&key), b"not a baton record".to_vec()).await;
+    let store = store().await;
+    for error in [
+        store.load(&key).await.unwrap_err(),
+        store
+            .cas(&key, Some(&Version("\"abc\"".to_owned())), b"x", &[])
+            .await
+            .unwrap_err(),
+        store.history(&key, 0, 10).await.unwrap_err(),
+        store.history_tail(&key, 10).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(error, StoreError::Incompatible { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("not a baton record"), "{error}");
+    }
+    // Listing still works; the key is listed, since its object is there.
+    assert_eq!(store.list(&unique).await.unwrap(), [key]);
+}
+
+// ----- helpers -----------------------------------------------------------------------------
+
+/// Reads `key`'s history every way and checks it is exactly `expected`, seqs from 1.
+async fn check_history(store: &S3Store, key: &str, expected: &[Vec<u8>]) {
+    let n = expected.len() as u64;
+    let all = store.history(key, 0, expected.len() + 10).await.unwrap();
+    assert_eq!(entries(&all), expected, "history of {key}");
+    assert_eq!(seqs(&all), (1..=n).collect::<Vec<u64>>());
+    for (after, limit) in [(0, 1), (0, 7), (3, 5), (n / 2, 100), (n - 1, 10), (n, 10)] {
+        let page = store.history(key, after, limit).await.unwrap();
+        let wanted: Vec<u64> = ((after + 1)..=n).take(limit).collect();
+        assert_eq!(seqs(&page), wanted, "history after {after} limit {limit}");
+    }
+    for limit in [1, 2, 5, 17, expected.len(), expected.len() + 5] {
+        let tail = store.history_tail(key, limit).await.unwrap();
+        let wanted: Vec<u64> = (1..=n).rev().take(limit).collect();
+        assert_eq!(seqs(&tail), wanted, "history_tail limit {limit}");
+        let wanted_entries: Vec<Vec<u8>> = expected.iter().rev().take(limit).cloned().collect();
+        assert_eq!(entries(&tail), wanted_entries);
+    }
+}
+
+fn written(outcome: Result<CasOutcome, StoreError>) -> Version {
+    match outcome.unwrap() {
+        CasOutcome::Written { version } => version,
+        other => panic!("the CAS must write: {other:?}"),
+    }
+}
+
+fn entries(records: &[HistoryRecord]) -> Vec<Vec<u8>> {
+    records.iter().map(|record| record.bytes.clone()).collect()
+}
+
+fn seqs(records: &[HistoryRecord]) -> Vec<u64> {
+    records.iter().map(|record| record.seq).collect()
+}
+
+/// The URL's prefix: every object name starts with it.
+fn url_prefix() -> String {
+    let url = server_url();
+    let path = url
+        .trim_start_matches("s3://")
+        .split_once('/')
+        .map(|(_, path)| path);
+    path.unwrap_or("baton").trim_matches('/').to_owned()
+}
+
+/// A key as the layout escapes it (written out again here, so that this checks the layout).
+fn escaped(key: &str) -> String {
+    key.bytes()
+        .map(|byte| {
+            if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+                char::from(byte).to_string()
+            } else {
+                format!("%{byte:02X}")
+            }
+        })
+        .collect()
+}
+
+fn hot_name(key: &str) -> String {
+    format!("{}/hot/{}", url_prefix(), escaped(key))
+}
+
+fn history_prefix(key: &str) -> String {
+    format!("{}/history/{}/", url_prefix(), escaped(key))
+}
+
+fn history_name(key: &str, seq: u64) -> String {
+    format!("{}{seq:020}", history_prefix(key))
+}
+
+/// An object_store client on the test bucket, with moto's endpoint and credentials, for
+/// looking at (and tampering with) the objects behind the store.
+fn raw_client() -> AmazonS3 {
+    AmazonS3Builder::new()
+        .with_bucket_name("baton-test")
+        .with_region("us-east-1")
+        .with_endpoint(endpoint())
+        .with_allow_http(true)
+        .with_access_key_id("test")
+        .with_secret_access_key("test")
+        .build()
+        .unwrap()
+}
+
+async fn raw_names(raw: &AmazonS3, prefix: &str) -> Vec<String> {
+    use object_store::list::{PaginatedListOptions, PaginatedListStore};
+    let page = raw
+        .list_paginated(Some(prefix), PaginatedListOptions::default())
+        .await
+        .unwrap();
+    let mut names: Vec<String> = page
+        .result
+        .objects
+        .into_iter()
+        .map(|meta| meta.location.to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+async fn raw_get(raw: &AmazonS3, name: &str) -> Vec<u8> {
+    let path = Path::parse(name).unwrap();
+    raw.get(&path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec()
+}
+
+async fn raw_put(raw: &AmazonS3, name: &str, bytes: Vec<u8>) {
+    let path = Path::parse(name).unwrap();
+    raw.put(&path, PutPayload::from(bytes)).await.unwrap();
+}
+
+/// An AWS configuration with moto's static credentials and `endpoint`.
+fn config_for(endpoint: &str) -> SdkConfig {
+    SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "test", "test", None, None, "test",
+        )))
+        .build()
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then released).
+fn closed_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
