@@ -79,6 +79,9 @@ pub enum Command {
     Man(ManArgs),
     /// Show how a key's past turns ended, newest first; --follow for new ones
     Log(LogArgs),
+    /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
+    #[command(after_help = INIT_HELP)]
+    Init(InitArgs),
 }
 
 const RUN_HELP: &str = "\
@@ -314,6 +317,31 @@ Newest first: when the turn ended, its outcome (`cancelled (forced)` for an oper
 release), ticket id, fence, how long it waited (enqueued to granted, or to its end if never
 granted), how long it held, its context and the reason. With --follow the last N come oldest
 first, so new entries append in time order. Ctrl-C ends --follow (exit 0).";
+
+/// `baton init`.
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Print a JSON object (store, result) on stdout instead of a line on stderr
+    #[arg(long)]
+    pub json: bool,
+}
+
+const INIT_HELP: &str = "\
+Run once per store, by someone allowed to create things there; everyday commands never create
+anything, so the identity CI jobs use needs only read and write rights. Running it again does no
+harm: it checks what exists and says so.
+
+  dynamodb://TABLE   creates TABLE with on-demand billing (no capacity to plan) and waits until
+                     it is active. An existing table with baton's key schema (pk: string
+                     partition key, sk: string sort key) is fine; one with another schema is
+                     refused. Needs dynamodb:CreateTable and dynamodb:DescribeTable on the table;
+                     everyday use needs dynamodb:GetItem, PutItem, BatchWriteItem and Query.
+  sqlite:PATH        creates the file and its schema (opening it would too).
+  other stores       opening them creates or checks their schema; init says so.
+
+Example:
+  baton init --store dynamodb://baton-locks
+  export BATON_STORE=dynamodb://baton-locks";
 
 /// `baton completions`.
 #[derive(Debug, Args)]

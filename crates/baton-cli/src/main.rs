@@ -69,6 +69,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Completions(args) => cmd::docs::completions(args.shell),
         Command::Man(args) => cmd::docs::man(args.subcommand.as_deref()),
         Command::Log(args) => cmd::log::log(&open(store_url).await?, args).await,
+        Command::Init(args) => cmd::init::init(&open(store_url).await?, args).await,
     }
 }
 

@@ -1,15 +1,18 @@
-//! Clients whose wall clocks disagree by far more than a lease, on a store without a clock.
+//! Clients whose wall clocks disagree by far more than a lease, on stores without a clock.
 //!
-//! etcd has no clock baton can read, so leases are judged by observation: an observer ends a
-//! lease only after it has seen the same heartbeat unchanged for the lease's whole duration on
-//! its own monotonic clock. Wall clocks then play no part in expiry. These tests run one client
-//! an hour ahead and one an hour behind (`faketime`, monotonic clocks untouched) with a 2 s TTL:
+//! etcd and DynamoDB have no clock baton can read, so leases are judged by observation: an
+//! observer ends a lease only after it has seen the same heartbeat unchanged for the lease's
+//! whole duration on its own monotonic clock. Wall clocks then play no part in expiry. These
+//! tests run one client ahead and one behind (`faketime`, monotonic clocks untouched) with a 2 s
+//! TTL — an hour each way on etcd; ten minutes each way on DynamoDB, since AWS signs requests
+//! with the client's wall clock and refuses signatures more than 15 minutes off (moto does not
+//! check, but the test stays within what real AWS accepts):
 //! - a renewing holder is never taken over, however far the waiter's clock is from its own;
-//! - a killed holder is taken over within the TTL and a little, not an hour early or late.
+//! - a killed holder is taken over within the TTL and a little, not an offset early or late.
 //!
 //! They run against `BATON_TEST_ETCD_URL` (scripts/servers/etcd.sh starts etcd and installs
-//! faketime). Without it they say so and pass, except under CI, where a missing server is a
-//! failure.
+//! faketime) and `BATON_TEST_DYNAMODB_URL` (scripts/servers/moto.sh). A store whose variable is
+//! unset is skipped with a note, except under CI, where a missing server is a failure.
 
 mod common;
 
@@ -21,23 +24,48 @@ use common::{pid_alive, wait_until, with_store, Ctx, PROMPT};
 const TTL: Duration = Duration::from_secs(2);
 const TTL_FLAG: &str = "2s";
 
-/// The etcd store's URL, or `None` (after saying why) when there is none outside CI.
-fn etcd_url() -> Option<String> {
-    match std::env::var("BATON_TEST_ETCD_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => panic!(
-            "BATON_TEST_ETCD_URL is not set under CI: scripts/test.sh starts etcd \
-             (scripts/servers/etcd.sh) for the clock-skew tests"
+/// A store without a clock, and the faketime offsets its clients run at.
+struct SkewedStore {
+    url: String,
+    /// The offset of the client that runs ahead.
+    ahead: &'static str,
+    /// The offset of the client that runs behind.
+    behind: &'static str,
+}
+
+/// The stores under test: those whose URL is set (outside CI, the others after saying why).
+fn skewed_stores() -> Vec<SkewedStore> {
+    let candidates = [
+        (
+            "BATON_TEST_ETCD_URL",
+            "+1h",
+            "-1h",
+            "scripts/servers/etcd.sh",
+            "etcd",
         ),
-        _ => {
-            eprintln!(
-                "clock-skew tests not run: BATON_TEST_ETCD_URL is not set (run `bash \
-                 scripts/test.sh`, or `source scripts/servers/etcd.sh; start_etcd` with the \
-                 helpers of scripts/test.sh, and export the URL)"
-            );
-            None
+        (
+            "BATON_TEST_DYNAMODB_URL",
+            "+10m",
+            "-10m",
+            "scripts/servers/moto.sh",
+            "moto",
+        ),
+    ];
+    let mut stores = Vec::new();
+    for (variable, ahead, behind, script, server) in candidates {
+        match std::env::var(variable) {
+            Ok(url) if !url.trim().is_empty() => stores.push(SkewedStore { url, ahead, behind }),
+            _ if std::env::var_os("CI").is_some() => panic!(
+                "{variable} is not set under CI: scripts/test.sh starts {server} ({script}) for \
+                 the clock-skew tests"
+            ),
+            _ => eprintln!(
+                "clock-skew tests not run on {server}: {variable} is not set (run \
+                 `scripts/with-servers.sh --only {server} cargo test -p baton-cli --test skew`)"
+            ),
         }
     }
+    stores
 }
 
 /// Fails clearly when faketime is missing, rather than in a spawn.
@@ -73,19 +101,29 @@ rmdir "$TEST_DIR/held""#
     )
 }
 
-/// A holder an hour ahead renews a 2 s lease through a 6 s command; a waiter an hour behind
-/// waits it out: its command starts only after the holder's ended, with a larger fence. Then the
-/// other way round (holder behind, waiter ahead), where deadlines on wall clocks would let the
-/// waiter straight in.
+/// A holder ahead renews a 2 s lease through a 6 s command; a waiter behind waits it out: its
+/// command starts only after the holder's ended, with a larger fence. Then the other way round
+/// (holder behind, waiter ahead), where deadlines on wall clocks would let the waiter straight
+/// in.
 #[test]
 fn skewed_clocks_keep_mutual_exclusion() {
-    let Some(url) = etcd_url() else { return };
+    let stores = skewed_stores();
+    if stores.is_empty() {
+        return;
+    }
     require_faketime();
-    for (holder_offset, waiter_offset) in [("+1h", "-1h"), ("-1h", "+1h")] {
-        with_store(&url, |ctx| {
-            eprintln!("holder at {holder_offset}, waiter at {waiter_offset}");
-            exclusion_between(ctx, holder_offset, waiter_offset);
-        });
+    for store in stores {
+        for (holder_offset, waiter_offset) in
+            [(store.ahead, store.behind), (store.behind, store.ahead)]
+        {
+            with_store(&store.url, |ctx| {
+                eprintln!(
+                    "{}: holder at {holder_offset}, waiter at {waiter_offset}",
+                    ctx.store
+                );
+                exclusion_between(ctx, holder_offset, waiter_offset);
+            });
+        }
     }
 }
 
@@ -154,83 +192,94 @@ fn exclusion_between(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
     );
 }
 
-/// A holder an hour ahead is killed (`kill -9` of its process group: faketime, baton, and by
-/// the parent-death signal its command): a waiter an hour behind takes over once it has seen
-/// the holder's heartbeat unchanged for the TTL on its own monotonic clock.
+/// A holder ahead is killed (`kill -9` of its process group: faketime, baton, and by the
+/// parent-death signal its command): a waiter behind takes over once it has seen the holder's
+/// heartbeat unchanged for the TTL on its own monotonic clock.
 #[test]
 fn skewed_waiter_takes_over_a_killed_holder_within_the_ttl() {
-    let Some(url) = etcd_url() else { return };
+    let stores = skewed_stores();
+    if stores.is_empty() {
+        return;
+    }
     require_faketime();
-    with_store(&url, |ctx| {
-        let key = ctx.key("skew-takeover");
-        let mut holder = ctx
+    for store in stores {
+        with_store(&store.url, |ctx| takeover(ctx, store.ahead, store.behind));
+    }
+}
+
+fn takeover(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
+    let key = ctx.key("skew-takeover");
+    let mut holder = ctx
             .baton_faketime(
-                "+1h",
+                holder_offset,
                 ["run", &key, "--ttl", TTL_FLAG, "--context", "H", "--", "sh", "-c"],
             )
             .arg(r#"echo "$BATON_FENCE" > "$TEST_DIR/H.fence"; echo $$ > "$TEST_DIR/H.pid"; exec sleep 120"#)
             .name("H")
             .spawn();
-        let holder_command_pid = ctx.wait_pid("H.pid", PROMPT);
-        ctx.kill_group_on_drop(holder_command_pid);
+    let holder_command_pid = ctx.wait_pid("H.pid", PROMPT);
+    ctx.kill_group_on_drop(holder_command_pid);
 
-        let mut waiter = ctx
-            .baton_faketime(
-                "-1h",
-                [
-                    "run",
-                    &key,
-                    "--ttl",
-                    TTL_FLAG,
-                    "--poll",
-                    "100ms",
-                    "--context",
-                    "W",
-                    "--",
-                    "sh",
-                    "-c",
-                ],
-            )
-            .arg(r#"echo "$BATON_FENCE" > "$TEST_DIR/W.fence"; echo ran > "$TEST_DIR/W.ran""#)
-            .name("W")
-            .spawn();
-        ctx.wait_queued(&key, "W");
-        // Let the waiter watch a few of the holder's renewals (every TTL/3) before the kill.
-        std::thread::sleep(TTL);
-        assert!(
-            !ctx.exists("W.ran"),
-            "the waiter ran while the holder renewed"
-        );
+    let mut waiter = ctx
+        .baton_faketime(
+            waiter_offset,
+            [
+                "run",
+                &key,
+                "--ttl",
+                TTL_FLAG,
+                "--poll",
+                "100ms",
+                "--context",
+                "W",
+                "--",
+                "sh",
+                "-c",
+            ],
+        )
+        .arg(r#"echo "$BATON_FENCE" > "$TEST_DIR/W.fence"; echo ran > "$TEST_DIR/W.ran""#)
+        .name("W")
+        .spawn();
+    ctx.wait_queued(&key, "W");
+    // Let the waiter watch a few of the holder's renewals (every TTL/3) before the kill.
+    std::thread::sleep(TTL);
+    assert!(
+        !ctx.exists("W.ran"),
+        "the waiter ran while the holder renewed"
+    );
 
-        holder.kill();
-        let killed_at = Instant::now();
-        wait_until(
-            "the killed holder's command to die with it",
-            Duration::from_secs(5),
-            || !pid_alive(holder_command_pid),
-        );
-        wait_until(
-            "the waiter's command to run",
-            Duration::from_secs(30),
-            || ctx.exists("W.ran"),
-        );
-        let takeover = killed_at.elapsed();
-        eprintln!("takeover {takeover:?} after kill -9 (TTL {TTL:?}, clocks 2 h apart)");
-        // The waiter waits out the TTL from the last heartbeat it saw, which the holder wrote
-        // about TTL/3 (plus a write's latency) before the kill: never at once.
-        assert!(
-            takeover >= TTL / 4,
-            "the waiter took over {takeover:?} after the kill, without waiting out the lease \
-             (TTL {TTL:?})"
-        );
-        assert!(
-            takeover <= TTL + Duration::from_secs(3),
-            "the waiter took over {takeover:?} after the kill; the TTL is {TTL:?}"
-        );
-        waiter.wait(PROMPT).assert_code(0);
-        assert!(
-            fence(ctx, "W") > fence(ctx, "H"),
-            "the new holder has a larger fence"
-        );
-    });
+    holder.kill();
+    let killed_at = Instant::now();
+    wait_until(
+        "the killed holder's command to die with it",
+        Duration::from_secs(5),
+        || !pid_alive(holder_command_pid),
+    );
+    wait_until(
+        "the waiter's command to run",
+        Duration::from_secs(30),
+        || ctx.exists("W.ran"),
+    );
+    let takeover = killed_at.elapsed();
+    eprintln!(
+        "{}: takeover {takeover:?} after kill -9 (TTL {TTL:?}, clocks at {holder_offset} and \
+         {waiter_offset})",
+        ctx.store
+    );
+    // The waiter waits out the TTL from the last heartbeat it saw, which the holder wrote
+    // about TTL/3 (plus a write's latency) before the kill: never at once.
+    assert!(
+        takeover >= TTL / 4,
+        "the waiter took over {takeover:?} after the kill, without waiting out the lease \
+         (TTL {TTL:?})"
+    );
+    assert!(
+        takeover <= TTL + Duration::from_secs(3),
+        "the waiter took over {takeover:?} after the kill; the TTL is {TTL:?}"
+    );
+    waiter.wait(PROMPT).assert_code(0);
+    assert!(
+        fence(ctx, "W") > fence(ctx, "H"),
+        "the new holder has a larger fence"
+    );
 }

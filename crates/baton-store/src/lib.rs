@@ -19,6 +19,8 @@
 //!   the server's `TIME` as the clock.
 //! - `postgres` (feature `postgres`): `postgres://` and `postgresql://`, one statement per CAS,
 //!   `LISTEN`/`NOTIFY` wake-ups, the server's `clock_timestamp()` as the clock.
+//! - `dynamodb` (feature `dynamodb`): `dynamodb://TABLE`, one conditional `PutItem` per CAS,
+//!   history through [`deferred`], no push and no clock (leases judged by observation).
 //! - `s3` (feature `s3`): `s3://bucket/prefix`, one object per key changed by conditional PUT
 //!   (`If-Match` on its ETag), history entries as objects of their own ([`deferred`]), no push
 //!   and no clock (waiters poll; leases are judged by observation).
@@ -50,6 +52,9 @@ pub mod postgres;
 
 #[cfg(feature = "s3")]
 pub mod s3;
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

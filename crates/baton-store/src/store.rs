@@ -145,4 +145,17 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// The store's clock, or [`StoreClock::None`] when it has none.
     async fn clock(&self) -> Result<StoreClock>;
+
+    /// Prepares the store for use (`baton init`) and says what it did, in one line.
+    ///
+    /// For stores that must be set up with more rights than everyday use needs (a DynamoDB
+    /// table), this is the only place that creates anything; opening such a store never does.
+    /// The default does nothing: the stores that keep a schema create or migrate it when they
+    /// are opened, which has happened by the time this runs. Idempotent.
+    async fn init(&self) -> Result<String> {
+        Ok(format!(
+            "{} is ready: opening it created or checked everything it needs",
+            self.describe()
+        ))
+    }
 }

@@ -17,7 +17,8 @@ use crate::{Result, Store, StoreError};
 /// The forms a URL may take in this build, for error messages.
 const ACCEPTED_FORMS: &str = "expected `sqlite:PATH`, `sqlite:///ABSOLUTE/PATH`, \
     `postgres://USER@HOST:PORT/DB`, `redis://HOST:PORT/DB`, `rediss://…`, \
-    `etcd://HOST:PORT[,HOST:PORT]/PREFIX`, `s3://BUCKET/PREFIX` or `memory:`";
+    `etcd://HOST:PORT[,HOST:PORT]/PREFIX`, `s3://BUCKET/PREFIX`, `dynamodb://TABLE` or \
+    `memory:`";
 
 /// Opens the store `url` names.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
@@ -40,6 +41,11 @@ pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
     #[cfg(feature = "s3")]
     if crate::s3::is_s3_url(url) {
         return Ok(Arc::new(crate::s3::S3Store::open(url).await?));
+    }
+    // The DynamoDB store takes its URL whole (the table; the rest comes from the AWS chain).
+    #[cfg(feature = "dynamodb")]
+    if crate::dynamodb::is_dynamodb_url(url) {
+        return Ok(Arc::new(crate::dynamodb::DynamoStore::open(url).await?));
     }
     match parse(url)? {
         Target::Memory => Ok(Arc::new(MemoryStore::new())),
@@ -97,7 +103,7 @@ fn parse(url: &str) -> Result<Target> {
         "redis" | "rediss" => Err(bad_url(compiled_without("Redis", "redis"))),
         "etcd" => Err(bad_url(compiled_without("etcd", "etcd"))),
         "s3" => Err(bad_url(compiled_without("S3", "s3"))),
-        "dynamodb" => Err(bad_url(not_in_this_build("DynamoDB"))),
+        "dynamodb" => Err(bad_url(compiled_without("DynamoDB", "dynamodb"))),
         "http" | "https" => Err(bad_url(not_in_this_build("HTTP (`baton serve`)"))),
         _ => Err(bad_url(ACCEPTED_FORMS.to_owned())),
     }
@@ -199,6 +205,7 @@ mod tests {
             ("rediss://h", "Redis"),
             ("etcd://h:2379/p", "etcd"),
             ("s3://bucket/p", "S3"),
+            ("dynamodb://table", "DynamoDB"),
         ] {
             let reason = reason(url);
             assert!(
@@ -210,11 +217,7 @@ mod tests {
 
     #[test]
     fn other_schemes_are_not_in_this_build() {
-        let cases = [
-            ("dynamodb://table", "DynamoDB"),
-            ("http://h:8080", "HTTP"),
-            ("https://h", "HTTP"),
-        ];
+        let cases = [("http://h:8080", "HTTP"), ("https://h", "HTTP")];
         for (url, name) in cases {
             let reason = reason(url);
             assert!(

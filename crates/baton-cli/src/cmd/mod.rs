@@ -4,6 +4,7 @@ pub mod acquire;
 pub mod cancel;
 pub mod child;
 pub mod docs;
+pub mod init;
 pub mod log;
 pub mod run;
 pub mod status;

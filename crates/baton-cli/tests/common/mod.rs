@@ -5,7 +5,8 @@
 //! - [`for_each_store`]: runs a test once per store under test. `BATON_TEST_STORES` (comma-separated
 //!   URLs) names shared servers; the entry `fresh-sqlite`, and the default when the variable is
 //!   unset, gives each test its own `sqlite:<tempdir>/baton.db`. Every run gets a fresh random key
-//!   prefix, so runs never collide on a shared server.
+//!   prefix, so runs never collide on a shared server. A `dynamodb://` store is prepared with
+//!   `baton init` once per test process, before its first use.
 //! - [`Ctx`]: one test's store, key prefix and scratch directory, and the processes it started.
 //!   Dropping it (also while unwinding from a failed assertion) kills every process that carries
 //!   its scratch directory in its environment, so no test leaves processes behind.
@@ -118,6 +119,7 @@ impl Ctx {
             .tempdir()
             .expect("create a scratch directory");
         let store = store.unwrap_or_else(|| format!("sqlite:{}/baton.db", dir.path().display()));
+        init_once(&store);
         Ctx {
             store,
             prefix: format!("t{}/", random_hex()),
@@ -400,6 +402,44 @@ impl Drop for Ctx {
             );
         }
     }
+}
+
+/// Runs `baton init --store URL` once per test process for a store that must be prepared
+/// before use (a DynamoDB table: the test servers' script starts the server but creates no
+/// table, and opening the store never creates one). Idempotent, so test processes running at
+/// the same time may all do it.
+fn init_once(url: &str) {
+    static DONE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let needs_init = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("dynamodb"));
+    if !needs_init {
+        return;
+    }
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if done.iter().any(|initialised| initialised == url) {
+        return;
+    }
+    let mut command = Command::new(baton_bin());
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("BATON_") {
+            command.env_remove(&name);
+        }
+    }
+    let output = command
+        .args(["init", "--store", url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("spawn `baton init --store {url}`: {error}"));
+    assert!(
+        output.status.success(),
+        "`baton init --store {url}` failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    done.push(url.to_owned());
 }
 
 /// SIGKILLs every process (but this one) whose environment has `name=value`: every process a

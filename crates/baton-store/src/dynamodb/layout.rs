@@ -1,0 +1,255 @@
+//! Where a key's records live in the table, and how an item becomes a record and back.
+//!
+//! The table has a string partition key `pk` and a string sort key `sk`:
+//!
+//! | item | `pk` | `sk` | other attributes |
+//! |---|---|---|---|
+//! | hot record of key K | `d` | K | `v` (S): the version; `h` (B): [`Hot::encode`] |
+//! | history entry SEQ of K | `h/` K | SEQ, 20 decimal digits | `e` (B): the entry |
+//!
+//! Every hot record shares the partition `d`, so `list(prefix)` is one Query (`begins_with` on
+//! the sort key, which DynamoDB orders by UTF-8 bytes — the contract's order) and never a Scan.
+//! Each write goes to its own sort key, which DynamoDB can split a busy partition on. A key's
+//! history is its own partition, so `history` is a Query on a range of zero-padded sequence
+//! numbers (the padding makes string order numeric order).
+//!
+//! Attribute names are one or two letters on purpose: DynamoDB bills a write by the item's
+//! size, names included.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::deferred::Hot;
+use crate::{HistoryRecord, StoreError, Version};
+
+/// The partition key attribute.
+pub const PK: &str = "pk";
+/// The sort key attribute.
+pub const SK: &str = "sk";
+/// The hot record's version (a string: `GENERATION-NONCE`).
+pub const VERSION: &str = "v";
+/// The hot record itself, as [`Hot::encode`] writes it.
+pub const HOT: &str = "h";
+/// A history item's entry.
+pub const ENTRY: &str = "e";
+
+/// The partition of every hot record.
+pub const HOT_PARTITION: &str = "d";
+
+/// DynamoDB's largest item (400 KB, names and values together).
+pub const ITEM_MAX_BYTES: usize = 400 * 1024;
+
+/// One write capacity unit covers a write of an item up to this size.
+pub const WRITE_UNIT_BYTES: usize = 1024;
+
+/// The partition of `key`'s history.
+pub fn history_partition(key: &str) -> String {
+    format!("h/{key}")
+}
+
+/// The sort key of history entry `seq`: 20 digits, enough for every `u64`.
+pub fn seq_sort_key(seq: u64) -> String {
+    format!("{seq:020}")
+}
+
+/// The primary key of `key`'s hot record.
+pub fn hot_key(key: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_owned(), AttributeValue::S(HOT_PARTITION.to_owned())),
+        (SK.to_owned(), AttributeValue::S(key.to_owned())),
+    ])
+}
+
+/// The hot record item of `key` at `version`.
+pub fn hot_item(key: &str, version: &Version, hot: &Hot) -> HashMap<String, AttributeValue> {
+    let mut item = hot_key(key);
+    item.insert(VERSION.to_owned(), AttributeValue::S(version.0.clone()));
+    item.insert(HOT.to_owned(), AttributeValue::B(Blob::new(hot.encode())));
+    item
+}
+
+/// The item of one history entry of `key`.
+pub fn history_item(key: &str, record: &HistoryRecord) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_owned(), AttributeValue::S(history_partition(key))),
+        (SK.to_owned(), AttributeValue::S(seq_sort_key(record.seq))),
+        (
+            ENTRY.to_owned(),
+            AttributeValue::B(Blob::new(record.bytes.clone())),
+        ),
+    ])
+}
+
+/// A hot record item read back: its version and record. `store` names the store for errors;
+/// an item baton did not write is an error that says so, never a panic.
+pub fn parse_hot(
+    item: &HashMap<String, AttributeValue>,
+    store: &str,
+) -> Result<(Version, Hot), StoreError> {
+    let version = match item.get(VERSION) {
+        Some(AttributeValue::S(version)) => Version(version.clone()),
+        _ => return Err(not_ours(store, item, "it has no string attribute `v`")),
+    };
+    let bytes = match item.get(HOT) {
+        Some(AttributeValue::B(blob)) => blob.as_ref(),
+        _ => return Err(not_ours(store, item, "it has no binary attribute `h`")),
+    };
+    Ok((version, Hot::decode(bytes, store)?))
+}
+
+/// A history item read back.
+pub fn parse_history(
+    item: &HashMap<String, AttributeValue>,
+    store: &str,
+) -> Result<HistoryRecord, StoreError> {
+    let seq = match item.get(SK) {
+        Some(AttributeValue::S(sort_key)) => sort_key.parse::<u64>().ok(),
+        _ => None,
+    };
+    let Some(seq) = seq else {
+        return Err(not_ours(
+            store,
+            item,
+            "its sort key is not a sequence number",
+        ));
+    };
+    match item.get(ENTRY) {
+        Some(AttributeValue::B(blob)) => Ok(HistoryRecord {
+            seq,
+            bytes: blob.as_ref().to_vec(),
+        }),
+        _ => Err(not_ours(store, item, "it has no binary attribute `e`")),
+    }
+}
+
+/// The key (sort key) of a hot record item, as `list` reads it.
+pub fn key_of_hot(item: &HashMap<String, AttributeValue>) -> Option<&str> {
+    match item.get(SK) {
+        Some(AttributeValue::S(key)) => Some(key),
+        _ => None,
+    }
+}
+
+fn not_ours(store: &str, item: &HashMap<String, AttributeValue>, why: &str) -> StoreError {
+    let where_ = match (item.get(PK), item.get(SK)) {
+        (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) => {
+            format!("the item (pk {pk:?}, sk {sk:?})")
+        }
+        _ => "an item".to_owned(),
+    };
+    StoreError::Incompatible {
+        store: store.to_owned(),
+        reason: format!(
+            "{where_} is not a baton record ({why}): was it written by something else? Give \
+             baton a table of its own"
+        ),
+    }
+}
+
+/// The size DynamoDB bills for `item`: the UTF-8 length of each attribute name plus its
+/// value's size (strings by UTF-8 length, binaries by length, numbers about one byte per two
+/// significant digits plus one).
+pub fn item_bytes(item: &HashMap<String, AttributeValue>) -> usize {
+    item.iter()
+        .map(|(name, value)| name.len() + value_bytes(value))
+        .sum()
+}
+
+fn value_bytes(value: &AttributeValue) -> usize {
+    match value {
+        AttributeValue::S(text) => text.len(),
+        AttributeValue::B(blob) => blob.as_ref().len(),
+        AttributeValue::N(number) => {
+            let digits = number.chars().filter(char::is_ascii_digit).count();
+            digits.div_ceil(2) + 1
+        }
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        // baton writes no other types; count them generously rather than not at all.
+        AttributeValue::Ss(texts) => texts.iter().map(String::len).sum(),
+        AttributeValue::Ns(numbers) => numbers.iter().map(String::len).sum(),
+        AttributeValue::Bs(blobs) => blobs.iter().map(|blob| blob.as_ref().len()).sum(),
+        AttributeValue::L(values) => 3 + values.iter().map(|v| 1 + value_bytes(v)).sum::<usize>(),
+        AttributeValue::M(map) => 3 + item_bytes(map) + map.len(),
+        _ => 0,
+    }
+}
+
+/// The write capacity units a write of an item of `bytes` costs: one per started KB, at least
+/// one.
+pub fn write_units(bytes: usize) -> u64 {
+    bytes.div_ceil(WRITE_UNIT_BYTES).max(1) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_sort_keys_sort_as_numbers() {
+        let seqs = [0, 1, 9, 10, 99, 100, 12_345, u64::MAX - 1, u64::MAX];
+        let keys: Vec<String> = seqs.iter().map(|seq| seq_sort_key(*seq)).collect();
+        assert!(keys.windows(2).all(|pair| pair[0] < pair[1]), "{keys:?}");
+        assert!(keys.iter().all(|key| key.len() == 20));
+    }
+
+    #[test]
+    fn items_round_trip_and_foreign_items_are_refused() {
+        let hot = Hot {
+            generation: 3,
+            next_seq: 5,
+            doc: b"doc".to_vec(),
+            pending: vec![HistoryRecord {
+                seq: 4,
+                bytes: b"four".to_vec(),
+            }],
+        };
+        let version = Version("3-00ff".to_owned());
+        let item = hot_item("deploy/prod", &version, &hot);
+        let parsed = parse_hot(&item, "t");
+        assert!(
+            matches!(&parsed, Ok((v, h)) if *v == version && *h == hot),
+            "{parsed:?}"
+        );
+        assert_eq!(key_of_hot(&item), Some("deploy/prod"));
+
+        let record = HistoryRecord {
+            seq: 42,
+            bytes: vec![0, 255],
+        };
+        let parsed = parse_history(&history_item("k", &record), "t");
+        assert!(matches!(&parsed, Ok(r) if *r == record), "{parsed:?}");
+
+        let mut foreign = hot_key("k");
+        foreign.insert("v".to_owned(), AttributeValue::N("1".to_owned()));
+        let error = parse_hot(&foreign, "t").err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("not a baton record")),
+            "{error:?}"
+        );
+        let mut corrupt = hot_key("k");
+        corrupt.insert(VERSION.to_owned(), AttributeValue::S("1-0".to_owned()));
+        corrupt.insert(
+            HOT.to_owned(),
+            AttributeValue::B(Blob::new(b"junk".to_vec())),
+        );
+        assert!(parse_hot(&corrupt, "t").is_err());
+        assert!(parse_history(&hot_key("k"), "t").is_err());
+    }
+
+    #[test]
+    fn sizes_follow_dynamodb_billing() {
+        let item = HashMap::from([
+            ("pk".to_owned(), AttributeValue::S("d".to_owned())),
+            ("sk".to_owned(), AttributeValue::S("é".to_owned())),
+            ("e".to_owned(), AttributeValue::B(Blob::new(vec![0; 10]))),
+        ]);
+        assert_eq!(item_bytes(&item), 2 + 1 + 2 + 2 + 1 + 10);
+        assert_eq!(write_units(0), 1);
+        assert_eq!(write_units(1024), 1);
+        assert_eq!(write_units(1025), 2);
+    }
+}
