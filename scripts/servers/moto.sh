@@ -96,6 +96,9 @@ except urllib.error.HTTPError:
     export AWS_ACCESS_KEY_ID=test
     export AWS_SECRET_ACCESS_KEY=test
     export AWS_REGION=us-east-1
+    # Empty files rather than none: aws-config warns about a named file that does not exist.
+    : >"$dir/aws-config"
+    : >"$dir/aws-credentials"
     export AWS_CONFIG_FILE="$dir/aws-config" AWS_SHARED_CREDENTIALS_FILE="$dir/aws-credentials"
     export AWS_EC2_METADATA_DISABLED=true
 
