@@ -109,6 +109,8 @@ boto3.client("s3", endpoint_url=sys.argv[1]).create_bucket(Bucket="baton-test")'
         return 1
     }
 
+    # The S3 store's permission test starts a moto of its own, which enforces IAM.
+    export BATON_TEST_MOTO_VENV="$moto_venv"
     export BATON_TEST_S3_URL="s3://baton-test/baton-test"
     export BATON_TEST_DYNAMODB_URL="dynamodb://baton-test"
     echo "moto on 127.0.0.1:$port (pid $pid, log $dir/moto.log)"

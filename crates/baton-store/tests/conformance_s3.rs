@@ -486,6 +486,77 @@ async fn a_foreign_object_is_incompatible() {
     assert_eq!(store.list(&unique).await.unwrap(), [key]);
 }
 
+/// A moto of this test's own that enforces IAM, with three users each missing one permission:
+/// every refusal is `Denied`, naming the action the call needs and the resource to allow it on.
+#[tokio::test]
+async fn a_missing_permission_names_the_action() {
+    let server = IamServer::start();
+    let bucket = "baton-denied";
+    let url = format!("s3://{bucket}/locks");
+    let store_of = |user: &str| {
+        let (key_id, secret) = server.keys(user);
+        let config = SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&server.endpoint)
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                key_id, secret, None, None, "test",
+            )))
+            .build();
+        S3Store::open_with_config(&url, &config).unwrap()
+    };
+    let objects = format!("arn:aws:s3:::{bucket}/locks/*");
+    let denied = |error: StoreError, action: &str, resource: &str| match &error {
+        StoreError::Denied {
+            action: named,
+            resource: on,
+            ..
+        } => {
+            assert_eq!((named.as_str(), on.as_str()), (action, resource), "{error}");
+            let message = error.to_string();
+            assert!(
+                message.contains(action) && message.contains(resource),
+                "{message}"
+            );
+        }
+        other => panic!("expected Denied({action}), got {other:?}"),
+    };
+
+    // May read and list, not write.
+    let reader = store_of("reader");
+    assert_eq!(reader.load("k").await.unwrap(), None);
+    assert!(reader.list("").await.unwrap().is_empty());
+    denied(
+        reader.cas("k", None, b"x", &[]).await.unwrap_err(),
+        "s3:PutObject",
+        &objects,
+    );
+
+    // May write and list, not read.
+    let writer = store_of("writer");
+    written(writer.cas("k", None, b"x", &[b"e".to_vec()]).await);
+    assert_eq!(writer.list("").await.unwrap(), ["k"]);
+    denied(
+        writer.load("k").await.unwrap_err(),
+        "s3:GetObject",
+        &objects,
+    );
+    denied(
+        writer.history("k", 0, 10).await.unwrap_err(),
+        "s3:GetObject",
+        &objects,
+    );
+
+    // May read and write objects, not list them.
+    let no_list = store_of("nolist");
+    assert_eq!(no_list.load("k").await.unwrap().unwrap().bytes, b"x");
+    denied(
+        no_list.list("").await.unwrap_err(),
+        "s3:ListBucket",
+        &format!("arn:aws:s3:::{bucket}"),
+    );
+}
+
 // ----- helpers -----------------------------------------------------------------------------
 
 /// Reads `key`'s history every way and checks it is exactly `expected`, seqs from 1.
@@ -623,4 +694,101 @@ fn closed_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// A moto_server that enforces IAM after its first requests, which create the bucket
+/// `baton-denied` and three users (`reader`: GetObject and ListBucket; `writer`: PutObject and
+/// ListBucket; `nolist`: GetObject and PutObject). Killed on drop.
+struct IamServer {
+    child: std::process::Child,
+    endpoint: String,
+    /// `user key_id secret` lines.
+    users: String,
+}
+
+/// The requests that set up [`IamServer`]: one bucket, and per user three (user, policy, key).
+const IAM_SETUP: &str = r#"
+import boto3, json, sys
+kw = dict(endpoint_url=sys.argv[1], region_name="us-east-1",
+          aws_access_key_id="test", aws_secret_access_key="test")
+boto3.client("s3", **kw).create_bucket(Bucket="baton-denied")
+iam = boto3.client("iam", **kw)
+users = {"reader": ["s3:GetObject", "s3:ListBucket"],
+         "writer": ["s3:PutObject", "s3:ListBucket"],
+         "nolist": ["s3:GetObject", "s3:PutObject"]}
+for user, actions in users.items():
+    iam.create_user(UserName=user)
+    policy = {"Version": "2012-10-17",
+              "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    iam.put_user_policy(UserName=user, PolicyName="baton", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    print(user, key["AccessKeyId"], key["SecretAccessKey"])
+"#;
+
+impl IamServer {
+    fn start() -> IamServer {
+        let venv = std::env::var("BATON_TEST_MOTO_VENV").unwrap_or_else(|_| {
+            panic!(
+                "BATON_TEST_MOTO_VENV is not set: run `scripts/with-servers.sh --only moto cargo \
+                 test -p baton-store --test conformance_s3`"
+            )
+        });
+        let port = closed_port();
+        let child = std::process::Command::new(format!("{venv}/bin/moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            // The setup's 1 + 3 × 3 requests go through unchecked; every later one is checked.
+            .env("INITIAL_NO_AUTH_ACTION_COUNT", "10")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {venv}/bin/moto_server: {error}"));
+        let mut server = IamServer {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            users: String::new(),
+        };
+        // Wait by connecting only: an HTTP request would count as one of the unchecked ones.
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "moto_server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let output = std::process::Command::new(format!("{venv}/bin/python"))
+            .args(["-c", IAM_SETUP, &server.endpoint])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "IAM setup failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        server.users = String::from_utf8(output.stdout).unwrap();
+        server
+    }
+
+    /// The access key id and secret of `user`.
+    fn keys(&self, user: &str) -> (String, String) {
+        self.users
+            .lines()
+            .find_map(
+                |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                    [name, key_id, secret] if name == user => {
+                        Some((key_id.to_owned(), secret.to_owned()))
+                    }
+                    _ => None,
+                },
+            )
+            .unwrap_or_else(|| panic!("no keys for {user} in {:?}", self.users))
+    }
+}
+
+impl Drop for IamServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -64,6 +64,19 @@
 //! clock each have an error that says what to do. A hot object that is not a baton record is
 //! [`StoreError::Incompatible`].
 //!
+//! # Permissions
+//!
+//! The least a policy must allow (the README shows it whole):
+//!
+//! - `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX/*` (hot records and
+//!   history entries);
+//! - `s3:ListBucket` on `arn:aws:s3:::BUCKET`, which may be limited to baton's objects with the
+//!   condition `"StringLike": {"s3:prefix": "PREFIX/*"}` (`list` and history reads). Without
+//!   it, S3 answers 403 instead of 404 for a key's first read, which baton reports as a denied
+//!   `s3:GetObject` and says so.
+//!
+//! Nothing else: baton never deletes, never creates the bucket, never reads its location.
+//!
 //! Operating notes: with bucket versioning on, every renewal keeps a noncurrent version; add a
 //! lifecycle rule that expires noncurrent versions under the prefix.
 
