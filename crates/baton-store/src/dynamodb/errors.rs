@@ -101,11 +101,10 @@ where
             },
         };
     }
-    if is_missing_credentials(&detail) {
+    if let Some(problem) = credentials_problem(&detail) {
         return unavailable(format!(
-            "no AWS credentials found ({detail}); set AWS_PROFILE or AWS_ACCESS_KEY_ID and \
-             AWS_SECRET_ACCESS_KEY, log in with `aws sso login`, or run where a role provides \
-             them (GitHub OIDC, ECS, EC2)"
+            "{problem}; set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, log in \
+             with `aws sso login`, or run where a role provides them (GitHub OIDC, ECS, EC2)"
         ));
     }
     if is_missing_region(&detail) {
@@ -137,16 +136,22 @@ fn resource_of(message: &str) -> Option<String> {
     Some(resource.trim_end_matches(['.', ',', ';']).to_owned())
 }
 
-/// Whether the chain found no credentials (the SDK fails before sending anything).
-fn is_missing_credentials(detail: &str) -> bool {
-    let detail = detail.to_ascii_lowercase();
-    [
-        "no credentials",
-        "credentials provider",
-        "failed to load credentials",
-    ]
-    .iter()
-    .any(|needle| detail.contains(needle))
+/// What went wrong with the credentials, when that is why the request failed (the SDK fails
+/// before sending anything).
+fn credentials_problem(detail: &str) -> Option<String> {
+    let lowered = detail.to_ascii_lowercase();
+    if lowered.contains("no credentials") {
+        // The SDK lists every provider it tried, over several lines: the names say enough.
+        return Some(
+            "no AWS credentials found (tried the environment, profiles, web identity, ECS and \
+             EC2 instance metadata)"
+                .to_owned(),
+        );
+    }
+    if lowered.contains("loading credentials") || lowered.contains("load credentials") {
+        return Some(format!("cannot load AWS credentials ({detail})"));
+    }
+    None
 }
 
 fn is_missing_region(detail: &str) -> bool {
@@ -170,7 +175,7 @@ fn is_connect_failure(detail: &str) -> bool {
     .any(|needle| detail.contains(needle))
 }
 
-/// An error and its sources, as one line.
+/// An error and its sources, as one line (the SDK's messages may span several).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -182,12 +187,133 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
-    text
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]
 mod tests {
+    use aws_sdk_dynamodb::error::{ConnectorError, ErrorMetadata};
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+
     use super::*;
+
+    fn context(effect: Effect) -> Context<'static> {
+        Context {
+            store: "dynamodb://locks",
+            table: "locks",
+            action: "dynamodb:PutItem",
+            effect,
+        }
+    }
+
+    fn service(code: &str, message: &str) -> SdkError<PutItemError, ()> {
+        let meta = ErrorMetadata::builder().code(code).message(message).build();
+        SdkError::service_error(PutItemError::generic(meta), ())
+    }
+
+    /// Each kind of failure maps to the error that says what to do, and an unanswered write is
+    /// ambiguous while an unanswered read, or a request never sent, is not.
+    #[test]
+    fn errors_say_what_happened_and_what_to_do() {
+        let check = |error: StoreError, kind: &str, needle: &str| {
+            let text = error.to_string();
+            assert!(format!("{error:?}").starts_with(kind), "{error:?}");
+            assert!(text.contains(needle), "{text}");
+        };
+        check(
+            classify(
+                context(Effect::Write),
+                service(
+                    "AccessDeniedException",
+                    "User: arn:aws:iam::1:user/ci is not authorized to perform: \
+                     dynamodb:PutItem on resource: arn:aws:dynamodb:us-east-1:1:table/locks",
+                ),
+            ),
+            "Denied",
+            "baton needs `dynamodb:PutItem` on arn:aws:dynamodb:us-east-1:1:table/locks",
+        );
+        check(
+            classify(
+                context(Effect::Read),
+                service("AccessDeniedException", "no"),
+            ),
+            "Denied",
+            "table `locks`",
+        );
+        check(
+            classify(
+                context(Effect::Write),
+                service("ResourceNotFoundException", "Requested resource not found"),
+            ),
+            "Unavailable",
+            "baton init --store dynamodb://locks",
+        );
+        check(
+            classify(
+                context(Effect::Read),
+                service("UnrecognizedClientException", "bad token"),
+            ),
+            "Unavailable",
+            "AWS_PROFILE",
+        );
+        check(
+            classify(
+                context(Effect::Write),
+                service("InternalServerError", "oops"),
+            ),
+            "Ambiguous",
+            "did not confirm",
+        );
+        check(
+            classify(
+                context(Effect::Read),
+                service("InternalServerError", "oops"),
+            ),
+            "Unavailable",
+            "try again",
+        );
+        check(
+            classify(
+                context(Effect::Write),
+                service("ValidationException", "bad"),
+            ),
+            "Backend",
+            "dynamodb:PutItem failed",
+        );
+        let timeout = || SdkError::<PutItemError, ()>::timeout_error("operation timed out");
+        check(
+            classify(context(Effect::Write), timeout()),
+            "Ambiguous",
+            "no answer",
+        );
+        check(
+            classify(context(Effect::Read), timeout()),
+            "Unavailable",
+            "cannot reach",
+        );
+        check(
+            classify(context(Effect::Idempotent), timeout()),
+            "Unavailable",
+            "cannot reach",
+        );
+        let refused = SdkError::<PutItemError, ()>::dispatch_failure(ConnectorError::io(
+            "tcp connect error: Connection refused (os error 111)".into(),
+        ));
+        check(
+            classify(context(Effect::Write), refused),
+            "Unavailable",
+            "AWS_ENDPOINT_URL",
+        );
+        let no_credentials = SdkError::<PutItemError, ()>::dispatch_failure(ConnectorError::other(
+            "failed to construct request: no credentials in the property bag".into(),
+            None,
+        ));
+        check(
+            classify(context(Effect::Write), no_credentials),
+            "Unavailable",
+            "no AWS credentials found",
+        );
+    }
 
     #[test]
     fn access_denied_names_the_resource_from_the_message() {
