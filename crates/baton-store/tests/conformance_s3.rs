@@ -366,6 +366,7 @@ async fn a_missing_bucket_says_to_create_it() {
         store.load("k").await.unwrap_err(),
         store.cas("k", None, b"x", &[]).await.unwrap_err(),
         store.list("").await.unwrap_err(),
+        store.init().await.unwrap_err(),
     ] {
         let message = error.to_string();
         assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
@@ -522,8 +523,10 @@ async fn a_missing_permission_names_the_action() {
         other => panic!("expected Denied({action}), got {other:?}"),
     };
 
-    // May read and list, not write.
+    // May read and list, not write: `init` checks reading and listing only.
     let reader = store_of("reader");
+    let ready = reader.init().await.unwrap();
+    assert!(ready.contains("is ready"), "{ready}");
     assert_eq!(reader.load("k").await.unwrap(), None);
     assert!(reader.list("").await.unwrap().is_empty());
     denied(
@@ -541,6 +544,7 @@ async fn a_missing_permission_names_the_action() {
         "s3:GetObject",
         &objects,
     );
+    denied(writer.init().await.unwrap_err(), "s3:GetObject", &objects);
     denied(
         writer.history("k", 0, 10).await.unwrap_err(),
         "s3:GetObject",
@@ -550,11 +554,12 @@ async fn a_missing_permission_names_the_action() {
     // May read and write objects, not list them.
     let no_list = store_of("nolist");
     assert_eq!(no_list.load("k").await.unwrap().unwrap().bytes, b"x");
-    denied(
+    for error in [
         no_list.list("").await.unwrap_err(),
-        "s3:ListBucket",
-        &format!("arn:aws:s3:::{bucket}"),
-    );
+        no_list.init().await.unwrap_err(),
+    ] {
+        denied(error, "s3:ListBucket", &format!("arn:aws:s3:::{bucket}"));
+    }
 }
 
 // ----- helpers -----------------------------------------------------------------------------

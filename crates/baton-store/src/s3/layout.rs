@@ -40,6 +40,8 @@ pub struct Layout {
     hot_root: String,
     /// `P/history/`.
     history_root: String,
+    /// `P/init-probe`.
+    probe: String,
 }
 
 impl Layout {
@@ -53,7 +55,14 @@ impl Layout {
         Layout {
             hot_root: format!("{root}hot/"),
             history_root: format!("{root}history/"),
+            probe: format!("{root}init-probe"),
         }
+    }
+
+    /// `P/init-probe`: a name outside the hot records and the history, never written, which
+    /// `init` reads to check that reading is allowed.
+    pub fn probe(&self) -> &str {
+        &self.probe
     }
 
     /// `P/hot/E(K)`.

@@ -674,6 +674,33 @@ impl Store for S3Store {
     async fn clock(&self) -> Result<StoreClock> {
         Ok(StoreClock::None)
     }
+
+    /// Checks what can be checked without writing: the bucket exists, and baton may list its
+    /// prefix and read its objects. It creates nothing: a bucket is the account owner's choice
+    /// (region, encryption, lifecycle), and `s3:CreateBucket` is not a right baton should need.
+    async fn init(&self) -> Result<String> {
+        let probe_list = PaginatedListOptions {
+            max_keys: Some(1),
+            ..PaginatedListOptions::default()
+        };
+        self.inner
+            .reads
+            .list_paginated(Some(&self.inner.layout.hot_prefix("")), probe_list)
+            .await
+            .map_err(|error| self.classify(Call::List, error))?;
+        // Not a key's record (one may exist): a name outside them, which never does.
+        let probe = self.path(self.inner.layout.probe())?;
+        match self.inner.reads.get(&probe).await {
+            Ok(_) => {}
+            Err(error) if errors::is_missing_object(&error) => {}
+            Err(error) => return Err(self.classify(Call::Get, error)),
+        }
+        Ok(format!(
+            "{} is ready: the bucket exists and baton may list and read it (writes are checked \
+             by the first acquire; baton never creates buckets)",
+            self.describe()
+        ))
+    }
 }
 
 #[cfg(test)]
