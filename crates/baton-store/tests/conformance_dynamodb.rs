@@ -497,6 +497,78 @@ async fn open_without_region_child() {
     assert!(error.to_string().contains("AWS_REGION"), "{error}");
 }
 
+/// A server that takes the request and never answers: a CAS is ambiguous (it may have been
+/// applied) after the operation timeout, never a hang, and a read is unavailable. A port where
+/// nothing listens: nothing was sent, so even a CAS is simply unavailable. Runs in a child
+/// process, since the endpoint comes from the environment.
+#[tokio::test]
+async fn unanswered_writes_are_ambiguous_and_refused_connections_are_not() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        // Hold every connection open, reading nothing and answering nothing.
+        let held: Vec<_> = silent.incoming().collect();
+        drop(held);
+    });
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "unanswered_child", "--nocapture"])
+        .env("BATON_TEST_CHILD", "1")
+        .env("BATON_TEST_SILENT_PORT", silent_port.to_string())
+        .env("BATON_TEST_CLOSED_PORT", closed_port.to_string())
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_ENDPOINT_URL_DYNAMODB")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The child half of [`unanswered_writes_are_ambiguous_and_refused_connections_are_not`]; does
+/// nothing when run directly.
+#[tokio::test]
+async fn unanswered_child() {
+    if std::env::var_os("BATON_TEST_CHILD").is_none() {
+        return;
+    }
+    let port = |name: &str| std::env::var(name).unwrap();
+    // The endpoint is read when the store is opened: one store per endpoint.
+    std::env::set_var(
+        "AWS_ENDPOINT_URL",
+        format!("http://127.0.0.1:{}", port("BATON_TEST_CLOSED_PORT")),
+    );
+    let refused = DynamoStore::open("dynamodb://some-table").await.unwrap();
+    let error = refused.cas("k", None, b"x", &[]).await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(error.to_string().contains("cannot reach DynamoDB"), "{error}");
+
+    std::env::set_var(
+        "AWS_ENDPOINT_URL",
+        format!("http://127.0.0.1:{}", port("BATON_TEST_SILENT_PORT")),
+    );
+    let silent = DynamoStore::open("dynamodb://some-table").await.unwrap();
+    let started = std::time::Instant::now();
+    let error = silent.cas("k", None, b"x", &[]).await.unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(matches!(error, StoreError::Ambiguous { .. }), "{error:?}");
+    assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
+    let error = silent.load("k").await.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+}
+
 // ----- helpers -----------------------------------------------------------------------------
 
 fn written(outcome: CasOutcome) -> Version {
