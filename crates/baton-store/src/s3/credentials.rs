@@ -99,8 +99,16 @@ fn describe(error: &CredentialsError) -> String {
     let mut detail = String::new();
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
-        detail.push_str(": ");
-        detail.push_str(&cause.to_string());
+        // One line: the chain lists each provider it tried on a line of its own.
+        let mut separator = ": ";
+        for line in cause.to_string().lines().map(str::trim) {
+            if line.is_empty() {
+                continue;
+            }
+            detail.push_str(separator);
+            detail.push_str(line);
+            separator = if line.ends_with(':') { " " } else { "; " };
+        }
         source = cause.source();
     }
     match error {
@@ -116,5 +124,28 @@ fn describe(error: &CredentialsError) -> String {
             format!("the AWS configuration is invalid{detail}; check AWS_PROFILE and ~/.aws/config")
         }
         _ => format!("cannot load AWS credentials ({error}){detail}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_credentials_is_one_line_naming_the_sources() {
+        let error = CredentialsError::not_loaded(
+            "no credentials found in chain. Attempted:\n  Environment: not set\n  Profile: none\n",
+        );
+        let message = describe(&error);
+        assert!(!message.contains('\n'), "{message}");
+        assert!(
+            message.contains("Attempted: Environment: not set; Profile: none"),
+            "{message}"
+        );
+        assert!(
+            message.contains("AWS_ACCESS_KEY_ID")
+                && message.contains("AWS_WEB_IDENTITY_TOKEN_FILE"),
+            "{message}"
+        );
     }
 }
