@@ -463,6 +463,69 @@ async fn write_units_per_acquire_and_release() {
     }
 }
 
+/// The store's own share of the bound, whatever the core's document holds: with a document
+/// of 600 bytes (a key with a short queue and a short context) and history entries of 300
+/// bytes, an acquire (a write without history) and a release (a write with one entry) cost at
+/// most 4 write units, 3 on average, on a key with an empty history and on one with 10,000
+/// entries.
+#[tokio::test]
+async fn a_small_document_costs_at_most_4_units_per_acquire_and_release() {
+    let store = store().await;
+    let empty = format!("{}empty", prefix("small-doc"));
+    let long = format!("{}long", prefix("small-doc"));
+    let doc = |n: u32| format!("{n:>600}").into_bytes();
+    let entry = |n: u32| format!("{n:>300}").into_bytes();
+    // 10,000 entries on the long key, then its pending ones moved out.
+    let mut version = written(store.cas(&long, None, &doc(0), &[]).await.unwrap());
+    for round in 0..400 {
+        let batch: Vec<Vec<u8>> = (0..25).map(|i| entry(round * 25 + i)).collect();
+        version = written(
+            store
+                .cas(&long, Some(&version), &doc(0), &batch)
+                .await
+                .unwrap(),
+        );
+    }
+    let long_version = written(
+        store
+            .cas(&long, Some(&version), &doc(0), &[])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(store.history_tail(&long, 1).await.unwrap()[0].seq, 10_000);
+
+    for (key, mut version) in [(empty, None), (long, Some(long_version))] {
+        let mut per_cycle = Vec::new();
+        for n in 1..=30 {
+            let before = store.estimated_write_units();
+            // Acquire: the document changes (a ticket is added), no history.
+            version = Some(written(
+                store
+                    .cas(&key, version.as_ref(), &doc(n), &[])
+                    .await
+                    .unwrap(),
+            ));
+            // Release: the document changes back, one history entry.
+            version = Some(written(
+                store
+                    .cas(&key, version.as_ref(), &doc(0), &[entry(n)])
+                    .await
+                    .unwrap(),
+            ));
+            per_cycle.push(store.estimated_write_units() - before);
+        }
+        let mean = per_cycle.iter().sum::<u64>() as f64 / per_cycle.len() as f64;
+        eprintln!("{key}: write units per cycle {per_cycle:?} (mean {mean:.2})");
+        assert!(
+            per_cycle.iter().all(|units| *units <= 4),
+            "{key}: {per_cycle:?}"
+        );
+        assert!(mean <= 3.0, "{key}: mean {mean}");
+        let history = store.history_tail(&key, 30).await.unwrap();
+        assert_eq!(entries(&history)[0], entry(30), "nothing lost on the way");
+    }
+}
+
 /// With no region anywhere in the chain (and no local endpoint), opening says what to set
 /// rather than failing obscurely at the first request. Runs this test binary again with a bare
 /// environment.
@@ -553,7 +616,10 @@ async fn unanswered_child() {
     let refused = DynamoStore::open("dynamodb://some-table").await.unwrap();
     let error = refused.cas("k", None, b"x", &[]).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
-    assert!(error.to_string().contains("cannot reach DynamoDB"), "{error}");
+    assert!(
+        error.to_string().contains("cannot reach DynamoDB"),
+        "{error}"
+    );
 
     std::env::set_var(
         "AWS_ENDPOINT_URL",
