@@ -78,7 +78,10 @@
 //! Nothing else: baton never deletes, never creates the bucket, never reads its location.
 //!
 //! Operating notes: with bucket versioning on, every renewal keeps a noncurrent version; add a
-//! lifecycle rule that expires noncurrent versions under the prefix.
+//! lifecycle rule that expires noncurrent versions under the prefix. A lifecycle rule may expire
+//! old history objects (`P/history/`), never hot records (`P/hot/`): a key whose hot record is
+//! deleted loses its fence counter and starts its history again at seq 1, overwriting the old
+//! entries as they are moved out.
 
 mod credentials;
 mod errors;
