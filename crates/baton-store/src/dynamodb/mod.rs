@@ -32,11 +32,13 @@
 //! - **Cost**: DynamoDB bills a write by the item's size (1 write unit per started KB; a
 //!   `PutItem` bills the larger of the old and the new item). The [`Policy`] keeps pending
 //!   entries only while they fit in the write units the hot item costs anyway, and at most
-//!   [`MAX_PENDING`] of them, so that an uncontended acquire + release with a short context
-//!   costs two hot writes of one unit and at most two history items (at most 4 units, 3 on
-//!   average), however long the history. [`DynamoStore::write_units`] counts the units DynamoDB
-//!   reports; [`DynamoStore::estimated_write_units`] computes them from the item sizes
-//!   (local servers such as moto report 1 unit per request whatever its size).
+//!   [`MAX_PENDING`] of them, so that an uncontended acquire + release costs two hot writes
+//!   and at most two history items, however long the history: at most 4 units, 3 on average,
+//!   while the hot item with one entry fits in 1 KB (a document of up to about 600 bytes with a
+//!   short key and context). A larger document costs its own units twice per acquire + release.
+//!   [`DynamoStore::write_units`] counts the units DynamoDB reports;
+//!   [`DynamoStore::estimated_write_units`] computes them from the item sizes (local servers
+//!   such as moto report 1 unit per request whatever its size).
 //! - **Watch**: none (DynamoDB cannot push); waiters poll.
 //! - **Clock**: none ([`StoreClock::None`]): leases are judged by observation of unchanged
 //!   heartbeats on each observer's monotonic clock, as on etcd, so clients' wall clocks may
