@@ -76,7 +76,8 @@ fn require_faketime() {
         .is_ok();
     assert!(
         found,
-        "faketime is not installed: scripts/servers/etcd.sh installs it (Debian: faketime)"
+        "faketime is not installed: scripts/servers/etcd.sh installs it (Debian: apt-get install \
+         faketime)"
     );
 }
 
