@@ -97,6 +97,9 @@ const PAGE_MAX: usize = 1_000;
 /// Hot records remembered per store, so that a warm CAS needs no read. Cleared when full.
 const CACHE_MAX_KEYS: usize = 1_024;
 
+/// ... and their bytes (a document may be 256 KiB: a thousand of those would be too many).
+const CACHE_MAX_BYTES: usize = 32 * 1024 * 1024;
+
 /// The bytes of a hot item besides the document and the pending entries: names, partition,
 /// the longest version (`u64-16 hex`), and the record's fixed fields.
 const HOT_ITEM_OVERHEAD: usize = (PK.len() + 1) + SK.len() + (VERSION.len() + 37) + 1 + 34;
@@ -252,7 +255,10 @@ impl DynamoStore {
             .cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if cache.len() >= CACHE_MAX_KEYS && !cache.contains_key(key) {
+        let held_bytes: usize = cache.values().map(|cached| cached.item_bytes).sum();
+        let full = cache.len() >= CACHE_MAX_KEYS
+            || held_bytes.saturating_add(current.item_bytes) > CACHE_MAX_BYTES;
+        if full && !cache.contains_key(key) {
             cache.clear();
         }
         cache.insert(key.to_owned(), current);
