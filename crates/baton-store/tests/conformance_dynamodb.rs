@@ -1,7 +1,8 @@
 //! The conformance suite against a DynamoDB-compatible server (moto), one test per behaviour,
 //! and what only DynamoDB shows: history that survives a writer dying between moving entries
-//! out and writing the hot item, racing writers on one version, `init`, and the write units an
-//! acquire + release costs.
+//! out and writing the hot item, racing writers on one version, `init`, the write units an
+//! acquire + release costs, missing permissions (on a moto of the test's own that enforces
+//! IAM), and errors for unanswered requests and missing configuration.
 //!
 //! The server and table come from `BATON_TEST_DYNAMODB_URL` (`dynamodb://TABLE`) with the AWS
 //! environment (`AWS_ENDPOINT_URL`, credentials) that `scripts/servers/moto.sh` exports:
@@ -546,6 +547,11 @@ async fn missing_region_is_a_clear_error() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("1 passed"),
+        "the child test did not run: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
 
 /// The child half of [`missing_region_is_a_clear_error`]; does nothing when run directly.
@@ -598,6 +604,11 @@ async fn unanswered_writes_are_ambiguous_and_refused_connections_are_not() {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("1 passed"),
+        "the child test did not run: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
 
 /// The child half of [`unanswered_writes_are_ambiguous_and_refused_connections_are_not`]; does
@@ -633,6 +644,114 @@ async fn unanswered_child() {
     assert!(elapsed < Duration::from_secs(20), "took {elapsed:?}");
     let error = silent.load("k").await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+}
+
+/// A moto of this test's own that enforces IAM, with users each missing permissions: every
+/// refusal is `Denied`, naming the action the call needs and the table. (moto answers a refusal
+/// with an XML body the SDK cannot read; the store recognises it by its status.) The checks run
+/// in a child process, since the endpoint and the keys come from the environment.
+#[tokio::test]
+async fn a_missing_permission_names_the_action() {
+    let server = IamServer::start();
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "missing_permission_child", "--nocapture"])
+        .env("BATON_TEST_CHILD", "1")
+        .env("BATON_TEST_IAM_USERS", &server.users)
+        .env("AWS_ENDPOINT_URL", &server.endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_ENDPOINT_URL_DYNAMODB")
+        .env_remove("AWS_PROFILE")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("1 passed"),
+        "the child test did not run: {}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
+
+/// The child half of [`a_missing_permission_names_the_action`]; does nothing when run directly.
+#[tokio::test]
+async fn missing_permission_child() {
+    let Ok(users) = std::env::var("BATON_TEST_IAM_USERS") else {
+        return;
+    };
+    // Credentials are read when a store is opened: one store per user.
+    let store_of = |user: &str, table: &str| {
+        let (key_id, secret) = keys_of(&users, user);
+        std::env::set_var("AWS_ACCESS_KEY_ID", key_id);
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", secret);
+        let url = format!("dynamodb://{table}");
+        async move { DynamoStore::open(&url).await.unwrap() }
+    };
+    let denied = |error: StoreError, action: &str, table: &str| match &error {
+        StoreError::Denied {
+            action: named,
+            resource,
+            ..
+        } => {
+            let arn = format!("arn:aws:dynamodb:*:*:table/{table}");
+            assert_eq!((named.as_str(), resource.as_str()), (action, arn.as_str()));
+            let message = error.to_string();
+            assert!(message.contains("not authorized"), "{message}");
+        }
+        other => panic!("expected Denied({action}), got {other:?}"),
+    };
+    let table = "baton-denied";
+
+    // May read and query, not write, and not prepare the table.
+    let reader = store_of("reader", table).await;
+    assert_eq!(reader.load("k").await.unwrap(), None);
+    assert!(reader.list("").await.unwrap().is_empty());
+    denied(
+        reader.cas("k", None, b"x", &[]).await.unwrap_err(),
+        "dynamodb:PutItem",
+        table,
+    );
+    denied(
+        reader.init().await.unwrap_err(),
+        "dynamodb:DescribeTable",
+        table,
+    );
+
+    // May read and write the hot item, not store history items nor query.
+    let writer = store_of("writer", table).await;
+    let entry = vec![b'e'; 600];
+    let version = written(
+        writer
+            .cas("k", None, b"x", std::slice::from_ref(&entry))
+            .await
+            .unwrap(),
+    );
+    denied(
+        writer
+            .cas("k", Some(&version), b"y", std::slice::from_ref(&entry))
+            .await
+            .unwrap_err(),
+        "dynamodb:BatchWriteItem",
+        table,
+    );
+    denied(writer.list("").await.unwrap_err(), "dynamodb:Query", table);
+    denied(
+        writer.history("k", 0, 10).await.unwrap_err(),
+        "dynamodb:Query",
+        table,
+    );
+
+    // May look at tables, not create one.
+    let creator = store_of("creator", "baton-new").await;
+    denied(
+        creator.init().await.unwrap_err(),
+        "dynamodb:CreateTable",
+        "baton-new",
+    );
 }
 
 // ----- helpers -----------------------------------------------------------------------------
@@ -716,4 +835,110 @@ async fn store_history_by_hand(key: &str, records: &[HistoryRecord]) {
         .await
         .unwrap();
     assert!(got.item.is_some());
+}
+
+/// A moto_server that enforces IAM after its first requests, which create the table
+/// `baton-denied` (baton's key schema) and three users (`reader`: GetItem and Query; `writer`:
+/// GetItem and PutItem; `creator`: DescribeTable). Killed on drop.
+struct IamServer {
+    child: std::process::Child,
+    endpoint: String,
+    /// `user key_id secret` lines.
+    users: String,
+}
+
+/// The requests that set up [`IamServer`]: one table, and per user three (user, policy, key).
+const IAM_SETUP: &str = r#"
+import boto3, json, sys
+kw = dict(endpoint_url=sys.argv[1], region_name="us-east-1",
+          aws_access_key_id="test", aws_secret_access_key="test")
+boto3.client("dynamodb", **kw).create_table(
+    TableName="baton-denied", BillingMode="PAY_PER_REQUEST",
+    AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                          {"AttributeName": "sk", "AttributeType": "S"}],
+    KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"},
+               {"AttributeName": "sk", "KeyType": "RANGE"}])
+iam = boto3.client("iam", **kw)
+users = {"reader": ["dynamodb:GetItem", "dynamodb:Query"],
+         "writer": ["dynamodb:GetItem", "dynamodb:PutItem"],
+         "creator": ["dynamodb:DescribeTable"]}
+for user, actions in users.items():
+    iam.create_user(UserName=user)
+    policy = {"Version": "2012-10-17",
+              "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}
+    iam.put_user_policy(UserName=user, PolicyName="baton", PolicyDocument=json.dumps(policy))
+    key = iam.create_access_key(UserName=user)["AccessKey"]
+    print(user, key["AccessKeyId"], key["SecretAccessKey"])
+"#;
+
+impl IamServer {
+    fn start() -> IamServer {
+        let venv = std::env::var("BATON_TEST_MOTO_VENV").unwrap_or_else(|_| {
+            panic!(
+                "BATON_TEST_MOTO_VENV is not set: run `scripts/with-servers.sh --only moto cargo \
+                 test -p baton-store --test conformance_dynamodb`"
+            )
+        });
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new(format!("{venv}/bin/moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            // The setup's 1 + 3 × 3 requests go through unchecked; every later one is checked.
+            .env("INITIAL_NO_AUTH_ACTION_COUNT", "10")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {venv}/bin/moto_server: {error}"));
+        let mut server = IamServer {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            users: String::new(),
+        };
+        // Wait by connecting only: an HTTP request would count as one of the unchecked ones.
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "moto_server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let output = std::process::Command::new(format!("{venv}/bin/python"))
+            .args(["-c", IAM_SETUP, &server.endpoint])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "IAM setup failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        server.users = String::from_utf8(output.stdout).unwrap();
+        server
+    }
+}
+
+impl Drop for IamServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The access key id and secret of `user` in [`IamServer`]'s `user key_id secret` lines.
+fn keys_of(users: &str, user: &str) -> (String, String) {
+    users
+        .lines()
+        .find_map(
+            |line| match line.split_whitespace().collect::<Vec<_>>()[..] {
+                [name, key_id, secret] if name == user => {
+                    Some((key_id.to_owned(), secret.to_owned()))
+                }
+                _ => None,
+            },
+        )
+        .unwrap_or_else(|| panic!("no keys for {user} in {users:?}"))
 }

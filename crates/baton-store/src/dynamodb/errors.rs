@@ -30,12 +30,32 @@ pub struct Context<'a> {
     pub effect: Effect,
 }
 
+/// What [`classify`] needs of a raw HTTP response: a refusal whose body the SDK could not
+/// parse (a proxy's or a local server's page) is still recognisable by its status.
+pub trait RawResponse {
+    /// The HTTP status.
+    fn status(&self) -> Option<u16>;
+    /// The body, if it is text in memory.
+    fn body_text(&self) -> Option<String>;
+}
+
+impl RawResponse for aws_sdk_dynamodb::config::http::HttpResponse {
+    fn status(&self) -> Option<u16> {
+        Some(self.status().as_u16())
+    }
+
+    fn body_text(&self) -> Option<String> {
+        let bytes = self.body().bytes()?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+}
+
 /// Maps an SDK error to the store's error. Conditional-check failures are not errors and are
 /// handled by the caller before this.
 pub fn classify<E, R>(context: Context<'_>, error: SdkError<E, R>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug + Send + Sync + 'static,
+    R: RawResponse + std::fmt::Debug + Send + Sync + 'static,
 {
     let store = context.store.to_owned();
     let unavailable = |reason: String| StoreError::Unavailable {
@@ -44,19 +64,27 @@ where
     };
     let detail = error_chain(&error);
     if let SdkError::ServiceError(service) = &error {
+        let status = service.raw().status();
+        let body = service.raw().body_text().unwrap_or_default();
         let service = service.err();
-        let code = service.code().unwrap_or_default();
-        let message = service.message().unwrap_or_default().to_owned();
+        let mut code = service.code().unwrap_or_default();
+        let mut message = service.message().unwrap_or_default().to_owned();
+        // AWS answers a refused permission with JSON the SDK reads; some servers answer with
+        // another format, which leaves only the status and the body's words.
+        if code.is_empty() && status == Some(403) {
+            code = "AccessDeniedException";
+            message = body
+                .split(['<', '>', '"'])
+                .find(|part| part.contains("not authorized"))
+                .unwrap_or("HTTP 403 Forbidden")
+                .to_owned();
+        }
         return match code {
             "AccessDeniedException" => StoreError::Denied {
                 store,
                 action: context.action.to_owned(),
-                resource: resource_of(&message).unwrap_or_else(|| {
-                    format!(
-                        "the table `{}` (arn:aws:dynamodb:REGION:ACCOUNT:table/{0})",
-                        context.table
-                    )
-                }),
+                resource: resource_of(&message)
+                    .unwrap_or_else(|| format!("arn:aws:dynamodb:*:*:table/{}", context.table)),
                 reason: message,
             },
             "ResourceNotFoundException" => unavailable(format!(
@@ -206,9 +234,23 @@ mod tests {
         }
     }
 
-    fn service(code: &str, message: &str) -> SdkError<PutItemError, ()> {
+    /// A response as a test describes it: a status and a body.
+    #[derive(Debug)]
+    struct Raw(u16, &'static str);
+
+    impl RawResponse for Raw {
+        fn status(&self) -> Option<u16> {
+            Some(self.0)
+        }
+
+        fn body_text(&self) -> Option<String> {
+            Some(self.1.to_owned())
+        }
+    }
+
+    fn service(code: &str, message: &str) -> SdkError<PutItemError, Raw> {
         let meta = ErrorMetadata::builder().code(code).message(message).build();
-        SdkError::service_error(PutItemError::generic(meta), ())
+        SdkError::service_error(PutItemError::generic(meta), Raw(400, ""))
     }
 
     /// Each kind of failure maps to the error that says what to do, and an unanswered write is
@@ -238,7 +280,22 @@ mod tests {
                 service("AccessDeniedException", "no"),
             ),
             "Denied",
-            "table `locks`",
+            "on arn:aws:dynamodb:*:*:table/locks",
+        );
+        // A refusal in a body the SDK cannot read (moto answers DynamoDB calls with XML).
+        let unreadable = SdkError::service_error(
+            PutItemError::generic(ErrorMetadata::builder().build()),
+            Raw(
+                403,
+                "<ErrorResponse><Errors><Error><Code>AccessDenied</Code><Message>User: \
+                 arn:aws:iam::1:user/u is not authorized to perform: dynamodb:PutItem</Message>",
+            ),
+        );
+        check(
+            classify(context(Effect::Write), unreadable),
+            "Denied",
+            "baton needs `dynamodb:PutItem` on arn:aws:dynamodb:*:*:table/locks: User: \
+             arn:aws:iam::1:user/u is not authorized",
         );
         check(
             classify(
@@ -280,7 +337,7 @@ mod tests {
             "Backend",
             "dynamodb:PutItem failed",
         );
-        let timeout = || SdkError::<PutItemError, ()>::timeout_error("operation timed out");
+        let timeout = || SdkError::<PutItemError, Raw>::timeout_error("operation timed out");
         check(
             classify(context(Effect::Write), timeout()),
             "Ambiguous",
@@ -296,7 +353,7 @@ mod tests {
             "Unavailable",
             "cannot reach",
         );
-        let refused = SdkError::<PutItemError, ()>::dispatch_failure(ConnectorError::io(
+        let refused = SdkError::<PutItemError, Raw>::dispatch_failure(ConnectorError::io(
             "tcp connect error: Connection refused (os error 111)".into(),
         ));
         check(
@@ -304,10 +361,11 @@ mod tests {
             "Unavailable",
             "AWS_ENDPOINT_URL",
         );
-        let no_credentials = SdkError::<PutItemError, ()>::dispatch_failure(ConnectorError::other(
-            "failed to construct request: no credentials in the property bag".into(),
-            None,
-        ));
+        let no_credentials =
+            SdkError::<PutItemError, Raw>::dispatch_failure(ConnectorError::other(
+                "failed to construct request: no credentials in the property bag".into(),
+                None,
+            ));
         check(
             classify(context(Effect::Write), no_credentials),
             "Unavailable",
