@@ -19,6 +19,19 @@ fn a_log_gets_a_line_at_the_start_and_at_each_change_of_position() {
         ctx.open_gate("holder");
         holder.wait(common::PROMPT).assert_code(0);
         ctx.wait_started("first");
+        // "second" is next in line for as long as "first" holds: it must say so then. (On a
+        // store without push it learns of the change at its next read, up to a poll interval
+        // later, so "first" holds until the line is there rather than for an arbitrary time.)
+        common::wait_until(
+            "\"second\" to log that it is next in line",
+            common::PROMPT,
+            || {
+                second
+                    .stderr()
+                    .lines()
+                    .any(|l| l.contains("next in line") && l.contains("(first)"))
+            },
+        );
         ctx.open_gate("first");
         first.wait(common::PROMPT).assert_code(0);
         ctx.wait_started("second");

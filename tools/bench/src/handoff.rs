@@ -1,8 +1,11 @@
 //! `handoff`: from the holder's release to the next holder's turn, across two processes.
 //!
 //! This process holds the key through the library; a second process waits for it. Once the
-//! library shows the waiter's ticket queued behind ours (two tickets in the key's document), we
-//! read CLOCK_REALTIME as t0 and release; the waiter reads CLOCK_REALTIME as t1 when its turn
+//! library shows the waiter's ticket queued behind ours (two tickets in the key's document), and
+//! after a settling pause (`--settle`, 100 ms by default: the waiter subscribes to the store's
+//! wake-ups only after it has queued, and a release before that is found by its first read
+//! rather than pushed — a case, but not the steady one measured here), we read CLOCK_REALTIME
+//! as t0 and release; the waiter reads CLOCK_REALTIME as t1 when its turn
 //! starts and writes it to FILE. The waiter is either
 //!
 //! - `baton run -q … -- baton-bench stamp FILE` (`--waiter run`, the default): t1 is read first
@@ -64,6 +67,8 @@ pub struct HandoffReport {
     pub warmup: usize,
     /// Who waited.
     pub waiter: Waiter,
+    /// The pause between seeing the waiter queued and releasing, in ms.
+    pub settle_ms: f64,
     /// The waiter's command line, as run (FILE changes per round).
     pub waiter_command: String,
     /// Release (t0) to the waiter's turn (t1): its command starting, or its `acquire` returning.
@@ -80,6 +85,7 @@ pub struct HandoffReport {
 pub async fn run(
     common: &Common,
     waiter_kind: Waiter,
+    settle: Duration,
     rounds: usize,
     warmup: usize,
 ) -> Result<HandoffReport> {
@@ -143,6 +149,7 @@ pub async fn run(
         wait_until_queued(&coord, &key, &pending.id, &mut waiter)
             .await
             .with_context(|| format!("round {round}"))?;
+        tokio::time::sleep(settle).await;
         let t0 = realtime_ns();
         release(&coord, &key, &lease.token, Outcome::Succeeded)
             .await
@@ -181,6 +188,7 @@ pub async fn run(
         load_average_1m,
         store: workdir.store_url.clone(),
         waiter: waiter_kind,
+        settle_ms: settle.as_secs_f64() * 1e3,
         waiter_command: format!(
             "{} {}",
             waiter_program.display(),
@@ -279,6 +287,10 @@ pub fn print(report: &HandoffReport) {
     println!(
         "handoff: {} rounds after {} warm-up; holder: this process (library), waiter: {waiter}",
         report.rounds, report.warmup
+    );
+    println!(
+        "settle:  {:.0} ms between seeing the waiter queued and releasing",
+        report.settle_ms
     );
     println!("store:   {}", report.store);
     println!(

@@ -77,6 +77,10 @@ enum Command {
         /// the library (release to its `acquire` returning)
         #[arg(long, value_enum, default_value = "run")]
         waiter: handoff::Waiter,
+        /// Pause between seeing the waiter queued and releasing, so that it is waiting (and
+        /// subscribed to wake-ups) when the release comes; 0 releases at once
+        #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+        settle: Duration,
         /// Measured handoffs
         #[arg(long, default_value_t = 50, value_parser = rounds)]
         rounds: usize,
@@ -166,10 +170,11 @@ async fn dispatch(command: Command) -> Result<()> {
         Command::Handoff {
             common,
             waiter,
+            settle,
             rounds,
             warmup,
         } => {
-            let report = handoff::run(&common, waiter, rounds, warmup).await?;
+            let report = handoff::run(&common, waiter, settle, rounds, warmup).await?;
             output(&common, &report, handoff::print)
         }
         Command::Throughput {
