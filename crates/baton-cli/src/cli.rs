@@ -43,7 +43,9 @@ state directory, which gives no exclusion across machines or CI runners) or `mem
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
-    /// Where keys live: `sqlite:PATH`. Default: $XDG_STATE_HOME/baton/baton.db
+    /// Where keys live: `sqlite:PATH`, `postgres://USER@HOST/DB`, `redis://HOST:PORT`,
+    /// `etcd://HOST:PORT/PREFIX`, `s3://BUCKET/PREFIX` or `dynamodb://TABLE`. Default:
+    /// $XDG_STATE_HOME/baton/baton.db
     #[arg(long, global = true, env = "BATON_STORE", value_name = "URL")]
     pub store: Option<String>,
 
