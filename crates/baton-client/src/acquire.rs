@@ -225,6 +225,7 @@ pub async fn release_with_reason(
     reason: Option<String>,
 ) -> Result<(), ClientError> {
     let request = Request {
+        finishes_seen: None,
         attempt: ids::new_attempt_id(),
         op: Op::Release {
             token: token.to_string(),
@@ -244,6 +245,7 @@ pub async fn renew(
     ttl: Option<Duration>,
 ) -> Result<u64, ClientError> {
     let request = Request {
+        finishes_seen: None,
         attempt: ids::new_attempt_id(),
         op: Op::Renew {
             token: token.to_string(),
@@ -266,6 +268,7 @@ async fn acquire_until(
     let key = pending.key.as_str();
     let started = Instant::now();
     let enqueue = Request {
+        finishes_seen: None,
         attempt: ids::new_attempt_id(),
         op: Op::Enqueue(Enqueue {
             id: pending.id.clone(),
@@ -358,6 +361,7 @@ async fn acquire_until(
             let observer = coord.observer(key);
             let clock = clock_of(&snapshot.clock, &observer, coord.mono_ms());
             let tick = Request {
+                finishes_seen: None,
                 attempt: String::new(),
                 op: Op::Tick,
             };
@@ -366,6 +370,7 @@ async fn acquire_until(
         let refresh_due = last_refresh.elapsed() >= refresh_every;
         if mine.state == TicketState::Held || something_expired || refresh_due {
             let refresh = Request {
+                finishes_seen: None,
                 attempt: ids::new_attempt_id(),
                 op: Op::Refresh {
                     token: pending.token.clone(),
@@ -495,6 +500,7 @@ async fn give_up(
             ..
         }) => {
             let refresh = Request {
+                finishes_seen: None,
                 attempt: ids::new_attempt_id(),
                 op: Op::Refresh {
                     token: pending.token.clone(),

@@ -76,6 +76,8 @@ impl Coordinator {
             key: key.to_string(),
             refusal: e.into(),
         })?;
+        // Retries after an ambiguous failure say how many finishes the document had before it.
+        let mut request = std::borrow::Cow::Borrowed(request);
         let mut current = self.cached(key);
         let mut fresh = false;
         let mut conflicts = 0u32;
@@ -91,7 +93,7 @@ impl Coordinator {
             let observer = self.observer(key);
             let wall = wall_ms();
             let clock = make_clock(&store_clock, &observer, wall);
-            let applied = match apply(cached.doc.as_ref(), request, &clock) {
+            let applied = match apply(cached.doc.as_ref(), &request, &clock) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
                 Err(refusal) => {
@@ -159,7 +161,12 @@ impl Coordinator {
                 }
                 Err(StoreError::Ambiguous { .. }) => {
                     // The write may have landed. Re-read and apply the same request again: the
-                    // core recognises its own attempt (by ticket and attempt ids).
+                    // core recognises its own attempt (by ticket and attempt ids), or refuses
+                    // it as uncertain if more tickets ended since than it remembers.
+                    if request.finishes_seen.is_none() {
+                        let seen = cached.doc.as_ref().map_or(0, |doc| doc.finishes);
+                        request.to_mut().finishes_seen = Some(seen);
+                    }
                     self.forget(key);
                     current = None;
                 }

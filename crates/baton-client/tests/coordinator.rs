@@ -295,6 +295,7 @@ async fn the_heartbeat_keeps_a_lease_and_signals_its_loss() {
     // An operator force-releases it: the next renewal is refused and the loss is signalled.
     let mut lost = heartbeat.lost();
     let request = baton_core::Request {
+        finishes_seen: None,
         attempt: "op".into(),
         op: baton_core::Op::Cancel {
             id: lease.id.clone(),

@@ -23,6 +23,7 @@ fn token(n: u64) -> String {
 
 fn enqueue(n: u64) -> Request {
     Request {
+        finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
             id: format!("t-{n:016x}"),
@@ -44,6 +45,7 @@ fn enqueue(n: u64) -> Request {
 
 fn release(n: u64) -> Request {
     Request {
+        finishes_seen: None,
         attempt: format!("release-{n}"),
         op: Op::Release {
             token: token(n),

@@ -37,6 +37,7 @@ pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<
         doc: original.clone(),
         clock,
         attempt: &request.attempt,
+        finishes_seen: request.finishes_seen,
         finished: Vec::new(),
         granted: Vec::new(),
     };
@@ -87,6 +88,7 @@ struct Work<'a> {
     doc: Doc,
     clock: &'a Clock<'a>,
     attempt: &'a str,
+    finishes_seen: Option<u64>,
     finished: Vec<Finished>,
     granted: Vec<(String, u64)>,
 }
@@ -207,7 +209,7 @@ impl Work<'_> {
                 limits::check_id(id)?;
                 let Some(idx) = self.doc.tickets.iter().position(|t| &t.id == id) else {
                     return match self.doc.finished.iter().find(|m| &m.id == id) {
-                        Some(mark) if mark.attempt.as_deref() == Some(self.attempt) => {
+                        Some(mark) if mark.ended_by(self.attempt) => {
                             Ok((Reply::Cancelled(vec![id.clone()]), None))
                         }
                         Some(mark) => Err(Refusal::Ended {
@@ -215,7 +217,7 @@ impl Work<'_> {
                             outcome: mark.outcome,
                             forced: mark.forced,
                         }),
-                        None => Err(Refusal::UnknownId { id: id.clone() }),
+                        None => Err(self.not_found(Refusal::UnknownId { id: id.clone() })),
                     };
                 };
                 let (forced, reason) = match self.doc.tickets[idx].state {
@@ -233,11 +235,14 @@ impl Work<'_> {
                     .doc
                     .finished
                     .iter()
-                    .filter(|m| m.attempt.as_deref() == Some(self.attempt))
+                    .filter(|m| m.ended_by(self.attempt))
                     .map(|m| m.id.clone())
                     .collect();
                 if !done.is_empty() {
                     return Ok((Reply::Cancelled(done), None));
+                }
+                if !self.marks_cover_retry() {
+                    return Err(Refusal::Uncertain);
                 }
                 let mut ids = Vec::new();
                 while let Some(idx) = self
@@ -291,7 +296,7 @@ impl Work<'_> {
             return Ok(self.live_reply(idx));
         }
         if let Some(mark) = self.doc.finished.iter().find(|m| m.id == e.id) {
-            if mark.token_hash != hash {
+            if !mark.has_token_hash(&hash) {
                 return Err(Refusal::DuplicateId { id: e.id.clone() });
             }
             let view = TicketView::Finished {
@@ -300,6 +305,9 @@ impl Work<'_> {
                 forced: mark.forced,
             };
             return Ok((Reply::Ticket(view), None));
+        }
+        if !self.marks_cover_retry() {
+            return Err(Refusal::Uncertain);
         }
         if self.doc.tickets.iter().any(|t| t.token_hash == hash) {
             return Err(Refusal::DuplicateId { id: e.id.clone() });
@@ -442,18 +450,36 @@ impl Work<'_> {
                 0
             };
         }
-        self.doc.finished.push(FinishedMark {
-            id: ticket.id.clone(),
-            token_hash: ticket.token_hash.clone(),
+        self.doc.finished.push(FinishedMark::new(
+            &ticket.id,
+            &ticket.token_hash,
             outcome,
             forced,
-            attempt,
-        });
+            attempt.as_deref(),
+        ));
         if self.doc.finished.len() > FINISHED_REMEMBERED {
             self.doc.finished.remove(0);
         }
+        self.doc.finishes = self.doc.finishes.saturating_add(1);
         self.finished
             .push(Finished::of(&ticket, outcome, forced, reason, wall_ms));
+    }
+
+    /// Whether every ticket that ended since the uncertain attempt of a retry still has its
+    /// mark (always, for a first attempt): then a ticket not found was never there.
+    fn marks_cover_retry(&self) -> bool {
+        self.finishes_seen
+            .is_none_or(|seen| self.doc.finishes.saturating_sub(seen) <= FINISHED_REMEMBERED as u64)
+    }
+
+    /// `refusal` for a ticket not found, or [`Refusal::Uncertain`] when it may have been
+    /// forgotten since a retry's uncertain attempt.
+    fn not_found(&self, refusal: Refusal) -> Refusal {
+        if self.marks_cover_retry() {
+            refusal
+        } else {
+            Refusal::Uncertain
+        }
     }
 
     /// The live ticket holding `token`, or the refusal that says what became of it.
@@ -463,33 +489,31 @@ impl Work<'_> {
         if let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) {
             return Ok(idx);
         }
-        match self.doc.finished.iter().find(|m| m.token_hash == hash) {
+        match self.doc.finished.iter().find(|m| m.has_token_hash(&hash)) {
             Some(mark) => Err(Refusal::Ended {
                 id: mark.id.clone(),
                 outcome: mark.outcome,
                 forced: mark.forced,
             }),
-            None => Err(Refusal::UnknownToken),
+            None => Err(self.not_found(Refusal::UnknownToken)),
         }
     }
 
     /// For a token with no live ticket: the retry of this very attempt is answered as it was
     /// the first time; anything else is refused.
     fn ended_by_hash(&self, hash: &str) -> Result<TicketView, Refusal> {
-        match self.doc.finished.iter().find(|m| m.token_hash == hash) {
-            Some(mark) if mark.attempt.as_deref() == Some(self.attempt) => {
-                Ok(TicketView::Finished {
-                    id: mark.id.clone(),
-                    outcome: mark.outcome,
-                    forced: mark.forced,
-                })
-            }
+        match self.doc.finished.iter().find(|m| m.has_token_hash(hash)) {
+            Some(mark) if mark.ended_by(self.attempt) => Ok(TicketView::Finished {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            }),
             Some(mark) => Err(Refusal::Ended {
                 id: mark.id.clone(),
                 outcome: mark.outcome,
                 forced: mark.forced,
             }),
-            None => Err(Refusal::UnknownToken),
+            None => Err(self.not_found(Refusal::UnknownToken)),
         }
     }
 

@@ -12,7 +12,10 @@ use crate::invariants;
 use crate::limits::{DOC_MAX_BYTES, FINISHED_REMEMBERED, HOLD_SAMPLES};
 
 /// The document format this code writes and understands.
-pub const FORMAT: u32 = 1;
+///
+/// Format 2 stores finished-ticket marks as short strings ([`FinishedMark`]); a format 1
+/// document is still read.
+pub const FORMAT: u32 = 2;
 
 /// How a ticket holds a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +72,35 @@ impl Outcome {
             Outcome::TimedOut => "timed_out",
             Outcome::Dead => "dead",
         }
+    }
+
+    /// The outcome's letter in a [`FinishedMark`].
+    pub fn code(self) -> char {
+        match self {
+            Outcome::Succeeded => 's',
+            Outcome::Failed => 'f',
+            Outcome::Cancelled => 'c',
+            Outcome::Expired => 'e',
+            Outcome::Abandoned => 'a',
+            Outcome::Superseded => 'u',
+            Outcome::TimedOut => 't',
+            Outcome::Dead => 'd',
+        }
+    }
+
+    /// The outcome with this [`Outcome::code`].
+    pub fn from_code(code: char) -> Option<Outcome> {
+        Some(match code {
+            's' => Outcome::Succeeded,
+            'f' => Outcome::Failed,
+            'c' => Outcome::Cancelled,
+            'e' => Outcome::Expired,
+            'a' => Outcome::Abandoned,
+            'u' => Outcome::Superseded,
+            't' => Outcome::TimedOut,
+            'd' => Outcome::Dead,
+            _ => return None,
+        })
     }
 
     /// Whether this outcome counts as a failure of the work (for the summary's streak).
@@ -151,21 +183,148 @@ impl Ticket {
 }
 
 /// A recently finished ticket, remembered so a retried operation is recognised.
+///
+/// Every write of the document carries its marks, and DynamoDB bills a write by the item's
+/// size, so a mark is kept short: it is stored as one string, `CODE:ID:TOKEN[:ATTEMPT]`, where
+/// `CODE` is the outcome's letter ([`Outcome::code`], upper case when forced), `TOKEN` the first
+/// [`TAG_HEX`] digits of the token hash and `ATTEMPT` a digest of that many digits of the
+/// attempt that ended it ([`attempt_tag`]). Forty-eight bits tell a few dozen marks apart: a
+/// different token or attempt matches a mark by chance once in 2^48 tries, and the worst it can
+/// do is answer a stray release with the ticket's outcome instead of "unknown token". Format 1
+/// documents stored marks as objects with the full hash and attempt; they are read and
+/// shortened.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "MarkWire", into = "String")]
 pub struct FinishedMark {
     /// The ticket's id.
     pub id: String,
-    /// The ticket's token hash.
-    pub token_hash: String,
+    /// The first [`TAG_HEX`] digits of the ticket's token hash.
+    pub token_tag: String,
     /// How it ended.
     pub outcome: Outcome,
     /// Ended by an operator's forced release.
-    #[serde(default, skip_serializing_if = "is_false")]
     pub forced: bool,
-    /// The attempt that ended it, if an operation did (not expiry): its retry gets the same
-    /// answer instead of a refusal.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attempt: Option<String>,
+    /// The [`attempt_tag`] of the attempt that ended it, if an operation did (not expiry): its
+    /// retry gets the same answer instead of a refusal.
+    pub attempt_tag: Option<String>,
+}
+
+/// Hex digits kept of a token hash or an attempt digest in a [`FinishedMark`].
+pub const TAG_HEX: usize = 12;
+
+/// The short digest of an attempt id kept in a [`FinishedMark`].
+pub fn attempt_tag(attempt: &str) -> String {
+    let digest = Sha256::digest(attempt.as_bytes());
+    digest[..TAG_HEX / 2]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl FinishedMark {
+    /// The mark of ticket `id` with token hash `token_hash`, ended with `outcome` by `attempt`
+    /// (`None`: by expiry).
+    pub fn new(
+        id: &str,
+        token_hash: &str,
+        outcome: Outcome,
+        forced: bool,
+        attempt: Option<&str>,
+    ) -> FinishedMark {
+        FinishedMark {
+            id: id.to_owned(),
+            token_tag: token_hash.get(..TAG_HEX).unwrap_or(token_hash).to_owned(),
+            outcome,
+            forced,
+            attempt_tag: attempt.map(attempt_tag),
+        }
+    }
+
+    /// Whether the ticket had the token with this (full) hash.
+    pub fn has_token_hash(&self, token_hash: &str) -> bool {
+        token_hash.get(..TAG_HEX).unwrap_or(token_hash) == self.token_tag
+    }
+
+    /// Whether `attempt` ended the ticket.
+    pub fn ended_by(&self, attempt: &str) -> bool {
+        self.attempt_tag.as_deref() == Some(attempt_tag(attempt).as_str())
+    }
+}
+
+/// How a mark is stored: the compact string, or the object of format 1.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MarkWire {
+    Compact(String),
+    Object {
+        id: String,
+        token_hash: String,
+        outcome: Outcome,
+        #[serde(default)]
+        forced: bool,
+        #[serde(default)]
+        attempt: Option<String>,
+    },
+}
+
+impl TryFrom<MarkWire> for FinishedMark {
+    type Error = String;
+
+    fn try_from(wire: MarkWire) -> Result<FinishedMark, String> {
+        match wire {
+            MarkWire::Object {
+                id,
+                token_hash,
+                outcome,
+                forced,
+                attempt,
+            } => Ok(FinishedMark::new(
+                &id,
+                &token_hash,
+                outcome,
+                forced,
+                attempt.as_deref(),
+            )),
+            MarkWire::Compact(text) => {
+                let bad = || format!("`{}` is not a finished-ticket mark", text.escape_debug());
+                let mut parts = text.split(':');
+                let code = parts.next().ok_or_else(bad)?;
+                let mut chars = code.chars();
+                let (Some(letter), None) = (chars.next(), chars.next()) else {
+                    return Err(bad());
+                };
+                let outcome = Outcome::from_code(letter.to_ascii_lowercase()).ok_or_else(bad)?;
+                let id = parts.next().filter(|id| !id.is_empty()).ok_or_else(bad)?;
+                let token_tag = parts.next().ok_or_else(bad)?;
+                let attempt_tag = parts.next().map(str::to_owned);
+                if parts.next().is_some() {
+                    return Err(bad());
+                }
+                Ok(FinishedMark {
+                    id: id.to_owned(),
+                    token_tag: token_tag.to_owned(),
+                    outcome,
+                    forced: letter.is_ascii_uppercase(),
+                    attempt_tag,
+                })
+            }
+        }
+    }
+}
+
+impl From<FinishedMark> for String {
+    fn from(mark: FinishedMark) -> String {
+        let code = mark.outcome.code();
+        let code = if mark.forced {
+            code.to_ascii_uppercase()
+        } else {
+            code
+        };
+        match mark.attempt_tag {
+            Some(attempt) => format!("{code}:{}:{}:{attempt}", mark.id, mark.token_tag),
+            None => format!("{code}:{}:{}", mark.id, mark.token_tag),
+        }
+    }
 }
 
 /// A fixed-size summary of the key's recent past.
@@ -215,6 +374,11 @@ pub struct Doc {
     /// Recently finished tickets, oldest first, at most [`FINISHED_REMEMBERED`].
     #[serde(default)]
     pub finished: Vec<FinishedMark>,
+    /// How many tickets of this key have ever finished (each pushed a mark). A retry compares
+    /// it with the count it saw before its uncertain attempt: more finishes in between than
+    /// marks remembered, and a ticket not found may have been forgotten.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub finishes: u64,
     /// The key's recent past, for the wait estimate and status.
     #[serde(default)]
     pub summary: Summary,
@@ -230,6 +394,7 @@ impl Default for Doc {
             next_arrival: 1,
             tickets: Vec::new(),
             finished: Vec::new(),
+            finishes: 0,
             summary: Summary::default(),
         }
     }
@@ -300,8 +465,17 @@ pub fn decode(bytes: &[u8]) -> Result<Doc, DecodeError> {
     if format > u64::from(FORMAT) {
         return Err(DecodeError::NewerFormat { found: format });
     }
-    let doc: Doc =
+    let mut doc: Doc =
         serde_json::from_value(value).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    if format < 2 {
+        // Format 1 remembered more marks and did not count finishes: keep the newest marks, and
+        // count those as the finishes so far (a retry compares differences of the count).
+        let excess = doc.finished.len().saturating_sub(FINISHED_REMEMBERED);
+        doc.finished.drain(..excess);
+        doc.finishes = doc.finished.len() as u64;
+    }
+    // An older format was read into the current shape; it is written back in the current one.
+    doc.format = FORMAT;
     if doc.finished.len() > FINISHED_REMEMBERED || doc.summary.recent_hold_ms.len() > HOLD_SAMPLES {
         return Err(DecodeError::Corrupt("summary longer than its bound".into()));
     }
@@ -363,7 +537,7 @@ mod tests {
             let err = decode(bytes).expect_err("must be refused").to_string();
             assert!(err.contains(expect), "{err} does not mention {expect}");
         };
-        check(b"{\"format\": 2, \"anything\": true}", "newer");
+        check(b"{\"format\": 3, \"anything\": true}", "newer");
         check(b"", "not JSON");
         check(b"\xff\xfe", "not JSON");
         check(b"[]", "no format");
@@ -372,6 +546,97 @@ mod tests {
             b"{\"format\":1,\"fence\":-1,\"limit\":1,\"next_arrival\":1}",
             "corrupt",
         );
+    }
+
+    fn doc_with(finished: &str) -> Vec<u8> {
+        format!(
+            "{{\"format\":2,\"fence\":3,\"limit\":1,\"next_arrival\":4,\"finishes\":1,\"finished\":[{finished}]}}"
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn marks_are_short_strings_that_round_trip() {
+        let hash = token_hash("0123456789abcdef0123456789abcdef");
+        let mut doc = Doc::default();
+        for (i, (outcome, forced, attempt)) in [
+            (Outcome::Succeeded, false, Some("6842b38c55562642")),
+            (Outcome::Cancelled, true, Some("a")),
+            (Outcome::Expired, false, None),
+            (Outcome::Superseded, false, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let id = format!("t-{i:016x}");
+            doc.finished
+                .push(FinishedMark::new(&id, &hash, outcome, forced, attempt));
+            doc.finishes += 1;
+        }
+        let bytes = encode(&doc).expect("small");
+        let text = String::from_utf8(bytes.clone()).expect("JSON is UTF-8");
+        let expected_first = format!(
+            "\"s:t-0000000000000000:{}:{}\"",
+            &hash[..TAG_HEX],
+            attempt_tag("6842b38c55562642")
+        );
+        assert!(text.contains(&expected_first), "{text}");
+        assert!(text.contains(":t-0000000000000001:"), "{text}");
+        assert!(
+            text.contains("\"C:t-0000000000000001:"),
+            "forced is upper case: {text}"
+        );
+        assert_eq!(decode(&bytes), Ok(doc.clone()));
+        let mark = &doc.finished[0];
+        assert!(mark.has_token_hash(&hash));
+        assert!(!mark.has_token_hash(&token_hash("another")));
+        assert!(mark.ended_by("6842b38c55562642"));
+        assert!(!mark.ended_by("6842b38c55562643"));
+        assert!(!doc.finished[2].ended_by("6842b38c55562642"));
+        // One mark is at most 3 + 64 + 12 + 12 bytes; a usual one is under 50.
+        assert!(expected_first.len() < 50, "{expected_first}");
+    }
+
+    #[test]
+    fn format_one_marks_are_read_and_shortened() {
+        let hash = token_hash("tok");
+        let old = format!(
+            "{{\"format\":1,\"fence\":3,\"limit\":1,\"next_arrival\":4,\"finished\":[\
+             {{\"id\":\"t-1\",\"token_hash\":\"{hash}\",\"outcome\":\"expired\"}},\
+             {{\"id\":\"t-2\",\"token_hash\":\"{hash}\",\"outcome\":\"cancelled\",\
+               \"forced\":true,\"attempt\":\"att\"}}]}}"
+        );
+        let doc = decode(old.as_bytes()).expect("format 1 is read");
+        assert_eq!(
+            doc.finished,
+            [
+                FinishedMark::new("t-1", &hash, Outcome::Expired, false, None),
+                FinishedMark::new("t-2", &hash, Outcome::Cancelled, true, Some("att")),
+            ]
+        );
+        assert!(doc.finished[1].ended_by("att"));
+        let again = encode(&doc).expect("small");
+        assert!(String::from_utf8_lossy(&again).contains("\"format\":2"));
+    }
+
+    #[test]
+    fn malformed_marks_are_corrupt_not_panics() {
+        for mark in [
+            "\"\"",
+            "\"s\"",
+            "\"s:\"",
+            "\"q:t-1:abc\"",
+            "\"ss:t-1:abc\"",
+            "\"s::abc\"",
+            "\"s:t-1:abc:def:ghi\"",
+            "\"é:t-1:abc\"",
+            "7",
+            "{\"id\":\"t-1\"}",
+        ] {
+            let err = decode(&doc_with(mark)).expect_err(mark).to_string();
+            assert!(err.contains("corrupt"), "{mark}: {err}");
+        }
+        assert!(decode(&doc_with("\"s:t-1:abc\"")).is_ok());
     }
 
     #[test]

@@ -15,6 +15,13 @@ pub fn check(doc: &Doc) -> Result<(), String> {
     if doc.limit == 0 || doc.limit > LIMIT_MAX {
         return Err(format!("limit {} out of range", doc.limit));
     }
+    if (doc.finishes as u128) < doc.finished.len() as u128 {
+        return Err(format!(
+            "{} finished tickets remembered of {} finishes",
+            doc.finished.len(),
+            doc.finishes
+        ));
+    }
     if doc.tickets.len() > LIVE_TICKETS_MAX as usize {
         return Err(format!("{} live tickets", doc.tickets.len()));
     }

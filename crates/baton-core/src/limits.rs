@@ -32,7 +32,14 @@ pub const TTL_MAX_MS: u64 = 7 * 24 * 3600 * 1000;
 pub const CLAIM_MIN_MS: u64 = 100;
 /// How many finished tickets the document remembers, so that a retried operation whose first
 /// attempt did land is recognised instead of repeated (no ghost tickets, no double release).
-pub const FINISHED_REMEMBERED: usize = 32;
+///
+/// Every write carries these marks and DynamoDB bills writes by size: eight keep an
+/// acquire+release within four write units. Fewer marks never make a retry wrong, only
+/// sometimes unanswerable: the document counts every finish ([`crate::Doc::finishes`]) and a
+/// retry says how many it had seen ([`crate::Request::finishes_seen`]); when more tickets ended
+/// in between than are remembered, an operation whose ticket is not found is refused with
+/// [`crate::Refusal::Uncertain`] instead of being repeated.
+pub const FINISHED_REMEMBERED: usize = 8;
 /// How many recent hold times the summary keeps for the wait estimate.
 pub const HOLD_SAMPLES: usize = 16;
 

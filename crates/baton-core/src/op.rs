@@ -15,6 +15,13 @@ pub struct Request {
     pub attempt: String,
     /// What to do.
     pub op: Op,
+    /// Set on a retry after an ambiguous failure: the document's [`crate::Doc::finishes`] as
+    /// the uncertain attempt read it. If more tickets finished since than the document
+    /// remembers, a ticket this request names and cannot find may have ended and been
+    /// forgotten in between, and the request is refused with [`Refusal::Uncertain`] rather
+    /// than repeated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finishes_seen: Option<u64>,
 }
 
 /// What to do to a key.
@@ -200,6 +207,16 @@ pub enum Refusal {
         /// The outcome asked for.
         outcome: Outcome,
     },
+    /// A retry whose first attempt's outcome was unknown names a ticket that is neither live
+    /// nor remembered, and more tickets ended since than the document remembers: it may have
+    /// taken effect and been forgotten. Nothing was changed.
+    #[error(
+        "the store did not confirm an earlier attempt of this operation, and more than {} \
+         tickets of this key have ended since, so baton cannot tell whether it took effect; \
+         nothing was changed now: see `baton status` and `baton log` for the key",
+        crate::limits::FINISHED_REMEMBERED
+    )]
+    Uncertain,
     /// The fence counter is exhausted (needs 2^64 grants, or a wall clock millions of years
     /// ahead).
     #[error("the key's fence counter is exhausted")]

@@ -50,6 +50,7 @@ impl World {
     fn run(&mut self, op: Op) -> Result<Reply, Refusal> {
         self.attempts += 1;
         let request = Request {
+            finishes_seen: None,
             attempt: format!("a{}", self.attempts),
             op,
         };
@@ -290,6 +291,7 @@ fn tokens_guard_renew_and_release_and_retries_are_recognised() {
         .expect_err("wrong token");
     assert_eq!(err, Refusal::UnknownToken);
     let release = Request {
+        finishes_seen: None,
         attempt: "release-1".into(),
         op: Op::Release {
             token: token(1),
@@ -337,6 +339,7 @@ fn tokens_guard_renew_and_release_and_retries_are_recognised() {
 fn a_retried_enqueue_makes_no_ghost() {
     let mut w = World::new();
     let request = Request {
+        finishes_seen: None,
         attempt: "e1".into(),
         op: Op::Enqueue(enqueue(1)),
     };
@@ -393,6 +396,7 @@ fn a_changed_store_epoch_ends_every_ticket() {
     let applied = apply(
         Some(&doc),
         &Request {
+            finishes_seen: None,
             attempt: "x".into(),
             op: Op::Tick,
         },
@@ -493,6 +497,7 @@ fn observation_expires_only_after_a_heartbeat_is_seen_unchanged_for_the_lease() 
         }
     }
     let req = |op| Request {
+        finishes_seen: None,
         attempt: format!("{op:?}"),
         op,
     };
@@ -523,4 +528,94 @@ fn observation_expires_only_after_a_heartbeat_is_seen_unchanged_for_the_lease() 
     observer.observe(&renewed.doc, 506_000);
     let applied = apply(Some(&renewed.doc), &tick, &clock(&observer, 515_000)).expect("tick");
     assert!(applied.finished.is_empty());
+}
+
+/// Enqueues and releases tickets `from..to` one after another.
+fn cycle(w: &mut World, from: u32, to: u32) {
+    for n in from..to {
+        w.run(Op::Enqueue(enqueue(n))).expect("enqueue");
+        w.run(Op::Release {
+            token: token(n),
+            outcome: Outcome::Succeeded,
+            reason: None,
+        })
+        .expect("release");
+    }
+}
+
+#[test]
+fn a_retry_is_recognised_or_refused_as_uncertain_never_repeated() {
+    let remembered = baton_core::limits::FINISHED_REMEMBERED as u32;
+    let mut w = World::new();
+    cycle(&mut w, 1, 3);
+    let seen = w.doc.as_ref().map(|d| d.finishes);
+    assert_eq!(seen, Some(2));
+    // An enqueue whose reply was lost; the ticket is released by a waiter of its own token
+    // (as `baton release` would) and then more tickets end than the document remembers.
+    let lost = Request {
+        finishes_seen: None,
+        attempt: "lost-enqueue".into(),
+        op: Op::Enqueue(enqueue(100)),
+    };
+    w.run_request(&lost).expect("landed, reply lost");
+    w.run(Op::Release {
+        token: token(100),
+        outcome: Outcome::Succeeded,
+        reason: None,
+    })
+    .expect("released");
+    let retry = Request {
+        finishes_seen: seen,
+        ..lost
+    };
+    // Within the window the retry finds the ticket's mark and answers as before.
+    cycle(&mut w, 3, 3 + remembered - 1);
+    let answer = w.run_request(&retry).expect("recognised");
+    assert!(
+        matches!(&answer, Reply::Ticket(TicketView::Finished { id, .. }) if id == "t100"),
+        "{answer:?}"
+    );
+    // Past it the mark is gone: the retry is refused, not enqueued again.
+    cycle(&mut w, 100 + 1, 100 + 3);
+    let doc_before = w.doc.clone();
+    assert_eq!(w.run_request(&retry), Err(Refusal::Uncertain));
+    assert_eq!(w.doc, doc_before, "a refused retry changes nothing");
+    assert!(Refusal::Uncertain.to_string().contains("baton log"));
+    // A first attempt naming the forgotten ticket's token is simply unknown.
+    let err = w
+        .run(Op::Renew {
+            token: token(100),
+            ttl_ms: None,
+        })
+        .expect_err("forgotten");
+    assert_eq!(err, Refusal::UnknownToken);
+    let doc = w.doc.as_ref().expect("doc");
+    assert_eq!(doc.finished.len(), remembered as usize);
+    assert_eq!(doc.finishes, u64::from(2 + 1 + (remembered - 1) + 2));
+}
+
+#[test]
+fn a_forgotten_tickets_id_may_start_a_new_ticket() {
+    // Ids are unique among the tickets a key knows (live or remembered). A client that reuses
+    // an id long after its ticket ended gets a new ticket, and its history has both.
+    let remembered = baton_core::limits::FINISHED_REMEMBERED as u32;
+    let mut w = World::new();
+    cycle(&mut w, 1, 2);
+    let reuse = Enqueue {
+        token: token(999),
+        ..enqueue(1)
+    };
+    assert_eq!(
+        w.run(Op::Enqueue(reuse.clone())),
+        Err(Refusal::DuplicateId { id: "t1".into() }),
+        "remembered: refused"
+    );
+    cycle(&mut w, 2, 2 + remembered);
+    let status = live(w.run(Op::Enqueue(reuse)).expect("forgotten: a new ticket"));
+    assert_eq!(
+        (status.id.as_str(), status.state),
+        ("t1", TicketState::Held)
+    );
+    let t1: Vec<&(String, Outcome)> = w.finished.iter().filter(|(id, _)| id == "t1").collect();
+    assert_eq!(t1.len(), 1, "the first t1 ended once");
 }

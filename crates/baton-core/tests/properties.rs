@@ -5,8 +5,9 @@
 //! (`now_ms` plus an epoch that a reboot changes, which also restarts `now_ms`) or, in the second
 //! test, observation: every client has its own [`Observer`] and its own monotonic clock (an
 //! arbitrary offset from real time), and feeds the observer every document it reads. Up to six
-//! clients each own up to five tickets whose ids and tokens exist before the first attempt (so a
-//! run never has more finished tickets than the document remembers). Each client has its own
+//! clients each own up to five tickets whose ids and tokens exist before the first attempt; a
+//! run ends far more tickets than the document remembers, and the model predicts which ones it
+//! still knows (the last `FINISHED_REMEMBERED` to end, in the core's order). Each client has its own
 //! wall clock (skewed by up to ten minutes), used by the core only for display and fences.
 //!
 //! **The steps.** Enqueue (normal or shared; limit fixed per run from 1..=3, now and then a wrong
@@ -36,9 +37,13 @@
 //!    arrival, tickets without order after) already holds.
 //! 3. Fences of successive grants strictly increase over the whole run (across reboots), each is
 //!    `max(previous + 1, wall_ms × 1000)`, and the document's fence never decreases.
-//! 4. An op with a token never issued is refused with `UnknownToken`; a refresh, renew or release
-//!    of a ticket no longer live is refused with `Ended` (its real outcome), except the retry of
-//!    the very release that ended it, which gets the same answer.
+//! 4. An op with a token never issued, or of a ticket ended and forgotten, is refused with
+//!    `UnknownToken`; a refresh, renew or release of a ticket no longer live but remembered is
+//!    refused with `Ended` (its real outcome), except the retry of the very release that ended
+//!    it, which gets the same answer. A retry (after a lost request or reply it carries the
+//!    finish count it saw, as the coordinator does) that names a ticket the core no longer knows
+//!    while more tickets ended since than are remembered is refused with `Uncertain`, never
+//!    repeated; the document's finish count and its marks are checked against the books.
 //! 5. Every ticket ever created is live in the document or has exactly one `Finished` record,
 //!    never both; no ticket comes back; a retried operation ends nothing and creates nothing,
 //!    and answers as the first time (a cancel-queued that ended nothing left no trace, so its
@@ -95,8 +100,10 @@ const OUTCOMES: [Outcome; 12] = [
 const WALL_BASE_MS: u64 = 1_700_000_000_000;
 const WEEK_MS: u64 = 7 * 24 * 3600 * 1000;
 
-// The model relies on every finished ticket being remembered by the document.
-const _: () = assert!(MAX_CLIENTS * TICKETS_PER_CLIENT <= baton_core::limits::FINISHED_REMEMBERED);
+/// How many finished tickets the document remembers. Runs create more tickets than that, so
+/// the model keeps its own count of finishes and predicts which are forgotten.
+const REMEMBERED: u64 = baton_core::limits::FINISHED_REMEMBERED as u64;
+const _: () = assert!((MAX_CLIENTS * TICKETS_PER_CLIENT) as u64 > 2 * REMEMBERED);
 
 // ---------------------------------------------------------------------------------------------
 // Generated steps (abstract: interpreted against the world's state when they run).
@@ -326,6 +333,8 @@ struct MTicket {
     /// The generation and document heartbeat seen at the last check.
     seen: Option<(u64, u64)>,
     end: Option<End>,
+    /// Its number among the key's finishes (1 is the first ticket that ended; 0 while live).
+    end_no: u64,
 }
 
 impl MTicket {
@@ -370,9 +379,34 @@ struct Books {
     tickets: Vec<MTicket>,
     key_limit: u32,
     next_seq: u64,
+    /// How many tickets have finished, in the order the core finishes them.
+    ends: u64,
 }
 
 impl Books {
+    /// Whether the core still knows ticket `i`: live, or among the last [`REMEMBERED`] finished.
+    fn known(&self, i: usize) -> bool {
+        let t = &self.tickets[i];
+        t.live() || self.ends - t.end_no < REMEMBERED
+    }
+
+    /// Whether `request` is a retry that the document's marks no longer cover: more tickets
+    /// finished since its uncertain attempt than the document remembers.
+    fn uncovered(&self, request: &Request) -> bool {
+        request
+            .finishes_seen
+            .is_some_and(|seen| self.ends - seen > REMEMBERED)
+    }
+
+    /// The refusal for a ticket the core does not know.
+    fn not_found(&self, request: &Request, refusal: Refusal) -> Refusal {
+        if self.uncovered(request) {
+            Refusal::Uncertain
+        } else {
+            refusal
+        }
+    }
+
     fn by_id(&self, id: &str) -> Option<usize> {
         self.tickets.iter().position(|t| t.id == id)
     }
@@ -386,6 +420,8 @@ impl Books {
     }
 
     fn end(&mut self, i: usize, outcome: Outcome, forced: bool, attempt: Option<&str>) {
+        self.ends += 1;
+        self.tickets[i].end_no = self.ends;
         self.tickets[i].end = Some(End {
             outcome,
             forced,
@@ -591,6 +627,7 @@ impl World {
                 tickets: Vec::new(),
                 key_limit: 1,
                 next_seq: 0,
+                ends: 0,
             },
             real_ms: 0,
             now_ms: 1_000,
@@ -811,11 +848,20 @@ impl World {
             OpSeed::CancelQueued => Op::CancelQueued,
             OpSeed::Tick => Op::Tick,
             OpSeed::Steal { pick } => {
-                if self.books.tickets.is_empty() {
+                // Ids are unique among the tickets the core knows: a forgotten ticket's id may
+                // be used again (tests/apply.rs checks that case on its own). So the victim is
+                // one the core still knows once this apply's expiries have ended theirs.
+                let expiring = self.expiring(c).len() as u64;
+                let b = &self.books;
+                let known: Vec<&MTicket> = b
+                    .tickets
+                    .iter()
+                    .filter(|t| t.live() || b.ends + expiring - t.end_no < REMEMBERED)
+                    .collect();
+                if known.is_empty() {
                     return Op::Tick;
                 }
-                let victim = &self.books.tickets[*pick as usize % self.books.tickets.len()];
-                let id = victim.id.clone();
+                let id = known[*pick as usize % known.len()].id.clone();
                 self.extra += 1;
                 Op::Enqueue(Enqueue {
                     id,
@@ -845,10 +891,25 @@ impl World {
     ) -> Result<(), TestCaseError> {
         let (request, retry) = match self.clients[c].pending.take() {
             Some(request) => (request, true),
+            // A steal is never retried: by the retry its victim may be forgotten, and the core
+            // then starts a second ticket under the id, which the books (one ticket per id)
+            // cannot follow. tests/apply.rs checks that reuse on its own.
+            None if matches!(seed, OpSeed::Steal { .. })
+                && matches!(fault, Fault::LoseReply | Fault::LoseRequest) =>
+            {
+                return self.client_op(n, c, seed, Fault::Deliver, read_first);
+            }
             None => {
                 let op = self.build(c, seed);
                 let attempt = self.attempt(c);
-                (Request { attempt, op }, false)
+                (
+                    Request {
+                        attempt,
+                        op,
+                        finishes_seen: None,
+                    },
+                    false,
+                )
             }
         };
         self.trace.push(format!(
@@ -861,15 +922,19 @@ impl World {
         if read_first {
             self.read(c);
         }
+        // The client learns nothing of a lost request or reply: it retries, saying how many
+        // finishes the document had before this attempt (as the coordinator does).
+        let mut retry = request.clone();
+        retry.finishes_seen = retry.finishes_seen.or(Some(self.books.ends));
         match fault {
-            Fault::LoseRequest => self.clients[c].pending = Some(request),
+            Fault::LoseRequest => self.clients[c].pending = Some(retry),
             Fault::Deliver => {
                 self.deliver(c, &request)?;
                 self.read(c);
             }
             Fault::LoseReply => {
                 self.deliver(c, &request)?;
-                self.clients[c].pending = Some(request);
+                self.clients[c].pending = Some(retry);
             }
             Fault::Duplicate => {
                 self.deliver(c, &request)?;
@@ -958,6 +1023,7 @@ impl World {
             _ => Op::Cancel { id: String::new() },
         };
         let request = Request {
+            finishes_seen: None,
             attempt: self.attempt(c),
             op,
         };
@@ -1048,13 +1114,24 @@ impl World {
                 if !valid {
                     return invalid();
                 }
-                if let Some(i) = b.by_id(&e.id) {
+                if let Some(i) = b.by_id(&e.id).filter(|&i| b.known(i)) {
                     if b.tickets[i].token != e.token {
                         return refuse(Refusal::DuplicateId { id: e.id.clone() });
                     }
                     x.result = Ok(Want::Ticket(i));
                     x.looking = b.tickets[i].live().then_some(i);
                     return x;
+                }
+                if b.uncovered(request) {
+                    return refuse(Refusal::Uncertain);
+                }
+                if b.by_id(&e.id).is_some() {
+                    // Only a retry can name a forgotten ticket here (steals pick known ones),
+                    // and its marks cover every ticket that ended since its first attempt.
+                    return refuse(Refusal::Invalid(InvalidInput(format!(
+                        "model: enqueue of the forgotten ticket {} by a covered retry",
+                        e.id
+                    ))));
                 }
                 if b.live().any(|(_, t)| t.token == e.token) {
                     return refuse(Refusal::DuplicateId { id: e.id.clone() });
@@ -1090,6 +1167,7 @@ impl World {
                     generation: 0,
                     seen: None,
                     end: None,
+                    end_no: 0,
                 });
                 b.next_seq += 1;
                 if e.supersede {
@@ -1110,8 +1188,8 @@ impl World {
                 if !valid_token(token) {
                     return invalid();
                 }
-                let Some(i) = b.by_token(token) else {
-                    return refuse(Refusal::UnknownToken);
+                let Some(i) = b.by_token(token).filter(|&i| b.known(i)) else {
+                    return refuse(b.not_found(request, Refusal::UnknownToken));
                 };
                 if !b.tickets[i].live() {
                     let retry = matches!(request.op, Op::Release { .. })
@@ -1174,8 +1252,8 @@ impl World {
                 if !valid_id(id) {
                     return invalid();
                 }
-                let Some(i) = b.by_id(id) else {
-                    return refuse(Refusal::UnknownId { id: id.clone() });
+                let Some(i) = b.by_id(id).filter(|&i| b.known(i)) else {
+                    return refuse(b.not_found(request, Refusal::UnknownId { id: id.clone() }));
                 };
                 let t = &b.tickets[i];
                 if t.live() {
@@ -1194,14 +1272,18 @@ impl World {
                     .tickets
                     .iter()
                     .enumerate()
-                    .filter(|(_, t)| {
+                    .filter(|&(i, t)| {
                         t.end.as_ref().and_then(|e| e.attempt.as_deref()) == Some(attempt)
+                            && b.known(i)
                     })
                     .map(|(i, _)| i)
                     .collect();
                 if !before.is_empty() {
                     x.result = Ok(Want::Cancelled(before));
                     return x;
+                }
+                if b.uncovered(request) {
+                    return refuse(Refusal::Uncertain);
                 }
                 let queued: Vec<usize> =
                     b.live().filter(|(_, t)| !t.held).map(|(i, _)| i).collect();
@@ -1272,8 +1354,9 @@ impl World {
                 );
                 if landed_before {
                     prop_assert!(
-                        matches!(request.op, Op::Renew { .. } | Op::Refresh { .. })
-                            && matches!(refusal, Refusal::Ended { .. }),
+                        (matches!(request.op, Op::Renew { .. } | Op::Refresh { .. })
+                            && matches!(refusal, Refusal::Ended { .. }))
+                            || (refusal == Refusal::Uncertain && b.uncovered(request)),
                         "the retry of an attempt that landed was refused: {refusal:?}{}",
                         self.at()
                     );
@@ -1468,10 +1551,25 @@ impl World {
         result: &Result<Applied, Refusal>,
     ) -> Result<(), TestCaseError> {
         if let Some(token) = op_token(&request.op).filter(|t| valid_token(t)) {
+            let uncertain = b.uncovered(request);
             match self.books.by_token(token) {
                 None => prop_assert!(
-                    matches!(result, Err(Refusal::UnknownToken)),
+                    if uncertain {
+                        matches!(result, Err(Refusal::Uncertain))
+                    } else {
+                        matches!(result, Err(Refusal::UnknownToken))
+                    },
                     "a token never issued was not refused as unknown: {result:?}{}",
+                    self.at()
+                ),
+                // Ended and forgotten (the document remembers only the last few): unknown.
+                Some(i) if !b.known(i) => prop_assert!(
+                    if uncertain {
+                        matches!(result, Err(Refusal::Uncertain))
+                    } else {
+                        matches!(result, Err(Refusal::UnknownToken))
+                    },
+                    "a token of a forgotten ticket was not refused as unknown: {result:?}{}",
                     self.at()
                 ),
                 Some(i) if !self.books.tickets[i].live() || expiring.contains(&i) => {
@@ -1675,6 +1773,14 @@ impl World {
         if !live.is_empty() {
             prop_assert_eq!(doc.limit, b.key_limit, "the key's limit{}", self.at());
         }
+        // The document counts every finish and remembers exactly the last few, oldest first.
+        prop_assert_eq!(doc.finishes, b.ends, "finishes counted{}", self.at());
+        let mut ended: Vec<&MTicket> = b.tickets.iter().filter(|t| !t.live()).collect();
+        ended.sort_by_key(|t| t.end_no);
+        let newest = &ended[ended.len().saturating_sub(REMEMBERED as usize)..];
+        let want: Vec<&str> = newest.iter().map(|t| t.id.as_str()).collect();
+        let got: Vec<&str> = doc.finished.iter().map(|m| m.id.as_str()).collect();
+        prop_assert_eq!(got, want, "the remembered finishes{}", self.at());
         for dt in &doc.tickets {
             let i = b.by_id(&dt.id).unwrap_or_default();
             let t = &mut b.tickets[i];
@@ -1766,6 +1872,7 @@ impl World {
             self.now_ms += 400_000;
             self.read(0);
             let request = Request {
+                finishes_seen: None,
                 attempt: self.attempt(0),
                 op: Op::Tick,
             };
@@ -1852,6 +1959,7 @@ fn a_retried_cancel_queued_is_recognised() {
         wall_ms: WALL_BASE_MS,
     };
     let enqueue = |n: u64| Request {
+        finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
             id: format!("t{n}"),
@@ -1872,6 +1980,7 @@ fn a_retried_cancel_queued_is_recognised() {
     let doc = run(None, &enqueue(1)).doc;
     let doc = run(Some(&doc), &enqueue(2)).doc;
     let cancel = Request {
+        finishes_seen: None,
         attempt: "operator-1".into(),
         op: Op::CancelQueued,
     };

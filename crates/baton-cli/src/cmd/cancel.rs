@@ -30,6 +30,7 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
         None => false,
     };
     let request = Request {
+        finishes_seen: None,
         attempt: new_attempt_id(),
         op,
     };

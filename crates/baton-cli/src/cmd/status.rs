@@ -1052,13 +1052,9 @@ mod tests {
             vec![ticket("q1", true, 0, 6)],
             vec![ticket("q2", false, 1, 0)],
         );
-        after.finished.push(FinishedMark {
-            id: "h1".into(),
-            token_hash: String::new(),
-            outcome: Outcome::Cancelled,
-            forced: true,
-            attempt: None,
-        });
+        after
+            .finished
+            .push(FinishedMark::new("h1", "", Outcome::Cancelled, true, None));
         let events = changes(&before, &[after]);
         let lines: Vec<String> = events.iter().map(|e| e.line(0)).collect();
         assert_eq!(
