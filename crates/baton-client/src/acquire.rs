@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_core::op::{Enqueue, TicketView};
-use baton_core::{apply, Clock, Doc, Mode, Op, Outcome, Refusal, Reply, Request, TicketState};
+use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Reply, Request, TicketState};
 use baton_store::StoreClock;
 
 use crate::coordinator::Coordinator;
@@ -359,7 +359,14 @@ async fn acquire_until(
         };
         let something_expired = {
             let observer = coord.observer(key);
-            let clock = clock_of(&snapshot.clock, &observer, coord.mono_ms());
+            let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
+            let clock = crate::coordinator::core_clock(
+                &snapshot.clock,
+                uncertain_ms,
+                &observer,
+                coord.mono_ms(),
+                wall_ms(),
+            );
             let tick = Request {
                 finishes_seen: None,
                 attempt: String::new(),
@@ -397,8 +404,11 @@ fn next_expiry(
     let others = doc.tickets.iter().filter(|t| t.id != me);
     match clock {
         StoreClock::Time { now_ms, .. } => {
+            // A phase ends only once the clock is its uncertainty past the deadline.
+            let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
             let earliest = others.filter_map(|t| t.deadline_ms).min()?;
-            let left = Duration::from_millis(earliest.saturating_sub(*now_ms));
+            let ends = earliest.saturating_add(uncertain_ms);
+            let left = Duration::from_millis(ends.saturating_sub(*now_ms));
             Some(left.saturating_sub(read_at.elapsed()))
         }
         StoreClock::None => {
@@ -410,25 +420,6 @@ fn next_expiry(
                 earliest.saturating_sub(coord.mono_ms()),
             ))
         }
-    }
-}
-
-fn clock_of<'a>(
-    store_clock: &'a StoreClock,
-    observer: &'a baton_core::Observer,
-    mono_ms: u64,
-) -> Clock<'a> {
-    match store_clock {
-        StoreClock::Time { now_ms, epoch } => Clock::Store {
-            now_ms: *now_ms,
-            epoch,
-            wall_ms: wall_ms(),
-        },
-        StoreClock::None => Clock::Observed {
-            observer,
-            mono_ms,
-            wall_ms: wall_ms(),
-        },
     }
 }
 

@@ -92,7 +92,8 @@ impl Coordinator {
             let store_clock = self.store.clock().await?;
             let observer = self.observer(key);
             let wall = wall_ms();
-            let clock = make_clock(&store_clock, &observer, wall);
+            let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
+            let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
             let applied = match apply(cached.doc.as_ref(), &request, &clock) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
@@ -255,17 +256,26 @@ impl Coordinator {
     }
 }
 
-/// The core's clock from a reading of the store's.
-fn make_clock<'a>(store_clock: &'a StoreClock, observer: &'a Observer, wall_ms: u64) -> Clock<'a> {
+/// The core's clock from a reading of the store's (`uncertain_ms`: the store's
+/// [`baton_store::Capabilities::clock_uncertain_ms`]), or from `observer` at `mono_ms` on a
+/// store without a clock.
+pub(crate) fn core_clock<'a>(
+    store_clock: &'a StoreClock,
+    uncertain_ms: u64,
+    observer: &'a Observer,
+    mono_ms: u64,
+    wall_ms: u64,
+) -> Clock<'a> {
     match store_clock {
         StoreClock::Time { now_ms, epoch } => Clock::Store {
             now_ms: *now_ms,
+            uncertain_ms,
             epoch,
             wall_ms,
         },
         StoreClock::None => Clock::Observed {
             observer,
-            mono_ms: mono_ms(),
+            mono_ms,
             wall_ms,
         },
     }

@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
 /// One clock for every apply: nothing expires between building a document and benching on it.
 const CLOCK: Clock<'static> = Clock::Store {
+    uncertain_ms: 0,
     now_ms: 1_000_000,
     epoch: "bench-boot",
     wall_ms: 1_700_000_000_000,

@@ -18,8 +18,14 @@ use crate::doc::{Doc, Ticket};
 pub enum Clock<'a> {
     /// The store's shared clock.
     Store {
-        /// Now, in ms on the store's clock.
+        /// Now, in ms on the store's clock, as the caller estimates it: never ahead of the
+        /// store's time, and at most `uncertain_ms` behind it.
         now_ms: u64,
+        /// How far behind `now_ms` may be (an S3 server's `Date` has whole seconds: 1000).
+        /// Deadlines are set from such estimates, so one may be up to this early; a phase
+        /// therefore ends only once `now_ms` is this far past its deadline, which can never
+        /// be before the phase's full duration has passed on the store's clock.
+        uncertain_ms: u64,
         /// The clock's identity; deadlines made on another epoch are void.
         epoch: &'a str,
         /// The caller's wall clock, ms since the Unix epoch.
@@ -47,7 +53,13 @@ impl Clock<'_> {
     /// Whether `ticket`'s current phase (waiter lease, claim window or lease) has ended.
     pub fn has_expired(&self, ticket: &Ticket) -> bool {
         match *self {
-            Clock::Store { now_ms, .. } => ticket.deadline_ms.is_some_and(|d| now_ms >= d),
+            Clock::Store {
+                now_ms,
+                uncertain_ms,
+                ..
+            } => ticket
+                .deadline_ms
+                .is_some_and(|d| now_ms >= d.saturating_add(uncertain_ms)),
             Clock::Observed {
                 observer, mono_ms, ..
             } => observer.has_expired(ticket, mono_ms),

@@ -59,6 +59,7 @@ impl World {
 
     fn run_request(&mut self, request: &Request) -> Result<Reply, Refusal> {
         let clock = Clock::Store {
+            uncertain_ms: 0,
             now_ms: self.now_ms,
             epoch: EPOCH,
             wall_ms: 1_700_000_000_000 + self.now_ms,
@@ -389,6 +390,7 @@ fn a_changed_store_epoch_ends_every_ticket() {
     w.run(Op::Enqueue(enqueue(2))).expect("2");
     let doc = w.doc.clone().expect("doc");
     let clock = Clock::Store {
+        uncertain_ms: 0,
         now_ms: 5,
         epoch: "boot-2",
         wall_ms: 1_800_000_000_000,
@@ -618,4 +620,41 @@ fn a_forgotten_tickets_id_may_start_a_new_ticket() {
     );
     let t1: Vec<&(String, Outcome)> = w.finished.iter().filter(|(id, _)| id == "t1").collect();
     assert_eq!(t1.len(), 1, "the first t1 ended once");
+}
+
+#[test]
+fn a_coarse_store_clock_never_ends_a_lease_early() {
+    // An S3 server's `Date` has whole seconds: a reading is up to 1 s behind the server's
+    // time. A holder whose reading was a full second behind sets its deadline a second early;
+    // a reader whose reading is exact must still not end the lease before its TTL has passed.
+    let tick = |now_ms: u64, doc: &Doc| {
+        let clock = Clock::Store {
+            uncertain_ms: 1_000,
+            now_ms,
+            epoch: EPOCH,
+            wall_ms: 1_700_000_000_000,
+        };
+        let request = Request {
+            finishes_seen: None,
+            attempt: "tick".into(),
+            op: Op::Tick,
+        };
+        apply(Some(doc), &request, &clock).expect("tick")
+    };
+    let mut w = World::new();
+    w.now_ms = 9_000; // the holder reads 9.0 s while the server is at 9.999 s
+    w.run(Op::Enqueue(enqueue(1))).expect("enqueue");
+    let doc = w.doc.clone().expect("doc");
+    let deadline = doc.by_id("t1").and_then(|t| t.deadline_ms);
+    assert_eq!(deadline, Some(9_000 + 10_000));
+    // The server's time when the lease began was up to 9_999; its TTL is 10 s.
+    let still_held = tick(9_999 + 10_000 - 1, &doc);
+    assert!(still_held.finished.is_empty(), "ended before its TTL");
+    assert!(tick(19_999, &doc).finished.is_empty());
+    let ended = tick(20_000, &doc);
+    assert_eq!(
+        ended.finished.len(),
+        1,
+        "ends once the uncertainty has passed too"
+    );
 }

@@ -1316,6 +1316,7 @@ impl World {
         let result = {
             let clock = match self.kind {
                 ClockKind::Store => Clock::Store {
+                    uncertain_ms: 0,
                     now_ms: self.now_ms,
                     epoch: &self.epoch,
                     wall_ms,
@@ -1954,6 +1955,7 @@ proptest! {
 #[test]
 fn a_retried_cancel_queued_is_recognised() {
     let clock = Clock::Store {
+        uncertain_ms: 0,
         now_ms: 1_000,
         epoch: "boot-1",
         wall_ms: WALL_BASE_MS,

@@ -118,6 +118,7 @@ impl Store for MemoryStore {
             watch: true,
             conflict_returns_current: true,
             clock: true,
+            clock_uncertain_ms: 0,
         }
     }
 

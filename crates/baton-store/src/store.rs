@@ -79,6 +79,10 @@ pub struct Capabilities {
     pub conflict_returns_current: bool,
     /// [`Store::clock`] returns [`StoreClock::Time`].
     pub clock: bool,
+    /// How far behind the store's time a [`StoreClock::Time`] reading may be (it is never
+    /// ahead): 0 where the server reports milliseconds, 1000 where it reports whole seconds
+    /// (an S3 server's `Date`). The core ends a phase only this long after its deadline.
+    pub clock_uncertain_ms: u64,
 }
 
 /// A subscription to changes of one key: [`WatchHandle::changed`] resolves after the key's

@@ -9,6 +9,8 @@
 //!   releases (the holder is this process, through the library).
 //! - [`throughput`]: uncontended acquire + release cycles of one library client (with the store
 //!   round trips each costs), and many processes cycling on one key (with the fences checked).
+//! - [`polling`]: store requests per waiter and minute, by place in the queue (what waiting
+//!   costs on S3 and DynamoDB, where every read is billed).
 //! - [`counting`]: a `Store` wrapper that counts calls, for the round trips.
 //! - [`stats`]: percentiles; [`setup`]: the store, the temporary directory and the clocks.
 //!
@@ -16,6 +18,7 @@
 
 mod counting;
 mod handoff;
+mod polling;
 mod process;
 mod setup;
 mod stats;
@@ -104,6 +107,17 @@ enum Command {
         processes: Option<u32>,
         /// How long the processes cycle (with --processes)
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
+    /// Store requests per waiter and minute: waiters queued behind a holder, by place
+    Polling {
+        #[command(flatten)]
+        common: Common,
+        /// Waiters queued behind the holder (places 0, 1, 2, …)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+        waiters: u32,
+        /// How long the waiters are measured
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
@@ -203,6 +217,14 @@ async fn dispatch(command: Command) -> Result<()> {
                 report.n_failures
             );
             Ok(())
+        }
+        Command::Polling {
+            common,
+            waiters,
+            duration,
+        } => {
+            let report = polling::run(&common, waiters as usize, duration).await?;
+            output(&common, &report, polling::print)
         }
         Command::Worker(args) => throughput::worker(args).await,
         Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,

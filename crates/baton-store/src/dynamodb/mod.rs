@@ -520,6 +520,7 @@ impl Store for DynamoStore {
             watch: false,
             conflict_returns_current: true,
             clock: false,
+            clock_uncertain_ms: 0,
         }
     }
 

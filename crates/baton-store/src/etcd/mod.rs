@@ -314,6 +314,7 @@ impl Store for EtcdStore {
             watch: true,
             conflict_returns_current: true,
             clock: false,
+            clock_uncertain_ms: 0,
         }
     }
 

@@ -444,6 +444,7 @@ impl Store for PostgresStore {
             watch: true,
             conflict_returns_current: true,
             clock: true,
+            clock_uncertain_ms: 0,
         }
     }
 

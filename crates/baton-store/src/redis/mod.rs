@@ -397,6 +397,7 @@ impl Store for RedisStore {
             watch: true,
             conflict_returns_current: true,
             clock: true,
+            clock_uncertain_ms: 0,
         }
     }
 

@@ -515,6 +515,7 @@ impl Store for S3Store {
             // A 412 carries no body; only a CAS that had to read the record first knows it.
             conflict_returns_current: false,
             clock: false,
+            clock_uncertain_ms: 0,
         }
     }
 

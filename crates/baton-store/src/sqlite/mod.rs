@@ -143,6 +143,7 @@ impl Store for SqliteStore {
             watch: true,
             conflict_returns_current: true,
             clock: true,
+            clock_uncertain_ms: 0,
         }
     }
 
