@@ -38,8 +38,8 @@ pub struct WaiterReport {
     pub reads_per_minute: f64,
     /// Writes (CAS: its waiter-lease refreshes, or expiries it carried out) per minute.
     pub writes_per_minute: f64,
-    /// Clock reads per minute (a request on stores whose clock is the server's; none on S3 and
-    /// DynamoDB).
+    /// `Store::clock` calls per minute. None is a request of its own: DynamoDB has no clock,
+    /// and the other stores estimate theirs from the replies they already got.
     pub clock_reads_per_minute: f64,
     /// The documented bound on its reads per minute.
     pub reads_per_minute_bound: u64,
