@@ -1,7 +1,8 @@
 //! The conformance suite against moto's S3, one test per behaviour, and what only S3 shows: the
 //! object layout, history moved out of the hot record (and a writer that dies halfway through
 //! moving it), racing conditional writes, identical documents, a missing bucket, missing
-//! credentials, an unreachable or silent endpoint, and a hot object that is not baton's.
+//! credentials, an unreachable or silent endpoint, a hot object that is not baton's, and the
+//! clock read from the server's `Date` (shared by separate handles; refused without a `Date`).
 //!
 //! The server comes from `BATON_TEST_S3_URL`, with the AWS variables scripts/servers/moto.sh
 //! exports (`scripts/with-servers.sh --only moto cargo test -p baton-store --test
@@ -10,16 +11,16 @@
 #![cfg(feature = "s3")]
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::time::{Duration, Instant};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_credential_types::Credentials;
 use baton_store::deferred::Hot;
 use baton_store::s3::{S3Store, POLICY};
-use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreError, Version};
+use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
@@ -118,6 +119,102 @@ async fn watch_wakes() {
 #[tokio::test]
 async fn clock_readings() {
     conformance::clock_readings(&store().await, &prefix("clock")).await;
+}
+
+/// Two handles, as two processes have them (connections and clocks of their own), read the
+/// server's clock from its `Date`: `clock` works as a fresh handle's very first call (it then
+/// asks for the `Date` itself), the two agree with each other and with a `Date` the server sends
+/// anyone to within the second a `Date` truncates (and a little), they share an epoch, and no
+/// reading is ahead of the server (moto runs on this host, so on this host's clock).
+#[tokio::test]
+async fn handles_read_the_servers_clock_from_its_date() {
+    let first = store().await;
+    let second = store().await;
+    let capabilities = first.capabilities();
+    assert!(capabilities.clock, "{capabilities:?}");
+    assert_eq!(capabilities.clock_uncertain_ms, 1_000);
+
+    let seen_ms = server_date_ms();
+    let (first_ms, first_epoch) = time_of(first.clock().await);
+    let (second_ms, second_epoch) = time_of(second.clock().await);
+    let after_ms = wall_ms();
+    assert_eq!(
+        first_epoch, second_epoch,
+        "every process computes the epoch alike"
+    );
+    assert!(!first_epoch.is_empty());
+    assert_within(first_ms, second_ms, "the two handles' readings");
+    assert_within(
+        first_ms,
+        seen_ms,
+        "the first handle's reading and the server's Date",
+    );
+    assert_within(
+        second_ms,
+        seen_ms,
+        "the second handle's reading and the server's Date",
+    );
+    for reading in [first_ms, second_ms] {
+        assert!(
+            reading <= after_ms + 100,
+            "a reading ({reading}) is ahead of the server's time ({after_ms})"
+        );
+    }
+
+    // Later, after more requests (whose `Date`s replace the first readings), the readings have
+    // moved on with the server's time and still agree.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let key = format!("{}k", prefix("clocks"));
+    assert_eq!(first.load(&key).await.unwrap(), None);
+    let (later_first_ms, _) = time_of(first.clock().await);
+    let (later_second_ms, later_epoch) = time_of(second.clock().await);
+    assert_eq!(later_epoch, first_epoch);
+    assert!(
+        later_first_ms > first_ms && later_second_ms > second_ms,
+        "1.2 s later, the readings went from {first_ms} and {second_ms} to {later_first_ms} and \
+         {later_second_ms}"
+    );
+    assert_within(later_first_ms, later_second_ms, "the later readings");
+    assert_within(
+        later_first_ms,
+        server_date_ms(),
+        "a later reading and the server's Date",
+    );
+    assert!(
+        later_first_ms <= wall_ms() + 100,
+        "{later_first_ms} is ahead"
+    );
+
+    // A handle opened through the URL parser, whose first call is `clock`, is on the same clock.
+    let opened = baton_store::url::open(&server_url()).await.unwrap();
+    let (opened_ms, opened_epoch) = time_of(opened.clock().await);
+    assert_eq!(opened_epoch, first_epoch);
+    assert_within(
+        opened_ms,
+        server_date_ms(),
+        "a reading through the URL parser",
+    );
+}
+
+/// A server that answers without a `Date` cannot judge leases: `clock` says so, naming the
+/// header, instead of answering with a made-up time.
+#[tokio::test]
+async fn a_server_without_a_date_header_is_incompatible() {
+    let endpoint = serve_without_date();
+    let store = S3Store::open_with_config(&server_url(), &config_for(&endpoint)).unwrap();
+    // The server answers, so reads work; only the clock is missing.
+    assert_eq!(store.load("k").await.unwrap(), None);
+    let error = store.clock().await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(error, StoreError::Incompatible { .. }),
+        "{error:?}"
+    );
+    assert!(
+        message.contains("`Date`") && message.contains("lease expiry"),
+        "{message}"
+    );
+    assert!(message.contains(&endpoint), "{message}");
 }
 
 #[tokio::test]
@@ -563,6 +660,81 @@ async fn a_missing_permission_names_the_action() {
 }
 
 // ----- helpers -----------------------------------------------------------------------------
+
+/// The time and epoch of a clock reading that must be the server's.
+fn time_of(reading: Result<StoreClock, StoreError>) -> (u64, String) {
+    match reading {
+        Ok(StoreClock::Time { now_ms, epoch }) => (now_ms, epoch),
+        other => panic!("the S3 store has the server's clock, got {other:?}"),
+    }
+}
+
+/// Fails unless `a` and `b` are within 1.5 s: two readings of one clock, each up to a second
+/// (and a local round trip) behind it.
+fn assert_within(a: u64, b: u64, what: &str) {
+    assert!(
+        a.abs_diff(b) <= 1_500,
+        "{what}: {a} and {b} are {} ms apart",
+        a.abs_diff(b)
+    );
+}
+
+/// This host's wall clock, ms since the Unix epoch.
+fn wall_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    u64::try_from(since.as_millis()).unwrap()
+}
+
+/// The `Date` of a plain, unsigned HTTP request to the server (any answer carries one), in ms
+/// since the Unix epoch: what any client sees, independently of the store.
+fn server_date_ms() -> u64 {
+    let endpoint = endpoint();
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut connection = TcpStream::connect(authority).unwrap();
+    connection
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(connection, "GET / HTTP/1.0\r\nHost: {authority}\r\n\r\n").unwrap();
+    let mut response = Vec::new();
+    connection.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response);
+    let date = response
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("date")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("the server sent no Date: {response}"));
+    let time = httpdate::parse_http_date(&date).unwrap();
+    u64::try_from(time.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+/// An HTTP server on loopback that answers every request with a 404 and no `Date` (which HTTP
+/// requires of a server with a clock); returns its endpoint.
+fn serve_without_date() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut connection in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|window| window == b"\r\n\r\n") {
+                    match connection.read(&mut buffer) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = connection.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
 
 /// Reads `key`'s history every way and checks it is exactly `expected`, seqs from 1.
 async fn check_history(store: &S3Store, key: &str, expected: &[Vec<u8>]) {

@@ -60,7 +60,8 @@ impl Layout {
     }
 
     /// `P/init-probe`: a name outside the hot records and the history, never written, which
-    /// `init` reads to check that reading is allowed.
+    /// `init` reads to check that reading is allowed, and which `clock` asks for (a HEAD) when
+    /// it needs a server's `Date` before any other request was made.
     pub fn probe(&self) -> &str {
         &self.probe
     }

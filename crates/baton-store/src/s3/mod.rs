@@ -46,12 +46,28 @@
 //!   are all still pending (a `log --follow` poll) costs one GET.
 //! - **List**: one LIST of `P/hot/E(prefix)` (paged by 1,000).
 //! - **Watch**: none: S3 cannot push. Waiters poll.
-//! - **Clock**: none ([`StoreClock::None`]): leases are judged by observation, as on etcd (an
-//!   observer ends a lease only after seeing the same heartbeat unchanged for the lease's whole
-//!   duration on its own monotonic clock), so clients' clocks may disagree by any amount. S3's
-//!   own timestamps (`Date`, `Last-Modified`) were considered and refused: they have one-second
-//!   resolution, so a deadline computed from them is uncertain by up to a second plus a round
-//!   trip, which is more than a holder's safety margin at the 1 s minimum TTL.
+//! - **Clock**: the S3 server's, from the `Date` header every S3 response carries (the `clock`
+//!   module). Each response's `Date` is recorded with the local instant it arrived, and
+//!   [`Store::clock`] is that reading plus the local monotonic time since, so it costs no round
+//!   trip (only a process's first reading, before anything was sent, costs a HEAD of
+//!   `P/init-probe`, whose 404 carries a `Date` too). Deadlines are stored on it, as on
+//!   PostgreSQL and Redis, so clients' wall clocks play no part in expiry and may disagree by
+//!   any amount (though AWS refuses requests signed more than 15 minutes off). The epoch is a
+//!   fixed name, the same in every process on the bucket.
+//!
+//!   A `Date` has whole seconds, so a reading is behind the server's time by up to a second
+//!   (plus the response's transit), never ahead. The store says so (`clock_uncertain_ms:
+//!   1000`), and the core ends a phase only once a reading is that far past the deadline. That
+//!   makes one-second readings safe: a holder's deadline may be set from a reading a second
+//!   behind, but another client ends the lease only when its own reading, itself never ahead of
+//!   the server, is a second past that deadline, so no lease ends before its full TTL has passed
+//!   on the server's clock since the holder read it (less one response's transit, as with any
+//!   clock read from replies, which the holder's safety margin of at least 300 ms covers: it
+//!   counts its lease from before that reading). The price is lateness, never earliness: a
+//!   lease left to run out ends up to about 2 s after its TTL (a second of uncertainty in the
+//!   holder's reading, a second of margin). The servers behind an endpoint must agree on the
+//!   time, as NTP keeps them (AWS's do). A server that sends no `Date` cannot hold baton's
+//!   leases: [`Store::clock`] says so ([`StoreError::Incompatible`]).
 //! - **Deletes**: never. object_store has no conditional delete, and deleting a hot record would
 //!   lose the key's fence counter; an idle key costs one small object.
 //!
@@ -83,6 +99,7 @@
 //! deleted loses its fence counter and starts its history again at seq 1, overwriting the old
 //! entries as they are moved out.
 
+mod clock;
 mod credentials;
 mod errors;
 mod layout;
@@ -105,12 +122,14 @@ use object_store::{
 use tokio::task::JoinSet;
 
 use crate::deferred::{self, Hot, Policy};
+use crate::server_clock::ServerClock;
 use crate::{
     Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
     Versioned, WatchHandle,
 };
+use clock::DateConnector;
 use credentials::ChainCredentials;
-use errors::{Call, Context, ObservingConnector};
+use errors::{Call, Context};
 use layout::Layout;
 pub use url::S3Url;
 
@@ -155,6 +174,9 @@ struct Inner {
     context: Context,
     /// The last hot record read or written per key, with its ETag.
     cache: Mutex<HashMap<String, (Version, Hot)>>,
+    /// The server's time from the last response's `Date` (every response of `reads` and
+    /// `writes` records it, through [`DateConnector`]).
+    clock: Arc<ServerClock>,
 }
 
 impl fmt::Debug for S3Store {
@@ -166,7 +188,8 @@ impl fmt::Debug for S3Store {
 }
 
 /// Hands the same HTTP client to every `AmazonS3` built with it, so that reads and writes share
-/// one connection pool (a warm client's write then needs no new connection).
+/// one connection pool (a warm client's write then needs no new connection) and record every
+/// response's `Date` in one clock.
 #[derive(Debug)]
 struct SharedClient(HttpClient);
 
@@ -239,7 +262,8 @@ impl S3Store {
             .with_connect_timeout(crate::aws::CONNECT_TIMEOUT)
             .with_timeout(crate::aws::OPERATION_TIMEOUT)
             .with_allow_http(plain_http);
-        let http = ObservingConnector
+        let clock = Arc::new(ServerClock::new(clock::EPOCH));
+        let http = DateConnector::new(Arc::clone(&clock))
             .connect(&options)
             .map_err(|error| unavailable(format!("cannot set up the HTTP client: {error}")))?;
         let credentials = Arc::new(ChainCredentials::new(config.credentials_provider()));
@@ -285,6 +309,7 @@ impl S3Store {
                 layout: Layout::new(&url.prefix),
                 context,
                 cache: Mutex::new(HashMap::new()),
+                clock,
             }),
         })
     }
@@ -514,8 +539,9 @@ impl Store for S3Store {
             watch: false,
             // A 412 carries no body; only a CAS that had to read the record first knows it.
             conflict_returns_current: false,
-            clock: false,
-            clock_uncertain_ms: 0,
+            clock: true,
+            // A `Date` has whole seconds (see the module documentation).
+            clock_uncertain_ms: clock::UNCERTAIN_MS,
         }
     }
 
@@ -675,12 +701,39 @@ impl Store for S3Store {
         Ok(None)
     }
 
+    /// The last response's `Date` plus the local time since; before the process's first
+    /// response, one HEAD of the probe name, which exists only to carry a `Date` (a 404 is the
+    /// expected answer).
     async fn clock(&self) -> Result<StoreClock> {
-        Ok(StoreClock::None)
+        if let Some(now) = self.inner.clock.now() {
+            return Ok(now);
+        }
+        let probe = self.path(self.inner.layout.probe())?;
+        let probed = self.inner.reads.head(&probe).await;
+        // Any answer with a `Date` will do, whatever its status (even a 403: the operation
+        // that needs the permission reports it).
+        if let Some(now) = self.inner.clock.now() {
+            return Ok(now);
+        }
+        match probed {
+            Ok(_) => {}
+            Err(error) if errors::is_missing_object(&error) => {}
+            // No answer at all (or no credentials to ask with): that is the error to report.
+            Err(error) => return Err(self.classify(Call::Get, error)),
+        }
+        Err(StoreError::Incompatible {
+            store: self.inner.context.store.clone(),
+            reason: format!(
+                "the server at {} does not send a `Date` header (RFC 9110), which baton needs \
+                 for lease expiry: leases on S3 are judged on the server's clock; use an \
+                 S3-compatible server (and proxy) that sends one, as AWS S3 does",
+                self.inner.context.endpoint
+            ),
+        })
     }
 
-    /// Checks what can be checked without writing: the bucket exists, and baton may list its
-    /// prefix and read its objects. It creates nothing: a bucket is the account owner's choice
+    /// Checks what can be checked without writing: the bucket exists, baton may list its
+    /// prefix and read its objects, and the server sends a `Date`. It creates nothing: a bucket is the account owner's choice
     /// (region, encryption, lifecycle), and `s3:CreateBucket` is not a right baton should need.
     async fn init(&self) -> Result<String> {
         let probe_list = PaginatedListOptions {
@@ -699,9 +752,12 @@ impl Store for S3Store {
             Err(error) if errors::is_missing_object(&error) => {}
             Err(error) => return Err(self.classify(Call::Get, error)),
         }
+        // Those answers carried the server's `Date` (or did not, which `clock` reports).
+        self.clock().await?;
         Ok(format!(
-            "{} is ready: the bucket exists and baton may list and read it (writes are checked \
-             by the first acquire; baton never creates buckets)",
+            "{} is ready: the bucket exists, baton may list and read it, and the server sends \
+             the `Date` leases are judged by (writes are checked by the first acquire; baton \
+             never creates buckets)",
             self.describe()
         ))
     }
