@@ -95,7 +95,19 @@ struct Work<'a> {
 
 impl Work<'_> {
     fn expire(&mut self) {
-        if let Clock::Store { epoch, .. } = *self.clock {
+        if let Clock::Store { epoch, now_ms, .. } = *self.clock {
+            // A document written on observation (before its store had a clock, or by an older
+            // baton) has no epoch and no deadlines: its tickets start their phase now, on this
+            // clock, rather than being ended as if the clock had restarted. Never shorter than
+            // the phase, so never unsafe.
+            if self.doc.epoch.is_none() {
+                self.doc.epoch = Some(epoch.to_string());
+            }
+            for ticket in &mut self.doc.tickets {
+                if ticket.deadline_ms.is_none() {
+                    ticket.deadline_ms = Some(now_ms.saturating_add(ticket.phase_ms()));
+                }
+            }
             if self.doc.epoch.as_deref() != Some(epoch) {
                 let reason = "the store's clock restarted (the host rebooted)";
                 while let Some(ticket) = self.doc.tickets.first() {

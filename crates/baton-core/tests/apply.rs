@@ -658,3 +658,42 @@ fn a_coarse_store_clock_never_ends_a_lease_early() {
         "ends once the uncertainty has passed too"
     );
 }
+
+#[test]
+fn tickets_written_on_observation_start_their_phase_on_a_new_store_clock() {
+    // S3 judged leases by observation before it read the server's clock: its documents have no
+    // epoch and no deadlines. On the store's clock they get a full phase from now, and end
+    // after it; they are not ended as if the clock had restarted.
+    let observer = Observer::default();
+    let observed = Clock::Observed {
+        observer: &observer,
+        mono_ms: 0,
+        wall_ms: 1_700_000_000_000,
+    };
+    let request = |n: u32| Request {
+        finishes_seen: None,
+        attempt: format!("e{n}"),
+        op: Op::Enqueue(enqueue(n)),
+    };
+    let doc = apply(None, &request(1), &observed).expect("1").doc;
+    let doc = apply(Some(&doc), &request(2), &observed).expect("2").doc;
+    assert!(doc.epoch.is_none() && doc.tickets.iter().all(|t| t.deadline_ms.is_none()));
+    let mut w = World::new();
+    w.doc = Some(doc);
+    w.now_ms = 50_000;
+    w.run(Op::Tick).expect("tick");
+    assert!(w.finished.is_empty(), "nothing ended: {:?}", w.finished);
+    let d = w.doc.clone().expect("doc");
+    assert_eq!(d.epoch.as_deref(), Some(EPOCH));
+    assert_eq!(
+        d.by_id("t1").and_then(|t| t.deadline_ms),
+        Some(50_000 + 10_000)
+    );
+    assert_eq!(
+        d.by_id("t2").and_then(|t| t.deadline_ms),
+        Some(50_000 + 60_000)
+    );
+    w.now_ms = 60_000;
+    w.run(Op::Tick).expect("tick");
+    assert_eq!(w.finished, vec![("t1".to_string(), Outcome::Expired)]);
+}

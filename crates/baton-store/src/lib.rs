@@ -23,7 +23,8 @@
 //!   history through [`deferred`], no push and no clock (leases judged by observation).
 //! - `s3` (feature `s3`): `s3://bucket/prefix`, one object per key changed by conditional PUT
 //!   (`If-Match` on its ETag), history entries as objects of their own ([`deferred`]), no push
-//!   and no clock (waiters poll; leases are judged by observation).
+//!   (waiters poll); the server's clock from the `Date` header of its responses, whole seconds
+//!   (`clock_uncertain_ms` 1000).
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
 //!   which every store's tests call.
 //! - [`deferred`]: history for stores without multi-record transactions (S3, DynamoDB): entries

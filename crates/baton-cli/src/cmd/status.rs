@@ -219,6 +219,10 @@ impl View {
             // How leases are judged: by the store's clock (lease_left_ms is known), or by
             // observation of heartbeats (a store without a clock: lease_left_ms is null).
             "clock": if opened.coord.store().capabilities().clock { "store" } else { "observation" },
+            // How far behind the store's time its clock readings may be (S3's `Date` has whole
+            // seconds): a lease_left_ms may be that much too long, and a lease ends that much
+            // after its deadline.
+            "clock_uncertain_ms": opened.coord.store().capabilities().clock_uncertain_ms,
             "now": now_rfc3339(),
             "keys": keys.iter().map(KeyStatus::json).collect::<Vec<_>>(),
             "rows_left_out": left_out,

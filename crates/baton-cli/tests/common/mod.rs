@@ -272,6 +272,15 @@ impl Ctx {
         }
     }
 
+    /// How far behind the store's time a clock reading may be (`status --json`'s
+    /// `clock_uncertain_ms`: 1000 on S3, whose `Date` has whole seconds; 0 elsewhere).
+    pub fn clock_uncertain_ms(&self) -> u64 {
+        let status = self.status();
+        status["clock_uncertain_ms"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("status --json has no clock_uncertain_ms: {status}"))
+    }
+
     /// The status of `key`, if status lists it.
     pub fn key_status(&self, key: &str) -> Option<KeyView> {
         let status = self.status();
