@@ -241,8 +241,15 @@ impl Work<'_> {
                 Ok((Reply::Cancelled(vec![id.clone()]), None))
             }
             Op::CancelQueued => {
+                // A retry whose window the marks no longer cover may have ended more tickets
+                // than the marks still show (or none they show): refused, not half-answered.
+                if !self.marks_cover_retry() {
+                    return Err(Refusal::Uncertain);
+                }
                 // The retry of a cancel that already ended tickets answers as the first time and
-                // ends nothing more (it would otherwise cancel the tickets queued since).
+                // ends nothing more (it would otherwise cancel the tickets queued since). Only a
+                // cancel that itself ended more tickets than are remembered is answered with the
+                // remembered ones.
                 let done: Vec<String> = self
                     .doc
                     .finished
@@ -252,9 +259,6 @@ impl Work<'_> {
                     .collect();
                 if !done.is_empty() {
                     return Ok((Reply::Cancelled(done), None));
-                }
-                if !self.marks_cover_retry() {
-                    return Err(Refusal::Uncertain);
                 }
                 let mut ids = Vec::new();
                 while let Some(idx) = self

@@ -19,8 +19,9 @@ pub struct Finished {
     pub order: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
-    /// Ended by an operator's forced release.
-    #[serde(default)]
+    /// Ended by an operator's forced release (written only when true: every entry is stored,
+    /// and on DynamoDB billed, by size).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub forced: bool,
     /// Why, in words, when the outcome alone does not say (expiry, supersede, reboot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -71,5 +72,40 @@ impl Finished {
     /// Reads a record from the history log.
     pub fn decode(bytes: &[u8]) -> Result<Finished, String> {
         serde_json::from_slice(bytes).map_err(|e| format!("unreadable history entry: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_forced_is_written_only_when_true() {
+        let mut record = Finished {
+            id: "t-1".into(),
+            mode: Mode::Normal,
+            context: "deploy".into(),
+            order: None,
+            outcome: Outcome::Succeeded,
+            forced: false,
+            reason: None,
+            fence: Some(7),
+            enqueued_wall_ms: 1,
+            granted_wall_ms: Some(2),
+            finished_wall_ms: 3,
+        };
+        let bytes = record.encode();
+        assert!(!String::from_utf8_lossy(&bytes).contains("forced"));
+        assert_eq!(Finished::decode(&bytes), Ok(record.clone()));
+        record.forced = true;
+        record.outcome = Outcome::Cancelled;
+        let bytes = record.encode();
+        assert!(String::from_utf8_lossy(&bytes).contains("\"forced\":true"));
+        assert_eq!(Finished::decode(&bytes), Ok(record));
+        // Entries written before: `forced` always present.
+        let old = br#"{"id":"t-2","mode":"shared","outcome":"expired","forced":false,"enqueued_wall_ms":5,"finished_wall_ms":6}"#;
+        let decoded = Finished::decode(old).map(|f| (f.forced, f.outcome));
+        assert_eq!(decoded, Ok((false, Outcome::Expired)));
+        assert!(Finished::decode(b"{}").is_err());
     }
 }

@@ -1266,8 +1266,11 @@ impl World {
                 x.result = Ok(Want::Cancelled(vec![i]));
             }
             Op::CancelQueued => {
+                if b.uncovered(request) {
+                    return refuse(Refusal::Uncertain);
+                }
                 // An attempt that already ended tickets has had its effect: its retry ends
-                // nothing more and answers as the first time.
+                // nothing more and answers as the first time (with the tickets still known).
                 let before: Vec<usize> = b
                     .tickets
                     .iter()
@@ -1281,9 +1284,6 @@ impl World {
                 if !before.is_empty() {
                     x.result = Ok(Want::Cancelled(before));
                     return x;
-                }
-                if b.uncovered(request) {
-                    return refuse(Refusal::Uncertain);
                 }
                 let queued: Vec<usize> =
                     b.live().filter(|(_, t)| !t.held).map(|(i, _)| i).collect();
@@ -1533,7 +1533,7 @@ impl World {
 
         self.check_reply(&b, &expect.result, &applied.reply)?;
 
-        self.check_retry(request, &expiring, &pre, &applied)?;
+        self.check_retry(&b, request, &expiring, &pre, &applied)?;
 
         self.books = b;
         self.written_epoch = Some(self.epoch.clone());
@@ -1650,6 +1650,7 @@ impl World {
     /// nothing, and is answered as the first time. Records first landings.
     fn check_retry(
         &mut self,
+        books: &Books,
         request: &Request,
         expiring: &BTreeSet<usize>,
         pre: &Doc,
@@ -1697,8 +1698,17 @@ impl World {
                     _ => view_id(a) == view_id(b),
                 },
                 (Reply::Cancelled(a), Reply::Cancelled(b)) => {
+                    // The tickets of the first answer that the document still knows: all of
+                    // them, unless that cancel itself ended more than are remembered.
+                    let known = |id: &&String| {
+                        books
+                            .tickets
+                            .iter()
+                            .rposition(|t| &t.id == *id)
+                            .is_some_and(|i| books.known(i))
+                    };
                     let (a, b): (BTreeSet<_>, BTreeSet<_>) =
-                        (a.iter().collect(), b.iter().collect());
+                        (a.iter().filter(known).collect(), b.iter().collect());
                     a == b
                 }
                 _ => false,
