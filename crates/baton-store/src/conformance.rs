@@ -287,6 +287,105 @@ pub async fn concurrent_increments(store: &dyn Store, prefix: &str) {
     );
 }
 
+/// Four stores from `open`, as four processes would have them (connections and caches of their
+/// own), race `per_store` increments each on one counter: it ends at four times that, and its log
+/// holds each increment once, in commit order, numbered from 1 upwards.
+pub async fn increments_through_separate_stores<S, F, Fut>(open: F, prefix: &str, per_store: usize)
+where
+    S: Store + 'static,
+    F: Fn() -> Fut,
+    Fut: Future<Output = S>,
+{
+    const N_STORES: usize = 4;
+    let key = format!("{prefix}separate_stores/counter");
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..N_STORES {
+        let store = open().await;
+        let key = key.clone();
+        tasks.spawn(async move { increment(&store, &key, per_store).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Err(error) = joined {
+            std::panic::resume_unwind(error.into_panic());
+        }
+    }
+    let store = open().await;
+    let expected = N_STORES * per_store;
+    let current = ok("load", store.load(&key).await).expect("the counter was written");
+    assert_eq!(
+        parse_counter(&current.bytes),
+        expected,
+        "{N_STORES} stores × {per_store} increments"
+    );
+    let log = ok("history", store.history(&key, 0, expected + 10).await);
+    let expected_log: Vec<Vec<u8>> = (1..=expected).map(|n| n.to_string().into_bytes()).collect();
+    assert_eq!(
+        entries(&log),
+        expected_log,
+        "the log must hold each increment once, in the order the CASes took effect"
+    );
+    let seqs: Vec<u64> = log.iter().map(|record| record.seq).collect();
+    assert!(
+        seqs.first() == Some(&1) && seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "sequence numbers start at 1 and strictly increase: {seqs:?}"
+    );
+}
+
+/// What a store test's fixture holds: the store, and whatever must live as long as it (a
+/// temporary directory).
+pub trait Fixture {
+    /// The store under test.
+    fn store(&self) -> &dyn Store;
+}
+
+impl<S: Store> Fixture for S {
+    fn store(&self) -> &dyn Store {
+        self
+    }
+}
+
+impl<K, S: Store> Fixture for (K, S) {
+    fn store(&self) -> &dyn Store {
+        &self.1
+    }
+}
+
+/// One `#[tokio::test]` per behaviour of the suite, and one running them all, in a store's test
+/// file: `conformance_tests!(open(), prefix)` where `open()` is a future of a [`Fixture`] (a
+/// fresh or a shared store per test) and `prefix` a function from the behaviour's name to the
+/// test's key prefix (see [`unique_prefix`]).
+#[macro_export]
+macro_rules! conformance_tests {
+    ($open:expr, $prefix:expr $(,)?) => {
+        $crate::conformance_tests!(@each $open, $prefix;
+            load_absent, create_if_absent, stale_version_refused, history_in_order,
+            list_by_prefix, keys_round_trip, largest_document, watch_wakes, clock_readings,
+            run_all);
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn concurrent_increments() {
+            let fixture = $open.await;
+            let prefix = ($prefix)("concurrent_increments");
+            $crate::conformance::concurrent_increments(
+                $crate::conformance::Fixture::store(&fixture),
+                &prefix,
+            )
+            .await;
+        }
+    };
+    (@each $open:expr, $prefix:expr; $($name:ident),*) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let fixture = $open.await;
+                let prefix = ($prefix)(stringify!($name));
+                $crate::conformance::$name($crate::conformance::Fixture::store(&fixture), &prefix)
+                    .await;
+            }
+        )*
+    };
+}
+
 /// Does `n_increments` CAS increments of the decimal counter at `key`, retrying on conflict.
 /// Each increment appends the new value to the log. Public so that tests of several processes
 /// sharing a store can use the same loop.

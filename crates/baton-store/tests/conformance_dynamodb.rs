@@ -43,80 +43,12 @@ fn prefix(name: &str) -> String {
     conformance::unique_prefix(&format!("ddb-{name}"))
 }
 
-#[tokio::test]
-async fn load_absent() {
-    conformance::load_absent(&store().await, &prefix("load_absent")).await;
-}
-
-#[tokio::test]
-async fn create_if_absent() {
-    conformance::create_if_absent(&store().await, &prefix("create")).await;
-}
-
-#[tokio::test]
-async fn stale_version_refused() {
-    conformance::stale_version_refused(&store().await, &prefix("stale")).await;
-}
-
-#[tokio::test]
-async fn history_in_order() {
-    conformance::history_in_order(&store().await, &prefix("history")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_increments() {
-    conformance::concurrent_increments(&store().await, &prefix("increments")).await;
-}
+baton_store::conformance_tests!(store(), prefix);
 
 /// Racing stores with a client each, as separate processes have (no shared cache).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_increments_through_separate_clients() {
-    let key = format!("{}counter", prefix("separate"));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..4 {
-        let store = store().await;
-        let key = key.clone();
-        tasks.spawn(async move { conformance::increment(&store, &key, 25).await });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        joined.unwrap();
-    }
-    let store = store().await;
-    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"100");
-    let history = store.history(&key, 0, 1000).await.unwrap();
-    let expected: Vec<Vec<u8>> = (1..=100).map(|n: u32| n.to_string().into_bytes()).collect();
-    assert_eq!(entries(&history), expected);
-    assert_eq!(seqs(&history), (1..=100).collect::<Vec<u64>>());
-}
-
-#[tokio::test]
-async fn list_by_prefix() {
-    conformance::list_by_prefix(&store().await, &prefix("list")).await;
-}
-
-#[tokio::test]
-async fn keys_round_trip() {
-    conformance::keys_round_trip(&store().await, &prefix("keys")).await;
-}
-
-#[tokio::test]
-async fn largest_document() {
-    conformance::largest_document(&store().await, &prefix("largest")).await;
-}
-
-#[tokio::test]
-async fn watch_wakes() {
-    conformance::watch_wakes(&store().await, &prefix("watch")).await;
-}
-
-#[tokio::test]
-async fn clock_readings() {
-    conformance::clock_readings(&store().await, &prefix("clock")).await;
-}
-
-#[tokio::test]
-async fn run_all() {
-    conformance::run_all(&store().await, &prefix("all")).await;
+    conformance::increments_through_separate_stores(store, &prefix("separate"), 25).await;
 }
 
 /// `init` is idempotent, and opening names the table in `describe`; a table with another key

@@ -36,85 +36,12 @@ fn prefix(name: &str) -> String {
     conformance::unique_prefix(&format!("etcd-{name}"))
 }
 
-#[tokio::test]
-async fn load_absent() {
-    conformance::load_absent(&store().await, &prefix("load_absent")).await;
-}
-
-#[tokio::test]
-async fn create_if_absent() {
-    conformance::create_if_absent(&store().await, &prefix("create")).await;
-}
-
-#[tokio::test]
-async fn stale_version_refused() {
-    conformance::stale_version_refused(&store().await, &prefix("stale")).await;
-}
-
-#[tokio::test]
-async fn history_in_order() {
-    conformance::history_in_order(&store().await, &prefix("history")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_increments() {
-    conformance::concurrent_increments(&store().await, &prefix("increments")).await;
-}
+baton_store::conformance_tests!(store(), prefix);
 
 /// Racing stores with a connection each, as separate processes have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_increments_through_separate_connections() {
-    let key = format!("{}counter", prefix("separate"));
-    let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..4 {
-        let store = store().await;
-        let key = key.clone();
-        tasks.spawn(async move { conformance::increment(&store, &key, 25).await });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        joined.unwrap();
-    }
-    let store = store().await;
-    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"100");
-    let seqs: Vec<u64> = store
-        .history(&key, 0, 1000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|record| record.seq)
-        .collect();
-    assert_eq!(seqs.len(), 100);
-    assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
-}
-
-#[tokio::test]
-async fn list_by_prefix() {
-    conformance::list_by_prefix(&store().await, &prefix("list")).await;
-}
-
-#[tokio::test]
-async fn keys_round_trip() {
-    conformance::keys_round_trip(&store().await, &prefix("keys")).await;
-}
-
-#[tokio::test]
-async fn largest_document() {
-    conformance::largest_document(&store().await, &prefix("largest")).await;
-}
-
-#[tokio::test]
-async fn watch_wakes() {
-    conformance::watch_wakes(&store().await, &prefix("watch")).await;
-}
-
-#[tokio::test]
-async fn clock_readings() {
-    conformance::clock_readings(&store().await, &prefix("clock")).await;
-}
-
-#[tokio::test]
-async fn run_all() {
-    conformance::run_all(&store().await, &prefix("all")).await;
+    conformance::increments_through_separate_stores(store, &prefix("separate"), 25).await;
 }
 
 /// The URL's path is the prefix of every etcd key: documents under `P/d/`, history under

@@ -63,87 +63,12 @@ fn prefix(name: &str) -> String {
     conformance::unique_prefix(&format!("pg-{name}"))
 }
 
-#[tokio::test]
-async fn load_absent() {
-    conformance::load_absent(&shared_store().await, &prefix("load_absent")).await;
-}
-
-#[tokio::test]
-async fn create_if_absent() {
-    conformance::create_if_absent(&shared_store().await, &prefix("create")).await;
-}
-
-#[tokio::test]
-async fn stale_version_refused() {
-    conformance::stale_version_refused(&shared_store().await, &prefix("stale")).await;
-}
-
-#[tokio::test]
-async fn history_in_order() {
-    conformance::history_in_order(&shared_store().await, &prefix("history")).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_increments() {
-    conformance::concurrent_increments(&shared_store().await, &prefix("increments")).await;
-}
-
-#[tokio::test]
-async fn list_by_prefix() {
-    conformance::list_by_prefix(&shared_store().await, &prefix("list")).await;
-}
-
-#[tokio::test]
-async fn keys_round_trip() {
-    conformance::keys_round_trip(&shared_store().await, &prefix("keys")).await;
-}
-
-#[tokio::test]
-async fn largest_document() {
-    conformance::largest_document(&shared_store().await, &prefix("largest")).await;
-}
-
-#[tokio::test]
-async fn watch_wakes() {
-    conformance::watch_wakes(&shared_store().await, &prefix("watch")).await;
-}
-
-#[tokio::test]
-async fn clock_readings() {
-    conformance::clock_readings(&shared_store().await, &prefix("clock")).await;
-}
-
-/// Every behaviour on one store: the behaviours' keys must not collide.
-#[tokio::test]
-async fn run_all() {
-    conformance::run_all(&shared_store().await, &prefix("all")).await;
-}
+baton_store::conformance_tests!(shared_store(), prefix);
 
 /// Racing stores that each have their own pool, as separate processes do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_increments_through_separate_pools() {
-    let key = format!("{}counter", prefix("pools"));
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(shared_store().await);
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for store in stores.clone() {
-        let key = key.clone();
-        tasks.spawn(async move { conformance::increment(&store, &key, 50).await });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        joined.unwrap();
-    }
-    assert_eq!(stores[0].load(&key).await.unwrap().unwrap().bytes, b"200");
-    let seqs: Vec<u64> = stores[1]
-        .history(&key, 0, 1000)
-        .await
-        .unwrap()
-        .iter()
-        .map(|record| record.seq)
-        .collect();
-    assert_eq!(seqs, (1..=200).collect::<Vec<u64>>());
+    conformance::increments_through_separate_stores(shared_store, &prefix("pools"), 50).await;
 }
 
 /// Set in the environment of a child process: the store URL the child opens.

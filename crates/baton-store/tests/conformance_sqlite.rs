@@ -22,93 +22,15 @@ async fn fresh_store() -> (TempDir, SqliteStore) {
     (dir, store)
 }
 
-#[tokio::test]
-async fn load_absent() {
-    let (_dir, store) = fresh_store().await;
-    conformance::load_absent(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn create_if_absent() {
-    let (_dir, store) = fresh_store().await;
-    conformance::create_if_absent(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn stale_version_refused() {
-    let (_dir, store) = fresh_store().await;
-    conformance::stale_version_refused(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn history_in_order() {
-    let (_dir, store) = fresh_store().await;
-    conformance::history_in_order(&store, PREFIX).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_increments() {
-    let (_dir, store) = fresh_store().await;
-    conformance::concurrent_increments(&store, PREFIX).await;
-}
+baton_store::conformance_tests!(fresh_store(), |_: &str| PREFIX.to_owned());
 
 /// Racing stores that each have their own connection to one file, as separate processes do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_increments_through_separate_connections() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("baton.db");
-    let mut stores = Vec::new();
-    for _ in 0..4 {
-        stores.push(SqliteStore::open(&path).await.unwrap());
-    }
-    let key = "shared/counter";
-    let mut tasks = tokio::task::JoinSet::new();
-    for store in stores.clone() {
-        tasks.spawn(async move { conformance::increment(&store, key, 50).await });
-    }
-    while let Some(joined) = tasks.join_next().await {
-        joined.unwrap();
-    }
-    let current = stores[0].load(key).await.unwrap().unwrap();
-    assert_eq!(current.bytes, b"200");
-    assert_eq!(stores[1].history(key, 0, 1000).await.unwrap().len(), 200);
-}
-
-#[tokio::test]
-async fn list_by_prefix() {
-    let (_dir, store) = fresh_store().await;
-    conformance::list_by_prefix(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn keys_round_trip() {
-    let (_dir, store) = fresh_store().await;
-    conformance::keys_round_trip(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn largest_document() {
-    let (_dir, store) = fresh_store().await;
-    conformance::largest_document(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn watch_wakes() {
-    let (_dir, store) = fresh_store().await;
-    conformance::watch_wakes(&store, PREFIX).await;
-}
-
-#[tokio::test]
-async fn clock_readings() {
-    let (_dir, store) = fresh_store().await;
-    conformance::clock_readings(&store, PREFIX).await;
-}
-
-/// Every behaviour on one file: the behaviours' keys must not collide.
-#[tokio::test]
-async fn run_all() {
-    let (_dir, store) = fresh_store().await;
-    conformance::run_all(&store, PREFIX).await;
+    let open = || async { SqliteStore::open(&path).await.unwrap() };
+    conformance::increments_through_separate_stores(open, PREFIX, 50).await;
 }
 
 #[tokio::test]
