@@ -19,6 +19,13 @@ need_tool() {
     command -v "$tool" >/dev/null 2>&1 || missing_packages+=("$@")
 }
 
+# need_file PATH PACKAGE...: install the packages when PATH does not exist.
+need_file() {
+    local file=$1
+    shift
+    [ -e "$file" ] || missing_packages+=("$@")
+}
+
 install_missing() {
     ((${#missing_packages[@]})) || return 0
     section "installing ${missing_packages[*]}"
@@ -43,6 +50,9 @@ need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
 need_tool awk mawk        # ... which reads /proc/PID/stat
 need_tool python3 python3 # free_port
 need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffers when it builds
+# ... and they import protobuf's own descriptor.proto, which Debian ships in libprotobuf-dev (a
+# recommendation of protobuf-compiler that --no-install-recommends leaves out)
+need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
 
 # The test servers' scripts (see "test servers" below) add their packages here, when sourced.
 server_names=()
