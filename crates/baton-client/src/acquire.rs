@@ -1,7 +1,8 @@
 //! Waiting for a turn.
 //!
 //! A waiter enqueues once, then reads (polls only read) and sleeps: on a store that pushes, until
-//! it is woken; on one that cannot, for an interval that depends on its place in the queue
+//! it is woken (with the new document, where the store delivers it: then it does not read); on
+//! one that cannot, for an interval that depends on its place in the queue
 //! ([`crate::poll`]). Either way it also wakes when the earliest lease, claim window or waiter
 //! lease of the key is due to end, so taking over from a crashed holder costs about its TTL and
 //! no more.
@@ -339,16 +340,32 @@ async fn acquire_until(
             sleep = sleep.min(d.saturating_duration_since(now));
         }
         read_now = false;
-        match watch.as_mut() {
+        let pushed_doc = match watch.as_mut() {
             Some(w) => {
                 tokio::select! {
-                    _ = tokio::time::sleep(sleep) => {}
+                    _ = tokio::time::sleep(sleep) => None,
                     changed = w.changed() => changed?,
                 }
             }
-            None => tokio::time::sleep(sleep).await,
-        }
-        let snapshot = coord.read(key).await?;
+            None => {
+                tokio::time::sleep(sleep).await;
+                None
+            }
+        };
+        let snapshot = match pushed_doc {
+            Some(pushed) => {
+                let snapshot = coord.adopt(key, pushed).await?;
+                let mine = snapshot.doc.as_ref().and_then(|d| d.by_id(&pending.id));
+                if mine.is_some() {
+                    snapshot
+                } else {
+                    // A pushed document may predate this ticket (a wake-up sent before the
+                    // enqueue, delivered after it): only a read can say the ticket is gone.
+                    coord.read(key).await?
+                }
+            }
+            None => coord.read(key).await?,
+        };
         clock_reading = (snapshot.clock.clone(), Instant::now());
         let Some(new_doc) = snapshot.doc else {
             return Err(lost(key, &doc, &pending.id));

@@ -190,6 +190,22 @@ impl Coordinator {
         })
     }
 
+    /// Takes a document a watch delivered ([`baton_store::WatchHandle::changed`]) as the key's
+    /// latest, as [`Coordinator::read`] would have returned it: into the cache (so the next
+    /// operation is one CAS) and before the observer, with the store clock read now. A pushed
+    /// document may be older than one this process wrote since; the CAS that follows finds out,
+    /// so trusting it costs at most a conflict, never a wrong write.
+    pub async fn adopt(&self, key: &str, pushed: Versioned) -> Result<KeySnapshot, ClientError> {
+        let cached = self.decode(key, pushed)?;
+        self.remember(key, cached.version.clone(), cached.doc.clone());
+        let clock = self.store.clock().await?;
+        Ok(KeySnapshot {
+            doc: cached.doc,
+            clock,
+            wall_ms: wall_ms(),
+        })
+    }
+
     /// When a store has no clock: milliseconds on this process's monotonic clock, on which
     /// [`Observer`] deadlines are expressed.
     pub fn mono_ms(&self) -> u64 {

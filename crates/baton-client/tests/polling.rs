@@ -175,3 +175,43 @@ async fn with_push_waiters_read_by_timer_only_at_the_longest_interval() {
         );
     }
 }
+
+/// Where wake-ups carry the document (the memory store's do, like PostgreSQL's, Redis's and
+/// etcd's), a waiter woken by the release reads nothing: it takes the pushed document, sees its
+/// grant and claims it with one CAS. Counted, not timed.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_woken_with_the_document_does_not_read() {
+    let shared = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(shared.clone());
+    let lease = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    let store = Arc::new(PollOnly {
+        inner: shared.clone(),
+        loads: AtomicU64::new(0),
+        push: true,
+    });
+    let coord = Coordinator::new(store.clone());
+    let wait = tokio::spawn(async move {
+        let lease = acquire(&coord, &Pending::new("k"), &options()).await;
+        (lease, coord)
+    });
+    // The waiter enqueues (a load, then its CAS), subscribes and reads once, then sleeps until
+    // woken; paused time only moves on once it is asleep.
+    while store.loads.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let loads_before = store.loads.load(Ordering::SeqCst);
+    baton_client::acquire::release(&holder, "k", &lease.token, baton_core::Outcome::Succeeded)
+        .await
+        .unwrap();
+    let (granted, _coord) = wait.await.unwrap();
+    let granted = granted.unwrap();
+    assert!(granted.fence > lease.fence, "{granted:?} after {lease:?}");
+    assert_eq!(
+        store.loads.load(Ordering::SeqCst),
+        loads_before,
+        "the waiter read the store after its wake-up, which carried the document"
+    );
+}

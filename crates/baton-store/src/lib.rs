@@ -69,7 +69,8 @@ pub mod server_clock;
 
 pub use error::StoreError;
 pub use store::{
-    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle,
+    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, Wake,
+    WatchHandle,
 };
 
 /// The result type of every store operation.

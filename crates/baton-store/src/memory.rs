@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, Version, Versioned,
+    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, Version, Versioned, Wake,
     WatchHandle,
 };
 
@@ -42,8 +42,9 @@ struct Entry {
     /// The current document and its version (1 for the first write); `None` until written.
     document: Option<(u64, Vec<u8>)>,
     history: Vec<HistoryRecord>,
-    /// Bumped after every successful CAS; receivers are handed out by `watch`.
-    changes: watch::Sender<u64>,
+    /// Told every successful CAS, with the document written; receivers are handed out by
+    /// `watch`.
+    changes: watch::Sender<Wake>,
 }
 
 impl Entry {
@@ -51,7 +52,7 @@ impl Entry {
         Self {
             document: None,
             history: Vec::new(),
-            changes: watch::Sender::new(0),
+            changes: watch::Sender::new(Wake::read_again()),
         }
     }
 
@@ -116,6 +117,7 @@ impl Store for MemoryStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
+            watch_documents: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
@@ -164,7 +166,10 @@ impl Store for MemoryStore {
                     bytes: bytes.clone(),
                 }),
         );
-        entry.changes.send_modify(|n_changes| *n_changes += 1);
+        entry.changes.send_replace(Wake::with(Versioned {
+            version: Version(new_version.to_string()),
+            bytes: bytes.to_vec(),
+        }));
         Ok(CasOutcome::Written {
             version: Version(new_version.to_string()),
         })

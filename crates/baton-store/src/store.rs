@@ -1,6 +1,7 @@
 //! The [`Store`] trait: the contract between baton's coordinator and every storage backend.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -75,6 +76,9 @@ pub enum StoreClock {
 pub struct Capabilities {
     /// [`Store::watch`] pushes wake-ups.
     pub watch: bool,
+    /// Wake-ups carry the document each change wrote (up to the size the store's channel
+    /// takes: larger documents wake with [`Wake::read_again`]).
+    pub watch_documents: bool,
     /// A failed CAS returns the current document in [`CasOutcome::Conflict`].
     pub conflict_returns_current: bool,
     /// [`Store::clock`] returns [`StoreClock::Time`].
@@ -85,24 +89,53 @@ pub struct Capabilities {
     pub clock_uncertain_ms: u64,
 }
 
+/// What a watch learned: the key changed, and, where the store delivers it with the wake-up,
+/// the document as that change left it (`None`: read the key to learn what changed; also what a
+/// spurious wake-up or a reconnection says).
+#[derive(Clone, Debug, Default)]
+pub struct Wake {
+    /// The document the change wrote, as [`Store::load`] would have returned it right then.
+    pub document: Option<Arc<Versioned>>,
+}
+
+impl Wake {
+    /// A wake-up that only says "something changed".
+    pub fn read_again() -> Wake {
+        Wake { document: None }
+    }
+
+    /// A wake-up carrying the document written.
+    pub fn with(document: Versioned) -> Wake {
+        Wake {
+            document: Some(Arc::new(document)),
+        }
+    }
+}
+
 /// A subscription to changes of one key: [`WatchHandle::changed`] resolves after the key's
 /// document changes. Spurious wake-ups are allowed; missed ones are not.
 pub struct WatchHandle {
-    receiver: tokio::sync::watch::Receiver<u64>,
+    receiver: tokio::sync::watch::Receiver<Wake>,
 }
 
 impl WatchHandle {
-    /// Wraps a receiver whose value the store bumps at every change of the key.
-    pub fn new(receiver: tokio::sync::watch::Receiver<u64>) -> Self {
+    /// Wraps a receiver to which the store sends a [`Wake`] at every change of the key (only
+    /// the latest is kept: a slow watcher sees the newest document, never a backlog).
+    pub fn new(receiver: tokio::sync::watch::Receiver<Wake>) -> Self {
         Self { receiver }
     }
 
-    /// Waits for the next change. Returns an error when the store has gone away.
-    pub async fn changed(&mut self) -> Result<()> {
+    /// Waits for the next change, and returns the document it wrote when the store delivered
+    /// it (a waiter then needs no read; it may be older than a document the caller wrote
+    /// since, so it is an optimisation, never a proof). Returns an error when the store has
+    /// gone away.
+    pub async fn changed(&mut self) -> Result<Option<Versioned>> {
         self.receiver
             .changed()
             .await
-            .map_err(|_| crate::StoreError::Closed)
+            .map_err(|_| crate::StoreError::Closed)?;
+        let wake = self.receiver.borrow_and_update();
+        Ok(wake.document.as_deref().cloned())
     }
 }
 

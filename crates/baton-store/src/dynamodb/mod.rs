@@ -518,6 +518,7 @@ impl Store for DynamoStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: false,
+            watch_documents: false,
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,

@@ -312,6 +312,7 @@ impl Store for EtcdStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
+            watch_documents: true,
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,

@@ -1,8 +1,9 @@
 //! Push wake-ups from etcd: one watch stream per store, one etcd watch per watched key.
 //!
 //! A background task owns the stream. [`Watcher::subscribe`] asks it for a key; the task creates
-//! an etcd watch on the key's document (once per key, shared by every handle of that key) and
-//! bumps the key's counter at each event. [`WatchHandle`]s are receivers of that counter.
+//! an etcd watch on the key's document (once per key, shared by every handle of that key) and at
+//! each event hands the document the event carries (value and mod revision: the version a load
+//! would return) to the key's [`WatchHandle`]s, so a woken waiter needs no read.
 //!
 //! Nothing may be missed, so:
 //! - `subscribe` returns only once etcd has confirmed the watch (or after [`SUBSCRIBE_WAIT`],
@@ -19,10 +20,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use etcd_client::{Client, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream};
+use etcd_client::{
+    Client, EventType, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
+};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::{StoreError, WatchHandle};
+use crate::{StoreError, Version, Versioned, Wake, WatchHandle};
 
 /// How long `subscribe` waits for etcd to confirm a new watch before handing out the handle
 /// anyway.
@@ -64,23 +67,33 @@ struct Command {
 
 struct Subscription {
     changes: watch::Receiver<u64>,
+    wakes: watch::Receiver<Wake>,
     state: watch::Receiver<State>,
 }
 
 /// One watched key, in the task.
 struct Watched {
-    /// Bumped at each change of the key (and once after each (re)creation of its watch).
+    /// Bumped at each change of the key (and once after each (re)creation of its watch), with
+    /// each wake-up: a new handle compares it with its watch's confirmation.
     changes: watch::Sender<u64>,
+    /// What the handles receive: the document an event carried, or "read again".
+    wakes: watch::Sender<Wake>,
     state: watch::Sender<State>,
 }
 
 impl Watched {
+    /// Wakes the key's handles without a document: they read.
     fn bump(&self) {
+        self.wake(Wake::read_again());
+    }
+
+    fn wake(&self, wake: Wake) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
+        self.wakes.send_replace(wake);
     }
 
     fn is_unused(&self) -> bool {
-        self.changes.receiver_count() == 0 && self.state.receiver_count() == 0
+        self.wakes.receiver_count() == 0 && self.state.receiver_count() == 0
     }
 }
 
@@ -105,7 +118,8 @@ impl Watcher {
             .send(Command { key, reply })
             .map_err(|_| StoreError::Closed)?;
         let Subscription {
-            mut changes,
+            changes,
+            mut wakes,
             mut state,
         } = replied.await.map_err(|_| StoreError::Closed)?;
         let settled = tokio::time::timeout(
@@ -119,14 +133,17 @@ impl Watcher {
                 // The confirmation bumped the counter for handles given out earlier; this one
                 // was made before the watch existed and needs no wake-up for that. Any bump after
                 // it is a real change and must wake.
-                let seen = *changes.borrow_and_update();
+                // Clear first, then compare: a change after the clearing marks the handle by
+                // itself, and one before it shows in the count.
+                wakes.borrow_and_update();
+                let seen = *changes.borrow();
                 if seen != changes_at {
-                    changes.mark_changed();
+                    wakes.mark_changed();
                 }
-                Ok(Some(WatchHandle::new(changes)))
+                Ok(Some(WatchHandle::new(wakes)))
             }
             // Still pending: the task bumps the counter once the watch exists.
-            Ok(Ok(State::Pending)) | Err(_) => Ok(Some(WatchHandle::new(changes))),
+            Ok(Ok(State::Pending)) | Err(_) => Ok(Some(WatchHandle::new(wakes))),
             Ok(Err(_)) => Err(StoreError::Closed),
         }
     }
@@ -185,6 +202,7 @@ fn accept(keys: &mut HashMap<Vec<u8>, Watched>, command: Command) -> Option<Vec<
         create = true;
         Watched {
             changes: watch::Sender::new(0),
+            wakes: watch::Sender::new(Wake::read_again()),
             state: watch::Sender::new(State::Pending),
         }
     });
@@ -196,6 +214,7 @@ fn accept(keys: &mut HashMap<Vec<u8>, Watched>, command: Command) -> Option<Vec<
     // The subscriber may have given up waiting (its future dropped): nothing to do then.
     let _ = reply.send(Subscription {
         changes: watched.changes.subscribe(),
+        wakes: watched.wakes.subscribe(),
         state: watched.state.subscribe(),
     });
     create.then_some(key)
@@ -348,11 +367,25 @@ impl Stream {
                     .await
                     .map_err(|error| error.to_string())?;
             }
-            Some(watched) => watched.bump(),
+            Some(watched) => watched.wake(latest_document(&response)),
             None => {}
         }
         Ok(())
     }
+}
+
+/// What the last event of a response tells the key's handles: the document it put, as a load
+/// would return it (version: the mod revision), or "read again" for a delete (baton never deletes
+/// documents; someone did by hand).
+fn latest_document(response: &WatchResponse) -> Wake {
+    let put = response.events().last().and_then(|event| {
+        let kv = event.kv()?;
+        (event.event_type() == EventType::Put).then(|| Versioned {
+            version: Version(kv.mod_revision().to_string()),
+            bytes: kv.value().to_vec(),
+        })
+    });
+    put.map_or_else(Wake::read_again, Wake::with)
 }
 
 /// Every watch: the key's document from now on, large revisions split into fragments.

@@ -1,11 +1,13 @@
 //! Wake-ups for the PostgreSQL store: one `LISTEN` connection per store.
 //!
-//! Every CAS that writes sends `pg_notify('baton_changed', key)` in its own statement, delivered
-//! when it commits. The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
+//! Every CAS that writes sends `pg_notify('baton_changed', KEY \n VERSION \n HEX(DOCUMENT))` in
+//! its own statement, delivered when it commits (the document only when it fits the payload:
+//! see [`super::PUSHED_DOCUMENT_MAX`]).
+//! The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
 //! connection of its own, checks that notifications really arrive (a transaction-mode pooler
 //! such as PgBouncer accepts `LISTEN` but delivers nothing: then `watch` returns `None` and
-//! waiters poll), and starts a task that bumps the counter of the key each notification names.
-//! Every watch handle of the store follows its key's counter.
+//! waiters poll), and starts a task that hands each notification's document to the watchers of
+//! the key it names. Every watch handle of the store follows its key's channel.
 //!
 //! Missed wake-ups are not allowed; spurious ones are. Notifications sent while the connection
 //! was down are lost, so every time the listener reconnects it bumps every counter: each waiter
@@ -21,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use super::connections::Connections;
 use super::{CHANNEL, CONNECT_TIMEOUT};
-use crate::WatchHandle;
+use crate::{Version, Versioned, Wake, WatchHandle};
 
 /// How long the first `watch` waits for its test notification to come back. Far longer than a
 /// healthy server needs (a round trip); a pooler that never delivers costs this once per
@@ -42,9 +44,9 @@ pub(super) enum State {
     Failed(Instant),
 }
 
-/// The counter of each watched key. Entries whose handles have all been dropped are swept at
-/// the next subscription.
-type Counters = Arc<Mutex<HashMap<String, watch::Sender<u64>>>>;
+/// The wake-up channel of each watched key. Entries whose handles have all been dropped are
+/// swept at the next subscription.
+type Counters = Arc<Mutex<HashMap<String, watch::Sender<Wake>>>>;
 
 /// A running listener: the counters it bumps and the task that bumps them (aborted on drop, so
 /// the connection closes with the store).
@@ -97,7 +99,7 @@ impl Listener {
         counters.retain(|_, counter| counter.receiver_count() > 0);
         let counter = counters
             .entry(key.to_owned())
-            .or_insert_with(|| watch::channel(0).0);
+            .or_insert_with(|| watch::channel(Wake::read_again()).0);
         WatchHandle::new(counter.subscribe())
     }
 }
@@ -176,9 +178,10 @@ async fn follow(mut listener: PgListener, options: PgConnectOptions, counters: C
     loop {
         match listener.try_recv().await {
             Ok(Some(notification)) => {
+                let (key, wake) = parse_payload(notification.payload());
                 let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(counter) = counters.get(notification.payload()) {
-                    counter.send_modify(|n| *n = n.wrapping_add(1));
+                if let Some(counter) = counters.get(key) {
+                    counter.send_replace(wake);
                 }
             }
             // sqlx reconnected and listens again; what was sent in between is lost.
@@ -212,6 +215,70 @@ async fn reconnect(options: &PgConnectOptions) -> PgListener {
 fn wake_all(counters: &Counters) {
     let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
     for counter in counters.values() {
-        counter.send_modify(|n| *n = n.wrapping_add(1));
+        counter.send_replace(Wake::read_again());
+    }
+}
+
+/// The key a notification names and what its watchers learn: the version and document when the
+/// payload carries them whole, else only that the key changed (an older baton's payload is the
+/// bare key; a large document's hex is left empty).
+fn parse_payload(payload: &str) -> (&str, Wake) {
+    let mut parts = payload.splitn(3, '\n');
+    let key = parts.next().unwrap_or_default();
+    let (Some(version), Some(hex_document)) = (parts.next(), parts.next()) else {
+        return (key, Wake::read_again());
+    };
+    if version.is_empty() || hex_document.is_empty() {
+        return (key, Wake::read_again());
+    }
+    match hex::decode(hex_document) {
+        Ok(bytes) => (
+            key,
+            Wake::with(Versioned {
+                version: Version(version.to_owned()),
+                bytes,
+            }),
+        ),
+        Err(_) => (key, Wake::read_again()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn document(wake: &Wake) -> Option<(&str, &[u8])> {
+        wake.document
+            .as_deref()
+            .map(|d| (d.version.0.as_str(), d.bytes.as_slice()))
+    }
+
+    #[test]
+    fn a_payload_with_a_document_delivers_it() {
+        let (key, wake) = parse_payload("deploy/prod\n42\n7b2261223a317d");
+        assert_eq!(key, "deploy/prod");
+        assert_eq!(document(&wake), Some(("42", &b"{\"a\":1}"[..])));
+    }
+
+    #[test]
+    fn keys_may_hold_spaces_and_unicode() {
+        let (key, wake) = parse_payload("a b/ключ\n7\n00ff");
+        assert_eq!(key, "a b/ключ");
+        assert_eq!(document(&wake), Some(("7", &[0u8, 255][..])));
+    }
+
+    #[test]
+    fn anything_less_only_says_the_key_changed() {
+        for (payload, expected_key) in [
+            ("k", "k"),             // an older baton: the bare key
+            ("k\n9\n", "k"),        // a document too large to carry
+            ("k\n\n00", "k"),       // no version
+            ("k\n9\nnot hex", "k"), // not written by baton
+            ("", ""),               // the listener's own test notification
+        ] {
+            let (key, wake) = parse_payload(payload);
+            assert_eq!(key, expected_key, "{payload:?}");
+            assert!(wake.document.is_none(), "{payload:?}");
+        }
     }
 }

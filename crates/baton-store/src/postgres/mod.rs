@@ -10,8 +10,9 @@
 //! - a CAS is one statement of data-modifying CTEs: the conditional `UPDATE` (or, for a create,
 //!   `INSERT … ON CONFLICT DO NOTHING`) bumps the version and the key's history counter by the
 //!   number of entries; the history rows are inserted only from the row the write returned, with
-//!   seqs taken from that counter; `pg_notify` wakes the key's watchers (delivered at commit,
-//!   and only if the write happened); and the reply carries the current row (when the CAS lost)
+//!   seqs taken from that counter; `pg_notify` wakes the key's watchers with the new version and
+//!   document (delivered at commit, and only if the write happened), so a woken waiter needs
+//!   no read; and the reply carries the current row (when the CAS lost)
 //!   and the server's time either way. A statement in autocommit is its own transaction. (A CAS
 //!   that lost to a write committed after its statement began reads again: see `cas`.)
 //! - a load reads the row and the server's time together.
@@ -67,9 +68,30 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// `max_connections`.
 pub const MAX_CONNECTIONS: usize = 5;
 
-/// The `NOTIFY` channel of every baton store; the payload is the key. Stores in other schemas of
-/// the same database share it, which only means spurious wake-ups for equal keys.
+/// The `NOTIFY` channel of every baton store. Stores in other schemas of the same database share
+/// it, which only means spurious wake-ups for equal keys.
 const CHANNEL: &str = "baton_changed";
+
+/// The largest document a wake-up carries (in bytes, before hex doubles it): `NOTIFY` takes
+/// payloads under 8,000 bytes, and a key (up to 256 bytes) and a version go with it. A
+/// long-used key's document is about 640 bytes; a larger one wakes its watchers without it, and
+/// they read it.
+pub const PUSHED_DOCUMENT_MAX: usize = 3_800;
+
+/// The payload of a CAS's wake-up: `KEY \n VERSION \n HEX(DOCUMENT)`, the hex left empty when
+/// the document is over [`PUSHED_DOCUMENT_MAX`]. Keys hold no control characters, so the first
+/// two newlines split it. `$doc` is the statement's document parameter; `$1` is always the key.
+macro_rules! notify_payload {
+    ($doc:literal) => {
+        concat!(
+            "$1 || E'\\n' || written.version || E'\\n' || CASE WHEN octet_length(",
+            $doc,
+            ") <= 3800 THEN encode(",
+            $doc,
+            ", 'hex') ELSE '' END"
+        )
+    };
+}
 
 /// The time stamp every reply carries: the server's wall clock in whole milliseconds, rounded
 /// down (an estimate that is low by a fraction of a millisecond ends other leases late, never
@@ -109,7 +131,9 @@ const CAS_UPDATE: &str = concat!(
         FROM written, unnest($4::bytea[]) WITH ORDINALITY AS entries (entry, n)
     ),
     notified AS (
-        SELECT pg_notify('baton_changed', $1) FROM written
+        SELECT pg_notify('baton_changed', ",
+    notify_payload!("$3"),
+    ") FROM written
     )
     SELECT
         (SELECT version FROM written) AS written_version,
@@ -140,7 +164,9 @@ const CAS_CREATE: &str = concat!(
         FROM written, unnest($3::bytea[]) WITH ORDINALITY AS entries (entry, n)
     ),
     notified AS (
-        SELECT pg_notify('baton_changed', $1) FROM written
+        SELECT pg_notify('baton_changed', ",
+    notify_payload!("$2"),
+    ") FROM written
     )
     SELECT
         (SELECT version FROM written) AS written_version,
@@ -442,6 +468,7 @@ impl Store for PostgresStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
+            watch_documents: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
@@ -834,7 +861,9 @@ mod tests {
     #[test]
     fn every_cas_notifies_the_channel_the_listener_listens_on() {
         for statement in [CAS_CREATE, CAS_UPDATE] {
-            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1)")));
+            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1 ||")));
+            // The statement's limit is the constant the listener and the docs name.
+            assert!(statement.contains(&format!(") <= {PUSHED_DOCUMENT_MAX} THEN encode(")));
         }
     }
 

@@ -7,7 +7,7 @@
 -- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
 -- ARGV[2]  the expected version
 -- ARGV[3]  the new document
--- ARGV[4]  the key, as baton names it (member of KEYS[3], payload of the wake-up)
+-- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace
 -- ARGV[6]  how many history entries to keep per key (approximate trimming, at least that many)
 -- ARGV[7..] history entries to append, oldest first
@@ -70,5 +70,13 @@ if n_entries > 0 then
     redis.call('HSET', KEYS[1], 's', first_seq + n_entries - 1)
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
-redis.call('PUBLISH', ARGV[5], ARGV[4])
+-- The wake-up says which key changed and, unless the document is large, what it now holds, so a
+-- woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control characters).
+-- Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: every subscriber of the
+-- namespace receives every wake-up, and Redis disconnects subscribers that fall behind.
+if #ARGV[3] <= 8192 then
+    redis.call('PUBLISH', ARGV[5], ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3])
+else
+    redis.call('PUBLISH', ARGV[5], ARGV[4])
+end
 return {1, now[1], now[2], new_version}

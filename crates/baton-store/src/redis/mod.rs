@@ -13,7 +13,8 @@
 //! | `baton:hist:K` | stream | the history log: entry ID `<seq>-0`, one field `e` with the entry |
 //! | `baton:keys` | sorted set | every key with a document, score 0, for `list` |
 //!
-//! and the pub/sub channel `baton:wake:DB` carries a key's name after each write to it. `K` is
+//! and the pub/sub channel `baton:wake:DB` carries a key's name, new version and document
+//! after each write to it (the name alone for a document over [`PUSHED_DOCUMENT_MAX`]). `K` is
 //! taken byte for byte (Redis keys are binary), so no key needs escaping and none can reach
 //! another's names: the fixed part comes first. Namespaces should not be prefixes of one another.
 //!
@@ -101,6 +102,11 @@ pub const CLOCK_EPOCH: &str = "redis-server-time";
 /// The CAS script. Its SHA-1 is computed once per store; the server caches it after the first
 /// load.
 const CAS_SCRIPT: &str = include_str!("cas.lua");
+
+/// The largest document a wake-up carries (bytes). Every subscriber of a namespace receives
+/// every wake-up, and Redis disconnects a subscriber whose unread messages pile up past its
+/// `client-output-buffer-limit`; a long-used key's document is about 640 bytes.
+pub const PUSHED_DOCUMENT_MAX: usize = 8_192;
 
 /// A [`Store`] on a Redis server. Cheap to clone; clones share the connection.
 #[derive(Clone)]
@@ -395,6 +401,7 @@ impl Store for RedisStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
+            watch_documents: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,

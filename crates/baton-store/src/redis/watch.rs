@@ -1,8 +1,9 @@
 //! Wake-ups for the Redis store: one pub/sub subscriber per store.
 //!
-//! Every CAS publishes the key it wrote on the namespace's channel. One background task per
-//! store holds a subscriber connection to that channel and bumps the counter of each key it
-//! hears about; every [`crate::WatchHandle`] of a key follows that key's counter.
+//! Every CAS publishes the key it wrote, with the new version and document, on the namespace's
+//! channel. One background task per store holds a subscriber connection to that channel and
+//! hands each message's document to the watchers of the key it names; every
+//! [`crate::WatchHandle`] of a key follows that key's channel.
 //!
 //! Pub/sub delivers at most once: a message published while the subscriber is disconnected is
 //! gone. So the task, each time its subscription is (re)confirmed, bumps *every* counter once:
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::{Version, Versioned, Wake};
 
 /// After this long without a message, the subscriber PINGs to learn whether it is still
 /// connected.
@@ -34,7 +36,7 @@ const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
 
 /// Each watched key's counter. A std mutex: taken briefly, never across an `.await`.
-type Counters = Mutex<HashMap<String, watch::Sender<u64>>>;
+type Counters = Mutex<HashMap<String, watch::Sender<Wake>>>;
 
 /// A running subscriber: the counters, and the task that feeds them (aborted on drop).
 pub(super) struct Watcher {
@@ -57,7 +59,7 @@ impl Watcher {
     }
 
     /// A receiver that changes after each write to `key` (and after each reconnection).
-    pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<u64> {
+    pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<Wake> {
         let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
         // Forget keys nobody watches any more, so a long-lived store does not grow. A counter
         // with receivers is never dropped: a receiver whose sender is gone reports the store
@@ -65,7 +67,7 @@ impl Watcher {
         counters.retain(|_, sender| sender.receiver_count() > 0);
         counters
             .entry(key.to_owned())
-            .or_insert_with(|| watch::Sender::new(0))
+            .or_insert_with(|| watch::Sender::new(Wake::read_again()))
             .subscribe()
     }
 }
@@ -146,14 +148,38 @@ fn bump(counters: &Weak<Counters>, message: &Msg) -> bool {
     let Some(counters) = counters.upgrade() else {
         return false;
     };
-    // Payloads are keys, which are UTF-8; anything else was not published by baton.
-    if let Ok(key) = std::str::from_utf8(message.get_payload_bytes()) {
+    let (key, wake) = parse_payload(message.get_payload_bytes());
+    // Keys are UTF-8; anything else was not published by baton.
+    if let Ok(key) = std::str::from_utf8(key) {
         let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(counter) = counters.get(key) {
-            counter.send_modify(|n| *n = n.wrapping_add(1));
+            counter.send_replace(wake);
         }
     }
     true
+}
+
+/// The key a message names and what its watchers learn: `KEY \n VERSION \n DOCUMENT` delivers
+/// the document (any bytes, newlines included); a bare key (a large document, or an older baton)
+/// only says the key changed.
+fn parse_payload(payload: &[u8]) -> (&[u8], Wake) {
+    let mut parts = payload.splitn(3, |byte| *byte == b'\n');
+    let key = parts.next().unwrap_or_default();
+    match (parts.next(), parts.next()) {
+        (Some(version), Some(document)) if !version.is_empty() => {
+            match std::str::from_utf8(version) {
+                Ok(version) => (
+                    key,
+                    Wake::with(Versioned {
+                        version: Version(version.to_owned()),
+                        bytes: document.to_vec(),
+                    }),
+                ),
+                Err(_) => (key, Wake::read_again()),
+            }
+        }
+        _ => (key, Wake::read_again()),
+    }
 }
 
 /// Wakes every watcher once. False when the store is gone.
@@ -163,7 +189,44 @@ fn bump_all(counters: &Weak<Counters>) -> bool {
     };
     let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
     for counter in counters.values() {
-        counter.send_modify(|n| *n = n.wrapping_add(1));
+        counter.send_replace(Wake::read_again());
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_with_a_document_delivers_it_byte_for_byte() {
+        let (key, wake) = parse_payload(b"deploy/prod\n7-1795350872000123\n{\"a\":\n1}\xff");
+        assert_eq!(key, b"deploy/prod");
+        let document = wake.document.expect("a document");
+        assert_eq!(document.version.0, "7-1795350872000123");
+        assert_eq!(document.bytes, b"{\"a\":\n1}\xff");
+    }
+
+    #[test]
+    fn an_empty_document_is_a_document() {
+        let (_, wake) = parse_payload(b"k\n3-1\n");
+        assert_eq!(wake.document.expect("a document").bytes, b"");
+    }
+
+    #[test]
+    fn a_bare_key_only_says_the_key_changed() {
+        for payload in [&b"k"[..], b"k\n\nx", b"k\n3-1"] {
+            let (key, wake) = parse_payload(payload);
+            assert_eq!(key, b"k");
+            assert!(wake.document.is_none(), "{payload:?}");
+        }
+    }
+
+    #[test]
+    fn the_script_carries_documents_up_to_the_limit() {
+        assert!(super::super::CAS_SCRIPT.contains(&format!(
+            "if #ARGV[3] <= {} then",
+            super::super::PUSHED_DOCUMENT_MAX
+        )));
+    }
 }

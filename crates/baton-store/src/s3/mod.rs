@@ -537,6 +537,7 @@ impl Store for S3Store {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: false,
+            watch_documents: false,
             // A 412 carries no body; only a CAS that had to read the record first knows it.
             conflict_returns_current: false,
             clock: true,

@@ -141,6 +141,7 @@ impl Store for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
+            watch_documents: false,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,

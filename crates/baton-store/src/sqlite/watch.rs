@@ -18,9 +18,11 @@ use tokio::io::Interest;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::Wake;
+
 /// A running watcher: its counter, and the task that feeds it (aborted on drop).
 pub(super) struct Watcher {
-    counter: watch::Sender<u64>,
+    counter: watch::Sender<Wake>,
     task: JoinHandle<()>,
 }
 
@@ -46,13 +48,13 @@ impl Watcher {
         // returns the same one, and the AsyncFd owns the Inotify from here on.
         let fd = unsafe { AsyncFd::register_with_interest(inotify, Interest::READABLE) }
             .map_err(io::Error::from)?;
-        let (counter, _) = watch::channel(0u64);
+        let (counter, _) = watch::channel(Wake::read_again());
         let task = tokio::spawn(follow(fd, names, counter.clone()));
         Ok(Watcher { counter, task })
     }
 
     /// A receiver that changes at every write to the file.
-    pub(super) fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(super) fn subscribe(&self) -> watch::Receiver<Wake> {
         self.counter.subscribe()
     }
 }
@@ -63,7 +65,7 @@ impl Drop for Watcher {
     }
 }
 
-async fn follow(mut fd: AsyncFd<Inotify>, names: [OsString; 2], counter: watch::Sender<u64>) {
+async fn follow(mut fd: AsyncFd<Inotify>, names: [OsString; 2], counter: watch::Sender<Wake>) {
     let mut buffer = [0u8; 4096];
     loop {
         let Ok(mut ready) = fd.readable_mut().await else {
@@ -77,7 +79,10 @@ async fn follow(mut fd: AsyncFd<Inotify>, names: [OsString; 2], counter: watch::
             })
         }) {
             Ok(Ok(0)) => {}
-            Ok(Ok(_)) => counter.send_modify(|n| *n = n.wrapping_add(1)),
+            // inotify says the file changed, not what it holds: waiters read.
+            Ok(Ok(_)) => {
+                counter.send_replace(Wake::read_again());
+            }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "inotify read failed; waiters fall back to polling");
                 return;
