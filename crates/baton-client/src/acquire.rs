@@ -7,7 +7,9 @@
 //! lease of the key is due to end, so taking over from a crashed holder costs about its TTL and
 //! no more.
 //! It refreshes its own waiter lease rarely (every third of it), and claims its grant at the
-//! first read that shows it. Several keys are taken one at a time in sorted order, with the
+//! first read that shows it — or, when a heartbeat takes the lease at once ([`acquire_many`]) and
+//! the grant is provably fresh, returns right away and lets the heartbeat's first renewal claim
+//! it (see [`fresh_grant_until`]). Several keys are taken one at a time in sorted order, with the
 //! earlier ones renewed while it waits for the later ones, and all given back on failure: two
 //! callers can never deadlock.
 
@@ -18,7 +20,7 @@ use baton_core::op::{Enqueue, TicketView};
 use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Reply, Request, TicketState};
 use baton_store::StoreClock;
 
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, KeySnapshot};
 use crate::error::ClientError;
 use crate::heartbeat::Heartbeat;
 use crate::ids;
@@ -172,7 +174,9 @@ pub async fn acquire(
     options: &AcquireOptions,
 ) -> Result<Lease, ClientError> {
     let deadline = options.timeout.map(|t| Instant::now() + t);
-    acquire_until(coord, pending, options, deadline).await
+    // Nothing renews the lease this returns: it is claimed before it is returned.
+    let turn = acquire_until(coord, pending, options, deadline, false).await?;
+    Ok(turn.lease)
 }
 
 /// Takes every key, one at a time in sorted order, renewing those already held while waiting
@@ -189,9 +193,15 @@ pub async fn acquire_many(
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
     let mut leases = Vec::new();
     for pending in sorted {
-        match acquire_until(coord, pending, options, deadline).await {
-            Ok(lease) => {
-                heartbeat.add(&lease);
+        match acquire_until(coord, pending, options, deadline, true).await {
+            Ok(Turn {
+                lease,
+                unclaimed_until,
+            }) => {
+                match unclaimed_until {
+                    Some(until) => heartbeat.add_unclaimed(&lease, until),
+                    None => heartbeat.add(&lease),
+                }
                 leases.push(lease);
             }
             Err(error) => {
@@ -260,12 +270,32 @@ pub async fn renew(
     }
 }
 
+/// A turn taken: the lease, and, when the grant was seen but not yet claimed (left to the
+/// caller's heartbeat), the instant on this process's monotonic clock until which the grant
+/// surely stands unclaimed.
+struct Turn {
+    lease: Lease,
+    unclaimed_until: Option<Instant>,
+}
+
+impl From<Lease> for Turn {
+    fn from(lease: Lease) -> Turn {
+        Turn {
+            lease,
+            unclaimed_until: None,
+        }
+    }
+}
+
+/// Waits for the turn. With `heartbeat_claims`, the caller hands the lease to a heartbeat at
+/// once, so a fresh grant may be returned unclaimed ([`fresh_grant_until`]).
 async fn acquire_until(
     coord: &Coordinator,
     pending: &Pending,
     options: &AcquireOptions,
     deadline: Option<Instant>,
-) -> Result<Lease, ClientError> {
+    heartbeat_claims: bool,
+) -> Result<Turn, ClientError> {
     let key = pending.key.as_str();
     let started = Instant::now();
     let enqueue = Request {
@@ -286,9 +316,12 @@ async fn acquire_until(
             max_live: options.max_live,
         }),
     };
+    // When the last request was sent whose answer showed this ticket still queued: any grant
+    // to it happened later (every store's reads and writes are linearizable).
+    let mut queued_at = Instant::now();
     let executed = coord.execute(key, &enqueue).await?;
     if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
-        return Ok(lease);
+        return Ok(lease.into());
     }
     let mut watch = coord.store().watch(key).await?;
     let pushed = watch.is_some();
@@ -316,7 +349,9 @@ async fn acquire_until(
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
-            return give_up(coord, pending, options, &doc, position).await;
+            return give_up(coord, pending, options, &doc, position)
+                .await
+                .map(Turn::from);
         }
         // Sleep until the first of: the next poll, this waiter's refresh, the earliest deadline
         // among the key's tickets; on a store that cannot push, never less than the poll floor
@@ -361,10 +396,10 @@ async fn acquire_until(
                 } else {
                     // A pushed document may predate this ticket (a wake-up sent before the
                     // enqueue, delivered after it): only a read can say the ticket is gone.
-                    coord.read(key).await?
+                    read_noting_queued(coord, key, &pending.id, &mut queued_at).await?
                 }
             }
-            None => coord.read(key).await?,
+            None => read_noting_queued(coord, key, &pending.id, &mut queued_at).await?,
         };
         clock_reading = (snapshot.clock.clone(), Instant::now());
         let Some(new_doc) = snapshot.doc else {
@@ -391,6 +426,24 @@ async fn acquire_until(
             };
             apply(Some(&doc), &tick, &clock).is_ok_and(|a| a.changed)
         };
+        if heartbeat_claims && mine.state == TicketState::Held && !mine.claimed {
+            let claim = Duration::from_millis(mine.claim_ms);
+            if let Some(until) = fresh_grant_until(queued_at, claim, Instant::now()) {
+                let left = until.saturating_duration_since(Instant::now());
+                return Ok(Turn {
+                    lease: Lease {
+                        key: key.to_string(),
+                        id: pending.id.clone(),
+                        token: pending.token.clone(),
+                        fence: mine.fence,
+                        acquired_wall_ms: mine.granted_wall_ms,
+                        lease_until_wall_ms: wall_ms() + left.as_millis() as u64,
+                        ttl_ms: options.ttl.as_millis() as u64,
+                    },
+                    unclaimed_until: Some(until),
+                });
+            }
+        }
         let refresh_due = last_refresh.elapsed() >= refresh_every;
         if mine.state == TicketState::Held || something_expired || refresh_due {
             let refresh = Request {
@@ -400,14 +453,54 @@ async fn acquire_until(
                     token: pending.token.clone(),
                 },
             };
+            let sent = Instant::now();
             let executed = coord.execute(key, &refresh).await?;
             last_refresh = Instant::now();
             if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
-                return Ok(lease);
+                return Ok(lease.into());
+            }
+            if is_queued(&executed.doc, &pending.id) {
+                queued_at = sent;
             }
             doc = executed.doc;
         }
     }
+}
+
+/// Until when a grant seen unclaimed surely stands, if long enough to hand it to a heartbeat
+/// instead of claiming it first: `queued_at` is when the last request was sent whose answer
+/// showed the ticket queued, so the grant was written after it, and no participant ends an
+/// unclaimed grant before its claim window has passed since it was written — on a store clock
+/// (deadline = grant + claim, readings never ahead) or by observation (the grant's heartbeat
+/// seen unchanged for the window, seen no earlier than it was written). Less the heartbeat's
+/// safety margin. Worth it only if at least half the window is left: the heartbeat's claim is
+/// one CAS, and a grant claimed first never needs this bound. How long ago the pushed
+/// document was sent, or how long this process was paused since, does not matter: the bound
+/// is from this process's own request.
+pub fn fresh_grant_until(queued_at: Instant, claim: Duration, now: Instant) -> Option<Instant> {
+    let until = queued_at + claim - crate::heartbeat::safety_margin(claim);
+    (until.saturating_duration_since(now) >= claim / 2).then_some(until)
+}
+
+/// Reads `key`; when the answer shows ticket `id` queued, the read's send time becomes
+/// `queued_at`.
+async fn read_noting_queued(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    queued_at: &mut Instant,
+) -> Result<KeySnapshot, ClientError> {
+    let sent = Instant::now();
+    let snapshot = coord.read(key).await?;
+    if snapshot.doc.as_ref().is_some_and(|doc| is_queued(doc, id)) {
+        *queued_at = sent;
+    }
+    Ok(snapshot)
+}
+
+fn is_queued(doc: &Doc, id: &str) -> bool {
+    doc.by_id(id)
+        .is_some_and(|ticket| ticket.state == TicketState::Queued)
 }
 
 /// How long until the earliest phase of another ticket of the key ends, if known.

@@ -6,6 +6,10 @@
 //! treated as lost (before the store can grant it to someone else), and the lost-lease signal
 //! fires. A process that was paused (SIGSTOP) past its lease notices at once on resume, since
 //! the deadline check runs before any renewal is tried.
+//!
+//! A lease may arrive unclaimed ([`Heartbeat::add_unclaimed`]: a grant the waiter saw but left
+//! to the heartbeat to claim). Its first renewal is sent at once and is the claim; until it
+//! succeeds, the lease stands only until the instant the waiter proved for the grant.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +40,9 @@ struct Tracked {
     confirmed_at: Instant,
     /// When to try next.
     next_try: Instant,
+    /// For a grant not yet claimed: until when it surely stands (replaces the TTL's deadline
+    /// until the first renewal, the claim, succeeds).
+    unclaimed_until: Option<Instant>,
 }
 
 /// The margin by which a lease is given up before its TTL runs out locally: a tenth of the
@@ -82,6 +89,23 @@ impl Heartbeat {
                 lease: lease.clone(),
                 confirmed_at: now,
                 next_try: now + every,
+                unclaimed_until: None,
+            });
+        }
+        self.wake.notify_one();
+    }
+
+    /// Starts renewing `lease`, a grant not yet claimed that surely stands until `until`: its
+    /// first renewal, sent at once, claims it; if that does not succeed by `until` (less
+    /// nothing: `until` already has the margin), the lease is lost.
+    pub fn add_unclaimed(&self, lease: &Lease, until: Instant) {
+        let now = Instant::now();
+        if let Ok(mut tracked) = self.tracked.lock() {
+            tracked.push(Tracked {
+                lease: lease.clone(),
+                confirmed_at: now,
+                next_try: now,
+                unclaimed_until: Some(until),
             });
         }
         self.wake.notify_one();
@@ -173,6 +197,7 @@ async fn run(
                         if confirmed {
                             t.confirmed_at = sent;
                             t.next_try = sent + ttl / 3;
+                            t.unclaimed_until = None;
                         } else {
                             t.next_try = Instant::now() + retry_in;
                         }
@@ -206,6 +231,9 @@ async fn run(
 }
 
 fn local_deadline(t: &Tracked) -> Instant {
+    if let Some(until) = t.unclaimed_until {
+        return until;
+    }
     let ttl = Duration::from_millis(t.lease.ttl_ms);
     t.confirmed_at + ttl - safety_margin(ttl)
 }

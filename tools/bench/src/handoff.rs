@@ -11,17 +11,19 @@
 //! - `baton run -q … -- baton-bench stamp FILE` (`--waiter run`, the default): t1 is read first
 //!   thing by the command, so t1 − t0 is everything a user waits for: the release's write, the
 //!   waiter's wake-up and read, its claim, and the start of its command; or
-//! - `baton-bench grant-stamp` (`--waiter library`), which waits through the library and reads
-//!   t1 the moment `acquire` returns: the handoff between the two processes' library calls,
+//! - `baton-bench grant-stamp` (`--waiter library`), which waits through the library as `baton
+//!   run` does (`acquire_many` with a heartbeat, whose first renewal claims a fresh grant) and
+//!   reads t1 the moment it returns: the handoff between the two processes' library calls,
 //!   without the cost of starting a command.
 
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
-use baton_client::Coordinator;
+use baton_client::acquire::{acquire, acquire_many, release, AcquireOptions, Pending};
+use baton_client::{Coordinator, Heartbeat, LeaseGuard};
 use baton_core::{Outcome, TicketState};
 use serde::Serialize;
 use tokio::io::AsyncReadExt;
@@ -209,26 +211,28 @@ pub async fn run(
     })
 }
 
-/// The `--waiter library` process: waits for `key` through the library, writes
-/// CLOCK_REALTIME in ns to `stamp` the moment `acquire` returns, then releases.
+/// The `--waiter library` process: waits for `key` through the library as `baton run` does
+/// (`acquire_many` with a heartbeat), writes CLOCK_REALTIME in ns to `stamp` the moment it
+/// returns, then releases.
 pub async fn grant_stamp(store_url: &str, key: &str, stamp: &std::path::Path) -> Result<()> {
     let store = baton_store::url::open(store_url)
         .await
         .with_context(|| format!("cannot open the store `{store_url}`"))?;
-    let coord = Coordinator::new(store);
+    let coord = Arc::new(Coordinator::new(store));
+    let heartbeat = Heartbeat::start(coord.clone());
     let options = AcquireOptions {
         timeout: Some(Duration::from_secs(30)),
         context: "baton-bench handoff waiter".into(),
         ..AcquireOptions::default()
     };
-    let pending = Pending::new(key);
-    let lease = acquire(&coord, &pending, &options)
+    let leases = acquire_many(&coord, &[Pending::new(key)], &options, &heartbeat)
         .await
         .with_context(|| format!("the waiter could not acquire {key}"))?;
     let granted_ns = realtime_ns();
     std::fs::write(stamp, granted_ns.to_string())
         .with_context(|| format!("cannot write the stamp to {}", stamp.display()))?;
-    release(&coord, key, &lease.token, Outcome::Succeeded)
+    LeaseGuard::new(coord, leases, heartbeat)
+        .release(Outcome::Succeeded)
         .await
         .with_context(|| format!("the waiter could not release {key}"))?;
     Ok(())

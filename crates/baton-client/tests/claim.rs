@@ -1,0 +1,276 @@
+//! A grant handed to the heartbeat unclaimed: `acquire_many` (whose leases a heartbeat takes at
+//! once, as `baton run`'s do) returns as soon as it sees a fresh grant, and the heartbeat's
+//! first renewal claims it; a claim that is refused or does not land in time is a lost lease.
+//!
+//! On the in-memory store, whose wake-ups carry the document as PostgreSQL's, Redis's and
+//! etcd's do. Counted and ordered; real time (the heartbeat keeps `std::time::Instant`s), with
+//! bounds far from any scheduling delay.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use baton_client::acquire::{acquire, acquire_many, fresh_grant_until, AcquireOptions, Pending};
+use baton_client::{Coordinator, Heartbeat, Lease};
+use baton_core::{decode, Doc, Op, Outcome, Request, TicketState};
+use baton_store::memory::MemoryStore;
+use baton_store::{
+    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
+    WatchHandle,
+};
+
+/// The memory store, counting CASes, whose writes can be made to fail (a store gone away).
+#[derive(Debug)]
+struct Switched {
+    inner: Arc<MemoryStore>,
+    cases: AtomicU64,
+    down: AtomicBool,
+}
+
+impl Switched {
+    fn new(inner: Arc<MemoryStore>) -> Arc<Switched> {
+        Arc::new(Switched {
+            inner,
+            cases: AtomicU64::new(0),
+            down: AtomicBool::new(false),
+        })
+    }
+}
+
+#[async_trait]
+impl Store for Switched {
+    fn describe(&self) -> String {
+        "memory, switched".into()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+    async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
+        self.inner.load(key).await
+    }
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> baton_store::Result<CasOutcome> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                store: "memory, switched".into(),
+                reason: "switched off by the test".into(),
+            });
+        }
+        self.cases.fetch_add(1, Ordering::SeqCst);
+        self.inner.cas(key, expected, bytes, history).await
+    }
+    async fn history(
+        &self,
+        key: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history(key, after_seq, limit).await
+    }
+    async fn history_tail(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history_tail(key, limit).await
+    }
+    async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
+        self.inner.watch(key).await
+    }
+    async fn clock(&self) -> baton_store::Result<StoreClock> {
+        self.inner.clock().await
+    }
+}
+
+/// A one-second lease, so a few seconds show it renewed several times.
+fn short_ttl() -> AcquireOptions {
+    AcquireOptions {
+        ttl: Duration::from_secs(1),
+        ..AcquireOptions::default()
+    }
+}
+
+async fn doc_of(store: &MemoryStore, key: &str) -> Doc {
+    decode(&store.load(key).await.unwrap().unwrap().bytes).unwrap()
+}
+
+/// What the waiter's task saw the moment `acquire_many` returned, before anything else ran.
+struct Returned {
+    leases: Vec<Lease>,
+    heartbeat: Heartbeat,
+    /// The key's document then.
+    doc: Doc,
+    /// The waiter's CASes then.
+    cases: u64,
+}
+
+/// A holder on `shared`, and a waiter (through `acquire_many` with a heartbeat, on `waiter`)
+/// queued behind it and asleep until woken. Returns the holder's coordinator and lease, and the
+/// waiter's task.
+async fn holder_and_waiter(
+    shared: &Arc<MemoryStore>,
+    waiter: &Arc<Switched>,
+) -> (Coordinator, Lease, tokio::task::JoinHandle<Returned>) {
+    let holder = Coordinator::new(shared.clone());
+    let held = acquire(&holder, &Pending::new("k"), &AcquireOptions::default())
+        .await
+        .unwrap();
+    let coord = Arc::new(Coordinator::new(waiter.clone()));
+    let (store, counted) = (shared.clone(), waiter.clone());
+    let wait = tokio::spawn(async move {
+        let heartbeat = Heartbeat::start(coord.clone());
+        let leases = acquire_many(&coord, &[Pending::new("k")], &short_ttl(), &heartbeat)
+            .await
+            .unwrap();
+        // The memory store never suspends, so nothing else runs before these are taken.
+        let doc = doc_of(&store, "k").await;
+        let cases = counted.cases.load(Ordering::SeqCst);
+        Returned {
+            leases,
+            heartbeat,
+            doc,
+            cases,
+        }
+    });
+    while doc_of(shared, "k").await.tickets.len() < 2 {
+        tokio::task::yield_now().await;
+    }
+    // Let it subscribe, read once and fall asleep.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (holder, held, wait)
+}
+
+#[tokio::test]
+async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
+    let shared = Arc::new(MemoryStore::new());
+    let waiter = Switched::new(shared.clone());
+    let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
+    let writes_while_waiting = waiter.cases.load(Ordering::SeqCst);
+
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let Returned {
+        leases,
+        heartbeat,
+        doc,
+        cases,
+    } = wait.await.unwrap();
+    // Returned before writing anything: the grant is still unclaimed in the store...
+    assert_eq!(cases, writes_while_waiting);
+    let mine = doc.by_id(&leases[0].id).unwrap();
+    assert_eq!(mine.state, TicketState::Held);
+    assert!(!mine.claimed, "{mine:?}");
+    assert_eq!(mine.fence, leases[0].fence);
+    assert!(leases[0].fence > held.fence);
+
+    // ...and the heartbeat claims it with its first renewal, at once.
+    let asked = Instant::now();
+    while !doc_of(&shared, "k")
+        .await
+        .by_id(&leases[0].id)
+        .unwrap()
+        .claimed
+    {
+        assert!(
+            asked.elapsed() < Duration::from_secs(5),
+            "the heartbeat did not claim the grant"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(heartbeat.lost().borrow().is_none());
+
+    // It then holds like any lease: renewed past its TTL, never lost.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(heartbeat.lost().borrow().is_none());
+    let doc = doc_of(&shared, "k").await;
+    assert_eq!(doc.holders().count(), 1, "{doc:?}");
+}
+
+#[tokio::test]
+async fn a_claim_that_is_refused_is_a_lost_lease() {
+    let shared = Arc::new(MemoryStore::new());
+    let waiter = Switched::new(shared.clone());
+    let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
+    // The waiter's writes fail for a while, so its heartbeat's claim is retried...
+    waiter.down.store(true, Ordering::SeqCst);
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let Returned {
+        leases, heartbeat, ..
+    } = wait.await.unwrap();
+    let mut lost = heartbeat.lost();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(lost.borrow_and_update().is_none());
+    // ...and meanwhile an operator cancels the grant: the next try is refused.
+    let cancel = Request {
+        finishes_seen: None,
+        attempt: "operator".into(),
+        op: Op::Cancel {
+            id: leases[0].id.clone(),
+        },
+    };
+    holder.execute("k", &cancel).await.unwrap();
+    waiter.down.store(false, Ordering::SeqCst);
+    tokio::time::timeout(Duration::from_secs(2), lost.changed())
+        .await
+        .expect("the refused claim is signalled at its next try")
+        .unwrap();
+    let signalled = lost.borrow().clone().unwrap();
+    assert_eq!(signalled.outcome, Some(Outcome::Cancelled));
+}
+
+#[tokio::test]
+async fn a_claim_that_cannot_land_is_lost_before_the_grant_could_expire() {
+    let shared = Arc::new(MemoryStore::new());
+    let waiter = Switched::new(shared.clone());
+    let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
+    // The waiter's last read was its first one, at most 50 ms ago: the grant below is fresh.
+    let released_at = Instant::now();
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    waiter.down.store(true, Ordering::SeqCst);
+    let Returned { heartbeat, .. } = wait.await.unwrap();
+    let mut lost = heartbeat.lost();
+    let claim = AcquireOptions::default().claim();
+    tokio::time::timeout(claim, lost.changed())
+        .await
+        .expect("the loss is signalled within the claim window")
+        .unwrap();
+    let lost_after = released_at.elapsed();
+    assert!(
+        lost_after <= claim - baton_client::heartbeat::safety_margin(claim),
+        "lost {lost_after:?} after the grant; its claim window is {claim:?}"
+    );
+    assert!(lost.borrow().clone().unwrap().outcome.is_none());
+}
+
+#[test]
+fn a_grant_is_fresh_while_half_its_claim_window_is_left_from_the_last_queued_answer() {
+    let claim = Duration::from_secs(4);
+    let margin = baton_client::heartbeat::safety_margin(claim);
+    let queued_at = Instant::now();
+    // Right after the answer: the whole window less the margin.
+    assert_eq!(
+        fresh_grant_until(queued_at, claim, queued_at),
+        Some(queued_at + claim - margin)
+    );
+    // Exactly half left: still fresh; a millisecond later: the waiter claims first.
+    let half_left = queued_at + claim - margin - claim / 2;
+    assert!(fresh_grant_until(queued_at, claim, half_left).is_some());
+    assert!(fresh_grant_until(queued_at, claim, half_left + Duration::from_millis(1)).is_none());
+    // A waiter whose last answer is older than the window (paused, say) never starts unclaimed.
+    assert!(fresh_grant_until(queued_at, claim, queued_at + claim * 2).is_none());
+}
