@@ -1,0 +1,42 @@
+//! The torture harness (issue 6): what baton's clients protect, and the checker that proves
+//! from its records alone that they were protected.
+//!
+//! - [`resource`]: the protected resource every client "writes" to with its fence. For a mutex
+//!   key it accepts a write only with a fence at least the highest it has accepted, so a holder
+//!   that lost its lease while paused is fenced off; it records every accepted interval.
+//! - [`checker`]: reads the records and the tickets' outcomes and lists every violation: two
+//!   holds overlapping on a mutex, more than the limit on a semaphore, shared beside normal, a
+//!   fence lower than an earlier one, a ticket lost or ended twice. It trusts nothing the
+//!   resource decided: a resource that accepted a stale fence is caught too.
+//!
+//! The processes that drive real `baton` clients under faults come next; these two parts are
+//! pure so they can be tested on their own.
+
+pub mod checker;
+pub mod resource;
+
+/// How a ticket holds its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Exclusive among normal holders, up to the key's limit.
+    Normal,
+    /// Beside other shared holders, never beside a normal one.
+    Shared,
+}
+
+/// One accepted hold of a key by a ticket, from its first accepted write to its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// The key.
+    pub key: String,
+    /// The ticket that held it.
+    pub ticket: String,
+    /// Its fence.
+    pub fence: u64,
+    /// How it held.
+    pub mode: Mode,
+    /// When the resource accepted its first write (ns, one clock for the whole run).
+    pub start_ns: u64,
+    /// When it said it was done (ns): the interval is `[start_ns, end_ns)`.
+    pub end_ns: u64,
+}
