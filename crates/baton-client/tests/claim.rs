@@ -7,90 +7,18 @@
 //! bounds far from any scheduling delay.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use baton_client::acquire::{acquire, acquire_many, fresh_grant_until, AcquireOptions, Pending};
 use baton_client::{Coordinator, Heartbeat, Lease};
 use baton_core::{decode, Doc, Op, Outcome, Request, TicketState};
 use baton_store::memory::MemoryStore;
-use baton_store::{
-    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
-    WatchHandle,
-};
+use baton_store::Store;
+use common::Probe;
 
-/// The memory store, counting CASes, whose writes can be made to fail (a store gone away).
-#[derive(Debug)]
-struct Switched {
-    inner: Arc<MemoryStore>,
-    cases: AtomicU64,
-    down: AtomicBool,
-}
-
-impl Switched {
-    fn new(inner: Arc<MemoryStore>) -> Arc<Switched> {
-        Arc::new(Switched {
-            inner,
-            cases: AtomicU64::new(0),
-            down: AtomicBool::new(false),
-        })
-    }
-}
-
-#[async_trait]
-impl Store for Switched {
-    fn describe(&self) -> String {
-        "memory, switched".into()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
-        self.inner.load(key).await
-    }
-    async fn cas(
-        &self,
-        key: &str,
-        expected: Option<&Version>,
-        bytes: &[u8],
-        history: &[Vec<u8>],
-    ) -> baton_store::Result<CasOutcome> {
-        if self.down.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable {
-                store: "memory, switched".into(),
-                reason: "switched off by the test".into(),
-            });
-        }
-        self.cases.fetch_add(1, Ordering::SeqCst);
-        self.inner.cas(key, expected, bytes, history).await
-    }
-    async fn history(
-        &self,
-        key: &str,
-        after_seq: u64,
-        limit: usize,
-    ) -> baton_store::Result<Vec<HistoryRecord>> {
-        self.inner.history(key, after_seq, limit).await
-    }
-    async fn history_tail(
-        &self,
-        key: &str,
-        limit: usize,
-    ) -> baton_store::Result<Vec<HistoryRecord>> {
-        self.inner.history_tail(key, limit).await
-    }
-    async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
-        self.inner.watch(key).await
-    }
-    async fn clock(&self) -> baton_store::Result<StoreClock> {
-        self.inner.clock().await
-    }
-}
+mod common;
 
 /// A one-second lease, so a few seconds show it renewed several times.
 fn short_ttl() -> AcquireOptions {
@@ -119,7 +47,7 @@ struct Returned {
 /// waiter's task.
 async fn holder_and_waiter(
     shared: &Arc<MemoryStore>,
-    waiter: &Arc<Switched>,
+    waiter: &Arc<Probe>,
 ) -> (Coordinator, Lease, tokio::task::JoinHandle<Returned>) {
     let holder = Coordinator::new(shared.clone());
     let held = acquire(&holder, &Pending::new("k"), &AcquireOptions::default())
@@ -134,7 +62,7 @@ async fn holder_and_waiter(
             .unwrap();
         // The memory store never suspends, so nothing else runs before these are taken.
         let doc = doc_of(&store, "k").await;
-        let cases = counted.cases.load(Ordering::SeqCst);
+        let cases = counted.cases();
         Returned {
             leases,
             heartbeat,
@@ -153,9 +81,9 @@ async fn holder_and_waiter(
 #[tokio::test]
 async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
     let shared = Arc::new(MemoryStore::new());
-    let waiter = Switched::new(shared.clone());
+    let waiter = Probe::new(shared.clone(), true);
     let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
-    let writes_while_waiting = waiter.cases.load(Ordering::SeqCst);
+    let writes_while_waiting = waiter.cases();
 
     baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
@@ -200,7 +128,7 @@ async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
 #[tokio::test]
 async fn a_claim_that_is_refused_is_a_lost_lease() {
     let shared = Arc::new(MemoryStore::new());
-    let waiter = Switched::new(shared.clone());
+    let waiter = Probe::new(shared.clone(), true);
     let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
     // The waiter's writes fail for a while, so its heartbeat's claim is retried...
     waiter.down.store(true, Ordering::SeqCst);
@@ -234,7 +162,7 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
 #[tokio::test]
 async fn a_claim_that_cannot_land_is_lost_before_the_grant_could_expire() {
     let shared = Arc::new(MemoryStore::new());
-    let waiter = Switched::new(shared.clone());
+    let waiter = Probe::new(shared.clone(), true);
     let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
     // The waiter's last read was its first one, at most 50 ms ago: the grant below is fresh.
     let released_at = Instant::now();

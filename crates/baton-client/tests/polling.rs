@@ -5,80 +5,17 @@
 //! takes no time, and the counts do not depend on the machine's load.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use baton_client::acquire::{acquire, AcquireOptions, Pending};
 use baton_client::poll::PollBounds;
 use baton_client::Coordinator;
 use baton_store::memory::MemoryStore;
-use baton_store::{
-    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle,
-};
+use baton_store::Store;
+use common::Probe;
 
-/// The memory store without push, counting reads: what a waiter costs on S3 or DynamoDB.
-#[derive(Debug)]
-struct PollOnly {
-    inner: Arc<MemoryStore>,
-    loads: AtomicU64,
-    push: bool,
-}
-
-#[async_trait]
-impl Store for PollOnly {
-    fn describe(&self) -> String {
-        "memory, poll only".into()
-    }
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            watch: self.push,
-            ..self.inner.capabilities()
-        }
-    }
-    async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
-        self.loads.fetch_add(1, Ordering::SeqCst);
-        self.inner.load(key).await
-    }
-    async fn cas(
-        &self,
-        key: &str,
-        expected: Option<&Version>,
-        bytes: &[u8],
-        history: &[Vec<u8>],
-    ) -> baton_store::Result<CasOutcome> {
-        self.inner.cas(key, expected, bytes, history).await
-    }
-    async fn history(
-        &self,
-        key: &str,
-        after_seq: u64,
-        limit: usize,
-    ) -> baton_store::Result<Vec<HistoryRecord>> {
-        self.inner.history(key, after_seq, limit).await
-    }
-    async fn history_tail(
-        &self,
-        key: &str,
-        limit: usize,
-    ) -> baton_store::Result<Vec<HistoryRecord>> {
-        self.inner.history_tail(key, limit).await
-    }
-    async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
-        self.inner.list(prefix).await
-    }
-    async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
-        if self.push {
-            self.inner.watch(key).await
-        } else {
-            Ok(None)
-        }
-    }
-    async fn clock(&self) -> baton_store::Result<StoreClock> {
-        self.inner.clock().await
-    }
-}
+mod common;
 
 fn options() -> AcquireOptions {
     AcquireOptions {
@@ -93,22 +30,14 @@ fn options() -> AcquireOptions {
 /// Returns each waiter's reads during that minute, next in line first.
 async fn reads_in_a_minute(push: bool) -> Vec<u64> {
     let shared = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Arc::new(PollOnly {
-        inner: shared.clone(),
-        loads: AtomicU64::new(0),
-        push,
-    }));
+    let holder = Coordinator::new(Probe::new(shared.clone(), push));
     acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
     let mut waiters = Vec::new();
     let mut stores = Vec::new();
     for _ in 0..3 {
-        let store = Arc::new(PollOnly {
-            inner: shared.clone(),
-            loads: AtomicU64::new(0),
-            push,
-        });
+        let store = Probe::new(shared.clone(), push);
         let coord = Coordinator::new(store.clone());
         stores.push(store);
         // Enqueued one after another, so their places are 0, 1, 2.
@@ -133,10 +62,7 @@ async fn reads_in_a_minute(push: bool) -> Vec<u64> {
         let waited = wait.await.unwrap();
         assert!(waited.is_err(), "nobody is granted while the holder holds");
     }
-    stores
-        .iter()
-        .map(|s| s.loads.load(Ordering::SeqCst))
-        .collect()
+    stores.iter().map(|s| s.loads()).collect()
 }
 
 #[tokio::test(start_paused = true)]
@@ -186,11 +112,7 @@ async fn a_waiter_woken_with_the_document_does_not_read() {
     let lease = acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
-    let store = Arc::new(PollOnly {
-        inner: shared.clone(),
-        loads: AtomicU64::new(0),
-        push: true,
-    });
+    let store = Probe::new(shared.clone(), true);
     let coord = Coordinator::new(store.clone());
     let wait = tokio::spawn(async move {
         let lease = acquire(&coord, &Pending::new("k"), &options()).await;
@@ -198,11 +120,11 @@ async fn a_waiter_woken_with_the_document_does_not_read() {
     });
     // The waiter enqueues (a load, then its CAS), subscribes and reads once, then sleeps until
     // woken; paused time only moves on once it is asleep.
-    while store.loads.load(Ordering::SeqCst) < 2 {
+    while store.loads() < 2 {
         tokio::task::yield_now().await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let loads_before = store.loads.load(Ordering::SeqCst);
+    let loads_before = store.loads();
     baton_client::acquire::release(&holder, "k", &lease.token, baton_core::Outcome::Succeeded)
         .await
         .unwrap();
@@ -210,7 +132,7 @@ async fn a_waiter_woken_with_the_document_does_not_read() {
     let granted = granted.unwrap();
     assert!(granted.fence > lease.fence, "{granted:?} after {lease:?}");
     assert_eq!(
-        store.loads.load(Ordering::SeqCst),
+        store.loads(),
         loads_before,
         "the waiter read the store after its wake-up, which carried the document"
     );

@@ -272,19 +272,26 @@ pub async fn concurrent_increments(store: &dyn Store, prefix: &str) {
         .collect();
     join_all(tasks).await;
 
-    let expected = N_TASKS * INCREMENTS_PER_TASK;
-    let current = ok("load", store.load(&key).await).expect("the counter was written");
-    assert_eq!(
-        parse_counter(&current.bytes),
-        expected,
-        "{N_TASKS} tasks × {INCREMENTS_PER_TASK} increments"
-    );
-    let log = ok("history", store.history(&key, 0, expected + 10).await);
+    let what = format!("{N_TASKS} tasks × {INCREMENTS_PER_TASK} increments");
+    check_counter(store, &key, N_TASKS * INCREMENTS_PER_TASK, &what).await;
+}
+
+/// The counter at `key` stands at `expected`, and its log holds each increment once, in the
+/// order the CASes took effect, numbered from 1 upwards.
+async fn check_counter(store: &dyn Store, key: &str, expected: usize, what: &str) {
+    let current = ok("load", store.load(key).await).expect("the counter was written");
+    assert_eq!(parse_counter(&current.bytes), expected, "{what}");
+    let log = ok("history", store.history(key, 0, expected + 10).await);
     let expected_log: Vec<Vec<u8>> = (1..=expected).map(|n| n.to_string().into_bytes()).collect();
     assert_eq!(
         entries(&log),
         expected_log,
         "the log must hold each increment once, in the order the CASes took effect"
+    );
+    let seqs: Vec<u64> = log.iter().map(|record| record.seq).collect();
+    assert!(
+        seqs.first() == Some(&1) && seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "sequence numbers start at 1 and strictly increase: {seqs:?}"
     );
 }
 
@@ -311,25 +318,8 @@ where
         }
     }
     let store = open().await;
-    let expected = N_STORES * per_store;
-    let current = ok("load", store.load(&key).await).expect("the counter was written");
-    assert_eq!(
-        parse_counter(&current.bytes),
-        expected,
-        "{N_STORES} stores × {per_store} increments"
-    );
-    let log = ok("history", store.history(&key, 0, expected + 10).await);
-    let expected_log: Vec<Vec<u8>> = (1..=expected).map(|n| n.to_string().into_bytes()).collect();
-    assert_eq!(
-        entries(&log),
-        expected_log,
-        "the log must hold each increment once, in the order the CASes took effect"
-    );
-    let seqs: Vec<u64> = log.iter().map(|record| record.seq).collect();
-    assert!(
-        seqs.first() == Some(&1) && seqs.windows(2).all(|pair| pair[0] < pair[1]),
-        "sequence numbers start at 1 and strictly increase: {seqs:?}"
-    );
+    let what = format!("{N_STORES} stores × {per_store} increments");
+    check_counter(&store, &key, N_STORES * per_store, &what).await;
 }
 
 /// What a store test's fixture holds: the store, and whatever must live as long as it (a

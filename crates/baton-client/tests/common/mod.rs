@@ -1,0 +1,110 @@
+//! The memory store with probes, shared by the client's tests: it counts loads and CASes, can
+//! hide its wake-ups (a store that cannot push, as S3 and DynamoDB), and can be switched off
+//! for writes (a store gone away).
+#![allow(dead_code)] // each test file uses part of it
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use baton_store::memory::MemoryStore;
+use baton_store::{
+    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
+    WatchHandle,
+};
+
+/// A view of a shared [`MemoryStore`], as one process has it.
+#[derive(Debug)]
+pub struct Probe {
+    inner: Arc<MemoryStore>,
+    /// Loads made through this view.
+    pub loads: AtomicU64,
+    /// CASes made through this view (not counting those refused while `down`).
+    pub cases: AtomicU64,
+    /// Whether `watch` pushes (false: as S3 and DynamoDB, waiters poll).
+    push: bool,
+    /// While set, every CAS fails as `Unavailable`.
+    pub down: AtomicBool,
+}
+
+impl Probe {
+    /// A view of `inner`, pushing wake-ups or not.
+    pub fn new(inner: Arc<MemoryStore>, push: bool) -> Arc<Probe> {
+        Arc::new(Probe {
+            inner,
+            loads: AtomicU64::new(0),
+            cases: AtomicU64::new(0),
+            push,
+            down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn loads(&self) -> u64 {
+        self.loads.load(Ordering::SeqCst)
+    }
+
+    pub fn cases(&self) -> u64 {
+        self.cases.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Store for Probe {
+    fn describe(&self) -> String {
+        "memory, probed".into()
+    }
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            watch: self.push,
+            ..self.inner.capabilities()
+        }
+    }
+    async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        self.inner.load(key).await
+    }
+    async fn cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+    ) -> baton_store::Result<CasOutcome> {
+        if self.down.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                store: self.describe(),
+                reason: "switched off by the test".into(),
+            });
+        }
+        self.cases.fetch_add(1, Ordering::SeqCst);
+        self.inner.cas(key, expected, bytes, history).await
+    }
+    async fn history(
+        &self,
+        key: &str,
+        after_seq: u64,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history(key, after_seq, limit).await
+    }
+    async fn history_tail(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> baton_store::Result<Vec<HistoryRecord>> {
+        self.inner.history_tail(key, limit).await
+    }
+    async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
+        self.inner.list(prefix).await
+    }
+    async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
+        if self.push {
+            self.inner.watch(key).await
+        } else {
+            Ok(None)
+        }
+    }
+    async fn clock(&self) -> baton_store::Result<StoreClock> {
+        self.inner.clock().await
+    }
+}
