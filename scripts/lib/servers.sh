@@ -67,25 +67,46 @@ done
 #
 # Each file scripts/servers/NAME.sh, when sourced (above), adds the packages its server needs
 # (need_tool, or missing_packages+=(...)) and defines start_NAME, which starts the server on
-# 127.0.0.1 on a free port with its data in a temporary directory (server_dirs), records its
-# PID (server_pids) so the EXIT trap stops it, exports the URL its store's tests read
+# 127.0.0.1 on a free port with its data in a temporary directory (server_dirs), records how to
+# find its PID so the EXIT trap stops it (server_pids, or server_pidfiles for a server that
+# scripts/restart-server.sh may restart), exports the URL its store's tests read
 # (BATON_TEST_<NAME>_URL) and calls add_test_store so the CLI tests run against it too.
 
 server_dirs=()
 server_pids=()
+# Pid files the server itself (or its launch function) keeps current: a server restarted by
+# scripts/restart-server.sh, from a child of this shell, has a new PID that only its pid file
+# knows. They are read when the servers stop; the restarted server's old PID may belong to
+# another process by then, so such a server is not in server_pids.
+server_pidfiles=()
+
+# process_alive PID: PID runs (a zombie does not: the servers are daemons whose parent is PID 1,
+# which may take seconds to reap them).
+process_alive() {
+    local stat
+    read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
+}
+
 # SIGINT is a fast shutdown for every server here (PostgreSQL's SIGTERM waits for its clients
 # to leave); the servers are daemons, not children of this shell, so wait by polling, and kill
 # what is still there after 10 s.
 stop_test_servers() {
-    local pid i
-    for pid in "${server_pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
-    for i in $(seq 100); do
+    local pid pidfile _
+    local pids=("${server_pids[@]}")
+    for pidfile in "${server_pidfiles[@]}"; do
+        pid=$(head -n 1 "$pidfile" 2>/dev/null) || continue
+        [[ "$pid" =~ ^[0-9]+$ ]] && pids+=("$pid")
+    done
+    for pid in "${pids[@]}"; do kill -INT "$pid" 2>/dev/null || true; done
+    for _ in $(seq 100); do
         local alive=0
-        for pid in "${server_pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+        for pid in "${pids[@]}"; do process_alive "$pid" && alive=1; done
         [ "$alive" = 0 ] && break
         sleep 0.1
     done
-    for pid in "${server_pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
     ((${#server_dirs[@]})) && rm -rf "${server_dirs[@]}"
     return 0
 }

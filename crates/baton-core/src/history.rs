@@ -17,6 +17,10 @@ pub struct Finished {
     /// Its order value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order: Option<String>,
+    /// Its arrival number within the key (0 in entries written before it was recorded): with
+    /// the fence, it shows that grants followed the queue.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub arrival: u64,
     /// How it ended.
     pub outcome: Outcome,
     /// Ended by an operator's forced release (written only when true: every entry is stored,
@@ -38,6 +42,10 @@ pub struct Finished {
     pub finished_wall_ms: u64,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl Finished {
     /// The record of `ticket` ending now with `outcome`.
     pub fn of(
@@ -53,6 +61,7 @@ impl Finished {
             mode: ticket.mode,
             context: ticket.context.clone(),
             order: ticket.order.clone(),
+            arrival: ticket.arrival,
             outcome,
             forced,
             reason,
@@ -86,6 +95,7 @@ mod tests {
             mode: Mode::Normal,
             context: "deploy".into(),
             order: None,
+            arrival: 4,
             outcome: Outcome::Succeeded,
             forced: false,
             reason: None,
@@ -107,5 +117,10 @@ mod tests {
         let decoded = Finished::decode(old).map(|f| (f.forced, f.outcome));
         assert_eq!(decoded, Ok((false, Outcome::Expired)));
         assert!(Finished::decode(b"{}").is_err());
+        // ... and without an arrival, which is not written back either.
+        let reencoded = Finished::decode(old).map(|f| (f.arrival, f.encode()));
+        assert!(
+            matches!(&reencoded, Ok((0, bytes)) if !String::from_utf8_lossy(bytes).contains("arrival"))
+        );
     }
 }

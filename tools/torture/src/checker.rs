@@ -53,12 +53,44 @@ pub enum Violation {
         /// The later hold: ticket and fence.
         later: (String, u64),
     },
-    /// A ticket that was enqueued and never ended (lost), or ended more than once.
+    /// A ticket that ended more than once, or a process with more than one ticket.
     Outcomes {
         /// The ticket.
         ticket: String,
         /// The outcomes recorded for it.
         outcomes: Vec<String>,
+    },
+    /// A ticket that never ended, or a process whose ticket vanished.
+    Lost {
+        /// The ticket, or the process when its ticket is unknown.
+        ticket: String,
+        /// What shows it.
+        why: String,
+    },
+    /// A hold used another fence than its ticket's history records.
+    FenceMismatch {
+        /// The ticket.
+        ticket: String,
+        /// The fence the holder was given.
+        used: u64,
+        /// The fences its history entries record.
+        recorded: Vec<Option<u64>>,
+    },
+    /// Granted before a ticket that arrived earlier: the queue was jumped.
+    GrantOutOfOrder {
+        /// The ticket granted first: id and arrival.
+        earlier: (String, u64),
+        /// The ticket granted next, which arrived before it.
+        later: (String, u64),
+    },
+    /// A holder died or paused and the next grant came later than the bound allows.
+    LateTakeover {
+        /// What happened to the holder, and to whom.
+        after: String,
+        /// How long the next grant took (ms).
+        took_ms: u64,
+        /// The bound (ms).
+        bound_ms: u64,
     },
 }
 
@@ -139,28 +171,141 @@ fn sweep(key: &str, spec: &KeySpec, holds: &[&Interval]) -> Vec<Violation> {
     violations
 }
 
-/// Every ticket in `enqueued` must have exactly one outcome in `outcomes` (ticket, outcome),
-/// and no outcome may name a ticket that was never enqueued.
-pub fn check_outcomes(enqueued: &[String], outcomes: &[(String, String)]) -> Vec<Violation> {
-    let mut recorded: BTreeMap<&str, Vec<String>> = enqueued
-        .iter()
-        .map(|ticket| (ticket.as_str(), Vec::new()))
-        .collect();
+/// How a client process of the run ended, as the harness saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited by itself with this status (`None`: killed by a signal it did not get from
+    /// the harness).
+    Exited(Option<i32>),
+    /// The harness killed it (`kill -9`): it may have died before enqueuing.
+    Killed,
+}
+
+/// One client process: its name (`cC-rR`, also its ticket's context) and how it ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Process {
+    /// `cC-rR`.
+    pub who: String,
+    /// How it ended.
+    pub ending: Ending,
+}
+
+/// One entry of a key's history, as `baton log --json` printed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The ticket's id.
+    pub ticket: String,
+    /// Its context: the process that enqueued it.
+    pub who: String,
+    /// How it ended (`succeeded`, `expired`, ...).
+    pub outcome: String,
+    /// The fence it held under, if it was granted.
+    pub fence: Option<u64>,
+    /// Its arrival number within the key.
+    pub arrival: u64,
+}
+
+/// Every violation of "every ticket ended in exactly one outcome, and grants followed the
+/// queue", from the key's history after the run, the processes that ran, the holds the
+/// resource accepted and the tickets still live once every dead one must have lapsed:
+///
+/// - a ticket with two entries, or a process with two tickets, is a duplicate;
+/// - a process that took its turn (exit 0) without an entry, a process that held
+///   the key at the resource without an entry, and a ticket still live are lost;
+/// - a hold whose fence is not the one its process's entry records is a mismatch;
+/// - granted tickets in fence order (the order grants were made) must arrive in increasing
+///   order: the queue is first come, first served, so a later arrival granted first jumped it.
+///
+/// Entries whose context is not a process of the run (`sweep`, say) are ignored, but count as
+/// the only entry of their ticket.
+pub fn check_history(
+    processes: &[Process],
+    history: &[Entry],
+    intervals: &[Interval],
+    still_live: &[String],
+) -> Vec<Violation> {
     let mut violations = Vec::new();
-    for (ticket, outcome) in outcomes {
-        match recorded.get_mut(ticket.as_str()) {
-            Some(list) => list.push(outcome.clone()),
-            None => violations.push(Violation::Outcomes {
-                ticket: ticket.clone(),
-                outcomes: vec![format!("{outcome} (never enqueued)")],
-            }),
+    let mut by_ticket: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
+    let mut by_who: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
+    for entry in history {
+        by_ticket.entry(&entry.ticket).or_default().push(entry);
+        by_who.entry(&entry.who).or_default().push(entry);
+    }
+    for (ticket, entries) in &by_ticket {
+        if entries.len() > 1 {
+            violations.push(Violation::Outcomes {
+                ticket: (*ticket).to_owned(),
+                outcomes: entries.iter().map(|e| e.outcome.clone()).collect(),
+            });
         }
     }
-    for (ticket, list) in recorded {
-        if list.len() != 1 {
+    for process in processes {
+        let entries = by_who
+            .get(process.who.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        if entries.len() > 1 {
             violations.push(Violation::Outcomes {
-                ticket: ticket.to_owned(),
-                outcomes: list,
+                ticket: format!("the tickets of {}", process.who),
+                outcomes: entries
+                    .iter()
+                    .map(|e| format!("{} {}", e.ticket, e.outcome))
+                    .collect(),
+            });
+        }
+        // Exit 0 is a turn taken and released; any other end may have come before the enqueue
+        // (a store that refused the connection, a kill): its ticket, if it had one, is checked
+        // through its hold and through what is still live.
+        if entries.is_empty() && process.ending == Ending::Exited(Some(0)) {
+            violations.push(Violation::Lost {
+                ticket: process.who.clone(),
+                why: "the process took its turn (exit 0) and its ticket has no history".into(),
+            });
+        }
+    }
+    // A hold names its process; the process's one entry must record the hold's fence (the
+    // holder's ticket name at the resource may be its secret token, never stored).
+    let mut seen = HashMap::new();
+    for interval in intervals {
+        if seen.insert(interval.who.as_str(), ()).is_some() {
+            continue;
+        }
+        match by_who.get(interval.who.as_str()) {
+            None => violations.push(Violation::Lost {
+                ticket: interval.who.clone(),
+                why: format!(
+                    "it held the key with fence {} and its ticket has no history",
+                    interval.fence
+                ),
+            }),
+            Some(entries) => {
+                if entries.iter().any(|e| e.fence != Some(interval.fence)) {
+                    violations.push(Violation::FenceMismatch {
+                        ticket: interval.who.clone(),
+                        used: interval.fence,
+                        recorded: entries.iter().map(|e| e.fence).collect(),
+                    });
+                }
+            }
+        }
+    }
+    for ticket in still_live {
+        violations.push(Violation::Lost {
+            ticket: ticket.clone(),
+            why: "still live after every dead ticket had to lapse".to_owned(),
+        });
+    }
+    let mut granted: Vec<&Entry> = by_ticket
+        .values()
+        .filter_map(|entries| entries.first().copied())
+        .filter(|e| e.fence.is_some())
+        .collect();
+    granted.sort_by_key(|e| e.fence);
+    for pair in granted.windows(2) {
+        let (earlier, later) = (pair[0], pair[1]);
+        if later.arrival <= earlier.arrival && earlier.arrival != 0 {
+            violations.push(Violation::GrantOutOfOrder {
+                earlier: (earlier.ticket.clone(), earlier.arrival),
+                later: (later.ticket.clone(), later.arrival),
             });
         }
     }
@@ -175,6 +320,7 @@ mod tests {
         Interval {
             key: key.to_owned(),
             ticket: ticket.to_owned(),
+            who: format!("who-{ticket}"),
             fence,
             mode,
             start_ns: start,
@@ -286,38 +432,83 @@ mod tests {
         );
     }
 
+    fn entry(ticket: &str, who: &str, outcome: &str, fence: Option<u64>, arrival: u64) -> Entry {
+        Entry {
+            ticket: ticket.into(),
+            who: who.into(),
+            outcome: outcome.into(),
+            fence,
+            arrival,
+        }
+    }
+
+    fn process(who: &str, ending: Ending) -> Process {
+        Process {
+            who: who.into(),
+            ending,
+        }
+    }
+
     #[test]
-    fn every_ticket_ends_exactly_once() {
-        let enqueued = ["a", "b", "c"].map(String::from);
-        let outcome = |t: &str, o: &str| (t.to_owned(), o.to_owned());
-        assert_eq!(
-            check_outcomes(
-                &enqueued,
-                &[
-                    outcome("a", "succeeded"),
-                    outcome("b", "expired"),
-                    outcome("c", "cancelled")
-                ]
-            ),
-            []
-        );
-        let violations = check_outcomes(
-            &enqueued,
-            &[
-                outcome("a", "succeeded"),
-                outcome("a", "expired"),
-                outcome("b", "expired"),
-                outcome("z", "succeeded"),
-            ],
-        );
-        let tickets: Vec<_> = violations
+    fn a_clean_history_passes() {
+        let processes = [
+            process("c0-r0", Ending::Exited(Some(0))),
+            process("c1-r0", Ending::Killed),
+            process("c2-r0", Ending::Killed),
+            process("c3-r0", Ending::Exited(Some(1))),
+        ];
+        let history = [
+            entry("a", "c0-r0", "succeeded", Some(1), 1),
+            entry("b", "c1-r0", "expired", Some(2), 2),
+            entry("s", "sweep", "succeeded", Some(3), 4),
+        ];
+        // c2 was killed and c3 failed before they enqueued: no entry is right.
+        let mut held = hold("m", "a-token", 1, Mode::Normal, 0, 10);
+        held.who = "c0-r0".into();
+        let holds = [held];
+        assert_eq!(check_history(&processes, &history, &holds, &[]), []);
+    }
+
+    #[test]
+    fn duplicates_lost_tickets_wrong_fences_and_jumps_are_each_caught() {
+        let processes = [
+            process("c0-r0", Ending::Exited(Some(0))),
+            process("c1-r0", Ending::Exited(Some(0))),
+            process("c2-r0", Ending::Exited(Some(0))),
+        ];
+        let history = [
+            entry("a", "c0-r0", "succeeded", Some(1), 1),
+            entry("a", "c0-r0", "expired", Some(1), 1),
+            entry("b", "c1-r0", "succeeded", Some(5), 3),
+            entry("d", "x", "succeeded", Some(6), 2),
+        ];
+        let mut b = hold("m", "b", 4, Mode::Normal, 0, 10);
+        b.who = "c1-r0".into();
+        let mut z = hold("m", "z", 7, Mode::Normal, 10, 20);
+        z.who = "c9-r0".into();
+        let holds = [b, z];
+        let violations = check_history(&processes, &history, &holds, &["q".to_owned()]);
+        let kinds: Vec<String> = violations
             .iter()
             .map(|v| match v {
-                Violation::Outcomes { ticket, .. } => ticket.as_str(),
+                Violation::Outcomes { ticket, .. } => format!("twice {ticket}"),
+                Violation::Lost { ticket, .. } => format!("lost {ticket}"),
+                Violation::FenceMismatch { ticket, .. } => format!("fence {ticket}"),
+                Violation::GrantOutOfOrder { later, .. } => format!("jump {}", later.0),
                 other => panic!("{other:?}"),
             })
             .collect();
-        // z was never enqueued; a ended twice; c was lost.
-        assert_eq!(tickets, ["z", "a", "c"]);
+        assert_eq!(
+            kinds,
+            [
+                "twice a",
+                "twice the tickets of c0-r0",
+                "lost c2-r0",
+                "fence c1-r0",
+                "lost c9-r0",
+                "lost q",
+                "jump d"
+            ]
+        );
     }
 }

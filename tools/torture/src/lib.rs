@@ -4,16 +4,25 @@
 //! - [`resource`]: the protected resource every client "writes" to with its fence. For a mutex
 //!   key it accepts a write only with a fence at least the highest it has accepted, so a holder
 //!   that lost its lease while paused is fenced off; it records every accepted interval.
-//! - [`checker`]: reads the records and the tickets' outcomes and lists every violation: two
-//!   holds overlapping on a mutex, more than the limit on a semaphore, shared beside normal, a
-//!   fence lower than an earlier one, a ticket lost or ended twice. It trusts nothing the
+//! - [`checker`]: reads the records, the key's history and what is still live, and lists every
+//!   violation: two holds overlapping on a mutex, more than the limit on a semaphore, shared
+//!   beside normal, a fence lower than an earlier one, a ticket lost or ended twice, a grant
+//!   that jumped the queue. It trusts nothing the
 //!   resource decided: a resource that accepted a stale fence is caught too.
+//! - [`proxy`]: a TCP fault proxy between clients and a store: latency, cut connections, a
+//!   black hole for a while.
 //!
-//! The processes that drive real `baton` clients under faults come next; these two parts are
-//! pure so they can be tested on their own.
+//! - [`faults`]: the faults and the seeded schedule that picks them.
+//! - [`work`]: the holder's side of the resource: write with the fence until the hold is over.
+//!
+//! The binary (`src/main.rs`, `src/harness.rs`, `src/library.rs`) runs real clients, the CLI's
+//! `baton run` and the library, under those faults and feeds the checker.
 
 pub mod checker;
+pub mod faults;
+pub mod proxy;
 pub mod resource;
+pub mod work;
 
 /// How a ticket holds its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +40,8 @@ pub struct Interval {
     pub key: String,
     /// The ticket that held it.
     pub ticket: String,
+    /// The client process that held it (`cC-rR`: client C's round R).
+    pub who: String,
     /// Its fence.
     pub fence: u64,
     /// How it held.

@@ -1,34 +1,34 @@
-//! `baton-torture`: real `baton run` processes taking turns at a protected resource, and the
-//! checker's verdict on what the resource recorded.
+//! `baton-torture`: real baton clients taking turns at a protected resource while faults hit
+//! them, and the checker's verdict on what the resource and the store recorded.
 //!
-//! `baton-torture run` serves a [`Resource`] on a loopback TCP port and starts `--clients`
-//! threads, each running `--rounds` times
-//! `baton run KEY --context cC-rR [--limit N | --shared] -- baton-torture use …`; the `use`
-//! command (the protected work) tells the resource it begins with the fence `baton run` gave it
-//! (`BATON_FENCE`), holds for `--hold`, and tells it it is done. At the end the checker reads
-//! the resource's records; any violation makes the exit status 1.
-//!
-//! Faults (kills, pauses, store restarts, a network fault proxy, clock skew) are the next step
-//! of issue 6; this runs the clean schedule they will disturb.
+//! - `run` serves the resource, runs the clients and the seeded faults, sweeps the dead
+//!   tickets, checks everything and prints a summary (`--json` for scripts). Exit status 0: no
+//!   violation; 1: violations (listed); 2: the run itself could not be made.
+//! - `use` is the protected work `baton run` starts (it reads `BATON_FENCE`).
+//! - `lib-client` is one turn through the library.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+mod harness;
+mod library;
+
 use std::path::PathBuf;
-use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Duration;
 
-use baton_torture::checker::{check_intervals, KeySpec};
-use baton_torture::resource::Resource;
-use baton_torture::Mode;
-use clap::{Parser, Subcommand, ValueEnum};
+use baton_client::poll::PollBounds;
+use baton_torture::faults::Fault;
+use baton_torture::work::{HoldEnd, Session};
+use clap::{Parser, Subcommand};
+use harness::{ClientKind, Config, Kind};
 
 #[derive(Parser)]
 #[command(
     name = "baton-torture",
-    about = "Real baton clients taking turns at a protected resource, checked for violations",
-    after_help = "Example: baton-torture run --store sqlite:/tmp/t.db --clients 6 --rounds 10 \
-                  --kind semaphore --limit 2"
+    about = "Real baton clients under faults at a protected resource, checked for violations",
+    after_help = "Examples:\n  \
+        baton-torture run --store sqlite:/tmp/t.db --clients 6 --rounds 10 --kind semaphore --limit 2\n  \
+        baton-torture run --store \"$BATON_TEST_REDIS_URL\" --duration 60s --client mixed \\\n      \
+        --faults kill-holder,kill-waiter,pause-holder,restart \\\n      \
+        --restart-cmd 'scripts/restart-server.sh redis --kill' --seed 7"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,20 +37,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Serve the resource, run the clients, check the records.
-    Run(RunArgs),
+    /// Serve the resource, run the clients under faults, check the records.
+    Run(Box<RunArgs>),
     /// The protected work, run by `baton run` (reads BATON_FENCE and BATON_TICKET).
     Use(UseArgs),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Kind {
-    /// One holder at a time; fences must rise.
-    Mutex,
-    /// Up to --limit holders at once.
-    Semaphore,
-    /// Every client shared except one in three, which is normal: shared never beside normal.
-    Shared,
+    /// One turn through the library: acquire with a heartbeat, the work, release.
+    LibClient(LibArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,24 +53,67 @@ struct RunArgs {
     /// The baton binary (default: next to this one).
     #[arg(long)]
     baton: Option<PathBuf>,
-    /// Client threads, each running `baton run` processes one after another.
+    /// Client threads, each running client processes one after another.
     #[arg(long, default_value_t = 4)]
     clients: usize,
-    /// `baton run` processes per client.
+    /// Turns (processes) per client, unless --duration is given.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
+    /// Run for this long instead of a number of rounds (each client finishes its turn).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
     /// What the key is.
     #[arg(long, value_enum, default_value = "mutex")]
     kind: Kind,
     /// The semaphore's limit.
     #[arg(long, default_value_t = 2)]
     limit: u32,
-    /// How long each holder uses the resource.
-    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
+    /// How long each holder uses the resource (writing every 10 ms).
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
     hold: Duration,
+    /// Which client the processes are.
+    #[arg(long, value_enum, default_value = "cli")]
+    client: ClientKind,
+    /// The lease TTL the clients ask for (short, so that faults show within a short run).
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// The waiter TTL the clients ask for.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    waiter_ttl: Duration,
+    /// The clients' shortest poll interval.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    poll_min: Duration,
+    /// The clients' longest poll interval (the claim window is twice this plus 2 s).
+    #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    poll_max: Duration,
+    /// The seed of the fault schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The faults to inject, comma-separated (none: a quiet run).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    faults: Vec<Fault>,
+    /// About how often a fault is injected.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    every: Duration,
+    /// How long a proxy black hole lasts (default: the TTL and a second, so leases run out).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    hole: Option<Duration>,
+    /// The shell command that restarts the store's server (the restart fault).
+    #[arg(long)]
+    restart_cmd: Option<String>,
+    /// Run one client in three with its wall clock this far ahead and one this far behind
+    /// (faketime; monotonic clocks untouched).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    skew: Option<Duration>,
+    /// Added to the takeover bound for starting processes on a loaded machine.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    takeover_slack: Duration,
     /// The key (default: a fresh one, so runs on a shared store never meet).
     #[arg(long)]
     key: Option<String>,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
     /// Run the clients' work WITHOUT baton (a self-test: the checker must then report
     /// violations, or it could not catch a broken lock either).
     #[arg(long)]
@@ -93,6 +128,9 @@ struct UseArgs {
     /// The key being used.
     #[arg(long)]
     key: String,
+    /// This client process's name (`cC-rR`).
+    #[arg(long)]
+    who: String,
     /// Hold as a shared holder.
     #[arg(long)]
     shared: bool,
@@ -101,11 +139,38 @@ struct UseArgs {
     hold: Duration,
 }
 
+#[derive(clap::Args)]
+struct LibArgs {
+    #[arg(long)]
+    store: String,
+    #[arg(long)]
+    resource: String,
+    #[arg(long)]
+    key: String,
+    #[arg(long)]
+    who: String,
+    #[arg(long)]
+    shared: bool,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    hold: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    waiter_ttl: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    poll_min: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    poll_max: Duration,
+    #[arg(long, default_value_t = 1)]
+    limit: u32,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run(args) => run(args),
+        Cmd::Run(args) => run(*args),
         Cmd::Use(args) => use_resource(args),
+        Cmd::LibClient(args) => lib_client(args),
     };
     match result {
         Ok(code) => code,
@@ -116,45 +181,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// The resource and the clock its records are on.
-struct Served {
-    resource: Mutex<Resource>,
-    started: Instant,
-}
-
-impl Served {
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 fn run(args: RunArgs) -> Result<ExitCode, String> {
-    let baton = match &args.baton {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this binary's path: {e}"))?
-            .with_file_name("baton"),
-    };
+    let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let baton = args.baton.unwrap_or_else(|| own.with_file_name("baton"));
     if !baton.is_file() {
         return Err(format!(
             "no baton binary at {}: build it (`cargo build -p baton-cli`) or pass --baton",
             baton.display()
         ));
     }
-    let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    // Creates what the store needs (a DynamoDB table) or checks it; idempotent.
-    let init = Command::new(&baton)
-        .args(["init", "--store", &args.store])
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", baton.display()))?;
-    if !init.status.success() {
-        return Err(format!(
-            "`baton init --store {}` failed: {}",
-            args.store,
-            String::from_utf8_lossy(&init.stderr).trim()
-        ));
-    }
-    let key = args.key.clone().unwrap_or_else(|| {
+    let key = args.key.unwrap_or_else(|| {
         format!(
             "torture/{}-{}",
             std::process::id(),
@@ -163,215 +199,105 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
                 .map_or(0, |d| d.as_nanos())
         )
     });
-    let spec = match args.kind {
-        Kind::Mutex => KeySpec {
-            limit: 1,
-            fenced: true,
-        },
-        Kind::Semaphore => KeySpec {
-            limit: args.limit,
-            fenced: false,
-        },
-        Kind::Shared => KeySpec {
-            limit: 1,
-            fenced: false,
-        },
+    let config = Config {
+        store: args.store,
+        baton,
+        own,
+        clients: args.clients,
+        rounds: args.rounds,
+        duration: args.duration,
+        kind: args.kind,
+        limit: args.limit,
+        hold: args.hold,
+        client: args.client,
+        ttl: args.ttl,
+        waiter_ttl: args.waiter_ttl,
+        poll_min: args.poll_min,
+        poll_max: args.poll_max,
+        seed: args.seed,
+        faults: args.faults,
+        every: args.every,
+        hole: args.hole.unwrap_or(args.ttl + Duration::from_secs(1)),
+        restart_cmd: args.restart_cmd,
+        skew: args.skew,
+        takeover_slack: args.takeover_slack,
+        key,
+        unprotected: args.unprotected,
     };
-    let served = Arc::new(Served {
-        resource: Mutex::new(Resource::new([(key.clone(), spec.fenced)])),
-        started: Instant::now(),
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen: {e}"))?;
-    let address = listener
-        .local_addr()
-        .map_err(|e| format!("no local address: {e}"))?
-        .to_string();
-    {
-        let served = served.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let served = served.clone();
-                std::thread::spawn(move || serve(stream, &served));
-            }
-        });
+    let verdict = harness::run(&config)?;
+    if args.json {
+        println!("{}", verdict.summary);
+    } else {
+        let s = &verdict.summary;
+        println!("store:       {}", s["store"].as_str().unwrap_or_default());
+        println!("key:         {}", s["key"].as_str().unwrap_or_default());
+        println!(
+            "run:         {} {} clients, seed {}, faults {}",
+            s["kind"].as_str().unwrap_or_default(),
+            s["client"].as_str().unwrap_or_default(),
+            s["seed"],
+            s["faults"]
+        );
+        println!("turns:       {} {}", s["turns"], s["exits"]);
+        println!(
+            "holds:       {} accepted ({} writes), {} writes fenced off",
+            s["holds"], s["writes"], s["fenced_off"]
+        );
+        println!("injected:    {}", s["injected"]);
+        println!("takeover ms: {}", s["takeover_ms"]);
+        println!("lost:        {}", s["lost"]);
+        println!("log:         {}", s["log"].as_str().unwrap_or_default());
     }
-
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let clients: Vec<_> = (0..args.clients)
-        .map(|c| {
-            let (baton, own, key, address, store, failures) = (
-                baton.clone(),
-                own.clone(),
-                key.clone(),
-                address.clone(),
-                args.store.clone(),
-                failures.clone(),
-            );
-            let (rounds, kind, limit, hold) = (args.rounds, args.kind, args.limit, args.hold);
-            let unprotected = args.unprotected;
-            std::thread::spawn(move || {
-                for r in 0..rounds {
-                    let shared = kind == Kind::Shared && c % 3 != 0;
-                    let mut command = if unprotected {
-                        let mut command = Command::new(&own);
-                        command
-                            .env("BATON_FENCE", "1")
-                            .env("BATON_TICKET", format!("c{c}-r{r}"));
-                        command
-                    } else {
-                        let mut command = Command::new(&baton);
-                        command
-                            .args(["run", &key, "--quiet", "--store", &store])
-                            .args(["--context", &format!("c{c}-r{r}")]);
-                        if kind == Kind::Semaphore {
-                            command.args(["--limit", &limit.to_string()]);
-                        }
-                        if shared {
-                            command.arg("--shared");
-                        }
-                        command.arg("--").arg(&own);
-                        command
-                    };
-                    command.args([
-                        "use",
-                        "--resource",
-                        &address,
-                        "--key",
-                        &key,
-                        "--hold",
-                        &format!("{}ms", hold.as_millis()),
-                    ]);
-                    if shared {
-                        command.arg("--shared");
-                    }
-                    let status = command.stdin(Stdio::null()).status();
-                    if !matches!(&status, Ok(s) if s.success()) {
-                        failures
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(format!("c{c}-r{r}: {status:?}"));
-                    }
-                }
-            })
-        })
-        .collect();
-    for client in clients {
-        let _ = client.join();
+    // Always on stderr, so `--json` stays one object on stdout.
+    eprintln!("violations:  {}", verdict.violations.len());
+    for violation in &verdict.violations {
+        eprintln!("  {violation:?}");
     }
-
-    let mut resource = served
-        .resource
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    resource.close_all(served.now_ns());
-    let specs = std::collections::HashMap::from([(key.clone(), spec)]);
-    let violations = check_intervals(&specs, resource.accepted());
-    let failures = failures.lock().unwrap_or_else(PoisonError::into_inner);
-    println!("store:       {}", args.store);
-    println!("key:         {key}");
-    println!(
-        "holds:       {} accepted, {} rejected (fenced off)",
-        resource.accepted().len(),
-        resource.rejected().len()
-    );
-    println!("failed runs: {}", failures.len());
-    for failure in failures.iter() {
-        println!("  {failure}");
+    if !args.json {
+        println!("violations:  {}", verdict.violations.len());
     }
-    println!("violations:  {}", violations.len());
-    for violation in &violations {
-        println!("  {violation:?}");
-    }
-    Ok(if violations.is_empty() && failures.is_empty() {
+    Ok(if verdict.violations.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-/// One client connection: `BEGIN key ticket fence normal|shared` → `OK` or `REJECTED why`,
-/// then `END key ticket` → `OK`.
-fn serve(stream: TcpStream, served: &Served) {
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    for line in BufReader::new(stream).lines() {
-        let Ok(line) = line else { return };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let reply = match words.as_slice() {
-            ["BEGIN", key, ticket, fence, mode] => {
-                let mode = if *mode == "shared" {
-                    Mode::Shared
-                } else {
-                    Mode::Normal
-                };
-                match fence.parse::<u64>() {
-                    Ok(fence) => {
-                        let now = served.now_ns();
-                        let mut resource = served
-                            .resource
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner);
-                        match resource.begin(key, ticket, fence, mode, now) {
-                            Ok(()) => "OK".to_owned(),
-                            Err(why) => format!("REJECTED {why:?}"),
-                        }
-                    }
-                    Err(_) => format!("ERROR bad fence {fence}"),
-                }
-            }
-            ["END", key, ticket] => {
-                let now = served.now_ns();
-                let mut resource = served
-                    .resource
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if resource.end(key, ticket, now) {
-                    "OK".to_owned()
-                } else {
-                    "ERROR not begun".to_owned()
-                }
-            }
-            _ => format!("ERROR cannot read {line:?}"),
-        };
-        if writeln!(writer, "{reply}").is_err() {
-            return;
+/// The protected work under `baton run`: hold with the fence it was given. Exit 3 when the
+/// resource refuses a write (fenced off).
+fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
+    let fence: u64 = std::env::var("BATON_FENCE")
+        .map_err(|_| "BATON_FENCE is not set: run me under `baton run`")?
+        .parse()
+        .map_err(|e| format!("BATON_FENCE is not a number: {e}"))?;
+    // `baton run` gives its command the ticket's secret token: unique to this turn.
+    let ticket = std::env::var("BATON_TICKET")
+        .map_err(|_| "BATON_TICKET is not set: run me under `baton run`")?;
+    let mut session = Session::connect(&args.resource, &args.who)?;
+    match session.hold(&args.key, &ticket, fence, args.shared, args.hold, || false)? {
+        HoldEnd::Done | HoldEnd::Stopped => Ok(ExitCode::SUCCESS),
+        HoldEnd::FencedOff(why) => {
+            eprintln!("baton-torture use ({}): the resource said {why}", args.who);
+            Ok(ExitCode::from(3))
         }
     }
 }
 
-/// The protected work: begin with the fence, hold, end.
-fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
-    let fence = std::env::var("BATON_FENCE")
-        .map_err(|_| "BATON_FENCE is not set: run me under `baton run`")?;
-    let ticket = std::env::var("BATON_TICKET")
-        .map_err(|_| "BATON_TICKET is not set: run me under `baton run`")?;
-    let mode = if args.shared { "shared" } else { "normal" };
-    let stream = TcpStream::connect(&args.resource)
-        .map_err(|e| format!("cannot reach the resource at {}: {e}", args.resource))?;
-    let mut reader = BufReader::new(
-        stream
-            .try_clone()
-            .map_err(|e| format!("cannot use the connection: {e}"))?,
-    );
-    let mut writer = stream;
-    let mut ask = |line: String| -> Result<String, String> {
-        writeln!(writer, "{line}").map_err(|e| format!("the resource went away: {e}"))?;
-        let mut reply = String::new();
-        reader
-            .read_line(&mut reply)
-            .map_err(|e| format!("the resource went away: {e}"))?;
-        Ok(reply.trim().to_owned())
+fn lib_client(args: LibArgs) -> Result<ExitCode, String> {
+    let poll = PollBounds {
+        min: args.poll_min,
+        max: args.poll_max,
     };
-    let begun = ask(format!("BEGIN {} {ticket} {fence} {mode}", args.key))?;
-    if begun != "OK" {
-        eprintln!("baton-torture use: the resource said {begun}");
-        return Ok(ExitCode::from(3));
-    }
-    std::thread::sleep(args.hold);
-    let ended = ask(format!("END {} {ticket}", args.key))?;
-    if ended != "OK" {
-        return Err(format!("the resource said {ended} at the end"));
-    }
-    Ok(ExitCode::SUCCESS)
+    library::run(library::Turn {
+        store: args.store,
+        key: args.key,
+        limit: args.limit,
+        shared: args.shared,
+        who: args.who,
+        resource: args.resource,
+        hold: args.hold,
+        ttl: args.ttl,
+        waiter_ttl: args.waiter_ttl,
+        poll,
+    })
 }

@@ -1,17 +1,23 @@
 //! The protected resource: what a lock guards, written to by holders with their fences.
 //!
-//! A holder calls [`Resource::begin`] when it starts using a key (with its fence and mode) and
-//! [`Resource::end`] when it stops. On a mutex key (`fenced`), a begin with a fence below the
-//! highest accepted for that key is rejected, as a storage system that remembers the highest
-//! fence would reject a writer that lost its lease while paused. Everything accepted is
-//! recorded as an [`Interval`] for the checker; rejections are counted, since they are the
-//! fence doing its job, not a violation.
+//! A holder writes to a key again and again while it holds it ([`Resource::write`], with its
+//! fence and mode) and says when it is done ([`Resource::end`]). On a mutex key (`fenced`) a
+//! write with a fence below the highest accepted for that key is rejected, as a storage system
+//! that remembers the highest fence rejects a writer that lost its lease while paused; the
+//! ticket is then done with the key (it may not write again).
+//!
+//! What is recorded is what the resource *accepted*: a hold's [`Interval`] runs from its first
+//! accepted write to its last, whatever the holder did in between or afterwards. A holder paused
+//! mid-hold whose next write is rejected held the key only up to its last accepted write; one
+//! killed mid-hold held it up to its last write too. That is the property a fenced lock gives
+//! and the checker proves. Rejections are kept apart: they are the fence doing its job, and a
+//! run without pauses should show none.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::{Interval, Mode};
 
-/// Why a begin was refused.
+/// Why a write was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rejected {
     /// The fence is below the highest this key has accepted.
@@ -21,8 +27,34 @@ pub enum Rejected {
         /// The highest accepted so far.
         highest: u64,
     },
-    /// The ticket is already using the key.
-    AlreadyBegun,
+    /// The ticket already ended its use of the key, or was fenced off.
+    Ended,
+}
+
+/// One refused write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// The key.
+    pub key: String,
+    /// The ticket that wrote.
+    pub ticket: String,
+    /// The client process that wrote (`cC-rR`).
+    pub who: String,
+    /// Why.
+    pub why: Rejected,
+    /// When (ns on the run's clock).
+    pub at_ns: u64,
+}
+
+/// A hold in progress, as the fault injector sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// The key.
+    pub key: String,
+    /// The client process (`cC-rR`).
+    pub who: String,
+    /// The ticket.
+    pub ticket: String,
 }
 
 /// The resource's state and records.
@@ -32,8 +64,10 @@ pub struct Resource {
     fenced: HashMap<String, bool>,
     highest: HashMap<String, u64>,
     open: HashMap<(String, String), Interval>,
+    done: HashSet<(String, String)>,
     accepted: Vec<Interval>,
-    rejected: Vec<(String, String, Rejected)>,
+    rejected: Vec<Rejection>,
+    writes: u64,
 }
 
 impl Resource {
@@ -46,18 +80,20 @@ impl Resource {
         }
     }
 
-    /// `ticket` starts using `key` at `now_ns` with `fence`.
-    pub fn begin(
+    /// `ticket` (of client process `who`) writes to `key` at `now_ns` with `fence`: the first
+    /// accepted write begins its interval, each later one extends it.
+    pub fn write(
         &mut self,
         key: &str,
         ticket: &str,
+        who: &str,
         fence: u64,
         mode: Mode,
         now_ns: u64,
     ) -> Result<(), Rejected> {
         let id = (key.to_owned(), ticket.to_owned());
-        let refused = if self.open.contains_key(&id) {
-            Some(Rejected::AlreadyBegun)
+        let refused = if self.done.contains(&id) {
+            Some(Rejected::Ended)
         } else {
             match self.highest.get(key) {
                 Some(&highest) if self.is_fenced(key) && fence < highest => {
@@ -66,31 +102,45 @@ impl Resource {
                 _ => None,
             }
         };
-        if let Some(refused) = refused {
-            self.rejected.push((id.0, id.1, refused.clone()));
-            return Err(refused);
-        }
-        let highest = self.highest.entry(key.to_owned()).or_default();
-        *highest = (*highest).max(fence);
-        self.open.insert(
-            id,
-            Interval {
+        if let Some(why) = refused {
+            self.rejected.push(Rejection {
                 key: key.to_owned(),
                 ticket: ticket.to_owned(),
+                who: who.to_owned(),
+                why: why.clone(),
+                at_ns: now_ns,
+            });
+            // A fenced-off writer is done: whatever it held ends at its last accepted write.
+            self.end(key, ticket);
+            return Err(why);
+        }
+        self.writes += 1;
+        let highest = self.highest.entry(key.to_owned()).or_default();
+        *highest = (*highest).max(fence);
+        // The interval is half-open: it covers the nanosecond of its last write.
+        self.open
+            .entry(id)
+            .and_modify(|open| open.end_ns = now_ns + 1)
+            .or_insert_with(|| Interval {
+                key: key.to_owned(),
+                ticket: ticket.to_owned(),
+                who: who.to_owned(),
                 fence,
                 mode,
                 start_ns: now_ns,
-                end_ns: now_ns,
-            },
-        );
+                end_ns: now_ns + 1,
+            });
         Ok(())
     }
 
-    /// `ticket` stops using `key` at `now_ns`; false if it had not begun (or was rejected).
-    pub fn end(&mut self, key: &str, ticket: &str, now_ns: u64) -> bool {
-        match self.open.remove(&(key.to_owned(), ticket.to_owned())) {
-            Some(mut interval) => {
-                interval.end_ns = now_ns.max(interval.start_ns);
+    /// `ticket` is done with `key` (it said so, its connection closed, or it was fenced off):
+    /// its interval ends at its last accepted write. False if it had no interval open.
+    pub fn end(&mut self, key: &str, ticket: &str) -> bool {
+        let id = (key.to_owned(), ticket.to_owned());
+        let interval = self.open.remove(&id);
+        self.done.insert(id);
+        match interval {
+            Some(interval) => {
                 self.accepted.push(interval);
                 true
             }
@@ -98,13 +148,27 @@ impl Resource {
         }
     }
 
-    /// Ends every open interval at `now_ns` (a holder killed mid-use never says it is done:
-    /// its use lasts, as far as anyone can tell, until the run ends).
-    pub fn close_all(&mut self, now_ns: u64) {
+    /// Ends every open interval (at the end of a run).
+    pub fn close_all(&mut self) {
         let open: Vec<_> = self.open.keys().cloned().collect();
         for (key, ticket) in open {
-            self.end(&key, &ticket, now_ns);
+            self.end(&key, &ticket);
         }
+    }
+
+    /// The holds in progress.
+    pub fn holders(&self) -> Vec<Holder> {
+        let mut holders: Vec<Holder> = self
+            .open
+            .values()
+            .map(|i| Holder {
+                key: i.key.clone(),
+                who: i.who.clone(),
+                ticket: i.ticket.clone(),
+            })
+            .collect();
+        holders.sort_by(|a, b| a.who.cmp(&b.who));
+        holders
     }
 
     /// Every accepted interval that has ended, in the order they ended.
@@ -112,9 +176,14 @@ impl Resource {
         &self.accepted
     }
 
-    /// Every rejected begin: key, ticket, why.
-    pub fn rejected(&self) -> &[(String, String, Rejected)] {
+    /// Every refused write.
+    pub fn rejected(&self) -> &[Rejection] {
         &self.rejected
+    }
+
+    /// How many writes were accepted.
+    pub fn writes(&self) -> u64 {
+        self.writes
     }
 
     fn is_fenced(&self, key: &str) -> bool {
@@ -127,51 +196,61 @@ impl Resource {
 mod tests {
     use super::*;
 
-    fn mutex() -> Resource {
+    fn resource() -> Resource {
         Resource::new([("m".to_owned(), true), ("s".to_owned(), false)])
     }
 
     #[test]
-    fn a_stale_fence_is_rejected_on_a_mutex_and_recorded_as_such() {
-        let mut resource = mutex();
-        resource.begin("m", "a", 10, Mode::Normal, 1).unwrap();
-        resource.end("m", "a", 2);
-        resource.begin("m", "b", 20, Mode::Normal, 3).unwrap();
-        // The paused holder of fence 10 comes back while 20 holds.
+    fn a_paused_holder_is_fenced_off_and_held_only_up_to_its_last_accepted_write() {
+        let mut r = resource();
+        r.write("m", "a", "c0", 10, Mode::Normal, 1).unwrap();
+        r.write("m", "a", "c0", 10, Mode::Normal, 2).unwrap();
+        // a pauses; b is granted a higher fence and writes.
+        r.write("m", "b", "c1", 20, Mode::Normal, 5).unwrap();
+        // a wakes up and writes again: refused, and done.
         assert_eq!(
-            resource.begin("m", "a2", 10, Mode::Normal, 4),
+            r.write("m", "a", "c0", 10, Mode::Normal, 6),
             Err(Rejected::StaleFence {
                 fence: 10,
                 highest: 20
             })
         );
-        assert!(
-            !resource.end("m", "a2", 5),
-            "a rejected use has nothing to end"
+        assert_eq!(
+            r.write("m", "a", "c0", 10, Mode::Normal, 7),
+            Err(Rejected::Ended)
         );
-        resource.end("m", "b", 6);
-        let tickets: Vec<_> = resource.accepted().iter().map(|i| &i.ticket).collect();
-        assert_eq!(tickets, ["a", "b"]);
-        assert_eq!(resource.rejected().len(), 1);
+        r.write("m", "b", "c1", 20, Mode::Normal, 8).unwrap();
+        assert!(r.end("m", "b"));
+        assert!(!r.end("m", "a"), "a was closed when it was fenced off");
+        let spans: Vec<_> = r
+            .accepted()
+            .iter()
+            .map(|i| (i.ticket.as_str(), i.start_ns, i.end_ns))
+            .collect();
+        assert_eq!(spans, [("a", 1, 3), ("b", 5, 9)]);
+        assert_eq!(r.rejected().len(), 2);
+        assert_eq!(r.writes(), 4);
     }
 
     #[test]
     fn unfenced_keys_accept_any_fence() {
-        let mut resource = mutex();
-        resource.begin("s", "a", 20, Mode::Shared, 1).unwrap();
-        resource.begin("s", "b", 10, Mode::Shared, 1).unwrap();
-        resource.close_all(5);
-        assert_eq!(resource.accepted().len(), 2);
-        assert!(resource.accepted().iter().all(|i| i.end_ns == 5));
+        let mut r = resource();
+        r.write("s", "a", "c0", 20, Mode::Shared, 1).unwrap();
+        r.write("s", "b", "c1", 10, Mode::Shared, 1).unwrap();
+        assert_eq!(r.holders().len(), 2);
+        r.close_all();
+        assert_eq!(r.accepted().len(), 2);
+        assert!(r.holders().is_empty());
     }
 
     #[test]
-    fn a_ticket_cannot_begin_twice() {
-        let mut resource = mutex();
-        resource.begin("m", "a", 1, Mode::Normal, 1).unwrap();
+    fn a_ticket_cannot_write_after_it_ended() {
+        let mut r = resource();
+        r.write("m", "a", "c0", 1, Mode::Normal, 1).unwrap();
+        assert!(r.end("m", "a"));
         assert_eq!(
-            resource.begin("m", "a", 1, Mode::Normal, 2),
-            Err(Rejected::AlreadyBegun)
+            r.write("m", "a", "c0", 1, Mode::Normal, 2),
+            Err(Rejected::Ended)
         );
     }
 }

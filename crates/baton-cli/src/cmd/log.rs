@@ -155,6 +155,7 @@ impl<'a> Entry<'a> {
                 "reason": f.reason,
                 "context": f.context,
                 "order": f.order,
+                "arrival": f.arrival,
                 "mode": match f.mode {
                     Mode::Normal => "normal",
                     Mode::Shared => "shared",
@@ -291,6 +292,7 @@ mod tests {
             mode: Mode::Normal,
             context: "ci\nrun".into(),
             order: None,
+            arrival: 3,
             outcome,
             forced,
             reason: None,

@@ -1,0 +1,121 @@
+//! `baton-torture lib-client`: one turn through the library, as an application embedding baton
+//! takes it: `acquire_many` with a heartbeat (the path `baton run` takes, which may start at a
+//! fresh grant before its claim has landed), the protected work while the heartbeat holds the
+//! lease, stopping at once when it reports the lease lost, then the release.
+//!
+//! Exit status: 0 the work ran its course and was released; 3 the resource refused a write (the
+//! fence did its job: the lease had ended while the process was paused); 4 the heartbeat lost
+//! the lease and the work stopped; 2 anything else (the message says what).
+
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_client::acquire::{acquire_many, AcquireOptions, Pending};
+use baton_client::poll::PollBounds;
+use baton_client::{Coordinator, Heartbeat, LeaseGuard};
+use baton_core::{Mode, Outcome};
+
+use baton_torture::work::{HoldEnd, Session};
+
+/// What one library turn does.
+pub struct Turn {
+    /// The store URL.
+    pub store: String,
+    /// The key.
+    pub key: String,
+    /// The key's limit.
+    pub limit: u32,
+    /// Hold as a shared holder.
+    pub shared: bool,
+    /// `cC-rR`: the ticket's context and the name the resource knows it by.
+    pub who: String,
+    /// The resource's address.
+    pub resource: String,
+    /// How long to hold.
+    pub hold: Duration,
+    /// The lease's TTL.
+    pub ttl: Duration,
+    /// The waiter lease's TTL.
+    pub waiter_ttl: Duration,
+    /// The poll bounds.
+    pub poll: PollBounds,
+}
+
+/// Takes one turn; see the module's doc for the exit status.
+pub fn run(turn: Turn) -> Result<ExitCode, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start a runtime: {e}"))?;
+    runtime.block_on(take(turn))
+}
+
+async fn take(turn: Turn) -> Result<ExitCode, String> {
+    let mut session = Session::connect(&turn.resource, &turn.who)?;
+    let store = baton_store::url::open(&turn.store)
+        .await
+        .map_err(|e| format!("cannot open the store {}: {e}", turn.store))?;
+    let coord = Arc::new(Coordinator::new(store));
+    let heartbeat = Heartbeat::start(coord.clone());
+    let options = AcquireOptions {
+        mode: if turn.shared {
+            Mode::Shared
+        } else {
+            Mode::Normal
+        },
+        limit: turn.limit,
+        ttl: turn.ttl,
+        waiter_ttl: turn.waiter_ttl,
+        poll: turn.poll,
+        context: turn.who.clone(),
+        ..AcquireOptions::default()
+    };
+    let leases = acquire_many(&coord, &[Pending::new(&turn.key)], &options, &heartbeat)
+        .await
+        .map_err(|e| format!("cannot acquire {}: {e}", turn.key))?;
+    let lease = leases
+        .first()
+        .cloned()
+        .ok_or("acquire_many returned no lease")?;
+    let guard = LeaseGuard::new(coord, leases, heartbeat);
+
+    // The work runs on a thread of its own; the heartbeat's verdict reaches it through a flag
+    // it reads before every write.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut lost = guard.lost();
+    let watcher = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while lost.changed().await.is_ok() {
+                if lost.borrow().is_some() {
+                    stop.store(true, Ordering::SeqCst);
+                    return;
+                }
+            }
+        })
+    };
+    let (key, shared, hold) = (turn.key.clone(), turn.shared, turn.hold);
+    let flag = stop.clone();
+    let end = tokio::task::spawn_blocking(move || {
+        session.hold(&key, &lease.id, lease.fence, shared, hold, || {
+            flag.load(Ordering::SeqCst)
+        })
+    })
+    .await
+    .map_err(|e| format!("the work's thread failed: {e}"))??;
+    watcher.abort();
+    let (outcome, code) = match end {
+        HoldEnd::Done => (Outcome::Succeeded, 0),
+        HoldEnd::FencedOff(_) => (Outcome::Failed, 3),
+        HoldEnd::Stopped => (Outcome::Failed, 4),
+    };
+    match guard.release(outcome).await {
+        Ok(()) => Ok(ExitCode::from(code)),
+        // A lost lease may already have ended in the store: that is the lease lost, not an error.
+        Err(_) if code != 0 => Ok(ExitCode::from(code)),
+        Err(e) => Err(format!("cannot release {}: {e}", turn.key)),
+    }
+}
