@@ -355,7 +355,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             });
         }
     }
-    let takeovers = takeovers(config, &events, &intervals, shared.as_ref());
+    let takeovers = takeovers(config, &events, &intervals, &history);
     violations.extend(takeovers.late.iter().cloned());
     let quiet_failures: u64 = if config.faults.is_empty() && config.skew.is_none() {
         exits
@@ -986,9 +986,15 @@ fn takeovers(
     config: &Config,
     events: &[Event],
     intervals: &[Interval],
-    shared: &Shared,
+    history: &[Entry],
 ) -> Takeovers {
-    let _ = shared;
+    // A holder is picked while its hold is open and hit a moment later: if it released in
+    // between, its ticket did not end by running out, and what follows is no takeover.
+    let expired: HashSet<&str> = history
+        .iter()
+        .filter(|e| e.outcome == "expired")
+        .map(|e| e.who.as_str())
+        .collect();
     let mut by_start: Vec<&Interval> = intervals.iter().collect();
     by_start.sort_by_key(|i| i.start_ns);
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -998,6 +1004,9 @@ fn takeovers(
     };
     for event in events.iter().filter(|e| e.fault.hits_holder()) {
         let victim = event.who.as_deref().unwrap_or("");
+        if !expired.contains(victim) {
+            continue;
+        }
         let Some(next) = by_start
             .iter()
             .find(|i| i.start_ns > event.at_ns && i.who != victim)

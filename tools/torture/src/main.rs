@@ -9,6 +9,7 @@
 
 mod harness;
 mod library;
+mod matrix;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,27 @@ enum Cmd {
     Use(UseArgs),
     /// One turn through the library: acquire with a heartbeat, the work, release.
     LibClient(LibArgs),
+    /// Every store in the environment (scripts/with-servers.sh) under its faults, one run
+    /// each, then the summary table.
+    Matrix(MatrixArgs),
+    /// The summary table of run summaries (`run --json` lines) read from stdin.
+    Table,
+}
+
+#[derive(clap::Args)]
+struct MatrixArgs {
+    /// How long each run lasts.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// The first run's seed (each next run adds one).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// The baton binary (default: next to this one).
+    #[arg(long)]
+    baton: Option<PathBuf>,
+    /// scripts/restart-server.sh (default: found from the current directory upwards).
+    #[arg(long)]
+    restart_script: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -171,6 +193,8 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(*args),
         Cmd::Use(args) => use_resource(args),
         Cmd::LibClient(args) => lib_client(args),
+        Cmd::Matrix(args) => matrix(args),
+        Cmd::Table => table(),
     };
     match result {
         Ok(code) => code,
@@ -183,13 +207,7 @@ fn main() -> ExitCode {
 
 fn run(args: RunArgs) -> Result<ExitCode, String> {
     let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
-    let baton = args.baton.unwrap_or_else(|| own.with_file_name("baton"));
-    if !baton.is_file() {
-        return Err(format!(
-            "no baton binary at {}: build it (`cargo build -p baton-cli`) or pass --baton",
-            baton.display()
-        ));
-    }
+    let baton = baton_next_to_me(args.baton)?;
     let key = args.key.unwrap_or_else(|| {
         format!(
             "torture/{}-{}",
@@ -281,6 +299,54 @@ fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
             Ok(ExitCode::from(3))
         }
     }
+}
+
+fn baton_next_to_me(given: Option<PathBuf>) -> Result<PathBuf, String> {
+    let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let baton = given.unwrap_or_else(|| own.with_file_name("baton"));
+    if !baton.is_file() {
+        return Err(format!(
+            "no baton binary at {}: build it (`cargo build -p baton-cli`) or pass --baton",
+            baton.display()
+        ));
+    }
+    Ok(baton)
+}
+
+fn matrix(args: MatrixArgs) -> Result<ExitCode, String> {
+    let baton = baton_next_to_me(args.baton)?;
+    let restart = match args.restart_script {
+        Some(path) => path,
+        None => {
+            let here = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
+            here.ancestors()
+                .map(|dir| dir.join("scripts/restart-server.sh"))
+                .find(|path| path.is_file())
+                .ok_or(
+                    "cannot find scripts/restart-server.sh above the current directory: \
+                        pass --restart-script",
+                )?
+        }
+    };
+    let clean = matrix::run(baton, args.duration, args.seed, &restart)?;
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn table() -> Result<ExitCode, String> {
+    let mut summaries = Vec::new();
+    for line in std::io::stdin().lines() {
+        let line = line.map_err(|e| format!("cannot read stdin: {e}"))?;
+        if line.trim_start().starts_with('{') {
+            summaries
+                .push(serde_json::from_str(&line).map_err(|e| format!("not a run summary: {e}"))?);
+        }
+    }
+    print!("{}", matrix::table(&summaries));
+    Ok(ExitCode::SUCCESS)
 }
 
 fn lib_client(args: LibArgs) -> Result<ExitCode, String> {

@@ -1,0 +1,61 @@
+//! The short torture run of the test command: `baton-torture matrix` on a fresh SQLite file and
+//! on every server store the test scripts started (`scripts/with-servers.sh` exports them),
+//! each under the faults it can be given — kill -9 of holders and waiters, a holder paused past
+//! its TTL, SQLite stopped mid-transaction, server restarts, the fault proxy's cut connections,
+//! black holes and latency, clients' clocks ±30 s — for `BATON_TORTURE_DURATION` (default 30 s)
+//! per run. No violation, no lost ticket; and the faults must really have been injected, or a
+//! quiet run would pass for a tortured one. The table it prints is the one TORTURE.md records.
+//!
+//! Needs the `baton` binary next to this one (`cargo build --workspace`, as scripts/test.sh
+//! does first).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn every_store_survives_its_faults() {
+    let torture = PathBuf::from(env!("CARGO_BIN_EXE_baton-torture"));
+    assert!(
+        torture.with_file_name("baton").is_file(),
+        "run `cargo build --workspace` first (scripts/test.sh does)"
+    );
+    let restart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restart-server.sh");
+    let duration = std::env::var("BATON_TORTURE_DURATION").unwrap_or_else(|_| "30s".into());
+    let output = Command::new(&torture)
+        .args(["matrix", "--duration", &duration, "--seed", "11"])
+        .arg("--restart-script")
+        .arg(&restart)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let summaries: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(summaries.len() >= 2, "{stdout}");
+    for summary in &summaries {
+        assert_eq!(summary["violations"], 0, "{summary}");
+        assert_eq!(summary["lost"], 0, "{summary}");
+        assert!(summary["holds"].as_u64().unwrap() > 0, "{summary}");
+        // Every kind of fault asked for was injected at least once.
+        for fault in summary["faults"].as_array().unwrap() {
+            let fault = fault.as_str().unwrap();
+            if fault == "pause-in-transaction" {
+                // Caught only when a process is stopped inside its microseconds-long
+                // transaction: attempted every time, caught most runs, not all.
+                continue;
+            }
+            assert!(
+                summary["injected"][fault].as_u64().unwrap_or(0) > 0,
+                "{fault} never injected: {summary}"
+            );
+        }
+    }
+}
