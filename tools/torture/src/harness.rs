@@ -36,6 +36,37 @@ pub enum Kind {
     Semaphore,
     /// Every client shared except one in three, which is normal: shared never beside normal.
     Shared,
+    /// With --keys 3 or more: a mutex, a semaphore and a shared key, and so on in turn.
+    Mixed,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Semaphore => "semaphore",
+            Kind::Shared => "shared",
+            Kind::Mixed => "mixed",
+        }
+    }
+}
+
+/// One key of a run: its name and what it is (never `Mixed`).
+#[derive(Clone, Debug)]
+pub struct KeyPlan {
+    pub name: String,
+    pub kind: Kind,
+    /// The key's limit (1 but for a semaphore).
+    pub limit: u32,
+}
+
+impl KeyPlan {
+    fn spec(&self) -> KeySpec {
+        KeySpec {
+            limit: self.limit,
+            fenced: self.kind == Kind::Mutex,
+        }
+    }
 }
 
 /// Which client the processes are.
@@ -58,6 +89,8 @@ pub struct Config {
     pub rounds: usize,
     pub duration: Option<Duration>,
     pub kind: Kind,
+    /// How many keys the clients share (each turn takes one, in turn).
+    pub keys: usize,
     pub limit: u32,
     pub hold: Duration,
     pub client: ClientKind,
@@ -90,37 +123,40 @@ impl Config {
         self.poll_max * 2 + Duration::from_secs(2)
     }
 
-    fn spec(&self) -> KeySpec {
-        match self.kind {
-            Kind::Mutex => KeySpec {
-                limit: 1,
-                fenced: true,
-            },
-            Kind::Semaphore => KeySpec {
-                limit: self.limit,
-                fenced: false,
-            },
-            Kind::Shared => KeySpec {
-                limit: 1,
-                fenced: false,
-            },
-        }
-    }
-
-    fn key_limit(&self) -> u32 {
-        if self.kind == Kind::Semaphore {
-            self.limit
-        } else {
-            1
-        }
+    /// The run's keys: `KEY` alone, or `KEY/k0`, `KEY/k1`, … (kinds in turn with `mixed`).
+    pub fn key_plans(&self) -> Vec<KeyPlan> {
+        let n = self.keys.max(1);
+        (0..n)
+            .map(|i| {
+                let kind = match self.kind {
+                    Kind::Mixed => [Kind::Mutex, Kind::Semaphore, Kind::Shared][i % 3],
+                    kind => kind,
+                };
+                KeyPlan {
+                    name: if n == 1 {
+                        self.key.clone()
+                    } else {
+                        format!("{}/k{i}", self.key)
+                    },
+                    kind,
+                    limit: if kind == Kind::Semaphore {
+                        self.limit
+                    } else {
+                        1
+                    },
+                }
+            })
+            .collect()
     }
 
     /// Refuses combinations that cannot mean anything, saying what to do instead.
     pub fn check(&self) -> Result<(), String> {
-        if self.faults.contains(&Fault::PauseHolder) && self.kind != Kind::Mutex {
+        let mutexes = self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
+        if self.faults.contains(&Fault::PauseHolder) && !mutexes {
             return Err(
-                "pause-holder needs --kind mutex: only a fence protects a resource from \
-                        a holder paused past its lease, and only a mutex's resource checks fences"
+                "pause-holder needs a mutex key (--kind mutex, or mixed): only a fence protects \
+                 a resource from a holder paused past its lease, and only a mutex's resource \
+                 checks fences"
                     .into(),
             );
         }
@@ -134,6 +170,11 @@ impl Config {
         }
         if self.clients == 0 {
             return Err("--clients must be at least 1".into());
+        }
+        if self.kind == Kind::Mixed && self.keys < 3 {
+            return Err(
+                "--kind mixed needs --keys 3 or more (a mutex, a semaphore, a shared key)".into(),
+            );
         }
         Ok(())
     }
@@ -159,6 +200,8 @@ struct Running {
 /// What the resource's server, the client threads and the fault thread share.
 struct Shared {
     resource: Mutex<Resource>,
+    /// The mutex keys (a paused holder is picked only on one).
+    fenced: HashSet<String>,
     started: Instant,
     last_ns: Mutex<u64>,
     running: Mutex<HashMap<String, Running>>,
@@ -230,8 +273,16 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         None
     };
 
+    let keys = config.key_plans();
     let shared = Arc::new(Shared {
-        resource: Mutex::new(Resource::new([(config.key.clone(), config.spec().fenced)])),
+        resource: Mutex::new(Resource::new(
+            keys.iter().map(|k| (k.name.clone(), k.spec().fenced)),
+        )),
+        fenced: keys
+            .iter()
+            .filter(|k| k.spec().fenced)
+            .map(|k| k.name.clone())
+            .collect(),
         started: Instant::now(),
         last_ns: Mutex::new(0),
         running: Mutex::new(HashMap::new()),
@@ -244,17 +295,18 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     let address = serve(shared.clone())?;
 
     let deadline = config.duration.map(|d| Instant::now() + d);
-    let processes = Arc::new(Mutex::new(Vec::<Process>::new()));
+    // (key index, process)
+    let processes = Arc::new(Mutex::new(Vec::<(usize, Process)>::new()));
     let exits = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let clients: Vec<_> = (0..config.clients)
         .map(|c| {
-            let plan = ClientPlan::new(config, c, &address, proxy.as_ref(), &log)?;
+            let plan = ClientPlan::new(config, &keys, c, &address, proxy.as_ref(), &log)?;
             let (shared, processes, exits) = (shared.clone(), processes.clone(), exits.clone());
             let rounds = config.rounds;
             Ok(std::thread::spawn(move || {
                 let mut r = 0;
                 while deadline.map_or(r < rounds, |d| Instant::now() < d) {
-                    let (who, ending) = plan.turn(&shared, r);
+                    let (k, who, ending) = plan.turn(&shared, r);
                     if !matches!(ending, Ending::Exited(Some(0))) {
                         // A store that is down fails a turn at once: do not spin through
                         // rounds while it restarts.
@@ -266,7 +318,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
                         Ending::Exited(None) => "killed by another signal".to_owned(),
                     };
                     *lock(&exits).entry(name).or_default() += 1;
-                    lock(&processes).push(Process { who, ending });
+                    lock(&processes).push((k, Process { who, ending }));
                     r += 1;
                 }
             }))
@@ -328,15 +380,27 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         );
     }
 
-    let specs = HashMap::from([(config.key.clone(), config.spec())]);
+    let specs: HashMap<String, KeySpec> = keys.iter().map(|k| (k.name.clone(), k.spec())).collect();
     let mut violations = check_intervals(&specs, &intervals);
-    let (history, still_live) = if config.unprotected {
-        (Vec::new(), Vec::new())
-    } else {
-        sweep(config, &log)?
-    };
-    if !config.unprotected {
-        violations.extend(check_history(&processes, &history, &intervals, &still_live));
+    // Each key's history, checked on its own: arrival numbers are per key.
+    let mut history = Vec::new();
+    for (k, key) in keys.iter().enumerate() {
+        if config.unprotected {
+            break;
+        }
+        let (entries, still_live) = sweep(config, key, &log)?;
+        let turns: Vec<Process> = processes
+            .iter()
+            .filter(|(i, _)| *i == k)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let holds: Vec<Interval> = intervals
+            .iter()
+            .filter(|i| i.key == key.name)
+            .cloned()
+            .collect();
+        violations.extend(check_history(&turns, &entries, &holds, &still_live));
+        history.extend(entries);
     }
     let pauses = config
         .faults
@@ -355,7 +419,11 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             });
         }
     }
-    let takeovers = takeovers(config, &events, &intervals, &history);
+    let key_of: HashMap<&str, &str> = processes
+        .iter()
+        .map(|(k, p)| (p.who.as_str(), keys[*k].name.as_str()))
+        .collect();
+    let takeovers = takeovers(config, &events, &intervals, &history, &key_of);
     violations.extend(takeovers.late.iter().cloned());
     let quiet_failures: u64 = if config.faults.is_empty() && config.skew.is_none() {
         exits
@@ -378,7 +446,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     let summary = json!({
         "store": config.store,
         "key": config.key,
-        "kind": format!("{:?}", config.kind).to_lowercase(),
+        "keys": keys.len(),
+        "kind": config.kind.name(),
         "client": format!("{:?}", config.client).to_lowercase(),
         "seed": config.seed,
         "faults": config.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
@@ -557,7 +626,8 @@ const WHO: &str = "{who}";
 /// How one client thread starts its processes.
 struct ClientPlan {
     c: usize,
-    command: Vec<String>,
+    /// The command for each key, in key order.
+    commands: Vec<Vec<String>>,
     env: Vec<(String, String)>,
     log: File,
 }
@@ -565,17 +635,43 @@ struct ClientPlan {
 impl ClientPlan {
     fn new(
         config: &Config,
+        keys: &[KeyPlan],
         c: usize,
         resource: &str,
         proxy: Option<&ProxiedStore>,
         log: &File,
     ) -> Result<ClientPlan, String> {
-        let store = proxy.map_or(config.store.clone(), |p| p.url.clone());
         let mut env = Vec::new();
         if let Some(endpoint) = proxy.and_then(|p| p.endpoint.clone()) {
             env.push(("AWS_ENDPOINT_URL".to_owned(), endpoint));
         }
-        let shared = config.kind == Kind::Shared && !c.is_multiple_of(3);
+        let mut commands = Vec::new();
+        for key in keys {
+            commands.push(ClientPlan::command(
+                config, key, c, resource, proxy, &mut env,
+            ));
+        }
+        Ok(ClientPlan {
+            c,
+            commands,
+            env,
+            log: log
+                .try_clone()
+                .map_err(|e| format!("cannot share the log: {e}"))?,
+        })
+    }
+
+    /// Client `c`'s command line for `key`.
+    fn command(
+        config: &Config,
+        key: &KeyPlan,
+        c: usize,
+        resource: &str,
+        proxy: Option<&ProxiedStore>,
+        env: &mut Vec<(String, String)>,
+    ) -> Vec<String> {
+        let store = proxy.map_or(config.store.clone(), |p| p.url.clone());
+        let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
         let library = match config.client {
             ClientKind::Cli => false,
             ClientKind::Library => true,
@@ -593,7 +689,9 @@ impl ClientPlan {
             if let Some(sign) = sign {
                 command.extend(["faketime".into(), "-f".into()]);
                 command.push(format!("{sign}{}s", skew.as_secs()));
-                env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+                if !env.iter().any(|(k, _)| k == "FAKETIME_DONT_FAKE_MONOTONIC") {
+                    env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+                }
             }
         }
         let own = config.own.display().to_string();
@@ -604,7 +702,7 @@ impl ClientPlan {
             "--waiter-ttl".to_owned(),
             format!("{}ms", config.waiter_ttl.as_millis()),
             "--limit".to_owned(),
-            config.key_limit().to_string(),
+            key.limit.to_string(),
         ];
         if library {
             timing.extend([
@@ -618,7 +716,9 @@ impl ClientPlan {
         }
         if config.unprotected {
             command.extend([own, "use".into()]);
-            env.push(("BATON_FENCE".into(), "1".into()));
+            if !env.iter().any(|(k, _)| k == "BATON_FENCE") {
+                env.push(("BATON_FENCE".into(), "1".into()));
+            }
         } else if library {
             command.extend([own, "lib-client".into(), "--store".into(), store]);
             command.extend(timing);
@@ -627,7 +727,7 @@ impl ClientPlan {
             }
         } else {
             command.push(config.baton.display().to_string());
-            command.extend(["run".into(), config.key.clone(), "--quiet".into()]);
+            command.extend(["run".into(), key.name.clone(), "--quiet".into()]);
             command.extend(["--store".into(), store, "--context".into(), WHO.into()]);
             command.extend(timing);
             if shared {
@@ -636,32 +736,26 @@ impl ClientPlan {
             command.extend(["--".into(), own, "use".into()]);
         }
         command.extend(["--resource".into(), resource.to_owned()]);
-        command.extend(["--key".into(), config.key.clone(), "--hold".into(), hold]);
+        command.extend(["--key".into(), key.name.clone(), "--hold".into(), hold]);
         command.extend(["--who".into(), WHO.into()]);
         if shared && (config.unprotected || !library) {
             command.push("--shared".into());
         }
-        Ok(ClientPlan {
-            c,
-            command,
-            env,
-            log: log
-                .try_clone()
-                .map_err(|e| format!("cannot share the log: {e}"))?,
-        })
+        command
     }
 
-    /// Runs round `r` of this client to its end.
-    fn turn(&self, shared: &Shared, r: usize) -> (String, Ending) {
+    /// Runs round `r` of this client to its end, on key `(c + r) mod keys`: (the key's
+    /// index, the process's name, how it ended).
+    fn turn(&self, shared: &Shared, r: usize) -> (usize, String, Ending) {
         let who = format!("c{}-r{r}", self.c);
-        let mut command = Command::new(&self.command[0]);
-        command.args(self.command[1..].iter().map(|a| {
-            if a == WHO {
-                who.as_str()
-            } else {
-                a.as_str()
-            }
-        }));
+        let k = (self.c + r) % self.commands.len();
+        let line = &self.commands[k];
+        let mut command = Command::new(&line[0]);
+        command.args(
+            line[1..]
+                .iter()
+                .map(|a| if a == WHO { who.as_str() } else { a.as_str() }),
+        );
         command
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Read by `use` only when it runs without baton (`--unprotected`).
@@ -673,7 +767,7 @@ impl ClientPlan {
             Ok(child) => child,
             Err(e) => {
                 let _ = writeln!(&self.log, "{who}: cannot start: {e}");
-                return (who, Ending::Exited(Some(-1)));
+                return (k, who, Ending::Exited(Some(-1)));
             }
         };
         let pid = i32::try_from(child.id()).unwrap_or(0);
@@ -695,7 +789,7 @@ impl ClientPlan {
         if !matches!(ending, Ending::Exited(Some(0)) | Ending::Killed) {
             let _ = writeln!(&self.log, "{who}: {ending:?}");
         }
-        (who, ending)
+        (k, who, ending)
     }
 }
 
@@ -768,6 +862,10 @@ impl Injector {
             }
             Fault::PauseHolder => {
                 let (live, running) = self.live_holders();
+                let live: Vec<Holder> = live
+                    .into_iter()
+                    .filter(|h| shared.fenced.contains(&h.key))
+                    .collect();
                 if let Some(i) = self.schedule.pick(live.len()) {
                     let who = live[i].who.clone();
                     let top = running[&who].pid;
@@ -987,6 +1085,7 @@ fn takeovers(
     events: &[Event],
     intervals: &[Interval],
     history: &[Entry],
+    key_of: &HashMap<&str, &str>,
 ) -> Takeovers {
     // A holder is picked while its hold is open and hit a moment later: if it released in
     // between, its ticket did not end by running out, and what follows is no takeover.
@@ -1007,9 +1106,10 @@ fn takeovers(
         if !expired.contains(victim) {
             continue;
         }
+        let key = key_of.get(victim).copied().unwrap_or("");
         let Some(next) = by_start
             .iter()
-            .find(|i| i.start_ns > event.at_ns && i.who != victim)
+            .find(|i| i.start_ns > event.at_ns && i.who != victim && i.key == key)
         else {
             continue;
         };
@@ -1056,8 +1156,8 @@ fn takeovers(
 
 /// After the run: waits (with `baton run` turns that take every permit) until every dead
 /// ticket has lapsed, then reads the key's history and whatever is still live.
-fn sweep(config: &Config, log: &File) -> Result<(Vec<Entry>, Vec<String>), String> {
-    let limit = config.key_limit().to_string();
+fn sweep(config: &Config, key: &KeyPlan, log: &File) -> Result<(Vec<Entry>, Vec<String>), String> {
+    let limit = key.limit.to_string();
     let ttl = format!("{}ms", config.ttl.as_millis());
     // Held long enough that a dead holder's lease and a dead waiter's grant lapse while the
     // sweep holds: observation-judged stores need a full phase seen unchanged.
@@ -1067,10 +1167,10 @@ fn sweep(config: &Config, log: &File) -> Result<(Vec<Entry>, Vec<String>), Strin
     let mut live = Vec::new();
     let mut round = 0;
     while Instant::now() < give_up {
-        let sweepers: Vec<_> = (0..config.key_limit())
+        let sweepers: Vec<_> = (0..key.limit)
             .map(|i| {
                 Command::new(&config.baton)
-                    .args(["run", &config.key, "--quiet", "--store", &config.store])
+                    .args(["run", &key.name, "--quiet", "--store", &config.store])
                     .args(["--limit", &limit, "--ttl", &ttl, "--timeout", "120s"])
                     .args(["--context", &format!("sweep-{round}-{i}")])
                     .args(["--", "sleep", &sleep])
@@ -1084,19 +1184,14 @@ fn sweep(config: &Config, log: &File) -> Result<(Vec<Entry>, Vec<String>), Strin
             let mut sweeper = sweeper;
             let _ = sweeper.wait();
         }
-        let status = baton_ok(
-            config,
-            &config.store,
-            &["status", &config.key, "--json"],
-            log,
-        )?;
+        let status = baton_ok(config, &config.store, &["status", &key.name, "--json"], log)?;
         let status: Value = serde_json::from_str(&status)
             .map_err(|e| format!("cannot read `baton status --json`: {e}"))?;
         live = status["keys"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|k| k["key"] == config.key.as_str())
+            .filter(|k| k["key"] == key.name.as_str())
             .flat_map(|k| {
                 let holders = k["holders"].as_array().cloned().unwrap_or_default();
                 let queue = k["queue"].as_array().cloned().unwrap_or_default();
@@ -1118,7 +1213,7 @@ fn sweep(config: &Config, log: &File) -> Result<(Vec<Entry>, Vec<String>), Strin
     let log_json = baton_ok(
         config,
         &config.store,
-        &["log", &config.key, "--json", "-n", "10000"],
+        &["log", &key.name, "--json", "-n", "10000"],
         log,
     )?;
     let mut history = Vec::new();

@@ -84,9 +84,12 @@ struct RunArgs {
     /// Run for this long instead of a number of rounds (each client finishes its turn).
     #[arg(long, value_parser = humantime::parse_duration)]
     duration: Option<Duration>,
-    /// What the key is.
+    /// What the keys are.
     #[arg(long, value_enum, default_value = "mutex")]
     kind: Kind,
+    /// How many keys the clients share (KEY/k0, KEY/k1, …; each turn takes one in turn).
+    #[arg(long, default_value_t = 1)]
+    keys: usize,
     /// The semaphore's limit.
     #[arg(long, default_value_t = 2)]
     limit: u32,
@@ -225,6 +228,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         rounds: args.rounds,
         duration: args.duration,
         kind: args.kind,
+        keys: args.keys,
         limit: args.limit,
         hold: args.hold,
         client: args.client,

@@ -39,8 +39,8 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: None,
         },
         Case {
-            store: sqlite("semaphore.db"),
-            kind: Kind::Semaphore,
+            store: sqlite("mixed.db"),
+            kind: Kind::Mixed,
             client: ClientKind::Mixed,
             faults: vec![KillHolder, KillWaiter],
             restart_cmd: None,
@@ -56,7 +56,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
         if let Ok(url) = std::env::var(variable) {
             cases.push(Case {
                 store: url,
-                kind: Kind::Mutex,
+                kind: Kind::Mixed,
                 client: ClientKind::Mixed,
                 faults: vec![
                     KillHolder,
@@ -77,7 +77,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
         if url.starts_with("s3://") || url.starts_with("dynamodb://") {
             cases.push(Case {
                 store: url.to_owned(),
-                kind: Kind::Mutex,
+                kind: Kind::Mixed,
                 client: ClientKind::Mixed,
                 faults: vec![
                     KillHolder,
@@ -109,10 +109,12 @@ pub fn run(baton: PathBuf, duration: Duration, seed: u64, restart: &Path) -> Res
             store: case.store,
             baton: baton.clone(),
             own: own.clone(),
-            clients: 4,
+            // Mixed runs spread their clients over three keys.
+            clients: if case.kind == Kind::Mixed { 6 } else { 4 },
             rounds: 0,
             duration: Some(duration),
             kind: case.kind,
+            keys: if case.kind == Kind::Mixed { 3 } else { 1 },
             limit: 2,
             hold: Duration::from_millis(50),
             client: case.client,
@@ -153,7 +155,7 @@ fn tempdir() -> Result<PathBuf, String> {
 /// The summary table (Markdown) of runs' summaries.
 pub fn table(summaries: &[Value]) -> String {
     let mut out = String::from(
-        "| store | key | clients | faults injected | skew | turns | violations | lost | \
+        "| store | keys | clients | faults injected | skew | turns | violations | lost | \
          fenced off | takeover p50 / p99 / max ms (n) |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -173,7 +175,10 @@ pub fn table(summaries: &[Value]) -> String {
         let ms = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
         out.push_str(&format!(
             "| {scheme} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} ({}) |\n",
-            s["kind"].as_str().unwrap_or("?"),
+            match s["keys"].as_u64() {
+                Some(n) if n > 1 => format!("{} ×{n}", s["kind"].as_str().unwrap_or("?")),
+                _ => s["kind"].as_str().unwrap_or("?").to_owned(),
+            },
             s["client"].as_str().unwrap_or("?"),
             if injected.is_empty() {
                 "none".into()
