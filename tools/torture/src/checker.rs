@@ -83,6 +83,23 @@ pub enum Violation {
         /// The ticket granted next, which arrived before it.
         later: (String, u64),
     },
+    /// A holder that was never paused had a write refused by the fence: its lease ended while
+    /// it still ran (`baton run` must stop its command first, a library client must stop at
+    /// the heartbeat's word).
+    FencedOffUnpaused {
+        /// The process.
+        who: String,
+        /// What the resource said.
+        why: String,
+    },
+    /// A hold began while a process was stopped inside SQLite's write transaction, when no
+    /// grant could be written.
+    HeldWhileStopped {
+        /// The process that held.
+        who: String,
+        /// The process that was stopped.
+        stopped: String,
+    },
     /// A holder died or paused and the next grant came later than the bound allows.
     LateTakeover {
         /// What happened to the holder, and to whom.

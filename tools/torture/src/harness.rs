@@ -402,20 +402,38 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         violations.extend(check_history(&turns, &entries, &holds, &still_live));
         history.extend(entries);
     }
-    let pauses = config
-        .faults
+    // A holder that was not paused stops before its lease can end (`baton run` kills its
+    // command, the library client stops at the heartbeat's word): a fence refusing it means a
+    // lease ended under a holder that was still running.
+    let paused: HashSet<&str> = events
         .iter()
-        .any(|f| matches!(f, Fault::PauseHolder | Fault::PauseInTransaction));
-    if !pauses {
-        // Without a pause, every holder stops before its lease can end: a fence refusing one
-        // means a lease ended under a holder that was still running.
-        for rejection in &fenced_off {
-            violations.push(Violation::Lost {
-                ticket: rejection.ticket.clone(),
-                why: format!(
-                    "{} was fenced off ({:?}) in a run without pauses",
-                    rejection.who, rejection.why
-                ),
+        .filter(|e| matches!(e.fault, Fault::PauseHolder | Fault::PauseInTransaction))
+        .filter_map(|e| e.who.as_deref())
+        .collect();
+    for rejection in fenced_off
+        .iter()
+        .filter(|r| !paused.contains(r.who.as_str()))
+    {
+        violations.push(Violation::FencedOffUnpaused {
+            who: rejection.who.clone(),
+            why: format!("{:?}", rejection.why),
+        });
+    }
+    // While a process is stopped inside SQLite's write transaction nobody can write: no grant,
+    // so no hold may begin (but one granted just before the stop: a second's grace).
+    for stop in events
+        .iter()
+        .filter(|e| e.fault == Fault::PauseInTransaction)
+    {
+        let from = stop.at_ns + 1_000_000_000;
+        let until = stop.at_ns + u64::try_from(stop.lasted.as_nanos()).unwrap_or(0);
+        for hold in intervals
+            .iter()
+            .filter(|i| i.start_ns > from && i.start_ns < until)
+        {
+            violations.push(Violation::HeldWhileStopped {
+                who: hold.who.clone(),
+                stopped: stop.who.clone().unwrap_or_default(),
             });
         }
     }
