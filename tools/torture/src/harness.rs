@@ -1007,26 +1007,13 @@ impl Injector {
     }
 
     /// Stops running client processes one after another until one is caught holding SQLite's
-    /// write lock (a probe's `BEGIN IMMEDIATE` finds the database busy while it is stopped, and
-    /// still busy 50 ms later), then keeps that one stopped past the TTL.
+    /// write lock (the kernel's lock table says so: [`holds_sqlite_write_lock`]), then keeps
+    /// that one stopped past the TTL. Each miss is continued at once (a stop of microseconds).
     fn pause_in_transaction(&mut self) {
         let Some(path) = self.store.strip_prefix("sqlite:") else {
             return;
         };
         let path = path.split('?').next().unwrap_or(path).to_owned();
-        let probe = match rusqlite::Connection::open(&path) {
-            Ok(probe) => probe,
-            Err(_) => return,
-        };
-        let busy = || match probe.execute_batch("BEGIN IMMEDIATE; ROLLBACK;") {
-            Ok(()) => false,
-            Err(rusqlite::Error::SqliteFailure(e, _)) => {
-                e.code == rusqlite::ErrorCode::DatabaseBusy
-                    || e.code == rusqlite::ErrorCode::DatabaseLocked
-            }
-            Err(_) => false,
-        };
-        let _ = probe.busy_timeout(Duration::ZERO);
         let give_up = Instant::now() + Duration::from_secs(3);
         while Instant::now() < give_up && !self.shared.done.load(Ordering::SeqCst) {
             let untouchable = self.untouchable();
@@ -1042,22 +1029,76 @@ impl Injector {
             };
             let (who, victim) = running.swap_remove(i);
             signal(victim.pid, libc::SIGSTOP);
-            let caught = busy() && {
-                std::thread::sleep(Duration::from_millis(50));
-                busy()
-            };
-            if caught {
-                signal(victim.pid, libc::SIGCONT);
+            // kill(2) returns before the process stops: a thread still running could finish
+            // its transaction after the lock table was read.
+            if all_threads_stopped(victim.pid) && holds_sqlite_write_lock(victim.pid, &path) {
+                // Still stopped: it stays so, inside its transaction, until the pause is over.
                 let pause = self.ttl + Duration::from_secs(1);
-                self.pause(&who, victim.pid, None, pause);
                 self.shared
-                    .record(Fault::PauseInTransaction, Some(who), pause);
+                    .record(Fault::PauseInTransaction, Some(who.clone()), pause);
+                self.pause(&who, victim.pid, None, pause);
                 return;
             }
             signal(victim.pid, libc::SIGCONT);
-            std::thread::sleep(Duration::from_millis(2));
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Waits (100 ms at most) until every thread of `pid` is stopped (`T` in its
+/// `/proc/PID/task/TID/stat`); false if one still runs.
+fn all_threads_stopped(pid: i32) -> bool {
+    let give_up = Instant::now() + Duration::from_millis(100);
+    loop {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        let running = tasks.flatten().any(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // The state follows the command name, which is in parentheses and may hold spaces.
+            let state = stat
+                .rsplit(") ")
+                .next()
+                .and_then(|rest| rest.chars().next());
+            !matches!(state, Some('T' | 't'))
+        });
+        if !running {
+            return true;
+        }
+        if Instant::now() >= give_up {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether process `pid` holds SQLite's write lock on the database at `path`, by the kernel's
+/// table of POSIX locks (`/proc/locks`: `N: POSIX ADVISORY WRITE PID MAJ:MIN:INODE START END`).
+/// In WAL mode the writer holds byte 120 of `PATH-shm` (`WAL_WRITE_LOCK`); in rollback mode, the
+/// database's RESERVED byte (`PENDING_BYTE + 1` = 0x40000001). Waiting requests (`->`) are not
+/// held locks.
+fn holds_sqlite_write_lock(pid: i32, path: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let inode = |p: &str| std::fs::metadata(p).ok().map(|m| m.ino());
+    let (shm, db) = (inode(&format!("{path}-shm")), inode(path));
+    let Ok(table) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let pid = pid.to_string();
+    table.lines().any(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[1] != "POSIX" || f[3] != "WRITE" || f[4] != pid {
+            return false;
+        }
+        let held = f[5].rsplit(':').next().and_then(|i| i.parse::<u64>().ok());
+        let (Ok(start), end) = (f[6].parse::<u64>(), f[7].parse::<u64>().unwrap_or(u64::MAX))
+        else {
+            return false;
+        };
+        let covers = |byte: u64| start <= byte && byte <= end;
+        (held.is_some() && held == shm && covers(120))
+            || (held.is_some() && held == db && covers(0x4000_0001))
+    })
 }
 
 /// Takeover times after holders were killed or paused.
