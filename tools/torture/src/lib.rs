@@ -15,7 +15,7 @@
 //! - [`faults`]: the faults and the seeded schedule that picks them.
 //! - [`work`]: the holder's side of the resource: write with the fence until the hold is over.
 //!
-//! The binary (`src/main.rs`, `src/harness.rs`, `src/library.rs`) runs real clients, the CLI's
+//! The binary (`src/main.rs`, `src/harness/`, `src/library.rs`, `src/matrix.rs`) runs real clients, the CLI's
 //! `baton run` and the library, under those faults and feeds the checker.
 
 pub mod checker;

@@ -67,8 +67,8 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                     ProxyHole,
                 ],
                 restart_cmd: restart_of(server),
-                // etcd leases are judged on the store's clock: clients' clocks must not matter.
-                skew: (server == "etcd").then_some(Duration::from_secs(30)),
+                // Leases are judged on the server's clock: clients' clocks must not matter.
+                skew: Some(Duration::from_secs(30)),
             });
         }
     }

@@ -2,7 +2,7 @@
 //! on every server store the test scripts started (`scripts/with-servers.sh` exports them),
 //! each under the faults it can be given — kill -9 of holders and waiters, a holder paused past
 //! its TTL, SQLite stopped mid-transaction, server restarts, the fault proxy's cut connections,
-//! black holes and latency, clients' clocks ±30 s — for `BATON_TORTURE_DURATION` (default 30 s)
+//! black holes and latency, clients' clocks ±30 s — for `BATON_TORTURE_DURATION` (default 45 s)
 //! per run. No violation, no lost ticket; and the faults must really have been injected, or a
 //! quiet run would pass for a tortured one. The table it prints is the one TORTURE.md records.
 //!
@@ -23,7 +23,7 @@ fn every_store_survives_its_faults() {
         "run `cargo build --workspace` first (scripts/test.sh does)"
     );
     let restart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restart-server.sh");
-    let duration = std::env::var("BATON_TORTURE_DURATION").unwrap_or_else(|_| "30s".into());
+    let duration = std::env::var("BATON_TORTURE_DURATION").unwrap_or_else(|_| "45s".into());
     let output = Command::new(&torture)
         .args(["matrix", "--duration", &duration, "--seed", "11"])
         .arg("--restart-script")

@@ -1,0 +1,242 @@
+//! How a client thread starts its processes, and the store as clients reach it (directly or
+//! through the fault proxy).
+
+use std::fs::File;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use baton_torture::checker::Ending;
+use baton_torture::proxy::Proxy;
+
+use super::{lock, ClientKind, Config, KeyPlan, Kind, Running, Shared};
+
+/// A store reached through the fault proxy: the proxy, and how clients are pointed at it.
+pub(super) struct ProxiedStore {
+    pub(super) proxy: Arc<Proxy>,
+    /// The store URL clients use.
+    url: String,
+    /// For S3 and DynamoDB, whose endpoint is in the environment: `AWS_ENDPOINT_URL`.
+    endpoint: Option<String>,
+}
+
+impl ProxiedStore {
+    /// Starts a proxy in front of the loopback address in `store` (or in `AWS_ENDPOINT_URL`).
+    pub(super) fn start(store: &str) -> Result<ProxiedStore, String> {
+        let in_env = store.starts_with("s3://") || store.starts_with("dynamodb://");
+        let text = if in_env {
+            std::env::var("AWS_ENDPOINT_URL").map_err(|_| {
+                "proxy faults on s3:// and dynamodb:// need AWS_ENDPOINT_URL (a loopback server)"
+                    .to_owned()
+            })?
+        } else {
+            store.to_owned()
+        };
+        let (address, at) = loopback_address(&text).ok_or_else(|| {
+            format!("proxy faults need a store at 127.0.0.1:PORT; {text} has none")
+        })?;
+        let proxy = Proxy::start(address)
+            .map_err(|e| format!("cannot start the fault proxy to {address}: {e}"))?;
+        let rewritten = format!("{}{}{}", &text[..at.0], proxy.address(), &text[at.1..]);
+        Ok(if in_env {
+            ProxiedStore {
+                proxy: Arc::new(proxy),
+                url: store.to_owned(),
+                endpoint: Some(rewritten),
+            }
+        } else {
+            ProxiedStore {
+                proxy: Arc::new(proxy),
+                url: rewritten,
+                endpoint: None,
+            }
+        })
+    }
+}
+
+/// The first `127.0.0.1:PORT` in `text`, and where it is.
+fn loopback_address(text: &str) -> Option<(SocketAddr, (usize, usize))> {
+    let start = text.find("127.0.0.1:")?;
+    let digits = &text[start + "127.0.0.1:".len()..];
+    let len = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    let end = start + "127.0.0.1:".len() + len;
+    let address = text[start..end].parse().ok()?;
+    Some((address, (start, end)))
+}
+
+/// Stands for the client process's name (`cC-rR`) in a [`ClientPlan`]'s command.
+const WHO: &str = "{who}";
+
+/// How one client thread starts its processes.
+pub(super) struct ClientPlan {
+    c: usize,
+    /// The command for each key, in key order.
+    commands: Vec<Vec<String>>,
+    env: Vec<(String, String)>,
+    log: File,
+}
+
+impl ClientPlan {
+    pub(super) fn new(
+        config: &Config,
+        keys: &[KeyPlan],
+        c: usize,
+        resource: &str,
+        proxy: Option<&ProxiedStore>,
+        log: &File,
+    ) -> Result<ClientPlan, String> {
+        let mut env = Vec::new();
+        if let Some(endpoint) = proxy.and_then(|p| p.endpoint.clone()) {
+            env.push(("AWS_ENDPOINT_URL".to_owned(), endpoint));
+        }
+        let mut commands = Vec::new();
+        for key in keys {
+            commands.push(ClientPlan::command(
+                config, key, c, resource, proxy, &mut env,
+            ));
+        }
+        Ok(ClientPlan {
+            c,
+            commands,
+            env,
+            log: log
+                .try_clone()
+                .map_err(|e| format!("cannot share the log: {e}"))?,
+        })
+    }
+
+    /// Client `c`'s command line for `key`.
+    fn command(
+        config: &Config,
+        key: &KeyPlan,
+        c: usize,
+        resource: &str,
+        proxy: Option<&ProxiedStore>,
+        env: &mut Vec<(String, String)>,
+    ) -> Vec<String> {
+        let store = proxy.map_or(config.store.clone(), |p| p.url.clone());
+        let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
+        let library = match config.client {
+            ClientKind::Cli => false,
+            ClientKind::Library => true,
+            ClientKind::Mixed => c % 2 == 1,
+        };
+        let mut command: Vec<String> = Vec::new();
+        // One client in three runs with its clock ahead, one behind (real skew leaves the
+        // monotonic clock alone, so faketime must too).
+        if let Some(skew) = config.skew {
+            let sign = match c % 3 {
+                1 => Some('+'),
+                2 => Some('-'),
+                _ => None,
+            };
+            if let Some(sign) = sign {
+                command.extend(["faketime".into(), "-f".into()]);
+                command.push(format!("{sign}{}s", skew.as_secs()));
+                if !env.iter().any(|(k, _)| k == "FAKETIME_DONT_FAKE_MONOTONIC") {
+                    env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+                }
+            }
+        }
+        let own = config.own.display().to_string();
+        let hold = format!("{}ms", config.hold.as_millis());
+        let mut timing = vec![
+            "--ttl".to_owned(),
+            format!("{}ms", config.ttl.as_millis()),
+            "--waiter-ttl".to_owned(),
+            format!("{}ms", config.waiter_ttl.as_millis()),
+            "--limit".to_owned(),
+            key.limit.to_string(),
+        ];
+        if library {
+            timing.extend([
+                "--poll-min".to_owned(),
+                format!("{}ms", config.poll_min.as_millis()),
+                "--poll-max".to_owned(),
+                format!("{}ms", config.poll_max.as_millis()),
+            ]);
+        } else {
+            timing.extend(["--poll".to_owned(), config.poll()]);
+        }
+        if config.unprotected {
+            command.extend([own, "use".into()]);
+            if !env.iter().any(|(k, _)| k == "BATON_FENCE") {
+                env.push(("BATON_FENCE".into(), "1".into()));
+            }
+        } else if library {
+            command.extend([own, "lib-client".into(), "--store".into(), store]);
+            command.extend(timing);
+            if shared {
+                command.push("--shared".into());
+            }
+        } else {
+            command.push(config.baton.display().to_string());
+            command.extend(["run".into(), key.name.clone(), "--quiet".into()]);
+            command.extend(["--store".into(), store, "--context".into(), WHO.into()]);
+            command.extend(timing);
+            if shared {
+                command.push("--shared".into());
+            }
+            command.extend(["--".into(), own, "use".into()]);
+        }
+        command.extend(["--resource".into(), resource.to_owned()]);
+        command.extend(["--key".into(), key.name.clone(), "--hold".into(), hold]);
+        command.extend(["--who".into(), WHO.into()]);
+        if shared && (config.unprotected || !library) {
+            command.push("--shared".into());
+        }
+        command
+    }
+
+    /// Runs round `r` of this client to its end, on key `(c + r) mod keys`: (the key's
+    /// index, the process's name, how it ended).
+    pub(super) fn turn(&self, shared: &Shared, r: usize) -> (usize, String, Ending) {
+        let who = format!("c{}-r{r}", self.c);
+        let k = (self.c + r) % self.commands.len();
+        let line = &self.commands[k];
+        let mut command = Command::new(&line[0]);
+        command.args(
+            line[1..]
+                .iter()
+                .map(|a| if a == WHO { who.as_str() } else { a.as_str() }),
+        );
+        command
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            // Read by `use` only when it runs without baton (`--unprotected`).
+            .env("BATON_TICKET", &who)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log.try_clone().map_or(Stdio::null(), Stdio::from));
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = writeln!(&self.log, "{who}: cannot start: {e}");
+                return (k, who, Ending::Exited(Some(-1)));
+            }
+        };
+        let pid = i32::try_from(child.id()).unwrap_or(0);
+        lock(&shared.running).insert(
+            who.clone(),
+            Running {
+                pid,
+                started: Instant::now(),
+            },
+        );
+        let status = child.wait();
+        lock(&shared.running).remove(&who);
+        lock(&shared.workers).remove(&who);
+        let ending = if lock(&shared.killed).contains(&who) {
+            Ending::Killed
+        } else {
+            Ending::Exited(status.ok().and_then(|s| s.code()))
+        };
+        if !matches!(ending, Ending::Exited(Some(0)) | Ending::Killed) {
+            let _ = writeln!(&self.log, "{who}: {ending:?}");
+        }
+        (k, who, ending)
+    }
+}

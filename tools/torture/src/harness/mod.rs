@@ -1,0 +1,598 @@
+//! `baton-torture run`: clients taking turns at the protected resource while faults hit them,
+//! then the checker's verdict.
+//!
+//! The harness serves the [`Resource`] on a loopback port and runs `--clients` threads, each
+//! starting one client process after another: `baton run KEY -- baton-torture use …` (the CLI)
+//! or `baton-torture lib-client …` (the library). A fault thread follows the seeded
+//! [`Schedule`]. When the clients are done, the faults stop, the dead tickets are swept (a
+//! `baton run` that waits until every one of them has lapsed), and the checker reads the
+//! resource's records, the key's history (`baton log --json`) and what is still live
+//! (`baton status --json`).
+
+//!
+//! - [`clients`]: how each client thread starts its processes (CLI or library, skewed or not,
+//!   through the fault proxy or not).
+//! - [`injector`]: the fault thread.
+//! - [`verdict`]: the sweep, the history read back, and the takeover times.
+
+mod clients;
+mod injector;
+mod verdict;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use baton_torture::checker::Violation;
+use baton_torture::checker::{check_history, check_intervals, Ending, KeySpec, Process};
+use baton_torture::faults::{Fault, Schedule};
+use baton_torture::resource::Resource;
+use baton_torture::{Interval, Mode};
+use serde_json::json;
+use serde_json::Value;
+
+use clients::{ClientPlan, ProxiedStore};
+use injector::Injector;
+use verdict::{sweep, takeovers};
+
+/// What a key is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// One holder at a time; fences must rise.
+    Mutex,
+    /// Up to --limit holders at once.
+    Semaphore,
+    /// Every client shared except one in three, which is normal: shared never beside normal.
+    Shared,
+    /// With --keys 3 or more: a mutex, a semaphore and a shared key, and so on in turn.
+    Mixed,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Mutex => "mutex",
+            Kind::Semaphore => "semaphore",
+            Kind::Shared => "shared",
+            Kind::Mixed => "mixed",
+        }
+    }
+}
+
+/// One key of a run: its name and what it is (never `Mixed`).
+#[derive(Clone, Debug)]
+pub struct KeyPlan {
+    pub name: String,
+    pub kind: Kind,
+    /// The key's limit (1 but for a semaphore).
+    pub limit: u32,
+}
+
+impl KeyPlan {
+    fn spec(&self) -> KeySpec {
+        KeySpec {
+            limit: self.limit,
+            fenced: self.kind == Kind::Mutex,
+        }
+    }
+}
+
+/// Which client the processes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientKind {
+    /// `baton run` with `baton-torture use` as its command.
+    Cli,
+    /// `baton-torture lib-client`: the library's `acquire_many`, heartbeat and release.
+    Library,
+    /// Even clients the CLI, odd clients the library.
+    Mixed,
+}
+
+/// Everything a run needs (see `baton-torture run --help`).
+pub struct Config {
+    pub store: String,
+    pub baton: PathBuf,
+    pub own: PathBuf,
+    pub clients: usize,
+    pub rounds: usize,
+    pub duration: Option<Duration>,
+    pub kind: Kind,
+    /// How many keys the clients share (each turn takes one, in turn).
+    pub keys: usize,
+    pub limit: u32,
+    pub hold: Duration,
+    pub client: ClientKind,
+    pub ttl: Duration,
+    pub waiter_ttl: Duration,
+    pub poll_min: Duration,
+    pub poll_max: Duration,
+    pub seed: u64,
+    pub faults: Vec<Fault>,
+    pub every: Duration,
+    pub hole: Duration,
+    pub restart_cmd: Option<String>,
+    pub skew: Option<Duration>,
+    pub takeover_slack: Duration,
+    pub key: String,
+    pub unprotected: bool,
+}
+
+impl Config {
+    fn poll(&self) -> String {
+        format!(
+            "{}ms..{}ms",
+            self.poll_min.as_millis(),
+            self.poll_max.as_millis()
+        )
+    }
+
+    /// The claim window the clients use (as `AcquireOptions::claim` computes it).
+    fn claim(&self) -> Duration {
+        self.poll_max * 2 + Duration::from_secs(2)
+    }
+
+    /// The run's keys: `KEY` alone, or `KEY/k0`, `KEY/k1`, … (kinds in turn with `mixed`).
+    pub fn key_plans(&self) -> Vec<KeyPlan> {
+        let n = self.keys.max(1);
+        (0..n)
+            .map(|i| {
+                let kind = match self.kind {
+                    Kind::Mixed => [Kind::Mutex, Kind::Semaphore, Kind::Shared][i % 3],
+                    kind => kind,
+                };
+                KeyPlan {
+                    name: if n == 1 {
+                        self.key.clone()
+                    } else {
+                        format!("{}/k{i}", self.key)
+                    },
+                    kind,
+                    limit: if kind == Kind::Semaphore {
+                        self.limit
+                    } else {
+                        1
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Refuses combinations that cannot mean anything, saying what to do instead.
+    pub fn check(&self) -> Result<(), String> {
+        let mutexes = self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
+        if self.faults.contains(&Fault::PauseHolder) && !mutexes {
+            return Err(
+                "pause-holder needs a mutex key (--kind mutex, or mixed): only a fence protects \
+                 a resource from a holder paused past its lease, and only a mutex's resource \
+                 checks fences"
+                    .into(),
+            );
+        }
+        if self.faults.contains(&Fault::Restart) && self.restart_cmd.is_none() {
+            return Err("the restart fault needs --restart-cmd (e.g. \
+                        'scripts/restart-server.sh redis --kill')"
+                .into());
+        }
+        if self.faults.contains(&Fault::PauseInTransaction) && !self.store.starts_with("sqlite:") {
+            return Err("pause-in-transaction is for sqlite: stores".into());
+        }
+        if self.clients == 0 {
+            return Err("--clients must be at least 1".into());
+        }
+        if self.kind == Kind::Mixed && self.keys < 3 {
+            return Err(
+                "--kind mixed needs --keys 3 or more (a mutex, a semaphore, a shared key)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// One fault injected: what, when (ns on the run's clock), to whom, for how long.
+#[derive(Clone, Debug)]
+struct Event {
+    fault: Fault,
+    at_ns: u64,
+    who: Option<String>,
+    lasted: Duration,
+}
+
+/// A client process while it runs: its own pid, and the pid of the process that does the
+/// work (the command of `baton run`, which is in a process group of its own), once known.
+#[derive(Clone, Copy, Debug)]
+struct Running {
+    pid: i32,
+    started: Instant,
+}
+
+/// What the resource's server, the client threads and the fault thread share.
+struct Shared {
+    resource: Mutex<Resource>,
+    /// The mutex keys (a paused holder is picked only on one).
+    fenced: HashSet<String>,
+    started: Instant,
+    last_ns: Mutex<u64>,
+    running: Mutex<HashMap<String, Running>>,
+    /// Worker pids by client name, from HELLO.
+    workers: Mutex<HashMap<String, i32>>,
+    killed: Mutex<HashSet<String>>,
+    paused: Mutex<Vec<(String, Vec<i32>)>>,
+    events: Mutex<Vec<Event>>,
+    done: AtomicBool,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    /// The run's clock: nanoseconds since it started, strictly increasing, so no two records
+    /// share an instant.
+    fn now_ns(&self) -> u64 {
+        let now = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let mut last = lock(&self.last_ns);
+        *last = now.max(*last + 1);
+        *last
+    }
+
+    fn record(&self, fault: Fault, who: Option<String>, lasted: Duration) {
+        let at_ns = self.now_ns();
+        lock(&self.events).push(Event {
+            fault,
+            at_ns,
+            who,
+            lasted,
+        });
+    }
+}
+
+/// Sends `signal` to `pid` (negative: a process group). False if there was no such process.
+fn signal(pid: i32, signal: i32) -> bool {
+    // SAFETY: kill(2) has no memory effects; a stale pid at worst signals nothing.
+    unsafe { libc::kill(pid, signal) == 0 }
+}
+
+/// The verdict of a run.
+pub struct Verdict {
+    /// The summary (printed, and with `--json` printed as JSON).
+    pub summary: Value,
+    /// Every violation.
+    pub violations: Vec<Violation>,
+}
+
+/// Runs the clients under the faults and checks the records.
+pub fn run(config: &Config) -> Result<Verdict, String> {
+    config.check()?;
+    let began = Instant::now();
+    let log_path = std::env::temp_dir().join(format!(
+        "baton-torture-{}.log",
+        config.key.replace('/', "-")
+    ));
+    let log = File::create(&log_path)
+        .map_err(|e| format!("cannot create the log {}: {e}", log_path.display()))?;
+    if !config.unprotected {
+        baton_ok(config, &config.store, &["init"], &log)?;
+    }
+
+    // The proxy sits between every client and the store; the harness's own reads go direct.
+    let proxy = if config.faults.iter().any(|f| f.needs_proxy()) {
+        Some(ProxiedStore::start(&config.store)?)
+    } else {
+        None
+    };
+
+    let keys = config.key_plans();
+    let shared = Arc::new(Shared {
+        resource: Mutex::new(Resource::new(
+            keys.iter().map(|k| (k.name.clone(), k.spec().fenced)),
+        )),
+        fenced: keys
+            .iter()
+            .filter(|k| k.spec().fenced)
+            .map(|k| k.name.clone())
+            .collect(),
+        started: Instant::now(),
+        last_ns: Mutex::new(0),
+        running: Mutex::new(HashMap::new()),
+        workers: Mutex::new(HashMap::new()),
+        killed: Mutex::new(HashSet::new()),
+        paused: Mutex::new(Vec::new()),
+        events: Mutex::new(Vec::new()),
+        done: AtomicBool::new(false),
+    });
+    let address = serve(shared.clone())?;
+
+    let deadline = config.duration.map(|d| Instant::now() + d);
+    // (key index, process)
+    let processes = Arc::new(Mutex::new(Vec::<(usize, Process)>::new()));
+    let exits = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    let clients: Vec<_> = (0..config.clients)
+        .map(|c| {
+            let plan = ClientPlan::new(config, &keys, c, &address, proxy.as_ref(), &log)?;
+            let (shared, processes, exits) = (shared.clone(), processes.clone(), exits.clone());
+            let rounds = config.rounds;
+            Ok(std::thread::spawn(move || {
+                let mut r = 0;
+                while deadline.map_or(r < rounds, |d| Instant::now() < d) {
+                    let (k, who, ending) = plan.turn(&shared, r);
+                    if !matches!(ending, Ending::Exited(Some(0))) {
+                        // A store that is down fails a turn at once: do not spin through
+                        // rounds while it restarts.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    let name = match &ending {
+                        Ending::Killed => "killed".to_owned(),
+                        Ending::Exited(Some(code)) => format!("exit {code}"),
+                        Ending::Exited(None) => "killed by another signal".to_owned(),
+                    };
+                    *lock(&exits).entry(name).or_default() += 1;
+                    lock(&processes).push((k, Process { who, ending }));
+                    r += 1;
+                }
+            }))
+        })
+        .collect::<Result<_, String>>()?;
+
+    let faults = {
+        let shared = shared.clone();
+        let injector = Injector {
+            schedule: Schedule::new(config.seed, &config.faults, config.every),
+            shared,
+            ttl: config.ttl,
+            hole: config.hole,
+            restart_cmd: config.restart_cmd.clone(),
+            proxy: proxy.as_ref().map(|p| p.proxy.clone()),
+            store: config.store.clone(),
+        };
+        std::thread::spawn(move || injector.run())
+    };
+    for client in clients {
+        let _ = client.join();
+    }
+    shared.done.store(true, Ordering::SeqCst);
+    let _ = faults.join();
+    for (_, pids) in lock(&shared.paused).drain(..) {
+        for pid in pids {
+            signal(pid, libc::SIGCONT);
+        }
+    }
+    drop(proxy);
+
+    let mut resource = lock(&shared.resource);
+    resource.close_all();
+    let intervals = resource.accepted().to_vec();
+    let fenced_off = resource.rejected().to_vec();
+    let writes = resource.writes();
+    drop(resource);
+    let processes = lock(&processes).clone();
+    let exits = lock(&exits).clone();
+    let events = lock(&shared.events).clone();
+    for event in &events {
+        let _ = writeln!(
+            &log,
+            "fault at {:.3}s: {} {} for {:?}",
+            event.at_ns as f64 / 1e9,
+            event.fault.name(),
+            event.who.as_deref().unwrap_or("-"),
+            event.lasted
+        );
+    }
+    for interval in &intervals {
+        let _ = writeln!(
+            &log,
+            "hold {:.3}s..{:.3}s: {} fence {}",
+            interval.start_ns as f64 / 1e9,
+            interval.end_ns as f64 / 1e9,
+            interval.who,
+            interval.fence
+        );
+    }
+
+    let specs: HashMap<String, KeySpec> = keys.iter().map(|k| (k.name.clone(), k.spec())).collect();
+    let mut violations = check_intervals(&specs, &intervals);
+    // Each key's history, checked on its own: arrival numbers are per key.
+    let mut history = Vec::new();
+    for (k, key) in keys.iter().enumerate() {
+        if config.unprotected {
+            break;
+        }
+        let (entries, still_live) = sweep(config, key, &log)?;
+        let turns: Vec<Process> = processes
+            .iter()
+            .filter(|(i, _)| *i == k)
+            .map(|(_, p)| p.clone())
+            .collect();
+        let holds: Vec<Interval> = intervals
+            .iter()
+            .filter(|i| i.key == key.name)
+            .cloned()
+            .collect();
+        violations.extend(check_history(&turns, &entries, &holds, &still_live));
+        history.extend(entries);
+    }
+    // A holder that was not paused stops before its lease can end (`baton run` kills its
+    // command, the library client stops at the heartbeat's word): a fence refusing it means a
+    // lease ended under a holder that was still running.
+    let paused: HashSet<&str> = events
+        .iter()
+        .filter(|e| matches!(e.fault, Fault::PauseHolder | Fault::PauseInTransaction))
+        .filter_map(|e| e.who.as_deref())
+        .collect();
+    for rejection in fenced_off
+        .iter()
+        .filter(|r| !paused.contains(r.who.as_str()))
+    {
+        violations.push(Violation::FencedOffUnpaused {
+            who: rejection.who.clone(),
+            why: format!("{:?}", rejection.why),
+        });
+    }
+    // While a process is stopped inside SQLite's write transaction nobody can write: no grant,
+    // so no hold may begin (but one granted just before the stop: a second's grace).
+    for stop in events
+        .iter()
+        .filter(|e| e.fault == Fault::PauseInTransaction)
+    {
+        let from = stop.at_ns + 1_000_000_000;
+        let until = stop.at_ns + u64::try_from(stop.lasted.as_nanos()).unwrap_or(0);
+        for hold in intervals
+            .iter()
+            .filter(|i| i.start_ns > from && i.start_ns < until)
+        {
+            violations.push(Violation::HeldWhileStopped {
+                who: hold.who.clone(),
+                stopped: stop.who.clone().unwrap_or_default(),
+            });
+        }
+    }
+    let key_of: HashMap<&str, &str> = processes
+        .iter()
+        .map(|(k, p)| (p.who.as_str(), keys[*k].name.as_str()))
+        .collect();
+    let takeovers = takeovers(config, &events, &intervals, &history, &key_of);
+    violations.extend(takeovers.late.iter().cloned());
+    let quiet_failures: u64 = if config.faults.is_empty() && config.skew.is_none() {
+        exits
+            .iter()
+            .filter(|(name, _)| name.as_str() != "exit 0")
+            .map(|(_, n)| n)
+            .sum()
+    } else {
+        0
+    };
+
+    let mut injected = BTreeMap::<&str, u64>::new();
+    for event in &events {
+        *injected.entry(event.fault.name()).or_default() += 1;
+    }
+    let lost = violations
+        .iter()
+        .filter(|v| matches!(v, Violation::Lost { .. }))
+        .count();
+    let summary = json!({
+        "store": config.store,
+        "key": config.key,
+        "keys": keys.len(),
+        "kind": config.kind.name(),
+        "client": format!("{:?}", config.client).to_lowercase(),
+        "seed": config.seed,
+        "faults": config.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+        "skew_s": config.skew.map(|s| s.as_secs()),
+        "turns": processes.len(),
+        "exits": exits,
+        "failed_in_quiet_run": quiet_failures,
+        "holds": intervals.len(),
+        "writes": writes,
+        "fenced_off": fenced_off.len(),
+        "injected": injected,
+        "violations": violations.len(),
+        "lost": lost,
+        "takeover_ms": takeovers.json(),
+        "elapsed_s": began.elapsed().as_secs_f64(),
+        "log": log_path.display().to_string(),
+    });
+    if quiet_failures > 0 {
+        violations.push(Violation::Lost {
+            ticket: "(quiet run)".into(),
+            why: format!("{quiet_failures} turns failed in a run without faults: see the log"),
+        });
+    }
+    Ok(Verdict {
+        summary,
+        violations,
+    })
+}
+
+/// Runs `baton SUBCOMMAND… --store URL` to its end; its stderr goes to the log.
+fn baton_ok(config: &Config, store: &str, args: &[&str], log: &File) -> Result<String, String> {
+    let output = Command::new(&config.baton)
+        .args(args)
+        .args(["--store", store])
+        .stdin(Stdio::null())
+        .stderr(log.try_clone().map_or(Stdio::null(), Stdio::from))
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", config.baton.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "`baton {} --store {store}` failed ({}): see the log",
+            args.join(" "),
+            output.status
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// Serves the resource on a loopback port; returns its address.
+fn serve(shared: Arc<Shared>) -> Result<String, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen: {e}"))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("no local address: {e}"))?
+        .to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let shared = shared.clone();
+            std::thread::spawn(move || connection(stream, &shared));
+        }
+    });
+    Ok(address)
+}
+
+/// One client connection (see [`baton_torture::work`] for the protocol). When it closes, every
+/// hold it made ends at its last accepted write.
+fn connection(stream: TcpStream, shared: &Shared) {
+    let _ = stream.set_nodelay(true);
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut who = String::from("?");
+    let mut made: HashSet<(String, String)> = HashSet::new();
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let reply = match words.as_slice() {
+            ["HELLO", name, pid] => {
+                who = (*name).to_owned();
+                if let Ok(pid) = pid.parse() {
+                    lock(&shared.workers).insert(who.clone(), pid);
+                }
+                "OK".to_owned()
+            }
+            ["WRITE", key, ticket, fence, mode] => match fence.parse::<u64>() {
+                Ok(fence) => {
+                    let mode = if *mode == "shared" {
+                        Mode::Shared
+                    } else {
+                        Mode::Normal
+                    };
+                    made.insert(((*key).to_owned(), (*ticket).to_owned()));
+                    let mut resource = lock(&shared.resource);
+                    let now = shared.now_ns();
+                    match resource.write(key, ticket, &who, fence, mode, now) {
+                        Ok(()) => "OK".to_owned(),
+                        Err(why) => format!("REJECTED {why:?}"),
+                    }
+                }
+                Err(_) => format!("ERROR bad fence {fence}"),
+            },
+            ["END", key, ticket] => {
+                lock(&shared.resource).end(key, ticket);
+                "OK".to_owned()
+            }
+            _ => format!("ERROR cannot read {line:?}"),
+        };
+        if writeln!(writer, "{reply}").is_err() {
+            break;
+        }
+    }
+    let mut resource = lock(&shared.resource);
+    for (key, ticket) in made {
+        resource.end(&key, &ticket);
+    }
+}
