@@ -65,6 +65,10 @@ struct MatrixArgs {
     /// scripts/restart-server.sh (default: found from the current directory upwards).
     #[arg(long)]
     restart_script: Option<PathBuf>,
+    /// Only the runs on these stores (URL schemes: sqlite, postgres, redis, etcd, s3,
+    /// dynamodb), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -332,7 +336,7 @@ fn matrix(args: MatrixArgs) -> Result<ExitCode, String> {
                 )?
         }
     };
-    let clean = matrix::run(baton, args.duration, args.seed, &restart)?;
+    let clean = matrix::run(baton, args.duration, args.seed, &restart, &args.only)?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {

@@ -99,12 +99,22 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
 
 /// Runs the matrix; prints each run's summary as a JSON line, then the table. Violations make
 /// the result an error (exit 1).
-pub fn run(baton: PathBuf, duration: Duration, seed: u64, restart: &Path) -> Result<bool, String> {
+pub fn run(
+    baton: PathBuf,
+    duration: Duration,
+    seed: u64,
+    restart: &Path,
+    only: &[String],
+) -> Result<bool, String> {
     let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let scratch = tempdir()?;
     let mut summaries = Vec::new();
     let mut clean = true;
     for (n, case) in cases(&scratch, restart).into_iter().enumerate() {
+        let scheme = case.store.split(':').next().unwrap_or_default();
+        if !only.is_empty() && !only.iter().any(|o| o == scheme) {
+            continue;
+        }
         let config = Config {
             store: case.store,
             baton: baton.clone(),
