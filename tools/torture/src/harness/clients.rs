@@ -127,17 +127,19 @@ impl ClientPlan {
         };
         let mut command: Vec<String> = Vec::new();
         // One client in three runs with its clock ahead, one behind (real skew leaves the
-        // monotonic clock alone, so faketime must too).
-        if let Some(skew) = config.skew {
+        // monotonic clock alone, so faketime must too). libfaketime is preloaded directly: the
+        // `faketime` wrapper forks and waits, so the process the harness started would be the
+        // wrapper, and a kill -9 or a SIGSTOP would miss the client behind it.
+        if let (Some(skew), Some(library)) = (config.skew, libfaketime()) {
             let sign = match c % 3 {
                 1 => Some('+'),
                 2 => Some('-'),
                 _ => None,
             };
             if let Some(sign) = sign {
-                command.extend(["faketime".into(), "-f".into()]);
-                command.push(format!("{sign}{}s", skew.as_secs()));
-                if !env.iter().any(|(k, _)| k == "FAKETIME_DONT_FAKE_MONOTONIC") {
+                if !env.iter().any(|(k, _)| k == "FAKETIME") {
+                    env.push(("LD_PRELOAD".into(), library.display().to_string()));
+                    env.push(("FAKETIME".into(), format!("{sign}{}", skew.as_secs())));
                     env.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
                 }
             }
@@ -239,4 +241,12 @@ impl ClientPlan {
         }
         (k, who, ending)
     }
+}
+
+/// libfaketime (Debian's `faketime` package: `/usr/lib/<multiarch>/faketime/libfaketime.so.1`).
+pub(super) fn libfaketime() -> Option<std::path::PathBuf> {
+    let lib = std::fs::read_dir("/usr/lib").ok()?;
+    lib.flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.is_file())
 }

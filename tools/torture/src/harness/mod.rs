@@ -185,6 +185,9 @@ impl Config {
         if self.clients == 0 {
             return Err("--clients must be at least 1".into());
         }
+        if self.skew.is_some() && clients::libfaketime().is_none() {
+            return Err("--skew needs libfaketime (Debian: apt-get install faketime)".into());
+        }
         if self.kind == Kind::Mixed && self.keys < 3 {
             return Err(
                 "--kind mixed needs --keys 3 or more (a mutex, a semaphore, a shared key)".into(),
