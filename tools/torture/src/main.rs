@@ -168,20 +168,13 @@ struct UseArgs {
     hold: Duration,
 }
 
+/// `lib-client` does the same work as `use`, after taking the turn itself.
 #[derive(clap::Args)]
 struct LibArgs {
+    #[command(flatten)]
+    work: UseArgs,
     #[arg(long)]
     store: String,
-    #[arg(long)]
-    resource: String,
-    #[arg(long)]
-    key: String,
-    #[arg(long)]
-    who: String,
-    #[arg(long)]
-    shared: bool,
-    #[arg(long, value_parser = humantime::parse_duration)]
-    hold: Duration,
     #[arg(long, value_parser = humantime::parse_duration)]
     ttl: Duration,
     #[arg(long, value_parser = humantime::parse_duration)]
@@ -364,12 +357,12 @@ fn lib_client(args: LibArgs) -> Result<ExitCode, String> {
     };
     library::run(library::Turn {
         store: args.store,
-        key: args.key,
+        key: args.work.key,
         limit: args.limit,
-        shared: args.shared,
-        who: args.who,
-        resource: args.resource,
-        hold: args.hold,
+        shared: args.work.shared,
+        who: args.work.who,
+        resource: args.work.resource,
+        hold: args.work.hold,
         ttl: args.ttl,
         waiter_ttl: args.waiter_ttl,
         poll,
