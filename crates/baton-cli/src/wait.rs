@@ -52,6 +52,7 @@ pub fn options(
         keep: args.keep,
         max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
         on_progress,
+        store_retry: args.store_retry,
     })
 }
 
@@ -84,6 +85,8 @@ pub struct WaitLine {
 struct LineState {
     last_key: String,
     last_position: Option<usize>,
+    /// Whether the store was failing at the last line.
+    last_trouble: bool,
     last_print: Option<Instant>,
     drawn: bool,
 }
@@ -107,7 +110,9 @@ impl WaitLine {
             return;
         };
         let now = Instant::now();
-        let changed = state.last_position != Some(p.position) || state.last_key != p.key;
+        let changed = state.last_position != Some(p.position)
+            || state.last_key != p.key
+            || state.last_trouble != p.store_trouble.is_some();
         let since = state.last_print.map(|t| now.duration_since(t));
         let due = if self.tty {
             changed || since.is_none_or(|s| s >= REDRAW_EVERY)
@@ -131,6 +136,7 @@ impl WaitLine {
         let _ = err.flush();
         state.last_key = p.key.clone();
         state.last_position = Some(p.position);
+        state.last_trouble = p.store_trouble.is_some();
         state.last_print = Some(now);
     }
 
@@ -183,6 +189,9 @@ pub fn describe(p: &WaitProgress) -> String {
         "waited {}",
         render::duration_ms(p.waited.as_millis() as u64)
     ));
+    if let Some(trouble) = &p.store_trouble {
+        parts.push(format!("the store is failing, retrying: {trouble}"));
+    }
     format!("baton: waiting for {}: {}", p.key, parts.join("; "))
 }
 
@@ -214,11 +223,24 @@ mod tests {
             }],
             waited: Duration::from_secs(45),
             estimate: Some(Duration::from_secs(180)),
+            store_trouble: None,
         };
         assert_eq!(
             describe(&p),
             "baton: waiting for deploy/prod: 2 ahead; held by t-0 (deploy #41) for 1m02s; \
              about 3m00s left; waited 45s"
+        );
+        let troubled = WaitProgress {
+            store_trouble: Some("cannot open redis://127.0.0.1:1: connection refused".into()),
+            ..p
+        };
+        assert!(
+            describe(&troubled).ends_with(
+                "waited 45s; the store is failing, retrying: cannot open redis://127.0.0.1:1: \
+                 connection refused"
+            ),
+            "{}",
+            describe(&troubled)
         );
     }
 }

@@ -57,6 +57,12 @@ pub struct AcquireOptions {
     pub max_live: u32,
     /// Called when the wait starts and after every look at the store while waiting.
     pub on_progress: Option<ProgressFn>,
+    /// How long a wait rides out a store that fails with a transient error
+    /// ([`ClientError::is_transient`]: a restart, a failover, a network cut) before giving up
+    /// with that error: retried with a growing pause meanwhile, the trouble told through
+    /// `on_progress`. Zero fails at the first error. The ticket outlives an outage shorter
+    /// than its waiter lease; after a longer one the wait ends as lost (abandoned).
+    pub store_retry: Duration,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -86,6 +92,7 @@ impl Default for AcquireOptions {
             keep: false,
             max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
             on_progress: None,
+            store_retry: Duration::from_secs(60),
         }
     }
 }
@@ -165,6 +172,8 @@ pub struct WaitProgress {
     pub waited: Duration,
     /// Estimated time until the grant, from the key's recent hold times.
     pub estimate: Option<Duration>,
+    /// The store failed on the last look and the wait is retrying: the error.
+    pub store_trouble: Option<String>,
 }
 
 /// Waits for a turn at `pending.key`.
@@ -331,6 +340,34 @@ async fn acquire_until(
     let refresh_every = options.waiter_ttl / 3;
     let mut doc = executed.doc;
     let mut clock_reading = (coord.store().clock().await?, Instant::now());
+    // While the store fails with transient errors: since when, and the last error.
+    let mut trouble: Option<(Instant, String)> = None;
+    // The pause before the next try after such an error.
+    let mut retry_in: Option<Duration> = None;
+    // The value of a store call, or, on a transient error, a pause and the loop again (which
+    // reads afresh) until the store has failed for `store_retry`.
+    macro_rules! or_retry {
+        ($result:expr) => {
+            match $result {
+                Ok(value) => value,
+                Err(error) if error.is_transient() => {
+                    let since = trouble.as_ref().map_or_else(Instant::now, |t| t.0);
+                    if since.elapsed() >= options.store_retry {
+                        return Err(error);
+                    }
+                    tracing::warn!(key, %error, "the store failed while waiting; retrying");
+                    // A quarter of the outage so far: quick after a blip, sparing after long.
+                    retry_in = Some(
+                        (since.elapsed() / 4)
+                            .clamp(Duration::from_millis(100), Duration::from_secs(2)),
+                    );
+                    trouble = Some((since, error.to_string()));
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+        };
+    }
     loop {
         let position = doc
             .queued()
@@ -339,13 +376,9 @@ async fn acquire_until(
             .unwrap_or(0);
         // Told after every read: the caller decides what is worth printing.
         if let Some(progress) = &options.on_progress {
-            progress(&progress_of(
-                key,
-                &pending.id,
-                &doc,
-                position,
-                started.elapsed(),
-            ));
+            let mut told = progress_of(key, &pending.id, &doc, position, started.elapsed());
+            told.store_trouble = trouble.as_ref().map(|t| t.1.clone());
+            progress(&told);
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -356,7 +389,10 @@ async fn acquire_until(
         // Sleep until the first of: the next poll, this waiter's refresh, the earliest deadline
         // among the key's tickets; on a store that cannot push, never less than the poll floor
         // (every read is a request someone pays for); and never past the timeout.
-        let mut sleep = if read_now {
+        let retrying = retry_in.is_some();
+        let mut sleep = if let Some(pause) = retry_in.take() {
+            pause
+        } else if read_now {
             Duration::ZERO
         } else {
             PollBounds::jittered(
@@ -375,32 +411,42 @@ async fn acquire_until(
             sleep = sleep.min(d.saturating_duration_since(now));
         }
         read_now = false;
-        let pushed_doc = match watch.as_mut() {
-            Some(w) => {
+        let woke = match watch.as_mut() {
+            Some(w) if !retrying => {
                 tokio::select! {
-                    _ = tokio::time::sleep(sleep) => None,
-                    changed = w.changed() => changed?,
+                    _ = tokio::time::sleep(sleep) => Ok(None),
+                    changed = w.changed() => changed,
                 }
             }
-            None => {
+            _ => {
                 tokio::time::sleep(sleep).await;
-                None
+                Ok(None)
             }
         };
+        // A watch fails only when its store is gone (closed): final.
+        let pushed_doc = woke?;
+        // Every clock reading of the snapshot below is taken after this instant.
+        let read_from = Instant::now();
         let snapshot = match pushed_doc {
             Some(pushed) => {
-                let snapshot = coord.adopt(key, pushed).await?;
+                let snapshot = or_retry!(coord.adopt(key, pushed).await);
                 let mine = snapshot.doc.as_ref().and_then(|d| d.by_id(&pending.id));
                 if mine.is_some() {
                     snapshot
                 } else {
                     // A pushed document may predate this ticket (a wake-up sent before the
                     // enqueue, delivered after it): only a read can say the ticket is gone.
-                    read_noting_queued(coord, key, &pending.id, &mut queued_at).await?
+                    or_retry!(read_noting_queued(coord, key, &pending.id, &mut queued_at).await)
                 }
             }
-            None => read_noting_queued(coord, key, &pending.id, &mut queued_at).await?,
+            None => {
+                or_retry!(read_noting_queued(coord, key, &pending.id, &mut queued_at).await)
+            }
         };
+        if trouble.take().is_some() {
+            tracing::info!(key, "the store answers again");
+        }
+
         clock_reading = (snapshot.clock.clone(), Instant::now());
         let Some(new_doc) = snapshot.doc else {
             return Err(lost(key, &doc, &pending.id));
@@ -428,7 +474,14 @@ async fn acquire_until(
         };
         if heartbeat_claims && mine.state == TicketState::Held && !mine.claimed {
             let claim = Duration::from_millis(mine.claim_ms);
-            if let Some(until) = fresh_grant_until(queued_at, claim, Instant::now()) {
+            let on_store_clock = store_deadline_bound(
+                &snapshot.clock,
+                read_from,
+                mine.deadline_ms,
+                doc.epoch.as_deref(),
+            );
+            if let Some(until) = fresh_grant_until(queued_at, claim, on_store_clock, Instant::now())
+            {
                 let left = until.saturating_duration_since(Instant::now());
                 return Ok(Turn {
                     lease: Lease {
@@ -454,7 +507,7 @@ async fn acquire_until(
                 },
             };
             let sent = Instant::now();
-            let executed = coord.execute(key, &refresh).await?;
+            let executed = or_retry!(coord.execute(key, &refresh).await);
             last_refresh = Instant::now();
             if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
                 return Ok(lease.into());
@@ -468,18 +521,67 @@ async fn acquire_until(
 }
 
 /// Until when a grant seen unclaimed surely stands, if long enough to hand it to a heartbeat
-/// instead of claiming it first: `queued_at` is when the last request was sent whose answer
-/// showed the ticket queued, so the grant was written after it, and no participant ends an
-/// unclaimed grant before its claim window has passed since it was written — on a store clock
-/// (deadline = grant + claim, readings never ahead) or by observation (the grant's heartbeat
-/// seen unchanged for the window, seen no earlier than it was written). Less the heartbeat's
-/// safety margin. Worth it only if at least half the window is left: the heartbeat's claim is
-/// one CAS, and a grant claimed first never needs this bound. How long ago the pushed
-/// document was sent, or how long this process was paused since, does not matter: the bound
-/// is from this process's own request.
-pub fn fresh_grant_until(queued_at: Instant, claim: Duration, now: Instant) -> Option<Instant> {
-    let until = queued_at + claim - crate::heartbeat::safety_margin(claim);
+/// instead of claiming it first. Two bounds, the earlier wins, less the heartbeat's safety
+/// margin:
+///
+/// - `queued_at` is when the last request was sent whose answer showed the ticket queued, so
+///   the grant was written after it, and no participant that judges by observation (etcd,
+///   DynamoDB) ends it before it has seen it unchanged for the claim window, which it cannot
+///   have begun before the grant was written.
+/// - `on_store_clock` ([`store_deadline_bound`]): on a store with a clock the grant ends at the
+///   deadline its granter wrote, which the granter computed from *its* reading of the store's
+///   clock. That reading may be much older than `queued_at`: a write held up in the network
+///   (seconds, in a black hole) lands after the waiter's queued read, its deadline already
+///   close or past. Found by the torture harness (Redis, a semaphore granted to three after a
+///   3 s black hole); `queued_at` alone assumed the deadline was set at the write.
+///
+/// Worth it only if at least half the window is left: the heartbeat's claim is one CAS, and a
+/// grant claimed first never needs this bound. How long ago the pushed document was sent, or
+/// how long this process was paused since, does not matter: both bounds are from this
+/// process's own requests.
+pub fn fresh_grant_until(
+    queued_at: Instant,
+    claim: Duration,
+    on_store_clock: Option<Instant>,
+    now: Instant,
+) -> Option<Instant> {
+    let mut stands_until = queued_at + claim;
+    if let Some(bound) = on_store_clock {
+        stands_until = stands_until.min(bound);
+    }
+    let until = stands_until.checked_sub(crate::heartbeat::safety_margin(claim))?;
     (until.saturating_duration_since(now) >= claim / 2).then_some(until)
+}
+
+/// On a store with a clock, until when (on this process's monotonic clock) no participant can
+/// judge a phase with deadline `deadline_ms` ended: `clock` was read after `read_from`, and the
+/// store's time is at most `behind_ms` plus the store's `clock_uncertain_ms` ahead of the
+/// reading. So the store's time at `t` is at most `now_ms + behind_ms + uncertain + (t -
+/// read_from)`, and a phase ends once the store's time is `uncertain` past its deadline (every
+/// participant waits the uncertainty out, so it cancels): not before `read_from + deadline_ms -
+/// now_ms - behind_ms`. `None` on a store without a clock; `read_from` itself (nothing to count on)
+/// when the deadline is missing or from another epoch of the clock.
+pub fn store_deadline_bound(
+    clock: &StoreClock,
+    read_from: Instant,
+    deadline_ms: Option<u64>,
+    doc_epoch: Option<&str>,
+) -> Option<Instant> {
+    let StoreClock::Time {
+        now_ms,
+        behind_ms,
+        epoch,
+    } = clock
+    else {
+        return None;
+    };
+    let left_ms = match deadline_ms {
+        Some(deadline_ms) if doc_epoch == Some(epoch.as_str()) => deadline_ms
+            .saturating_sub(*now_ms)
+            .saturating_sub(*behind_ms),
+        _ => 0,
+    };
+    Some(read_from + Duration::from_millis(left_ms))
 }
 
 /// Reads `key`; when the answer shows ticket `id` queued, the read's send time becomes
@@ -667,5 +769,6 @@ fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration
             .collect(),
         waited,
         estimate: baton_core::estimate::estimate_wait_ms(doc, id, now).map(Duration::from_millis),
+        store_trouble: None,
     }
 }

@@ -283,7 +283,7 @@ pub(crate) fn core_clock<'a>(
     wall_ms: u64,
 ) -> Clock<'a> {
     match store_clock {
-        StoreClock::Time { now_ms, epoch } => Clock::Store {
+        StoreClock::Time { now_ms, epoch, .. } => Clock::Store {
             now_ms: *now_ms,
             uncertain_ms,
             epoch,

@@ -91,4 +91,15 @@ impl ClientError {
             _ => None,
         }
     }
+
+    /// Whether trying again later may succeed: the store could not be reached, or did not say
+    /// whether a write landed (a restart, a failover, a network cut). A wait rides these out
+    /// ([`crate::AcquireOptions::store_retry`]); refusals, corrupt documents and the like are
+    /// final.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Store(StoreError::Unavailable { .. } | StoreError::Ambiguous { .. })
+        )
+    }
 }

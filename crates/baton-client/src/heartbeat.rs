@@ -292,14 +292,38 @@ impl LeaseGuard {
         self.heartbeat.stop_all();
         let mut first_error = None;
         for lease in &self.leases {
-            let reason = reason.clone();
-            let released =
-                release_with_reason(&self.coord, &lease.key, &lease.token, outcome, reason).await;
+            let released = release_retrying(&self.coord, lease, outcome, reason.clone()).await;
             if let Err(e) = released {
                 first_error.get_or_insert(e);
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Releases `lease`, retrying transient store errors ([`ClientError::is_transient`]: a restart,
+/// a failover) while the lease may still stand, at most its TTL from now (renewals have
+/// stopped): a release lost to a blip would keep the next in line waiting until the TTL runs
+/// out. Past that the key has let go by itself, and the error is returned.
+async fn release_retrying(
+    coord: &Coordinator,
+    lease: &Lease,
+    outcome: baton_core::Outcome,
+    reason: Option<String>,
+) -> Result<(), ClientError> {
+    let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let released =
+            release_with_reason(coord, &lease.key, &lease.token, outcome, reason.clone()).await;
+        match released {
+            Err(error) if error.is_transient() && Instant::now() + pause < give_up_at => {
+                tracing::warn!(key = %lease.key, %error, "release failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
     }
 }
 

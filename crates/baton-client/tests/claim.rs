@@ -11,11 +11,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_client::acquire::{acquire, acquire_many, fresh_grant_until, AcquireOptions, Pending};
+use baton_client::acquire::{
+    acquire, acquire_many, fresh_grant_until, store_deadline_bound, AcquireOptions, Pending,
+};
 use baton_client::{Coordinator, Heartbeat, Lease};
 use baton_core::{decode, Doc, Op, Outcome, Request, TicketState};
 use baton_store::memory::MemoryStore;
-use baton_store::Store;
+use baton_store::{Store, StoreClock};
 use common::Probe;
 
 mod common;
@@ -49,7 +51,16 @@ async fn holder_and_waiter(
     shared: &Arc<MemoryStore>,
     waiter: &Arc<Probe>,
 ) -> (Coordinator, Lease, tokio::task::JoinHandle<Returned>) {
-    let holder = Coordinator::new(shared.clone());
+    holder_on_and_waiter(shared, shared.clone(), waiter).await
+}
+
+/// [`holder_and_waiter`], the holder working through `holder_store`.
+async fn holder_on_and_waiter(
+    shared: &Arc<MemoryStore>,
+    holder_store: Arc<dyn Store>,
+    waiter: &Arc<Probe>,
+) -> (Coordinator, Lease, tokio::task::JoinHandle<Returned>) {
+    let holder = Coordinator::new(holder_store);
     let held = acquire(&holder, &Pending::new("k"), &AcquireOptions::default())
         .await
         .unwrap();
@@ -185,6 +196,63 @@ async fn a_claim_that_cannot_land_is_lost_before_the_grant_could_expire() {
     assert!(lost.borrow().clone().unwrap().outcome.is_none());
 }
 
+/// Regression (torture harness, Redis seed 1004: a semaphore of 2 held by 3 after a 3 s black
+/// hole). The releasing holder computes its grant with a reading of the store's clock taken
+/// long before its write lands (the write was held in the network), so the grant's claim
+/// deadline is that much earlier than the waiter's queued read suggests. The waiter must bound
+/// the grant by its deadline on the store's clock, not by its own queued read alone.
+#[tokio::test]
+async fn a_grant_written_late_with_an_old_clock_reading_is_bounded_by_its_deadline() {
+    let claim = short_ttl().claim();
+    let margin = baton_client::heartbeat::safety_margin(claim);
+
+    // Written with a reading 1 s old: still fresh enough to start unclaimed, but its bound is
+    // the deadline's, a second shorter than the queued read's.
+    let shared = Arc::new(MemoryStore::new());
+    // The clock starts at 0: a lagging reading needs time behind it.
+    shared.advance(60_000);
+    let late = Probe::new(shared.clone(), true);
+    let waiter = Probe::new(shared.clone(), true);
+    let (holder, held, wait) = holder_on_and_waiter(&shared, late.clone(), &waiter).await;
+    let lag = Duration::from_secs(1);
+    late.clock_lag_ms
+        .store(lag.as_millis() as u64, Ordering::SeqCst);
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let Returned {
+        leases, heartbeat, ..
+    } = wait.await.unwrap();
+    let returned_wall_ms = baton_client::wall_ms();
+    let trusted = Duration::from_millis(leases[0].lease_until_wall_ms - returned_wall_ms);
+    assert!(
+        trusted <= claim - lag - margin + Duration::from_millis(5),
+        "trusted the grant for {trusted:?}; its deadline leaves at most {:?}",
+        claim - lag - margin
+    );
+    heartbeat.stop_all();
+
+    // Written with a reading older than half the window: too little is left to start
+    // unclaimed, so the waiter claims it first.
+    let shared = Arc::new(MemoryStore::new());
+    // The clock starts at 0: a lagging reading needs time behind it.
+    shared.advance(60_000);
+    let late = Probe::new(shared.clone(), true);
+    let waiter = Probe::new(shared.clone(), true);
+    let (holder, held, wait) = holder_on_and_waiter(&shared, late.clone(), &waiter).await;
+    let writes_while_waiting = waiter.cases();
+    late.clock_lag_ms
+        .store((claim / 2).as_millis() as u64 + 1_000, Ordering::SeqCst);
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let Returned {
+        leases, doc, cases, ..
+    } = wait.await.unwrap();
+    assert!(cases > writes_while_waiting, "returned without claiming");
+    assert!(doc.by_id(&leases[0].id).unwrap().claimed);
+}
+
 #[test]
 fn a_grant_is_fresh_while_half_its_claim_window_is_left_from_the_last_queued_answer() {
     let claim = Duration::from_secs(4);
@@ -192,13 +260,54 @@ fn a_grant_is_fresh_while_half_its_claim_window_is_left_from_the_last_queued_ans
     let queued_at = Instant::now();
     // Right after the answer: the whole window less the margin.
     assert_eq!(
-        fresh_grant_until(queued_at, claim, queued_at),
+        fresh_grant_until(queued_at, claim, None, queued_at),
         Some(queued_at + claim - margin)
     );
     // Exactly half left: still fresh; a millisecond later: the waiter claims first.
     let half_left = queued_at + claim - margin - claim / 2;
-    assert!(fresh_grant_until(queued_at, claim, half_left).is_some());
-    assert!(fresh_grant_until(queued_at, claim, half_left + Duration::from_millis(1)).is_none());
+    assert!(fresh_grant_until(queued_at, claim, None, half_left).is_some());
+    assert!(
+        fresh_grant_until(queued_at, claim, None, half_left + Duration::from_millis(1)).is_none()
+    );
     // A waiter whose last answer is older than the window (paused, say) never starts unclaimed.
-    assert!(fresh_grant_until(queued_at, claim, queued_at + claim * 2).is_none());
+    assert!(fresh_grant_until(queued_at, claim, None, queued_at + claim * 2).is_none());
+    // On a store clock, the grant's own deadline bounds it when earlier.
+    let deadline = queued_at + claim - Duration::from_secs(1);
+    assert_eq!(
+        fresh_grant_until(queued_at, claim, Some(deadline), queued_at),
+        Some(deadline - margin)
+    );
+    assert_eq!(
+        fresh_grant_until(queued_at, claim, Some(queued_at + claim * 2), queued_at),
+        Some(queued_at + claim - margin)
+    );
+    assert!(fresh_grant_until(queued_at, claim, Some(queued_at), queued_at).is_none());
+}
+
+#[test]
+fn a_deadline_on_the_store_clock_is_bounded_by_the_reading_and_how_far_behind_it_may_be() {
+    let read_from = Instant::now();
+    let clock = |now_ms, behind_ms| StoreClock::Time {
+        now_ms,
+        behind_ms,
+        epoch: "e".into(),
+    };
+    let bound = |clock: &StoreClock, deadline, epoch| {
+        store_deadline_bound(clock, read_from, deadline, epoch)
+    };
+    // 4 s to the deadline as read, the reading at most 300 ms behind: 3.7 s.
+    assert_eq!(
+        bound(&clock(10_000, 300), Some(14_000), Some("e")),
+        Some(read_from + Duration::from_millis(3_700))
+    );
+    // Past, missing, or on another clock: nothing to count on.
+    for (deadline, epoch) in [
+        (Some(9_000), Some("e")),
+        (None, Some("e")),
+        (Some(14_000), Some("x")),
+    ] {
+        assert_eq!(bound(&clock(10_000, 0), deadline, epoch), Some(read_from));
+    }
+    // No clock: observation bounds it, not this.
+    assert_eq!(bound(&StoreClock::None, Some(14_000), Some("e")), None);
 }

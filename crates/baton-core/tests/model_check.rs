@@ -5,12 +5,16 @@
 //! interleaving of: each client's next step (enqueue; while waiting: read, refresh its waiter
 //! lease or give up; while holding: renew, release), a client crashing at any point, and time
 //! moving on (so any client may be paused for any stretch). Each step is one `apply` at the
-//! current time, as the coordinator would make it.
+//! current time, as the coordinator would make it — except a release, which may also be
+//! computed now and land any time later (a write held up in the network), if nothing else was
+//! written meanwhile (the CAS), its deadlines computed at the earlier time.
 //!
 //! What the clients believe is modelled as the library computes it: a lease stands until the
 //! renewal's send time plus the TTL less the heartbeat's margin, and a grant started unclaimed
-//! (`fresh_grant_until` in `baton-client`) stands until the last answer that showed the ticket
-//! queued plus the claim window less the margin, used only when half the window is left.
+//! (`fresh_grant_until` in `baton-client`) stands until the earlier of the last answer that
+//! showed the ticket queued plus the claim window, and the grant's own claim deadline on the
+//! store's clock (the granter's reading may be older than that answer: the late release), less
+//! the margin, used only when half the window is left.
 //!
 //! In every reachable state:
 //! - the document passes `invariants::check` and `check_settled` (limit, no shared beside
@@ -27,14 +31,16 @@ use std::collections::{HashMap, VecDeque};
 use sha2::{Digest, Sha256};
 
 use baton_core::{
-    apply, invariants, Clock, Doc, Enqueue, Mode, Op, Outcome, Reply, Request, TicketState,
-    TicketView,
+    apply, invariants, Applied, Clock, Doc, Enqueue, Mode, Op, Outcome, Reply, Request,
+    TicketState, TicketView,
 };
 
 /// One step of time, ms.
 const STEP: u64 = 500;
 const TTL: u64 = 2_000;
-const CLAIM: u64 = 1_000;
+/// Four steps: a grant seen one step after the last queued answer is still fresh, so the
+/// clients' unclaimed start is explored.
+const CLAIM: u64 = 2_000;
 const WAITER_TTL: u64 = 3_000;
 const EPOCH: &str = "model";
 
@@ -51,6 +57,8 @@ enum Phase {
     Waiting { queued_at: u64 },
     /// Believes it holds until `until` (a lease, or a grant started unclaimed).
     Holding { until: u64 },
+    /// Its command done, its release sent but not landed yet (`World::in_flight`).
+    Releasing,
     /// Gave up, lost its turn or its lease, or finished all its rounds.
     Done,
     /// Killed: acts no more and uses nothing.
@@ -77,13 +85,32 @@ struct World {
     /// How many times each enqueued ticket has finished.
     finished: HashMap<String, u32>,
     enqueued: Vec<String>,
+    /// Per client, a release computed earlier and not landed yet: the document it would write
+    /// and whether another write has landed since it was computed (then its CAS conflicts).
+    in_flight: Vec<Option<InFlight>>,
 }
+
+#[derive(Clone, Debug)]
+struct InFlight {
+    applied: Applied,
+    stale: bool,
+    /// When it was computed: it lands within [`HELD_UP`] of it.
+    sent_at: u64,
+}
+
+/// How long a release may be held up on its way: two steps. One is enough for a grant to land
+/// after its waiter's last queued answer, the case `fresh_grant_until` must bound by the
+/// grant's deadline; longer ones only grow the world.
+const HELD_UP: u64 = 2 * STEP;
 
 struct Setup {
     limit: u32,
     shared: Vec<bool>,
     rounds: u8,
     horizon: u64,
+    /// Releases may be held up on their way ([`HELD_UP`]); it multiplies the world, so only
+    /// some setups explore it.
+    held_up: bool,
 }
 
 impl World {
@@ -100,6 +127,13 @@ impl World {
         let mut finished: Vec<_> = self.finished.iter().collect();
         finished.sort();
         hasher.update(format!("{finished:?}{}", self.max_fence));
+        for flight in self.in_flight.iter().flatten() {
+            hasher.update(projection(&flight.applied.doc));
+            hasher.update(format!(
+                "{:?}{}{}",
+                flight.applied.granted, flight.stale, flight.sent_at
+            ));
+        }
         let digest = hasher.finalize();
         u128::from_be_bytes(digest[..16].try_into().unwrap())
     }
@@ -124,12 +158,23 @@ impl World {
     /// Applies `op` now; on success records finishes and grants and checks fences. Returns the
     /// reply, or `None` when refused (nothing changed).
     fn apply(&mut self, op: Op, attempt: &str) -> Option<Reply> {
+        let applied = self.compute(op, attempt)?;
+        Some(self.land(applied))
+    }
+
+    /// What `op` would write now (`None`: refused).
+    fn compute(&self, op: Op, attempt: &str) -> Option<Applied> {
         let request = Request {
             finishes_seen: None,
             attempt: attempt.to_string(),
             op,
         };
-        let applied = apply(self.doc.as_ref(), &request, &self.clock()).ok()?;
+        apply(self.doc.as_ref(), &request, &self.clock()).ok()
+    }
+
+    /// Writes what was computed (the caller knows the CAS would succeed): records finishes and
+    /// grants, checks fences, and makes every write still in flight stale.
+    fn land(&mut self, applied: Applied) -> Reply {
         for (id, fence) in &applied.granted {
             assert!(
                 *fence > self.max_fence,
@@ -143,14 +188,22 @@ impl World {
         }
         if applied.changed {
             self.doc = Some(applied.doc);
+            for flight in self.in_flight.iter_mut().flatten() {
+                flight.stale = true;
+            }
         }
-        Some(applied.reply)
+        applied.reply
     }
 
     /// Every successor of this state, with what led to it.
     fn successors(&self, setup: &Setup) -> Vec<(String, World)> {
         let mut next = Vec::new();
-        if self.now + STEP <= setup.horizon {
+        let flights_land_in_time = self
+            .in_flight
+            .iter()
+            .flatten()
+            .all(|flight| self.now + STEP <= flight.sent_at + HELD_UP);
+        if self.now + STEP <= setup.horizon && flights_land_in_time {
             let mut later = self.clone();
             later.now += STEP;
             next.push(("time passes".to_string(), later));
@@ -163,6 +216,9 @@ impl World {
             let client_acted = client.acted_at == Some(self.now);
             let mut crashed = self.clone();
             crashed.clients[c].phase = Phase::Crashed;
+            // A release held up when its sender dies may land or not: here, not (the world
+            // where it lands first is the one where the release lands, then the client dies).
+            crashed.in_flight[c] = None;
             next.push((format!("c{c} crashes"), crashed));
             if client_acted {
                 continue;
@@ -208,8 +264,10 @@ impl World {
                             }
                         }
                         Some(t) if !t.claimed => {
-                            // Start at the grant when it is provably fresh, else claim first.
-                            let until = queued_at + CLAIM - margin(CLAIM);
+                            // Start at the grant when it is provably fresh, else claim first. The
+                            // store's clock reads exactly the model's time here.
+                            let stands_until = (queued_at + CLAIM).min(t.deadline_ms.unwrap_or(0));
+                            let until = stands_until.saturating_sub(margin(CLAIM));
                             if until.saturating_sub(self.now) >= CLAIM / 2 {
                                 w.clients[c].phase = Phase::Holding { until };
                             } else {
@@ -294,13 +352,50 @@ impl World {
                         },
                         &format!("{id}-release"),
                     );
-                    w.clients[c].round += 1;
-                    w.clients[c].phase = if w.clients[c].round < setup.rounds {
-                        Phase::Idle
-                    } else {
-                        Phase::Done
-                    };
+                    w.finish_round(c, setup);
                     next.push((format!("c{c} releases"), w));
+
+                    // The same release, held up on its way: computed now, landing later.
+                    let held_up = setup.held_up.then(|| {
+                        self.compute(
+                            Op::Release {
+                                token: token.clone(),
+                                outcome: Outcome::Succeeded,
+                                reason: None,
+                            },
+                            &format!("{id}-release"),
+                        )
+                    });
+                    if let Some(Some(applied)) = held_up {
+                        let mut w = self.clone();
+                        w.in_flight[c] = Some(InFlight {
+                            applied,
+                            stale: false,
+                            sent_at: self.now,
+                        });
+                        w.clients[c].phase = Phase::Releasing;
+                        next.push((format!("c{c} sends its release, held up"), w));
+                    }
+                }
+                Phase::Releasing => {
+                    let mut w = self.clone();
+                    if let Some(flight) = w.in_flight[c].take() {
+                        if flight.stale {
+                            // The CAS conflicts: the coordinator reads and applies it again.
+                            w.apply(
+                                Op::Release {
+                                    token: token.clone(),
+                                    outcome: Outcome::Succeeded,
+                                    reason: None,
+                                },
+                                &format!("{id}-release"),
+                            );
+                        } else {
+                            w.land(flight.applied);
+                        }
+                    }
+                    w.finish_round(c, setup);
+                    next.push((format!("c{c}'s held-up release lands"), w));
                 }
                 Phase::Done | Phase::Crashed => {}
             }
@@ -309,6 +404,16 @@ impl World {
             }
         }
         next
+    }
+
+    /// Client `c` is done with its round: the next, or done.
+    fn finish_round(&mut self, c: usize, setup: &Setup) {
+        self.clients[c].round += 1;
+        self.clients[c].phase = if self.clients[c].round < setup.rounds {
+            Phase::Idle
+        } else {
+            Phase::Done
+        };
     }
 
     /// Moves client `c` on after a reply to an enqueue, refresh or claim sent now.
@@ -420,6 +525,7 @@ fn explore(setup: Setup) -> usize {
         max_fence: 0,
         finished: HashMap::new(),
         enqueued: Vec::new(),
+        in_flight: vec![None; setup.shared.len()],
     };
     // Every state seen, with the state it was first reached from and the step (for the
     // report of a broken invariant: the path is rebuilt by following parents).
@@ -458,6 +564,7 @@ fn a_mutex_with_three_clients() {
         shared: vec![false, false, false],
         rounds: 1,
         horizon: 3_000,
+        held_up: false,
     });
     println!("mutex, 3 clients: {states} states");
     assert!(
@@ -473,6 +580,7 @@ fn a_mutex_taken_twice_by_one_client() {
         shared: vec![false, false],
         rounds: 2,
         horizon: 6_000,
+        held_up: true,
     });
     println!("mutex, 2 clients, 2 rounds: {states} states");
     assert!(states > 1_000, "{states}");
@@ -485,6 +593,7 @@ fn a_semaphore_of_two_with_three_clients() {
         shared: vec![false, false, false],
         rounds: 1,
         horizon: 3_000,
+        held_up: false,
     });
     println!("limit 2, 3 clients: {states} states");
     assert!(states > 10_000, "{states}");
@@ -497,6 +606,7 @@ fn shared_holders_never_beside_a_normal_one() {
         shared: vec![true, true, false],
         rounds: 1,
         horizon: 3_000,
+        held_up: false,
     });
     println!("shared, shared, normal: {states} states");
     assert!(states > 10_000, "{states}");

@@ -224,6 +224,7 @@ impl Store for MemoryStore {
         let state = self.lock();
         Ok(StoreClock::Time {
             now_ms: elapsed_ms.saturating_add(state.clock_offset_ms),
+            behind_ms: 0,
             epoch: state.epoch.clone(),
         })
     }
@@ -236,7 +237,7 @@ mod tests {
 
     fn time(clock: StoreClock) -> (u64, String) {
         match clock {
-            StoreClock::Time { now_ms, epoch } => (now_ms, epoch),
+            StoreClock::Time { now_ms, epoch, .. } => (now_ms, epoch),
             StoreClock::None => panic!("the memory store has a clock"),
         }
     }

@@ -4,7 +4,9 @@
 //! last reading with the local instant it arrived, the store estimates the server's time now as
 //! that reading plus the local monotonic time since. Pairing the reading with its *arrival*
 //! under-estimates by at most the reply's transit, so other clients judge a lease to end a
-//! little late, never early: the holder's own safety margin stays intact. Only the first
+//! little late, never early: the holder's own safety margin stays intact. How far it may be
+//! behind (the round trip of the request that carried it) goes with every estimate, for the
+//! one who must bound the server's time from above (a waiter trusting another's grant). Only the first
 //! operation of a process pays a round trip for the time (and a load returns it anyway).
 
 use std::sync::Mutex;
@@ -15,7 +17,8 @@ use crate::StoreClock;
 /// The last reading of a server's clock.
 #[derive(Debug, Default)]
 pub struct ServerClock {
-    last: Mutex<Option<(u64, Instant)>>,
+    /// The reading, when its reply arrived, and the round trip of the request that carried it.
+    last: Mutex<Option<(u64, Instant, u64)>>,
     epoch: String,
 }
 
@@ -28,21 +31,28 @@ impl ServerClock {
         }
     }
 
-    /// Records a reading of `server_ms` that arrived at `arrived`.
-    pub fn observe(&self, server_ms: u64, arrived: Instant) {
+    /// Records a reading of `server_ms` carried by the reply to a request sent at `sent` that
+    /// arrived at `arrived`. The server read its clock between the two, so the estimates made
+    /// from this reading are behind the server's time by at most the round trip.
+    pub fn observe(&self, server_ms: u64, sent: Instant, arrived: Instant) {
+        let round_trip = arrived.saturating_duration_since(sent);
+        // Rounded up: the bound must not be short by a fraction.
+        let round_trip_ms =
+            u64::try_from(round_trip.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
         if let Ok(mut last) = self.last.lock() {
             // Replies can arrive out of order on a pool: keep the one that arrived last.
-            if last.is_none_or(|(_, at)| arrived >= at) {
-                *last = Some((server_ms, arrived));
+            if last.is_none_or(|(_, at, _)| arrived >= at) {
+                *last = Some((server_ms, arrived, round_trip_ms));
             }
         }
     }
 
     /// The server's time now, estimated from the last reading; `None` before the first.
     pub fn now(&self) -> Option<StoreClock> {
-        let (ms, at) = (*self.last.lock().ok()?)?;
+        let (ms, at, round_trip_ms) = (*self.last.lock().ok()?)?;
         Some(StoreClock::Time {
             now_ms: ms.saturating_add(at.elapsed().as_millis() as u64),
+            behind_ms: round_trip_ms,
             epoch: self.epoch.clone(),
         })
     }
@@ -58,12 +68,33 @@ mod tests {
         let clock = ServerClock::new("server");
         assert_eq!(clock.now(), None);
         let at = Instant::now();
-        clock.observe(1_000_000, at);
+        clock.observe(1_000_000, at, at);
         std::thread::sleep(Duration::from_millis(20));
-        let Some(StoreClock::Time { now_ms, epoch }) = clock.now() else {
+        let Some(StoreClock::Time { now_ms, epoch, .. }) = clock.now() else {
             panic!("a reading was recorded");
         };
         assert_eq!(epoch, "server");
         assert!((1_000_020..1_001_000).contains(&now_ms), "{now_ms}");
+    }
+
+    #[test]
+    fn a_reading_is_behind_by_at_most_its_round_trip() {
+        let clock = ServerClock::new("server");
+        let sent = Instant::now();
+        // A reply held back for three seconds (a network's black hole, say): the server may
+        // have read its clock at any moment of them.
+        let arrived = sent + Duration::from_millis(3_000) + Duration::from_micros(1);
+        clock.observe(1_000_000, sent, arrived);
+        let Some(StoreClock::Time { behind_ms, .. }) = clock.now() else {
+            panic!("a reading was recorded");
+        };
+        assert_eq!(behind_ms, 3_001, "rounded up, never down");
+        // A later reply with a quick round trip replaces it.
+        let sent = arrived;
+        clock.observe(1_003_000, sent, sent + Duration::from_micros(200));
+        let Some(StoreClock::Time { behind_ms, .. }) = clock.now() else {
+            panic!("a reading was recorded");
+        };
+        assert_eq!(behind_ms, 1);
     }
 }

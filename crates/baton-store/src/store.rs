@@ -61,8 +61,17 @@ pub struct HistoryRecord {
 pub enum StoreClock {
     /// The store has a clock all participants share.
     Time {
-        /// Milliseconds on that clock. Only differences are meaningful.
+        /// Milliseconds on that clock. Only differences are meaningful. Never ahead of the
+        /// store's time.
         now_ms: u64,
+        /// How far behind the store's time `now_ms` may be, beyond the store's
+        /// [`Capabilities::clock_uncertain_ms`]: a server's reading paired with its reply's
+        /// arrival is behind by the reply's transit, at most the round trip of the request that
+        /// carried it (seconds, when a network held the reply back). 0 where the clock is read
+        /// directly (SQLite's host clock). Who acts on a deadline set by *another* participant
+        /// before the store ends it needs this bound ([`crate`]'s users: the client's fresh
+        /// grants); who only waits for a deadline does not.
+        behind_ms: u64,
         /// Names the clock: when it changes (a reboot of the SQLite host, say), every deadline
         /// measured on the previous clock is void.
         epoch: String,

@@ -412,7 +412,7 @@ async fn the_clock_comes_with_the_replies() {
     let n_statements = store.n_statements();
 
     let read = |clock: StoreClock| match clock {
-        StoreClock::Time { now_ms, epoch } => {
+        StoreClock::Time { now_ms, epoch, .. } => {
             assert_eq!(epoch, "postgres-server-time");
             now_ms
         }

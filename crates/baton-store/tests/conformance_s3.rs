@@ -606,7 +606,7 @@ async fn a_missing_permission_names_the_action() {
 /// The time and epoch of a clock reading that must be the server's.
 fn time_of(reading: Result<StoreClock, StoreError>) -> (u64, String) {
     match reading {
-        Ok(StoreClock::Time { now_ms, epoch }) => (now_ms, epoch),
+        Ok(StoreClock::Time { now_ms, epoch, .. }) => (now_ms, epoch),
         other => panic!("the S3 store has the server's clock, got {other:?}"),
     }
 }

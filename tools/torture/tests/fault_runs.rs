@@ -41,9 +41,11 @@ fn every_store_survives_its_faults() {
         .collect();
     assert!(summaries.len() >= 2, "{stdout}");
     for summary in &summaries {
-        assert_eq!(summary["violations"], 0, "{summary}");
-        assert_eq!(summary["lost"], 0, "{summary}");
-        assert!(summary["holds"].as_u64().unwrap() > 0, "{summary}");
+        // On failure, the end of the run's log too: which faults, which errors.
+        let with_log = || format!("{summary}\n--- end of its log:\n{}", log_tail(summary));
+        assert_eq!(summary["violations"], 0, "{}", with_log());
+        assert_eq!(summary["lost"], 0, "{}", with_log());
+        assert!(summary["holds"].as_u64().unwrap() > 0, "{}", with_log());
         // Every kind of fault asked for was injected at least once.
         for fault in summary["faults"].as_array().unwrap() {
             let fault = fault.as_str().unwrap();
@@ -54,8 +56,21 @@ fn every_store_survives_its_faults() {
             }
             assert!(
                 summary["injected"][fault].as_u64().unwrap_or(0) > 0,
-                "{fault} never injected: {summary}"
+                "{fault} never injected: {}",
+                with_log()
             );
         }
     }
+}
+
+/// The last lines of a run's log: its faults, and the errors of the turns that failed.
+fn log_tail(summary: &Value) -> String {
+    let Some(path) = summary["log"].as_str() else {
+        return "(no log)".into();
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return format!("(cannot read {path})");
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
 }

@@ -25,6 +25,11 @@ pub struct Probe {
     push: bool,
     /// While set, every CAS fails as `Unavailable`.
     pub down: AtomicBool,
+    /// While set, every load, CAS and clock reading fails as `Unavailable` (a store restarting).
+    pub unreachable: AtomicBool,
+    /// How far behind the store's time this view's clock readings are: a process whose writes
+    /// land long after it computed them (held in a network), with the deadlines it set in them.
+    pub clock_lag_ms: AtomicU64,
 }
 
 impl Probe {
@@ -36,6 +41,8 @@ impl Probe {
             cases: AtomicU64::new(0),
             push,
             down: AtomicBool::new(false),
+            unreachable: AtomicBool::new(false),
+            clock_lag_ms: AtomicU64::new(0),
         })
     }
 
@@ -45,6 +52,16 @@ impl Probe {
 
     pub fn cases(&self) -> u64 {
         self.cases.load(Ordering::SeqCst)
+    }
+
+    fn reach(&self) -> baton_store::Result<()> {
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable {
+                store: "memory, probed".into(),
+                reason: "unreachable: switched off by the test".into(),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -60,6 +77,7 @@ impl Store for Probe {
         }
     }
     async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
+        self.reach()?;
         self.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load(key).await
     }
@@ -70,6 +88,7 @@ impl Store for Probe {
         bytes: &[u8],
         history: &[Vec<u8>],
     ) -> baton_store::Result<CasOutcome> {
+        self.reach()?;
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable {
                 store: self.describe(),
@@ -105,6 +124,20 @@ impl Store for Probe {
         }
     }
     async fn clock(&self) -> baton_store::Result<StoreClock> {
-        self.inner.clock().await
+        self.reach()?;
+        let lag_ms = self.clock_lag_ms.load(Ordering::SeqCst);
+        Ok(match self.inner.clock().await? {
+            StoreClock::Time {
+                now_ms,
+                behind_ms,
+                epoch,
+            } => StoreClock::Time {
+                now_ms: now_ms.saturating_sub(lag_ms),
+                // Its requests were held, not quick: the reading says how far behind it may be.
+                behind_ms: behind_ms + lag_ms,
+                epoch,
+            },
+            StoreClock::None => StoreClock::None,
+        })
     }
 }

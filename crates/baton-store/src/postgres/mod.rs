@@ -289,6 +289,7 @@ impl PostgresStore {
         let connection = lease
             .start()
             .ok_or_else(|| self.backend("a connection lease without a connection"))?;
+        let sent = Instant::now();
         let migrated = tokio::time::timeout(
             REQUEST_TIMEOUT,
             schema::migrate(connection, &self.inner.description),
@@ -297,7 +298,7 @@ impl PostgresStore {
         match migrated {
             Ok(Ok(now_ms)) => {
                 lease.done();
-                self.observe_clock(now_ms);
+                self.observe_clock(now_ms, sent);
                 Ok(())
             }
             // The lease is dropped without `done`: the connection is closed, whatever state
@@ -392,9 +393,10 @@ impl PostgresStore {
         }
     }
 
-    fn observe_clock(&self, now_ms: i64) {
+    /// Records the server's time `now_ms`, carried by the reply to a request sent at `sent`.
+    fn observe_clock(&self, now_ms: i64, sent: Instant) {
         if let Ok(now_ms) = u64::try_from(now_ms) {
-            self.inner.clock.observe(now_ms, Instant::now());
+            self.inner.clock.observe(now_ms, sent, Instant::now());
         }
     }
 
@@ -421,13 +423,14 @@ impl PostgresStore {
 
     /// A load that also records the server's time.
     async fn load_row(&self, key: &str) -> Result<Option<Versioned>> {
+        let sent = Instant::now();
         let rows = self
             .fetch(Kind::Read, || sqlx::query(LOAD).bind(key))
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| self.backend("the load statement returned no row"))?;
-        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?);
+        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
         self.versioned(row, "version", "doc")
     }
 
@@ -489,6 +492,7 @@ impl Store for PostgresStore {
         // A version that is not a number was not made by this store: it matches nothing (NULL
         // compares equal to nothing), and the CAS conflicts like any stale one.
         let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
+        let sent = Instant::now();
         let rows = match expected {
             None => {
                 self.fetch(Kind::Write, || {
@@ -510,7 +514,7 @@ impl Store for PostgresStore {
         let row = rows
             .first()
             .ok_or_else(|| self.backend("the CAS statement returned no row"))?;
-        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?);
+        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
         let written: Option<i64> = row
             .try_get("written_version")
             .map_err(|e| self.backend(e))?;
@@ -592,11 +596,12 @@ impl Store for PostgresStore {
             return Ok(now);
         }
         // No reply has carried the time yet (every open does, so this is rare): ask for it.
+        let sent = Instant::now();
         let rows = self.fetch(Kind::Read, || sqlx::query(CLOCK)).await?;
         let row = rows
             .first()
             .ok_or_else(|| self.backend("the clock statement returned no row"))?;
-        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?);
+        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
         self.inner
             .clock
             .now()

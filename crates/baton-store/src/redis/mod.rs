@@ -307,12 +307,13 @@ impl RedisStore {
             pipeline.cmd("CONFIG").arg("GET").arg(parameter);
         }
         let mut connection = self.inner.connection.clone();
+        let sent = Instant::now();
         let replies: Vec<::redis::RedisResult<Value>> = self
             .bounded(Access::Read, pipeline.query_async(&mut connection))
             .await?;
         let mut replies = replies.into_iter();
         match replies.next() {
-            Some(Ok(time)) => self.observe_time(&time)?,
+            Some(Ok(time)) => self.observe_time(&time, sent)?,
             Some(Err(error)) => return Err(self.error(error, Access::Read)),
             None => return Err(self.unexpected("TIME", &Value::Nil)),
         }
@@ -366,17 +367,23 @@ impl RedisStore {
     }
 
     /// Records the reply `[seconds, microseconds]` of `TIME`.
-    fn observe_time(&self, time: &Value) -> Result<()> {
+    /// Records the server's time from a `TIME` reply to a request sent at `sent`.
+    fn observe_time(&self, time: &Value, sent: Instant) -> Result<()> {
         let Value::Array(parts) = time else {
             return Err(self.unexpected("TIME", time));
         };
         match parts.as_slice() {
-            [seconds, microseconds] => self.observe_time_parts(seconds, microseconds),
+            [seconds, microseconds] => self.observe_time_parts(seconds, microseconds, sent),
             _ => Err(self.unexpected("TIME", time)),
         }
     }
 
-    fn observe_time_parts(&self, seconds: &Value, microseconds: &Value) -> Result<()> {
+    fn observe_time_parts(
+        &self,
+        seconds: &Value,
+        microseconds: &Value,
+        sent: Instant,
+    ) -> Result<()> {
         let (Some(seconds), Some(microseconds)) = (integer(seconds), integer(microseconds)) else {
             return Err(self.unexpected(
                 "TIME",
@@ -387,7 +394,7 @@ impl RedisStore {
             .saturating_mul(1000)
             .saturating_add(microseconds / 1000);
         // Paired with the reply's arrival (now), not its sending: see `ServerClock`.
-        self.inner.clock.observe(ms, Instant::now());
+        self.inner.clock.observe(ms, sent, Instant::now());
         Ok(())
     }
 }
@@ -417,10 +424,11 @@ impl Store for RedisStore {
             .arg("d")
             .cmd("TIME");
         let mut connection = self.inner.connection.clone();
+        let sent = Instant::now();
         let (fields, time): (Value, Value) = self
             .bounded(Access::Read, pipeline.query_async(&mut connection))
             .await?;
-        self.observe_time(&time)?;
+        self.observe_time(&time, sent)?;
         let Value::Array(fields) = fields else {
             return Err(self.unexpected("HMGET", &fields));
         };
@@ -457,6 +465,7 @@ impl Store for RedisStore {
             invocation.arg(entry.as_slice());
         }
         let mut connection = self.inner.connection.clone();
+        let sent = Instant::now();
         let reply: Value = self
             .bounded(Access::Write, invocation.invoke_async(&mut connection))
             .await?;
@@ -465,7 +474,7 @@ impl Store for RedisStore {
         };
         match parts.as_slice() {
             [written, seconds, microseconds, rest @ ..] => {
-                self.observe_time_parts(seconds, microseconds)?;
+                self.observe_time_parts(seconds, microseconds, sent)?;
                 match (integer(written), rest) {
                     (Some(1), [version]) => match bytes(version) {
                         Some(version) => Ok(CasOutcome::Written {
@@ -566,13 +575,14 @@ impl Store for RedisStore {
         }
         // Only before the first reply with a time (open reads one, so hardly ever).
         let mut connection = self.inner.connection.clone();
+        let sent = Instant::now();
         let time: Value = self
             .bounded(
                 Access::Read,
                 ::redis::cmd("TIME").query_async(&mut connection),
             )
             .await?;
-        self.observe_time(&time)?;
+        self.observe_time(&time, sent)?;
         self.inner
             .clock
             .now()

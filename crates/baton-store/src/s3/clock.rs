@@ -75,12 +75,13 @@ struct DateRecording {
 #[async_trait]
 impl HttpService for DateRecording {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let sent = Instant::now();
         let response = self.inner.execute(request).await?;
         // The headers are in: paired with this instant, the reading under-estimates by the
         // transit (see `ServerClock`), never over.
         let arrived = Instant::now();
         if let Some(server_ms) = response.headers().get("date").and_then(date_ms) {
-            self.clock.observe(server_ms, arrived);
+            self.clock.observe(server_ms, sent, arrived);
         }
         Ok(response)
     }
@@ -153,7 +154,7 @@ mod tests {
 
     fn reading(clock: &ServerClock) -> Option<u64> {
         match clock.now() {
-            Some(StoreClock::Time { now_ms, epoch }) => {
+            Some(StoreClock::Time { now_ms, epoch, .. }) => {
                 assert_eq!(epoch, EPOCH);
                 Some(now_ms)
             }

@@ -302,6 +302,7 @@ impl Store for SqliteStore {
         // without touching the file.
         Ok(StoreClock::Time {
             now_ms: boot_time_ms(),
+            behind_ms: 0,
             epoch: boot_id(),
         })
     }
