@@ -152,9 +152,10 @@ pub struct WaitArgs {
     #[arg(long)]
     pub keep: bool,
 
-    /// How long a wait rides out a store that stops answering (a restart, a failover, a
-    /// network cut) before failing with exit 1, retrying meanwhile; 0 fails at once. An outage
-    /// longer than the waiter lease (60s) loses the place in the queue (exit 78)
+    /// How long a wait rides out a store that cannot be reached (a restart, a failover, a
+    /// network cut) before failing with exit 1, retrying meanwhile: from the start (opening the
+    /// store, queuing) and while waiting; 0 fails at once. An outage longer than the waiter
+    /// lease (60s) loses the place in the queue (exit 78)
     #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "DUR")]
     pub store_retry: Duration,
 

@@ -60,8 +60,14 @@ fn fail(failure: Failure) -> ! {
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let store_url = cli.store.clone();
     match cli.command {
-        Command::Run(args) => cmd::run::run(&open(store_url).await?, args).await,
-        Command::Acquire(args) => cmd::acquire::acquire(&open(store_url).await?, args).await,
+        Command::Run(args) => {
+            let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
+            cmd::run::run(&opened, args).await
+        }
+        Command::Acquire(args) => {
+            let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
+            cmd::acquire::acquire(&opened, args).await
+        }
         Command::Release(args) => cmd::token::release(&open(store_url).await?, args).await,
         Command::Renew(args) => cmd::token::renew(&open(store_url).await?, args).await,
         Command::Status(args) => cmd::status::status(&open(store_url).await?, args).await,
@@ -81,13 +87,67 @@ pub struct Opened {
     pub url: String,
 }
 
+/// [`open`], for the commands that wait: a store that cannot be reached (restarting, failing
+/// over, cut off) is tried again for up to `retry` (`--store-retry`), as the wait itself would
+/// ride it out; saying so once unless `quiet`. Any other failure (a bad URL, a denied
+/// permission) is reported at once.
+async fn open_retrying(
+    url: Option<String>,
+    retry: std::time::Duration,
+    quiet: bool,
+) -> Result<Opened, Failure> {
+    let started = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        match open(url.clone()).await {
+            Err(OpenError::Store(error @ baton_store::StoreError::Unavailable { .. })) => {
+                if started.elapsed() >= retry {
+                    return Err(error.into());
+                }
+                if !told && !quiet {
+                    eprintln!(
+                        "baton: {error}; retrying for up to {} (--store-retry)",
+                        humantime::format_duration(retry)
+                    );
+                    told = true;
+                }
+                let pause = (started.elapsed() / 4).clamp(
+                    std::time::Duration::from_millis(100),
+                    std::time::Duration::from_secs(2),
+                );
+                tokio::time::sleep(pause).await;
+            }
+            Err(OpenError::Store(error)) => return Err(error.into()),
+            Err(OpenError::Other(failure)) => return Err(failure),
+            Ok(opened) => return Ok(opened),
+        }
+    }
+}
+
+/// Why [`open`] failed: the store's own error (which [`open_retrying`] may retry), or another.
+enum OpenError {
+    Store(baton_store::StoreError),
+    Other(Failure),
+}
+
+impl From<OpenError> for Failure {
+    fn from(error: OpenError) -> Failure {
+        match error {
+            OpenError::Store(error) => error.into(),
+            OpenError::Other(failure) => failure,
+        }
+    }
+}
+
 /// Opens the store named by `--store`/`BATON_STORE`, or the per-user default.
-async fn open(url: Option<String>) -> Result<Opened, Failure> {
+async fn open(url: Option<String>) -> Result<Opened, OpenError> {
     let url = match url.filter(|u| !u.is_empty()) {
         Some(url) => url,
         None => {
             let path = baton_store::url::default_sqlite_path().ok_or_else(|| {
-                Failure::usage("no store given and no home directory: pass --store sqlite:PATH")
+                OpenError::Other(Failure::usage(
+                    "no store given and no home directory: pass --store sqlite:PATH",
+                ))
             })?;
             if std::env::var_os("CI").is_some() {
                 eprintln!(
@@ -99,7 +159,9 @@ async fn open(url: Option<String>) -> Result<Opened, Failure> {
             format!("sqlite:{}", path.display())
         }
     };
-    let store = baton_store::url::open(&url).await?;
+    let store = baton_store::url::open(&url)
+        .await
+        .map_err(OpenError::Store)?;
     Ok(Opened {
         coord: Arc::new(baton_client::Coordinator::new(store)),
         url,

@@ -328,7 +328,26 @@ async fn acquire_until(
     // When the last request was sent whose answer showed this ticket still queued: any grant
     // to it happened later (every store's reads and writes are linearizable).
     let mut queued_at = Instant::now();
-    let executed = coord.execute(key, &enqueue).await?;
+    // The enqueue is retried as the wait is (the core recognises a retried enqueue by its
+    // ticket id, so one that landed unseen makes no second ticket).
+    let mut failing_since: Option<Instant> = None;
+    let executed = loop {
+        match coord.execute(key, &enqueue).await {
+            Ok(executed) => break executed,
+            Err(error) if error.is_transient() => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= options.store_retry {
+                    return Err(error);
+                }
+                tracing::warn!(key, %error, "the store failed; retrying the enqueue");
+                let pause =
+                    (since.elapsed() / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+                tokio::time::sleep(pause).await;
+                queued_at = Instant::now();
+            }
+            Err(error) => return Err(error),
+        }
+    };
     if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
         return Ok(lease.into());
     }
@@ -355,7 +374,8 @@ async fn acquire_until(
                     if since.elapsed() >= options.store_retry {
                         return Err(error);
                     }
-                    tracing::warn!(key, %error, "the store failed while waiting; retrying");
+                    // Told through the progress (the waiting line); logged for `-v`.
+                    tracing::info!(key, %error, "the store failed while waiting; retrying");
                     // A quarter of the outage so far: quick after a blip, sparing after long.
                     retry_in = Some(
                         (since.elapsed() / 4)

@@ -42,7 +42,14 @@ fn every_store_survives_its_faults() {
     assert!(summaries.len() >= 2, "{stdout}");
     for summary in &summaries {
         // On failure, the end of the run's log too: which faults, which errors.
-        let with_log = || format!("{summary}\n--- end of its log:\n{}", log_tail(summary));
+        let with_log = || {
+            let stderr: Vec<&str> = stderr.lines().collect();
+            format!(
+                "{summary}\n--- end of its log:\n{}\n--- end of the matrix's stderr:\n{}",
+                log_tail(summary),
+                stderr[stderr.len().saturating_sub(40)..].join("\n")
+            )
+        };
         assert_eq!(summary["violations"], 0, "{}", with_log());
         assert_eq!(summary["lost"], 0, "{}", with_log());
         assert!(summary["holds"].as_u64().unwrap() > 0, "{}", with_log());

@@ -100,13 +100,21 @@ impl Injector {
                 if let Some(cmd) = &self.restart_cmd {
                     let started = Instant::now();
                     let at_ns = shared.now_ns();
-                    let status = Command::new("sh")
-                        .args(["-c", cmd])
-                        .stdin(Stdio::null())
-                        .stdout(Stdio::null())
-                        .status();
-                    if !matches!(status, Ok(s) if s.success()) {
-                        eprintln!("baton-torture: the restart command `{cmd}` failed: {status:?}");
+                    // The fault is a restart: a server left down by a restart that failed would
+                    // be another fault (an outage for the rest of the run), so try again, twice.
+                    for attempt in 1..=3 {
+                        let status = Command::new("sh")
+                            .args(["-c", cmd])
+                            .stdin(Stdio::null())
+                            .stdout(Stdio::null())
+                            .status();
+                        if matches!(status, Ok(s) if s.success()) {
+                            break;
+                        }
+                        eprintln!(
+                            "baton-torture: the restart command `{cmd}` failed (attempt \
+                             {attempt} of 3): {status:?}"
+                        );
                     }
                     lock(&shared.events).push(Event {
                         fault,
