@@ -527,7 +527,8 @@ async fn acquire_until(
                 },
             };
             let sent = Instant::now();
-            let executed = or_retry!(coord.execute(key, &refresh).await);
+            let refreshed = coord.execute(key, &refresh).await;
+            let executed = or_retry!(refreshed.map_err(|e| ended_is_lost(key, e)));
             last_refresh = Instant::now();
             if let Some(lease) = held_lease(key, pending, &executed.reply, options)? {
                 return Ok(lease.into());
@@ -602,6 +603,25 @@ pub fn store_deadline_bound(
         _ => 0,
     };
     Some(read_from + Duration::from_millis(left_ms))
+}
+
+/// A refresh refused because the ticket has ended (abandoned after an outage longer than its
+/// waiter lease, expired unclaimed, cancelled): the turn is over, as when a read shows it gone,
+/// not a refused operation.
+fn ended_is_lost(key: &str, error: ClientError) -> ClientError {
+    match error {
+        ClientError::Refused {
+            refusal: Refusal::Ended {
+                outcome, forced, ..
+            },
+            ..
+        } => ClientError::Ended {
+            key: key.to_string(),
+            outcome,
+            forced,
+        },
+        other => other,
+    }
 }
 
 /// Reads `key`; when the answer shows ticket `id` queued, the read's send time becomes
@@ -790,5 +810,41 @@ fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration
         waited,
         estimate: baton_core::estimate::estimate_wait_ms(doc, id, now).map(Duration::from_millis),
         store_trouble: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refresh_refused_as_ended_is_a_lost_turn_and_nothing_else_changes() {
+        let refused = ClientError::Refused {
+            key: "k".into(),
+            refusal: Refusal::Ended {
+                id: "t-1".into(),
+                outcome: Outcome::Abandoned,
+                forced: false,
+            },
+        };
+        assert!(matches!(
+            ended_is_lost("k", refused),
+            ClientError::Ended {
+                outcome: Outcome::Abandoned,
+                forced: false,
+                ..
+            }
+        ));
+        let other = ClientError::Refused {
+            key: "k".into(),
+            refusal: Refusal::UnknownToken,
+        };
+        assert!(matches!(
+            ended_is_lost("k", other),
+            ClientError::Refused {
+                refusal: Refusal::UnknownToken,
+                ..
+            }
+        ));
     }
 }

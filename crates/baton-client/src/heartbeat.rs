@@ -313,14 +313,29 @@ async fn release_retrying(
 ) -> Result<(), ClientError> {
     let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
     let mut pause = Duration::from_millis(100);
+    let mut retried = false;
     loop {
         let released =
             release_with_reason(coord, &lease.key, &lease.token, outcome, reason.clone()).await;
         match released {
+            // A try that failed may have landed all the same (the store took the write and
+            // the answer was lost): the ticket ended as asked is this release's doing. Only
+            // this token releases with an outcome of its choosing; expiry and operators end
+            // tickets otherwise.
+            Err(ClientError::Refused {
+                refusal:
+                    Refusal::Ended {
+                        outcome: ended,
+                        forced: false,
+                        ..
+                    },
+                ..
+            }) if retried && ended == outcome => return Ok(()),
             Err(error) if error.is_transient() && Instant::now() + pause < give_up_at => {
                 tracing::warn!(key = %lease.key, %error, "release failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
+                retried = true;
             }
             other => return other,
         }

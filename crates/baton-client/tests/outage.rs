@@ -140,3 +140,29 @@ async fn a_release_retries_while_the_lease_may_stand() {
     let doc = decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap();
     assert!(doc.tickets.is_empty(), "{doc:?}");
 }
+
+/// The release lands, the store goes away before answering, and the coordinator's re-read
+/// fails too: the retried release finds its ticket ended as it asked, and that is success.
+#[tokio::test]
+async fn a_release_that_landed_unseen_is_not_reported_as_failed() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let lease = acquire(&coord, &Pending::new("k"), &AcquireOptions::default())
+        .await
+        .unwrap();
+    let guard = LeaseGuard::new(coord.clone(), vec![lease], Heartbeat::start(coord.clone()));
+    probe.vanish_after_cas.store(true, Ordering::SeqCst);
+    let restore = {
+        let probe = probe.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            probe.unreachable.store(false, Ordering::SeqCst);
+        })
+    };
+    guard.release(Outcome::Succeeded).await.unwrap();
+    restore.await.unwrap();
+    let doc = decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap();
+    assert!(doc.tickets.is_empty(), "{doc:?}");
+    assert_eq!(doc.finished.last().unwrap().outcome, Outcome::Succeeded);
+}

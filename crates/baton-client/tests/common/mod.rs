@@ -27,6 +27,9 @@ pub struct Probe {
     pub down: AtomicBool,
     /// While set, every load, CAS and clock reading fails as `Unavailable` (a store restarting).
     pub unreachable: AtomicBool,
+    /// When set, the next CAS is written, then the store becomes unreachable before answering
+    /// (`Ambiguous`): a server that went down right after taking the write.
+    pub vanish_after_cas: AtomicBool,
     /// How far behind the store's time this view's clock readings are: a process whose writes
     /// land long after it computed them (held in a network), with the deadlines it set in them.
     pub clock_lag_ms: AtomicU64,
@@ -42,6 +45,7 @@ impl Probe {
             push,
             down: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
+            vanish_after_cas: AtomicBool::new(false),
             clock_lag_ms: AtomicU64::new(0),
         })
     }
@@ -96,7 +100,15 @@ impl Store for Probe {
             });
         }
         self.cases.fetch_add(1, Ordering::SeqCst);
-        self.inner.cas(key, expected, bytes, history).await
+        let outcome = self.inner.cas(key, expected, bytes, history).await;
+        if self.vanish_after_cas.swap(false, Ordering::SeqCst) {
+            self.unreachable.store(true, Ordering::SeqCst);
+            return Err(StoreError::Ambiguous {
+                store: self.describe(),
+                reason: "the server went away after taking the write (the test)".into(),
+            });
+        }
+        outcome
     }
     async fn history(
         &self,
