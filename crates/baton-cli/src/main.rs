@@ -111,10 +111,7 @@ async fn open_retrying(
                     );
                     told = true;
                 }
-                let pause = (started.elapsed() / 4).clamp(
-                    std::time::Duration::from_millis(100),
-                    std::time::Duration::from_secs(2),
-                );
+                let pause = baton_client::acquire::retry_pause(started.elapsed());
                 tokio::time::sleep(pause).await;
             }
             Err(OpenError::Store(error)) => return Err(error.into()),

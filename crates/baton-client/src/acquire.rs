@@ -340,8 +340,7 @@ async fn acquire_until(
                     return Err(error);
                 }
                 tracing::warn!(key, %error, "the store failed; retrying the enqueue");
-                let pause =
-                    (since.elapsed() / 4).clamp(Duration::from_millis(100), Duration::from_secs(2));
+                let pause = retry_pause(since.elapsed());
                 tokio::time::sleep(pause).await;
                 queued_at = Instant::now();
             }
@@ -376,11 +375,7 @@ async fn acquire_until(
                     }
                     // Told through the progress (the waiting line); logged for `-v`.
                     tracing::info!(key, %error, "the store failed while waiting; retrying");
-                    // A quarter of the outage so far: quick after a blip, sparing after long.
-                    retry_in = Some(
-                        (since.elapsed() / 4)
-                            .clamp(Duration::from_millis(100), Duration::from_secs(2)),
-                    );
+                    retry_in = Some(retry_pause(since.elapsed()));
                     trouble = Some((since, error.to_string()));
                     continue;
                 }
@@ -603,6 +598,12 @@ pub fn store_deadline_bound(
         _ => 0,
     };
     Some(read_from + Duration::from_millis(left_ms))
+}
+
+/// The pause before trying a failing store again, `failing_for` into the outage: a quarter of
+/// it, 100 ms to 2 s — quick after a blip, sparing after a long one.
+pub fn retry_pause(failing_for: Duration) -> Duration {
+    (failing_for / 4).clamp(Duration::from_millis(100), Duration::from_secs(2))
 }
 
 /// A refresh refused because the ticket has ended (abandoned after an outage longer than its

@@ -118,8 +118,12 @@ async fn a_wait_fails_with_the_stores_error_once_store_retry_has_passed() {
     }
 }
 
-#[tokio::test]
-async fn a_release_retries_while_the_lease_may_stand() {
+/// A held lease on `k`, released through a [`LeaseGuard`] after `break_store` has made the
+/// store fail; it is reachable again `restored_after` later. Returns the key's document then.
+async fn release_through_outage(
+    break_store: impl FnOnce(&Probe),
+    restored_after: Duration,
+) -> baton_core::Doc {
     let shared = Arc::new(MemoryStore::new());
     let probe = Probe::new(shared.clone(), true);
     let coord = Arc::new(Coordinator::new(probe.clone()));
@@ -127,17 +131,26 @@ async fn a_release_retries_while_the_lease_may_stand() {
         .await
         .unwrap();
     let guard = LeaseGuard::new(coord.clone(), vec![lease], Heartbeat::start(coord.clone()));
-    probe.unreachable.store(true, Ordering::SeqCst);
+    break_store(&probe);
     let restore = {
         let probe = probe.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(800)).await;
+            tokio::time::sleep(restored_after).await;
             probe.unreachable.store(false, Ordering::SeqCst);
         })
     };
     guard.release(Outcome::Succeeded).await.unwrap();
     restore.await.unwrap();
-    let doc = decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap();
+    decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap()
+}
+
+#[tokio::test]
+async fn a_release_retries_while_the_lease_may_stand() {
+    let doc = release_through_outage(
+        |probe| probe.unreachable.store(true, Ordering::SeqCst),
+        Duration::from_millis(800),
+    )
+    .await;
     assert!(doc.tickets.is_empty(), "{doc:?}");
 }
 
@@ -145,24 +158,11 @@ async fn a_release_retries_while_the_lease_may_stand() {
 /// fails too: the retried release finds its ticket ended as it asked, and that is success.
 #[tokio::test]
 async fn a_release_that_landed_unseen_is_not_reported_as_failed() {
-    let shared = Arc::new(MemoryStore::new());
-    let probe = Probe::new(shared.clone(), true);
-    let coord = Arc::new(Coordinator::new(probe.clone()));
-    let lease = acquire(&coord, &Pending::new("k"), &AcquireOptions::default())
-        .await
-        .unwrap();
-    let guard = LeaseGuard::new(coord.clone(), vec![lease], Heartbeat::start(coord.clone()));
-    probe.vanish_after_cas.store(true, Ordering::SeqCst);
-    let restore = {
-        let probe = probe.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            probe.unreachable.store(false, Ordering::SeqCst);
-        })
-    };
-    guard.release(Outcome::Succeeded).await.unwrap();
-    restore.await.unwrap();
-    let doc = decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap();
+    let doc = release_through_outage(
+        |probe| probe.vanish_after_cas.store(true, Ordering::SeqCst),
+        Duration::from_millis(500),
+    )
+    .await;
     assert!(doc.tickets.is_empty(), "{doc:?}");
     assert_eq!(doc.finished.last().unwrap().outcome, Outcome::Succeeded);
 }

@@ -344,29 +344,15 @@ impl World {
                     next.push((format!("c{c} renews"), w));
 
                     let mut w = self.clone();
-                    w.apply(
-                        Op::Release {
-                            token: token.clone(),
-                            outcome: Outcome::Succeeded,
-                            reason: None,
-                        },
-                        &format!("{id}-release"),
-                    );
+                    w.apply(release_op(&token), &format!("{id}-release"));
                     w.finish_round(c, setup);
                     next.push((format!("c{c} releases"), w));
 
                     // The same release, held up on its way: computed now, landing later.
-                    let held_up = setup.held_up.then(|| {
-                        self.compute(
-                            Op::Release {
-                                token: token.clone(),
-                                outcome: Outcome::Succeeded,
-                                reason: None,
-                            },
-                            &format!("{id}-release"),
-                        )
-                    });
-                    if let Some(Some(applied)) = held_up {
+                    let held_up = setup
+                        .held_up
+                        .then(|| self.compute(release_op(&token), &format!("{id}-release")));
+                    if let Some(applied) = held_up.flatten() {
                         let mut w = self.clone();
                         w.in_flight[c] = Some(InFlight {
                             applied,
@@ -382,14 +368,7 @@ impl World {
                     if let Some(flight) = w.in_flight[c].take() {
                         if flight.stale {
                             // The CAS conflicts: the coordinator reads and applies it again.
-                            w.apply(
-                                Op::Release {
-                                    token: token.clone(),
-                                    outcome: Outcome::Succeeded,
-                                    reason: None,
-                                },
-                                &format!("{id}-release"),
-                            );
+                            w.apply(release_op(&token), &format!("{id}-release"));
                         } else {
                             w.land(flight.applied);
                         }
@@ -488,6 +467,15 @@ impl World {
             }
         }
         Ok(())
+    }
+}
+
+/// A holder's release after its command succeeded.
+fn release_op(token: &str) -> Op {
+    Op::Release {
+        token: token.to_string(),
+        outcome: Outcome::Succeeded,
+        reason: None,
     }
 }
 
