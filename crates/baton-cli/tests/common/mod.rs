@@ -706,6 +706,15 @@ impl Proc {
             // SAFETY: a plain signal send to the group we created at spawn.
             unsafe { libc::killpg(self.pid(), libc::SIGKILL) };
             self.exited = self.child.wait().ok();
+            // A killed `faketime` leaves the segment and semaphore named after its PID, and a
+            // later `faketime` with the same PID fails ("sem_open: File exists"). Reaped now:
+            // the names are nobody's.
+            for name in [
+                format!("/dev/shm/faketime_shm_{}", self.pid()),
+                format!("/dev/shm/sem.faketime_sem_{}", self.pid()),
+            ] {
+                let _ = fs::remove_file(name);
+            }
         }
     }
 

@@ -229,6 +229,9 @@ impl ClientPlan {
             },
         );
         let status = child.wait();
+        if self.env.iter().any(|(k, _)| k == "LD_PRELOAD") {
+            remove_faketime_leftovers(pid);
+        }
         lock(&shared.running).remove(&who);
         lock(&shared.workers).remove(&who);
         let ending = if lock(&shared.killed).contains(&who) {
@@ -240,6 +243,20 @@ impl ClientPlan {
             let _ = writeln!(&self.log, "{who}: {ending:?}");
         }
         (k, who, ending)
+    }
+}
+
+/// libfaketime makes a shared-memory segment and a semaphore named after its process
+/// (`/dev/shm/faketime_shm_PID`, `/dev/shm/sem.faketime_sem_PID`) and removes them at a normal
+/// exit only. A client killed with -9 leaves them behind, and a later `faketime` whose PID is
+/// the same then fails ("sem_open: File exists") — the CLI's skew tests did, after a soak left
+/// hundreds. The client has been reaped: its names are nobody's now.
+fn remove_faketime_leftovers(pid: i32) {
+    for name in [
+        format!("/dev/shm/faketime_shm_{pid}"),
+        format!("/dev/shm/sem.faketime_sem_{pid}"),
+    ] {
+        let _ = std::fs::remove_file(name);
     }
 }
 
