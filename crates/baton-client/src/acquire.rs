@@ -740,7 +740,11 @@ async fn give_up(
             detail: describe_wait(doc, position),
         }),
         Err(ClientError::Refused {
-            refusal: Refusal::BadOutcome { state: "held", .. },
+            refusal:
+                Refusal::BadOutcome {
+                    state: TicketState::Held,
+                    ..
+                },
             ..
         }) => {
             let refresh = Request {

@@ -13,7 +13,7 @@ use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketSta
 use crate::history::Finished;
 use crate::invariants;
 use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
-use crate::op::{Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
+use crate::op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
 
 /// The result of an accepted operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,10 +198,6 @@ impl Work<'_> {
                     }
                 };
                 if !fits {
-                    let state = match state {
-                        TicketState::Held => "held",
-                        TicketState::Queued => "queued",
-                    };
                     return Err(Refusal::BadOutcome {
                         state,
                         outcome: *outcome,
@@ -222,7 +218,8 @@ impl Work<'_> {
                 let Some(idx) = self.doc.tickets.iter().position(|t| &t.id == id) else {
                     return match self.doc.finished.iter().find(|m| &m.id == id) {
                         Some(mark) if mark.ended_by(self.attempt) => {
-                            Ok((Reply::Cancelled(vec![id.clone()]), None))
+                            let ended = CancelledTicket::new(id.clone(), mark.forced);
+                            Ok((Reply::Cancelled(vec![ended]), None))
                         }
                         Some(mark) => Err(Refusal::Ended {
                             id: id.clone(),
@@ -238,7 +235,8 @@ impl Work<'_> {
                 };
                 let attempt = Some(self.attempt.to_string());
                 self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
-                Ok((Reply::Cancelled(vec![id.clone()]), None))
+                let ended = CancelledTicket::new(id.clone(), forced);
+                Ok((Reply::Cancelled(vec![ended]), None))
             }
             Op::CancelQueued => {
                 // A retry whose window the marks no longer cover may have ended more tickets
@@ -250,12 +248,12 @@ impl Work<'_> {
                 // ends nothing more (it would otherwise cancel the tickets queued since). Only a
                 // cancel that itself ended more tickets than are remembered is answered with the
                 // remembered ones.
-                let done: Vec<String> = self
+                let done: Vec<CancelledTicket> = self
                     .doc
                     .finished
                     .iter()
                     .filter(|m| m.ended_by(self.attempt))
-                    .map(|m| m.id.clone())
+                    .map(|m| CancelledTicket::new(m.id.clone(), m.forced))
                     .collect();
                 if !done.is_empty() {
                     return Ok((Reply::Cancelled(done), None));
@@ -267,7 +265,10 @@ impl Work<'_> {
                     .iter()
                     .position(|t| t.state == TicketState::Queued)
                 {
-                    ids.push(self.doc.tickets[idx].id.clone());
+                    ids.push(CancelledTicket::new(
+                        self.doc.tickets[idx].id.clone(),
+                        false,
+                    ));
                     let reason = Some("cancelled by an operator".into());
                     let attempt = Some(self.attempt.to_string());
                     self.finish(idx, Outcome::Cancelled, false, reason, attempt);

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 
 use crate::doc::{Doc, Ticket};
+use crate::lease;
 
 /// The time an [`apply`](crate::apply()) runs at, as read by the coordinator.
 #[derive(Clone, Copy, Debug)]
@@ -59,7 +60,7 @@ impl Clock<'_> {
                 ..
             } => ticket
                 .deadline_ms
-                .is_some_and(|d| now_ms >= d.saturating_add(uncertain_ms)),
+                .is_some_and(|d| lease::phase_ended_on_store_clock(now_ms, d, uncertain_ms)),
             Clock::Observed {
                 observer, mono_ms, ..
             } => observer.has_expired(ticket, mono_ms),
@@ -103,7 +104,7 @@ impl Observer {
     pub fn has_expired(&self, ticket: &Ticket, mono_ms: u64) -> bool {
         match self.seen.get(&ticket.id) {
             Some(&(heartbeat, since_ms)) if heartbeat == ticket.heartbeat => {
-                mono_ms.saturating_sub(since_ms) >= ticket.phase_ms()
+                lease::phase_ended_by_observation(since_ms, mono_ms, ticket.phase_ms())
             }
             _ => false,
         }

@@ -37,6 +37,22 @@ pub enum TicketState {
     Held,
 }
 
+impl TicketState {
+    /// The state's name, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketState::Queued => "queued",
+            TicketState::Held => "held",
+        }
+    }
+}
+
+impl std::fmt::Display for TicketState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The one final outcome of a ticket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

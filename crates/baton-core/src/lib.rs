@@ -11,6 +11,8 @@
 //! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
 //! - [`op`]: the operations and their replies.
 //! - [`clock`]: the two clocks of the design: the store's time, and observation of heartbeats.
+//! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
+//!   believe it holds, when a grant seen unclaimed surely stands.
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
@@ -23,6 +25,7 @@ pub mod doc;
 pub mod estimate;
 pub mod history;
 pub mod invariants;
+pub mod lease;
 pub mod limits;
 pub mod op;
 
@@ -30,4 +33,4 @@ pub use apply::{apply, Applied};
 pub use clock::{Clock, Observer};
 pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
 pub use history::Finished;
-pub use op::{Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
+pub use op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};

@@ -24,6 +24,18 @@ pub struct Request {
     pub finishes_seen: Option<u64>,
 }
 
+impl Request {
+    /// A first attempt at `op`, named `attempt` (made by the caller before the first try: the
+    /// core makes no random ids). Retries reuse the same request.
+    pub fn new(attempt: impl Into<String>, op: Op) -> Request {
+        Request {
+            attempt: attempt.into(),
+            op,
+            finishes_seen: None,
+        }
+    }
+}
+
 /// What to do to a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -131,13 +143,32 @@ pub enum TicketView {
     },
 }
 
+/// A ticket an operator's cancel ended.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CancelledTicket {
+    /// The ticket's id.
+    pub id: String,
+    /// It held the key (force-released) rather than waited (cancelled).
+    pub forced: bool,
+}
+
+impl CancelledTicket {
+    /// A queued ticket withdrawn (`forced` false) or a held one force-released.
+    pub fn new(id: impl Into<String>, forced: bool) -> CancelledTicket {
+        CancelledTicket {
+            id: id.into(),
+            forced,
+        }
+    }
+}
+
 /// What an operation did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     /// The standing of the ticket the operation was about.
     Ticket(TicketView),
-    /// The ids of the tickets an operator's cancel ended.
-    Cancelled(Vec<String>),
+    /// The tickets an operator's cancel ended, in the order it ended them.
+    Cancelled(Vec<CancelledTicket>),
     /// Nothing to report ([`Op::Tick`]).
     Nothing,
 }
@@ -203,7 +234,7 @@ pub enum Refusal {
     #[error("a {state} ticket cannot end as {outcome}")]
     BadOutcome {
         /// The ticket's state.
-        state: &'static str,
+        state: TicketState,
         /// The outcome asked for.
         outcome: Outcome,
     },

@@ -3,7 +3,8 @@
 
 use baton_core::op::TicketView;
 use baton_core::{
-    apply, Clock, Doc, Enqueue, Mode, Observer, Op, Outcome, Refusal, Reply, Request, TicketState,
+    apply, CancelledTicket, Clock, Doc, Enqueue, Mode, Observer, Op, Outcome, Refusal, Reply,
+    Request, TicketState,
 };
 
 const EPOCH: &str = "boot-1";
@@ -419,10 +420,15 @@ fn operators_cancel_and_force_release() {
     w.run(Op::Enqueue(enqueue(1))).expect("1");
     w.run(Op::Enqueue(enqueue(2))).expect("2");
     w.run(Op::Enqueue(enqueue(3))).expect("3");
-    w.run(Op::Cancel { id: "t3".into() })
-        .expect("cancel queued");
-    w.run(Op::Cancel { id: "t1".into() })
-        .expect("force release");
+    // The reply says which were held (force-released) and which waited.
+    assert_eq!(
+        w.run(Op::Cancel { id: "t3".into() }),
+        Ok(Reply::Cancelled(vec![CancelledTicket::new("t3", false)]))
+    );
+    assert_eq!(
+        w.run(Op::Cancel { id: "t1".into() }),
+        Ok(Reply::Cancelled(vec![CancelledTicket::new("t1", true)]))
+    );
     assert_eq!(w.holders(), vec!["t2"]);
     let err = w
         .run(Op::Renew {
@@ -434,7 +440,11 @@ fn operators_cancel_and_force_release() {
     w.run(Op::Enqueue(enqueue(4))).expect("4");
     w.run(Op::Enqueue(enqueue(5))).expect("5");
     let reply = w.run(Op::CancelQueued).expect("cancel queued");
-    assert_eq!(reply, Reply::Cancelled(vec!["t4".into(), "t5".into()]));
+    let withdrawn = |id: &str| CancelledTicket::new(id, false);
+    assert_eq!(
+        reply,
+        Reply::Cancelled(vec![withdrawn("t4"), withdrawn("t5")])
+    );
     assert_eq!(
         w.run(Op::Cancel { id: "nope".into() }),
         Err(Refusal::UnknownId { id: "nope".into() })

@@ -67,8 +67,8 @@ use std::collections::{BTreeSet, HashMap};
 
 use baton_core::limits::InvalidInput;
 use baton_core::{
-    apply, decode, encode, invariants, Applied, Clock, Doc, Enqueue, Mode, Observer, Op, Outcome,
-    Refusal, Reply, Request, TicketState, TicketView,
+    apply, decode, encode, invariants, Applied, CancelledTicket, Clock, Doc, Enqueue, Mode,
+    Observer, Op, Outcome, Refusal, Reply, Request, TicketState, TicketView,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -1237,7 +1237,11 @@ impl World {
                         };
                         if !fits {
                             return refuse(Refusal::BadOutcome {
-                                state: if held { "held" } else { "queued" },
+                                state: if held {
+                                    TicketState::Held
+                                } else {
+                                    TicketState::Queued
+                                },
                                 outcome: *outcome,
                             });
                         }
@@ -1628,8 +1632,16 @@ impl World {
         match (want, reply) {
             (Ok(Want::Nothing), Reply::Nothing) => {}
             (Ok(Want::Cancelled(want)), Reply::Cancelled(got)) => {
-                let want: BTreeSet<&str> = want.iter().map(|&i| b.tickets[i].id.as_str()).collect();
-                let got_set: BTreeSet<&str> = got.iter().map(String::as_str).collect();
+                // Each with whether it was force-released (it held) or withdrawn.
+                let want: BTreeSet<(&str, bool)> = want
+                    .iter()
+                    .map(|&i| {
+                        let forced = b.tickets[i].end.as_ref().is_some_and(|e| e.forced);
+                        (b.tickets[i].id.as_str(), forced)
+                    })
+                    .collect();
+                let got_set: BTreeSet<(&str, bool)> =
+                    got.iter().map(|t| (t.id.as_str(), t.forced)).collect();
                 prop_assert!(
                     want == got_set && got.len() == got_set.len(),
                     "cancelled {got:?}, expected {want:?}{}",
@@ -1700,11 +1712,11 @@ impl World {
                 (Reply::Cancelled(a), Reply::Cancelled(b)) => {
                     // The tickets of the first answer that the document still knows: all of
                     // them, unless that cancel itself ended more than are remembered.
-                    let known = |id: &&String| {
+                    let known = |ended: &&CancelledTicket| {
                         books
                             .tickets
                             .iter()
-                            .rposition(|t| &t.id == *id)
+                            .rposition(|t| t.id == ended.id)
                             .is_some_and(|i| books.known(i))
                     };
                     let (a, b): (BTreeSet<_>, BTreeSet<_>) =
@@ -1998,7 +2010,10 @@ fn a_retried_cancel_queued_is_recognised() {
     };
     // Applied, but the operator's reply is lost.
     let first = run(Some(&doc), &cancel);
-    assert_eq!(first.reply, Reply::Cancelled(vec!["t2".into()]));
+    assert_eq!(
+        first.reply,
+        Reply::Cancelled(vec![CancelledTicket::new("t2", false)])
+    );
     // Meanwhile someone queues.
     let doc = run(Some(&first.doc), &enqueue(3)).doc;
     // The operator's coordinator retries the same attempt.

@@ -16,37 +16,21 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
         (None, true) => Op::CancelQueued,
         _ => return Err(Failure::usage("give a ticket ID or --queued, not both")),
     };
-    let held_before = match &args.id {
-        Some(id) => opened
-            .coord
-            .read(&args.key)
-            .await?
-            .doc
-            .and_then(|d| {
-                d.by_id(id)
-                    .map(|t| t.state == baton_core::TicketState::Held)
-            })
-            .unwrap_or(false),
-        None => false,
-    };
-    let request = Request {
-        finishes_seen: None,
-        attempt: new_attempt_id(),
-        op,
-    };
+    let request = Request::new(new_attempt_id(), op);
     let executed = opened.coord.execute(&args.key, &request).await?;
     match executed.reply {
-        Reply::Cancelled(ids) if ids.is_empty() => {
+        Reply::Cancelled(ended) if ended.is_empty() => {
             eprintln!("baton: {}: no queued tickets", args.key);
         }
-        Reply::Cancelled(ids) => {
-            let verb = if held_before {
-                "force-released"
-            } else {
-                "cancelled"
-            };
-            for id in ids {
-                eprintln!("baton: {}: {verb} {id}", args.key);
+        Reply::Cancelled(ended) => {
+            // The reply says which held (no read before the cancel, which could be stale).
+            for ticket in ended {
+                let verb = if ticket.forced {
+                    "force-released"
+                } else {
+                    "cancelled"
+                };
+                eprintln!("baton: {}: {verb} {}", args.key, ticket.id);
             }
         }
         _ => {}
