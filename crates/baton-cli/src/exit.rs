@@ -54,6 +54,7 @@ impl From<ClientError> for Failure {
                 Outcome::Cancelled => CANCELLED,
                 _ => LOST,
             },
+            ClientError::LeaseLost { .. } => LOST,
             ClientError::Refused {
                 refusal: Refusal::Invalid(_),
                 ..

@@ -10,11 +10,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton_core::lease::Basis;
 use baton_core::{apply, decode, encode, Clock, Doc, Observer, Reply, Request};
 use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
-use crate::time::{mono_ms, wall_ms};
+use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
 
 /// How many conflicting writes in a row before giving up.
 const MAX_CONFLICTS: u32 = 200;
@@ -28,6 +29,13 @@ pub struct Executed {
     pub doc: Doc,
     /// Grants made by it, in order: (ticket id, fence).
     pub granted: Vec<(String, u64)>,
+    /// When the document this operation wrote was computed, on the local clock: every phase
+    /// it set (a lease, a claim, a waiter lease) stands until [`Basis`] says. When the answer
+    /// needed no write (the core recognised a retry whose first attempt had landed unseen),
+    /// the earliest basis of this call's attempts that may have landed; `None` when there were
+    /// none: the answer then describes what some earlier write did, at a time this call cannot
+    /// know (an enqueue retried after an outage, say), and no deadline may be derived from it.
+    pub basis: Option<Basis>,
 }
 
 /// A key's document as read, with the store clock read alongside.
@@ -39,6 +47,9 @@ pub struct KeySnapshot {
     pub clock: StoreClock,
     /// The caller's wall clock at the read.
     pub wall_ms: u64,
+    /// The local clock ([`Coordinator::local_ms`]) before the read began: the store's clock
+    /// above was read after it.
+    pub read_from_ms: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -53,16 +64,30 @@ pub struct Coordinator {
     store: Arc<dyn Store>,
     cache: Mutex<HashMap<String, Cached>>,
     observers: Mutex<HashMap<String, Observer>>,
+    local: Arc<dyn LocalClock>,
 }
 
 impl Coordinator {
-    /// A coordinator over `store`.
+    /// A coordinator over `store`, keeping local deadlines on the boot-time clock.
     pub fn new(store: Arc<dyn Store>) -> Coordinator {
+        Coordinator::with_local_clock(store, Arc::new(BootClock))
+    }
+
+    /// A coordinator over `store` keeping local deadlines on `local` (tests: a clock that
+    /// jumps as after a suspend).
+    pub fn with_local_clock(store: Arc<dyn Store>, local: Arc<dyn LocalClock>) -> Coordinator {
         Coordinator {
             store,
             cache: Mutex::new(HashMap::new()),
             observers: Mutex::new(HashMap::new()),
+            local,
         }
+    }
+
+    /// Now on the local clock that safety deadlines are kept on ([`LocalClock`]): the
+    /// `holds_until_ms` of a lease, the bases of writes.
+    pub fn local_ms(&self) -> u64 {
+        self.local.now_ms()
     }
 
     /// The store this coordinator writes to.
@@ -71,16 +96,22 @@ impl Coordinator {
     }
 
     /// Runs `request` on `key` until it is written, refused, or fails.
-    pub async fn execute(&self, key: &str, request: &Request) -> Result<Executed, ClientError> {
+    ///
+    /// After an ambiguous failure (the write may have landed) the request is retried with
+    /// [`Request::finishes_seen`] set, and it stays set in `request` when this returns, with
+    /// an error too: a caller that retries the same request later (after an outage) must carry
+    /// what the first attempt saw, or a retry after many tickets ended could recreate a ticket
+    /// that already ended.
+    pub async fn execute(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
         baton_core::limits::check_key(key).map_err(|e| ClientError::Refused {
             key: key.to_string(),
             refusal: e.into(),
         })?;
-        // Retries after an ambiguous failure say how many finishes the document had before it.
-        let mut request = std::borrow::Cow::Borrowed(request);
         let mut current = self.cached(key);
         let mut fresh = false;
         let mut conflicts = 0u32;
+        // The earliest basis of an attempt whose write may have landed unseen (ambiguous).
+        let mut maybe_landed: Option<Basis> = None;
         loop {
             let cached = match current.take() {
                 Some(cached) => cached,
@@ -89,12 +120,21 @@ impl Coordinator {
                     self.load(key).await?
                 }
             };
+            // Taken before the clock is read: the deadlines this write sets count from here.
+            let basis_local_ms = self.local_ms();
             let store_clock = self.store.clock().await?;
+            let basis = Basis {
+                basis_local_ms,
+                behind_ms: match &store_clock {
+                    StoreClock::Time { behind_ms, .. } => *behind_ms,
+                    StoreClock::None => 0,
+                },
+            };
             let observer = self.observer(key);
             let wall = wall_ms();
             let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
             let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
-            let applied = match apply(cached.doc.as_ref(), &request, &clock) {
+            let applied = match apply(cached.doc.as_ref(), request, &clock) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
                 Err(refusal) => {
@@ -112,6 +152,7 @@ impl Coordinator {
                     reply: applied.reply,
                     doc: applied.doc,
                     granted: applied.granted,
+                    basis: maybe_landed,
                 });
             }
             let bytes = encode(&applied.doc).map_err(|source| ClientError::TooLarge {
@@ -130,6 +171,7 @@ impl Coordinator {
                         reply: applied.reply,
                         doc: applied.doc,
                         granted: applied.granted,
+                        basis: Some(basis),
                     });
                 }
                 Ok(CasOutcome::Conflict { current: now }) => {
@@ -166,8 +208,9 @@ impl Coordinator {
                     // it as uncertain if more tickets ended since than it remembers.
                     if request.finishes_seen.is_none() {
                         let seen = cached.doc.as_ref().map_or(0, |doc| doc.finishes);
-                        request.to_mut().finishes_seen = Some(seen);
+                        request.finishes_seen = Some(seen);
                     }
+                    maybe_landed = Some(earlier(maybe_landed, basis));
                     self.forget(key);
                     current = None;
                 }
@@ -181,12 +224,14 @@ impl Coordinator {
 
     /// Reads `key` from the store (not the cache), with the store's clock.
     pub async fn read(&self, key: &str) -> Result<KeySnapshot, ClientError> {
+        let read_from_ms = self.local_ms();
         let cached = self.load(key).await?;
         let clock = self.store.clock().await?;
         Ok(KeySnapshot {
             doc: cached.doc,
             clock,
             wall_ms: wall_ms(),
+            read_from_ms,
         })
     }
 
@@ -198,11 +243,13 @@ impl Coordinator {
     pub async fn adopt(&self, key: &str, pushed: Versioned) -> Result<KeySnapshot, ClientError> {
         let cached = self.decode(key, pushed)?;
         self.remember(key, cached.version.clone(), cached.doc.clone());
+        let read_from_ms = self.local_ms();
         let clock = self.store.clock().await?;
         Ok(KeySnapshot {
             doc: cached.doc,
             clock,
             wall_ms: wall_ms(),
+            read_from_ms,
         })
     }
 
@@ -269,6 +316,16 @@ impl Coordinator {
         if let Ok(mut cache) = self.cache.lock() {
             cache.remove(key);
         }
+    }
+}
+
+/// Of two write bases, the one whose phases end first (the lag counted in).
+fn earlier(first: Option<Basis>, second: Basis) -> Basis {
+    let start = |b: &Basis| b.basis_local_ms.saturating_sub(b.behind_ms);
+    let earliest = first.map_or(start(&second), |f| start(&f).min(start(&second)));
+    Basis {
+        basis_local_ms: earliest,
+        behind_ms: 0,
     }
 }
 

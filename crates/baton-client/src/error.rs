@@ -60,6 +60,21 @@ pub enum ClientError {
         /// How many tries were made.
         attempts: u32,
     },
+    /// A lease this process got ran out before it could act on it (it was paused, suspended,
+    /// or its store's answer was held up): it was given back, never used.
+    #[error("{key}: the lease was lost: {reason}")]
+    LeaseLost {
+        /// The key.
+        key: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The store answered without confirming the write asked for (a renewal it did not write).
+    #[error("{key}: the store did not confirm the renewal; try again")]
+    Unconfirmed {
+        /// The key.
+        key: String,
+    },
     /// The wait was interrupted (the ticket was withdrawn as cancelled).
     #[error("interrupted while waiting for {key}")]
     Interrupted {

@@ -1,26 +1,39 @@
 //! Keeping held leases alive, and knowing when one is lost.
 //!
-//! A background task renews every held lease at a third of its TTL. Whether a lease still
-//! stands is judged on this process's monotonic clock from when the last *successful* renewal
-//! was *sent*: once `ttl - margin` has passed since then without another success, the lease is
-//! treated as lost (before the store can grant it to someone else), and the lost-lease signal
-//! fires. A process that was paused (SIGSTOP) past its lease notices at once on resume, since
-//! the deadline check runs before any renewal is tried.
+//! A background task renews every held lease at a third of its TTL, each renewal on its own
+//! (a renewal of one key stuck on a dead connection never holds up another key's claim or
+//! renewal), each bounded by its own lease's deadline. Whether a lease still stands is judged
+//! on the coordinator's local clock ([`crate::time::LocalClock`]: boot time, which counts a
+//! suspend) from the *basis* of the last confirmed write — before it read the store's clock,
+//! less how far that reading lagged ([`baton_core::lease::Basis`]) — never from when its answer
+//! came back. Once the bound has passed without another confirmation, the lease is lost
+//! (before the store can grant it to anyone else) and the lost-lease signal fires.
 //!
-//! A lease may arrive unclaimed ([`Heartbeat::add_unclaimed`]: a grant the waiter saw but left
-//! to the heartbeat to claim). Its first renewal is sent at once and is the claim; until it
-//! succeeds, the lease stands only until the instant the waiter proved for the grant.
+//! The local clock is looked at every [`CHECK_EVERY`] at least, not only when a timer set on
+//! tokio's clock fires: tokio's timers run on the monotonic clock, which stops while the machine
+//! is suspended, so a laptop resumed after its lease ended would otherwise notice only at its
+//! next renewal. A process resumed from SIGSTOP notices at once, as the deadline check comes
+//! before anything else.
+//!
+//! A lease may arrive unclaimed (a grant the waiter saw but left to the heartbeat to claim,
+//! [`Lease::claimed`] false): its first renewal is sent at once and is the claim; until it is
+//! confirmed, the lease stands only until the bound the waiter proved for the grant.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use baton_core::lease::safety_margin_ms;
 use baton_core::Refusal;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 
-use crate::acquire::{release, release_with_reason, renew, Lease};
+use crate::acquire::{release, release_request, renew, Lease, Renewed};
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
+
+/// The longest the heartbeat goes without looking at the local clock: how late after a resume
+/// from suspend a lost lease may be noticed (plus the scheduler's delay).
+pub const CHECK_EVERY: Duration = Duration::from_millis(200);
 
 /// Why a lease was lost.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,25 +47,36 @@ pub struct Lost {
     pub outcome: Option<baton_core::Outcome>,
 }
 
-struct Tracked {
-    lease: Lease,
-    /// When the last successful renewal (or the grant) was sent.
-    confirmed_at: Instant,
-    /// When to try next.
-    next_try: Instant,
-    /// For a grant not yet claimed: until when it surely stands (replaces the TTL's deadline
-    /// until the first renewal, the claim, succeeds).
-    unclaimed_until: Option<Instant>,
+impl Lost {
+    fn not_confirmed(key: &str) -> Lost {
+        Lost {
+            key: key.to_string(),
+            reason: "could not renew the lease in time (was this process paused or suspended, \
+                     or the store unreachable?)"
+                .into(),
+            outcome: None,
+        }
+    }
 }
 
-/// The margin by which a lease is given up before its TTL runs out locally: a tenth of the
-/// TTL, at least 300 ms.
+struct Tracked {
+    lease: Lease,
+    /// When to send the next renewal, on the local clock.
+    next_try_ms: u64,
+    /// A renewal of it is under way.
+    renewing: bool,
+}
+
+/// The margin by which a lease is given up before it can end for anyone else
+/// ([`baton_core::lease::safety_margin_ms`]).
 pub fn safety_margin(ttl: Duration) -> Duration {
-    (ttl / 10).max(Duration::from_millis(300)).min(ttl / 2)
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(safety_margin_ms(ttl_ms))
 }
 
 /// Renews held leases in the background.
 pub struct Heartbeat {
+    coord: Arc<Coordinator>,
     tracked: Arc<Mutex<Vec<Tracked>>>,
     lost_rx: watch::Receiver<Option<Lost>>,
     wake: Arc<tokio::sync::Notify>,
@@ -71,8 +95,9 @@ impl Heartbeat {
         let tracked: Arc<Mutex<Vec<Tracked>>> = Arc::new(Mutex::new(Vec::new()));
         let (lost_tx, lost_rx) = watch::channel(None);
         let wake = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(run(coord, tracked.clone(), lost_tx, wake.clone()));
+        let task = tokio::spawn(run(coord.clone(), tracked.clone(), lost_tx, wake.clone()));
         Heartbeat {
+            coord,
             tracked,
             lost_rx,
             wake,
@@ -80,32 +105,20 @@ impl Heartbeat {
         }
     }
 
-    /// Starts renewing `lease`, granted (or last renewed) just now.
+    /// Starts renewing `lease`: at a third of its TTL from the write that set it, or at once
+    /// when it is unclaimed (that renewal claims it). It stands until its `holds_until_ms`
+    /// unless a renewal is confirmed before.
     pub fn add(&self, lease: &Lease) {
-        let now = Instant::now();
-        let every = Duration::from_millis(lease.ttl_ms / 3);
+        let next_try_ms = if lease.claimed {
+            renew_at_ms(lease.holds_until_ms, lease.ttl_ms)
+        } else {
+            self.coord.local_ms()
+        };
         if let Ok(mut tracked) = self.tracked.lock() {
             tracked.push(Tracked {
                 lease: lease.clone(),
-                confirmed_at: now,
-                next_try: now + every,
-                unclaimed_until: None,
-            });
-        }
-        self.wake.notify_one();
-    }
-
-    /// Starts renewing `lease`, a grant not yet claimed that surely stands until `until`: its
-    /// first renewal, sent at once, claims it; if that does not succeed by `until` (less
-    /// nothing: `until` already has the margin), the lease is lost.
-    pub fn add_unclaimed(&self, lease: &Lease, until: Instant) {
-        let now = Instant::now();
-        if let Ok(mut tracked) = self.tracked.lock() {
-            tracked.push(Tracked {
-                lease: lease.clone(),
-                confirmed_at: now,
-                next_try: now,
-                unclaimed_until: Some(until),
+                next_try_ms,
+                renewing: false,
             });
         }
         self.wake.notify_one();
@@ -122,6 +135,23 @@ impl Heartbeat {
     pub fn lost(&self) -> watch::Receiver<Option<Lost>> {
         self.lost_rx.clone()
     }
+
+    /// Whether every lease still stands right now, by the local clock (not waiting for the
+    /// background task to look): the check to make just before acting on them, such as
+    /// starting a command.
+    pub fn standing(&self) -> Result<(), Lost> {
+        if let Some(lost) = self.lost_rx.borrow().clone() {
+            return Err(lost);
+        }
+        let now_ms = self.coord.local_ms();
+        let Ok(tracked) = self.tracked.lock() else {
+            return Ok(());
+        };
+        match tracked.iter().find(|t| now_ms >= t.lease.holds_until_ms) {
+            Some(t) => Err(Lost::not_confirmed(&t.lease.key)),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Drop for Heartbeat {
@@ -130,112 +160,127 @@ impl Drop for Heartbeat {
     }
 }
 
+/// When a lease that stands until `holds_until_ms` is next renewed: a third of its TTL after
+/// the write that set it (the bound is that write's basis plus the TTL, less the lag and the
+/// margin), so two more tries fit before it is lost.
+fn renew_at_ms(holds_until_ms: u64, ttl_ms: u64) -> u64 {
+    let left_after_a_third = ttl_ms - ttl_ms / 3 - safety_margin_ms(ttl_ms);
+    holds_until_ms.saturating_sub(left_after_a_third)
+}
+
+/// The pause before another try after a renewal failed.
+fn retry_in_ms(ttl_ms: u64) -> u64 {
+    (ttl_ms / 10).clamp(100, 1_000)
+}
+
+/// A renewal's result, for the lease with this ticket id.
+type Renewal = (
+    String,
+    Result<Result<Renewed, ClientError>, tokio::time::error::Elapsed>,
+);
+
 async fn run(
     coord: Arc<Coordinator>,
     tracked: Arc<Mutex<Vec<Tracked>>>,
     lost_tx: watch::Sender<Option<Lost>>,
     wake: Arc<tokio::sync::Notify>,
 ) {
+    // Dropped with this task: renewals under way are abandoned with it.
+    let mut renewals: JoinSet<Renewal> = JoinSet::new();
     loop {
-        // The earliest moment something must happen: a renewal, or a local deadline.
-        let next = {
-            let Ok(list) = tracked.lock() else { return };
+        let now_ms = coord.local_ms();
+        // Deadlines first: a lease past its bound is lost, whatever a renewal might still say.
+        let next_ms = {
+            let Ok(mut list) = tracked.lock() else { return };
+            if let Some(t) = list.iter().find(|t| now_ms >= t.lease.holds_until_ms) {
+                let _ = lost_tx.send(Some(Lost::not_confirmed(&t.lease.key)));
+                return;
+            }
+            for t in list
+                .iter_mut()
+                .filter(|t| !t.renewing && now_ms >= t.next_try_ms)
+            {
+                t.renewing = true;
+                let bound = Duration::from_millis(t.lease.holds_until_ms - now_ms);
+                let (coord, lease) = (coord.clone(), t.lease.clone());
+                renewals.spawn(async move {
+                    let renewed = renew(&coord, &lease.key, &lease.token, None);
+                    (lease.id, tokio::time::timeout(bound, renewed).await)
+                });
+            }
             list.iter()
-                .flat_map(|t| [t.next_try, local_deadline(t)])
+                .flat_map(|t| {
+                    [
+                        Some(t.lease.holds_until_ms),
+                        (!t.renewing).then_some(t.next_try_ms),
+                    ]
+                })
+                .flatten()
                 .min()
         };
-        match next {
-            Some(at) => {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                    _ = wake.notified() => continue,
-                }
-            }
-            None => {
-                wake.notified().await;
-                continue;
-            }
-        }
-        // Deadlines first: a lease not confirmed for ttl - margin is lost, whatever a renewal
-        // might still say.
-        let now = Instant::now();
-        let expired = {
-            let Ok(list) = tracked.lock() else { return };
-            list.iter()
-                .find(|t| now >= local_deadline(t))
-                .map(|t| t.lease.key.clone())
-        };
-        if let Some(key) = expired {
-            let _ = lost_tx.send(Some(Lost {
-                key,
-                reason: "could not renew the lease in time (was this process paused, or the \
-                         store unreachable?)"
-                    .into(),
-                outcome: None,
-            }));
-            return;
-        }
-        let due: Vec<(Lease, Instant)> = {
-            let Ok(list) = tracked.lock() else { return };
-            list.iter()
-                .filter(|t| now >= t.next_try)
-                .map(|t| (t.lease.clone(), local_deadline(t)))
-                .collect()
-        };
-        for (lease, deadline) in due {
-            let sent = Instant::now();
-            let ttl = Duration::from_millis(lease.ttl_ms);
-            let attempt = tokio::time::timeout_at(
-                deadline.into(),
-                renew(&coord, &lease.key, &lease.token, None),
-            )
-            .await;
-            let retry_in = (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
-            let update = |confirmed: bool| {
-                if let Ok(mut list) = tracked.lock() {
-                    if let Some(t) = list.iter_mut().find(|t| t.lease.id == lease.id) {
-                        if confirmed {
-                            t.confirmed_at = sent;
-                            t.next_try = sent + ttl / 3;
-                            t.unclaimed_until = None;
-                        } else {
-                            t.next_try = Instant::now() + retry_in;
-                        }
-                    }
-                }
-            };
-            match attempt {
-                Ok(Ok(_)) => update(true),
-                Ok(Err(ClientError::Refused { refusal, .. }))
-                    if matches!(refusal, Refusal::Ended { .. } | Refusal::UnknownToken) =>
-                {
-                    let outcome = match &refusal {
-                        Refusal::Ended { outcome, .. } => Some(*outcome),
-                        _ => None,
-                    };
-                    let _ = lost_tx.send(Some(Lost {
-                        key: lease.key.clone(),
-                        reason: refusal.to_string(),
-                        outcome,
-                    }));
+        let sleep = next_ms.map_or(CHECK_EVERY, |next| {
+            Duration::from_millis(next.saturating_sub(now_ms)).min(CHECK_EVERY)
+        });
+        tokio::select! {
+            _ = tokio::time::sleep(sleep) => {}
+            _ = wake.notified() => {}
+            Some(done) = renewals.join_next(), if !renewals.is_empty() => {
+                let Ok((id, result)) = done else { continue };
+                if let Some(lost) = confirm(&coord, &tracked, &id, result) {
+                    let _ = lost_tx.send(Some(lost));
                     return;
                 }
-                Ok(Err(error)) => {
-                    tracing::warn!(key = %lease.key, %error, "renewal failed; retrying");
-                    update(false);
-                }
-                Err(_) => update(false),
             }
         }
     }
 }
 
-fn local_deadline(t: &Tracked) -> Instant {
-    if let Some(until) = t.unclaimed_until {
-        return until;
+/// Takes a renewal's result into the lease it was for: a confirmation moves its bound on; a
+/// refusal because the ticket ended loses it; any other failure is tried again shortly.
+fn confirm(
+    coord: &Coordinator,
+    tracked: &Mutex<Vec<Tracked>>,
+    id: &str,
+    result: Result<Result<Renewed, ClientError>, tokio::time::error::Elapsed>,
+) -> Option<Lost> {
+    let Ok(mut list) = tracked.lock() else {
+        return None;
+    };
+    // Stopped meanwhile (released, or given back): nothing to do.
+    let t = list.iter_mut().find(|t| t.lease.id == id)?;
+    t.renewing = false;
+    match result {
+        Ok(Ok(renewed)) => {
+            t.lease.holds_until_ms = renewed.holds_until_ms;
+            t.lease.lease_until_wall_ms = renewed.lease_until_wall_ms;
+            t.lease.ttl_ms = renewed.ttl_ms;
+            t.lease.claimed = true;
+            t.next_try_ms = renew_at_ms(renewed.holds_until_ms, renewed.ttl_ms);
+            None
+        }
+        Ok(Err(ClientError::Refused { refusal, .. }))
+            if matches!(refusal, Refusal::Ended { .. } | Refusal::UnknownToken) =>
+        {
+            let outcome = match &refusal {
+                Refusal::Ended { outcome, .. } => Some(*outcome),
+                _ => None,
+            };
+            Some(Lost {
+                key: t.lease.key.clone(),
+                reason: refusal.to_string(),
+                outcome,
+            })
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(key = %t.lease.key, %error, "renewal failed; retrying");
+            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            None
+        }
+        Err(_) => {
+            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            None
+        }
     }
-    let ttl = Duration::from_millis(t.lease.ttl_ms);
-    t.confirmed_at + ttl - safety_margin(ttl)
 }
 
 /// Held leases with their heartbeat: released on [`LeaseGuard::release`], or on drop where a
@@ -276,6 +321,12 @@ impl LeaseGuard {
         self.heartbeat.lost()
     }
 
+    /// Whether every lease still stands right now ([`Heartbeat::standing`]): check it just
+    /// before acting on the leases.
+    pub fn standing(&self) -> Result<(), Lost> {
+        self.heartbeat.standing()
+    }
+
     /// Stops renewing and releases every lease with `outcome`. Returns the first error; every
     /// lease is attempted.
     pub async fn release(self, outcome: baton_core::Outcome) -> Result<(), ClientError> {
@@ -314,14 +365,16 @@ async fn release_retrying(
     let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
     let mut pause = Duration::from_millis(100);
     let mut retried = false;
+    // One request for every try: the core answers the retry of one that landed unseen as the
+    // first time, or refuses it as uncertain, never as a second release.
+    let mut request = release_request(&lease.token, outcome, reason);
     loop {
-        let released =
-            release_with_reason(coord, &lease.key, &lease.token, outcome, reason.clone()).await;
+        let released = coord.execute(&lease.key, &mut request).await.map(|_| ());
         match released {
             // A try that failed may have landed all the same (the store took the write and
-            // the answer was lost): the ticket ended as asked is this release's doing. Only
-            // this token releases with an outcome of its choosing; expiry and operators end
-            // tickets otherwise.
+            // the answer was lost) where the core no longer remembers the attempt: the ticket
+            // ended as asked is this release's doing. Only this token releases with an outcome
+            // of its choosing; expiry and operators end tickets otherwise.
             Err(ClientError::Refused {
                 refusal:
                     Refusal::Ended {

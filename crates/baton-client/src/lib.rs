@@ -4,11 +4,15 @@
 //!
 //! - [`coordinator`]: load → `core::apply` → CAS, with a cached document, retry on conflict with
 //!   jitter, and ambiguous outcomes recognised by re-reading.
-//! - [`acquire`](mod@acquire): waiting for a turn (one key, or several in sorted order), with
-//!   timeout, wake-ups at the holder's deadline, and reads at [`poll`]'s intervals.
+//! - [`acquire`](mod@acquire): the calls — waiting for a turn (one key, or several in sorted
+//!   order), release, renew — and the lease they give.
+//! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
+//!   look, claim or start at a fresh grant, give up.
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
-//! - [`heartbeat`]: renewing held leases in the background, and the lost-lease signal.
+//! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
+//!   counts suspended time, and the lost-lease signal.
+//! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.
 #![deny(missing_docs)]
@@ -19,10 +23,11 @@ pub mod error;
 pub mod heartbeat;
 pub mod ids;
 pub mod poll;
-mod time;
+pub mod time;
+mod waiter;
 
 pub use acquire::{AcquireOptions, Lease, WaitProgress};
 pub use coordinator::{Coordinator, Executed, KeySnapshot};
 pub use error::ClientError;
 pub use heartbeat::{Heartbeat, LeaseGuard, Lost};
-pub use time::wall_ms;
+pub use time::{wall_ms, BootClock, LocalClock};

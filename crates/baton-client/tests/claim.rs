@@ -11,13 +11,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use baton_client::acquire::{
-    acquire, acquire_many, fresh_grant_until, store_deadline_bound, AcquireOptions, Pending,
-};
+use baton_client::acquire::{acquire, acquire_many, AcquireOptions, Pending};
 use baton_client::{Coordinator, Heartbeat, Lease};
 use baton_core::{decode, Doc, Op, Outcome, Request, TicketState};
 use baton_store::memory::MemoryStore;
-use baton_store::{Store, StoreClock};
+use baton_store::Store;
 use common::Probe;
 
 mod common;
@@ -153,14 +151,14 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert!(lost.borrow_and_update().is_none());
     // ...and meanwhile an operator cancels the grant: the next try is refused.
-    let cancel = Request {
+    let mut cancel = Request {
         finishes_seen: None,
         attempt: "operator".into(),
         op: Op::Cancel {
             id: leases[0].id.clone(),
         },
     };
-    holder.execute("k", &cancel).await.unwrap();
+    holder.execute("k", &mut cancel).await.unwrap();
     waiter.down.store(false, Ordering::SeqCst);
     tokio::time::timeout(Duration::from_secs(2), lost.changed())
         .await
@@ -251,63 +249,4 @@ async fn a_grant_written_late_with_an_old_clock_reading_is_bounded_by_its_deadli
     } = wait.await.unwrap();
     assert!(cases > writes_while_waiting, "returned without claiming");
     assert!(doc.by_id(&leases[0].id).unwrap().claimed);
-}
-
-#[test]
-fn a_grant_is_fresh_while_half_its_claim_window_is_left_from_the_last_queued_answer() {
-    let claim = Duration::from_secs(4);
-    let margin = baton_client::heartbeat::safety_margin(claim);
-    let queued_at = Instant::now();
-    // Right after the answer: the whole window less the margin.
-    assert_eq!(
-        fresh_grant_until(queued_at, claim, None, queued_at),
-        Some(queued_at + claim - margin)
-    );
-    // Exactly half left: still fresh; a millisecond later: the waiter claims first.
-    let half_left = queued_at + claim - margin - claim / 2;
-    assert!(fresh_grant_until(queued_at, claim, None, half_left).is_some());
-    assert!(
-        fresh_grant_until(queued_at, claim, None, half_left + Duration::from_millis(1)).is_none()
-    );
-    // A waiter whose last answer is older than the window (paused, say) never starts unclaimed.
-    assert!(fresh_grant_until(queued_at, claim, None, queued_at + claim * 2).is_none());
-    // On a store clock, the grant's own deadline bounds it when earlier.
-    let deadline = queued_at + claim - Duration::from_secs(1);
-    assert_eq!(
-        fresh_grant_until(queued_at, claim, Some(deadline), queued_at),
-        Some(deadline - margin)
-    );
-    assert_eq!(
-        fresh_grant_until(queued_at, claim, Some(queued_at + claim * 2), queued_at),
-        Some(queued_at + claim - margin)
-    );
-    assert!(fresh_grant_until(queued_at, claim, Some(queued_at), queued_at).is_none());
-}
-
-#[test]
-fn a_deadline_on_the_store_clock_is_bounded_by_the_reading_and_how_far_behind_it_may_be() {
-    let read_from = Instant::now();
-    let clock = |now_ms, behind_ms| StoreClock::Time {
-        now_ms,
-        behind_ms,
-        epoch: "e".into(),
-    };
-    let bound = |clock: &StoreClock, deadline, epoch| {
-        store_deadline_bound(clock, read_from, deadline, epoch)
-    };
-    // 4 s to the deadline as read, the reading at most 300 ms behind: 3.7 s.
-    assert_eq!(
-        bound(&clock(10_000, 300), Some(14_000), Some("e")),
-        Some(read_from + Duration::from_millis(3_700))
-    );
-    // Past, missing, or on another clock: nothing to count on.
-    for (deadline, epoch) in [
-        (Some(9_000), Some("e")),
-        (None, Some("e")),
-        (Some(14_000), Some("x")),
-    ] {
-        assert_eq!(bound(&clock(10_000, 0), deadline, epoch), Some(read_from));
-    }
-    // No clock: observation bounds it, not this.
-    assert_eq!(bound(&StoreClock::None, Some(14_000), Some("e")), None);
 }

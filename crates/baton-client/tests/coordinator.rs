@@ -294,14 +294,14 @@ async fn the_heartbeat_keeps_a_lease_and_signals_its_loss() {
     assert!(heartbeat.lost().borrow().is_none());
     // An operator force-releases it: the next renewal is refused and the loss is signalled.
     let mut lost = heartbeat.lost();
-    let request = baton_core::Request {
+    let mut request = baton_core::Request {
         finishes_seen: None,
         attempt: "op".into(),
         op: baton_core::Op::Cancel {
             id: lease.id.clone(),
         },
     };
-    coord.execute("k", &request).await.unwrap();
+    coord.execute("k", &mut request).await.unwrap();
     tokio::time::timeout(Duration::from_secs(2), lost.changed())
         .await
         .expect("signalled within a renewal interval")

@@ -16,8 +16,8 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
         (None, true) => Op::CancelQueued,
         _ => return Err(Failure::usage("give a ticket ID or --queued, not both")),
     };
-    let request = Request::new(new_attempt_id(), op);
-    let executed = opened.coord.execute(&args.key, &request).await?;
+    let mut request = Request::new(new_attempt_id(), op);
+    let executed = opened.coord.execute(&args.key, &mut request).await?;
     match executed.reply {
         Reply::Cancelled(ended) if ended.is_empty() => {
             eprintln!("baton: {}: no queued tickets", args.key);

@@ -46,6 +46,18 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
         );
     }
     let guard = LeaseGuard::new(coord.clone(), leases.clone(), heartbeat);
+    // Last look before the command starts: a lease that ran out meanwhile (this process was
+    // stopped or suspended after acquiring) is never started.
+    if let Err(lost) = guard.standing() {
+        let _ = guard.release(Outcome::Cancelled).await;
+        return Err(Failure::new(
+            exit::LOST,
+            format!(
+                "lease lost before the command started: {}: {}",
+                lost.key, lost.reason
+            ),
+        ));
+    }
     let env = command_env(&leases, &opened.url);
     // Spawned here, on the main thread (see main.rs).
     let mut running = match child::spawn(&args.command, &env) {

@@ -31,13 +31,14 @@ pub async fn renew(opened: &Opened, args: RenewArgs) -> Result<i32, Failure> {
         baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
             .map_err(|e| Failure::usage(e.to_string()))?;
     }
-    let until = baton_client::acquire::renew(&opened.coord, &args.key, &args.token, args.ttl)
+    let renewed = baton_client::acquire::renew(&opened.coord, &args.key, &args.token, args.ttl)
         .await
         .map_err(refused)?;
+    // Counted from before the renewal's clock reading: renew again before then.
     eprintln!(
-        "baton: renewed {} until about {}",
+        "baton: renewed {} until {}",
         args.key,
-        crate::cmd::acquire::rfc3339(until)
+        crate::cmd::acquire::rfc3339(renewed.lease_until_wall_ms)
     );
     Ok(exit::OK)
 }

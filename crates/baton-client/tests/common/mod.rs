@@ -3,8 +3,10 @@
 //! for writes (a store gone away).
 #![allow(dead_code)] // each test file uses part of it
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_store::memory::MemoryStore;
@@ -33,6 +35,12 @@ pub struct Probe {
     /// How far behind the store's time this view's clock readings are: a process whose writes
     /// land long after it computed them (held in a network), with the deadlines it set in them.
     pub clock_lag_ms: AtomicU64,
+    /// How long the reply to a CAS takes to come back after the write has landed: a process
+    /// stopped between its write and reading the answer, or an answer held in a network.
+    pub reply_delay_ms: AtomicU64,
+    /// Keys whose CASes take this long to reach the store (then land): a slow or half-dead
+    /// connection for some requests only.
+    pub slow_keys: Mutex<HashMap<String, u64>>,
 }
 
 impl Probe {
@@ -47,6 +55,8 @@ impl Probe {
             unreachable: AtomicBool::new(false),
             vanish_after_cas: AtomicBool::new(false),
             clock_lag_ms: AtomicU64::new(0),
+            reply_delay_ms: AtomicU64::new(0),
+            slow_keys: Mutex::new(HashMap::new()),
         })
     }
 
@@ -99,8 +109,20 @@ impl Store for Probe {
                 reason: "switched off by the test".into(),
             });
         }
+        let slow_ms = self
+            .slow_keys
+            .lock()
+            .ok()
+            .and_then(|keys| keys.get(key).copied());
+        if let Some(slow_ms) = slow_ms {
+            tokio::time::sleep(Duration::from_millis(slow_ms)).await;
+        }
         self.cases.fetch_add(1, Ordering::SeqCst);
         let outcome = self.inner.cas(key, expected, bytes, history).await;
+        let delay_ms = self.reply_delay_ms.load(Ordering::SeqCst);
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
         if self.vanish_after_cas.swap(false, Ordering::SeqCst) {
             self.unreachable.store(true, Ordering::SeqCst);
             return Err(StoreError::Ambiguous {

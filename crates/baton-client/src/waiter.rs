@@ -1,0 +1,622 @@
+//! One wait for one ticket: enqueue, then look at the store and sleep until the turn comes, the
+//! wait times out, or the ticket ends.
+//!
+//! The parts, each readable on its own:
+//! - [`enqueue`]: the first write, retried through a failing store with the same request (so
+//!   the core recognises a retry, or refuses it as uncertain).
+//! - [`turn_from_write`]: whether a write of this wait's own gave it the turn, and its lease.
+//! - [`Waiter::sleep`]: until the next poll, a push, the end of another ticket's phase, a
+//!   refresh, a retry after a store error, or the timeout.
+//! - [`Waiter::look`]: one read (or pushed document) and what follows: wait on, start at a
+//!   fresh grant, or refresh (which claims a grant, and may grant by expiring others).
+//! - [`Waiter::give_up`]: the timeout: withdraw, unless the grant came meanwhile.
+//!
+//! The rules that decide safety are the core's ([`baton_core::lease`]). A lease counts from
+//! before the write that set it, never from when its answer was handled. A grant this wait did
+//! not claim in its own write is claimed first — a retried enqueue can find its ticket granted
+//! by someone's release, unclaimed, with a deadline set at a time it cannot know — unless a
+//! heartbeat takes it at once and the grant is provably fresh
+//! ([`baton_core::lease::fresh_grant_until_local_ms`]).
+
+use std::time::{Duration, Instant};
+
+use baton_core::lease;
+use baton_core::op::{Enqueue, TicketView};
+use baton_core::{apply, Doc, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
+use baton_store::{StoreClock, Versioned, WatchHandle};
+
+use crate::acquire::{
+    release, retry_pause, wall_at, AcquireOptions, HolderView, Lease, Pending, WaitProgress,
+};
+use crate::coordinator::{Coordinator, Executed, KeySnapshot};
+use crate::error::ClientError;
+use crate::ids;
+use crate::poll::PollBounds;
+use crate::time::wall_ms;
+
+/// Waits for the turn of `pending`. With `heartbeat_claims`, the caller hands the lease to a
+/// heartbeat at once, so a fresh grant may be returned unclaimed.
+pub(crate) async fn wait_for_turn(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+    deadline: Option<Instant>,
+    heartbeat_claims: bool,
+) -> Result<Lease, ClientError> {
+    let started = Instant::now();
+    let enqueued = enqueue(coord, pending, options).await?;
+    if let Some(lease) = turn_from_write(coord, pending, &enqueued.executed)? {
+        return Ok(lease);
+    }
+    let mut waiter = Waiter::start(coord, pending, options, enqueued).await?;
+    waiter.deadline = deadline;
+    waiter.heartbeat_claims = heartbeat_claims;
+    waiter.started = started;
+    loop {
+        waiter.tell_progress();
+        if waiter.timed_out() {
+            return waiter.give_up().await;
+        }
+        let pushed = waiter.sleep().await?;
+        match waiter.look(pushed).await {
+            Ok(Next::Wait) => {}
+            Ok(Next::Turn(lease)) => return Ok(lease),
+            Err(error) => waiter.ride_out(error)?,
+        }
+    }
+}
+
+/// What the enqueue learned.
+struct Enqueued {
+    executed: Executed,
+    /// When the last request was sent (local clock) whose answer showed the ticket queued.
+    queued_at_ms: u64,
+}
+
+/// Enqueues `pending`, retrying transient store errors for `store_retry` with the same request:
+/// one that landed unseen is recognised by its ticket id, and the finishes its first attempt
+/// saw travel with it ([`Coordinator::execute`]), so after many tickets ended it is refused as
+/// uncertain instead of making a second ticket with the same id.
+async fn enqueue(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+) -> Result<Enqueued, ClientError> {
+    let key = pending.key.as_str();
+    let mut request = Request::new(
+        ids::new_attempt_id(),
+        Op::Enqueue(enqueue_op(pending, options)),
+    );
+    // Any grant to this ticket was written after its first attempt was sent.
+    let first_sent_ms = coord.local_ms();
+    let mut failing_since: Option<Instant> = None;
+    loop {
+        let sent_ms = coord.local_ms();
+        match coord.execute(key, &mut request).await {
+            Ok(executed) => {
+                // Queued in the answer: granted, if ever, after this attempt was sent. Held (an
+                // earlier attempt landed unseen and was granted since): only after the first.
+                let queued_at_ms = if is_queued(&executed.doc, &pending.id) {
+                    sent_ms
+                } else {
+                    first_sent_ms
+                };
+                return Ok(Enqueued {
+                    executed,
+                    queued_at_ms,
+                });
+            }
+            Err(error) if error.is_transient() => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= options.store_retry {
+                    return Err(error);
+                }
+                tracing::warn!(key, %error, "the store failed; retrying the enqueue");
+                tokio::time::sleep(retry_pause(since.elapsed())).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
+    Enqueue {
+        id: pending.id.clone(),
+        token: pending.token.clone(),
+        mode: options.mode,
+        limit: options.limit,
+        context: options.context.clone(),
+        order: options.order.clone(),
+        supersede: options.supersede,
+        keep: options.keep,
+        ttl_ms: options.ttl.as_millis() as u64,
+        waiter_ttl_ms: options.waiter_ttl.as_millis() as u64,
+        claim_ms: options.claim().as_millis() as u64,
+        max_live: options.max_live,
+    }
+}
+
+/// The lease, if `executed` is a write of this wait's own that left its ticket held and
+/// claimed: it counts from that write's basis. The error, if the ticket has ended. `None`
+/// otherwise: still queued, or held by a write this request did not make (a retried enqueue
+/// recognised by the core answers without writing; what granted or claimed the ticket, and
+/// when, it cannot know), which the waiter claims first.
+fn turn_from_write(
+    coord: &Coordinator,
+    pending: &Pending,
+    executed: &Executed,
+) -> Result<Option<Lease>, ClientError> {
+    match (&executed.reply, executed.basis) {
+        (Reply::Ticket(TicketView::Live(status)), Some(basis))
+            if status.state == TicketState::Held && status.claimed =>
+        {
+            let ttl_ms = status.phase_ms;
+            Ok(Some(Lease {
+                key: pending.key.clone(),
+                id: pending.id.clone(),
+                token: pending.token.clone(),
+                fence: status.fence,
+                acquired_wall_ms: status.granted_wall_ms,
+                lease_until_wall_ms: wall_at(coord, basis.phase_stands_until_local_ms(ttl_ms)),
+                ttl_ms,
+                holds_until_ms: basis.holds_until_local_ms(ttl_ms),
+                claimed: true,
+            }))
+        }
+        (
+            Reply::Ticket(TicketView::Finished {
+                outcome, forced, ..
+            }),
+            _,
+        ) => Err(ClientError::Ended {
+            key: pending.key.clone(),
+            outcome: *outcome,
+            forced: *forced,
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// What a look at the store decided.
+enum Next {
+    /// Sleep and look again.
+    Wait,
+    /// The turn is taken.
+    Turn(Lease),
+}
+
+/// A wait between two looks at the store.
+struct Waiter<'a> {
+    coord: &'a Coordinator,
+    pending: &'a Pending,
+    options: &'a AcquireOptions,
+    /// When the wait times out (`--timeout`).
+    deadline: Option<Instant>,
+    /// The lease goes to a heartbeat at once: a fresh grant may be started unclaimed.
+    heartbeat_claims: bool,
+    started: Instant,
+    /// Wake-ups from the store, where it pushes them.
+    watch: Option<WatchHandle>,
+    /// Look without sleeping first: a change between the enqueue and the subscription pushed
+    /// nothing, or the ticket is held and must be claimed.
+    look_now: bool,
+    /// When the last request was sent (local clock) whose answer showed the ticket queued: a
+    /// grant to it was written after, so no observer ends it before this plus its claim window.
+    queued_at_ms: u64,
+    last_refresh: Instant,
+    /// The key's document as last seen.
+    doc: Doc,
+    /// The last reading of the store's clock, and when it was taken (for the next expiry).
+    clock_reading: (StoreClock, Instant),
+    /// While the store fails with transient errors: since when, and the last error.
+    trouble: Option<(Instant, String)>,
+    /// The pause before the next look after such an error.
+    retry_in: Option<Duration>,
+}
+
+impl<'a> Waiter<'a> {
+    async fn start(
+        coord: &'a Coordinator,
+        pending: &'a Pending,
+        options: &'a AcquireOptions,
+        enqueued: Enqueued,
+    ) -> Result<Waiter<'a>, ClientError> {
+        let key = pending.key.as_str();
+        let watch = coord.store().watch(key).await?;
+        let held = !is_queued(&enqueued.executed.doc, &pending.id);
+        let clock = coord.store().clock().await?;
+        Ok(Waiter {
+            coord,
+            pending,
+            options,
+            deadline: None,
+            heartbeat_claims: false,
+            started: Instant::now(),
+            look_now: watch.is_some() || held,
+            watch,
+            queued_at_ms: enqueued.queued_at_ms,
+            last_refresh: Instant::now(),
+            doc: enqueued.executed.doc,
+            clock_reading: (clock, Instant::now()),
+            trouble: None,
+            retry_in: None,
+        })
+    }
+
+    fn key(&self) -> &'a str {
+        self.pending.key.as_str()
+    }
+
+    fn position(&self) -> usize {
+        self.doc
+            .queued()
+            .iter()
+            .position(|t| t.id == self.pending.id)
+            .unwrap_or(0)
+    }
+
+    fn refresh_every(&self) -> Duration {
+        self.options.waiter_ttl / 3
+    }
+
+    /// Tells the caller where the wait stands (after every look: it decides what to print).
+    fn tell_progress(&self) {
+        if let Some(progress) = &self.options.on_progress {
+            let (key, id) = (self.key(), &self.pending.id);
+            let mut told = progress_of(key, id, &self.doc, self.position(), self.started.elapsed());
+            told.store_trouble = self.trouble.as_ref().map(|t| t.1.clone());
+            progress(&told);
+        }
+    }
+
+    fn timed_out(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Sleeps until the first of: the next poll, this waiter's refresh, the earliest end of
+    /// another ticket's phase, a push, the timeout; a retry's pause after a store error
+    /// instead of the poll. On a store that cannot push, never less than the poll floor (every
+    /// read is a request someone pays for). Returns the pushed document, if a push woke it and
+    /// carried one. A watch fails only when its store is gone (closed): final.
+    async fn sleep(&mut self) -> Result<Option<Versioned>, ClientError> {
+        let now = Instant::now();
+        let pushes = self.watch.is_some();
+        let retrying = self.retry_in.is_some();
+        let mut sleep = if let Some(pause) = self.retry_in.take() {
+            pause
+        } else if self.look_now {
+            Duration::ZERO
+        } else {
+            let interval = self.options.poll.interval(self.position(), pushes);
+            PollBounds::jittered(interval, rand::random::<f64>())
+        };
+        let refresh_at = self.last_refresh + self.refresh_every();
+        sleep = sleep.min(refresh_at.saturating_duration_since(now));
+        if let Some(until) = self.next_expiry() {
+            sleep = sleep.min(until + Duration::from_millis(2));
+        }
+        if !pushes {
+            sleep = sleep.max(self.options.poll.floor());
+        }
+        if let Some(d) = self.deadline {
+            sleep = sleep.min(d.saturating_duration_since(now));
+        }
+        self.look_now = false;
+        match self.watch.as_mut() {
+            Some(watch) if !retrying => {
+                tokio::select! {
+                    _ = tokio::time::sleep(sleep) => Ok(None),
+                    changed = watch.changed() => Ok(changed?),
+                }
+            }
+            _ => {
+                tokio::time::sleep(sleep).await;
+                Ok(None)
+            }
+        }
+    }
+
+    /// How long until the earliest phase of another ticket of the key ends, if known.
+    fn next_expiry(&self) -> Option<Duration> {
+        let (clock, read_at) = &self.clock_reading;
+        let others = self.doc.tickets.iter().filter(|t| t.id != self.pending.id);
+        match clock {
+            StoreClock::Time { now_ms, .. } => {
+                let uncertain_ms = self.coord.store().capabilities().clock_uncertain_ms;
+                let earliest = others.filter_map(|t| t.deadline_ms).min()?;
+                let ends = lease::phase_ends_store_ms(earliest, uncertain_ms);
+                let left = Duration::from_millis(ends.saturating_sub(*now_ms));
+                Some(left.saturating_sub(read_at.elapsed()))
+            }
+            StoreClock::None => {
+                let observer = self.coord.observer(self.key());
+                let earliest = others
+                    .filter_map(|t| observer.expires_at_mono_ms(t))
+                    .min()?;
+                let left_ms = earliest.saturating_sub(self.coord.mono_ms());
+                Some(Duration::from_millis(left_ms))
+            }
+        }
+    }
+
+    /// One look at the key, and what follows from it.
+    async fn look(&mut self, pushed: Option<Versioned>) -> Result<Next, ClientError> {
+        let snapshot = self.snapshot(pushed).await?;
+        if self.trouble.take().is_some() {
+            tracing::info!(key = self.key(), "the store answers again");
+        }
+        self.clock_reading = (snapshot.clock.clone(), Instant::now());
+        let Some(doc) = snapshot.doc.clone() else {
+            return Err(lost(self.key(), &self.doc, &self.pending.id));
+        };
+        self.doc = doc;
+        let Some(mine) = self.doc.by_id(&self.pending.id).cloned() else {
+            return Err(lost(self.key(), &self.doc, &self.pending.id));
+        };
+        if self.heartbeat_claims && mine.state == TicketState::Held && !mine.claimed {
+            if let Some(lease) = self.fresh_grant(&mine, &snapshot) {
+                return Ok(Next::Turn(lease));
+            }
+        }
+        let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
+        if mine.state == TicketState::Held || self.something_expired(&snapshot) || refresh_due {
+            return self.refresh().await;
+        }
+        Ok(Next::Wait)
+    }
+
+    /// The key as a push delivered it, or as read now. A pushed document without this ticket
+    /// may predate it (a wake-up sent before the enqueue, delivered after): only a read can say
+    /// the ticket is gone.
+    async fn snapshot(&mut self, pushed: Option<Versioned>) -> Result<KeySnapshot, ClientError> {
+        if let Some(pushed) = pushed {
+            let snapshot = self.coord.adopt(self.key(), pushed).await?;
+            let mine = snapshot
+                .doc
+                .as_ref()
+                .and_then(|d| d.by_id(&self.pending.id));
+            if mine.is_some() {
+                return Ok(snapshot);
+            }
+        }
+        let snapshot = self.coord.read(self.key()).await?;
+        let doc = snapshot.doc.as_ref();
+        if doc.is_some_and(|doc| is_queued(doc, &self.pending.id)) {
+            self.queued_at_ms = snapshot.read_from_ms;
+        }
+        Ok(snapshot)
+    }
+
+    /// A grant seen unclaimed, as a lease to start at once, if it surely stands long enough
+    /// for the heartbeat to claim it ([`lease::fresh_grant_until_local_ms`]).
+    fn fresh_grant(&self, mine: &Ticket, snapshot: &KeySnapshot) -> Option<Lease> {
+        let on_store_clock = match &snapshot.clock {
+            StoreClock::Time {
+                now_ms,
+                behind_ms,
+                epoch,
+            } => Some(lease::deadline_stands_until_local_ms(
+                snapshot.read_from_ms,
+                *now_ms,
+                *behind_ms,
+                mine.deadline_ms,
+                self.doc.epoch.as_deref() == Some(epoch.as_str()),
+            )),
+            StoreClock::None => None,
+        };
+        let now_ms = self.coord.local_ms();
+        let until_ms = lease::fresh_grant_until_local_ms(
+            self.queued_at_ms,
+            mine.claim_ms,
+            on_store_clock,
+            now_ms,
+        )?;
+        Some(Lease {
+            key: self.pending.key.clone(),
+            id: self.pending.id.clone(),
+            token: self.pending.token.clone(),
+            fence: mine.fence,
+            acquired_wall_ms: mine.granted_wall_ms,
+            lease_until_wall_ms: wall_at(self.coord, until_ms),
+            ttl_ms: mine.ttl_ms,
+            holds_until_ms: until_ms,
+            claimed: false,
+        })
+    }
+
+    /// Whether the clock now ends some ticket of the key (a refresh would expire it, and may
+    /// grant).
+    fn something_expired(&self, snapshot: &KeySnapshot) -> bool {
+        let observer = self.coord.observer(self.key());
+        let uncertain_ms = self.coord.store().capabilities().clock_uncertain_ms;
+        let clock = crate::coordinator::core_clock(
+            &snapshot.clock,
+            uncertain_ms,
+            &observer,
+            self.coord.mono_ms(),
+            wall_ms(),
+        );
+        let tick = Request::new(String::new(), Op::Tick);
+        apply(Some(&self.doc), &tick, &clock).is_ok_and(|a| a.changed)
+    }
+
+    /// Refreshes the waiter lease; the same write claims a grant, or expires others and may
+    /// grant. Its answer is this wait's own write: a turn it gives counts from its basis.
+    async fn refresh(&mut self) -> Result<Next, ClientError> {
+        let key = self.key();
+        let token = self.pending.token.clone();
+        let mut request = Request::new(ids::new_attempt_id(), Op::Refresh { token });
+        let sent_ms = self.coord.local_ms();
+        let executed = self.coord.execute(key, &mut request).await;
+        let executed = executed.map_err(|e| ended_is_lost(key, e))?;
+        self.last_refresh = Instant::now();
+        if let Some(lease) = turn_from_write(self.coord, self.pending, &executed)? {
+            return Ok(Next::Turn(lease));
+        }
+        if is_queued(&executed.doc, &self.pending.id) {
+            self.queued_at_ms = sent_ms;
+        } else {
+            self.look_now = true;
+        }
+        self.doc = executed.doc;
+        Ok(Next::Wait)
+    }
+
+    /// A look failed: a transient error is ridden out (a pause, then a fresh look) until the
+    /// store has failed for `store_retry`; any other error is final.
+    fn ride_out(&mut self, error: ClientError) -> Result<(), ClientError> {
+        if !error.is_transient() {
+            return Err(error);
+        }
+        let since = self.trouble.as_ref().map_or_else(Instant::now, |t| t.0);
+        if since.elapsed() >= self.options.store_retry {
+            return Err(error);
+        }
+        // Told through the progress (the waiting line); logged for `-v`.
+        tracing::info!(key = self.key(), %error, "the store failed while waiting; retrying");
+        self.retry_in = Some(retry_pause(since.elapsed()));
+        self.trouble = Some((since, error.to_string()));
+        Ok(())
+    }
+
+    /// The wait ran out: withdraw the ticket as `timed_out`, unless it was granted meanwhile,
+    /// in which case the turn is claimed and taken after all.
+    async fn give_up(&self) -> Result<Lease, ClientError> {
+        let (coord, key) = (self.coord, self.key());
+        let timed_out = || ClientError::TimedOut {
+            key: key.to_string(),
+            detail: describe_wait(&self.doc, self.position()),
+        };
+        match release(coord, key, &self.pending.token, Outcome::TimedOut).await {
+            Ok(()) => Err(timed_out()),
+            Err(ClientError::Refused {
+                refusal:
+                    Refusal::BadOutcome {
+                        state: TicketState::Held,
+                        ..
+                    },
+                ..
+            }) => {
+                let token = self.pending.token.clone();
+                let mut claim = Request::new(ids::new_attempt_id(), Op::Refresh { token });
+                let executed = coord.execute(key, &mut claim).await?;
+                turn_from_write(coord, self.pending, &executed)?.ok_or_else(timed_out)
+            }
+            Err(error) => Err(ended_is_lost(key, error)),
+        }
+    }
+}
+
+/// A refresh refused because the ticket has ended (abandoned after an outage longer than its
+/// waiter lease, expired unclaimed, cancelled): the turn is over, as when a read shows it gone,
+/// not a refused operation.
+fn ended_is_lost(key: &str, error: ClientError) -> ClientError {
+    match error {
+        ClientError::Refused {
+            refusal: Refusal::Ended {
+                outcome, forced, ..
+            },
+            ..
+        } => ClientError::Ended {
+            key: key.to_string(),
+            outcome,
+            forced,
+        },
+        other => other,
+    }
+}
+
+fn is_queued(doc: &Doc, id: &str) -> bool {
+    doc.by_id(id)
+        .is_some_and(|ticket| ticket.state == TicketState::Queued)
+}
+
+/// The waiting ticket is gone from the document: say how it ended.
+fn lost(key: &str, doc: &Doc, id: &str) -> ClientError {
+    let (outcome, forced) = match doc.finished.iter().rev().find(|m| m.id == id) {
+        Some(mark) => (mark.outcome, mark.forced),
+        None => (Outcome::Abandoned, false),
+    };
+    ClientError::Ended {
+        key: key.to_string(),
+        outcome,
+        forced,
+    }
+}
+
+fn describe_wait(doc: &Doc, position: usize) -> String {
+    let holders: Vec<String> = doc
+        .holders()
+        .map(|t| {
+            if t.context.is_empty() {
+                t.id.clone()
+            } else {
+                format!("{} ({})", t.id, t.context)
+            }
+        })
+        .collect();
+    if holders.is_empty() {
+        format!("{position} ahead in the queue")
+    } else {
+        format!(
+            "{position} ahead in the queue; held by {}",
+            holders.join(", ")
+        )
+    }
+}
+
+fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration) -> WaitProgress {
+    let now = wall_ms();
+    WaitProgress {
+        key: key.to_string(),
+        id: id.to_string(),
+        position,
+        holders: doc
+            .holders()
+            .map(|t| HolderView {
+                id: t.id.clone(),
+                context: t.context.clone(),
+                held_ms: now.saturating_sub(t.granted_wall_ms),
+            })
+            .collect(),
+        waited,
+        estimate: baton_core::estimate::estimate_wait_ms(doc, id, now).map(Duration::from_millis),
+        store_trouble: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refresh_refused_as_ended_is_a_lost_turn_and_nothing_else_changes() {
+        let refused = ClientError::Refused {
+            key: "k".into(),
+            refusal: Refusal::Ended {
+                id: "t-1".into(),
+                outcome: Outcome::Abandoned,
+                forced: false,
+            },
+        };
+        assert!(matches!(
+            ended_is_lost("k", refused),
+            ClientError::Ended {
+                outcome: Outcome::Abandoned,
+                forced: false,
+                ..
+            }
+        ));
+        let other = ClientError::Refused {
+            key: "k".into(),
+            refusal: Refusal::UnknownToken,
+        };
+        assert!(matches!(
+            ended_is_lost("k", other),
+            ClientError::Refused {
+                refusal: Refusal::UnknownToken,
+                ..
+            }
+        ));
+    }
+}
