@@ -30,6 +30,52 @@ pub fn boot_time_ms() -> u64 {
     wall_time_ms()
 }
 
+/// Microseconds since this host booted, counting time spent suspended (falls back as
+/// [`boot_time_ms`] does).
+pub fn boot_time_us() -> u64 {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Some(us) = read_clock_us(libc::CLOCK_BOOTTIME) {
+        return us;
+    }
+    #[cfg(unix)]
+    if let Some(us) = read_clock_us(libc::CLOCK_MONOTONIC) {
+        return us;
+    }
+    wall_time_ms().saturating_mul(1000)
+}
+
+/// An instant on the boot-time clock: what [`std::time::Instant`] is on the monotonic clock,
+/// except that time spent suspended counts. Time measured to estimate a server's clock must
+/// count it, or an estimate made after a resume lags the server by the whole suspend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BootInstant {
+    us: u64,
+}
+
+impl BootInstant {
+    /// Now.
+    pub fn now() -> BootInstant {
+        BootInstant { us: boot_time_us() }
+    }
+
+    /// Microseconds from `earlier` to this instant (0 if `earlier` is later).
+    pub fn micros_since(&self, earlier: BootInstant) -> u64 {
+        self.us.saturating_sub(earlier.us)
+    }
+
+    /// Microseconds from this instant to now.
+    pub fn elapsed_micros(&self) -> u64 {
+        BootInstant::now().micros_since(*self)
+    }
+
+    /// This instant plus `micros` (for tests of what measures time).
+    pub fn plus_micros(&self, micros: u64) -> BootInstant {
+        BootInstant {
+            us: self.us.saturating_add(micros),
+        }
+    }
+}
+
 /// The id of the current boot of this host: changes at every reboot, the same for every process
 /// until then. Read once per process.
 ///
@@ -55,6 +101,11 @@ fn read_boot_id() -> String {
 
 #[cfg(unix)]
 fn read_clock_ms(clock_id: libc::clockid_t) -> Option<u64> {
+    read_clock_us(clock_id).map(|us| us / 1000)
+}
+
+#[cfg(unix)]
+fn read_clock_us(clock_id: libc::clockid_t) -> Option<u64> {
     let mut timespec = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -67,7 +118,7 @@ fn read_clock_ms(clock_id: libc::clockid_t) -> Option<u64> {
     }
     let secs = u64::try_from(timespec.tv_sec).ok()?;
     let nanos = u64::try_from(timespec.tv_nsec).ok()?;
-    secs.checked_mul(1000)?.checked_add(nanos / 1_000_000)
+    secs.checked_mul(1_000_000)?.checked_add(nanos / 1_000)
 }
 
 fn wall_time_ms() -> u64 {

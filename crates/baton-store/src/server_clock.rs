@@ -2,7 +2,9 @@
 //!
 //! Every reply of such a server can carry its time (`clock_timestamp()`, `TIME`). Keeping the
 //! last reading with the local instant it arrived, the store estimates the server's time now as
-//! that reading plus the local monotonic time since. Pairing the reading with its *arrival*
+//! that reading plus the local time since — on the boot-time clock ([`BootInstant`]), which
+//! counts a suspend as the server's clock does (the monotonic clock stops, and an estimate made
+//! after a resume would lag the server by the whole suspend, unaccounted). Pairing the reading with its *arrival*
 //! under-estimates by at most the reply's transit, so other clients judge a lease to end a
 //! little late, never early: the holder's own safety margin stays intact. How far it may be
 //! behind (the round trip of the request that carried it) goes with every estimate, for the
@@ -10,15 +12,15 @@
 //! operation of a process pays a round trip for the time (and a load returns it anyway).
 
 use std::sync::Mutex;
-use std::time::Instant;
 
+use crate::boot_clock::BootInstant;
 use crate::StoreClock;
 
 /// The last reading of a server's clock.
 #[derive(Debug, Default)]
 pub struct ServerClock {
     /// The reading, when its reply arrived, and the round trip of the request that carried it.
-    last: Mutex<Option<(u64, Instant, u64)>>,
+    last: Mutex<Option<(u64, BootInstant, u64)>>,
     epoch: String,
 }
 
@@ -34,11 +36,9 @@ impl ServerClock {
     /// Records a reading of `server_ms` carried by the reply to a request sent at `sent` that
     /// arrived at `arrived`. The server read its clock between the two, so the estimates made
     /// from this reading are behind the server's time by at most the round trip.
-    pub fn observe(&self, server_ms: u64, sent: Instant, arrived: Instant) {
-        let round_trip = arrived.saturating_duration_since(sent);
+    pub fn observe(&self, server_ms: u64, sent: BootInstant, arrived: BootInstant) {
         // Rounded up: the bound must not be short by a fraction.
-        let round_trip_ms =
-            u64::try_from(round_trip.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        let round_trip_ms = arrived.micros_since(sent).div_ceil(1000);
         if let Ok(mut last) = self.last.lock() {
             // Replies can arrive out of order on a pool: keep the one that arrived last.
             if last.is_none_or(|(_, at, _)| arrived >= at) {
@@ -51,7 +51,8 @@ impl ServerClock {
     pub fn now(&self) -> Option<StoreClock> {
         let (ms, at, round_trip_ms) = (*self.last.lock().ok()?)?;
         Some(StoreClock::Time {
-            now_ms: ms.saturating_add(at.elapsed().as_millis() as u64),
+            // Rounded down: never ahead of the server.
+            now_ms: ms.saturating_add(at.elapsed_micros() / 1000),
             behind_ms: round_trip_ms,
             epoch: self.epoch.clone(),
         })
@@ -67,7 +68,7 @@ mod tests {
     fn estimates_advance_with_local_time() {
         let clock = ServerClock::new("server");
         assert_eq!(clock.now(), None);
-        let at = Instant::now();
+        let at = BootInstant::now();
         clock.observe(1_000_000, at, at);
         std::thread::sleep(Duration::from_millis(20));
         let Some(StoreClock::Time { now_ms, epoch, .. }) = clock.now() else {
@@ -80,10 +81,10 @@ mod tests {
     #[test]
     fn a_reading_is_behind_by_at_most_its_round_trip() {
         let clock = ServerClock::new("server");
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         // A reply held back for three seconds (a network's black hole, say): the server may
         // have read its clock at any moment of them.
-        let arrived = sent + Duration::from_millis(3_000) + Duration::from_micros(1);
+        let arrived = sent.plus_micros(3_000_001);
         clock.observe(1_000_000, sent, arrived);
         let Some(StoreClock::Time { behind_ms, .. }) = clock.now() else {
             panic!("a reading was recorded");
@@ -91,7 +92,7 @@ mod tests {
         assert_eq!(behind_ms, 3_001, "rounded up, never down");
         // A later reply with a quick round trip replaces it.
         let sent = arrived;
-        clock.observe(1_003_000, sent, sent + Duration::from_micros(200));
+        clock.observe(1_003_000, sent, sent.plus_micros(200));
         let Some(StoreClock::Time { behind_ms, .. }) = clock.now() else {
             panic!("a reading was recorded");
         };

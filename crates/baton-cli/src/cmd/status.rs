@@ -220,8 +220,8 @@ impl View {
             // observation of heartbeats (a store without a clock: lease_left_ms is null).
             "clock": if opened.coord.store().capabilities().clock { "store" } else { "observation" },
             // How far behind the store's time its clock readings may be (S3's `Date` has whole
-            // seconds): a lease_left_ms may be that much too long, and a lease ends that much
-            // after its deadline.
+            // seconds): a lease ends only once the clock reads this much past its deadline,
+            // which lease_left_ms counts in.
             "clock_uncertain_ms": opened.coord.store().capabilities().clock_uncertain_ms,
             "now": now_rfc3339(),
             "keys": keys.iter().map(KeyStatus::json).collect::<Vec<_>>(),
@@ -428,7 +428,8 @@ struct TicketStatus {
 }
 
 impl KeyStatus {
-    fn of(key: &str, doc: &Doc, clock: &StoreClock, wall_ms: u64) -> KeyStatus {
+    /// `uncertain_ms`: the store's `clock_uncertain_ms`.
+    fn of(key: &str, doc: &Doc, clock: &StoreClock, uncertain_ms: u64, wall_ms: u64) -> KeyStatus {
         let holders = doc
             .in_queue_order()
             .into_iter()
@@ -445,9 +446,11 @@ impl KeyStatus {
                 position: 0,
                 since_wall_ms: t.granted_wall_ms,
                 for_ms: wall_ms.saturating_sub(t.granted_wall_ms),
+                // Until the store's clock, as read, ends the lease (the core's rule).
                 lease_left_ms: match (clock, t.deadline_ms) {
                     (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
-                        Some(deadline.saturating_sub(*now_ms))
+                        let ends = baton_core::lease::phase_ends_store_ms(deadline, uncertain_ms);
+                        Some(ends.saturating_sub(*now_ms))
                     }
                     _ => None,
                 },
@@ -539,11 +542,13 @@ impl KeyStatus {
 /// Reads every key under `prefix`.
 async fn read_all(opened: &Opened, prefix: &str) -> Result<Vec<KeyStatus>, Failure> {
     let keys = opened.coord.store().list(prefix).await?;
+    let uncertain_ms = opened.coord.store().capabilities().clock_uncertain_ms;
     let mut statuses = Vec::with_capacity(keys.len());
     for key in &keys {
         let snapshot = opened.coord.read(key).await?;
         let Some(doc) = snapshot.doc else { continue };
-        statuses.push(KeyStatus::of(key, &doc, &snapshot.clock, snapshot.wall_ms));
+        let (clock, wall_ms) = (&snapshot.clock, snapshot.wall_ms);
+        statuses.push(KeyStatus::of(key, &doc, clock, uncertain_ms, wall_ms));
     }
     Ok(statuses)
 }

@@ -39,7 +39,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgRow, PgSslMode, Postgres};
@@ -48,6 +48,7 @@ use sqlx::{ConnectOptions, Row};
 
 use connections::{AcquireError, Connections, Lease};
 
+use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
     Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
@@ -289,7 +290,7 @@ impl PostgresStore {
         let connection = lease
             .start()
             .ok_or_else(|| self.backend("a connection lease without a connection"))?;
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let migrated = tokio::time::timeout(
             REQUEST_TIMEOUT,
             schema::migrate(connection, &self.inner.description),
@@ -394,9 +395,9 @@ impl PostgresStore {
     }
 
     /// Records the server's time `now_ms`, carried by the reply to a request sent at `sent`.
-    fn observe_clock(&self, now_ms: i64, sent: Instant) {
+    fn observe_clock(&self, now_ms: i64, sent: BootInstant) {
         if let Ok(now_ms) = u64::try_from(now_ms) {
-            self.inner.clock.observe(now_ms, sent, Instant::now());
+            self.inner.clock.observe(now_ms, sent, BootInstant::now());
         }
     }
 
@@ -423,7 +424,7 @@ impl PostgresStore {
 
     /// A load that also records the server's time.
     async fn load_row(&self, key: &str) -> Result<Option<Versioned>> {
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let rows = self
             .fetch(Kind::Read, || sqlx::query(LOAD).bind(key))
             .await?;
@@ -492,7 +493,7 @@ impl Store for PostgresStore {
         // A version that is not a number was not made by this store: it matches nothing (NULL
         // compares equal to nothing), and the CAS conflicts like any stale one.
         let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let rows = match expected {
             None => {
                 self.fetch(Kind::Write, || {
@@ -596,7 +597,7 @@ impl Store for PostgresStore {
             return Ok(now);
         }
         // No reply has carried the time yet (every open does, so this is rare): ask for it.
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let rows = self.fetch(Kind::Read, || sqlx::query(CLOCK)).await?;
         let row = rows
             .first()

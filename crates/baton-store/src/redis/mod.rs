@@ -63,12 +63,13 @@ mod watch;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use async_trait::async_trait;
 
+use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
     Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
@@ -307,7 +308,7 @@ impl RedisStore {
             pipeline.cmd("CONFIG").arg("GET").arg(parameter);
         }
         let mut connection = self.inner.connection.clone();
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let replies: Vec<::redis::RedisResult<Value>> = self
             .bounded(Access::Read, pipeline.query_async(&mut connection))
             .await?;
@@ -368,7 +369,7 @@ impl RedisStore {
 
     /// Records the reply `[seconds, microseconds]` of `TIME`.
     /// Records the server's time from a `TIME` reply to a request sent at `sent`.
-    fn observe_time(&self, time: &Value, sent: Instant) -> Result<()> {
+    fn observe_time(&self, time: &Value, sent: BootInstant) -> Result<()> {
         let Value::Array(parts) = time else {
             return Err(self.unexpected("TIME", time));
         };
@@ -382,7 +383,7 @@ impl RedisStore {
         &self,
         seconds: &Value,
         microseconds: &Value,
-        sent: Instant,
+        sent: BootInstant,
     ) -> Result<()> {
         let (Some(seconds), Some(microseconds)) = (integer(seconds), integer(microseconds)) else {
             return Err(self.unexpected(
@@ -394,7 +395,7 @@ impl RedisStore {
             .saturating_mul(1000)
             .saturating_add(microseconds / 1000);
         // Paired with the reply's arrival (now), not its sending: see `ServerClock`.
-        self.inner.clock.observe(ms, sent, Instant::now());
+        self.inner.clock.observe(ms, sent, BootInstant::now());
         Ok(())
     }
 }
@@ -424,7 +425,7 @@ impl Store for RedisStore {
             .arg("d")
             .cmd("TIME");
         let mut connection = self.inner.connection.clone();
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let (fields, time): (Value, Value) = self
             .bounded(Access::Read, pipeline.query_async(&mut connection))
             .await?;
@@ -465,7 +466,7 @@ impl Store for RedisStore {
             invocation.arg(entry.as_slice());
         }
         let mut connection = self.inner.connection.clone();
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let reply: Value = self
             .bounded(Access::Write, invocation.invoke_async(&mut connection))
             .await?;
@@ -575,7 +576,7 @@ impl Store for RedisStore {
         }
         // Only before the first reply with a time (open reads one, so hardly ever).
         let mut connection = self.inner.connection.clone();
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let time: Value = self
             .bounded(
                 Access::Read,

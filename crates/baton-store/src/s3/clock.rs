@@ -22,7 +22,7 @@
 //! carry it ahead of the server's.
 
 use std::sync::Arc;
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 use async_trait::async_trait;
 use object_store::client::{
@@ -31,6 +31,7 @@ use object_store::client::{
 use object_store::{ClientOptions, HeaderValue};
 
 use super::errors::ObservingConnector;
+use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 
 /// The epoch of the S3 store's clock. Fixed, so that every process on a bucket (whatever
@@ -75,11 +76,11 @@ struct DateRecording {
 #[async_trait]
 impl HttpService for DateRecording {
     async fn call(&self, request: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let sent = Instant::now();
+        let sent = BootInstant::now();
         let response = self.inner.execute(request).await?;
         // The headers are in: paired with this instant, the reading under-estimates by the
         // transit (see `ServerClock`), never over.
-        let arrived = Instant::now();
+        let arrived = BootInstant::now();
         if let Some(server_ms) = response.headers().get("date").and_then(date_ms) {
             self.clock.observe(server_ms, sent, arrived);
         }
