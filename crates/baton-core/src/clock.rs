@@ -114,9 +114,9 @@ impl Observer {
     /// for its whole duration (if it has been seen at its current heartbeat).
     pub fn expires_at_mono_ms(&self, ticket: &Ticket) -> Option<u64> {
         match self.seen.get(&ticket.id) {
-            Some(&(heartbeat, since_ms)) if heartbeat == ticket.heartbeat => {
-                Some(since_ms.saturating_add(ticket.phase_ms()))
-            }
+            Some(&(heartbeat, since_ms)) if heartbeat == ticket.heartbeat => Some(
+                lease::observed_phase_ends_local_ms(since_ms, ticket.phase_ms()),
+            ),
             _ => None,
         }
     }

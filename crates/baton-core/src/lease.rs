@@ -50,15 +50,21 @@ pub fn phase_ended_on_store_clock(
     now_store_ms >= phase_ends_store_ms(deadline_store_ms, uncertain_ms)
 }
 
-/// Whether an observer that first saw a ticket's current heartbeat at `seen_since_local_ms`
-/// judges its phase of `phase_ms` ended at `now_local_ms` (stores without a clock: it must
-/// have seen it unchanged for the whole phase).
+/// When an observer that first saw a ticket's current heartbeat at `seen_since_local_ms`
+/// judges its phase of `phase_ms` ended, on its own monotonic clock (stores without a clock: it
+/// must have seen the heartbeat unchanged for the whole phase).
+pub fn observed_phase_ends_local_ms(seen_since_local_ms: u64, phase_ms: u64) -> u64 {
+    seen_since_local_ms.saturating_add(phase_ms)
+}
+
+/// Whether such an observer judges the phase ended at `now_local_ms`
+/// ([`observed_phase_ends_local_ms`]).
 pub fn phase_ended_by_observation(
     seen_since_local_ms: u64,
     now_local_ms: u64,
     phase_ms: u64,
 ) -> bool {
-    now_local_ms.saturating_sub(seen_since_local_ms) >= phase_ms
+    now_local_ms >= observed_phase_ends_local_ms(seen_since_local_ms, phase_ms)
 }
 
 /// What a client knows of a write it made: the local instant `basis_local_ms` taken *before*
