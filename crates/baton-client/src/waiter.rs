@@ -509,9 +509,20 @@ impl<'a> Waiter<'a> {
 
 /// A refresh refused because the ticket has ended (abandoned after an outage longer than its
 /// waiter lease, expired unclaimed, cancelled): the turn is over, as when a read shows it gone,
-/// not a refused operation.
+/// not a refused operation. So is a token the key no longer knows: the waiter made it itself,
+/// so its ticket ended while this process could not look (stopped, or cut off) and more tickets
+/// ended since than the key remembers.
 fn ended_is_lost(key: &str, error: ClientError) -> ClientError {
     match error {
+        ClientError::Refused {
+            refusal: Refusal::UnknownToken,
+            ..
+        } => ClientError::LeaseLost {
+            key: key.to_string(),
+            reason: "the ticket ended while this process could not look at the store (was it \
+                     paused, or cut off?), and the key no longer remembers how"
+                .into(),
+        },
         ClientError::Refused {
             refusal: Refusal::Ended {
                 outcome, forced, ..
@@ -590,7 +601,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_refresh_refused_as_ended_is_a_lost_turn_and_nothing_else_changes() {
+    fn a_refresh_refused_as_ended_or_forgotten_is_a_lost_turn_and_nothing_else_changes() {
         let refused = ClientError::Refused {
             key: "k".into(),
             refusal: Refusal::Ended {
@@ -607,14 +618,22 @@ mod tests {
                 ..
             }
         ));
-        let other = ClientError::Refused {
+        let forgotten = ClientError::Refused {
             key: "k".into(),
             refusal: Refusal::UnknownToken,
         };
         assert!(matches!(
+            ended_is_lost("k", forgotten),
+            ClientError::LeaseLost { .. }
+        ));
+        let other = ClientError::Refused {
+            key: "k".into(),
+            refusal: Refusal::NotHeld { position: 2 },
+        };
+        assert!(matches!(
             ended_is_lost("k", other),
             ClientError::Refused {
-                refusal: Refusal::UnknownToken,
+                refusal: Refusal::NotHeld { .. },
                 ..
             }
         ));
