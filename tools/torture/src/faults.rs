@@ -5,6 +5,10 @@
 //! machine do not repeat their timing exactly, so a seed reproduces the schedule, not every
 //! interleaving; a violation found with a seed is re-run with it until it shows again, then
 //! pinned down in a test of the core or the store.
+//!
+//! The faults take turns: the schedule deals them from a shuffled deck, every fault once per
+//! round, so a short run (the test command's 45 s) sees every kind of fault several times and
+//! a fault added to a run does not starve the others of their turns.
 
 use std::time::Duration;
 
@@ -33,6 +37,16 @@ pub enum Fault {
     /// SQLite only: stop a process in the middle of its write transaction for longer than the
     /// TTL (every other process must wait until it resumes; nothing lost or granted twice).
     PauseInTransaction,
+    /// Lose the answer to a write the store has executed, and cut its connection (through the
+    /// fault proxy): the client sees an ambiguous write. It must find out what its write did,
+    /// never believing it holds what the store has given away.
+    ProxyLoseReply,
+    /// Stop a client (`SIGSTOP`; a `baton run` with its command) after its write has landed
+    /// and before it reads the answer, for longer than the lease, the waiter lease and the
+    /// claim window, then `SIGCONT`: the answer it reads is stale by then, and a lease counted
+    /// from when it arrived would be believed long after the store ended it. Through the fault
+    /// proxy, which finds the moment; mutex keys only, as for `pause-holder`.
+    StopBeforeReply,
 }
 
 impl Fault {
@@ -47,6 +61,8 @@ impl Fault {
             Fault::ProxyHole => "proxy-hole",
             Fault::ProxyLatency => "proxy-latency",
             Fault::PauseInTransaction => "pause-in-transaction",
+            Fault::ProxyLoseReply => "proxy-lose-reply",
+            Fault::StopBeforeReply => "stop-before-reply",
         }
     }
 
@@ -54,13 +70,30 @@ impl Fault {
     pub fn needs_proxy(self) -> bool {
         matches!(
             self,
-            Fault::ProxyDrop | Fault::ProxyHole | Fault::ProxyLatency
+            Fault::ProxyDrop
+                | Fault::ProxyHole
+                | Fault::ProxyLatency
+                | Fault::ProxyLoseReply
+                | Fault::StopBeforeReply
         )
     }
 
-    /// Whether it takes a holder away (its takeover time is measured).
+    /// Whether it takes away a process that holds, or may (its takeover time is measured when
+    /// its ticket then ran out).
     pub fn hits_holder(self) -> bool {
-        matches!(self, Fault::KillHolder | Fault::PauseHolder)
+        matches!(
+            self,
+            Fault::KillHolder | Fault::PauseHolder | Fault::StopBeforeReply
+        )
+    }
+
+    /// Whether it stops a process (`SIGSTOP`) rather than killing it: a stopped holder cannot
+    /// know its lease ran out, so a fence refusing it afterwards is the fence at work.
+    pub fn stops_process(self) -> bool {
+        matches!(
+            self,
+            Fault::PauseHolder | Fault::PauseInTransaction | Fault::StopBeforeReply
+        )
     }
 }
 
@@ -69,6 +102,8 @@ pub struct Schedule {
     rng: ChaCha8Rng,
     faults: Vec<Fault>,
     every: Duration,
+    /// What is left of this round's shuffled deck of faults (dealt from the end).
+    deck: Vec<Fault>,
 }
 
 impl Schedule {
@@ -78,17 +113,33 @@ impl Schedule {
             rng: ChaCha8Rng::seed_from_u64(seed),
             faults: faults.to_vec(),
             every,
+            deck: Vec::new(),
         }
     }
 
-    /// The next fault and how long to wait before it (half to one and a half `every`).
+    /// The next fault and how long to wait before it (half to one and a half `every`). Each
+    /// round deals every fault once, in a seeded order.
     pub fn next_fault(&mut self) -> Option<(Duration, Fault)> {
         if self.faults.is_empty() {
             return None;
         }
         let wait = self.every.mul_f64(self.rng.random_range(0.5..1.5));
-        let fault = self.faults[self.rng.random_range(0..self.faults.len())];
+        if self.deck.is_empty() {
+            self.deck = self.shuffled();
+        }
+        let fault = self.deck.pop()?;
         Some((wait, fault))
+    }
+
+    /// The faults in a seeded order (Fisher–Yates with this schedule's generator, written out
+    /// so the order depends on ChaCha's specified stream, not on a library's shuffle).
+    fn shuffled(&mut self) -> Vec<Fault> {
+        let mut deck = self.faults.clone();
+        for i in (1..deck.len()).rev() {
+            let j = self.rng.random_range(0..=i);
+            deck.swap(i, j);
+        }
+        deck
     }
 
     /// One of `n` candidates (`None` when there are none).
@@ -124,6 +175,44 @@ mod tests {
             .iter()
             .all(|(next, pick)| matches!(next, Some((wait, _)) if *wait >= Duration::from_millis(500) && *wait < Duration::from_millis(1500))
                 && matches!(pick, Some(i) if *i < 7)));
+    }
+
+    #[test]
+    fn every_fault_takes_its_turn_once_a_round() {
+        let faults = [
+            Fault::KillHolder,
+            Fault::KillWaiter,
+            Fault::PauseHolder,
+            Fault::Restart,
+            Fault::ProxyDrop,
+            Fault::ProxyHole,
+            Fault::ProxyLoseReply,
+            Fault::StopBeforeReply,
+        ];
+        for seed in 0..50 {
+            let mut schedule = Schedule::new(seed, &faults, Duration::from_secs(1));
+            let mut rounds = Vec::new();
+            for _ in 0..4 {
+                let mut round: Vec<Fault> = (0..faults.len())
+                    .map(|_| schedule.next_fault().map(|(_, f)| f))
+                    .collect::<Option<_>>()
+                    .unwrap_or_default();
+                rounds.push(round.clone());
+                round.sort();
+                assert_eq!(round, faults, "seed {seed}");
+            }
+            // Rounds are shuffled, not repeated.
+            assert!(rounds.windows(2).any(|w| w[0] != w[1]), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn fault_names_are_their_command_line_names() {
+        use clap::ValueEnum;
+        for fault in Fault::value_variants() {
+            let name = fault.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(fault.name()));
+        }
     }
 
     #[test]

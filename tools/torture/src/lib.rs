@@ -10,7 +10,9 @@
 //!   that jumped the queue. It trusts nothing the
 //!   resource decided: a resource that accepted a stale fence is caught too.
 //! - [`proxy`]: a TCP fault proxy between clients and a store: latency, cut connections, a
-//!   black hole for a while.
+//!   black hole for a while, lost replies to writes, a hook before a reply to a write.
+//! - [`procfs`]: which client process owns a connection (the TCP tables and `/proc/PID/fd`),
+//!   its children, whether it is stopped.
 //!
 //! - [`faults`]: the faults and the seeded schedule that picks them.
 //! - [`work`]: the holder's side of the resource: write with the fence until the hold is over.
@@ -20,6 +22,7 @@
 
 pub mod checker;
 pub mod faults;
+pub mod procfs;
 pub mod proxy;
 pub mod resource;
 pub mod work;

@@ -4,8 +4,10 @@
 //! lease, stopping at once when it reports the lease lost, then the release.
 //!
 //! Exit status: 0 the work ran its course and was released; 3 the resource refused a write (the
-//! fence did its job: the lease had ended while the process was paused); 4 the heartbeat lost
-//! the lease and the work stopped; 2 anything else (the message says what).
+//! fence did its job: the lease had ended while the process was paused); 4 the turn or the lease
+//! was lost (the heartbeat lost the lease and the work stopped, or the wait's ticket ended, or
+//! the lease it got had run out before it could act on it: `baton run`'s 78); 2 anything else
+//! (the message says what).
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +16,7 @@ use std::time::Duration;
 
 use baton_client::acquire::{acquire_many, AcquireOptions, Pending};
 use baton_client::poll::PollBounds;
-use baton_client::{Coordinator, Heartbeat, LeaseGuard};
+use baton_client::{ClientError, Coordinator, Heartbeat, LeaseGuard};
 use baton_core::{Mode, Outcome};
 
 use baton_torture::work::{HoldEnd, Session};
@@ -73,9 +75,15 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         context: turn.who.clone(),
         ..AcquireOptions::default()
     };
-    let leases = acquire_many(&coord, &[Pending::new(&turn.key)], &options, &heartbeat)
-        .await
-        .map_err(|e| format!("cannot acquire {}: {e}", turn.key))?;
+    let leases = match acquire_many(&coord, &[Pending::new(&turn.key)], &options, &heartbeat).await
+    {
+        Ok(leases) => leases,
+        Err(e) if is_lost_turn(&e) => {
+            eprintln!("baton-torture lib-client ({}): {e}", turn.who);
+            return Ok(ExitCode::from(4));
+        }
+        Err(e) => return Err(format!("cannot acquire {}: {e}", turn.key)),
+    };
     let lease = leases
         .first()
         .cloned()
@@ -117,5 +125,19 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         // A lost lease may already have ended in the store: that is the lease lost, not an error.
         Err(_) if code != 0 => Ok(ExitCode::from(code)),
         Err(e) => Err(format!("cannot release {}: {e}", turn.key)),
+    }
+}
+
+/// Whether an acquire failed because the turn was lost, as `baton run` exits 78 for: the
+/// ticket ended while waiting (its waiter lease or its grant's claim window ran out: the
+/// process was paused, or the store's answers held up), or the lease it got had already run
+/// out by the time it could act on it. The same cases as the CLI's exit 78.
+fn is_lost_turn(error: &ClientError) -> bool {
+    match error {
+        ClientError::Ended { outcome, .. } => {
+            !matches!(outcome, Outcome::Superseded | Outcome::Cancelled)
+        }
+        ClientError::LeaseLost { .. } => true,
+        _ => false,
     }
 }

@@ -3,8 +3,11 @@
 //!
 //! The stores come from the environment `scripts/with-servers.sh` exports (a fresh SQLite file
 //! always; PostgreSQL, Redis and etcd with their restart fault; S3 and DynamoDB on moto, which
-//! keeps nothing across a restart, with network faults instead). The test command runs it with
-//! a short `--duration`; the soak is the same with a long one (see TORTURE.md).
+//! keeps nothing across a restart, with network faults instead). Every store reached over the
+//! network runs behind the fault proxy and gets its reply faults (a lost answer to a write, a
+//! client stopped between its write landing and its reading the answer); SQLite is a file, with
+//! no connection to put a proxy on. The test command runs it with a short `--duration`; the
+//! soak is the same with a long one (see TORTURE.md).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,6 +68,8 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                     Restart,
                     ProxyDrop,
                     ProxyHole,
+                    ProxyLoseReply,
+                    StopBeforeReply,
                 ],
                 restart_cmd: restart_of(server),
                 // Leases are judged on the server's clock: clients' clocks must not matter.
@@ -86,6 +91,8 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                     ProxyDrop,
                     ProxyHole,
                     ProxyLatency,
+                    ProxyLoseReply,
+                    StopBeforeReply,
                 ],
                 restart_cmd: None,
                 // DynamoDB judges leases by observation, S3 on the server's `Date`: neither

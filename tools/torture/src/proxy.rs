@@ -1,5 +1,6 @@
 //! A TCP fault proxy: a store's clients connect to it instead of the server, and the harness
-//! adds latency, cuts connections or opens a black hole between them while they run.
+//! adds latency, cuts connections, opens a black hole, loses replies or holds a reply back until
+//! a hook has run, between them while they run.
 //!
 //! Each accepted connection gets its own upstream connection and, per direction, a reader thread
 //! and a writer thread joined by a bounded queue of chunks stamped with the instant they are due.
@@ -17,6 +18,29 @@
 //!   heals, as TCP delivers them after a short partition by retransmitting: whether a client
 //!   gives up meanwhile is then its own timeout's decision, which is what the harness exercises.
 //!   A partition long enough for TCP to give up is a black hole followed by a cut.
+//! - **Reply faults** take the next replies to *writes* (see below), on any connection, up to a
+//!   number of them and within a window ([`Proxy::lose_replies`], [`Proxy::before_replies`]).
+//!   A count, not a window alone, because what matters is how many requests end ambiguous: a
+//!   window alone hits nothing on a quiet store and every client at once on a busy one (which
+//!   is a cut, a fault of its own); the window keeps an armed fault near the moment the schedule
+//!   chose instead of lurking until some later, unrelated reply.
+//!   - A **lost reply**: the server has executed the request; its answer is discarded, with
+//!     whatever else the server sends on that connection for [`LOSE_LINGER`], and the
+//!     connection is then cut. The client sees its request sent and its connection closed with
+//!     no answer: an ambiguous write. The linger is there because the first chunk back is not
+//!     always the whole answer (HTTP/2 sends flow-control frames before the response, a large
+//!     reply comes in pieces), and no piece of it may get through.
+//!   - A **hook before a reply**: the proxy calls the hook with the connection's addresses and
+//!     forwards the reply only once the hook has returned, so the harness can stop the client
+//!     process after its write landed and before it reads the answer.
+//!
+//! A request is a write when it contains one of the byte strings given to
+//! [`Proxy::mark_writes`] (the harness gives a document's opening, which every store's write
+//! carries and no read does); with none given, every request counts. A reply chunk counts as
+//! the answer to a write when a write was forwarded on its connection since the connection's
+//! previous reply chunk. Where requests are pipelined (Redis, HTTP/2) this may take the reply to
+//! a read sent just before, or miss a write's; a missed write leaves the fault armed for the
+//! next one, which is all the heuristic needs.
 //!
 //! No thread outlives its connection: a cut shuts the sockets down, which wakes a reader blocked
 //! in `read` and a writer blocked in `write`, and a writer waiting for its chunk's time or for a
@@ -26,7 +50,7 @@ use std::collections::HashMap;
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -45,8 +69,13 @@ const WAKE_TIMEOUT: Duration = Duration::from_secs(1);
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 /// Longer latencies are clamped: a fault longer than this is a black hole or a cut.
 const LATENCY_MAX: Duration = Duration::from_secs(60);
-/// Longer black holes are clamped, so the heal instant can always be computed.
+/// Longer black holes and reply-fault windows are clamped, so their end can always be computed.
 const BLACK_HOLE_MAX: Duration = Duration::from_secs(3600);
+/// After a lost reply, how long everything else the server sends on that connection is
+/// discarded too before the connection is cut: the rest of the answer (see the module's docs).
+pub const LOSE_LINGER: Duration = Duration::from_millis(250);
+/// Chunks of one connection queued for forwarding, as the reader hands them to the writer.
+type Chunks = Receiver<(Instant, Vec<u8>)>;
 
 /// What the proxy has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -65,6 +94,13 @@ pub struct ProxyStats {
     pub bytes_to_client: u64,
     /// Calls to [`Proxy::black_hole`].
     pub black_holes: u64,
+    /// Requests forwarded upstream that the markers of [`Proxy::mark_writes`] call writes
+    /// (chunks: a write sent in pieces may count more than once).
+    pub writes_forwarded: u64,
+    /// Replies to writes lost by [`Proxy::lose_replies`] (each cut its connection).
+    pub replies_lost: u64,
+    /// Replies to writes forwarded only after a hook of [`Proxy::before_replies`] took them.
+    pub replies_hooked: u64,
     /// The proxy's threads still running (accept loop, connections, pumps).
     pub threads: u64,
 }
@@ -96,11 +132,56 @@ struct State {
     /// Until when nothing is forwarded.
     hole_until: Option<Instant>,
     next_id: u64,
-    /// Every open connection's sockets (clones), to shut them down on a cut. A connection is
-    /// open while its id is here; its threads end once it is gone.
-    open: HashMap<u64, Vec<TcpStream>>,
+    /// Every open connection. A connection is open while its id is here; its threads end once
+    /// it is gone.
+    open: HashMap<u64, Connection>,
+    /// What makes a request a write ([`Proxy::mark_writes`]); empty: every request.
+    write_markers: Arc<Vec<Vec<u8>>>,
+    /// Armed reply faults, oldest first; the first whose hook takes a reply has it.
+    reply_faults: Vec<ReplyFault>,
     /// The counters (`connections_open` is `open`'s length, filled in by [`Proxy::stats`]).
     stats: ProxyStats,
+}
+
+/// One open connection.
+struct Connection {
+    /// Its sockets (clones), to shut them down on a cut.
+    sockets: Vec<TcpStream>,
+    /// The client's address: its end of the connection.
+    client: SocketAddr,
+    /// A write is being or was forwarded upstream, and no reply chunk has come back since.
+    write_unanswered: bool,
+}
+
+/// What a reply fault does with a reply it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReplyAction {
+    /// Discard it and the rest of what the server sends for [`LOSE_LINGER`], then cut.
+    Lose,
+    /// Forward it, after the hook.
+    Forward,
+}
+
+/// The connection a reply fault found a reply to a write on, as its hook sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    /// The client's end of the connection (its local address).
+    pub client: SocketAddr,
+    /// The proxy's end: the address the client connected to.
+    pub proxy: SocketAddr,
+}
+
+/// Called with the connection of a reply to a write; true if the fault takes that reply.
+type ReplyHook = Box<dyn FnMut(ReplyTo) -> bool + Send>;
+
+/// An armed reply fault.
+struct ReplyFault {
+    action: ReplyAction,
+    /// How many more replies it may take.
+    left: u32,
+    /// When it disarms, taken or not.
+    until: Instant,
+    hook: ReplyHook,
 }
 
 #[derive(Clone, Copy)]
@@ -163,6 +244,61 @@ impl Proxy {
         state.stats.black_holes += 1;
     }
 
+    /// Requests containing any of `markers` are writes, for the reply faults; with none (the
+    /// default), every request is. Replaces the markers given before.
+    pub fn mark_writes(&self, markers: &[&[u8]]) {
+        let markers = markers
+            .iter()
+            .filter(|m| !m.is_empty())
+            .map(|m| m.to_vec())
+            .collect();
+        self.shared.lock().write_markers = Arc::new(markers);
+    }
+
+    /// Loses the next `replies` replies to writes, on any connections, within `within`
+    /// (clamped to an hour): each is discarded with the rest of what the server sends on its
+    /// connection for [`LOSE_LINGER`], and that connection is then cut (see the module's docs).
+    /// `hook` sees each such reply's connection first and says whether to take it (a harness
+    /// records the fault there); one it declines is forwarded. Returns at once.
+    pub fn lose_replies(
+        &self,
+        replies: u32,
+        within: Duration,
+        hook: impl FnMut(ReplyTo) -> bool + Send + 'static,
+    ) {
+        self.arm(ReplyAction::Lose, replies, within, Box::new(hook));
+    }
+
+    /// Calls `hook` before forwarding each of the next replies to writes, within `within`
+    /// (clamped to an hour), until it has taken `replies` of them (returned true). The reply
+    /// is forwarded once the hook returns, taken or not: a hook that stops the client leaves
+    /// the answer waiting in the stopped client's socket. Hooks run on the connection's own
+    /// thread, so other connections go on meanwhile. Returns at once.
+    pub fn before_replies(
+        &self,
+        replies: u32,
+        within: Duration,
+        hook: impl FnMut(ReplyTo) -> bool + Send + 'static,
+    ) {
+        self.arm(ReplyAction::Forward, replies, within, Box::new(hook));
+    }
+
+    fn arm(&self, action: ReplyAction, replies: u32, within: Duration, hook: ReplyHook) {
+        if replies == 0 {
+            return;
+        }
+        let fault = ReplyFault {
+            action,
+            left: replies,
+            until: Instant::now() + within.min(BLACK_HOLE_MAX),
+            hook,
+        };
+        let mut state = self.shared.lock();
+        if !state.stopping {
+            state.reply_faults.push(fault);
+        }
+    }
+
     /// What the proxy has done so far.
     pub fn stats(&self) -> ProxyStats {
         let state = self.shared.lock();
@@ -194,15 +330,20 @@ impl Shared {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Registers a new connection, or `None` once the proxy is stopping.
-    fn open_connection(&self, client: TcpStream) -> Option<u64> {
+    /// Registers a new connection from `peer`, or `None` once the proxy is stopping.
+    fn open_connection(&self, client: TcpStream, peer: SocketAddr) -> Option<u64> {
         let mut state = self.lock();
         if state.stopping {
             return None;
         }
         state.next_id += 1;
         let id = state.next_id;
-        state.open.insert(id, vec![client]);
+        let connection = Connection {
+            sockets: vec![client],
+            client: peer,
+            write_unanswered: false,
+        };
+        state.open.insert(id, connection);
         state.stats.connections_accepted += 1;
         Some(id)
     }
@@ -210,7 +351,7 @@ impl Shared {
     /// Adds a socket to an open connection; false (and the socket closed) if it was cut.
     fn add_socket(&self, id: u64, socket: TcpStream) -> bool {
         match self.lock().open.get_mut(&id) {
-            Some(sockets) => sockets.push(socket),
+            Some(connection) => connection.sockets.push(socket),
             None => return false,
         }
         true
@@ -218,20 +359,80 @@ impl Shared {
 
     /// Closes one connection; its threads end. Closing it again does nothing.
     fn close(&self, id: u64) {
-        if let Some(sockets) = self.lock().open.remove(&id) {
-            shut_down(sockets);
+        if let Some(connection) = self.lock().open.remove(&id) {
+            shut_down(connection.sockets);
             self.changed.notify_all();
         }
     }
 
-    /// Cuts every open connection, and with `stop` every later one.
+    /// Cuts every open connection, and with `stop` every later one (and disarms every reply
+    /// fault: their hooks are dropped).
     fn cut_all(&self, stop: bool) {
         let mut state = self.lock();
         state.stopping |= stop;
+        if stop {
+            state.reply_faults.clear();
+        }
         let cut: Vec<_> = state.open.drain().collect();
         state.stats.connections_cut += cut.len() as u64;
-        cut.into_iter().for_each(|(_, sockets)| shut_down(sockets));
+        cut.into_iter()
+            .for_each(|(_, connection)| shut_down(connection.sockets));
         self.changed.notify_all();
+    }
+
+    /// Notes that a write is forwarded upstream on connection `id`.
+    fn write_forwarded(&self, id: u64) {
+        let mut state = self.lock();
+        state.stats.writes_forwarded += 1;
+        if let Some(connection) = state.open.get_mut(&id) {
+            connection.write_unanswered = true;
+        }
+    }
+
+    /// For a reply chunk about to be forwarded on connection `id`: what the armed reply fault
+    /// that takes it does, if one does. Only a chunk answering a write is offered to the
+    /// faults; any chunk answers the connection's pending write either way.
+    ///
+    /// Hooks run without the lock (one may take a while: stopping a process): the armed faults
+    /// are taken out meanwhile, so a reply on another connection passes untouched, and put back
+    /// ahead of any armed since.
+    fn take_reply(&self, id: u64) -> Option<ReplyAction> {
+        let (reply_to, mut faults) = {
+            let mut state = self.lock();
+            let connection = state.open.get_mut(&id)?;
+            if !std::mem::take(&mut connection.write_unanswered) {
+                return None;
+            }
+            let reply_to = ReplyTo {
+                client: connection.client,
+                proxy: self.address,
+            };
+            let now = Instant::now();
+            state.reply_faults.retain(|fault| fault.until > now);
+            if state.reply_faults.is_empty() {
+                return None;
+            }
+            (reply_to, std::mem::take(&mut state.reply_faults))
+        };
+        let taken = faults.iter_mut().position(|fault| (fault.hook)(reply_to));
+        let action = taken.map(|at| {
+            let fault = &mut faults[at];
+            fault.left -= 1;
+            fault.action
+        });
+        let mut state = self.lock();
+        match action {
+            Some(ReplyAction::Lose) => state.stats.replies_lost += 1,
+            Some(ReplyAction::Forward) => state.stats.replies_hooked += 1,
+            None => {}
+        }
+        if !state.stopping {
+            let now = Instant::now();
+            faults.retain(|fault| fault.left > 0 && fault.until > now);
+            faults.append(&mut state.reply_faults);
+            state.reply_faults = faults;
+        }
+        action
     }
 
     /// Waits until `due` has passed and no black hole is open; false if the connection was
@@ -304,7 +505,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
         if shared.lock().stopping {
             return;
         }
-        let Ok((client, _peer)) = accepted else {
+        let Ok((client, peer)) = accepted else {
             thread::sleep(ACCEPT_RETRY);
             continue;
         };
@@ -312,7 +513,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: TcpListener) {
         let Ok(registered) = client.try_clone() else {
             continue;
         };
-        let Some(id) = shared.open_connection(registered) else {
+        let Some(id) = shared.open_connection(registered, peer) else {
             return;
         };
         let serving = {
@@ -382,7 +583,8 @@ fn finish_direction(shared: &Shared, id: u64, directions_left: &AtomicUsize) {
 }
 
 /// Forwards one direction: a reader thread queues chunks with their due instant, this thread
-/// writes each once it is due and no black hole is open.
+/// writes each once it is due and no black hole is open. Requests are scanned for writes as
+/// they are forwarded; replies are offered to the reply faults just before.
 fn pump(shared: &Arc<Shared>, id: u64, from: TcpStream, mut to: TcpStream, direction: Direction) {
     let (chunks, queued) = sync_channel(QUEUE_CHUNKS_MAX);
     let reading = {
@@ -393,9 +595,25 @@ fn pump(shared: &Arc<Shared>, id: u64, from: TcpStream, mut to: TcpStream, direc
         shared.close(id);
         return;
     }
-    for (due, chunk) in queued {
+    let mut writes = WriteScan::default();
+    while let Ok((due, chunk)) = queued.recv() {
         if !shared.wait_to_forward(id, due) {
             return;
+        }
+        let action = match direction {
+            Direction::ToClient => shared.take_reply(id),
+            Direction::ToUpstream => None,
+        };
+        if action == Some(ReplyAction::Lose) {
+            lose_then_cut(shared, id, &queued);
+            return;
+        }
+        // Marked before it is written: the server may answer before `write_all` returns.
+        if let Direction::ToUpstream = direction {
+            let markers = Arc::clone(&shared.lock().write_markers);
+            if writes.is_write(&markers, &chunk) {
+                shared.write_forwarded(id);
+            }
         }
         if to.write_all(&chunk).is_err() {
             shared.close(id);
@@ -406,6 +624,54 @@ fn pump(shared: &Arc<Shared>, id: u64, from: TcpStream, mut to: TcpStream, direc
     // The reader saw end of file: pass the half-close on, so a peer that waits for it (an HTTP
     // client that shut its writing side) still gets its answer. Fails harmlessly if cut.
     let _ = to.shutdown(Shutdown::Write);
+}
+
+/// Discards everything the server sends on connection `id` for [`LOSE_LINGER`] (the rest of a
+/// lost answer), then cuts the connection.
+fn lose_then_cut(shared: &Shared, id: u64, queued: &Chunks) {
+    let until = Instant::now() + LOSE_LINGER;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        match queued.recv_timeout(left) {
+            Ok(_discarded) if !left.is_zero() => {}
+            Ok(_) | Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    shared.close(id);
+}
+
+/// Finds write markers in the requests of one connection, also where a marker straddles two
+/// chunks (a tail of the previous chunk is kept for that).
+#[derive(Default)]
+struct WriteScan {
+    tail: Vec<u8>,
+}
+
+impl WriteScan {
+    /// Whether `chunk` (with the tail before it) holds one of `markers`; true for every chunk
+    /// when there are none.
+    fn is_write(&mut self, markers: &[Vec<u8>], chunk: &[u8]) -> bool {
+        if markers.is_empty() {
+            return true;
+        }
+        let keep = markers.iter().map(Vec::len).max().unwrap_or(1) - 1;
+        let mut seam = std::mem::take(&mut self.tail);
+        seam.extend_from_slice(&chunk[..chunk.len().min(keep)]);
+        let found = markers
+            .iter()
+            .any(|marker| contains(chunk, marker) || contains(&seam, marker));
+        if chunk.len() >= keep {
+            self.tail = chunk[chunk.len() - keep..].to_vec();
+        } else {
+            let from = seam.len().saturating_sub(keep);
+            self.tail = seam.split_off(from);
+        }
+        found
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn read_chunks(
@@ -457,6 +723,30 @@ mod tests {
             }
         });
         address
+    }
+
+    /// An echo server that also keeps every byte it received, to show a request got through.
+    fn recording_echo_server() -> (SocketAddr, Arc<Mutex<Vec<u8>>>) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let address = listener.local_addr().unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&received);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let record = Arc::clone(&record);
+                thread::spawn(move || {
+                    let mut buffer = [0; 4096];
+                    while let Ok(n @ 1..) = stream.read(&mut buffer) {
+                        record.lock().unwrap().extend_from_slice(&buffer[..n]);
+                        if stream.write_all(&buffer[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, received)
     }
 
     fn connect(proxy: &Proxy) -> TcpStream {
@@ -564,6 +854,128 @@ mod tests {
         assert_eq!(&answer, b"held");
         round_trip(&mut open, b"healed");
         assert_eq!(proxy.stats().black_holes, 1);
+    }
+
+    #[test]
+    fn a_lost_reply_reaches_upstream_but_not_the_client_and_cuts_its_connection() {
+        let (upstream, received) = recording_echo_server();
+        let proxy = Proxy::start(upstream).unwrap();
+        let mut stream = connect(&proxy);
+        round_trip(&mut stream, b"before ");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        proxy.lose_replies(1, PATIENCE, move |reply_to| {
+            record.lock().unwrap().push(reply_to);
+            true
+        });
+        stream.write_all(b"lost answer").unwrap();
+        let mut answer = Vec::new();
+        // The connection ends (a FIN after the cut) with nothing of the answer in it.
+        let _ = stream.read_to_end(&mut answer);
+        assert_eq!(answer, b"", "part of the answer got through");
+        wait_for("the request to reach upstream", || {
+            received.lock().unwrap().ends_with(b"lost answer")
+        });
+        assert!(is_closed(&mut stream));
+        let expected = ReplyTo {
+            client: stream.local_addr().unwrap(),
+            proxy: proxy.address(),
+        };
+        assert_eq!(*seen.lock().unwrap(), [expected]);
+        assert_eq!(proxy.stats().replies_lost, 1);
+        // One reply was asked for: the fault is spent, and new connections work.
+        round_trip(&mut connect(&proxy), b"after");
+        assert_eq!(proxy.stats().replies_lost, 1);
+    }
+
+    #[test]
+    fn with_writes_marked_only_a_writes_reply_is_lost() {
+        let (upstream, received) = recording_echo_server();
+        let proxy = Proxy::start(upstream).unwrap();
+        proxy.mark_writes(&[b"{\"format\":"]);
+        proxy.lose_replies(1, PATIENCE, |_| true);
+        let mut stream = connect(&proxy);
+        round_trip(&mut stream, b"GET k");
+        round_trip(&mut stream, b"GET k again");
+        // The marker split across two writes still marks the second as a write.
+        let first = b"PUT k {\"for";
+        stream.write_all(first).unwrap();
+        let mut echoed = vec![0; first.len()];
+        stream.read_exact(&mut echoed).unwrap();
+        assert_eq!(echoed, first);
+        stream.write_all(b"mat\":2}").unwrap();
+        wait_for("the write to reach upstream", || {
+            received.lock().unwrap().ends_with(b"mat\":2}")
+        });
+        assert!(is_closed(&mut stream));
+        assert_eq!(proxy.stats().replies_lost, 1);
+    }
+
+    #[test]
+    fn a_declined_reply_passes_and_an_expired_fault_takes_nothing() {
+        let proxy = Proxy::start(echo_server()).unwrap();
+        let offered = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&offered);
+        // Declines the first reply it is offered, takes the second.
+        proxy.lose_replies(1, PATIENCE, move |_| {
+            count.fetch_add(1, Ordering::SeqCst) > 0
+        });
+        let mut stream = connect(&proxy);
+        round_trip(&mut stream, b"declined");
+        stream.write_all(b"taken").unwrap();
+        assert!(is_closed(&mut stream));
+        assert_eq!(offered.load(Ordering::SeqCst), 2);
+        proxy.lose_replies(1, Duration::from_millis(50), |_| true);
+        thread::sleep(Duration::from_millis(100));
+        round_trip(&mut connect(&proxy), b"too late to be lost");
+        assert_eq!(proxy.stats().replies_lost, 1);
+    }
+
+    #[test]
+    fn a_hook_runs_before_its_reply_is_forwarded_and_the_reply_arrives_whole() {
+        let proxy = Proxy::start(echo_server()).unwrap();
+        let mut stream = connect(&proxy);
+        round_trip(&mut stream, b"warm");
+        let seen = Arc::new(Mutex::new(None));
+        let record = Arc::clone(&seen);
+        proxy.before_replies(1, PATIENCE, move |reply_to| {
+            thread::sleep(Duration::from_millis(300));
+            *record.lock().unwrap() = Some(reply_to);
+            true
+        });
+        let started = Instant::now();
+        round_trip(&mut stream, b"held until the hook returned");
+        assert!(
+            started.elapsed() >= Duration::from_millis(295),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some(ReplyTo {
+                client: stream.local_addr().unwrap(),
+                proxy: proxy.address(),
+            })
+        );
+        let started = Instant::now();
+        round_trip(&mut stream, b"spent");
+        assert!(started.elapsed() < Duration::from_millis(295));
+        let stats = proxy.stats();
+        assert_eq!((stats.replies_hooked, stats.replies_lost), (1, 0));
+    }
+
+    #[test]
+    fn a_marker_is_found_across_chunk_boundaries() {
+        let markers = vec![b"abcd".to_vec(), b"xy".to_vec()];
+        let mut scan = WriteScan::default();
+        assert!(!scan.is_write(&markers, b"0000ab"));
+        assert!(scan.is_write(&markers, b"cd"));
+        assert!(!scan.is_write(&markers, b"a"));
+        assert!(!scan.is_write(&markers, b"b"));
+        assert!(scan.is_write(&markers, b"cd0"));
+        assert!(!scan.is_write(&markers, b"x"));
+        assert!(scan.is_write(&markers, b"y"));
+        assert!(WriteScan::default().is_write(&[], b"anything"));
     }
 
     #[test]

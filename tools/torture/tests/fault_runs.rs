@@ -2,9 +2,11 @@
 //! on every server store the test scripts started (`scripts/with-servers.sh` exports them),
 //! each under the faults it can be given — kill -9 of holders and waiters, a holder paused past
 //! its TTL, SQLite stopped mid-transaction, server restarts, the fault proxy's cut connections,
-//! black holes and latency, clients' clocks ±30 s — for `BATON_TORTURE_DURATION` (default 45 s)
-//! per run. No violation, no lost ticket; and the faults must really have been injected, or a
-//! quiet run would pass for a tortured one. The table it prints is the one TORTURE.md records.
+//! black holes, latency, lost answers to writes and clients stopped between their write landing
+//! and their reading its answer, clients' clocks ±30 s — for `BATON_TORTURE_DURATION` (default
+//! 45 s) per run. No violation, no lost ticket; and the faults must really have been injected,
+//! or a quiet run would pass for a tortured one. The table it prints is the one TORTURE.md
+//! records.
 //!
 //! Needs the `baton` binary next to this one (`cargo build --workspace`, as scripts/test.sh
 //! does first).

@@ -39,6 +39,7 @@ impl ProxiedStore {
         })?;
         let proxy = Proxy::start(address)
             .map_err(|e| format!("cannot start the fault proxy to {address}: {e}"))?;
+        proxy.mark_writes(WRITE_MARKERS);
         let rewritten = format!("{}{}{}", &text[..at.0], proxy.address(), &text[at.1..]);
         Ok(if in_env {
             ProxiedStore {
@@ -55,6 +56,15 @@ impl ProxiedStore {
         })
     }
 }
+
+/// What makes a request to the store a write, for the proxy's reply faults: a write carries
+/// the key's new document, and a read never does. Every document is JSON that opens with its
+/// format number, and goes over the wire as is: an `EVALSHA` argument (Redis), a `bytea`
+/// parameter in binary (PostgreSQL), a put's value in a `Txn` (etcd, gRPC without compression),
+/// the hot record's body of a conditional `PUT` (S3). DynamoDB's hot record is deflated, so its
+/// writes are told by their operation instead (`X-Amz-Target: DynamoDB_20120810.PutItem`; the
+/// history's `BatchWriteItem` says `PutRequest`, not `PutItem`).
+const WRITE_MARKERS: &[&[u8]] = &[b"{\"format\":", b"PutItem"];
 
 /// The first `127.0.0.1:PORT` in `text`, and where it is.
 fn loopback_address(text: &str) -> Option<(SocketAddr, (usize, usize))> {
@@ -76,6 +86,8 @@ pub(super) struct ClientPlan {
     c: usize,
     /// The command for each key, in key order.
     commands: Vec<Vec<String>>,
+    /// Whether each key is a mutex, in key order.
+    fenced: Vec<bool>,
     env: Vec<(String, String)>,
     log: File,
 }
@@ -102,6 +114,7 @@ impl ClientPlan {
         Ok(ClientPlan {
             c,
             commands,
+            fenced: keys.iter().map(|k| k.kind == Kind::Mutex).collect(),
             env,
             log: log
                 .try_clone()
@@ -226,6 +239,7 @@ impl ClientPlan {
             Running {
                 pid,
                 started: Instant::now(),
+                fenced: self.fenced[k],
             },
         );
         let status = child.wait();

@@ -1,5 +1,9 @@
 //! The fault thread: follows the seeded schedule and hits processes, the store's server and
 //! the network between them.
+//!
+//! The reply faults are armed here and land later, in the fault proxy, on the next reply to a
+//! write: the hooks given to the proxy record them (and, for `stop-before-reply`, find and stop
+//! the client) when they do, so a fault is counted only once it has really happened.
 
 use std::collections::{HashMap, HashSet};
 use std::process::{Command, Stdio};
@@ -8,16 +12,30 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_torture::faults::{Fault, Schedule};
-use baton_torture::proxy::Proxy;
+use baton_torture::procfs;
+use baton_torture::proxy::{Proxy, ReplyTo};
 use baton_torture::resource::Holder;
 
 use super::{lock, signal, Event, Running, Shared};
+
+/// How long a reply fault stays armed beyond a black hole (`hole`, during which no reply comes
+/// back at all): clients write several times a second, so one lands within it, and the fault
+/// stays near the moment the schedule chose.
+const REPLY_FAULT_WINDOW: Duration = Duration::from_secs(2);
+/// The most replies one `proxy-lose-reply` loses (it loses one or this many).
+const REPLIES_LOST_MAX: usize = 2;
+/// How long a stopped client may take to stop in every thread before its reply is forwarded
+/// anyway.
+const STOP_PATIENCE: Duration = Duration::from_millis(100);
 
 /// The fault thread.
 pub(super) struct Injector {
     pub(super) schedule: Schedule,
     pub(super) shared: Arc<Shared>,
     pub(super) ttl: Duration,
+    /// How long `stop-before-reply` keeps a client stopped: past its lease, its waiter lease
+    /// and its claim window, so whatever the reply it reads afterwards says has ended.
+    pub(super) stop_pause: Duration,
     pub(super) hole: Duration,
     pub(super) restart_cmd: Option<String>,
     pub(super) proxy: Option<Arc<Proxy>>,
@@ -88,11 +106,10 @@ impl Injector {
                     .collect();
                 if let Some(i) = self.schedule.pick(live.len()) {
                     let who = live[i].who.clone();
-                    let top = running[&who].pid;
-                    let worker = lock(&shared.workers).get(&who).copied();
                     let pause = self.ttl + Duration::from_secs(1);
-                    self.pause(&who, top, worker, pause);
-                    shared.record(fault, Some(who), pause);
+                    if pause_client(shared, &who, running[&who].pid, pause) {
+                        shared.record(fault, Some(who), pause);
+                    }
                 }
             }
             Fault::PauseInTransaction => self.pause_in_transaction(),
@@ -151,14 +168,38 @@ impl Injector {
                     });
                 }
             }
+            Fault::ProxyLoseReply => {
+                if let Some(proxy) = &self.proxy {
+                    let replies = 1 + self.schedule.pick(REPLIES_LOST_MAX).unwrap_or(0);
+                    let shared = self.shared.clone();
+                    proxy.lose_replies(
+                        u32::try_from(replies).unwrap_or(1),
+                        self.reply_window(),
+                        move |reply_to| record_lost_reply(&shared, reply_to),
+                    );
+                }
+            }
+            Fault::StopBeforeReply => {
+                if let Some(proxy) = &self.proxy {
+                    let shared = self.shared.clone();
+                    let pause = self.stop_pause;
+                    proxy.before_replies(1, self.reply_window(), move |reply_to| {
+                        stop_before_reply(&shared, reply_to, pause)
+                    });
+                }
+            }
         }
     }
 
     /// Processes already hit (killed, or paused and not yet continued): not hit again.
     fn untouchable(&self) -> HashSet<String> {
-        let mut hit = lock(&self.shared.killed).clone();
-        hit.extend(lock(&self.shared.paused).iter().map(|(who, _)| who.clone()));
-        hit
+        untouchable(&self.shared)
+    }
+
+    /// How long a reply fault stays armed: through a black hole that may have just opened, and
+    /// [`REPLY_FAULT_WINDOW`] more.
+    fn reply_window(&self) -> Duration {
+        self.hole + REPLY_FAULT_WINDOW
     }
 
     /// The holders now whose processes run and were not hit yet (sorted, for the seed), and
@@ -191,31 +232,6 @@ impl Injector {
         signal(pid, libc::SIGKILL);
     }
 
-    /// Stops `top` and the worker's process group for `pause`, then continues them (the
-    /// worker first: the harder case for the fence, as the command may write before `baton
-    /// run` sees its lease is gone).
-    fn pause(&self, who: &str, top: i32, worker: Option<i32>, pause: Duration) {
-        let mut pids = vec![top];
-        if let Some(worker) = worker.filter(|&w| w != top) {
-            pids.insert(0, -worker);
-        }
-        for &pid in pids.iter().rev() {
-            signal(pid, libc::SIGSTOP);
-        }
-        lock(&self.shared.paused).push((who.to_owned(), pids.clone()));
-        let shared = self.shared.clone();
-        let who = who.to_owned();
-        std::thread::spawn(move || {
-            std::thread::sleep(pause);
-            let mut paused = lock(&shared.paused);
-            if let Some(at) = paused.iter().position(|(w, _)| *w == who) {
-                for pid in paused.remove(at).1 {
-                    signal(pid, libc::SIGCONT);
-                }
-            }
-        });
-    }
-
     /// Stops running client processes one after another until one is caught holding SQLite's
     /// write lock (the kernel's lock table says so: [`holds_sqlite_write_lock`]), then keeps
     /// that one stopped past the TTL. Each miss is continued at once (a stop of microseconds).
@@ -241,12 +257,14 @@ impl Injector {
             signal(victim.pid, libc::SIGSTOP);
             // kill(2) returns before the process stops: a thread still running could finish
             // its transaction after the lock table was read.
-            if all_threads_stopped(victim.pid) && holds_sqlite_write_lock(victim.pid, &path) {
+            if procfs::all_threads_stopped(victim.pid, STOP_PATIENCE)
+                && holds_sqlite_write_lock(victim.pid, &path)
+            {
                 // Still stopped: it stays so, inside its transaction, until the pause is over.
                 let pause = self.ttl + Duration::from_secs(1);
                 self.shared
                     .record(Fault::PauseInTransaction, Some(who.clone()), pause);
-                self.pause(&who, victim.pid, None, pause);
+                pause_pids(&self.shared, &who, vec![victim.pid], pause);
                 return;
             }
             signal(victim.pid, libc::SIGCONT);
@@ -255,31 +273,123 @@ impl Injector {
     }
 }
 
-/// Waits (100 ms at most) until every thread of `pid` is stopped (`T` in its
-/// `/proc/PID/task/TID/stat`); false if one still runs.
-fn all_threads_stopped(pid: i32) -> bool {
-    let give_up = Instant::now() + Duration::from_millis(100);
-    loop {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-            return false;
-        };
-        let running = tasks.flatten().any(|task| {
-            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-            // The state follows the command name, which is in parentheses and may hold spaces.
-            let state = stat
-                .rsplit(") ")
-                .next()
-                .and_then(|rest| rest.chars().next());
-            !matches!(state, Some('T' | 't'))
-        });
-        if !running {
-            return true;
-        }
-        if Instant::now() >= give_up {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
+/// Processes already hit (killed, or paused and not yet continued): not hit again.
+fn untouchable(shared: &Shared) -> HashSet<String> {
+    let mut hit = lock(&shared.killed).clone();
+    hit.extend(lock(&shared.paused).iter().map(|(who, _)| who.clone()));
+    hit
+}
+
+/// The hook of `proxy-lose-reply`: records the loss, naming the client process whose write
+/// went unanswered when it is one of the run's (for the log), and takes the reply.
+fn record_lost_reply(shared: &Shared, reply_to: ReplyTo) -> bool {
+    if shared.done.load(Ordering::SeqCst) {
+        return false;
     }
+    let running: Vec<(String, i32)> = lock(&shared.running)
+        .iter()
+        .map(|(who, r)| (who.clone(), r.pid))
+        .collect();
+    let who = owner(&running, reply_to)
+        .map(|(who, _)| who)
+        .unwrap_or_else(|| format!("the client at {}", reply_to.client));
+    shared.record(Fault::ProxyLoseReply, Some(who), Duration::ZERO);
+    true
+}
+
+/// The hook of `stop-before-reply`, run by the proxy just before it forwards a reply to a
+/// write: if the connection is a client's of the run on a mutex key that nothing else has hit,
+/// stops it (with its command, for `baton run`) for `pause`, waits until it is stopped, and
+/// records it as paused, so its reply waits in a stopped process's socket. Anyone else's reply
+/// is declined (forwarded untouched) and the fault stays armed for the next one: a proxy never
+/// stops a process that is not one of the run's clients.
+///
+/// Mutex keys only, as `pause-holder`: the client may already have started its work when it
+/// is stopped (a grant started at once, the heartbeat's claim still unanswered), and a process
+/// that held when it was stopped can only be stopped by a fence after it resumes.
+fn stop_before_reply(shared: &Arc<Shared>, reply_to: ReplyTo, pause: Duration) -> bool {
+    if shared.done.load(Ordering::SeqCst) {
+        return false;
+    }
+    let untouchable = untouchable(shared);
+    let candidates: Vec<(String, i32)> = lock(&shared.running)
+        .iter()
+        .filter(|(who, r)| r.fenced && !untouchable.contains(*who))
+        .map(|(who, r)| (who.clone(), r.pid))
+        .collect();
+    let Some((who, pid)) = owner(&candidates, reply_to) else {
+        return false;
+    };
+    if !pause_client(shared, &who, pid, pause) {
+        return false;
+    }
+    // Best effort: a thread in the kernel (an fsync, say) stops when it returns from there.
+    procfs::all_threads_stopped(pid, STOP_PATIENCE);
+    shared.record(Fault::StopBeforeReply, Some(who), pause);
+    true
+}
+
+/// Which of `candidates` (name, pid) owns the client end of the reply's connection.
+fn owner(candidates: &[(String, i32)], reply_to: ReplyTo) -> Option<(String, i32)> {
+    let pids: Vec<i32> = candidates.iter().map(|(_, pid)| *pid).collect();
+    match procfs::owner_of_connection(reply_to.client, reply_to.proxy, &pids) {
+        Ok(found) => found.and_then(|pid| candidates.iter().find(|(_, p)| *p == pid).cloned()),
+        Err(e) => {
+            eprintln!(
+                "baton-torture: cannot tell whose connection {} is: {e}",
+                reply_to.client
+            );
+            None
+        }
+    }
+}
+
+/// Stops client `who` (process `top`) and its command for `pause`, then continues them: see
+/// [`pause_pids`]. Its command is the process group of the worker it said HELLO from and of
+/// each child `top` has (a `baton run` whose command has not said HELLO yet); a library client
+/// is its own worker and has no children.
+fn pause_client(shared: &Arc<Shared>, who: &str, top: i32, pause: Duration) -> bool {
+    let worker = lock(&shared.workers).get(who).copied();
+    let mut commands = procfs::children(top);
+    commands.extend(worker.filter(|&w| w != top));
+    commands.sort_unstable();
+    commands.dedup();
+    let mut pids = Vec::new();
+    for command in commands {
+        // Its group, and itself: a command just spawned may not have its own group yet.
+        pids.extend([-command, command]);
+    }
+    pids.push(top);
+    pause_pids(shared, who, pids, pause)
+}
+
+/// Stops `pids` (negative: process groups) for `pause`, then continues them, in order: the
+/// command first, the harder case for the fence, as it may write before `baton run` sees its
+/// lease is gone. Recorded in `paused` (so no other fault hits the process meanwhile, and the
+/// run continues it if it ends first). False, and nothing stopped, if `who` is paused already.
+fn pause_pids(shared: &Arc<Shared>, who: &str, pids: Vec<i32>, pause: Duration) -> bool {
+    {
+        let mut paused = lock(&shared.paused);
+        if paused.iter().any(|(w, _)| w == who) {
+            return false;
+        }
+        for &pid in pids.iter().rev() {
+            signal(pid, libc::SIGSTOP);
+        }
+        paused.push((who.to_owned(), pids));
+    }
+    let shared = shared.clone();
+    let who = who.to_owned();
+    std::thread::spawn(move || {
+        std::thread::sleep(pause);
+        let mut paused = lock(&shared.paused);
+        if let Some(at) = paused.iter().position(|(w, _)| *w == who) {
+            for pid in paused.remove(at).1 {
+                signal(pid, libc::SIGCONT);
+            }
+        }
+    });
+    true
 }
 
 /// Whether process `pid` holds SQLite's write lock on the database at `path`, by the kernel's

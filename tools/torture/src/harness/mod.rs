@@ -137,6 +137,13 @@ impl Config {
         self.poll_max * 2 + Duration::from_secs(2)
     }
 
+    /// How long `stop-before-reply` keeps a client stopped: a second past the longest of its
+    /// lease, its waiter lease and its claim window, so that whatever its write set up has
+    /// ended in the store by the time it reads the answer.
+    fn stop_pause(&self) -> Duration {
+        self.ttl.max(self.waiter_ttl).max(self.claim()) + Duration::from_secs(1)
+    }
+
     /// The run's keys: `KEY` alone, or `KEY/k0`, `KEY/k1`, … (kinds in turn with `mixed`).
     pub fn key_plans(&self) -> Vec<KeyPlan> {
         let n = self.keys.max(1);
@@ -166,13 +173,15 @@ impl Config {
     /// Refuses combinations that cannot mean anything, saying what to do instead.
     pub fn check(&self) -> Result<(), String> {
         let mutexes = self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
-        if self.faults.contains(&Fault::PauseHolder) && !mutexes {
-            return Err(
-                "pause-holder needs a mutex key (--kind mutex, or mixed): only a fence protects \
-                 a resource from a holder paused past its lease, and only a mutex's resource \
-                 checks fences"
-                    .into(),
-            );
+        for stopping in [Fault::PauseHolder, Fault::StopBeforeReply] {
+            if self.faults.contains(&stopping) && !mutexes {
+                return Err(format!(
+                    "{} needs a mutex key (--kind mutex, or mixed): only a fence protects a \
+                     resource from a holder paused past its lease, and only a mutex's \
+                     resource checks fences",
+                    stopping.name()
+                ));
+            }
         }
         if self.faults.contains(&Fault::Restart) && self.restart_cmd.is_none() {
             return Err("the restart fault needs --restart-cmd (e.g. \
@@ -206,12 +215,14 @@ struct Event {
     lasted: Duration,
 }
 
-/// A client process while it runs: its own pid, and the pid of the process that does the
-/// work (the command of `baton run`, which is in a process group of its own), once known.
+/// A client process while it runs.
 #[derive(Clone, Copy, Debug)]
 struct Running {
+    /// The process the harness started (`baton run`, or the library client).
     pid: i32,
     started: Instant,
+    /// Whether its key is a mutex (only those clients may be stopped past their lease).
+    fenced: bool,
 }
 
 /// What the resource's server, the client threads and the fault thread share.
@@ -348,6 +359,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             schedule: Schedule::new(config.seed, &config.faults, config.every),
             shared,
             ttl: config.ttl,
+            stop_pause: config.stop_pause(),
             hole: config.hole,
             restart_cmd: config.restart_cmd.clone(),
             proxy: proxy.as_ref().map(|p| p.proxy.clone()),
@@ -365,6 +377,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             signal(pid, libc::SIGCONT);
         }
     }
+    let proxy_stats = proxy.as_ref().map(|p| p.proxy.stats());
     drop(proxy);
 
     let mut resource = lock(&shared.resource);
@@ -421,10 +434,12 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     }
     // A holder that was not paused stops before its lease can end (`baton run` kills its
     // command, the library client stops at the heartbeat's word): a fence refusing it means a
-    // lease ended under a holder that was still running.
+    // lease ended under a holder that was still running. A lost reply stops nobody: a client
+    // whose write went unanswered and then was fenced off believed it held what the store had
+    // given away.
     let paused: HashSet<&str> = events
         .iter()
-        .filter(|e| matches!(e.fault, Fault::PauseHolder | Fault::PauseInTransaction))
+        .filter(|e| e.fault.stops_process())
         .filter_map(|e| e.who.as_deref())
         .collect();
     for rejection in fenced_off
@@ -494,6 +509,13 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "writes": writes,
         "fenced_off": fenced_off.len(),
         "injected": injected,
+        // What the fault proxy saw: whether the reply faults had writes to work with.
+        "proxy": proxy_stats.map(|p| json!({
+            "connections": p.connections_accepted,
+            "writes": p.writes_forwarded,
+            "replies_lost": p.replies_lost,
+            "replies_hooked": p.replies_hooked,
+        })),
         "violations": violations.len(),
         "lost": lost,
         "takeover_ms": takeovers.json(),

@@ -46,11 +46,12 @@ impl Takeovers {
     }
 }
 
-/// For every holder killed or paused at t: the time to the next hold of the key by another
-/// client, against the bound: the TTL, plus one claim window for each waiter killed in the
-/// window that could have been ahead, plus the longest poll interval (with its jitter), plus
-/// the slack for starting a process. A takeover during a store or network fault is reported
-/// but not held to the bound (the store itself was away).
+/// For every holder killed or paused at t (or client stopped before a reply): the time to the
+/// next hold of the key by another client, against the bound: the TTL, plus one claim window
+/// for each waiter killed (or stopped before a reply) in the window that could have been ahead,
+/// plus the longest poll interval (with its jitter), plus the slack for starting a process. A
+/// takeover during a store or network fault is reported but not held to the bound (the store
+/// itself was away).
 pub(super) fn takeovers(
     config: &Config,
     events: &[Event],
@@ -90,10 +91,15 @@ pub(super) fn takeovers(
             u64::try_from((config.waiter_ttl + config.claim()).as_nanos()).unwrap_or(0),
         );
         let window_end = next.start_ns;
+        // A client stopped past its claim window while waiting ahead holds the queue up as a
+        // dead waiter does: granted, it cannot claim.
         let dead_waiters = events
             .iter()
             .filter(|e| {
-                e.fault == Fault::KillWaiter && e.at_ns >= window_start && e.at_ns <= window_end
+                matches!(e.fault, Fault::KillWaiter | Fault::StopBeforeReply)
+                    && e.at_ns >= window_start
+                    && e.at_ns <= window_end
+                    && e.at_ns != event.at_ns
             })
             .count() as u32;
         let disturbed = events.iter().any(|e| {
