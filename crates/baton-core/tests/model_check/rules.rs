@@ -1,0 +1,80 @@
+//! The client library's rules, as the model's clients follow them.
+//!
+//! Every belief a client holds is computed here, and only through `baton_core::lease`: the
+//! model must judge the rules the library runs, so no bound is written a second time. Rule 4
+//! (one heartbeat renews every lease, each on its own bound) is the model's shape: a client
+//! keeps a phase, and a bound, per key, and acts on each key independently.
+
+use baton_core::lease::{self, Basis};
+use baton_core::{Applied, Op, Request};
+
+use crate::world::{CLAIM, TTL};
+
+/// Rule 1: until when (local clock) the holder may act on the lease a write set, counted from
+/// the write's basis (when it read the store's clock for it, less how far that reading lagged)
+/// — never from when the reply was handled. `None` when that bound has already passed at
+/// `now`: a reply handled too late gives the lease up.
+pub fn lease_until(basis: Basis, now: u64) -> Option<u64> {
+    let until = basis.holds_until_local_ms(TTL);
+    (until > now).then_some(until)
+}
+
+/// When the ticket was last known queued, from a write whose reply showed it queued: the
+/// write's basis (the grant came after the write was computed, however late its reply).
+pub fn queued_at(basis: Basis) -> u64 {
+    basis.basis_local_ms
+}
+
+/// Rule 2: whether a reply that shows the ticket held may be trusted as a lease this write
+/// set. A refresh or a renewal beats the ticket itself, and an enqueue whose own grant step
+/// granted it set the lease then; but a retried enqueue that finds its ticket already held
+/// only reports a standing an earlier write set, whose deadline may be long past its basis:
+/// the client claims first and counts from that claim.
+pub fn write_set_the_lease(op: &Op, applied: &Applied, id: &str) -> bool {
+    match op {
+        Op::Enqueue(_) => applied.granted.iter().any(|(granted, _)| granted == id),
+        _ => true,
+    }
+}
+
+/// Rule 3: the retry of `first` after an ambiguous failure carries the document's finish
+/// count as the first attempt read it, so the core refuses it as uncertain rather than
+/// recreating a ticket that ended and was forgotten meanwhile.
+pub fn retry(first: Request, finishes_seen: u64) -> Request {
+    Request {
+        finishes_seen: Some(finishes_seen),
+        ..first
+    }
+}
+
+/// A reading of the store's clock for a read: taken after `from_local_ms`, `store_ms` on the
+/// store's clock, at most `behind_ms` behind it.
+#[derive(Clone, Copy, Debug)]
+pub struct Reading {
+    pub from_local_ms: u64,
+    pub store_ms: u64,
+    pub behind_ms: u64,
+}
+
+/// Rule 5: until when a grant seen unclaimed may be started at once, leaving the claim to the
+/// heartbeat (`None`: claim first). Bounded by the last answer that showed the ticket queued
+/// and, on a store with a clock, by the grant's own claim deadline as read (`same_epoch`: the
+/// deadline is on the clock the reading came from).
+pub fn fresh_grant_until(
+    queued_at: u64,
+    read: Option<Reading>,
+    deadline_ms: Option<u64>,
+    same_epoch: bool,
+    now: u64,
+) -> Option<u64> {
+    let on_store_clock = read.map(|read| {
+        lease::deadline_stands_until_local_ms(
+            read.from_local_ms,
+            read.store_ms,
+            read.behind_ms,
+            deadline_ms,
+            same_epoch,
+        )
+    });
+    lease::fresh_grant_until_local_ms(queued_at, CLAIM, on_store_clock, now)
+}
