@@ -19,15 +19,7 @@ const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// back to `CLOCK_MONOTONIC`, which also never steps but may pause while suspended; where even
 /// that fails, to the wall clock, which is the best left and cannot fail.
 pub fn boot_time_ms() -> u64 {
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    if let Some(ms) = read_clock_ms(libc::CLOCK_BOOTTIME) {
-        return ms;
-    }
-    #[cfg(unix)]
-    if let Some(ms) = read_clock_ms(libc::CLOCK_MONOTONIC) {
-        return ms;
-    }
-    wall_time_ms()
+    boot_time_us() / 1000
 }
 
 /// Microseconds since this host booted, counting time spent suspended (falls back as
@@ -97,11 +89,6 @@ fn read_boot_id() -> String {
             format!("boot-at-{}", (boot_at_ms + 500) / 1000)
         }
     }
-}
-
-#[cfg(unix)]
-fn read_clock_ms(clock_id: libc::clockid_t) -> Option<u64> {
-    read_clock_us(clock_id).map(|us| us / 1000)
 }
 
 #[cfg(unix)]
