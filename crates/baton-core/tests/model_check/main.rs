@@ -202,9 +202,9 @@ fn retried_enqueues_on_a_semaphore() {
     let clients: &[bool] = pick(&[false, false], &[false, false, false]);
     run(Setup {
         lost: true,
-        late: true,
-        faults: 2,
-        horizon: pick(4_000, 4_500),
+        late: !long(),
+        faults: pick(2, 1),
+        horizon: 4_000,
         ..one_key("retries, limit 2", 2, clients)
     });
 }
