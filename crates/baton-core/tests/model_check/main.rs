@@ -63,7 +63,7 @@
 //!
 //! `BATON_MODEL_CHECK=long cargo test -p baton-core --test model_check` explores larger worlds
 //! (longer horizons, more faults, a third client or lagging readings where the default has
-//! none); it takes about half an hour and a few GB.
+//! none): 43 million states, about half an hour on two cores and up to 8 GB of memory.
 //!
 //! The default run (in the test command; the core is optimised in the dev profile, and applies
 //! are memoised on store clocks): 6.4 million states, about 70 s on two cores (100 s of CPU),
