@@ -226,24 +226,12 @@ impl World {
     /// Client `c`'s enqueue on `k`: the same attempt id for every retry.
     fn enqueue_request(&self, setup: &Setup, c: usize, k: usize) -> Request {
         let id = self.id(c, k);
-        let op = Op::Enqueue(Enqueue {
-            id: id.clone(),
-            token: self.token(c, k),
-            mode: if setup.clients[c].shared {
-                Mode::Shared
-            } else {
-                Mode::Normal
-            },
-            limit: setup.limit,
-            context: String::new(),
-            order: None,
-            supersede: false,
-            keep: false,
-            ttl_ms: TTL,
-            waiter_ttl_ms: WAITER_TTL,
-            claim_ms: CLAIM,
-            max_live: 1000,
-        });
+        let mode = if setup.clients[c].shared {
+            Mode::Shared
+        } else {
+            Mode::Normal
+        };
+        let op = enqueue_op(id.clone(), self.token(c, k), mode, setup.limit);
         Request::new(format!("{id}-enqueue"), op)
     }
 
@@ -640,20 +628,7 @@ impl World {
         for i in 0..FINISHED_REMEMBERED {
             let id = format!("t-x{i}");
             let token = format!("{:032x}", 0xe000 + i);
-            let enqueue = Op::Enqueue(Enqueue {
-                id: id.clone(),
-                token: token.clone(),
-                mode: Mode::Normal,
-                limit: setup.limit,
-                context: String::new(),
-                order: None,
-                supersede: false,
-                keep: false,
-                ttl_ms: TTL,
-                waiter_ttl_ms: WAITER_TTL,
-                claim_ms: CLAIM,
-                max_live: 1000,
-            });
+            let enqueue = enqueue_op(id.clone(), token.clone(), Mode::Normal, setup.limit);
             let cancel = Op::Release {
                 token,
                 outcome: Outcome::Cancelled,
@@ -694,4 +669,22 @@ fn heard_of(op: &Op, applied: &Applied, id: &str) -> Heard {
         },
         _ => Heard::Ended,
     }
+}
+
+/// An enqueue with the model's phases (TTL, waiter TTL, claim window) and no options.
+fn enqueue_op(id: String, token: String, mode: Mode, limit: u32) -> Op {
+    Op::Enqueue(Enqueue {
+        id,
+        token,
+        mode,
+        limit,
+        context: String::new(),
+        order: None,
+        supersede: false,
+        keep: false,
+        ttl_ms: TTL,
+        waiter_ttl_ms: WAITER_TTL,
+        claim_ms: CLAIM,
+        max_live: 1000,
+    })
 }
