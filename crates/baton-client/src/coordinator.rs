@@ -27,14 +27,17 @@ pub struct Executed {
     pub reply: Reply,
     /// The key's document after it.
     pub doc: Doc,
-    /// Grants made by it, in order: (ticket id, fence).
+    /// Grants made by it, in order: (ticket id, fence). When the answer needed no write (a
+    /// retry recognised), the grants of this call's attempts that may have landed unseen.
     pub granted: Vec<(String, u64)>,
     /// When the document this operation wrote was computed, on the local clock: every phase
     /// it set (a lease, a claim, a waiter lease) stands until [`Basis`] says. When the answer
     /// needed no write (the core recognised a retry whose first attempt had landed unseen),
     /// the earliest basis of this call's attempts that may have landed; `None` when there were
-    /// none: the answer then describes what some earlier write did, at a time this call cannot
-    /// know (an enqueue retried after an outage, say), and no deadline may be derived from it.
+    /// none, or when the request came already marked as a retry ([`Request::finishes_seen`]):
+    /// the answer then describes what some earlier write did, at a time this call cannot know
+    /// (an enqueue retried after an outage, whose first write may have landed late), and no
+    /// deadline may be derived from it.
     pub basis: Option<Basis>,
 }
 
@@ -110,8 +113,12 @@ impl Coordinator {
         let mut current = self.cached(key);
         let mut fresh = false;
         let mut conflicts = 0u32;
-        // The earliest basis of an attempt whose write may have landed unseen (ambiguous).
+        // An earlier call's attempt may have landed unseen, at a time this call cannot know.
+        let retried_from_earlier_call = request.finishes_seen.is_some();
+        // The earliest basis of an attempt whose write may have landed unseen (ambiguous), and
+        // the grants such attempts made.
         let mut maybe_landed: Option<Basis> = None;
+        let mut maybe_granted: Vec<(String, u64)> = Vec::new();
         loop {
             let cached = match current.take() {
                 Some(cached) => cached,
@@ -148,10 +155,13 @@ impl Coordinator {
                 if !fresh {
                     continue;
                 }
+                if retried_from_earlier_call {
+                    (maybe_landed, maybe_granted) = (None, Vec::new());
+                }
                 return Ok(Executed {
                     reply: applied.reply,
                     doc: applied.doc,
-                    granted: applied.granted,
+                    granted: maybe_granted,
                     basis: maybe_landed,
                 });
             }
@@ -211,6 +221,7 @@ impl Coordinator {
                         request.finishes_seen = Some(seen);
                     }
                     maybe_landed = Some(earlier(maybe_landed, basis));
+                    maybe_granted.extend(applied.granted);
                     self.forget(key);
                     current = None;
                 }

@@ -45,7 +45,7 @@ pub(crate) async fn wait_for_turn(
 ) -> Result<Lease, ClientError> {
     let started = Instant::now();
     let enqueued = enqueue(coord, pending, options).await?;
-    if let Some(lease) = turn_from_write(coord, pending, &enqueued.executed)? {
+    if let Some(lease) = turn_from_write(coord, pending, &enqueued.op, &enqueued.executed)? {
         return Ok(lease);
     }
     let mut waiter = Waiter::start(coord, pending, options, enqueued).await?;
@@ -68,6 +68,8 @@ pub(crate) async fn wait_for_turn(
 
 /// What the enqueue learned.
 struct Enqueued {
+    /// The enqueue, as sent.
+    op: Op,
     executed: Executed,
     /// When the last request was sent (local clock) whose answer showed the ticket queued.
     queued_at_ms: u64,
@@ -102,6 +104,7 @@ async fn enqueue(
                     first_sent_ms
                 };
                 return Ok(Enqueued {
+                    op: request.op,
                     executed,
                     queued_at_ms,
                 });
@@ -136,19 +139,22 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
     }
 }
 
-/// The lease, if `executed` is a write of this wait's own that left its ticket held and
-/// claimed: it counts from that write's basis. The error, if the ticket has ended. `None`
-/// otherwise: still queued, or held by a write this request did not make (a retried enqueue
-/// recognised by the core answers without writing; what granted or claimed the ticket, and
-/// when, it cannot know), which the waiter claims first.
+/// The lease, if `executed` (of `op`) is a write of this wait's own that set its ticket's
+/// lease ([`lease::write_set_the_lease`]): held and claimed, counted from that write's basis.
+/// The error, if the ticket has ended. `None` otherwise: still queued, or held by a write this
+/// request did not make (a retried enqueue finds its ticket granted or claimed by an earlier
+/// write, at a time it cannot know), which the waiter claims first.
 fn turn_from_write(
     coord: &Coordinator,
     pending: &Pending,
+    op: &Op,
     executed: &Executed,
 ) -> Result<Option<Lease>, ClientError> {
     match (&executed.reply, executed.basis) {
         (Reply::Ticket(TicketView::Live(status)), Some(basis))
-            if status.state == TicketState::Held && status.claimed =>
+            if status.state == TicketState::Held
+                && status.claimed
+                && lease::write_set_the_lease(op, &executed.granted, &pending.id) =>
         {
             let ttl_ms = status.phase_ms;
             Ok(Some(Lease {
@@ -450,7 +456,7 @@ impl<'a> Waiter<'a> {
         let executed = self.coord.execute(key, &mut request).await;
         let executed = executed.map_err(|e| ended_is_lost(key, e))?;
         self.last_refresh = Instant::now();
-        if let Some(lease) = turn_from_write(self.coord, self.pending, &executed)? {
+        if let Some(lease) = turn_from_write(self.coord, self.pending, &request.op, &executed)? {
             return Ok(Next::Turn(lease));
         }
         if is_queued(&executed.doc, &self.pending.id) {
@@ -500,7 +506,7 @@ impl<'a> Waiter<'a> {
                 let token = self.pending.token.clone();
                 let mut claim = Request::new(ids::new_attempt_id(), Op::Refresh { token });
                 let executed = coord.execute(key, &mut claim).await?;
-                turn_from_write(coord, self.pending, &executed)?.ok_or_else(timed_out)
+                turn_from_write(coord, self.pending, &claim.op, &executed)?.ok_or_else(timed_out)
             }
             Err(error) => Err(ended_is_lost(key, error)),
         }

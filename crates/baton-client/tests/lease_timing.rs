@@ -48,6 +48,27 @@ async fn until(what: impl Fn() -> bool) {
     }
 }
 
+/// The enqueue of `pending` as the library sends it: a mutex, TTL 3 s, claim window 4 s.
+fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
+    Request::new(
+        attempt,
+        baton_core::Op::Enqueue(baton_core::Enqueue {
+            id: pending.id.clone(),
+            token: pending.token.clone(),
+            mode: baton_core::Mode::Normal,
+            limit: 1,
+            context: String::new(),
+            order: None,
+            supersede: false,
+            keep: false,
+            ttl_ms: 3_000,
+            waiter_ttl_ms: 60_000,
+            claim_ms: 4_000,
+            max_live: 100,
+        }),
+    )
+}
+
 /// A holder of `key` on `shared`, with its coordinator.
 async fn holder(shared: &Arc<MemoryStore>, key: &str) -> (Coordinator, Lease) {
     let coord = Coordinator::new(shared.clone());
@@ -154,6 +175,86 @@ async fn a_grant_whose_reply_comes_back_after_its_lease_ran_out_is_never_started
     }
 }
 
+/// Finding 1, when the retry writes: an enqueue granted and claimed at once, whose answer is
+/// lost, is retried after another holder's lease ran out; the retry expires that holder (so it
+/// writes) and finds its own ticket held and claimed — by the first attempt, whose deadline
+/// counts from long before this write. The lease must not be counted from the retry.
+#[tokio::test]
+async fn a_retried_enqueue_that_writes_does_not_count_an_earlier_grant_from_its_own_write() {
+    let shared = Arc::new(MemoryStore::new());
+    let two = |ttl_ms: u64| AcquireOptions {
+        limit: 2,
+        ..ttl(Duration::from_millis(ttl_ms))
+    };
+    let first = Coordinator::new(shared.clone());
+    acquire(&first, &Pending::new("k"), &two(1_000))
+        .await
+        .unwrap();
+    // The second slot is granted and claimed by the enqueue itself; its answer is held for
+    // 1.5 s and lost, and the retry then expires the first holder.
+    let probe = Probe::new(shared.clone(), true);
+    probe.lose_reply_after_ms.store(1_500, Ordering::SeqCst);
+    let coord = Coordinator::new(probe.clone());
+    let lease = acquire(&coord, &Pending::new("k"), &two(3_000))
+        .await
+        .unwrap();
+    // Two more processes take both slots, the second once the store has ended what it holds.
+    let others: Vec<Lease> = {
+        let mut others = Vec::new();
+        for _ in 0..2 {
+            let other = Coordinator::new(shared.clone());
+            others.push(
+                acquire(&other, &Pending::new("k"), &two(3_000))
+                    .await
+                    .unwrap(),
+            );
+        }
+        others
+    };
+    let now_ms = coord.local_ms();
+    assert!(
+        lease.holds_until_ms <= now_ms,
+        "believed it held a slot of two for {} ms after {} and {} took both",
+        lease.holds_until_ms - now_ms,
+        others[0].id,
+        others[1].id
+    );
+}
+
+/// Finding 1, across calls: a request that an earlier call already sent (its answer lost,
+/// so it carries what that attempt saw) may find its ticket granted and claimed by that
+/// earlier write — landed late, at a time this call cannot know — even when an attempt of this
+/// call computed the same grant and its answer was lost too. No lease may be counted from
+/// this call's attempts.
+#[tokio::test]
+async fn a_retry_carried_over_from_an_earlier_call_counts_no_lease_from_its_own_attempts() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Coordinator::new(probe.clone());
+    // This process has the key as empty in its cache.
+    coord.read("k").await.unwrap();
+    let pending = Pending::new("k");
+    let mut request = enqueue_request("attempt", &pending);
+    request.finishes_seen = Some(0);
+    // The earlier call's write lands late; this call's own write, computed from the cache,
+    // conflicts with it, and its answer is lost.
+    let landed_late = Coordinator::new(shared.clone());
+    landed_late
+        .execute("k", &mut request.clone())
+        .await
+        .unwrap();
+    probe.lose_reply_after_ms.store(1, Ordering::SeqCst);
+    let executed = coord.execute("k", &mut request).await.unwrap();
+    let held = doc_of(&shared, "k").await;
+    assert!(held.by_id(&pending.id).unwrap().claimed);
+    assert!(
+        executed.basis.is_none() && executed.granted.is_empty(),
+        "counted the lease an earlier call set from this call's attempt: {:?}, grants {:?}",
+        executed.basis,
+        executed.granted
+    );
+}
+
 /// Finding 2, renewals: a renewal's deadline is set from the writer's reading of the store's
 /// clock, which may lag the store by `behind_ms`; the holder must count that lag off.
 #[tokio::test]
@@ -203,23 +304,7 @@ async fn a_slow_renewal_of_one_key_does_not_hold_up_the_claim_of_another() {
     // An unclaimed grant of "b": queued behind a holder that then releases.
     let (first, held_b) = holder(&shared, "b").await;
     let b_pending = Pending::new("b");
-    let mut enqueue = Request::new(
-        "enqueue-b",
-        baton_core::Op::Enqueue(baton_core::Enqueue {
-            id: b_pending.id.clone(),
-            token: b_pending.token.clone(),
-            mode: baton_core::Mode::Normal,
-            limit: 1,
-            context: String::new(),
-            order: None,
-            supersede: false,
-            keep: false,
-            ttl_ms: 3_000,
-            waiter_ttl_ms: 60_000,
-            claim_ms: 4_000,
-            max_live: 100,
-        }),
-    );
+    let mut enqueue = enqueue_request("enqueue-b", &b_pending);
     coord.execute("b", &mut enqueue).await.unwrap();
     // Renewals of "a" now take 1.2 s to reach the store (then land, in A's time).
     probe.slow_keys.lock().unwrap().insert("a".into(), 1_200);

@@ -19,6 +19,8 @@
 //! The client library, `baton status` and the model check all call these: no rule here is
 //! written twice.
 
+use crate::op::Op;
+
 /// The margin by which a holder gives up a phase before it can end for anyone else: a tenth of
 /// the phase, at least 300 ms, at most half of it. It covers the store's and the process's rate
 /// differences and the time between a local check and acting on it.
@@ -152,6 +154,19 @@ pub fn fresh_grant_until_local_ms(
     (until.saturating_sub(now_local_ms) >= claim_ms / 2 && until > now_local_ms).then_some(until)
 }
 
+/// Whether a write's answer that shows ticket `id` held and claimed is a lease that write set,
+/// to be counted from the write's basis. `granted`: the grants the write made. A refresh or a
+/// renewal beats the ticket itself; an enqueue set the lease only if its own grant step granted
+/// the ticket. A retried enqueue that finds its ticket already held merely reports what an
+/// earlier write set, at a time it cannot know (that write's reply was lost), however fresh its
+/// own write: the client claims first, and counts from the claim.
+pub fn write_set_the_lease(op: &Op, granted: &[(String, u64)], id: &str) -> bool {
+    match op {
+        Op::Enqueue(_) => granted.iter().any(|(granted, _)| granted == id),
+        _ => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +268,38 @@ mod tests {
         assert!(fresh_grant_until_local_ms(queued_at, claim, Some(queued_at), queued_at).is_none());
         // Near zero on the local clock: no underflow.
         assert!(fresh_grant_until_local_ms(0, claim, Some(0), 0).is_none());
+    }
+
+    #[test]
+    fn an_enqueue_set_a_lease_only_if_it_granted_its_own_ticket() {
+        let enqueue = Op::Enqueue(crate::op::Enqueue {
+            id: "mine".into(),
+            token: "secret".into(),
+            mode: crate::Mode::Normal,
+            limit: 2,
+            context: String::new(),
+            order: None,
+            supersede: false,
+            keep: false,
+            ttl_ms: 3_000,
+            waiter_ttl_ms: 60_000,
+            claim_ms: 4_000,
+            max_live: 100,
+        });
+        let granted = |ids: &[&str]| -> Vec<(String, u64)> {
+            ids.iter().map(|id| (id.to_string(), 7)).collect()
+        };
+        assert!(write_set_the_lease(
+            &enqueue,
+            &granted(&["other", "mine"]),
+            "mine"
+        ));
+        // A retry that expired another holder and granted a third finds "mine" held already.
+        assert!(!write_set_the_lease(&enqueue, &granted(&["third"]), "mine"));
+        assert!(!write_set_the_lease(&enqueue, &[], "mine"));
+        let refresh = Op::Refresh {
+            token: "secret".into(),
+        };
+        assert!(write_set_the_lease(&refresh, &[], "mine"));
     }
 }

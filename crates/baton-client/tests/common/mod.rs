@@ -32,6 +32,9 @@ pub struct Probe {
     /// When set, the next CAS is written, then the store becomes unreachable before answering
     /// (`Ambiguous`): a server that went down right after taking the write.
     pub vanish_after_cas: AtomicBool,
+    /// When set (ms), the next CAS is written and its answer is held that long, then comes
+    /// back `Ambiguous` while the store stays reachable: a reply lost in a slow network.
+    pub lose_reply_after_ms: AtomicU64,
     /// How far behind the store's time this view's clock readings are: a process whose writes
     /// land long after it computed them (held in a network), with the deadlines it set in them.
     pub clock_lag_ms: AtomicU64,
@@ -54,6 +57,7 @@ impl Probe {
             down: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
             vanish_after_cas: AtomicBool::new(false),
+            lose_reply_after_ms: AtomicU64::new(0),
             clock_lag_ms: AtomicU64::new(0),
             reply_delay_ms: AtomicU64::new(0),
             slow_keys: Mutex::new(HashMap::new()),
@@ -122,6 +126,14 @@ impl Store for Probe {
         let delay_ms = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        }
+        let lost_after_ms = self.lose_reply_after_ms.swap(0, Ordering::SeqCst);
+        if lost_after_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(lost_after_ms)).await;
+            return Err(StoreError::Ambiguous {
+                store: self.describe(),
+                reason: "the answer was lost after the write landed (the test)".into(),
+            });
         }
         if self.vanish_after_cas.swap(false, Ordering::SeqCst) {
             self.unreachable.store(true, Ordering::SeqCst);

@@ -6,7 +6,7 @@
 //! keeps a phase, and a bound, per key, and acts on each key independently.
 
 use baton_core::lease::{self, Basis};
-use baton_core::{Applied, Op, Request};
+use baton_core::Request;
 
 use crate::world::{CLAIM, TTL};
 
@@ -25,17 +25,8 @@ pub fn queued_at(basis: Basis) -> u64 {
     basis.basis_local_ms
 }
 
-/// Rule 2: whether a reply that shows the ticket held may be trusted as a lease this write
-/// set. A refresh or a renewal beats the ticket itself, and an enqueue whose own grant step
-/// granted it set the lease then; but a retried enqueue that finds its ticket already held
-/// only reports a standing an earlier write set, whose deadline may be long past its basis:
-/// the client claims first and counts from that claim.
-pub fn write_set_the_lease(op: &Op, applied: &Applied, id: &str) -> bool {
-    match op {
-        Op::Enqueue(_) => applied.granted.iter().any(|(granted, _)| granted == id),
-        _ => true,
-    }
-}
+// Rule 2, whether a reply that shows the ticket held is a lease that write set, is the core's
+// `lease::write_set_the_lease`, called where the model handles a reply.
 
 /// Rule 3: the retry of `first` after an ambiguous failure carries the document's finish
 /// count as the first attempt read it, so the core refuses it as uncertain rather than

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 
-use baton_core::lease::Basis;
+use baton_core::lease::{self, Basis};
 use baton_core::limits::FINISHED_REMEMBERED;
 use baton_core::{
     Applied, Clock, Doc, Enqueue, Mode, Observer, Op, Outcome, Refusal, Reply, Request,
@@ -664,7 +664,7 @@ fn heard_of(op: &Op, applied: &Applied, id: &str) -> Heard {
         Reply::Ticket(TicketView::Live(status)) => match status.state {
             TicketState::Queued => Heard::Queued,
             TicketState::Held => Heard::Held {
-                set_here: rules::write_set_the_lease(op, applied, id),
+                set_here: lease::write_set_the_lease(op, &applied.granted, id),
             },
         },
         _ => Heard::Ended,
