@@ -414,6 +414,7 @@ impl<'a> Waiter<'a> {
         let until_ms = lease::fresh_grant_until_local_ms(
             self.queued_at_ms,
             mine.claim_ms,
+            mine.ttl_ms,
             on_store_clock,
             now_ms,
         )?;

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
 use crate::invariants;
+use crate::lease;
 use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
 use crate::op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
 
@@ -421,7 +422,7 @@ impl Work<'_> {
             ticket.granted_wall_ms = self.clock.wall_ms();
             ticket.claimed = claimed;
             let phase_ms = ticket.phase_ms();
-            self.beat(idx, phase_ms);
+            self.start_phase(idx, phase_ms);
             let ticket = &self.doc.tickets[idx];
             match ticket.mode {
                 Mode::Normal => n_normal += 1,
@@ -432,12 +433,23 @@ impl Work<'_> {
         Ok(())
     }
 
-    /// Starts a new phase of `phase_ms` for ticket `idx`: a new deadline and a new heartbeat.
-    fn beat(&mut self, idx: usize, phase_ms: u64) {
+    /// Starts a new phase of `phase_ms` for ticket `idx` (a grant): a new deadline and a new
+    /// heartbeat.
+    fn start_phase(&mut self, idx: usize, phase_ms: u64) {
         let deadline_ms = self.clock.deadline_ms(phase_ms);
         let ticket = &mut self.doc.tickets[idx];
         ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
         ticket.deadline_ms = deadline_ms;
+    }
+
+    /// Beats ticket `idx` within its phase (a refresh, a claim, a renewal): a new heartbeat,
+    /// and a deadline `phase_ms` from now that never moves the current one earlier
+    /// ([`lease::extended_deadline_store_ms`]).
+    fn beat(&mut self, idx: usize, phase_ms: u64) {
+        let new_ms = self.clock.deadline_ms(phase_ms);
+        let ticket = &mut self.doc.tickets[idx];
+        ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
+        ticket.deadline_ms = lease::extended_deadline_store_ms(ticket.deadline_ms, new_ms);
     }
 
     /// Ends the live ticket `idx`: out of the document, into the history and the summary.

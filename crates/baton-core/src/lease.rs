@@ -125,7 +125,7 @@ pub fn deadline_stands_until_local_ms(
 }
 
 /// Until when (local clock) a grant seen unclaimed surely stands, if long enough to start at it
-/// and let a heartbeat claim it, instead of claiming it first. Two bounds, the earlier wins,
+/// and let a heartbeat claim it, instead of claiming it first. Three bounds, the earliest wins,
 /// less the claim window's [`safety_margin_ms`]:
 ///
 /// - `queued_at_local_ms` is when the last request was sent whose answer showed the ticket
@@ -138,20 +138,43 @@ pub fn deadline_stands_until_local_ms(
 ///   `queued_at`: a write held up in a network lands after the waiter's queued read with its
 ///   deadline already close or past (the torture harness found a semaphore of 2 held by 3 on
 ///   Redis after a 3 s black hole while only the first bound existed).
+/// - on a store without a clock, `now_local_ms + ttl_ms`: the heartbeat's claim, sent after
+///   now, starts a phase of the TTL, which observers may end before the claim window would
+///   have (a TTL shorter than the window), and if its answer is lost the holder still counts
+///   on this bound. (On a store with a clock the claim never moves the deadline earlier:
+///   [`extended_deadline_store_ms`].)
 ///
 /// Worth it only if at least half the window is left at `now_local_ms`.
 pub fn fresh_grant_until_local_ms(
     queued_at_local_ms: u64,
     claim_ms: u64,
+    ttl_ms: u64,
     on_store_clock_local_ms: Option<u64>,
     now_local_ms: u64,
 ) -> Option<u64> {
-    let mut stands_until = queued_at_local_ms.saturating_add(claim_ms);
-    if let Some(bound) = on_store_clock_local_ms {
-        stands_until = stands_until.min(bound);
-    }
+    let window_ends = queued_at_local_ms.saturating_add(claim_ms);
+    let stands_until = match on_store_clock_local_ms {
+        Some(bound) => window_ends.min(bound),
+        None => window_ends.min(now_local_ms.saturating_add(ttl_ms)),
+    };
     let until = stands_until.checked_sub(safety_margin_ms(claim_ms))?;
     (until.saturating_sub(now_local_ms) >= claim_ms / 2 && until > now_local_ms).then_some(until)
+}
+
+/// The deadline a beat of a live ticket leaves (a refresh, a claim, a renewal): the later of
+/// the current one and `new_store_ms` (the store's time as read, plus the phase). Never
+/// earlier: a reading may lag the last one (its reply was slower), a renewal may ask for a
+/// shorter TTL, a claim may set a TTL shorter than the claim window — and the holder whose
+/// answer to that write was lost still counts on the deadline it last saw set. A new phase
+/// (a grant) starts afresh instead. `None` (a clock without time: by observation) stays `None`.
+pub fn extended_deadline_store_ms(
+    current_store_ms: Option<u64>,
+    new_store_ms: Option<u64>,
+) -> Option<u64> {
+    match (current_store_ms, new_store_ms) {
+        (Some(current), Some(new)) => Some(current.max(new)),
+        (_, new) => new,
+    }
 }
 
 /// Whether a write's answer that shows ticket `id` held and claimed is a lease that write set,
@@ -239,35 +262,57 @@ mod tests {
 
     #[test]
     fn a_grant_is_fresh_while_half_its_window_is_left() {
+        const TTL: u64 = 60_000;
         let claim = 4_000;
         let margin = safety_margin_ms(claim);
         let queued_at = 10_000;
         // Right after the answer: the whole window less the margin.
         assert_eq!(
-            fresh_grant_until_local_ms(queued_at, claim, None, queued_at),
+            fresh_grant_until_local_ms(queued_at, claim, TTL, None, queued_at),
             Some(queued_at + claim - margin)
         );
         // Exactly half left: still fresh; a millisecond later: claim first.
         let half_left = queued_at + claim - margin - claim / 2;
-        assert!(fresh_grant_until_local_ms(queued_at, claim, None, half_left).is_some());
-        assert!(fresh_grant_until_local_ms(queued_at, claim, None, half_left + 1).is_none());
+        assert!(fresh_grant_until_local_ms(queued_at, claim, TTL, None, half_left).is_some());
+        assert!(fresh_grant_until_local_ms(queued_at, claim, TTL, None, half_left + 1).is_none());
         // An answer older than the window (a paused waiter) never starts unclaimed.
         assert!(
-            fresh_grant_until_local_ms(queued_at, claim, None, queued_at + 2 * claim).is_none()
+            fresh_grant_until_local_ms(queued_at, claim, TTL, None, queued_at + 2 * claim)
+                .is_none()
         );
         // The grant's own deadline bounds it when earlier.
         let deadline = queued_at + claim - 1_000;
         assert_eq!(
-            fresh_grant_until_local_ms(queued_at, claim, Some(deadline), queued_at),
+            fresh_grant_until_local_ms(queued_at, claim, TTL, Some(deadline), queued_at),
             Some(deadline - margin)
         );
         assert_eq!(
-            fresh_grant_until_local_ms(queued_at, claim, Some(queued_at + 2 * claim), queued_at),
+            fresh_grant_until_local_ms(
+                queued_at,
+                claim,
+                TTL,
+                Some(queued_at + 2 * claim),
+                queued_at
+            ),
             Some(queued_at + claim - margin)
         );
-        assert!(fresh_grant_until_local_ms(queued_at, claim, Some(queued_at), queued_at).is_none());
+        assert!(
+            fresh_grant_until_local_ms(queued_at, claim, TTL, Some(queued_at), queued_at).is_none()
+        );
+        // A TTL shorter than the window: the claim the heartbeat sends may end the grant sooner.
+        assert_eq!(
+            fresh_grant_until_local_ms(queued_at, claim, 3_000, None, queued_at + 500),
+            Some(queued_at + 500 + 3_000 - margin)
+        );
+        assert!(fresh_grant_until_local_ms(queued_at, claim, 1_000, None, queued_at).is_none());
+        // On a store with a clock the claim keeps the window's deadline: the TTL does not bound.
+        let far = Some(queued_at + 2 * claim);
+        assert_eq!(
+            fresh_grant_until_local_ms(queued_at, claim, 1_000, far, queued_at),
+            Some(queued_at + claim - margin)
+        );
         // Near zero on the local clock: no underflow.
-        assert!(fresh_grant_until_local_ms(0, claim, Some(0), 0).is_none());
+        assert!(fresh_grant_until_local_ms(0, claim, TTL, Some(0), 0).is_none());
     }
 
     #[test]

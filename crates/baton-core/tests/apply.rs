@@ -633,6 +633,65 @@ fn a_forgotten_tickets_id_may_start_a_new_ticket() {
 }
 
 #[test]
+fn a_renewal_never_moves_a_deadline_earlier() {
+    // Readings of the store's clock may go backwards (the later request's reply was slower to
+    // come back), and a renewal may ask for a shorter TTL. The holder still counts on the lease
+    // the last renewal it saw answered set: a renewal whose answer was lost, or a claim sent on
+    // the strength of a grant's claim window, must not cut that lease short on the store.
+    let mut w = World::new();
+    w.now_ms = 5_000;
+    w.run(Op::Enqueue(enqueue(1))).expect("enqueue");
+    let deadline = |w: &World| w.doc.as_ref().and_then(|d| d.by_id("t1")?.deadline_ms);
+    assert_eq!(deadline(&w), Some(15_000));
+    w.now_ms = 4_200; // a reading 800 ms behind the last one
+    w.run(Op::Renew {
+        token: token(1),
+        ttl_ms: None,
+    })
+    .expect("renew");
+    assert_eq!(deadline(&w), Some(15_000), "a lagging reading shortened it");
+    w.now_ms = 6_000;
+    w.run(Op::Renew {
+        token: token(1),
+        ttl_ms: Some(2_000),
+    })
+    .expect("renew shorter");
+    assert_eq!(deadline(&w), Some(15_000), "a shorter TTL cut it short");
+    w.now_ms = 14_000;
+    w.run(Op::Renew {
+        token: token(1),
+        ttl_ms: None,
+    })
+    .expect("renew again");
+    assert_eq!(
+        deadline(&w),
+        Some(16_000),
+        "the new TTL counts from then on"
+    );
+
+    // A grant's claim window (3 s) longer than its TTL (1 s): the claim keeps the window.
+    let mut w = World::new();
+    let short = |n| Enqueue {
+        ttl_ms: 1_000,
+        ..enqueue(n)
+    };
+    w.run(Op::Enqueue(short(1))).expect("1");
+    w.run(Op::Enqueue(short(2))).expect("2");
+    w.run(Op::Release {
+        token: token(1),
+        outcome: Outcome::Succeeded,
+        reason: None,
+    })
+    .expect("release");
+    let granted = w.doc.as_ref().and_then(|d| d.by_id("t2")?.deadline_ms);
+    assert_eq!(granted, Some(1_000 + 3_000));
+    w.now_ms = 1_500;
+    w.run(Op::Refresh { token: token(2) }).expect("claim");
+    let claimed = w.doc.as_ref().and_then(|d| d.by_id("t2")?.deadline_ms);
+    assert_eq!(claimed, Some(4_000), "the claim cut the claim window short");
+}
+
+#[test]
 fn a_coarse_store_clock_never_ends_a_lease_early() {
     // An S3 server's `Date` has whole seconds: a reading is up to 1 s behind the server's
     // time. A holder whose reading was a full second behind sets its deadline a second early;

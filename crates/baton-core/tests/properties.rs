@@ -328,6 +328,9 @@ struct MTicket {
     fence: u64,
     /// Store time at which the current phase began.
     phase_start: u64,
+    /// On the store's clock, the end of the phase before the last beat: a beat never moves
+    /// the end earlier (0 after a grant, which starts afresh).
+    floor: u64,
     /// Bumped whenever a new phase begins (enqueue, refresh, renew, claim, grant).
     generation: u64,
     /// The generation and document heartbeat seen at the last check.
@@ -354,9 +357,25 @@ impl MTicket {
         (self.order.is_none(), self.order.clone(), self.seq)
     }
 
+    /// When the current phase ends on the store's clock.
+    fn end_ms(&self) -> u64 {
+        self.floor.max(self.phase_start + self.phase_ms())
+    }
+
+    /// A grant (or an enqueue): a new phase from `now_ms`.
     fn new_phase(&mut self, now_ms: u64) {
         self.generation += 1;
         self.phase_start = now_ms;
+        self.floor = 0;
+    }
+
+    /// A refresh, claim or renewal (after `change` to its state): a new phase from `now_ms`
+    /// that ends no earlier than the current one.
+    fn beat(&mut self, now_ms: u64, change: impl FnOnce(&mut MTicket)) {
+        let floor = self.end_ms();
+        change(self);
+        self.new_phase(now_ms);
+        self.floor = floor;
     }
 
     fn ended(&self) -> Refusal {
@@ -1042,7 +1061,7 @@ impl World {
     /// eyes of client `c` (observation).
     fn next_expiry(&self, c: usize) -> Option<u64> {
         let remaining = self.books.live().filter_map(|(i, t)| match self.kind {
-            ClockKind::Store => Some((t.phase_start + t.phase_ms()).saturating_sub(self.now_ms)),
+            ClockKind::Store => Some(t.end_ms().saturating_sub(self.now_ms)),
             ClockKind::Observed => {
                 let since = self.seen_since(c, i)?;
                 Some((since + t.phase_ms()).saturating_sub(self.mono(c)))
@@ -1072,7 +1091,7 @@ impl World {
                 let reboot = self.written_epoch.as_deref() != Some(self.epoch.as_str());
                 self.books
                     .live()
-                    .filter(|(_, t)| reboot || self.now_ms >= t.phase_start + t.phase_ms())
+                    .filter(|(_, t)| reboot || self.now_ms >= t.end_ms())
                     .map(|(i, _)| i)
                     .collect()
             }
@@ -1164,6 +1183,7 @@ impl World {
                     claimed: false,
                     fence: 0,
                     phase_start: now,
+                    floor: 0,
                     generation: 0,
                     seen: None,
                     end: None,
@@ -1204,10 +1224,7 @@ impl World {
                 let held = b.tickets[i].held;
                 match &request.op {
                     Op::Refresh { .. } => {
-                        if held {
-                            b.tickets[i].claimed = true;
-                        }
-                        b.tickets[i].new_phase(now);
+                        b.tickets[i].beat(now, |t| t.claimed |= held);
                         x.looking = Some(i);
                     }
                     Op::Renew { ttl_ms, .. } => {
@@ -1216,14 +1233,13 @@ impl World {
                                 position: b.position(i),
                             });
                         }
-                        if let Some(ttl) = *ttl_ms {
-                            if !valid_ttl(ttl) {
-                                return invalid();
-                            }
-                            b.tickets[i].ttl = ttl;
+                        if ttl_ms.is_some_and(|ttl| !valid_ttl(ttl)) {
+                            return invalid();
                         }
-                        b.tickets[i].claimed = true;
-                        b.tickets[i].new_phase(now);
+                        b.tickets[i].beat(now, |t| {
+                            t.ttl = ttl_ms.unwrap_or(t.ttl);
+                            t.claimed = true;
+                        });
                         x.looking = Some(i);
                     }
                     Op::Release { outcome, .. } => {
@@ -1808,7 +1824,7 @@ impl World {
             let i = b.by_id(&dt.id).unwrap_or_default();
             let t = &mut b.tickets[i];
             let deadline = match self.kind {
-                ClockKind::Store => Some(t.phase_start + t.phase_ms()),
+                ClockKind::Store => Some(t.end_ms()),
                 ClockKind::Observed => None,
             };
             prop_assert!(
@@ -1843,7 +1859,7 @@ impl World {
             (TicketView::Live(s), None) => {
                 let position = if t.held { 0 } else { b.position(i) };
                 let deadline = match self.kind {
-                    ClockKind::Store => Some(t.phase_start + t.phase_ms()),
+                    ClockKind::Store => Some(t.end_ms()),
                     ClockKind::Observed => None,
                 };
                 prop_assert!(

@@ -227,13 +227,13 @@ fn readings_that_lag_the_store() {
 /// late. That second also covers a one-step lag, so ignoring `behind_ms` is caught here only
 /// with lags over a second — which also let a renewal's lagging reading set a deadline before
 /// the previous one's while the holder still acts on the previous bound (a process's readings
-/// can go backwards: `ServerClock` keeps the last reply's), not explored until the core or the
-/// client rules out that shortening.
+/// can go backwards: `ServerClock` keeps the last reply's). This world found that; the core
+/// now never moves a live ticket's deadline earlier (`lease::extended_deadline_store_ms`).
 #[test]
 fn a_coarse_store_clock() {
     run(Setup {
         clock: ClockKind::Coarse,
-        lags: &[0, STEP],
+        lags: &[0, STEP, 3 * STEP],
         rounds: 2,
         late: true,
         faults: pick(1, 2),

@@ -67,5 +67,5 @@ pub fn fresh_grant_until(
             same_epoch,
         )
     });
-    lease::fresh_grant_until_local_ms(queued_at, CLAIM, on_store_clock, now)
+    lease::fresh_grant_until_local_ms(queued_at, CLAIM, TTL, on_store_clock, now)
 }
