@@ -240,7 +240,8 @@ pub struct RenewArgs {
     /// The token `baton acquire` printed
     #[arg(value_name = "TOKEN")]
     pub token: String,
-    /// New lease duration from now [default: the ticket's own TTL]
+    /// New lease duration from now; a renewal never ends the lease sooner than it would have
+    /// ended [default: the ticket's own TTL]
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub ttl: Option<Duration>,
 }
