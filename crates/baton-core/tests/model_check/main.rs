@@ -20,7 +20,7 @@
 //!   if nothing else was written meanwhile (the CAS), applied again otherwise.
 //!
 //! Every reading of the store's clock may lag the store (`lags`: by one step, `behind_ms`
-//! reporting it; not more, see `a_coarse_store_clock`); on S3's coarse clock readings are also
+//! reporting it; by three in `a_coarse_store_clock`); on S3's coarse clock readings are also
 //! floored to whole seconds (`Clock::Store { uncertain_ms: 1000 }`, deadlines set from floored
 //! readings). Stores without a
 //! clock are judged by observation: each client feeds its own `Observer` every document it
@@ -34,8 +34,8 @@
 //!    far the reading lagged (`Basis::holds_until_local_ms`), never from when the reply was
 //!    handled; a reply handled after that bound gives the lease up;
 //! 2. a reply showing the ticket held is trusted only when the write that got it granted it or
-//!    beat it (a refresh or renewal); a retried enqueue that finds its ticket already held is
-//!    followed by a claim, whose write sets the bound;
+//!    beat it (a refresh or renewal: `lease::write_set_the_lease`); a retried enqueue that
+//!    finds its ticket already held is followed by a claim, whose write sets the bound;
 //! 3. a retry after an ambiguous failure carries `finishes_seen` (the count its first attempt
 //!    read), on every retry;
 //! 4. one heartbeat renews every lease its client holds, concurrently, each on its own bound;
@@ -59,24 +59,25 @@
 //! lease counted from the reply's handling, a held reply from a retried enqueue trusted, a
 //! retry without `finishes_seen` (a ghost ticket), one bound for all of a heartbeat's leases,
 //! `behind_ms` ignored (in the lease bound or in the grant's deadline bound), no deadline bound
-//! at all, and (by observation) a fresh grant counted from the read that saw it.
+//! at all, (by observation) a fresh grant counted from the read that saw it, and (in the core)
+//! a beat that moves a deadline earlier (`lease::extended_deadline_store_ms`).
 //!
 //! `BATON_MODEL_CHECK=long cargo test -p baton-core --test model_check` explores larger worlds
 //! (longer horizons, more faults, a third client or lagging readings where the default has
 //! none): 43 million states, about half an hour on two cores and up to 8 GB of memory.
 //!
 //! The default run (in the test command; the core is optimised in the dev profile, and applies
-//! are memoised on store clocks): 6.4 million states, about 70 s on two cores (100 s of CPU),
+//! are memoised on store clocks): 6.6 million states, about 70 s on two cores (100 s of CPU),
 //! per world:
 //!
 //! | test | states |
 //! |---|---:|
-//! | `a_coarse_store_clock` | 180,402 |
+//! | `a_coarse_store_clock` | 372,362 |
 //! | `a_mutex_taken_twice_by_one_client` | 857,972 |
 //! | `a_mutex_with_three_clients` | 942,767 |
 //! | `a_semaphore_of_two_with_three_clients` | 157,874 |
 //! | `leases_judged_by_observation` | 771,692 |
-//! | `readings_that_lag_the_store` | 374,714 |
+//! | `readings_that_lag_the_store` | 379,348 |
 //! | `retried_enqueues_after_lost_replies` | 729,079 |
 //! | `retried_enqueues_on_a_semaphore` | 461,658 |
 //! | `shared_holders_never_beside_a_normal_one` | 178,783 |
