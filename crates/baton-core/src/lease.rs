@@ -16,8 +16,8 @@
 //! arrived or was handled. A client stopped between its write landing and reading the reply, or
 //! whose write sat in a network, has used up that time already.
 //!
-//! The client library, `baton status` and the model check all call these: no rule here is
-//! written twice.
+//! The core's `apply`, the client library, `baton status` and the model check all call these:
+//! no rule here is written twice.
 
 use crate::op::Op;
 
