@@ -68,7 +68,7 @@ impl Injector {
         let shared = &self.shared;
         match fault {
             Fault::KillHolder => {
-                let (live, running) = self.live_holders();
+                let (live, running) = self.live_holders(|_| true);
                 if let Some(i) = self.schedule.pick(live.len()) {
                     let who = live[i].who.clone();
                     self.kill(&who, running[&who].pid);
@@ -99,11 +99,9 @@ impl Injector {
                 }
             }
             Fault::PauseHolder => {
-                let (live, running) = self.live_holders();
-                let live: Vec<Holder> = live
-                    .into_iter()
-                    .filter(|h| shared.fenced.contains(&h.key))
-                    .collect();
+                // Waits for a holder of a fenced key in particular: in a mixed run most holders
+                // hold the other keys, and a wait for any holder would often end on one of them.
+                let (live, running) = self.live_holders(|h| shared.fenced.contains(&h.key));
                 if let Some(i) = self.schedule.pick(live.len()) {
                     let who = live[i].who.clone();
                     let pause = self.ttl + Duration::from_secs(1);
@@ -202,12 +200,15 @@ impl Injector {
         self.hole + REPLY_FAULT_WINDOW
     }
 
-    /// The holders now whose processes run and were not hit yet (sorted, for the seed), and
-    /// the running processes.
+    /// The holders now that `wanted` accepts, whose processes run and were not hit yet (sorted,
+    /// for the seed), and the running processes.
     ///
     /// Waits up to 3 s for one: holds are short, and a fault meant for a holder should not
     /// fall on the gaps between them.
-    fn live_holders(&self) -> (Vec<Holder>, HashMap<String, Running>) {
+    fn live_holders(
+        &self,
+        wanted: impl Fn(&Holder) -> bool,
+    ) -> (Vec<Holder>, HashMap<String, Running>) {
         let give_up = Instant::now() + Duration::from_secs(3);
         loop {
             let holders = lock(&self.shared.resource).holders();
@@ -215,7 +216,9 @@ impl Injector {
             let untouchable = self.untouchable();
             let live: Vec<Holder> = holders
                 .into_iter()
-                .filter(|h| running.contains_key(&h.who) && !untouchable.contains(&h.who))
+                .filter(|h| {
+                    wanted(h) && running.contains_key(&h.who) && !untouchable.contains(&h.who)
+                })
                 .collect();
             if !live.is_empty()
                 || Instant::now() >= give_up
