@@ -6,12 +6,16 @@
 //! 2. **the operation** itself (refusals return here, and the copy is dropped: a refused
 //!    operation changes nothing);
 //! 3. **grant**: walk the queue in order and grant while the head fits beside the holders,
-//!    stopping at the first that does not (no barging).
+//!    stopping at the first that does not (no barging), or at a job: no process waits for a
+//!    job, so only a worker's claim takes it (`jobs.rs`).
+
+mod jobs;
 
 use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
 use crate::invariants;
+use crate::job::RunEnd;
 use crate::lease;
 use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
 use crate::op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
@@ -82,6 +86,7 @@ pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
         deadline_ms: ticket.deadline_ms,
         phase_ms: ticket.phase_ms(),
         granted_wall_ms: ticket.granted_wall_ms,
+        job: ticket.job.clone(),
     })
 }
 
@@ -101,24 +106,23 @@ impl Work<'_> {
             // baton) has no epoch and no deadlines: its tickets start their phase now, on this
             // clock, rather than being ended as if the clock had restarted. Never shorter than
             // the phase, so never unsafe.
-            if self.doc.epoch.is_none() {
+            // Job times were on observers' wall clocks until now: they are ready now.
+            let adopted = self.doc.epoch.is_none();
+            if adopted {
                 self.doc.epoch = Some(epoch.to_string());
             }
             for ticket in &mut self.doc.tickets {
-                if ticket.deadline_ms.is_none() {
+                if ticket.deadline_ms.is_none() && !ticket.is_waiting_job() {
                     ticket.deadline_ms = Some(now_ms.saturating_add(ticket.phase_ms()));
                 }
             }
-            if self.doc.epoch.as_deref() != Some(epoch) {
-                let reason = "the store's clock restarted (the host rebooted)";
-                while let Some(ticket) = self.doc.tickets.first() {
-                    let outcome = match ticket.state {
-                        TicketState::Held => Outcome::Expired,
-                        TicketState::Queued => Outcome::Abandoned,
-                    };
-                    self.finish(0, outcome, false, Some(reason.into()), None);
-                }
+            let restarted = self.doc.epoch.as_deref() != Some(epoch);
+            if restarted {
+                self.end_all_for_a_new_clock();
                 self.doc.epoch = Some(epoch.to_string());
+            }
+            if adopted || restarted {
+                jobs::ready_now_on_a_new_clock(&mut self.doc, now_ms);
             }
         }
         let mut idx = 0;
@@ -126,6 +130,12 @@ impl Work<'_> {
             let ticket = &self.doc.tickets[idx];
             if !self.clock.has_expired(ticket) {
                 idx += 1;
+                continue;
+            }
+            if ticket.job.is_some() {
+                // A running job whose worker stopped renewing: a failed attempt. The job waits
+                // again at `idx` (examined once more: it no longer lapses) or is dead.
+                self.end_run(idx, RunEnd::LeaseRanOut, None, None, 0);
                 continue;
             }
             let (outcome, reason) = match (ticket.state, ticket.claimed) {
@@ -137,6 +147,29 @@ impl Work<'_> {
                 (TicketState::Held, true) => (Outcome::Expired, "the lease ran out"),
             };
             self.finish(idx, outcome, false, Some(reason.into()), None);
+        }
+    }
+
+    /// A changed clock epoch voids every deadline: every ticket ends, every running job's run
+    /// ends (a failed attempt); waiting jobs stay, they have no deadline.
+    fn end_all_for_a_new_clock(&mut self) {
+        let reason = "the store's clock restarted (the host rebooted)";
+        let mut idx = 0;
+        while idx < self.doc.tickets.len() {
+            let ticket = &self.doc.tickets[idx];
+            match (ticket.state, ticket.job.is_some()) {
+                (TicketState::Queued, true) => idx += 1,
+                (TicketState::Held, true) => {
+                    let error = Some(reason.to_owned());
+                    self.end_run(idx, RunEnd::LeaseRanOut, error, None, 0);
+                }
+                (TicketState::Held, false) => {
+                    self.finish(idx, Outcome::Expired, false, Some(reason.into()), None);
+                }
+                (TicketState::Queued, false) => {
+                    self.finish(idx, Outcome::Abandoned, false, Some(reason.into()), None);
+                }
+            }
         }
     }
 
@@ -188,6 +221,13 @@ impl Work<'_> {
                         .ended_by_hash(&hash)
                         .map(|view| (Reply::Ticket(view), None));
                 };
+                if self.doc.tickets[idx].job.is_some() {
+                    return Err(Refusal::NotAJob(
+                        "this token holds a job's run, not a lock: end it with `baton complete \
+                         KEY JOB_ID --token TOKEN`"
+                            .into(),
+                    ));
+                }
                 let state = self.doc.tickets[idx].state;
                 let fits = match state {
                     TicketState::Held => matches!(
@@ -277,6 +317,9 @@ impl Work<'_> {
                 Ok((Reply::Cancelled(ids), None))
             }
             Op::Tick => Ok((Reply::Nothing, None)),
+            Op::Submit(submit) => self.submit(submit),
+            Op::Claim { token, ttl_ms } => self.claim(token, *ttl_ms),
+            Op::Complete { token, id, result } => self.complete(token, id.as_deref(), result),
         }
     }
 
@@ -298,17 +341,10 @@ impl Work<'_> {
             ))
             .into());
         }
-        if !(1..=LIVE_TICKETS_MAX).contains(&e.max_live) {
-            return Err(limits::InvalidInput(format!(
-                "the live-ticket bound is {}; it must be between 1 and {LIVE_TICKETS_MAX}",
-                e.max_live
-            ))
-            .into());
-        }
         let hash = token_hash(&e.token);
         // A retry of an enqueue that already landed: answer with the ticket's standing.
         if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == e.id) {
-            if self.doc.tickets[idx].token_hash != hash {
+            if self.doc.tickets[idx].token_hash != hash || self.doc.tickets[idx].job.is_some() {
                 return Err(Refusal::DuplicateId { id: e.id.clone() });
             }
             return Ok(self.live_reply(idx));
@@ -330,18 +366,7 @@ impl Work<'_> {
         if self.doc.tickets.iter().any(|t| t.token_hash == hash) {
             return Err(Refusal::DuplicateId { id: e.id.clone() });
         }
-        if !self.doc.tickets.is_empty() && self.doc.limit != e.limit {
-            return Err(Refusal::LimitMismatch {
-                asked: e.limit,
-                current: self.doc.limit,
-            });
-        }
-        if self.doc.tickets.len() >= e.max_live as usize {
-            return Err(Refusal::QueueFull { max: e.max_live });
-        }
-        if self.doc.tickets.is_empty() {
-            self.doc.limit = e.limit;
-        }
+        self.make_room(e.limit, e.max_live)?;
         let ticket = Ticket {
             id: e.id.clone(),
             token_hash: hash,
@@ -360,24 +385,61 @@ impl Work<'_> {
             fence: 0,
             enqueued_wall_ms: self.clock.wall_ms(),
             granted_wall_ms: 0,
+            job: None,
         };
         self.doc.next_arrival += 1;
-        let new_key = (ticket.order.is_none(), ticket.order.clone(), ticket.arrival);
         self.doc.tickets.push(ticket);
         if e.supersede {
-            let reason = format!("superseded by {}", e.id);
-            while let Some(idx) = self.doc.tickets.iter().position(|t| {
-                t.state == TicketState::Queued
-                    && !t.keep
-                    && t.id != e.id
-                    && (t.order.is_none(), t.order.clone(), t.arrival) < new_key
-            }) {
-                self.finish(idx, Outcome::Superseded, false, Some(reason.clone()), None);
-            }
+            self.supersede_before_last();
         }
         let idx = self.doc.tickets.len() - 1;
         let reply = self.live_reply(idx);
         Ok(reply)
+    }
+
+    /// Checks that a new ticket expecting `limit` may join (the key's limit, the bound on live
+    /// tickets `max_live`), and sets the key's limit when it is idle.
+    fn make_room(&mut self, limit: u32, max_live: u32) -> Result<(), Refusal> {
+        if !(1..=LIVE_TICKETS_MAX).contains(&max_live) {
+            return Err(limits::InvalidInput(format!(
+                "the live-ticket bound is {max_live}; it must be between 1 and {LIVE_TICKETS_MAX}"
+            ))
+            .into());
+        }
+        if !self.doc.tickets.is_empty() && self.doc.limit != limit {
+            return Err(Refusal::LimitMismatch {
+                asked: limit,
+                current: self.doc.limit,
+            });
+        }
+        if self.doc.tickets.len() >= max_live as usize {
+            return Err(Refusal::QueueFull { max: max_live });
+        }
+        if self.doc.tickets.is_empty() {
+            self.doc.limit = limit;
+        }
+        Ok(())
+    }
+
+    /// Cancels as superseded every queued ticket or job without `keep` that sorts before the
+    /// ticket just pushed (the last one).
+    fn supersede_before_last(&mut self) {
+        let Some(new) = self.doc.tickets.last() else {
+            return;
+        };
+        let (id, new_key) = (
+            new.id.clone(),
+            (new.order.is_none(), new.order.clone(), new.arrival),
+        );
+        let reason = format!("superseded by {id}");
+        while let Some(idx) = self.doc.tickets.iter().position(|t| {
+            t.state == TicketState::Queued
+                && !t.keep
+                && t.id != id
+                && (t.order.is_none(), t.order.clone(), t.arrival) < new_key
+        }) {
+            self.finish(idx, Outcome::Superseded, false, Some(reason.clone()), None);
+        }
     }
 
     /// Grants in queue order while the head fits beside the holders.
@@ -399,6 +461,11 @@ impl Work<'_> {
                 .cmp(&self.doc.tickets[b].queue_key())
         });
         for idx in queued {
+            if self.doc.tickets[idx].job.is_some() {
+                // A job is taken by a worker's claim, never granted to nobody; and nothing
+                // behind it may pass it.
+                break;
+            }
             let fits = match self.doc.tickets[idx].mode {
                 Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
                 Mode::Shared => n_normal == 0,
@@ -406,15 +473,7 @@ impl Work<'_> {
             if !fits {
                 break;
             }
-            // The hybrid fence: strictly above the last one, and at least the granting client's
-            // wall time in µs, so fences keep increasing even if a store loses the counter.
-            let next = self
-                .doc
-                .fence
-                .checked_add(1)
-                .ok_or(Refusal::FenceExhausted)?;
-            let fence = next.max(self.clock.wall_ms().saturating_mul(1000));
-            self.doc.fence = fence;
+            let fence = self.next_fence()?;
             let claimed = looking == Some(self.doc.tickets[idx].id.as_str());
             let ticket = &mut self.doc.tickets[idx];
             ticket.state = TicketState::Held;
@@ -431,6 +490,19 @@ impl Work<'_> {
             self.granted.push((ticket.id.clone(), fence));
         }
         Ok(())
+    }
+
+    /// Hands out the next fence: strictly above the last one, and at least the granting
+    /// client's wall time in µs, so fences keep increasing even if a store loses the counter.
+    fn next_fence(&mut self) -> Result<u64, Refusal> {
+        let next = self
+            .doc
+            .fence
+            .checked_add(1)
+            .ok_or(Refusal::FenceExhausted)?;
+        let fence = next.max(self.clock.wall_ms().saturating_mul(1000));
+        self.doc.fence = fence;
+        Ok(fence)
     }
 
     /// Starts a new phase of `phase_ms` for ticket `idx` (a grant): a new deadline and a new
@@ -464,20 +536,7 @@ impl Work<'_> {
         let ticket = self.doc.tickets.remove(idx);
         let wall_ms = self.clock.wall_ms();
         if ticket.state == TicketState::Held {
-            let summary = &mut self.doc.summary;
-            summary
-                .recent_hold_ms
-                .push(wall_ms.saturating_sub(ticket.granted_wall_ms));
-            if summary.recent_hold_ms.len() > HOLD_SAMPLES {
-                summary.recent_hold_ms.remove(0);
-            }
-            summary.last_outcome = Some(outcome);
-            summary.last_finished_wall_ms = wall_ms;
-            summary.consecutive_failures = if outcome.is_failure() {
-                summary.consecutive_failures.saturating_add(1)
-            } else {
-                0
-            };
+            self.record_hold(&ticket, outcome);
         }
         self.doc.finished.push(FinishedMark::new(
             &ticket.id,
@@ -492,6 +551,25 @@ impl Work<'_> {
         self.doc.finishes = self.doc.finishes.saturating_add(1);
         self.finished
             .push(Finished::of(&ticket, outcome, forced, reason, wall_ms));
+    }
+
+    /// Adds the hold that ticket `held` ended with `outcome` to the summary.
+    fn record_hold(&mut self, held: &Ticket, outcome: Outcome) {
+        let wall_ms = self.clock.wall_ms();
+        let summary = &mut self.doc.summary;
+        summary
+            .recent_hold_ms
+            .push(wall_ms.saturating_sub(held.granted_wall_ms));
+        if summary.recent_hold_ms.len() > HOLD_SAMPLES {
+            summary.recent_hold_ms.remove(0);
+        }
+        summary.last_outcome = Some(outcome);
+        summary.last_finished_wall_ms = wall_ms;
+        summary.consecutive_failures = if outcome.is_failure() {
+            summary.consecutive_failures.saturating_add(1)
+        } else {
+            0
+        };
     }
 
     /// Whether every ticket that ended since the uncertain attempt of a retry still has its
@@ -517,6 +595,9 @@ impl Work<'_> {
         let hash = token_hash(token);
         if let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) {
             return Ok(idx);
+        }
+        if let Some((id, mark)) = jobs::run_ended_with(&self.doc, &hash) {
+            return Err(Refusal::RunEnded { id, end: mark.end });
         }
         match self.doc.finished.iter().find(|m| m.has_token_hash(&hash)) {
             Some(mark) => Err(Refusal::Ended {

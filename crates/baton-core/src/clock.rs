@@ -51,8 +51,21 @@ impl Clock<'_> {
         }
     }
 
-    /// Whether `ticket`'s current phase (waiter lease, claim window or lease) has ended.
+    /// Job time now ([`crate::job`]): the store's clock where it has one, else the caller's
+    /// wall clock. It decides only when a job is ready, never who holds.
+    pub fn job_now_ms(&self) -> u64 {
+        match *self {
+            Clock::Store { now_ms, .. } => now_ms,
+            Clock::Observed { wall_ms, .. } => wall_ms,
+        }
+    }
+
+    /// Whether `ticket`'s current phase (waiter lease, claim window or lease) has ended. A job
+    /// waiting for a worker has no phase: nobody refreshes it, and it waits as long as it must.
     pub fn has_expired(&self, ticket: &Ticket) -> bool {
+        if ticket.is_waiting_job() {
+            return false;
+        }
         match *self {
             Clock::Store {
                 now_ms,

@@ -9,13 +9,27 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::invariants;
+use crate::job::JobState;
 use crate::limits::{DOC_MAX_BYTES, FINISHED_REMEMBERED, HOLD_SAMPLES};
 
-/// The document format this code writes and understands.
+/// The newest document format this code writes and understands.
 ///
-/// Format 2 stores finished-ticket marks as short strings ([`FinishedMark`]); a format 1
-/// document is still read.
-pub const FORMAT: u32 = 2;
+/// Format 3 has jobs ([`Ticket::job`]); a document without jobs is still written in format 2,
+/// so an older baton keeps working on every key that has none. Format 2 stores finished-ticket
+/// marks as short strings ([`FinishedMark`]); a format 1 document is still read.
+pub const FORMAT: u32 = 3;
+
+/// The format of a document without jobs.
+pub const FORMAT_LOCKS: u32 = 2;
+
+/// The first baton release that reads each format, for the error an older one gives.
+fn release_reading(format: u64) -> &'static str {
+    match format {
+        0..=2 => "0.1",
+        3 => "0.2",
+        _ => "a newer one",
+    }
+}
 
 /// How a ticket holds a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,6 +87,9 @@ pub enum Outcome {
     TimedOut,
     /// A job whose retries were exhausted.
     Dead,
+    /// A job's run given back by its worker (exit 75). In history entries of runs only
+    /// ([`crate::history::JobRun::requeued`]), never the final outcome of a ticket.
+    ReleasedBack,
 }
 
 impl Outcome {
@@ -87,6 +104,7 @@ impl Outcome {
             Outcome::Superseded => "superseded",
             Outcome::TimedOut => "timed_out",
             Outcome::Dead => "dead",
+            Outcome::ReleasedBack => "released_back",
         }
     }
 
@@ -101,6 +119,7 @@ impl Outcome {
             Outcome::Superseded => 'u',
             Outcome::TimedOut => 't',
             Outcome::Dead => 'd',
+            Outcome::ReleasedBack => 'b',
         }
     }
 
@@ -115,6 +134,7 @@ impl Outcome {
             'u' => Outcome::Superseded,
             't' => Outcome::TimedOut,
             'd' => Outcome::Dead,
+            'b' => Outcome::ReleasedBack,
             _ => return None,
         })
     }
@@ -179,11 +199,24 @@ pub struct Ticket {
     /// display only: expiry never uses wall clocks.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub granted_wall_ms: u64,
+    /// Set for a job ([`crate::job`]): a ticket with no waiting process, claimed by a worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<Box<JobState>>,
 }
 
 impl Ticket {
-    /// Duration of the phase the ticket is in: waiter lease, claim window or lease.
+    /// A job waiting for a worker: no process refreshes it, and it never lapses.
+    pub fn is_waiting_job(&self) -> bool {
+        self.job.is_some() && self.state == TicketState::Queued
+    }
+
+    /// Duration of the phase the ticket is in: waiter lease, claim window or lease (endless for
+    /// a waiting job).
     pub fn phase_ms(&self) -> u64 {
+        if self.is_waiting_job() {
+            // Nobody refreshes a waiting job, and it never lapses.
+            return u64::MAX;
+        }
         match (self.state, self.claimed) {
             (TicketState::Queued, _) => self.waiter_ttl_ms,
             (TicketState::Held, false) => self.claim_ms,
@@ -459,7 +492,8 @@ pub enum DecodeError {
     /// Written by a newer baton.
     #[error(
         "the document is in format {found}, newer than this baton understands ({FORMAT}); \
-         upgrade baton on this machine"
+         upgrade baton on this machine to {} or later",
+        release_reading(*.found)
     )]
     NewerFormat {
         /// The format found.
@@ -490,7 +524,8 @@ pub fn decode(bytes: &[u8]) -> Result<Doc, DecodeError> {
         doc.finished.drain(..excess);
         doc.finishes = doc.finished.len() as u64;
     }
-    // An older format was read into the current shape; it is written back in the current one.
+    // An older format was read into the current shape; `encode` writes the format its content
+    // needs.
     doc.format = FORMAT;
     if doc.finished.len() > FINISHED_REMEMBERED || doc.summary.recent_hold_ms.len() > HOLD_SAMPLES {
         return Err(DecodeError::Corrupt("summary longer than its bound".into()));
@@ -511,10 +546,25 @@ pub struct TooLarge {
 }
 
 /// Writes a document, refusing one over [`DOC_MAX_BYTES`].
+///
+/// A document without jobs is written in [`FORMAT_LOCKS`], which an older baton reads.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
+    let format = if doc.tickets.iter().any(|t| t.job.is_some()) {
+        FORMAT
+    } else {
+        FORMAT_LOCKS
+    };
     // Serialising plain structs with string keys cannot fail.
-    let bytes = serde_json::to_vec(doc).unwrap_or_default();
+    let bytes = if doc.format == format {
+        serde_json::to_vec(doc).unwrap_or_default()
+    } else {
+        serde_json::to_vec(&Doc {
+            format,
+            ..doc.clone()
+        })
+        .unwrap_or_default()
+    };
     if bytes.len() > DOC_MAX_BYTES {
         return Err(TooLarge { bytes: bytes.len() });
     }
@@ -553,7 +603,7 @@ mod tests {
             let err = decode(bytes).expect_err("must be refused").to_string();
             assert!(err.contains(expect), "{err} does not mention {expect}");
         };
-        check(b"{\"format\": 3, \"anything\": true}", "newer");
+        check(b"{\"format\": 4, \"anything\": true}", "newer");
         check(b"", "not JSON");
         check(b"\xff\xfe", "not JSON");
         check(b"[]", "no format");
@@ -633,6 +683,7 @@ mod tests {
         assert!(doc.finished[1].ended_by("att"));
         let again = encode(&doc).expect("small");
         assert!(String::from_utf8_lossy(&again).contains("\"format\":2"));
+        assert_eq!(doc.format, FORMAT, "read into the current shape");
     }
 
     #[test]

@@ -98,6 +98,7 @@ mod tests {
             fence,
             enqueued_wall_ms: 0,
             granted_wall_ms,
+            job: None,
         }
     }
 

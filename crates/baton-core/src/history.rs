@@ -40,6 +40,27 @@ pub struct Finished {
     pub granted_wall_ms: Option<u64>,
     /// When it ended (wall clock of the client that ended it).
     pub finished_wall_ms: u64,
+    /// For a job: which run of which attempt this was, and whether the job was queued again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobRun>,
+}
+
+/// What a history entry says of a job's run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRun {
+    /// The attempt (1 for the first; a release back does not count).
+    pub attempt: u32,
+    /// The run: the claim's number (0: the job never ran).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub run: u32,
+    /// The job was queued again: this entry ends a run, not the job (a failed attempt with
+    /// attempts left, a lease that ran out, a release back).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -69,6 +90,11 @@ impl Finished {
             enqueued_wall_ms: ticket.enqueued_wall_ms,
             granted_wall_ms: granted.then_some(ticket.granted_wall_ms),
             finished_wall_ms: wall_ms,
+            job: ticket.job.as_ref().map(|job| JobRun {
+                attempt: job.attempt(),
+                run: if granted { job.runs } else { 0 },
+                requeued: false,
+            }),
         }
     }
 
@@ -103,6 +129,7 @@ mod tests {
             enqueued_wall_ms: 1,
             granted_wall_ms: Some(2),
             finished_wall_ms: 3,
+            job: None,
         };
         let bytes = record.encode();
         assert!(!String::from_utf8_lossy(&bytes).contains("forced"));

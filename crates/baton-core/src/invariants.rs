@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 
 use crate::doc::{Doc, Mode, TicketState};
+use crate::job::queued_token_hash;
 use crate::limits::{LIMIT_MAX, LIVE_TICKETS_MAX};
 
 /// Invariants every stored document satisfies.
@@ -40,6 +41,16 @@ pub fn check(doc: &Doc) -> Result<(), String> {
         if !arrivals.insert(t.arrival) || t.arrival >= doc.next_arrival {
             return Err(format!("ticket {} has a bad arrival number", t.id));
         }
+        if let Some(job) = t.job.as_deref() {
+            let waiting_token = t.token_hash == queued_token_hash(&t.id);
+            let bad = match t.state {
+                TicketState::Queued => !waiting_token,
+                TicketState::Held => waiting_token || !t.claimed || job.runs == 0,
+            };
+            if bad || t.mode != Mode::Normal || job.max_attempts == 0 {
+                return Err(format!("job {} is inconsistent", t.id));
+            }
+        }
         match t.state {
             TicketState::Queued => {
                 if t.fence != 0 || t.claimed {
@@ -70,11 +81,15 @@ pub fn check(doc: &Doc) -> Result<(), String> {
 }
 
 /// After an apply, nothing that could be granted is left waiting: the head of the queue is
-/// incompatible with the holders (so a later ticket was never granted past it: no barging).
+/// incompatible with the holders, or is a job, which waits for a worker's claim (so a later
+/// ticket was never granted past it: no barging).
 pub fn check_settled(doc: &Doc) -> Result<(), String> {
     let Some(head) = doc.queued().first().copied() else {
         return Ok(());
     };
+    if head.job.is_some() {
+        return Ok(());
+    }
     let holders: Vec<_> = doc.holders().collect();
     let n_normal = holders.iter().filter(|t| t.mode == Mode::Normal).count() as u64;
     let n_shared = holders.len() as u64 - n_normal;

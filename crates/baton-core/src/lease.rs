@@ -179,13 +179,13 @@ pub fn extended_deadline_store_ms(
 
 /// Whether a write's answer that shows ticket `id` held and claimed is a lease that write set,
 /// to be counted from the write's basis. `granted`: the grants the write made. A refresh or a
-/// renewal beats the ticket itself; an enqueue set the lease only if its own grant step granted
-/// the ticket. A retried enqueue that finds its ticket already held merely reports what an
+/// renewal beats the ticket itself; an enqueue (or a worker's claim of a job) set the lease only
+/// if its own write granted the ticket. A retried enqueue that finds its ticket already held merely reports what an
 /// earlier write set, at a time it cannot know (that write's reply was lost), however fresh its
 /// own write: the client claims first, and counts from the claim.
 pub fn write_set_the_lease(op: &Op, granted: &[(String, u64)], id: &str) -> bool {
     match op {
-        Op::Enqueue(_) => granted.iter().any(|(granted, _)| granted == id),
+        Op::Enqueue(_) | Op::Claim { .. } => granted.iter().any(|(granted, _)| granted == id),
         _ => true,
     }
 }

@@ -14,6 +14,7 @@
 //! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
 //!   believe it holds, when a grant seen unclaimed surely stands.
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
+//! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
@@ -25,6 +26,7 @@ pub mod doc;
 pub mod estimate;
 pub mod history;
 pub mod invariants;
+pub mod job;
 pub mod lease;
 pub mod limits;
 pub mod op;
@@ -33,4 +35,7 @@ pub use apply::{apply, Applied};
 pub use clock::{Clock, Observer};
 pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
 pub use history::Finished;
-pub use op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
+pub use job::{JobResult, JobSpec, JobState};
+pub use op::{
+    CancelledTicket, Enqueue, Op, Refusal, Reply, Request, Submit, TicketStatus, TicketView,
+};

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::doc::{Mode, Outcome, TicketState};
+use crate::job::{JobResult, JobSpec, JobState, RunEnd};
 use crate::limits::InvalidInput;
 
 /// An operation together with the id of this attempt at it.
@@ -73,6 +74,28 @@ pub enum Op {
     },
     /// An operator cancels every queued ticket of the key.
     CancelQueued,
+    /// Queue a job: a ticket with no waiting process, for a worker to claim.
+    Submit(Submit),
+    /// A worker takes the head of the queue if it is a job that is ready and fits beside the
+    /// holders, holding it under `token` (made by the worker) for `ttl_ms`. Answers
+    /// [`Reply::NoJob`] when there is none. A retry finds the job its token holds.
+    Claim {
+        /// The run's secret token, made by the worker before its first attempt.
+        token: String,
+        /// The lease of the run.
+        ttl_ms: u64,
+    },
+    /// A worker (or `baton complete`) ends a run it holds.
+    Complete {
+        /// The run's token.
+        token: String,
+        /// The job the caller means (`baton complete KEY JOB_ID`): a token of another job is
+        /// refused as unknown, nothing changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// How it ended.
+        result: JobResult,
+    },
     /// Only expire what has expired and grant what can be granted.
     Tick,
 }
@@ -106,6 +129,31 @@ pub struct Enqueue {
     pub max_live: u32,
 }
 
+/// Arguments of [`Op::Submit`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submit {
+    /// The job's id: made by the client, or given by the submitter (`--id`). A submit naming a
+    /// job that is live, or remembered as finished, changes nothing.
+    pub id: String,
+    /// The key's limit this job expects.
+    pub limit: u32,
+    /// Who submitted it, and why.
+    pub context: String,
+    /// Sort value (see [`crate::Ticket::order`]).
+    pub order: Option<String>,
+    /// Cancel every queued ticket or job that sorts before this one, unless it has `keep`.
+    pub supersede: bool,
+    /// Immune to a later `supersede`.
+    pub keep: bool,
+    /// Attempts, backoff, delay, longest run.
+    pub spec: JobSpec,
+    /// Bound on live tickets of the key.
+    pub max_live: u32,
+    /// `baton retry`: a job remembered as dead may be queued again under its id.
+    #[serde(default)]
+    pub revive: bool,
+}
+
 /// A live ticket's standing, as returned to its owner.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TicketStatus {
@@ -125,6 +173,8 @@ pub struct TicketStatus {
     pub phase_ms: u64,
     /// When it was granted (wall clock), or 0.
     pub granted_wall_ms: u64,
+    /// A job's state (attempts, readiness), for jobs.
+    pub job: Option<Box<JobState>>,
 }
 
 /// A ticket's standing: live, or ended.
@@ -169,6 +219,11 @@ pub enum Reply {
     Ticket(TicketView),
     /// The tickets an operator's cancel ended, in the order it ended them.
     Cancelled(Vec<CancelledTicket>),
+    /// No job to claim ([`Op::Claim`]): the queue's head is not a ready job that fits.
+    NoJob {
+        /// When the head job is ready (job time), if a job waiting for that is the reason.
+        ready_at_ms: Option<u64>,
+    },
     /// Nothing to report ([`Op::Tick`]).
     Nothing,
 }
@@ -248,6 +303,26 @@ pub enum Refusal {
         crate::limits::FINISHED_REMEMBERED
     )]
     Uncertain,
+    /// The token's job run has ended, and the job is queued again.
+    #[error("this job's run has ended ({}); the job is queued again", .end.as_str())]
+    RunEnded {
+        /// The job's id.
+        id: String,
+        /// How the run ended.
+        end: RunEnd,
+    },
+    /// The operation is for jobs, and the token or id names a lock ticket (or the other way
+    /// round).
+    #[error("{0}")]
+    NotAJob(String),
+    /// `baton retry` of a job that is not dead.
+    #[error("job {id} is {state}, not dead: only a dead job can be retried")]
+    NotDead {
+        /// The job's id.
+        id: String,
+        /// Its state.
+        state: String,
+    },
     /// The fence counter is exhausted (needs 2^64 grants, or a wall clock millions of years
     /// ahead).
     #[error("the key's fence counter is exhausted")]

@@ -300,6 +300,7 @@ mod tests {
             enqueued_wall_ms: 1_000,
             granted_wall_ms: granted,
             finished_wall_ms: 9_000,
+            job: None,
         }
     }
 

@@ -1,0 +1,309 @@
+//! The job operations of `apply` ([`crate::job`]): submit, claim, complete, and how a run ends.
+//!
+//! A job keeps its place in the key's queue for its whole life: a failed attempt, a lease that
+//! ran out and a release back put it back as `queued` with its arrival number, so a later job or
+//! ticket never overtakes it (the grant step stops at a job, and a claim takes only the head).
+
+use super::Work;
+use crate::doc::{token_hash, Doc, Mode, Outcome, Ticket, TicketState};
+use crate::history::Finished;
+use crate::job::{
+    claimable_head, cut_text, queued_token_hash, JobResult, JobState, RunEnd, RunMark,
+    DELAY_MAX_MS, ERROR_MAX_BYTES, RELEASES_PER_ATTEMPT,
+};
+use crate::limits;
+use crate::op::{Refusal, Reply, Submit, TicketView};
+
+type Answer = Result<(Reply, Option<String>), Refusal>;
+
+impl Work<'_> {
+    pub(super) fn submit(&mut self, s: &Submit) -> Answer {
+        limits::check_id(&s.id)?;
+        limits::check_context(&s.context)?;
+        if let Some(order) = &s.order {
+            limits::check_order(order)?;
+        }
+        limits::check_limit(s.limit)?;
+        s.spec.check()?;
+        // The same id again: that job, unchanged (a retry, or a second submit with `--id`).
+        if let Some(ticket) = self.doc.by_id(&s.id) {
+            if ticket.job.is_none() {
+                return Err(Refusal::DuplicateId { id: s.id.clone() });
+            }
+            return Ok((Reply::Ticket(self.view(&s.id)), None));
+        }
+        if let Some(mark) = self.doc.finished.iter().rev().find(|m| m.id == s.id) {
+            match (s.revive, mark.outcome) {
+                (true, Outcome::Dead) => {}
+                (true, outcome) => {
+                    return Err(Refusal::NotDead {
+                        id: s.id.clone(),
+                        state: outcome.to_string(),
+                    })
+                }
+                (false, _) => return Ok((Reply::Ticket(self.view(&s.id)), None)),
+            }
+        }
+        if !self.marks_cover_retry() {
+            return Err(Refusal::Uncertain);
+        }
+        self.make_room(s.limit, s.max_live)?;
+        let now_ms = self.clock.job_now_ms();
+        let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
+        let ticket = Ticket {
+            id: s.id.clone(),
+            token_hash: queued_token_hash(&s.id),
+            mode: Mode::Normal,
+            state: TicketState::Queued,
+            order: s.order.clone(),
+            arrival: self.doc.next_arrival,
+            keep: s.keep,
+            context: s.context.clone(),
+            ttl_ms: 0,
+            waiter_ttl_ms: 0,
+            claim_ms: 0,
+            heartbeat: 0,
+            deadline_ms: None,
+            claimed: false,
+            fence: 0,
+            enqueued_wall_ms: self.clock.wall_ms(),
+            granted_wall_ms: 0,
+            job: Some(Box::new(JobState::new(&s.spec, ready_at_ms))),
+        };
+        self.doc.next_arrival += 1;
+        self.doc.tickets.push(ticket);
+        if s.supersede {
+            self.supersede_before_last();
+        }
+        Ok((Reply::Ticket(self.view(&s.id)), None))
+    }
+
+    pub(super) fn claim(&mut self, token: &str, ttl_ms: u64) -> Answer {
+        limits::check_token(token)?;
+        limits::check_ttl("TTL", ttl_ms)?;
+        let hash = token_hash(token);
+        // A retry of a claim that landed: the job this token holds.
+        if let Some(ticket) = self.doc.by_token_hash(&hash) {
+            if ticket.job.is_none() {
+                return Err(Refusal::NotAJob(
+                    "this token holds a lock ticket, not a job".into(),
+                ));
+            }
+            let id = ticket.id.clone();
+            return Ok((Reply::Ticket(self.view(&id)), None));
+        }
+        if let Some((id, mark)) = run_ended_with(&self.doc, &hash) {
+            return Err(Refusal::RunEnded { id, end: mark.end });
+        }
+        if let Some(mark) = self.doc.finished.iter().find(|m| m.has_token_hash(&hash)) {
+            return Err(Refusal::Ended {
+                id: mark.id.clone(),
+                outcome: mark.outcome,
+                forced: mark.forced,
+            });
+        }
+        let now_ms = self.clock.job_now_ms();
+        let idx = match self.claimable_head(now_ms) {
+            Ok(idx) => idx,
+            Err(ready_at_ms) => return Ok((Reply::NoJob { ready_at_ms }, None)),
+        };
+        let fence = self.next_fence()?;
+        let wall_ms = self.clock.wall_ms();
+        let ticket = &mut self.doc.tickets[idx];
+        ticket.state = TicketState::Held;
+        ticket.claimed = true;
+        ticket.fence = fence;
+        ticket.token_hash = hash;
+        ticket.ttl_ms = ttl_ms;
+        ticket.granted_wall_ms = wall_ms;
+        if let Some(job) = ticket.job.as_deref_mut() {
+            job.runs = job.runs.saturating_add(1);
+            job.claimed_at_ms = Some(now_ms);
+            job.ready_at_ms = None;
+            job.last_run = None;
+        }
+        let id = ticket.id.clone();
+        self.start_phase(idx, ttl_ms);
+        self.granted.push((id.clone(), fence));
+        Ok((Reply::Ticket(self.view(&id)), None))
+    }
+
+    /// The index of the queue's head if a worker may claim it now ([`claimable_head`]).
+    fn claimable_head(&self, now_ms: u64) -> Result<usize, Option<u64>> {
+        let id = &claimable_head(&self.doc, now_ms)?.id;
+        self.doc
+            .tickets
+            .iter()
+            .position(|t| &t.id == id)
+            .ok_or(None)
+    }
+
+    pub(super) fn complete(&mut self, token: &str, id: Option<&str>, result: &JobResult) -> Answer {
+        limits::check_token(token)?;
+        if let Some(id) = id {
+            limits::check_id(id)?;
+        }
+        if let JobResult::ReleasedBack { delay_ms } = result {
+            if *delay_ms > DELAY_MAX_MS {
+                return Err(limits::InvalidInput(
+                    "the release delay is more than a year; give a shorter one".into(),
+                )
+                .into());
+            }
+        }
+        let hash = token_hash(token);
+        let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+            return self.completed_before(&hash);
+        };
+        if id.is_some_and(|id| id != self.doc.tickets[idx].id) {
+            return Err(Refusal::UnknownToken);
+        }
+        if self.doc.tickets[idx].job.is_none() {
+            return Err(Refusal::NotAJob(
+                "this token holds a lock ticket, not a job: end it with `baton release`".into(),
+            ));
+        }
+        let id = self.doc.tickets[idx].id.clone();
+        let attempt = self.attempt.to_owned();
+        match result {
+            JobResult::Succeeded => {
+                self.finish(idx, Outcome::Succeeded, false, None, Some(attempt));
+            }
+            JobResult::Failed { error } => {
+                self.end_run(idx, RunEnd::Failed, error.clone(), Some(&attempt), 0);
+            }
+            JobResult::ReleasedBack { delay_ms } => {
+                self.end_run(idx, RunEnd::ReleasedBack, None, Some(&attempt), *delay_ms);
+            }
+        }
+        Ok((Reply::Ticket(self.view(&id)), None))
+    }
+
+    /// A completion whose token holds nothing now: the retry of this very completion is
+    /// answered with the job's standing; anything else is refused with what became of the run.
+    fn completed_before(&self, hash: &str) -> Answer {
+        if let Some((id, mark)) = run_ended_with(&self.doc, hash) {
+            if mark.ended_by(self.attempt) {
+                return Ok((Reply::Ticket(self.view(&id)), None));
+            }
+            return Err(Refusal::RunEnded { id, end: mark.end });
+        }
+        self.ended_by_hash(hash)
+            .map(|view: TicketView| (Reply::Ticket(view), None))
+    }
+
+    /// Ends the run of the running job `idx`. A failed run (or one that ran out of lease, or
+    /// the release back that exceeds [`RELEASES_PER_ATTEMPT`]) spends an attempt: the job is
+    /// dead when none is left, else it waits its backoff. A release back waits `delay_ms`. A
+    /// job that waits again keeps its place (its arrival), and the run goes to the history.
+    pub(super) fn end_run(
+        &mut self,
+        idx: usize,
+        end: RunEnd,
+        error: Option<String>,
+        attempt: Option<&str>,
+        delay_ms: u64,
+    ) {
+        let Some(job) = self.doc.tickets[idx].job.as_deref() else {
+            return;
+        };
+        let releases = if end == RunEnd::ReleasedBack {
+            job.releases.saturating_add(1)
+        } else {
+            job.releases
+        };
+        let (failed, error) = match end {
+            RunEnd::Failed => (true, error),
+            RunEnd::LeaseRanOut => (
+                true,
+                error.or_else(|| {
+                    Some(
+                        "the lease ran out: its worker stopped renewing (killed, paused or cut \
+                         off)"
+                            .into(),
+                    )
+                }),
+            ),
+            RunEnd::ReleasedBack if releases > RELEASES_PER_ATTEMPT => (
+                true,
+                Some(format!(
+                    "released back {RELEASES_PER_ATTEMPT} times, then once more: counted as a \
+                     failed attempt"
+                )),
+            ),
+            RunEnd::ReleasedBack => (false, None),
+        };
+        let error = error.map(|e| cut_text(&e, ERROR_MAX_BYTES));
+        let dead = failed && job.attempt() >= job.max_attempts;
+        let failures = job.failures;
+        if let Some(job) = self.doc.tickets[idx].job.as_deref_mut() {
+            if failed {
+                job.last_error.clone_from(&error);
+            }
+        }
+        if dead {
+            let attempt = attempt.map(str::to_owned);
+            self.finish(idx, Outcome::Dead, false, error, attempt);
+            return;
+        }
+        let outcome = match (end, failed) {
+            (RunEnd::LeaseRanOut, _) => Outcome::Expired,
+            (RunEnd::ReleasedBack, false) => Outcome::ReleasedBack,
+            _ => Outcome::Failed,
+        };
+        let wall_ms = self.clock.wall_ms();
+        let ticket = &self.doc.tickets[idx];
+        let mut record = Finished::of(ticket, outcome, false, error, wall_ms);
+        if let Some(run) = record.job.as_mut() {
+            run.requeued = true;
+        }
+        self.finished.push(record);
+        let held = ticket.clone();
+        self.record_hold(&held, outcome);
+        let now_ms = self.clock.job_now_ms();
+        let ticket = &mut self.doc.tickets[idx];
+        let run_mark = RunMark::new(end, &ticket.token_hash, attempt);
+        ticket.state = TicketState::Queued;
+        ticket.claimed = false;
+        ticket.fence = 0;
+        ticket.granted_wall_ms = 0;
+        ticket.deadline_ms = None;
+        ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
+        ticket.token_hash = queued_token_hash(&ticket.id);
+        if let Some(job) = ticket.job.as_deref_mut() {
+            let wait_ms = if failed {
+                job.failures = failures.saturating_add(1);
+                job.releases = 0;
+                job.backoff_after_ms(job.failures)
+            } else {
+                job.releases = releases;
+                delay_ms
+            };
+            job.ready_at_ms = (wait_ms > 0).then(|| now_ms.saturating_add(wait_ms));
+            job.claimed_at_ms = None;
+            job.last_run = Some(run_mark);
+        }
+    }
+}
+
+/// The waiting job whose last run had the token with hash `hash`, and how that run ended.
+pub(super) fn run_ended_with(doc: &Doc, hash: &str) -> Option<(String, RunMark)> {
+    doc.tickets.iter().find_map(|t| {
+        let mark = t.job.as_deref()?.last_run.as_ref()?;
+        mark.has_token_hash(hash)
+            .then(|| (t.id.clone(), mark.clone()))
+    })
+}
+
+/// After the store's clock changed (or was adopted), job times measured on the old one mean
+/// nothing: every waiting job with a time is ready now. No safety property depends on them.
+pub(super) fn ready_now_on_a_new_clock(doc: &mut Doc, now_ms: u64) {
+    for job in doc.tickets.iter_mut().filter_map(|t| t.job.as_deref_mut()) {
+        if job.ready_at_ms.is_some() {
+            job.ready_at_ms = Some(now_ms);
+        }
+        if job.claimed_at_ms.is_some() {
+            job.claimed_at_ms = Some(now_ms);
+        }
+    }
+}

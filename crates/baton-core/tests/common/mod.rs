@@ -1,0 +1,93 @@
+//! The driver the data-driven tests of `apply` share: a document, a store clock, and a counter
+//! for attempt ids.
+#![allow(dead_code)] // each test file uses what it needs
+
+use baton_core::op::TicketView;
+use baton_core::{
+    apply, Clock, Doc, Enqueue, Mode, Op, Outcome, Refusal, Reply, Request, TicketState,
+};
+
+pub const EPOCH: &str = "boot-1";
+
+pub fn token(n: u32) -> String {
+    format!("{n:032x}")
+}
+
+pub fn enqueue(n: u32) -> Enqueue {
+    Enqueue {
+        id: format!("t{n}"),
+        token: token(n),
+        mode: Mode::Normal,
+        limit: 1,
+        context: format!("client {n}"),
+        order: None,
+        supersede: false,
+        keep: false,
+        ttl_ms: 10_000,
+        waiter_ttl_ms: 60_000,
+        claim_ms: 3_000,
+        max_live: 1000,
+    }
+}
+
+/// A tiny driver: a document, a store clock, and a counter for attempt ids.
+pub struct World {
+    pub doc: Option<Doc>,
+    pub now_ms: u64,
+    pub attempts: u64,
+    pub finished: Vec<(String, Outcome)>,
+}
+
+impl World {
+    pub fn new() -> World {
+        World {
+            doc: None,
+            now_ms: 1_000,
+            attempts: 0,
+            finished: Vec::new(),
+        }
+    }
+
+    pub fn run(&mut self, op: Op) -> Result<Reply, Refusal> {
+        self.attempts += 1;
+        let request = Request {
+            finishes_seen: None,
+            attempt: format!("a{}", self.attempts),
+            op,
+        };
+        self.run_request(&request)
+    }
+
+    pub fn run_request(&mut self, request: &Request) -> Result<Reply, Refusal> {
+        let clock = Clock::Store {
+            uncertain_ms: 0,
+            now_ms: self.now_ms,
+            epoch: EPOCH,
+            wall_ms: 1_700_000_000_000 + self.now_ms,
+        };
+        let applied = apply(self.doc.as_ref(), request, &clock)?;
+        for f in &applied.finished {
+            self.finished.push((f.id.clone(), f.outcome));
+        }
+        self.doc = Some(applied.doc);
+        Ok(applied.reply)
+    }
+
+    pub fn state(&self, id: &str) -> Option<TicketState> {
+        self.doc.as_ref()?.by_id(id).map(|t| t.state)
+    }
+
+    pub fn holders(&self) -> Vec<String> {
+        let doc = self.doc.as_ref().expect("doc");
+        let mut ids: Vec<String> = doc.holders().map(|t| t.id.clone()).collect();
+        ids.sort();
+        ids
+    }
+}
+
+pub fn live(reply: Reply) -> baton_core::TicketStatus {
+    match reply {
+        Reply::Ticket(TicketView::Live(status)) => status,
+        other => panic!("expected a live ticket, got {other:?}"),
+    }
+}
