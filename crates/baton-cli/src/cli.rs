@@ -9,11 +9,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success (for `run`: CMD's own exit code is passed through; 128+N if CMD died of signal N)
-  1    error: the store failed, or the operation was refused (wrong or stale token, bad document)
+  1    error: the store failed, or the operation was refused (wrong or stale token, bad document);
+       for `wait` and `submit --wait`: the job is dead (its attempts are spent)
   2    usage error (bad flag, bad key, bad duration)
   75   the wait for a turn timed out (--timeout)
-  76   the ticket was superseded by a newer one while queued (--supersede)
-  77   the ticket was cancelled or force-released by an operator (baton cancel)
+  76   the ticket (or job) was superseded by a newer one while queued (--supersede)
+  77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
   78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost
   79   `run --max-hold`: CMD held the keys too long and was stopped
   130  interrupted by SIGINT while waiting (143 for SIGTERM)";
@@ -84,7 +85,68 @@ pub enum Command {
     /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
     #[command(after_help = INIT_HELP)]
     Init(InitArgs),
+    /// Queue a job for KEY: work a `baton worker` runs when the key has room
+    #[command(after_help = SUBMIT_HELP)]
+    Submit(SubmitArgs),
+    /// End a job's run held under --async: `baton complete KEY JOB_ID --token TOKEN`
+    Complete(CompleteArgs),
+    /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
+    Wait(WaitJobArgs),
+    /// Queue a dead job again, its attempts reset
+    Retry(JobRefArgs),
+    /// Run the jobs of matching keys with CMD, each when its key has room
+    #[command(after_help = WORKER_HELP)]
+    Worker(WorkerArgs),
+    /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
+    #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
+    Jobs(JobsArgs),
 }
+
+const JOBS_HELP: &str = "\
+One row per job: queued ones in the order they will run (READY says when a job waits for its
+--not-before or its backoff), running ones with their fence, ended ones (with -s) newest first
+per key with how they ended. --json prints one object per line with key, id, state, attempt,
+position, ready_at, last_error, context, submitted_at, ended_at and fence.
+
+  baton jobs deploy/                 what waits and runs under deploy/
+  baton jobs -s dead,succeeded -l 20 what ended lately
+  baton jobs show deploy/prod j-1f…  parameters, and every run with its exit and output";
+
+const WORKER_HELP: &str = "\
+Runs the oldest ready job of any matching key whose key has room, up to --concurrency at once;
+keys take turns (the one whose head job has waited longest first), so a busy key never delays a
+job of a free one. CMD gets the job's parameters on stdin and, in its environment, BATON_KEY,
+BATON_JOB_ID, BATON_ATTEMPT (1 for the first attempt), BATON_FENCE, BATON_JOB_TOKEN,
+BATON_PARAMS and BATON_STORE. Its output passes through; the last 16 KiB of each stream are kept
+with the run (`baton jobs show`, `baton wait`).
+
+CMD's exit status decides:
+  0      succeeded (with --async: the job stays held until `baton complete`)
+  75     released back (EX_TEMPFAIL): it keeps its place, spends no attempt, and is ready again
+         after --release-delay; the 21st release back in a row counts as a failed attempt
+  other  a failed attempt: retried after the job's backoff, dead when its attempts are spent
+
+The worker renews each job's lease while CMD runs and kills CMD's process group before the
+lease can end if it cannot (as `baton run` does); a job whose lease ran out is a failed attempt.
+A job's --max-run stops CMD (SIGTERM, then SIGKILL 5s later), a failed attempt.
+
+SIGTERM or SIGINT: stop claiming and let running jobs finish; after --grace, or at a second
+signal, their commands are stopped and the jobs given back unspent. Exits 0 then.
+
+Examples:
+  baton worker deploy/ -- ./deploy.sh                 every key under deploy/, one job at a time
+  baton worker --concurrency 8 -- ./handle-job.sh     every key, eight jobs at once";
+
+const SUBMIT_HELP: &str = "\
+Prints the job's id on stdout. The job waits in KEY's queue, in submit order beside the turns
+of `baton run` (--order first), until a `baton worker` for the key runs it. A failed attempt is
+retried after its backoff (10s, doubling, at most 10m) and keeps its place; when its attempts are
+spent it is dead (`baton retry KEY JOB_ID` queues it again).
+
+Examples:
+  baton submit deploy/staging --params '{\"commit\":\"abc123\"}'
+  baton submit deploy/prod --params @request.json --id deploy-abc123 --wait
+  baton submit reports/nightly --not-before 2026-12-01T02:00:00Z --max-run 1h";
 
 const RUN_HELP: &str = "\
 CMD gets BATON_KEY, BATON_TICKET (the token) and BATON_FENCE in its environment. With several keys
@@ -382,6 +444,196 @@ pub struct CancelArgs {
     /// Cancel every queued ticket of the key
     #[arg(long)]
     pub queued: bool,
+}
+
+/// `baton submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The key (the resource the job is for: an environment, a server, a tenant)
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's parameters: JSON, or @FILE to read it from FILE (@- for stdin); at most 256 KiB.
+    /// The worker's command gets them on stdin and in BATON_PARAMS [default: null]
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub params: Option<String>,
+    /// The job's id (letters, digits, `-`, `_`): a second submit with the same id changes
+    /// nothing and prints it again [default: a new j-…]
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// How many of the key's jobs and turns may run at once. Every live ticket must agree
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub limit: u32,
+    /// Sort value: jobs and tickets with one go first, compared as strings
+    #[arg(long, value_name = "VALUE")]
+    pub order: Option<String>,
+    /// Cancel every queued job or ticket of the key that sorts before this one (as
+    /// superseded), unless it was queued with --keep
+    #[arg(long)]
+    pub supersede: bool,
+    /// Never be superseded
+    #[arg(long)]
+    pub keep: bool,
+    /// Attempts before the job is dead (1..=1000)
+    #[arg(long, default_value_t = baton_core::job::ATTEMPTS_DEFAULT, value_name = "N")]
+    pub max_attempts: u32,
+    /// Wait after the first failed attempt; it doubles after each further one, up to 10m
+    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
+    pub backoff: Duration,
+    /// Not before this time (RFC 3339, as 2026-12-01T02:00:00Z) or this long from now (DUR)
+    #[arg(long, value_name = "TIME|DUR")]
+    pub not_before: Option<String>,
+    /// Stop a run after DUR (SIGTERM, then SIGKILL), counted as a failed attempt
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub max_run: Option<Duration>,
+    /// Who submits it and why, shown to others [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+    /// Then wait until the job has ended, as `baton wait` does (and exit as it does)
+    #[arg(long)]
+    pub wait: bool,
+    /// Print a JSON object (key, id, state) instead of the id alone
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How an asynchronous run ended, as `baton complete` reports it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CompleteOutcome {
+    /// The job is done.
+    Succeeded,
+    /// A failed attempt: retried after its backoff, or dead.
+    Failed,
+}
+
+/// `baton complete`.
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// The run's token (BATON_JOB_TOKEN in the worker's command)
+    #[arg(long, value_name = "TOKEN")]
+    pub token: String,
+    /// How the run went
+    #[arg(long, value_enum, default_value = "succeeded")]
+    pub outcome: CompleteOutcome,
+    /// Why it failed, kept with the job (`baton jobs`, `baton why`)
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+}
+
+/// `baton wait`.
+#[derive(Debug, Args)]
+pub struct WaitJobArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id (`baton submit` printed it)
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// How often to look on stores that cannot push (S3, DynamoDB)
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+    /// Print nothing while waiting
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `baton worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Keys to serve: an exact key, or a prefix ending in `/`; none serves every key
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+    /// Jobs run at once (1..=1000)
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub concurrency: u32,
+    /// Lease of a run, renewed every TTL/3 while CMD runs; with --async, how long
+    /// `baton complete` has after CMD exits 0 (unless `baton renew KEY TOKEN` extends it)
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub ttl: Duration,
+    /// When a job released back (exit 75) is ready again
+    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
+    pub release_delay: Duration,
+    /// After SIGTERM, how long running jobs may take to finish before they are given back
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub grace: Duration,
+    /// Do not complete a job when CMD exits 0: it stays held under its lease until
+    /// `baton complete KEY JOB_ID --token TOKEN` (from any process or machine)
+    #[arg(long = "async")]
+    pub asynchronous: bool,
+    /// How often an idle worker looks for jobs
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+    /// Print no line per job
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command that runs each job, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `baton jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// `show KEY JOB_ID`: one job in full.
+    #[command(subcommand)]
+    pub show: Option<JobsCommand>,
+    /// Only keys starting with PREFIX [default: every key]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
+    pub prefix: String,
+    /// Only jobs in these states: a comma list of queued, running, succeeded, dead,
+    /// cancelled, superseded, or all
+    #[arg(short, long, value_name = "STATES", default_value = "queued,running")]
+    pub state: String,
+    /// Show at most N rows (1..=100000)
+    #[arg(
+        short = 'l',
+        long,
+        value_name = "N",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub limit_rows: u32,
+    /// One JSON object per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton jobs show`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// One job in full: state, parameters, and every run with its exit, time and output tail
+    Show(JobShowArgs),
+}
+
+/// `baton jobs show KEY JOB_ID`.
+#[derive(Debug, Args)]
+pub struct JobShowArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// One JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A command naming one job: `KEY JOB_ID`.
+#[derive(Debug, Args)]
+pub struct JobRefArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
 }
 
 /// Parses `500ms`, `5s`, `15m`, `1h30m`, or a bare `0`.

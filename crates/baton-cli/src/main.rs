@@ -76,6 +76,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Man(args) => cmd::docs::man(args.subcommand.as_deref()),
         Command::Log(args) => cmd::log::log(&open(store_url).await?, args).await,
         Command::Init(args) => cmd::init::init(&open(store_url).await?, args).await,
+        Command::Submit(args) => cmd::job::submit(&open(store_url).await?, args).await,
+        Command::Complete(args) => cmd::job::complete(&open(store_url).await?, args).await,
+        Command::Wait(args) => cmd::job::wait(&open(store_url).await?, args).await,
+        Command::Retry(args) => cmd::job::retry(&open(store_url).await?, args).await,
+        Command::Jobs(args) => cmd::jobs::jobs(&open(store_url).await?, args).await,
+        Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
     }
 }
 

@@ -75,6 +75,15 @@ pub enum ClientError {
         /// The key.
         key: String,
     },
+    /// The store answered an operation with a reply of another operation (a bug, or a store
+    /// shared with an incompatible baton).
+    #[error("{key}: unexpected answer from the core: {detail}")]
+    Unexpected {
+        /// The key.
+        key: String,
+        /// The answer.
+        detail: String,
+    },
     /// The wait was interrupted (the ticket was withdrawn as cancelled).
     #[error("interrupted while waiting for {key}")]
     Interrupted {

@@ -9,6 +9,11 @@ pub fn new_ticket_id() -> String {
     format!("t-{:016x}", rand::random::<u64>())
 }
 
+/// A new job id: `j-` and 16 hex digits (as [`new_ticket_id`]).
+pub fn new_job_id() -> String {
+    format!("j-{:016x}", rand::random::<u64>())
+}
+
 /// A new secret token: 128 random bits as 32 hex digits.
 pub fn new_token() -> String {
     format!("{:032x}", rand::random::<u128>())

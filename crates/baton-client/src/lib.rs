@@ -8,6 +8,7 @@
 //!   order), release, renew — and the lease they give.
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
+//! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
@@ -22,6 +23,7 @@ pub mod coordinator;
 pub mod error;
 pub mod heartbeat;
 pub mod ids;
+pub mod jobs;
 pub mod poll;
 pub mod time;
 mod waiter;
@@ -30,4 +32,7 @@ pub use acquire::{AcquireOptions, Lease, WaitProgress};
 pub use coordinator::{Coordinator, Executed, KeySnapshot};
 pub use error::ClientError;
 pub use heartbeat::{Heartbeat, LeaseGuard, Lost};
+pub use jobs::{
+    ClaimOptions, Job, JobEnd, JobStanding, KeyPatterns, ReadyKey, RunReport, SubmitOptions,
+};
 pub use time::{wall_ms, BootClock, LocalClock};

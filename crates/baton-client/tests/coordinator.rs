@@ -101,6 +101,12 @@ impl Store for Faulty {
     async fn clock(&self) -> baton_store::Result<StoreClock> {
         self.inner.clock().await
     }
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> baton_store::Result<()> {
+        self.inner.put_record(key, name, bytes).await
+    }
+    async fn get_record(&self, key: &str, name: &str) -> baton_store::Result<Option<Vec<u8>>> {
+        self.inner.get_record(key, name).await
+    }
 }
 
 fn faulty() -> (Arc<Coordinator>, Arc<Faults>, Arc<dyn Store>) {

@@ -50,7 +50,8 @@ pub struct Finished {
 pub struct JobRun {
     /// The attempt (1 for the first; a release back does not count).
     pub attempt: u32,
-    /// The run: the claim's number (0: the job never ran).
+    /// The run: the claim's number, or for a job ended while queued its last run's (0: it
+    /// never ran).
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub run: u32,
     /// The job was queued again: this entry ends a run, not the job (a failed attempt with
@@ -92,7 +93,7 @@ impl Finished {
             finished_wall_ms: wall_ms,
             job: ticket.job.as_ref().map(|job| JobRun {
                 attempt: job.attempt(),
-                run: if granted { job.runs } else { 0 },
+                run: job.runs,
                 requeued: false,
             }),
         }

@@ -1,13 +1,17 @@
 //! The storage contract of baton, and the stores that keep it.
 //!
 //! A store only moves bytes. It keeps, per key, one small *hot document* (opaque bytes plus a
-//! version) that changes only by compare-and-swap, and an append-only *history log*. Every rule
-//! about tickets, leases and fences lives in `baton-core`; nothing here decodes a document.
+//! version) that changes only by compare-and-swap, an append-only *history log*, and named
+//! *records* (values up to [`RECORD_MAX_BYTES`] that a plain write replaces, outside any CAS).
+//! Every rule about tickets, leases, fences and jobs lives in `baton-core`; nothing here decodes
+//! a document or a record.
 //!
 //! # Layout
 //!
 //! - [`Store`]: the trait every store implements: `load`, `cas` (with history appended in the
-//!   same transaction), `history`, `list`, `watch`, `clock`.
+//!   same transaction), `history`, `list`, `watch`, `clock`, and `put_record`/`get_record` for
+//!   small values kept beside a key, outside its hot document (a job's parameters, a run's
+//!   report), checked by [`check_record`].
 //! - [`StoreError`]: the one error enum of every store.
 //! - [`memory`]: an in-process store for unit tests of the core and client. Never a stand-in for
 //!   a store under test.
@@ -69,8 +73,8 @@ pub mod server_clock;
 
 pub use error::StoreError;
 pub use store::{
-    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, Wake,
-    WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Store, StoreClock,
+    Version, Versioned, Wake, WatchHandle, RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
 };
 
 /// The result type of every store operation.

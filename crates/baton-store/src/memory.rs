@@ -1,7 +1,7 @@
 //! An in-process store, for unit tests of the core and the client.
 //!
 //! It keeps the whole contract (CAS, history, list, watch, a clock) in one `HashMap` behind a
-//! mutex, so tests of the layers above run fast and without files. Its clock is controllable:
+//! mutex (and records in another, apart from the keys' entries), so tests of the layers above run fast and without files. Its clock is controllable:
 //! [`MemoryStore::advance`] moves time forward and [`MemoryStore::set_epoch`] simulates a reboot.
 //! It is never a stand-in for a store under test: every real store runs the conformance suite.
 
@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, Version, Versioned, Wake,
-    WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, Version, Versioned, Wake, WatchHandle,
 };
 
 /// An in-process [`Store`]. Cloning is not offered: share it through an `Arc`.
@@ -30,6 +30,9 @@ pub struct MemoryStore {
 #[derive(Debug)]
 struct State {
     entries: HashMap<String, Entry>,
+    /// Records by (key, name). Apart from `entries`, so that a key with records only has no
+    /// entry: it is neither listed nor loaded.
+    records: HashMap<(String, String), Vec<u8>>,
     /// Added to the real elapsed time by [`MemoryStore::advance`].
     clock_offset_ms: u64,
     epoch: String,
@@ -80,6 +83,7 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State {
                 entries: HashMap::new(),
+                records: HashMap::new(),
                 clock_offset_ms: 0,
                 epoch: format!("memory-{}-{nanos}", std::process::id()),
             }),
@@ -227,6 +231,23 @@ impl Store for MemoryStore {
             behind_ms: 0,
             epoch: state.epoch.clone(),
         })
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        self.lock()
+            .records
+            .insert((key.to_owned(), name.to_owned()), bytes.to_vec());
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        Ok(self
+            .lock()
+            .records
+            .get(&(key.to_owned(), name.to_owned()))
+            .cloned())
     }
 }
 

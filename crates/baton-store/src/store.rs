@@ -5,7 +5,16 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::Result;
+use crate::{Result, StoreError};
+
+/// The largest record [`Store::put_record`] takes, in bytes: a job's parameters (JSON up to
+/// 256 KiB) or a run's report (up to 32 KiB of output tail and a few fields), with room for
+/// their framing. Below DynamoDB's 400 KB item with its keys, so every store keeps a record as
+/// one value.
+pub const RECORD_MAX_BYTES: usize = 320 * 1024;
+
+/// The longest record name, in bytes (see [`check_record_name`]).
+pub const RECORD_NAME_MAX_BYTES: usize = 200;
 
 /// An opaque version of a stored document: whatever the store compares in its CAS (a counter
 /// for SQL stores, a mod revision for etcd, an ETag for S3). Only equality is meaningful.
@@ -153,6 +162,10 @@ impl WatchHandle {
 /// Keys are UTF-8 strings of 1..=256 bytes with no control characters (the core checks this
 /// before any store sees a key). Every store must round-trip any such key exactly, escaping it
 /// however its backend needs; callers never escape.
+///
+/// Besides its document and history, a key may have *records*, named by baton (see
+/// [`check_record_name`]): each is one value written whole, outside any CAS, that never shows in
+/// the key's document, history or `list`, nor under another key.
 #[async_trait]
 pub trait Store: Send + Sync + fmt::Debug {
     /// A one-line description of where this store keeps its data, without secrets (shown by
@@ -192,6 +205,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// The store's clock, or [`StoreClock::None`] when it has none.
     async fn clock(&self) -> Result<StoreClock>;
 
+    /// Writes record `name` of `key`: a value kept beside the key, outside its hot document
+    /// (a job's parameters, a run's report), up to [`RECORD_MAX_BYTES`]. Replaces a record of
+    /// the same name (callers write the same bytes again when they retry). Not part of any
+    /// CAS: callers write a record before the document change that refers to it, so a writer
+    /// that dies in between leaves only an unreferenced record.
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()>;
+
+    /// Record `name` of `key`, or `None` if it was never written.
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>>;
+
     /// Prepares the store for use (`baton init`) and says what it did, in one line.
     ///
     /// For stores that must be set up with more rights than everyday use needs (a DynamoDB
@@ -203,5 +226,119 @@ pub trait Store: Send + Sync + fmt::Debug {
             "{} is ready: opening it created or checked everything it needs",
             self.describe()
         ))
+    }
+}
+
+/// Checks a record name, as every store does before it touches its backend: 1 to
+/// [`RECORD_NAME_MAX_BYTES`] bytes of `A-Z a-z 0-9 _ . / -`, in `/`-separated segments none of
+/// which is empty, `.` or `..` (`params/j-0123abcd`, `run/j-0123abcd/3`).
+///
+/// baton makes these names itself, so a bad one is a bug of the caller, refused as
+/// [`StoreError::Backend`] rather than stored. The segment rule lets object stores keep a name
+/// as part of an object's name: they refuse empty and relative segments (and would otherwise
+/// read `a//b` and `a/b` as one name).
+pub fn check_record_name(name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > RECORD_NAME_MAX_BYTES {
+        return Err(refused_record(format!(
+            "a record name must be 1 to {RECORD_NAME_MAX_BYTES} bytes long, not {}",
+            name.len()
+        )));
+    }
+    if let Some(bad) = name.chars().find(|c| !is_record_name_char(*c)) {
+        return Err(refused_record(format!(
+            "the record name {name:?} holds {bad:?}; a record name is made of A-Z, a-z, 0-9, \
+             `_`, `.`, `/` and `-`"
+        )));
+    }
+    if let Some(bad) = name
+        .split('/')
+        .find(|segment| matches!(*segment, "" | "." | ".."))
+    {
+        return Err(refused_record(format!(
+            "the record name {name:?} has the segment {bad:?}; the `/`-separated segments of a \
+             record name may not be empty, `.` or `..`"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks what [`Store::put_record`] is given: a good name ([`check_record_name`]) and a value
+/// of at most [`RECORD_MAX_BYTES`].
+pub fn check_record(name: &str, bytes: &[u8]) -> Result<()> {
+    check_record_name(name)?;
+    if bytes.len() > RECORD_MAX_BYTES {
+        return Err(refused_record(format!(
+            "record {name:?} is {} bytes; a record holds at most {RECORD_MAX_BYTES}",
+            bytes.len()
+        )));
+    }
+    Ok(())
+}
+
+fn is_record_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-')
+}
+
+/// The error for a record refused before any store was asked.
+fn refused_record(reason: String) -> StoreError {
+    StoreError::Backend {
+        store: "record check".to_owned(),
+        source: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_names_are_checked() {
+        let longest = "n".repeat(RECORD_NAME_MAX_BYTES);
+        for good in [
+            "params/j-0123abcd",
+            "run/j-0123abcd/3",
+            "a",
+            "A_z.9-/x",
+            ".hidden/..x/x..",
+            longest.as_str(),
+        ] {
+            assert!(check_record_name(good).is_ok(), "{good:?} must be accepted");
+        }
+        let too_long = "n".repeat(RECORD_NAME_MAX_BYTES + 1);
+        for bad in [
+            "",
+            too_long.as_str(),
+            "with space",
+            "é",
+            "a\nb",
+            "a:b",
+            "a%2F",
+            "/leading",
+            "trailing/",
+            "double//slash",
+            ".",
+            "..",
+            "a/./b",
+            "a/../b",
+        ] {
+            let error = check_record_name(bad).err();
+            assert!(
+                matches!(error, Some(StoreError::Backend { .. })),
+                "{bad:?} must be refused, got {error:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn record_sizes_are_checked() {
+        assert!(check_record("n", &[]).is_ok());
+        assert!(check_record("n", &vec![0; RECORD_MAX_BYTES]).is_ok());
+        let error = check_record("n", &vec![0; RECORD_MAX_BYTES + 1]).err();
+        let message = error.as_ref().map(ToString::to_string).unwrap_or_default();
+        assert!(
+            matches!(error, Some(StoreError::Backend { .. })) && message.contains("at most"),
+            "{error:?}"
+        );
+        assert!(check_record("bad name", &[]).is_err());
     }
 }

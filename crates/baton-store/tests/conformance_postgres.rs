@@ -169,7 +169,10 @@ fn many_processes_set_up_one_fresh_schema_at_once() {
         .iter()
         .map(|row| row.get(0))
         .collect();
-        assert_eq!(tables, ["baton_docs", "baton_history", "baton_meta"]);
+        assert_eq!(
+            tables,
+            ["baton_docs", "baton_history", "baton_meta", "baton_records"]
+        );
     });
 }
 
@@ -195,13 +198,101 @@ fn wall_ms() -> u64 {
         .as_millis() as u64
 }
 
+/// The schema of version 1 (before records), exactly as baton created it, with one key.
+const SCHEMA_V1_WITH_ONE_KEY: &str = "
+    CREATE TABLE baton_meta (name text PRIMARY KEY, value text NOT NULL);
+    CREATE TABLE baton_docs (
+        key text COLLATE \"C\" PRIMARY KEY,
+        version bigint NOT NULL,
+        doc bytea NOT NULL,
+        history_seq bigint NOT NULL DEFAULT 0
+    ) WITH (fillfactor = 70);
+    CREATE TABLE baton_history (
+        key text COLLATE \"C\" NOT NULL,
+        seq bigint NOT NULL,
+        entry bytea NOT NULL,
+        PRIMARY KEY (key, seq)
+    );
+    INSERT INTO baton_meta (name, value) VALUES ('schema_version', '1');
+    INSERT INTO baton_docs (key, version, doc, history_seq)
+        VALUES ('deploy/prod', 7, '\\x646f63', 1);
+    INSERT INTO baton_history (key, seq, entry) VALUES ('deploy/prod', 1, '\\x6831');
+";
+
+/// Tables set up by the baton before records (schema version 1) are migrated when stores open
+/// them, many at once: documents and history stay (a CAS goes on numbering the history), records
+/// work, and the schema says version 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn version_1_tables_are_migrated() {
+    let (_schema, url) = fresh_schema().await;
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    sqlx::raw_sql(SCHEMA_V1_WITH_ONE_KEY)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+
+    let mut opening = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let url = url.clone();
+        opening.spawn(async move { PostgresStore::open(&url).await });
+    }
+    let mut stores = Vec::new();
+    while let Some(opened) = opening.join_next().await {
+        stores.push(opened.unwrap().unwrap());
+    }
+    let store = &stores[0];
+    let loaded = store.load("deploy/prod").await.unwrap().unwrap();
+    assert_eq!(
+        (loaded.version.0.as_str(), loaded.bytes.as_slice()),
+        ("7", &b"doc"[..])
+    );
+    let CasOutcome::Written { .. } = store
+        .cas(
+            "deploy/prod",
+            Some(&loaded.version),
+            b"doc2",
+            &[b"h2".to_vec()],
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a CAS naming the migrated document's version must write");
+    };
+    let history: Vec<(u64, Vec<u8>)> = store
+        .history("deploy/prod", 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|record| (record.seq, record.bytes))
+        .collect();
+    assert_eq!(history, [(1, b"h1".to_vec()), (2, b"h2".to_vec())]);
+
+    store
+        .put_record("deploy/prod", "params/j-1", b"p")
+        .await
+        .unwrap();
+    for other in &stores {
+        assert_eq!(
+            other.get_record("deploy/prod", "params/j-1").await.unwrap(),
+            Some(b"p".to_vec())
+        );
+    }
+    let version: String =
+        sqlx::query_scalar("SELECT value FROM baton_meta WHERE name = 'schema_version'")
+            .fetch_one(&mut admin)
+            .await
+            .unwrap();
+    assert_eq!(version, "2");
+}
+
+/// Tables at the version after this baton's (2) are refused.
 #[tokio::test]
 async fn newer_schema_is_refused() {
     let (_schema, url) = fresh_schema().await;
     drop(PostgresStore::open(&url).await.unwrap());
     let mut admin = PgConnection::connect(&url).await.unwrap();
     admin
-        .execute("UPDATE baton_meta SET value = '2' WHERE name = 'schema_version'")
+        .execute("UPDATE baton_meta SET value = '3' WHERE name = 'schema_version'")
         .await
         .unwrap();
 

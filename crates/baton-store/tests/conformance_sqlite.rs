@@ -114,6 +114,7 @@ async fn reopening_keeps_documents_and_history() {
     );
 }
 
+/// A file at the version after this baton's (2) is refused.
 #[tokio::test]
 async fn newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -122,7 +123,7 @@ async fn newer_schema_is_refused() {
     let connection = rusqlite::Connection::open(&path).unwrap();
     connection
         .execute(
-            "UPDATE baton_meta SET value = '2' WHERE name = 'schema_version'",
+            "UPDATE baton_meta SET value = '3' WHERE name = 'schema_version'",
             [],
         )
         .unwrap();
@@ -138,6 +139,78 @@ async fn newer_schema_is_refused() {
         message.contains("newer") && message.contains("upgrade baton"),
         "{message}"
     );
+}
+
+/// The schema of version 1 (before records), exactly as baton wrote it, with one key.
+const SCHEMA_V1_WITH_ONE_KEY: &str = "
+    CREATE TABLE baton_meta (name TEXT PRIMARY KEY, value TEXT);
+    CREATE TABLE baton_docs (key TEXT PRIMARY KEY, version INTEGER NOT NULL, doc BLOB NOT NULL);
+    CREATE TABLE baton_history (
+        key TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        entry BLOB NOT NULL,
+        PRIMARY KEY (key, seq)
+    );
+    INSERT INTO baton_meta (name, value) VALUES ('schema_version', '1');
+    INSERT INTO baton_docs (key, version, doc) VALUES ('deploy/prod', 7, X'646F63');
+    INSERT INTO baton_history (key, seq, entry) VALUES ('deploy/prod', 1, X'6831');
+";
+
+/// A file written by the baton before records (schema version 1) is migrated when opened, by
+/// several stores at once: its documents and history stay, records work, and the file says
+/// version 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_version_1_file_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(SCHEMA_V1_WITH_ONE_KEY)
+        .unwrap();
+
+    let opening: Vec<_> = (0..4)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { SqliteStore::open(&path).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for opened in opening {
+        stores.push(opened.await.unwrap().unwrap());
+    }
+    let store = &stores[0];
+    let loaded = store.load("deploy/prod").await.unwrap().unwrap();
+    assert_eq!(
+        (loaded.version.0.as_str(), loaded.bytes.as_slice()),
+        ("7", &b"doc"[..])
+    );
+    let history = store.history("deploy/prod", 0, 10).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].bytes, b"h1");
+
+    store
+        .put_record("deploy/prod", "params/j-1", b"p")
+        .await
+        .unwrap();
+    for other in &stores {
+        assert_eq!(
+            other.get_record("deploy/prod", "params/j-1").await.unwrap(),
+            Some(b"p".to_vec())
+        );
+    }
+    assert_eq!(
+        store.list("").await.unwrap(),
+        vec!["deploy/prod".to_owned()]
+    );
+    let version: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM baton_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "2");
 }
 
 #[tokio::test]

@@ -165,4 +165,10 @@ impl Store for CountingStore {
         bump(&self.clock);
         self.inner.clock().await
     }
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> baton_store::Result<()> {
+        self.inner.put_record(key, name, bytes).await
+    }
+    async fn get_record(&self, key: &str, name: &str) -> baton_store::Result<Option<Vec<u8>>> {
+        self.inner.get_record(key, name).await
+    }
 }

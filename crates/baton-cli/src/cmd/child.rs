@@ -25,10 +25,20 @@ fn owns_terminal() -> bool {
 /// Spawns `argv` with `env` added. Call from the main thread: the parent-death signal fires
 /// when the spawning thread exits.
 pub fn spawn(argv: &[String], env: &[(String, String)]) -> io::Result<Running> {
+    spawn_with(argv, env, false)
+}
+
+/// [`spawn`] with stdin, stdout and stderr piped to baton (a worker's job: parameters on stdin,
+/// output kept), and never the terminal.
+pub fn spawn_piped(argv: &[String], env: &[(String, String)]) -> io::Result<Running> {
+    spawn_with(argv, env, true)
+}
+
+fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Result<Running> {
     let Some((program, args)) = argv.split_first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
-    let give_terminal = owns_terminal();
+    let give_terminal = !piped && owns_terminal();
     // SAFETY: getpid has no preconditions.
     let baton_pid = unsafe { libc::getpid() };
     let mut command = Command::new(program);
@@ -36,6 +46,13 @@ pub fn spawn(argv: &[String], env: &[(String, String)]) -> io::Result<Running> {
         .args(args)
         .envs(env.iter().cloned())
         .kill_on_drop(false);
+    if piped {
+        use std::process::Stdio;
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
     if give_terminal {
         // The child calls tcsetpgrp from what is briefly a background group: ignore SIGTTOU
         // around it (the disposition is inherited across fork and reset before exec).

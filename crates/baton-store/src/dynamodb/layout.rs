@@ -6,12 +6,18 @@
 //! |---|---|---|---|
 //! | hot record of key K | `d` | K | `v` (S): the version; `h` (B): [`Hot::encode`], deflated |
 //! | history entry SEQ of K | `h/` K | SEQ, 20 decimal digits | `e` (B): the entry |
+//! | record NAME of K | `r/` K | NAME | `r` (B): the record |
 //!
 //! Every hot record shares the partition `d`, so `list(prefix)` is one Query (`begins_with` on
 //! the sort key, which DynamoDB orders by UTF-8 bytes — the contract's order) and never a Scan.
 //! Each write goes to its own sort key, which DynamoDB can split a busy partition on. A key's
 //! history is its own partition, so `history` is a Query on a range of zero-padded sequence
-//! numbers (the padding makes string order numeric order).
+//! numbers (the padding makes string order numeric order). A key's records are a partition of
+//! their own too, apart from its history's (`r/` and `h/` differ before K starts) and from the
+//! hot records' `d`, so `list` never meets one; a record is one item, read and written by its
+//! primary key, never queried. The partition key is K with a fixed part in front, so no key
+//! needs escaping and `r/a` + `b/c` is not `r/a/b` + `c`: the sort key keeps the name apart.
+//! A record of [`crate::RECORD_MAX_BYTES`] with the longest key and name fits in an item.
 //!
 //! Attribute names are one or two letters on purpose: DynamoDB bills a write by the item's
 //! size, names included. For the same reason the hot record is deflated (raw DEFLATE, RFC 1951):
@@ -41,6 +47,8 @@ pub const HOT: &str = "h";
 const HOT_INFLATED_MAX: u64 = 4 * 1024 * 1024;
 /// A history item's entry.
 pub const ENTRY: &str = "e";
+/// A record item's bytes.
+pub const RECORD: &str = "r";
 
 /// The partition of every hot record.
 pub const HOT_PARTITION: &str = "d";
@@ -54,6 +62,40 @@ pub const WRITE_UNIT_BYTES: usize = 1024;
 /// The partition of `key`'s history.
 pub fn history_partition(key: &str) -> String {
     format!("h/{key}")
+}
+
+/// The partition of `key`'s records.
+pub fn records_partition(key: &str) -> String {
+    format!("r/{key}")
+}
+
+/// The primary key of record `name` of `key`.
+pub fn record_key(key: &str, name: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        (PK.to_owned(), AttributeValue::S(records_partition(key))),
+        (SK.to_owned(), AttributeValue::S(name.to_owned())),
+    ])
+}
+
+/// The item of record `name` of `key`.
+pub fn record_item(key: &str, name: &str, bytes: &[u8]) -> HashMap<String, AttributeValue> {
+    let mut item = record_key(key, name);
+    item.insert(
+        RECORD.to_owned(),
+        AttributeValue::B(Blob::new(bytes.to_vec())),
+    );
+    item
+}
+
+/// A record item read back: its bytes. An item baton did not write is an error that says so.
+pub fn parse_record(
+    item: &HashMap<String, AttributeValue>,
+    store: &str,
+) -> Result<Vec<u8>, StoreError> {
+    match item.get(RECORD) {
+        Some(AttributeValue::B(blob)) => Ok(blob.as_ref().to_vec()),
+        _ => Err(not_ours(store, item, "it has no binary attribute `r`")),
+    }
 }
 
 /// The sort key of history entry `seq`: 20 digits, enough for every `u64`.
@@ -293,6 +335,41 @@ mod tests {
             "{error:?}"
         );
         assert!(parse_history(&hot_key("k"), "t").is_err());
+    }
+
+    #[test]
+    fn records_round_trip_and_fit_in_an_item() {
+        let item = record_item("deploy/prod", "params/j-1", &[0, 255]);
+        assert_eq!(
+            item.get(PK),
+            Some(&AttributeValue::S("r/deploy/prod".to_owned()))
+        );
+        assert_eq!(
+            item.get(SK),
+            Some(&AttributeValue::S("params/j-1".to_owned()))
+        );
+        assert!(matches!(parse_record(&item, "t"), Ok(bytes) if bytes == [0, 255]));
+        assert!(parse_record(&hot_key("k"), "t").is_err());
+
+        // Record partitions never meet history partitions or the hot records' partition.
+        for key in ["a", "a/b", "d", "h/a", "r"] {
+            assert_ne!(records_partition(key), history_partition(key));
+            assert_ne!(records_partition(key), HOT_PARTITION);
+            for other in ["a", "a/b", "r/a", "h"] {
+                assert_ne!(records_partition(key), history_partition(other));
+            }
+        }
+
+        let largest = record_item(
+            &"é".repeat(128),
+            &"n".repeat(crate::RECORD_NAME_MAX_BYTES),
+            &vec![0; crate::RECORD_MAX_BYTES],
+        );
+        assert!(
+            item_bytes(&largest) <= ITEM_MAX_BYTES,
+            "{}",
+            item_bytes(&largest)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! `dynamodb:CreateTable`.
 //!
 //! - **Layout** (the `layout` module): `pk` and `sk`, both strings. Hot records at
-//!   (`d`, KEY), history entries at (`h/KEY`, zero-padded SEQ). All hot records share one
+//!   (`d`, KEY), history entries at (`h/KEY`, zero-padded SEQ), records at (`r/KEY`, NAME). All hot records share one
 //!   partition so that `list(prefix)` is one Query with `begins_with` on the sort key, in
 //!   DynamoDB's UTF-8 byte order, never a Scan of the whole table. A global secondary index
 //!   would spread the hot records, but an index is eventually consistent (a key just created
@@ -39,6 +39,9 @@
 //!   [`DynamoStore::write_units`] counts the units DynamoDB reports;
 //!   [`DynamoStore::estimated_write_units`] computes them from the item sizes (local servers
 //!   such as moto report 1 unit per request whatever its size).
+//! - **Records**: one unconditional `PutItem` (replacing the item; writing the same bytes again
+//!   is harmless) or one strongly consistent `GetItem`, outside any CAS. A record of
+//!   [`crate::RECORD_MAX_BYTES`] is billed about 320 write units.
 //! - **Watch**: none (DynamoDB cannot push); waiters poll.
 //! - **Clock**: none ([`StoreClock::None`]): leases are judged by observation of unchanged
 //!   heartbeats on each observer's monotonic clock, as on etcd, so clients' wall clocks may
@@ -75,8 +78,8 @@ use aws_sdk_dynamodb::Client;
 
 use crate::deferred::{self, Hot, Policy};
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 use errors::{classify, Context, Effect};
 use layout::{ITEM_MAX_BYTES, PK, SK, VERSION};
@@ -737,6 +740,48 @@ impl Store for DynamoStore {
 
     async fn clock(&self) -> Result<StoreClock> {
         Ok(StoreClock::None)
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        let item = layout::record_item(key, name, bytes);
+        let item_bytes = layout::item_bytes(&item);
+        let output = self
+            .inner
+            .client
+            .put_item()
+            .table_name(&self.inner.table)
+            .set_item(Some(item))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|error| {
+                classify(self.context("dynamodb:PutItem", Effect::Idempotent), error)
+            })?;
+        let reported = output
+            .consumed_capacity()
+            .and_then(|capacity| capacity.capacity_units())
+            .unwrap_or(0.0);
+        self.count_units("record item", reported, layout::write_units(item_bytes));
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let output = self
+            .inner
+            .client
+            .get_item()
+            .table_name(&self.inner.table)
+            .set_key(Some(layout::record_key(key, name)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|error| classify(self.context("dynamodb:GetItem", Effect::Read), error))?;
+        output
+            .item
+            .map(|item| layout::parse_record(&item, &self.inner.description))
+            .transpose()
     }
 
     async fn init(&self) -> Result<String> {

@@ -1,19 +1,22 @@
-//! Where baton's documents and history live among etcd's keys.
+//! Where baton's documents, history and records live among etcd's keys.
 //!
 //! Under the URL's prefix `P` (default `/baton`), with baton's key `K` as its UTF-8 bytes, as-is:
 //!
 //! ```text
 //! P/d/K                      the document of K (the etcd value is the document's bytes)
 //! P/h/K \x00 SEQ             one history entry of K; SEQ is the entry's seq as 20 decimal digits
+//! P/r/K \x00 NAME            record NAME of K (the etcd value is the record's bytes)
 //! ```
 //!
-//! Documents and history are separate branches, so listing documents (a range on `P/d/` +
-//! prefix) never meets a history entry. A history key ends K with a NUL byte, which no baton key
-//! can contain (control characters are refused), so K's history range `[P/h/K\x00, P/h/K\x01)`
-//! holds K's entries only: not those of `K/x` or `Kx`, whose keys continue K with a byte above
-//! NUL. Twenty digits hold every u64, so the byte order of history keys is the order of their
-//! seqs. etcd's range reads are ordered by key bytes, which for UTF-8 is code point order: the
-//! order `list` promises.
+//! Documents, history and records are separate branches, so listing documents (a range on
+//! `P/d/` + prefix) never meets a history entry or a record. A history key ends K with a NUL
+//! byte, which no baton key can contain (control characters are refused), so K's history range
+//! `[P/h/K\x00, P/h/K\x01)` holds K's entries only: not those of `K/x` or `Kx`, whose keys
+//! continue K with a byte above NUL. Twenty digits hold every u64, so the byte order of history
+//! keys is the order of their seqs. A record's key ends K with a NUL byte too, so
+//! `P/r/K\x00NAME` names exactly one (K, NAME): K is everything up to the first NUL, and record
+//! names hold none either. etcd's range reads are ordered by key bytes, which for UTF-8 is code
+//! point order: the order `list` promises.
 
 /// The etcd keys of one store (one prefix).
 #[derive(Clone, Debug)]
@@ -22,6 +25,8 @@ pub struct Layout {
     docs_root: Vec<u8>,
     /// `P/h/`.
     history_root: Vec<u8>,
+    /// `P/r/`.
+    records_root: Vec<u8>,
 }
 
 /// The digits of a seq in a history key: enough for `u64::MAX`.
@@ -33,6 +38,7 @@ impl Layout {
         Layout {
             docs_root: format!("{prefix}/d/").into_bytes(),
             history_root: format!("{prefix}/h/").into_bytes(),
+            records_root: format!("{prefix}/r/").into_bytes(),
         }
     }
 
@@ -70,6 +76,17 @@ impl Layout {
         [self.history_root.as_slice(), key.as_bytes(), b"\x01"].concat()
     }
 
+    /// `P/r/K\x00NAME`: record NAME of K.
+    pub fn record_key(&self, key: &str, name: &str) -> Vec<u8> {
+        [
+            self.records_root.as_slice(),
+            key.as_bytes(),
+            b"\x00",
+            name.as_bytes(),
+        ]
+        .concat()
+    }
+
     /// The seq of one of K's history keys; `None` for a key baton did not write.
     pub fn seq_of_history_key(&self, key: &str, etcd_key: &[u8]) -> Option<u64> {
         let digits = etcd_key.strip_prefix(self.history_start(key).as_slice())?;
@@ -99,6 +116,41 @@ mod tests {
         assert_eq!(layout.seq_of_history_key("a", &history_key), None);
         let largest = layout.history_key("k", u64::MAX);
         assert_eq!(layout.seq_of_history_key("k", &largest), Some(u64::MAX));
+    }
+
+    /// Records are apart from documents and history, and from each other's keys: `a`'s record
+    /// `b/c` is not `a/b`'s record `c`, and no record key is a document or history key.
+    #[test]
+    fn record_keys_are_their_own() {
+        let layout = Layout::new("/baton");
+        assert_eq!(
+            layout.record_key("deploy/prod", "params/j-1"),
+            b"/baton/r/deploy/prod\x00params/j-1"
+        );
+        let pairs = [
+            ("a", "b/c"),
+            ("a/b", "c"),
+            ("a", "b"),
+            ("ab", "b"),
+            ("a b", "b"),
+            ("ä/%*", "b"),
+        ];
+        let record_keys: Vec<Vec<u8>> = pairs
+            .iter()
+            .map(|(key, name)| layout.record_key(key, name))
+            .collect();
+        for (i, record_key) in record_keys.iter().enumerate() {
+            assert!(
+                record_keys[i + 1..].iter().all(|other| other != record_key),
+                "{:?}",
+                pairs[i]
+            );
+            assert_eq!(layout.key_of_doc(record_key), None);
+            for key in ["a", "a/b", "ab"] {
+                assert_eq!(layout.seq_of_history_key(key, record_key), None);
+                assert!(!record_key.starts_with(&layout.doc_key(key)));
+            }
+        }
     }
 
     /// A key that is a prefix of another (`a` of `a/b`, `ab`, `a b`) owns a history range that

@@ -3,7 +3,8 @@
 //!
 //! URL: `etcd://[user:password@]host[:port][,host[:port]…][/prefix][?tls=true&cacert=PATH]`
 //! (the `url` module says every part). Keys (the `layout` module): `P/d/K` for documents,
-//! `P/h/K\x00SEQ` for history, under the URL's prefix `P` (default `/baton`).
+//! `P/h/K\x00SEQ` for history, `P/r/K\x00NAME` for records, under the URL's prefix `P`
+//! (default `/baton`). A record is one plain put or get, outside any transaction.
 //!
 //! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
 //!   the key, so equality is exactly "nobody wrote since".
@@ -52,8 +53,8 @@ use etcd_client::{
 };
 
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 use layout::Layout;
 pub use url::EtcdUrl;
@@ -490,6 +491,34 @@ impl Store for EtcdStore {
 
     async fn clock(&self) -> Result<StoreClock> {
         Ok(StoreClock::None)
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        let record_key = self.inner.layout.record_key(key, name);
+        let bytes = bytes.to_vec();
+        self.request(Effect::Write, |mut kv| {
+            let (record_key, bytes) = (record_key.clone(), bytes.clone());
+            async move { kv.put(record_key, bytes, None).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let record_key = self.inner.layout.record_key(key, name);
+        let mut response = self
+            .request(Effect::Read, |mut kv| {
+                let record_key = record_key.clone();
+                async move { kv.get(record_key, None).await }
+            })
+            .await?;
+        Ok(response
+            .take_kvs()
+            .into_iter()
+            .next()
+            .map(|kv| kv.into_key_value().1))
     }
 }
 

@@ -1,10 +1,11 @@
 //! The PostgreSQL store: `postgres://…` and `postgresql://…`, for teams that already run one.
 //!
-//! Three tables in the schema the connection's `search_path` names first (`public` unless the URL
+//! Four tables in the schema the connection's `search_path` names first (`public` unless the URL
 //! says otherwise, e.g. `?options=-csearch_path%3Dbaton`): `baton_meta` (the schema version),
-//! `baton_docs` (one row per key: version, document, and the key's history counter) and
-//! `baton_history` (one row per entry, keyed by key and seq). `schema.rs` creates them on first
-//! use, safely when many processes start at once.
+//! `baton_docs` (one row per key: version, document, and the key's history counter),
+//! `baton_history` (one row per entry, keyed by key and seq) and `baton_records` (one row per
+//! record, keyed by key and name). `schema.rs` creates them on first use, and migrates older
+//! ones, safely when many processes start at once.
 //!
 //! Every operation is ONE statement, so a warm connection pays one round trip for it:
 //! - a CAS is one statement of data-modifying CTEs: the conditional `UPDATE` (or, for a create,
@@ -16,6 +17,8 @@
 //!   and the server's time either way. A statement in autocommit is its own transaction. (A CAS
 //!   that lost to a write committed after its statement began reads again: see `cas`.)
 //! - a load reads the row and the server's time together.
+//! - a record is written by one upsert (`INSERT … ON CONFLICT DO UPDATE`) and read by one
+//!   `SELECT`, outside any CAS.
 //!
 //! A store keeps up to [`MAX_CONNECTIONS`] connections, opened when needed and reused
 //! (`connections.rs` says why this is not sqlx's pool); prepared statements are cached per
@@ -51,8 +54,8 @@ use connections::{AcquireError, Connections, Lease};
 use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long opening a connection may take (TCP, TLS, authentication), and how long an operation
@@ -192,6 +195,12 @@ const HISTORY_TAIL: &str =
 /// when it plans with the prefix in hand, which is why this statement is sent unnamed (planned
 /// at each execution) rather than prepared once with a generic plan.
 const LIST: &str = "SELECT key FROM baton_docs WHERE key ^@ $1 ORDER BY key";
+
+/// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.
+const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUES ($1, $2, $3)
+     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes";
+
+const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = $1 AND name = $2";
 
 /// True when `url` names a PostgreSQL server (`postgres://` or `postgresql://`, any case).
 pub fn is_postgres_url(url: &str) -> bool {
@@ -607,6 +616,28 @@ impl Store for PostgresStore {
             .clock
             .now()
             .ok_or_else(|| self.backend("the server's clock reads before 1970"))
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        // A write: not sent again when its connection dies (it may have landed); the caller
+        // writes the same bytes again.
+        self.fetch(Kind::Write, || {
+            sqlx::query(PUT_RECORD).bind(key).bind(name).bind(bytes)
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let rows = self
+            .fetch(Kind::Read, || sqlx::query(GET_RECORD).bind(key).bind(name))
+            .await?;
+        rows.first()
+            .map(|row| row.try_get::<Vec<u8>, _>("bytes"))
+            .transpose()
+            .map_err(|e| self.backend(e))
     }
 }
 

@@ -1,7 +1,8 @@
 //! baton's tables in PostgreSQL, created and migrated on first use.
 //!
 //! Opening a store reads the schema version and the server's time in one round trip. Only when
-//! the tables are missing (or older) does it take the migration path: one transaction that first
+//! the tables are missing (or older: version 1 had no `baton_records`) does it take the migration
+//! path: one transaction that first
 //! takes a transaction-scoped advisory lock, so that when many processes start at once against a
 //! fresh schema (a CI fan-out, a dozen `baton run`s) they take turns: the first creates the
 //! tables, the others find them there. `CREATE TABLE IF NOT EXISTS` alone is not enough: two
@@ -17,8 +18,8 @@ use sqlx::{PgConnection, Row};
 use super::now_ms;
 use crate::{Result, StoreError};
 
-/// The schema this code reads and writes. Bump it with a migration in [`migrate_locked`].
-pub(super) const SCHEMA_VERSION: u64 = 1;
+/// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
+pub(super) const SCHEMA_VERSION: u64 = 2;
 
 /// The advisory lock the migration takes: the bytes of "baton" — one lock for every schema of
 /// the database, which only makes first-time setups of different schemas take turns.
@@ -53,7 +54,25 @@ const CREATE_TABLES_V1: &str = "
     INSERT INTO baton_meta (name, value) VALUES ('schema_version', '1');
 ";
 
-/// Makes sure the tables are at [`SCHEMA_VERSION`], creating them if needed; returns the
+/// Version 2: records, kept beside their key's document and never read with it. A table of
+/// their own, so that `list` (on `baton_docs`) never meets one and a key's document row stays
+/// small; keyed by key and name (`COLLATE "C"` like the keys: byte-wise, no locale).
+const CREATE_RECORDS_V2: &str = "
+    CREATE TABLE IF NOT EXISTS baton_records (
+        key text COLLATE \"C\" NOT NULL,
+        name text COLLATE \"C\" NOT NULL,
+        bytes bytea NOT NULL,
+        PRIMARY KEY (key, name)
+    );
+    UPDATE baton_meta SET value = '2' WHERE name = 'schema_version';
+";
+
+/// The step to each version from the one before it: `MIGRATIONS[n]` brings a schema at version
+/// `n` (0: never set up) to `n + 1`, and records that version in `baton_meta`. All the steps a
+/// schema needs run in one transaction, under the migration lock.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [CREATE_TABLES_V1, CREATE_RECORDS_V2];
+
+/// Makes sure the tables are at [`SCHEMA_VERSION`], creating or migrating them if needed; returns the
 /// server's time (in ms) read on the way.
 pub(super) async fn migrate(connection: &mut PgConnection, description: &str) -> Result<i64> {
     let mut migrated = false;
@@ -101,8 +120,9 @@ impl From<sqlx::Error> for MigrateError {
     }
 }
 
-/// Creates the tables under the migration lock, unless another process did while this one
-/// waited for it. A newer schema found here is refused (and the transaction rolled back).
+/// Creates or migrates the tables under the migration lock, from whichever version they are at,
+/// unless another process did while this one waited for it. A newer schema found here is
+/// refused (and the transaction rolled back).
 async fn migrate_locked(
     connection: &mut PgConnection,
     description: &str,
@@ -123,22 +143,29 @@ async fn migrate_locked(
             .await?
             .map(|row| row.try_get("value"))
             .transpose()?;
-    match check_version(version.as_deref(), description).map_err(MigrateError::Store)? {
-        Some(SCHEMA_VERSION) => {}
-        // Only version 1 exists so far; a later version migrates from the ones before it here.
-        _ => {
-            sqlx::raw_sql(CREATE_TABLES_V1)
-                .execute(&mut *transaction)
-                .await?;
-            tracing::info!(store = description, "created baton's tables");
-        }
+    let found = check_version(version.as_deref(), description)
+        .map_err(MigrateError::Store)?
+        .unwrap_or(0);
+    // `found` is at most SCHEMA_VERSION, the length of MIGRATIONS.
+    let steps = MIGRATIONS.get(found as usize..).unwrap_or_default();
+    for step in steps {
+        sqlx::raw_sql(*step).execute(&mut *transaction).await?;
+    }
+    if !steps.is_empty() {
+        tracing::info!(
+            store = description,
+            from = found,
+            to = SCHEMA_VERSION,
+            "created or migrated baton's tables"
+        );
     }
     transaction.commit().await?;
     Ok(())
 }
 
-/// The schema version as a number: `None` when baton has not set one up. A version newer than
-/// this code, or one it cannot read, is [`StoreError::Incompatible`].
+/// The schema version as a number: `None` when baton has not set one up, else one from 1 to
+/// [`SCHEMA_VERSION`] (an older one is migrated). A version newer than this code, or one it
+/// cannot read, is [`StoreError::Incompatible`].
 fn check_version(version: Option<&str>, description: &str) -> Result<Option<u64>> {
     let Some(text) = version else {
         return Ok(None);
@@ -148,7 +175,7 @@ fn check_version(version: Option<&str>, description: &str) -> Result<Option<u64>
         reason,
     };
     match text.trim().parse::<u64>() {
-        Ok(version) if version == SCHEMA_VERSION => Ok(Some(version)),
+        Ok(version) if (1..=SCHEMA_VERSION).contains(&version) => Ok(Some(version)),
         Ok(version) if version > SCHEMA_VERSION => Err(incompatible(format!(
             "schema version {version} is newer than this baton understands ({SCHEMA_VERSION}); \
              upgrade baton"

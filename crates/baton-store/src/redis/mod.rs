@@ -12,6 +12,7 @@
 //! | `baton:doc:K` | hash | `v` version, `d` document, `n` writes so far, `s` last history seq |
 //! | `baton:hist:K` | stream | the history log: entry ID `<seq>-0`, one field `e` with the entry |
 //! | `baton:keys` | sorted set | every key with a document, score 0, for `list` |
+//! | `baton:rec:K` | hash | K's records: field = record name, value = the record's bytes |
 //!
 //! and the pub/sub channel `baton:wake:DB` carries a key's name, new version and document
 //! after each write to it (the name alone for a document over [`PUSHED_DOCUMENT_MAX`]). `K` is
@@ -31,6 +32,8 @@
 //! - `list(prefix)` is `ZRANGEBYLEX [prefix (successor` on the key set, where the successor is
 //!   the least byte string above every string that starts with the prefix: byte-wise, and no
 //!   character of a key is a wildcard.
+//! - A record is one `HSET` (replacing the field) or `HGET` on the key's record hash, outside
+//!   any CAS: `doc:K` stays small, and `list` (on the key set) never meets a record.
 //! - History is `XRANGE`/`XREVRANGE` on the stream, trimmed to about [`HISTORY_KEPT_MAX`] entries
 //!   per key (the design's limit; Redis keeps everything in memory).
 //! - `watch` has one subscriber connection per store (`watch.rs`), which resubscribes after a
@@ -72,8 +75,8 @@ use async_trait::async_trait;
 use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long connecting to the server may take before the store is [`StoreError::Unavailable`].
@@ -164,6 +167,11 @@ impl Names {
 
     fn keys(&self) -> String {
         format!("{}keys", self.namespace)
+    }
+
+    /// `<namespace>rec:K`: the hash of K's records, one field per record name.
+    fn records(&self, key: &str) -> String {
+        format!("{}rec:{key}", self.namespace)
     }
 }
 
@@ -589,6 +597,36 @@ impl Store for RedisStore {
             .now()
             .ok_or_else(|| self.unexpected("TIME", &time))
     }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        let mut command = ::redis::cmd("HSET");
+        command
+            .arg(self.inner.names.records(key))
+            .arg(name)
+            .arg(bytes);
+        let mut connection = self.inner.connection.clone();
+        // The reply counts the fields added (0 when one was replaced): nothing to check.
+        let _: Value = self
+            .bounded(Access::Write, command.query_async(&mut connection))
+            .await?;
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let mut command = ::redis::cmd("HGET");
+        command.arg(self.inner.names.records(key)).arg(name);
+        let mut connection = self.inner.connection.clone();
+        let reply: Value = self
+            .bounded(Access::Read, command.query_async(&mut connection))
+            .await?;
+        match reply {
+            Value::Nil => Ok(None),
+            Value::BulkString(record) => Ok(Some(record)),
+            other => Err(self.unexpected("HGET", &other)),
+        }
+    }
 }
 
 impl RedisStore {
@@ -771,8 +809,8 @@ fn redis_error(description: &str, error: RedisError, access: Access) -> StoreErr
         ErrorKind::Server(ServerErrorKind::NoPerm) => {
             return unavailable(format!(
                 "the Redis user may not run a command baton needs ({error}): baton runs EVALSHA, \
-                 SCRIPT LOAD, HMGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE and PUBLISH \
-                 on its namespace's keys and channel"
+                 SCRIPT LOAD, HMGET, HSET, HGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE \
+                 and PUBLISH on its namespace's keys and channel"
             ))
         }
         ErrorKind::Server(ServerErrorKind::BusyLoading) => {

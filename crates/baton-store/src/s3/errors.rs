@@ -57,7 +57,8 @@ pub enum Call {
     Get,
     /// LIST of a prefix (`s3:ListBucket`).
     List,
-    /// An unconditional PUT of a history entry (`s3:PutObject`): writing it twice is harmless.
+    /// An unconditional PUT of a history entry or a record (`s3:PutObject`): writing it twice
+    /// is harmless.
     PutEntry,
     /// The conditional PUT of a hot record (`s3:PutObject`): when unanswered, it may have
     /// happened.

@@ -1,4 +1,4 @@
-//! Where baton's hot records and history live among a bucket's objects.
+//! Where baton's hot records, history and records live among a bucket's objects.
 //!
 //! Under the URL's prefix `P`, with baton's key `K` escaped to `E(K)`:
 //!
@@ -7,6 +7,8 @@
 //!                            pending history)
 //! P/history/E(K)/SEQ         one stored history entry of K (the object's body is the entry);
 //!                            SEQ is the entry's seq as 20 decimal digits
+//! P/records/E(K)/NAME        record NAME of K (the object's body is the record)
+//! P/records/~/HEX(K)/NAME    the same, when the name above would pass S3's 1,024 bytes
 //! ```
 //!
 //! `E` keeps ASCII letters, digits, `-` and `_`, and writes every other byte of the key's UTF-8
@@ -25,6 +27,15 @@
 //!
 //! A key of 256 bytes escapes to at most 768 characters; S3 allows 1,024 bytes per object name,
 //! which leaves [`PREFIX_MAX_BYTES`] for the prefix.
+//!
+//! Records are never listed, so their names only need to be exact and apart: `E(K)` holds no
+//! `/`, so `P/records/E(K)/` holds K's records only, and NAME (checked by
+//! [`crate::check_record_name`]: `A-Z a-z 0-9 _ . / -`, no empty, `.` or `..` segment) is a
+//! valid rest of an object name as it is. A long prefix, a long key of escaped bytes and a long
+//! name together can pass 1,024 bytes (200 + 9 + 768 + 1 + 200); such a record goes under
+//! `P/records/~/` with K in hexadecimal instead (at most 512 characters, so at most 924 bytes
+//! in all). Which name a record gets depends only on the prefix, K and NAME, so every writer
+//! and reader agrees; `E(K)` is never `~` (`E` escapes it), so the two forms never meet.
 
 /// The longest prefix a URL may give: 768 escaped key bytes, `/history/`, `/`, 20 digits and
 /// this fit in S3's 1,024-byte object names.
@@ -33,6 +44,14 @@ pub const PREFIX_MAX_BYTES: usize = 200;
 /// The digits of a seq in a history object's name: enough for `u64::MAX`.
 const SEQ_DIGITS: usize = 20;
 
+/// S3's longest object name, in bytes.
+pub const OBJECT_NAME_MAX_BYTES: usize = 1024;
+
+/// The segment under `P/records/` of records whose key is written in hexadecimal.
+const HEX_RECORDS: &str = "~";
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+
 /// The object names of one store (one prefix).
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -40,6 +59,8 @@ pub struct Layout {
     hot_root: String,
     /// `P/history/`.
     history_root: String,
+    /// `P/records/`.
+    records_root: String,
     /// `P/init-probe`.
     probe: String,
 }
@@ -55,6 +76,7 @@ impl Layout {
         Layout {
             hot_root: format!("{root}hot/"),
             history_root: format!("{root}history/"),
+            records_root: format!("{root}records/"),
             probe: format!("{root}init-probe"),
         }
     }
@@ -91,6 +113,16 @@ impl Layout {
         format!("{}{seq:0SEQ_DIGITS$}", self.history_prefix(key))
     }
 
+    /// Record `name` of `key`: `P/records/E(K)/NAME`, or `P/records/~/HEX(K)/NAME` when that
+    /// would be longer than S3 allows. `name` must have passed [`crate::check_record_name`].
+    pub fn record(&self, key: &str, name: &str) -> String {
+        let escaped = format!("{}{}/{name}", self.records_root, escape(key));
+        if escaped.len() <= OBJECT_NAME_MAX_BYTES {
+            return escaped;
+        }
+        format!("{}{HEX_RECORDS}/{}/{name}", self.records_root, hex(key))
+    }
+
     /// The seq of one of K's history objects, given K's [`Layout::history_prefix`]; `None` for a
     /// name baton did not write.
     pub fn seq_of_history(history_prefix: &str, name: &str) -> Option<u64> {
@@ -107,17 +139,26 @@ fn is_kept(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
 }
 
+/// The key's UTF-8 bytes in upper-case hexadecimal: two characters a byte, never `/`.
+fn hex(key: &str) -> String {
+    let mut hex = String::with_capacity(2 * key.len());
+    for byte in key.bytes() {
+        hex.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
+    }
+    hex
+}
+
 /// `E(key)`: see the module's documentation.
 pub fn escape(key: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut escaped = String::with_capacity(key.len());
     for byte in key.bytes() {
         if is_kept(byte) {
             escaped.push(char::from(byte));
         } else {
             escaped.push('%');
-            escaped.push(char::from(HEX[usize::from(byte >> 4)]));
-            escaped.push(char::from(HEX[usize::from(byte & 0x0f)]));
+            escaped.push(char::from(HEX_DIGITS[usize::from(byte >> 4)]));
+            escaped.push(char::from(HEX_DIGITS[usize::from(byte & 0x0f)]));
         }
     }
     escaped
@@ -240,6 +281,53 @@ mod tests {
             Layout::seq_of_history(&prefix, &format!("{prefix}12")),
             None
         );
+    }
+
+    /// Records are apart from hot records, history and each other, and every record's name fits
+    /// in an object name: the escaped form where it fits, the hexadecimal one where it does not.
+    #[test]
+    fn record_names_are_their_own_and_fit() {
+        let layout = Layout::new("p");
+        assert_eq!(
+            layout.record("deploy/prod", "params/j-1"),
+            "p/records/deploy%2Fprod/params/j-1"
+        );
+        let pairs = [
+            ("a", "b/c"),
+            ("a/b", "c"),
+            ("a", "b"),
+            ("ab", "b"),
+            ("a b", "b"),
+            ("ä/%*", "b"),
+            ("~", "b"),
+        ];
+        let names: Vec<String> = pairs
+            .iter()
+            .map(|(key, name)| layout.record(key, name))
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(names[i + 1..].iter().all(|other| other != name), "{name}");
+            assert_eq!(layout.key_of_hot(name), None);
+            assert!(name.starts_with("p/records/") && !name.starts_with("p/records/~/"));
+        }
+
+        let prefix = "p".repeat(PREFIX_MAX_BYTES);
+        let layout = Layout::new(&prefix);
+        let longest_name = "n".repeat(crate::RECORD_NAME_MAX_BYTES);
+        let longest_key = "é".repeat(128);
+        let long = layout.record(&longest_key, &longest_name);
+        assert!(long.len() <= OBJECT_NAME_MAX_BYTES, "{}", long.len());
+        assert_eq!(
+            long,
+            format!("{prefix}/records/~/{}/{longest_name}", "C3A9".repeat(128))
+        );
+        // The same key with a short name keeps the readable form.
+        let short = layout.record(&longest_key, "n");
+        assert_eq!(
+            short,
+            format!("{prefix}/records/{}/n", escape(&longest_key))
+        );
+        assert!(short.len() <= OBJECT_NAME_MAX_BYTES);
     }
 
     #[test]

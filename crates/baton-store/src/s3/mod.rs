@@ -14,6 +14,8 @@
 //! P/hot/E(K)               the hot record of K: deferred::Hot::encode() (the core's document,
 //!                          a generation, and the history entries not yet stored on their own)
 //! P/history/E(K)/SEQ       one history entry of K; SEQ is 20 decimal digits
+//! P/records/E(K)/NAME      record NAME of K (`P/records/~/HEX(K)/NAME` where that name would
+//!                          pass S3's 1,024 bytes)
 //! ```
 //!
 //! `E` escapes every byte but ASCII letters, digits, `-` and `_` as `%XX` (the `layout` module
@@ -45,6 +47,8 @@
 //!   the listing, so a read is a snapshot as of the record it read, and a read of entries that
 //!   are all still pending (a `log --follow` poll) costs one GET.
 //! - **List**: one LIST of `P/hot/E(prefix)` (paged by 1,000).
+//! - **Records**: one plain PUT (retried like a history entry's: writing the same bytes twice
+//!   is harmless) or GET of the record's object; no condition, no cache, never listed.
 //! - **Watch**: none: S3 cannot push. Waiters poll.
 //! - **Clock**: the S3 server's, from the `Date` header every S3 response carries (the `clock`
 //!   module). Each response's `Date` is recorded with the local instant it arrived, and
@@ -84,8 +88,8 @@
 //!
 //! The least a policy must allow (the README shows it whole):
 //!
-//! - `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX/*` (hot records and
-//!   history entries);
+//! - `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX/*` (hot records,
+//!   history entries and records);
 //! - `s3:ListBucket` on `arn:aws:s3:::BUCKET`, which may be limited to baton's objects with the
 //!   condition `"StringLike": {"s3:prefix": "PREFIX/*"}` (`list` and history reads). Without
 //!   it, S3 answers 403 instead of 404 for a key's first read, which baton reports as a denied
@@ -97,7 +101,8 @@
 //! lifecycle rule that expires noncurrent versions under the prefix. A lifecycle rule may expire
 //! old history objects (`P/history/`), never hot records (`P/hot/`): a key whose hot record is
 //! deleted loses its fence counter and starts its history again at seq 1, overwriting the old
-//! entries as they are moved out.
+//! entries as they are moved out. Records (`P/records/`) hold jobs' parameters and runs'
+//! reports: expire them, if at all, long after any job could still be queued.
 
 mod clock;
 mod credentials;
@@ -124,8 +129,8 @@ use tokio::task::JoinSet;
 use crate::deferred::{self, Hot, Policy};
 use crate::server_clock::ServerClock;
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 use clock::DateConnector;
 use credentials::ChainCredentials;
@@ -700,6 +705,34 @@ impl Store for S3Store {
 
     async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
         Ok(None)
+    }
+
+    /// One PUT through the retrying client: a record's write is idempotent (the same bytes
+    /// under the same name), so a retry of one that landed does no harm.
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        let path = self.path(&self.inner.layout.record(key, name))?;
+        self.inner
+            .reads
+            .put(&path, PutPayload::from(bytes.to_vec()))
+            .await
+            .map_err(|error| self.classify(Call::PutEntry, error))?;
+        Ok(())
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let path = self.path(&self.inner.layout.record(key, name))?;
+        let result = match self.inner.reads.get(&path).await {
+            Ok(result) => result,
+            Err(error) if errors::is_missing_object(&error) => return Ok(None),
+            Err(error) => return Err(self.classify(Call::Get, error)),
+        };
+        let bytes = result
+            .bytes()
+            .await
+            .map_err(|error| self.classify(Call::Get, error))?;
+        Ok(Some(bytes.to_vec()))
     }
 
     /// The last response's `Date` plus the local time since; before the process's first

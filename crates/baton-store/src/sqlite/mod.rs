@@ -3,7 +3,8 @@
 //! Every CAS is one `BEGIN IMMEDIATE` transaction (read the version, write the document, append
 //! the history), so it costs one round trip to the file and two processes can never both win.
 //! The file runs in WAL mode so readers never wait for the writer; a writer waits for another
-//! up to [`BUSY_TIMEOUT`]. The clock is the host's boot-time clock ([`crate::boot_clock`]): every
+//! up to [`BUSY_TIMEOUT`]. Records are rows of a table of their own (`baton_records`, keyed by
+//! key and name), written by one upsert outside any CAS. The clock is the host's boot-time clock ([`crate::boot_clock`]): every
 //! process sharing the file shares the host, so none is needed from the file.
 //!
 //! rusqlite is blocking: the store keeps one connection behind a mutex and runs every operation
@@ -22,8 +23,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::boot_clock::{boot_id, boot_time_ms};
 use crate::{
-    Capabilities, CasOutcome, HistoryRecord, Result, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
+    StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long a write waits for another process's write transaction before giving up with
@@ -305,6 +306,34 @@ impl Store for SqliteStore {
             behind_ms: 0,
             epoch: boot_id(),
         })
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        check_record(name, bytes)?;
+        let (key, name, bytes) = (key.to_owned(), name.to_owned(), bytes.to_vec());
+        self.run(move |connection| {
+            // One statement in autocommit: its own transaction.
+            connection
+                .prepare_cached(
+                    "INSERT INTO baton_records (key, name, bytes) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes",
+                )?
+                .execute((&key, &name, &bytes))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>> {
+        check_record_name(name)?;
+        let (key, name) = (key.to_owned(), name.to_owned());
+        self.run(move |connection| {
+            connection
+                .prepare_cached("SELECT bytes FROM baton_records WHERE key = ?1 AND name = ?2")?
+                .query_row((&key, &name), |row| row.get(0))
+                .optional()
+        })
+        .await
     }
 }
 

@@ -14,14 +14,15 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 use super::{sqlite_error, BUSY_TIMEOUT};
 use crate::{Result, StoreError};
 
-/// The schema this code reads and writes. Bump it with a migration in [`migrate`].
-pub(super) const SCHEMA_VERSION: u64 = 1;
+/// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
+pub(super) const SCHEMA_VERSION: u64 = 2;
 
 /// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
 /// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
 const OPEN_RETRY_FOR: Duration = Duration::from_secs(10);
 
-const CREATE_TABLES: &str = "
+/// Version 1: the schema's version, documents, history.
+const CREATE_TABLES_V1: &str = "
     CREATE TABLE IF NOT EXISTS baton_meta (name TEXT PRIMARY KEY, value TEXT);
     CREATE TABLE IF NOT EXISTS baton_docs (
         key TEXT PRIMARY KEY,
@@ -35,6 +36,24 @@ const CREATE_TABLES: &str = "
         PRIMARY KEY (key, seq)
     );
 ";
+
+/// Version 2: records, kept beside their key's document and never read with it. A table of
+/// their own, so that `list` (on `baton_docs`) never meets one, and a key's records are the
+/// rows of its own (key, name) range. A rowid table, not `WITHOUT ROWID`: a record may be
+/// 320 KiB, far past the row size `WITHOUT ROWID` suits.
+const CREATE_RECORDS_V2: &str = "
+    CREATE TABLE IF NOT EXISTS baton_records (
+        key TEXT NOT NULL,
+        name TEXT NOT NULL,
+        bytes BLOB NOT NULL,
+        PRIMARY KEY (key, name)
+    );
+";
+
+/// The step to each version from the one before it: `MIGRATIONS[n]` brings a file at version
+/// `n` (0: never set up) to `n + 1`. Every step is idempotent (`IF NOT EXISTS`), and all the
+/// steps a file needs run in one transaction with the version's update.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [CREATE_TABLES_V1, CREATE_RECORDS_V2];
 
 /// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
 /// current schema. Blocking: call it from `spawn_blocking`.
@@ -101,29 +120,44 @@ fn enable_wal(connection: &Connection) -> Result<(), OpenError> {
     }
 }
 
-/// Brings the file's schema to [`SCHEMA_VERSION`], or refuses a file written by a newer baton.
+/// Brings the file's schema to [`SCHEMA_VERSION`] from whichever earlier version it is at, or
+/// refuses a file written by a newer baton.
 fn migrate(connection: &mut Connection, description: &str) -> Result<(), OpenError> {
     // Fast path, without the write lock: an existing file at the current version.
     if read_schema_version(connection, description)? == Some(SCHEMA_VERSION) {
         return Ok(());
     }
     // IMMEDIATE takes the write lock before reading, so racing openers take turns: the first
-    // creates the schema, the others find it done.
+    // migrates, the others find it done. The version is read again under the lock for that.
     let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    transaction.execute_batch(CREATE_TABLES)?;
-    // `read_schema_version` refuses every version but ours; `None` is a file baton never set up.
-    if read_schema_version(&transaction, description)?.is_none() {
+    // `read_schema_version` refuses every version above ours; `None` is a file baton never set
+    // up.
+    let found = read_schema_version(&transaction, description)?.unwrap_or(0);
+    if found < SCHEMA_VERSION {
+        // `found` is at most SCHEMA_VERSION, the length of MIGRATIONS.
+        let steps = MIGRATIONS.get(found as usize..).unwrap_or_default();
+        for step in steps {
+            transaction.execute_batch(step)?;
+        }
         transaction.execute(
-            "INSERT INTO baton_meta (name, value) VALUES ('schema_version', ?1)",
+            "INSERT INTO baton_meta (name, value) VALUES ('schema_version', ?1)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
             [SCHEMA_VERSION.to_string()],
         )?;
+        tracing::debug!(
+            store = description,
+            from = found,
+            to = SCHEMA_VERSION,
+            "migrated the store's schema"
+        );
     }
     transaction.commit()?;
     Ok(())
 }
 
-/// The file's schema version: `None` when baton has not set one up yet. A version newer than
-/// this code, or one it cannot read, is [`StoreError::Incompatible`].
+/// The file's schema version: `None` when baton has not set one up yet, else one from 1 to
+/// [`SCHEMA_VERSION`] (an older one is migrated). A version newer than this code, or one it
+/// cannot read, is [`StoreError::Incompatible`].
 fn read_schema_version(
     connection: &Connection,
     description: &str,
@@ -158,7 +192,7 @@ fn read_schema_version(
         })
     };
     match text.trim().parse::<u64>() {
-        Ok(version) if version == SCHEMA_VERSION => Ok(Some(version)),
+        Ok(version) if (1..=SCHEMA_VERSION).contains(&version) => Ok(Some(version)),
         Ok(version) if version > SCHEMA_VERSION => Err(incompatible(format!(
             "schema version {version} is newer than this baton understands ({SCHEMA_VERSION}); upgrade baton"
         ))),

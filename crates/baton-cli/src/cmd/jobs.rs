@@ -1,0 +1,205 @@
+//! `baton jobs [PREFIX]` and `baton jobs show KEY JOB_ID`: what waits, runs and ended.
+
+use baton_client::jobs::{self, JobRow, JobStanding};
+use serde_json::{json, Value};
+
+use crate::cli::{JobShowArgs, JobsArgs, JobsCommand};
+use crate::cmd::acquire::rfc3339;
+use crate::exit::{self, Failure};
+use crate::render::{self, Cell, Table};
+use crate::Opened;
+
+/// Every state a job can be listed in.
+const STATES: [&str; 6] = [
+    "queued",
+    "running",
+    "succeeded",
+    "dead",
+    "cancelled",
+    "superseded",
+];
+
+/// Runs the `jobs` subcommand.
+pub async fn jobs(opened: &Opened, args: JobsArgs) -> Result<i32, Failure> {
+    if let Some(JobsCommand::Show(show_args)) = args.show {
+        return show(opened, show_args).await;
+    }
+    let states = parse_states(&args.state)?;
+    let ended_wanted = states.iter().any(|s| !matches!(*s, "queued" | "running"));
+    let limit = args.limit_rows as usize;
+    let ended = if ended_wanted { limit } else { 0 };
+    let mut rows: Vec<JobRow> = jobs::list(&opened.coord, &args.prefix, ended)
+        .await?
+        .into_iter()
+        .filter(|row| states.contains(&row.state.as_str()))
+        .collect();
+    let left_out = rows.len().saturating_sub(limit);
+    rows.truncate(limit);
+    if args.json {
+        for row in &rows {
+            println!("{}", row_json(row));
+        }
+        return Ok(exit::OK);
+    }
+    print_table(&rows);
+    if left_out > 0 {
+        eprintln!("baton: {left_out} more not shown (-l)");
+    }
+    Ok(exit::OK)
+}
+
+fn parse_states(text: &str) -> Result<Vec<&'static str>, Failure> {
+    if text == "all" {
+        return Ok(STATES.to_vec());
+    }
+    text.split(',')
+        .map(|s| {
+            STATES
+                .iter()
+                .copied()
+                .find(|state| *state == s.trim())
+                .ok_or_else(|| {
+                    Failure::usage(format!(
+                        "`{s}` is not a job state; use a comma list of {} or all",
+                        STATES.join(", ")
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn row_json(row: &JobRow) -> Value {
+    json!({
+        "key": row.key,
+        "id": row.id,
+        "state": row.state,
+        "attempt": row.attempt,
+        "position": row.position,
+        "ready_at": row.ready_at_wall_ms.map(rfc3339),
+        "last_error": row.last_error,
+        "context": row.context,
+        "submitted_at": rfc3339(row.submitted_wall_ms),
+        "ended_at": row.ended_wall_ms.map(rfc3339),
+        "fence": row.fence,
+    })
+}
+
+fn print_table(rows: &[JobRow]) {
+    let colour = render::colour_wanted();
+    let headers = [
+        "KEY",
+        "ID",
+        "STATE",
+        "ATTEMPT",
+        "POS",
+        "READY",
+        "LAST_ERROR",
+        "CONTEXT",
+    ];
+    let mut table = Table::new(headers.iter().map(|h| (*h).to_owned()).collect()).flexible(Some(7));
+    for row in rows {
+        table.push(vec![
+            Cell::plain(&row.key),
+            Cell::plain(&row.id),
+            Cell::painted(&row.state, render::outcome_paint(&row.state)),
+            Cell::plain(row.attempt.to_string()),
+            Cell::plain(row.position.map_or_else(String::new, |p| p.to_string())),
+            Cell::plain(
+                row.ready_at_wall_ms
+                    .map_or_else(String::new, render::rfc3339_seconds),
+            ),
+            Cell::plain(render::cut(row.last_error.as_deref().unwrap_or(""), 60)),
+            Cell::plain(&row.context),
+        ]);
+    }
+    let width = render::terminal_size().map(|(w, _)| w);
+    print!("{}", table.render(width, colour));
+}
+
+/// `baton jobs show KEY JOB_ID`.
+async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
+    baton_core::limits::check_key(&args.key)
+        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_id(&args.id).map_err(|e| Failure::usage(e.to_string()))?;
+    let coord = &opened.coord;
+    let standing = jobs::standing(coord, &args.key, &args.id).await?;
+    if standing == JobStanding::Unknown {
+        return Err(Failure::new(
+            exit::ERROR,
+            format!(
+                "{}: no job {} (not queued, running, nor in the key's history)",
+                args.key, args.id
+            ),
+        ));
+    }
+    let params = jobs::params(coord, &args.key, &args.id).await?;
+    let runs = jobs::runs(coord, &args.key, &args.id).await?;
+    let reports = jobs::reports(coord, &args.key, &args.id, runs).await?;
+    let state = match &standing {
+        JobStanding::Live { state, .. } => crate::cmd::job::job_state_name(*state).to_owned(),
+        JobStanding::Ended(end) => end.outcome.to_string(),
+        JobStanding::Unknown => "unknown".to_owned(),
+    };
+    let params_text = params
+        .as_deref()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    if args.json {
+        let params_json: Value = params
+            .as_deref()
+            .and_then(|p| serde_json::from_slice(p).ok())
+            .unwrap_or(Value::Null);
+        let line = json!({
+            "key": args.key,
+            "id": args.id,
+            "state": state,
+            "params": params_json,
+            "runs": reports,
+        });
+        println!("{line}");
+        return Ok(exit::OK);
+    }
+    println!("{} {}: {state}", args.key, args.id);
+    if let JobStanding::Ended(end) = &standing {
+        if let Some(reason) = &end.reason {
+            println!("  why: {reason}");
+        }
+    }
+    println!(
+        "  params: {}",
+        params_text.as_deref().unwrap_or("(none kept)")
+    );
+    for report in &reports {
+        let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
+        let exit = report
+            .exit_code
+            .map_or_else(String::new, |c| format!(", exit {c}"));
+        println!(
+            "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
+            report.run,
+            report.attempt,
+            rfc3339(report.started_wall_ms),
+            report.result,
+            render::duration_ms(took),
+            report.fence,
+            report.worker,
+        );
+        if let Some(error) = &report.error {
+            println!("    error: {error}");
+        }
+        for (name, tail) in [
+            ("stdout", &report.stdout_tail),
+            ("stderr", &report.stderr_tail),
+        ] {
+            if !tail.is_empty() {
+                println!("    {name}:");
+                for line in tail.lines() {
+                    println!("      {line}");
+                }
+            }
+        }
+    }
+    if runs > 0 && reports.is_empty() {
+        println!("  ({runs} runs; no worker kept a report)");
+    }
+    Ok(exit::OK)
+}

@@ -1,0 +1,414 @@
+//! `baton worker [PATTERN...] -- CMD`: claims ready jobs of matching keys and runs CMD for each,
+//! up to `--concurrency` at once.
+//!
+//! Every job runs as a local task on the main thread (a `LocalSet`), so each CMD is spawned
+//! from the thread whose exit its parent-death signal watches (see `child.rs`). The control
+//! flow is one loop in [`serve`]: claim while there is room, else wait for a job to end, the
+//! poll interval, or a signal.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_client::jobs::{self, ClaimOptions, Job, KeyPatterns, RunReport};
+use baton_client::wall_ms;
+use baton_core::job::JobResult;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::cli::WorkerArgs;
+use crate::cmd::child;
+use crate::exit::{self, Failure};
+use crate::Opened;
+
+/// How much of each output stream a run keeps.
+const TAIL_BYTES: usize = 16 * 1024;
+/// Between SIGTERM and SIGKILL when a run is stopped (`--max-run`, giving back).
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The exit status that gives a job back (EX_TEMPFAIL).
+const RELEASE_BACK: i32 = 75;
+
+/// What the running jobs are told to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Run to the end.
+    No,
+    /// Stop the command and give the job back unspent.
+    GiveBack,
+}
+
+/// What every run shares.
+struct Ctx {
+    args: WorkerArgs,
+    store_url: String,
+    worker: String,
+}
+
+/// Runs the `worker` subcommand.
+pub async fn worker(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
+    check(&args)?;
+    tokio::task::LocalSet::new()
+        .run_until(serve(opened, args))
+        .await
+}
+
+fn check(args: &WorkerArgs) -> Result<(), Failure> {
+    if !(1..=1000).contains(&args.concurrency) {
+        return Err(Failure::usage(format!(
+            "--concurrency is {}; it must be between 1 and 1000",
+            args.concurrency
+        )));
+    }
+    baton_core::limits::check_ttl("TTL (--ttl)", millis(args.ttl))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    for pattern in &args.patterns {
+        baton_core::limits::check_key(pattern)
+            .map_err(|e| Failure::usage(format!("bad pattern {pattern:?}: {e}")))?;
+    }
+    if args.poll < Duration::from_millis(10) {
+        return Err(Failure::usage("--poll must be at least 10ms"));
+    }
+    Ok(())
+}
+
+async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
+    let coord = opened.coord.clone();
+    let patterns = KeyPatterns::new(args.patterns.clone());
+    let options = ClaimOptions { ttl: args.ttl };
+    let (Ok(mut sigterm), Ok(mut sigint)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
+    };
+    let ctx = Arc::new(Ctx {
+        worker: crate::context::default_context(),
+        store_url: opened.url.clone(),
+        args,
+    });
+    let (stop_tx, stop_rx) = watch::channel(Stop::No);
+    let mut running: JoinSet<()> = JoinSet::new();
+    let mut draining_until: Option<Instant> = None;
+    let mut look_now = true;
+    loop {
+        let room = running.len() < ctx.args.concurrency as usize;
+        if draining_until.is_none() && room && look_now {
+            match jobs::claim_next(&coord, &patterns, &options).await {
+                Ok(Some(job)) => {
+                    running.spawn_local(run_job(job, ctx.clone(), stop_rx.clone()));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(error) => eprintln!("baton: worker: {error}; looking again"),
+            }
+        }
+        if draining_until.is_some() && running.is_empty() {
+            return Ok(exit::OK);
+        }
+        look_now = false;
+        let idle = draining_until.is_none() && room;
+        tokio::select! {
+            Some(_) = running.join_next() => look_now = true,
+            _ = tokio::time::sleep(ctx.args.poll), if idle => look_now = true,
+            _ = sleep_until(draining_until) => {
+                let _ = stop_tx.send(Stop::GiveBack);
+            }
+            _ = next_signal(&mut sigterm, &mut sigint) => {
+                if draining_until.is_some() {
+                    let _ = stop_tx.send(Stop::GiveBack);
+                } else {
+                    if !ctx.args.quiet {
+                        eprintln!(
+                            "baton: worker stopping: no new jobs; {} running may finish within \
+                             {} (signal again to give them back now)",
+                            running.len(),
+                            humantime::format_duration(ctx.args.grace)
+                        );
+                    }
+                    draining_until = Some(Instant::now() + ctx.args.grace);
+                }
+            }
+        }
+    }
+}
+
+async fn next_signal(
+    sigterm: &mut tokio::signal::unix::Signal,
+    sigint: &mut tokio::signal::unix::Signal,
+) {
+    tokio::select! {
+        _ = sigterm.recv() => {}
+        _ = sigint.recv() => {}
+    }
+}
+
+/// How a run's command ended, as the worker saw it.
+enum Ended {
+    /// It exited (or died of a signal: 128 + N).
+    Exited(i32),
+    /// It ran past the job's `--max-run` and was stopped.
+    OverRan(Duration),
+    /// The lease was lost (or an operator force-cancelled the job): the command was killed.
+    LeaseLost(String),
+    /// The worker is stopping: the command was stopped and the job goes back unspent.
+    GivenBack,
+    /// It could not be started.
+    NotStarted(String),
+}
+
+/// Runs one claimed job to its end: CMD, then its report, then its completion.
+async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
+    let started_wall_ms = wall_ms();
+    let started = Instant::now();
+    let (ended, stdout_tail, stderr_tail) = run_command(&job, &ctx, &mut stop).await;
+    let (result, exit_code, error) = judge(&ended, &ctx);
+    let report = RunReport {
+        attempt: job.attempt,
+        run: job.run,
+        fence: job.lease.fence,
+        worker: ctx.worker.clone(),
+        started_wall_ms,
+        ended_wall_ms: wall_ms(),
+        result: result
+            .as_ref()
+            .map_or("lease lost", |r| match r {
+                JobResult::Succeeded => "succeeded",
+                JobResult::Failed { .. } => "failed",
+                JobResult::ReleasedBack { .. } => "released_back",
+            })
+            .to_owned(),
+        exit_code,
+        error: error.clone(),
+        stdout_tail,
+        stderr_tail,
+    };
+    if let Err(e) = job.report(&report).await {
+        eprintln!(
+            "baton: {} {}: could not keep the run's report: {e}",
+            job.key(),
+            job.id()
+        );
+    }
+    let (key, id, attempt) = (job.key().to_owned(), job.id().to_owned(), job.attempt);
+    let took =
+        humantime::format_duration(Duration::from_millis(millis(started.elapsed()))).to_string();
+    let said = match result {
+        None => {
+            job.heartbeat.stop_all();
+            format!("lease lost, command killed: {}", error.unwrap_or_default())
+        }
+        Some(JobResult::Succeeded) if ctx.args.asynchronous => {
+            // Left held under its lease for `baton complete` (or `baton renew`).
+            job.heartbeat.stop_all();
+            format!(
+                "command exited 0 after {took}; held for `baton complete {key} {id} --token …` \
+                 until its lease ends"
+            )
+        }
+        Some(result) => match job.complete(result).await {
+            Ok(view) => describe_after(&view, &took),
+            Err(e) => format!("could not record how it ended: {e}"),
+        },
+    };
+    if !ctx.args.quiet {
+        eprintln!("baton: {key} {id} attempt {attempt}: {said}");
+    }
+}
+
+/// What the run's end means for the job: the result to complete it with (`None`: the lease is
+/// gone, nothing to complete), CMD's exit code, and the error to keep.
+fn judge(ended: &Ended, ctx: &Ctx) -> (Option<JobResult>, Option<i32>, Option<String>) {
+    match ended {
+        Ended::Exited(0) => (Some(JobResult::Succeeded), Some(0), None),
+        Ended::Exited(RELEASE_BACK) => (
+            Some(JobResult::ReleasedBack {
+                delay_ms: millis(ctx.args.release_delay),
+            }),
+            Some(RELEASE_BACK),
+            None,
+        ),
+        Ended::Exited(code) => {
+            let error = Some(format!("exit {code}"));
+            (
+                Some(JobResult::Failed {
+                    error: error.clone(),
+                }),
+                Some(*code),
+                error,
+            )
+        }
+        Ended::OverRan(max_run) => {
+            let error = Some(format!(
+                "ran longer than --max-run {}; stopped",
+                humantime::format_duration(*max_run)
+            ));
+            (
+                Some(JobResult::Failed {
+                    error: error.clone(),
+                }),
+                None,
+                error,
+            )
+        }
+        Ended::LeaseLost(why) => (None, None, Some(why.clone())),
+        Ended::GivenBack => (
+            Some(JobResult::ReleasedBack { delay_ms: 0 }),
+            None,
+            Some("given back: the worker was stopping".into()),
+        ),
+        Ended::NotStarted(why) => {
+            let error = Some(why.clone());
+            (
+                Some(JobResult::Failed {
+                    error: error.clone(),
+                }),
+                None,
+                error,
+            )
+        }
+    }
+}
+
+fn describe_after(view: &baton_core::op::TicketView, took: &str) -> String {
+    match view {
+        baton_core::op::TicketView::Finished { outcome, .. } => format!("{outcome} after {took}"),
+        baton_core::op::TicketView::Live(status) => {
+            let job = status.job.as_deref();
+            let attempt = job.map_or(1, |j| j.attempt());
+            let again = job
+                .and_then(|j| j.last_error.clone())
+                .map_or_else(String::new, |e| format!(" ({e})"));
+            format!("queued again after {took}, next attempt {attempt}{again}")
+        }
+    }
+}
+
+/// Runs CMD for `job` until it ends, the lease is lost, the run overruns, or the worker gives
+/// the job back. Returns how it ended and the tails of its stdout and stderr.
+async fn run_command(
+    job: &Job,
+    ctx: &Ctx,
+    stop: &mut watch::Receiver<Stop>,
+) -> (Ended, String, String) {
+    let env = job_env(job, &ctx.store_url);
+    // On the main thread: this task is local to it (see the module's doc).
+    let mut running = match child::spawn_piped(&ctx.args.command, &env) {
+        Ok(running) => running,
+        Err(e) => {
+            let why = format!("cannot run {}: {e}", ctx.args.command.join(" "));
+            return (Ended::NotStarted(why), String::new(), String::new());
+        }
+    };
+    if let Some(mut stdin) = running.child.stdin.take() {
+        let params = job.params.clone();
+        tokio::task::spawn_local(async move {
+            // A command that does not read its stdin closes it: not an error.
+            let _ = stdin.write_all(&params).await;
+        });
+    }
+    let stdout = running
+        .child
+        .stdout
+        .take()
+        .map(|out| tokio::task::spawn_local(pump(out, Box::new(std::io::stdout()))));
+    let stderr = running
+        .child
+        .stderr
+        .take()
+        .map(|err| tokio::task::spawn_local(pump(err, Box::new(std::io::stderr()))));
+    let mut lost = job.heartbeat.lost();
+    let max_run_at = job.max_run.map(|d| Instant::now() + d);
+    let mut stopping: Option<(Instant, Ended)> = None;
+    let ended = loop {
+        let kill_at = stopping.as_ref().map(|(at, _)| *at + STOP_GRACE);
+        let stop_at = if stopping.is_none() { max_run_at } else { None };
+        tokio::select! {
+            status = running.child.wait() => {
+                let code = status.map_or(1, child::exit_code);
+                break stopping.map_or(Ended::Exited(code), |(_, why)| why);
+            }
+            _ = sleep_until(stop_at) => {
+                running.signal_group(libc::SIGTERM);
+                stopping = Some((Instant::now(), Ended::OverRan(job.max_run.unwrap_or_default())));
+            }
+            _ = sleep_until(kill_at) => running.signal_group(libc::SIGKILL),
+            changed = stop.changed(), if stopping.is_none() => {
+                if changed.is_err() || *stop.borrow() == Stop::GiveBack {
+                    running.signal_group(libc::SIGTERM);
+                    stopping = Some((Instant::now(), Ended::GivenBack));
+                }
+            }
+            changed = lost.changed() => {
+                let Some(why) = changed.ok().and(lost.borrow().clone()) else {
+                    continue;
+                };
+                // Another worker may be given the job any moment: stop the command now.
+                running.signal_group(libc::SIGKILL);
+                let _ = running.child.wait().await;
+                break Ended::LeaseLost(why.reason);
+            }
+        }
+    };
+    let stdout_tail = match stdout {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let stderr_tail = match stderr {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    (ended, stdout_tail, stderr_tail)
+}
+
+/// Copies `from` to `to` as it comes, and returns its last [`TAIL_BYTES`] (as text; bytes
+/// that are not UTF-8 are replaced).
+async fn pump(mut from: impl AsyncRead + Unpin, mut to: Box<dyn Write>) -> String {
+    let mut tail: Vec<u8> = Vec::new();
+    let mut buffer = vec![0u8; 8192];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let _ = to.write_all(&buffer[..n]);
+        let _ = to.flush();
+        tail.extend_from_slice(&buffer[..n]);
+        if tail.len() > 2 * TAIL_BYTES {
+            tail.drain(..tail.len() - TAIL_BYTES);
+        }
+    }
+    if tail.len() > TAIL_BYTES {
+        tail.drain(..tail.len() - TAIL_BYTES);
+    }
+    String::from_utf8_lossy(&tail).into_owned()
+}
+
+/// CMD's environment for `job`.
+fn job_env(job: &Job, store_url: &str) -> Vec<(String, String)> {
+    vec![
+        ("BATON_KEY".into(), job.key().to_owned()),
+        ("BATON_JOB_ID".into(), job.id().to_owned()),
+        ("BATON_ATTEMPT".into(), job.attempt.to_string()),
+        ("BATON_FENCE".into(), job.lease.fence.to_string()),
+        ("BATON_JOB_TOKEN".into(), job.lease.token.clone()),
+        (
+            "BATON_PARAMS".into(),
+            String::from_utf8_lossy(&job.params).into_owned(),
+        ),
+        ("BATON_STORE".into(), store_url.to_owned()),
+    ]
+}
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,450 @@
+//! Jobs with real processes on every store: `baton submit`, `baton worker`, `baton wait`,
+//! `baton complete`, `baton retry`.
+//!
+//! Workers' commands append `start KEY ID` and `end KEY ID` lines to one log (each line one
+//! `write` of a short string with `O_APPEND`, so lines never interleave); the order of those
+//! lines is the order things happened in.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{for_each_store, wait_until, Ctx, PROMPT};
+
+/// A worker command: logs its start, sleeps `secs`, logs its end, exits `code`.
+fn logging_job(secs: &str, code: i32) -> String {
+    format!(
+        "echo \"start $BATON_KEY $BATON_JOB_ID\" >> \"$TEST_DIR/log\"; sleep {secs}; \
+         echo \"end $BATON_KEY $BATON_JOB_ID\" >> \"$TEST_DIR/log\"; exit {code}"
+    )
+}
+
+fn submit(ctx: &Ctx, key: &str, extra: &[&str]) -> String {
+    let mut args = vec!["submit", key];
+    args.extend_from_slice(extra);
+    let done = ctx.baton(args).run();
+    done.assert_code(0);
+    done.stdout.trim().to_owned()
+}
+
+fn worker(ctx: &Ctx, name: &str, extra: &[&str], script: &str) -> common::Proc {
+    let mut args = vec!["worker", "--poll", "100ms"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", script]);
+    ctx.baton(args).name(name).spawn()
+}
+
+/// Stops a worker as an operator would (SIGTERM: it lets running jobs finish) and checks it
+/// exited 0.
+fn stop(mut proc: common::Proc) {
+    common::send_signal(proc.pid(), libc::SIGTERM);
+    proc.wait(PROMPT).assert_code(0);
+}
+
+fn log_index(lines: &[String], line: &str) -> usize {
+    lines
+        .iter()
+        .position(|l| l == line)
+        .unwrap_or_else(|| panic!("no `{line}` in the log:\n{}", lines.join("\n")))
+}
+
+#[test]
+fn a_busy_key_never_delays_a_free_one_and_one_key_runs_in_submit_order() {
+    for_each_store(|ctx| {
+        let (a, b) = (ctx.key("env/a"), ctx.key("env/b"));
+        let a1 = submit(ctx, &a, &[]);
+        let a2 = submit(ctx, &a, &[]);
+        let b1 = submit(ctx, &b, &[]);
+        let prefix = ctx.key("env/");
+        let w1 = worker(ctx, "w1", &[&prefix], &logging_job("1", 0));
+        let w2 = worker(ctx, "w2", &[&prefix], &logging_job("1", 0));
+        for id in [&a1, &a2, &b1] {
+            let key = if id == &b1 { &b } else { &a };
+            ctx.baton(["wait", key.as_str(), id.as_str()])
+                .run()
+                .assert_code(0);
+        }
+        stop(w1);
+        stop(w2);
+        let log = ctx.lines("log");
+        let at = |what: &str, key: &str, id: &str| log_index(&log, &format!("{what} {key} {id}"));
+        assert!(
+            at("start", &b, &b1) < at("end", &a, &a1),
+            "B ran while A's first ran:\n{}",
+            log.join("\n")
+        );
+        assert!(
+            at("end", &a, &a1) < at("start", &a, &a2),
+            "A's two never overlap, in submit order:\n{}",
+            log.join("\n")
+        );
+        assert_eq!(log.len(), 6, "each job ran once:\n{}", log.join("\n"));
+    });
+}
+
+#[test]
+fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
+    for_each_store(|ctx| {
+        let key = ctx.key("flaky");
+        let id = submit(ctx, &key, &["--max-attempts", "2", "--backoff", "500ms"]);
+        let w = worker(
+            ctx,
+            "w",
+            &[&key],
+            "echo \"attempt $BATON_ATTEMPT\"; echo oops >&2; exit 3",
+        );
+        let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
+        done.assert_code(1);
+        assert!(done.stdout.contains("attempt 2"), "{}", done.describe());
+        assert!(done.stderr.contains("oops"), "{}", done.describe());
+        assert!(done.stderr.contains("dead"), "{}", done.describe());
+        stop(w);
+        // `jobs` lists it as dead with its error; `jobs show` has both runs and their output.
+        let prefix = ctx.key("");
+        let done = ctx
+            .baton(["jobs", "-s", "dead", "--json", prefix.as_str()])
+            .run();
+        done.assert_code(0);
+        let rows: Vec<serde_json::Value> = done
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        assert_eq!(rows.len(), 1, "{}", done.describe());
+        assert_eq!(rows[0]["id"], id.as_str());
+        assert_eq!(rows[0]["state"], "dead");
+        assert_eq!(rows[0]["attempt"], 2);
+        assert_eq!(rows[0]["last_error"], "exit 3");
+        let done = ctx
+            .baton(["jobs", "show", "--json", key.as_str(), id.as_str()])
+            .run();
+        done.assert_code(0);
+        let shown: serde_json::Value = serde_json::from_str(done.stdout.trim()).expect("JSON");
+        let runs = shown["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 2, "{shown}");
+        assert_eq!(runs[0]["attempt"], 1);
+        assert_eq!(runs[1]["exit_code"], 3);
+        assert_eq!(runs[1]["stdout_tail"], "attempt 2\n");
+        assert_eq!(runs[1]["stderr_tail"], "oops\n");
+        // `retry` queues it again, attempts reset.
+        ctx.baton(["retry", key.as_str(), id.as_str()])
+            .run()
+            .assert_code(0);
+        let w = worker(ctx, "w2", &[&key], "echo \"attempt $BATON_ATTEMPT\"");
+        let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
+        done.assert_code(0);
+        assert!(done.stdout.contains("attempt 1"), "{}", done.describe());
+        stop(w);
+    });
+}
+
+#[test]
+fn exit_75_releases_the_job_back_without_spending_an_attempt() {
+    for_each_store(|ctx| {
+        let key = ctx.key("busy");
+        let id = submit(ctx, &key, &["--max-attempts", "1"]);
+        // The first run asks to be released back; the second succeeds. Attempt stays 1.
+        let script = "echo \"run $BATON_ATTEMPT\" >> \"$TEST_DIR/log\"; \
+                      if [ ! -e \"$TEST_DIR/once\" ]; then touch \"$TEST_DIR/once\"; exit 75; fi";
+        let w = worker(ctx, "w", &["--release-delay", "200ms", &key], script);
+        ctx.baton(["wait", key.as_str(), id.as_str()])
+            .run()
+            .assert_code(0);
+        stop(w);
+        assert_eq!(ctx.lines("log"), ["run 1", "run 1"]);
+    });
+}
+
+#[test]
+fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
+    for_each_store(|ctx| {
+        let key = ctx.key("async");
+        let id = submit(ctx, &key, &[]);
+        let w = worker(
+            ctx,
+            "w",
+            &["--async", "--ttl", "30s", &key],
+            "printf %s \"$BATON_JOB_TOKEN\" > \"$TEST_DIR/token\"",
+        );
+        ctx.wait_file("token", PROMPT);
+        let token = ctx.read("token");
+        // The job stays held after its command exited 0.
+        std::thread::sleep(Duration::from_millis(500));
+        let view = ctx.key_view(&key);
+        assert_eq!(view.holders().len(), 1, "still running: {}", view.raw);
+        ctx.baton([
+            "complete",
+            key.as_str(),
+            id.as_str(),
+            "--token",
+            "0123456789abcdef0123456789abcdef",
+        ])
+        .run()
+        .assert_code(1);
+        ctx.baton([
+            "complete",
+            key.as_str(),
+            id.as_str(),
+            "--token",
+            token.as_str(),
+        ])
+        .run()
+        .assert_code(0);
+        ctx.baton(["wait", key.as_str(), id.as_str()])
+            .run()
+            .assert_code(0);
+        stop(w);
+    });
+}
+
+#[test]
+fn a_job_past_its_max_run_is_stopped_as_a_failed_attempt() {
+    for_each_store(|ctx| {
+        let key = ctx.key("slow");
+        let id = submit(ctx, &key, &["--max-run", "1s", "--max-attempts", "1"]);
+        let w = worker(ctx, "w", &[&key], "sleep 60");
+        let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
+        done.assert_code(1);
+        assert!(done.stderr.contains("max-run"), "{}", done.describe());
+        stop(w);
+    });
+}
+
+#[test]
+fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
+    for_each_store(|ctx| {
+        let key = ctx.key("ids");
+        let first = submit(ctx, &key, &["--id", "deploy-1", "--params", "{\"v\":1}"]);
+        let again = submit(ctx, &key, &["--id", "deploy-1", "--params", "{\"v\":2}"]);
+        assert_eq!((first.as_str(), again.as_str()), ("deploy-1", "deploy-1"));
+        for bad in ["{bad", "[1,", ""] {
+            ctx.baton(["submit", key.as_str(), "--params", bad])
+                .run()
+                .assert_code(2);
+        }
+        let big = format!("\"{}\"", "x".repeat(300 * 1024));
+        std::fs::write(ctx.path("big.json"), big).expect("write");
+        let at_file = format!("@{}", ctx.path("big.json").display());
+        let done = ctx
+            .baton(["submit", key.as_str(), "--params", at_file.as_str()])
+            .run();
+        done.assert_code(2);
+        assert!(done.stderr.contains("256 KiB"), "{}", done.describe());
+        // The parameters reach the command exactly as first submitted, on stdin and in the
+        // environment.
+        let w = worker(
+            ctx,
+            "w",
+            &[&key],
+            "cat > \"$TEST_DIR/stdin\"; printf %s \"$BATON_PARAMS\" > \"$TEST_DIR/env\"",
+        );
+        ctx.baton(["wait", key.as_str(), "deploy-1"])
+            .run()
+            .assert_code(0);
+        stop(w);
+        assert_eq!(ctx.read("stdin"), "{\"v\":1}");
+        assert_eq!(ctx.read("env"), "{\"v\":1}");
+        wait_until("nothing left", PROMPT, || {
+            ctx.key_view(&key).holders().is_empty()
+        });
+    });
+}
+
+/// What each job of the many-workers test does, by its parameters.
+const BEHAVIOURS: [&str; 4] = ["ok", "fail-once", "release-once", "fail-always"];
+
+/// The command of the many-workers test: logs `start KEY ID FENCE ATTEMPT PPID`, works a
+/// little, then behaves as its parameters say and logs `end KEY ID FENCE` before exiting.
+const MANY_SCRIPT: &str = r#"
+read -r params
+echo "start $BATON_KEY $BATON_JOB_ID $BATON_FENCE $BATON_ATTEMPT $PPID" >> "$TEST_DIR/log"
+sleep 0.05
+code=0
+case "$params" in
+  *fail-always*) code=3 ;;
+  *fail-once*) [ "$BATON_ATTEMPT" = 1 ] && code=3 ;;
+  *release-once*) [ -e "$TEST_DIR/released-$BATON_JOB_ID" ] || { touch "$TEST_DIR/released-$BATON_JOB_ID"; code=75; } ;;
+esac
+echo "end $BATON_KEY $BATON_JOB_ID $BATON_FENCE" >> "$TEST_DIR/log"
+exit $code
+"#;
+
+/// 3 workers × many jobs over many keys, with failures, releases back and `kill -9` of
+/// workers mid-job: every job ends exactly once, as its behaviour says; no key ever has two
+/// runs at once and fences rise; within a key, jobs first start in submit order. The short
+/// form runs in the test command; `BATON_JOBS_FULL=1` runs 300 jobs over 30 keys.
+#[test]
+fn killed_workers_lose_no_job_and_no_key_ever_runs_twice_at_once() {
+    let full = std::env::var_os("BATON_JOBS_FULL").is_some();
+    let (n_jobs, n_keys, n_kills) = if full { (300, 30, 6) } else { (48, 6, 2) };
+    for_each_store(|ctx| {
+        let keys: Vec<String> = (0..n_keys).map(|k| ctx.key(&format!("many/{k}"))).collect();
+        let mut submitted: Vec<(String, String, &str)> = Vec::new();
+        for n in 0..n_jobs {
+            let key = &keys[n % n_keys];
+            let behaviour = BEHAVIOURS[(n / n_keys) % BEHAVIOURS.len()];
+            let attempts = if behaviour == "fail-always" {
+                "2"
+            } else {
+                "10"
+            };
+            let params = format!("\"{behaviour}\"");
+            let id = submit(
+                ctx,
+                key,
+                &[
+                    "--params",
+                    &params,
+                    "--max-attempts",
+                    attempts,
+                    "--backoff",
+                    "200ms",
+                ],
+            );
+            submitted.push((key.clone(), id, behaviour));
+        }
+        let prefix = ctx.key("many/");
+        let start = |name: &str| {
+            worker(
+                ctx,
+                name,
+                &["--ttl", "2s", "--release-delay", "100ms", &prefix],
+                MANY_SCRIPT,
+            )
+        };
+        let mut workers: Vec<common::Proc> = (0..3).map(|i| start(&format!("w{i}"))).collect();
+        let mut killed_pids = Vec::new();
+        for kill in 0..n_kills {
+            // Mid-job: wait for a start line of a worker still alive, then kill -9 that worker.
+            let victim = wait_for_running_worker(ctx, &mut workers, &killed_pids);
+            common::send_signal(victim, libc::SIGKILL);
+            killed_pids.push(victim);
+            workers.push(start(&format!("w-after-{kill}")));
+        }
+        for (key, id, behaviour) in &submitted {
+            let done = ctx
+                .baton(["wait", "--quiet", key.as_str(), id.as_str()])
+                .run_within(Duration::from_secs(120));
+            let expected = if *behaviour == "fail-always" { 1 } else { 0 };
+            assert_eq!(
+                done.code,
+                Some(expected),
+                "{behaviour}: {}",
+                done.describe()
+            );
+        }
+        for proc in workers
+            .into_iter()
+            .filter_map(|mut p| (!p.has_exited()).then_some(p))
+        {
+            stop(proc);
+        }
+        check_many_log(&ctx.lines("log"), &submitted, &killed_pids);
+        // Every job ended exactly once, nothing is left live.
+        let done = ctx
+            .baton([
+                "jobs",
+                "-s",
+                "all",
+                "--json",
+                "-l",
+                "100000",
+                prefix.as_str(),
+            ])
+            .run();
+        done.assert_code(0);
+        let mut ended: Vec<String> = Vec::new();
+        for line in done.stdout.lines() {
+            let row: serde_json::Value = serde_json::from_str(line).expect("JSON");
+            let state = row["state"].as_str().unwrap_or_default();
+            assert!(state == "succeeded" || state == "dead", "{row}");
+            ended.push(row["id"].as_str().unwrap_or_default().to_owned());
+        }
+        ended.sort();
+        let mut ids: Vec<String> = submitted.iter().map(|(_, id, _)| id.clone()).collect();
+        ids.sort();
+        assert_eq!(ended, ids, "every job ended exactly once");
+    });
+}
+
+/// The pid of a live worker whose job's command has logged its start and not its end.
+fn wait_for_running_worker(ctx: &Ctx, workers: &mut [common::Proc], killed: &[i32]) -> i32 {
+    common::wait_for("a worker mid-job", PROMPT, || {
+        let lines = ctx.lines("log");
+        let mut open: Vec<(String, i32)> = Vec::new();
+        for line in &lines {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["start", _, id, _, _, ppid] => {
+                    open.push(((*id).to_owned(), ppid.parse().unwrap_or(0)));
+                }
+                ["end", _, id, _] => open.retain(|(open_id, _)| open_id != id),
+                _ => {}
+            }
+        }
+        let alive: Vec<i32> = workers
+            .iter_mut()
+            .filter_map(|w| (!w.has_exited()).then(|| w.pid()))
+            .collect();
+        open.iter()
+            .map(|(_, pid)| *pid)
+            .find(|pid| alive.contains(pid) && !killed.contains(pid))
+    })
+}
+
+/// Checks the run log: per key, runs never overlap (a run's end comes before the next start,
+/// unless its worker was killed) and fences rise; jobs first start in submit order; a
+/// `fail-once` job succeeds at attempt 2 or later.
+fn check_many_log(lines: &[String], submitted: &[(String, String, &str)], killed: &[i32]) {
+    use std::collections::HashMap;
+    let text = || lines.join("\n");
+    // key -> (the run going on: id, fence, worker pid), last fence, jobs in first-start order
+    let mut open: HashMap<&str, (String, u64, i32)> = HashMap::new();
+    let mut last_fence: HashMap<&str, u64> = HashMap::new();
+    let mut first_starts: HashMap<&str, Vec<String>> = HashMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        match f.as_slice() {
+            ["start", key, id, fence, _attempt, ppid] => {
+                let fence: u64 = fence.parse().expect("fence");
+                let ppid: i32 = ppid.parse().expect("ppid");
+                if let Some((other, _, pid)) = open.get(key) {
+                    assert!(
+                        killed.contains(pid),
+                        "{key}: {id} started while {other} ran:\n{}",
+                        text()
+                    );
+                }
+                let last = last_fence.insert(key, fence).unwrap_or(0);
+                assert!(
+                    fence > last,
+                    "{key}: fence {fence} after {last}:\n{}",
+                    text()
+                );
+                open.insert(key, ((*id).to_owned(), fence, ppid));
+                let order = first_starts.entry(key).or_default();
+                if !order.iter().any(|seen| seen == id) {
+                    order.push((*id).to_owned());
+                }
+            }
+            ["end", key, id, _] => {
+                if open.get(key).is_some_and(|(open_id, _, _)| open_id == id) {
+                    open.remove(key);
+                }
+            }
+            _ => panic!("a line the test did not write: {line}"),
+        }
+    }
+    for (key, order) in first_starts {
+        let submitted_order: Vec<&String> = submitted
+            .iter()
+            .filter(|(k, _, _)| k == key)
+            .map(|(_, id, _)| id)
+            .collect();
+        let started: Vec<&String> = order.iter().collect();
+        assert_eq!(
+            started, submitted_order,
+            "{key}: first starts in submit order"
+        );
+    }
+}

@@ -1,0 +1,901 @@
+//! Jobs: submit work for a key, claim it as a worker, complete it, wait for its end.
+//!
+//! A job is a ticket with parameters and no waiting process ([`baton_core::job`]). Its
+//! submission (options and parameters, [`job_record`]) and the report of each run are *records*
+//! beside the key ([`Store::put_record`]), outside the hot document, written before the
+//! document change that refers to them: a writer that dies in between leaves only a record
+//! nothing refers to, never a job without its parameters. A claimed job is a held, claimed lease like any other: [`Job::heartbeat`] renews
+//! it, and [`Job::complete`] ends the run.
+//!
+//! [`Store::put_record`]: baton_store::Store::put_record
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_core::job::{JobResult, JobSpec, PARAMS_MAX_BYTES};
+use baton_core::op::{Submit, TicketView};
+use baton_core::{lease, Doc, Op, Outcome, Reply, Request, TicketState};
+use serde::{Deserialize, Serialize};
+
+use crate::acquire::{renew, wall_at, Lease};
+use crate::coordinator::{Coordinator, Executed, KeySnapshot};
+use crate::error::ClientError;
+use crate::heartbeat::Heartbeat;
+use crate::ids;
+
+/// The record holding a job's submission: the [`Submit`] as one line of JSON, a newline, then
+/// the parameters exactly as submitted.
+pub fn job_record(id: &str) -> String {
+    format!("job/{id}")
+}
+
+fn encode_job_record(submit: &Submit, params: &[u8]) -> Vec<u8> {
+    // Compact JSON escapes every newline inside strings: the first newline ends it.
+    let mut bytes = serde_json::to_vec(submit).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes.extend_from_slice(params);
+    bytes
+}
+
+fn decode_job_record(bytes: &[u8]) -> Option<(Submit, Vec<u8>)> {
+    let split = bytes.iter().position(|&b| b == b'\n')?;
+    let submit = serde_json::from_slice(&bytes[..split]).ok()?;
+    Some((submit, bytes[split + 1..].to_vec()))
+}
+
+/// A job's submission and parameters, from its record.
+async fn read_job_record(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<(Submit, Vec<u8>)>, ClientError> {
+    let bytes = coord.store().get_record(key, &job_record(id)).await?;
+    Ok(bytes.as_deref().and_then(decode_job_record))
+}
+
+/// The record holding the report of a job's run `run` (1 for its first claim).
+pub fn run_record(id: &str, run: u32) -> String {
+    format!("run/{id}/{run}")
+}
+
+/// How to submit a job.
+#[derive(Clone, Debug)]
+pub struct SubmitOptions {
+    /// The job's id (`--id`): a second submit with it changes nothing. `None`: a new `j-…`.
+    pub id: Option<String>,
+    /// The key's limit (how many of its jobs and tickets may run at once).
+    pub limit: u32,
+    /// Sort value: jobs and tickets with one go first, compared as strings.
+    pub order: Option<String>,
+    /// Cancel every queued job or ticket that sorts before this one, unless it has `keep`.
+    pub supersede: bool,
+    /// Immune to a later `supersede`.
+    pub keep: bool,
+    /// Attempts, backoff, delay, longest run.
+    pub spec: JobSpec,
+    /// Who submits it, and why (shown to others).
+    pub context: String,
+    /// Bound on the key's live tickets.
+    pub max_live: u32,
+}
+
+impl Default for SubmitOptions {
+    fn default() -> Self {
+        SubmitOptions {
+            id: None,
+            limit: 1,
+            order: None,
+            supersede: false,
+            keep: false,
+            spec: JobSpec::default(),
+            context: String::new(),
+            max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
+        }
+    }
+}
+
+/// Checks job parameters: JSON, at most [`PARAMS_MAX_BYTES`]. The message says what is wrong.
+pub fn check_params(params: &[u8]) -> Result<(), String> {
+    if params.len() > PARAMS_MAX_BYTES {
+        return Err(format!(
+            "the parameters are {} bytes; they may be at most {PARAMS_MAX_BYTES} bytes (256 KiB): \
+             pass a reference (a URL, an object key) to larger data instead",
+            params.len()
+        ));
+    }
+    serde_json::from_slice::<serde::de::IgnoredAny>(params)
+        .map(|_| ())
+        .map_err(|e| format!("the parameters are not valid JSON: {e}"))
+}
+
+/// Submits a job to `key` with `params` (JSON) and returns its id and standing: queued, or,
+/// when a job with the same id exists or ended recently, that job's, unchanged.
+pub async fn submit(
+    coord: &Coordinator,
+    key: &str,
+    params: &[u8],
+    options: &SubmitOptions,
+) -> Result<(String, TicketView), ClientError> {
+    submit_op(coord, key, params, options).await
+}
+
+/// Queues a dead job again under its id, with its parameters and options, attempts reset
+/// (`baton retry`). Refused unless the job is dead.
+pub async fn revive(coord: &Coordinator, key: &str, id: &str) -> Result<TicketView, ClientError> {
+    baton_core::limits::check_id(id).map_err(|e| invalid(key, e.0))?;
+    let Some((mut submit, _)) = read_job_record(coord, key, id).await? else {
+        return Err(ClientError::Refused {
+            key: key.to_owned(),
+            refusal: baton_core::Refusal::UnknownId { id: id.to_owned() },
+        });
+    };
+    submit.revive = true;
+    submit.supersede = false;
+    let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
+    let executed = coord.execute(key, &mut request).await?;
+    match executed.reply {
+        Reply::Ticket(view) => Ok(view),
+        other => Err(unexpected(key, &other)),
+    }
+}
+
+async fn submit_op(
+    coord: &Coordinator,
+    key: &str,
+    params: &[u8],
+    options: &SubmitOptions,
+) -> Result<(String, TicketView), ClientError> {
+    check_params(params).map_err(|e| invalid(key, e))?;
+    let id = options.id.clone().unwrap_or_else(ids::new_job_id);
+    baton_core::limits::check_id(&id).map_err(|e| invalid(key, e.0))?;
+    let submit = Submit {
+        id: id.clone(),
+        limit: options.limit,
+        context: options.context.clone(),
+        order: options.order.clone(),
+        supersede: options.supersede,
+        keep: options.keep,
+        spec: options.spec.clone(),
+        max_live: options.max_live,
+        revive: false,
+    };
+    // The record first: a submit that dies before its document write leaves an orphan record,
+    // never a job without parameters.
+    let record = encode_job_record(&submit, params);
+    if options.id.is_none() || may_write_record(coord, key, &id, &record).await? {
+        coord
+            .store()
+            .put_record(key, &job_record(&id), &record)
+            .await?;
+    }
+    let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
+    let executed = coord.execute(key, &mut request).await?;
+    match executed.reply {
+        Reply::Ticket(view) => Ok((id, view)),
+        other => Err(unexpected(key, &other)),
+    }
+}
+
+/// Whether a submit with an id of the caller's may write the job's record: not when a job with
+/// that id exists or existed (a second submit changes nothing), only when no record is there or
+/// it is left by a submit that died before its document write.
+async fn may_write_record(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    record: &[u8],
+) -> Result<bool, ClientError> {
+    match coord.store().get_record(key, &job_record(id)).await? {
+        None => Ok(true),
+        Some(existing) if existing == record => Ok(false),
+        Some(_) => Ok(matches!(
+            standing(coord, key, id).await?,
+            JobStanding::Unknown
+        )),
+    }
+}
+
+/// How a worker claims.
+#[derive(Clone, Debug)]
+pub struct ClaimOptions {
+    /// The lease of a run; the heartbeat renews it every third.
+    pub ttl: Duration,
+}
+
+impl Default for ClaimOptions {
+    fn default() -> Self {
+        ClaimOptions {
+            ttl: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A claimed job: its lease (renewed by its heartbeat from the moment it is returned), its
+/// parameters, and which attempt and run this is.
+#[derive(Debug)]
+pub struct Job {
+    /// The held lease: key, id, token, fence, how long it stands.
+    pub lease: Lease,
+    /// The attempt (1 for the first; a release back does not count).
+    pub attempt: u32,
+    /// The run: this claim's number, which names its report ([`run_record`]).
+    pub run: u32,
+    /// The parameters, exactly as submitted.
+    pub params: Vec<u8>,
+    /// The job's `--max-run`.
+    pub max_run: Option<Duration>,
+    /// Renews the lease while the work runs; its `lost()` fires if it cannot.
+    pub heartbeat: Heartbeat,
+    coord: Arc<Coordinator>,
+}
+
+/// What a run did, kept as its record for `baton jobs show` and `baton wait`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The attempt.
+    pub attempt: u32,
+    /// The run.
+    pub run: u32,
+    /// The fence it held.
+    pub fence: u64,
+    /// Who ran it.
+    #[serde(default)]
+    pub worker: String,
+    /// When it started and ended (the worker's wall clock, ms since the Unix epoch).
+    pub started_wall_ms: u64,
+    /// See `started_wall_ms`.
+    pub ended_wall_ms: u64,
+    /// How it ended: `succeeded`, `failed`, `released_back`.
+    pub result: String,
+    /// The command's exit code, if it exited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Why it failed, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The end of the command's standard output (at most 16 KiB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stdout_tail: String,
+    /// The end of its standard error (at most 16 KiB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_tail: String,
+}
+
+impl Job {
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.lease.key
+    }
+
+    /// The job's id.
+    pub fn id(&self) -> &str {
+        &self.lease.id
+    }
+
+    /// Writes this run's report (before [`Job::complete`], so the record is there when the
+    /// job's end is seen).
+    pub async fn report(&self, report: &RunReport) -> Result<(), ClientError> {
+        let bytes = serde_json::to_vec(report).unwrap_or_default();
+        let name = run_record(self.id(), self.run);
+        self.coord
+            .store()
+            .put_record(self.key(), &name, &bytes)
+            .await?;
+        Ok(())
+    }
+
+    /// Ends the run: stops renewing, then records `result`. Returns the job's standing after
+    /// it (finished, or queued again).
+    pub async fn complete(self, result: JobResult) -> Result<TicketView, ClientError> {
+        self.heartbeat.stop_all();
+        complete(&self.coord, self.key(), &self.lease.token, result).await
+    }
+
+    /// Gives the job back (exit 75): it keeps its place, spends no attempt, and is ready again
+    /// after `delay`.
+    pub async fn release_back(self, delay: Duration) -> Result<TicketView, ClientError> {
+        let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        self.complete(JobResult::ReleasedBack { delay_ms }).await
+    }
+}
+
+/// Claims the head of `key`'s queue if it is a job that is ready and fits; `None` if there is
+/// none. The job's lease stands (and is renewed by its heartbeat) when this returns.
+pub async fn claim(
+    coord: &Arc<Coordinator>,
+    key: &str,
+    options: &ClaimOptions,
+) -> Result<Option<Job>, ClientError> {
+    let token = ids::new_token();
+    let ttl_ms = u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX);
+    let op = Op::Claim {
+        token: token.clone(),
+        ttl_ms,
+    };
+    let mut request = Request::new(ids::new_attempt_id(), op.clone());
+    let executed = coord.execute(key, &mut request).await?;
+    let status = match &executed.reply {
+        Reply::NoJob { .. } => return Ok(None),
+        Reply::Ticket(TicketView::Live(status)) if status.state == TicketState::Held => status,
+        other => return Err(unexpected(key, other)),
+    };
+    let lease = claimed_lease(coord, key, &token, &op, &executed).await?;
+    let Some(job_state) = status.job.clone() else {
+        return Err(unexpected(key, &executed.reply));
+    };
+    let heartbeat = Heartbeat::start(coord.clone());
+    heartbeat.add(&lease);
+    let params = match read_job_record(coord, key, &status.id).await {
+        Ok(record) => record.map_or_else(|| b"null".to_vec(), |(_, params)| params),
+        Err(error) => {
+            // Not run without its parameters: given back unspent, to be claimed again.
+            heartbeat.stop_all();
+            let _ = complete(
+                coord,
+                key,
+                &token,
+                JobResult::ReleasedBack { delay_ms: 1_000 },
+            )
+            .await;
+            return Err(error);
+        }
+    };
+    Ok(Some(Job {
+        attempt: job_state.attempt(),
+        run: job_state.runs,
+        max_run: job_state.max_run_ms.map(Duration::from_millis),
+        params,
+        lease,
+        heartbeat,
+        coord: coord.clone(),
+    }))
+}
+
+/// The lease a claim set, counted from its write; or, when the claim's answer shows a run an
+/// earlier, unseen write of it set (a retry), from a renewal sent now.
+async fn claimed_lease(
+    coord: &Coordinator,
+    key: &str,
+    token: &str,
+    op: &Op,
+    executed: &Executed,
+) -> Result<Lease, ClientError> {
+    let Reply::Ticket(TicketView::Live(status)) = &executed.reply else {
+        return Err(unexpected(key, &executed.reply));
+    };
+    let ttl_ms = status.phase_ms;
+    let (holds_until_ms, stands_until_ms) = match executed.basis {
+        Some(basis) if lease::write_set_the_lease(op, &executed.granted, &status.id) => (
+            basis.holds_until_local_ms(ttl_ms),
+            basis.phase_stands_until_local_ms(ttl_ms),
+        ),
+        _ => {
+            let renewed = renew(coord, key, token, None).await?;
+            (
+                renewed.holds_until_ms,
+                renewed
+                    .holds_until_ms
+                    .saturating_add(lease::safety_margin_ms(ttl_ms)),
+            )
+        }
+    };
+    Ok(Lease {
+        key: key.to_owned(),
+        id: status.id.clone(),
+        token: token.to_owned(),
+        fence: status.fence,
+        acquired_wall_ms: status.granted_wall_ms,
+        lease_until_wall_ms: wall_at(coord, stands_until_ms),
+        ttl_ms,
+        holds_until_ms,
+        claimed: true,
+    })
+}
+
+/// Ends a run by its token (a worker): succeeded, failed (a failed attempt) or released back.
+/// Returns the job's standing after it.
+pub async fn complete(
+    coord: &Coordinator,
+    key: &str,
+    token: &str,
+    result: JobResult,
+) -> Result<TicketView, ClientError> {
+    complete_op(coord, key, None, token, result).await
+}
+
+/// [`complete`] of job `id` (`baton complete KEY JOB_ID --token TOKEN`): a token of another job
+/// is refused, nothing changed.
+pub async fn complete_job(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    token: &str,
+    result: JobResult,
+) -> Result<TicketView, ClientError> {
+    complete_op(coord, key, Some(id), token, result).await
+}
+
+async fn complete_op(
+    coord: &Coordinator,
+    key: &str,
+    id: Option<&str>,
+    token: &str,
+    result: JobResult,
+) -> Result<TicketView, ClientError> {
+    let mut request = Request::new(
+        ids::new_attempt_id(),
+        Op::Complete {
+            token: token.to_owned(),
+            id: id.map(str::to_owned),
+            result,
+        },
+    );
+    let executed = coord.execute(key, &mut request).await?;
+    match executed.reply {
+        Reply::Ticket(view) => Ok(view),
+        other => Err(unexpected(key, &other)),
+    }
+}
+
+/// Which keys a worker serves: exact keys, and prefixes ending in `/`; none means every key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyPatterns(Vec<String>);
+
+impl KeyPatterns {
+    /// Patterns as given on the command line.
+    pub fn new(patterns: Vec<String>) -> KeyPatterns {
+        KeyPatterns(patterns)
+    }
+
+    /// Whether `key` is served.
+    pub fn matches(&self, key: &str) -> bool {
+        self.0.is_empty()
+            || self.0.iter().any(|p| {
+                if p.ends_with('/') {
+                    key.starts_with(p.as_str())
+                } else {
+                    key == p
+                }
+            })
+    }
+
+    /// Every key that exists and is served, sorted.
+    async fn keys(&self, coord: &Coordinator) -> Result<Vec<String>, ClientError> {
+        let mut keys = Vec::new();
+        if self.0.is_empty() {
+            keys = coord.store().list("").await?;
+        }
+        for pattern in &self.0 {
+            if pattern.ends_with('/') {
+                keys.extend(coord.store().list(pattern).await?);
+            } else {
+                keys.push(pattern.clone());
+            }
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+}
+
+/// A key whose head is a job a worker may claim now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadyKey {
+    /// The key.
+    pub key: String,
+    /// Since when its head job has been ready (this machine's wall clock): the key that has
+    /// waited longest is served first.
+    pub ready_since_wall_ms: u64,
+}
+
+/// The served keys whose head job may be claimed now, longest waiting first.
+pub async fn ready_keys(
+    coord: &Coordinator,
+    patterns: &KeyPatterns,
+) -> Result<Vec<ReadyKey>, ClientError> {
+    let mut ready = Vec::new();
+    for key in patterns.keys(coord).await? {
+        let snapshot = coord.read(&key).await?;
+        let Some((doc, expired)) = as_expired_now(coord, &key, &snapshot) else {
+            continue;
+        };
+        let now_ms = match snapshot.clock {
+            baton_store::StoreClock::Time { now_ms, .. } => now_ms,
+            baton_store::StoreClock::None => snapshot.wall_ms,
+        };
+        let head = match baton_core::job::claimable_head(&doc, now_ms) {
+            Ok(head) => head,
+            // Nothing to claim, but a run ran out of lease: a claim's write ends it (and
+            // starts its backoff), or it would hold its key until someone wrote.
+            Err(_) if expired => {
+                ready.push(ReadyKey {
+                    key,
+                    ready_since_wall_ms: 0,
+                });
+                continue;
+            }
+            Err(_) => continue,
+        };
+        // Job time to this machine's wall clock: the same instant, `now - ready_at` ago.
+        let ready_wall_ms = head
+            .job
+            .as_deref()
+            .and_then(|j| j.ready_at_ms)
+            .map_or(0, |at| {
+                snapshot.wall_ms.saturating_sub(now_ms.saturating_sub(at))
+            });
+        ready.push(ReadyKey {
+            key,
+            ready_since_wall_ms: head.enqueued_wall_ms.max(ready_wall_ms),
+        });
+    }
+    ready.sort_by(|a, b| (a.ready_since_wall_ms, &a.key).cmp(&(b.ready_since_wall_ms, &b.key)));
+    Ok(ready)
+}
+
+/// `key`'s document as it will be once what has ended by now is expired, and whether anything
+/// has: a run whose worker died holds its key until someone writes, and a claim is that write
+/// (its own expiry step ends the run first).
+fn as_expired_now(coord: &Coordinator, key: &str, snapshot: &KeySnapshot) -> Option<(Doc, bool)> {
+    let doc = snapshot.doc.as_ref()?;
+    let observer = coord.observer(key);
+    let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
+    let clock = crate::coordinator::core_clock(
+        &snapshot.clock,
+        uncertain_ms,
+        &observer,
+        coord.mono_ms(),
+        snapshot.wall_ms,
+    );
+    let tick = Request::new(String::new(), Op::Tick);
+    match baton_core::apply(Some(doc), &tick, &clock) {
+        Ok(applied) => Some((applied.doc, applied.changed)),
+        Err(_) => Some((doc.clone(), false)),
+    }
+}
+
+/// Claims the head job of the served key that has waited longest, trying the next key when
+/// another worker was first; `None` when no served key has a job to claim now.
+pub async fn claim_next(
+    coord: &Arc<Coordinator>,
+    patterns: &KeyPatterns,
+    options: &ClaimOptions,
+) -> Result<Option<Job>, ClientError> {
+    for ready in ready_keys(coord, patterns).await? {
+        if let Some(job) = claim(coord, &ready.key, options).await? {
+            return Ok(Some(job));
+        }
+    }
+    Ok(None)
+}
+
+/// How a job ended, as [`wait`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnd {
+    /// Its final outcome: `succeeded`, `dead`, `cancelled` or `superseded`.
+    pub outcome: Outcome,
+    /// By an operator's forced cancel.
+    pub forced: bool,
+    /// Why, when the history says (a dead job's last error, say).
+    pub reason: Option<String>,
+    /// Its last run (0: it never ran), when the history says.
+    pub run: u32,
+}
+
+/// Where a job stands, for [`wait`]'s progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobStanding {
+    /// Live: queued (with its place) or running.
+    Live {
+        /// Queued or held.
+        state: TicketState,
+        /// Queued tickets and jobs ahead of it.
+        position: usize,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// Ended.
+    Ended(JobEnd),
+    /// Neither live nor found in the key's history.
+    Unknown,
+}
+
+/// Where job `id` of `key` stands now: live in the document, or ended (its mark, else its
+/// final history entry).
+pub async fn standing(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<JobStanding, ClientError> {
+    let snapshot = coord.read(key).await?;
+    match snapshot
+        .doc
+        .as_ref()
+        .and_then(|doc| live_or_marked(doc, id))
+    {
+        // The mark says how it ended; its history entry says why, and which run was last.
+        Some(JobStanding::Ended(end)) => {
+            let entry = final_entry(coord, key, id).await?;
+            return Ok(JobStanding::Ended(entry.unwrap_or(end)));
+        }
+        Some(live) => return Ok(live),
+        None => {}
+    }
+    Ok(match final_entry(coord, key, id).await? {
+        Some(end) => JobStanding::Ended(end),
+        None => JobStanding::Unknown,
+    })
+}
+
+fn live_or_marked(doc: &Doc, id: &str) -> Option<JobStanding> {
+    if let Some(status) = baton_core::apply::status_of(doc, id) {
+        return Some(JobStanding::Live {
+            state: status.state,
+            position: status.position,
+            attempt: status.job.map_or(1, |j| j.attempt()),
+        });
+    }
+    let mark = doc.finished.iter().rev().find(|m| m.id == id)?;
+    Some(JobStanding::Ended(JobEnd {
+        outcome: mark.outcome,
+        forced: mark.forced,
+        reason: None,
+        run: 0,
+    }))
+}
+
+/// The history entry that ended job `id`, newest first, looking back through the whole log
+/// (in pages) only as far as needed.
+async fn final_entry(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<JobEnd>, ClientError> {
+    let mut limit = 256;
+    loop {
+        let entries = coord.store().history_tail(key, limit).await?;
+        for entry in &entries {
+            let Ok(finished) = baton_core::Finished::decode(&entry.bytes) else {
+                continue;
+            };
+            let requeued = finished.job.as_ref().is_some_and(|j| j.requeued);
+            if finished.id == id && !requeued {
+                return Ok(Some(JobEnd {
+                    outcome: finished.outcome,
+                    forced: finished.forced,
+                    reason: finished.reason,
+                    run: finished.job.map_or(0, |j| j.run),
+                }));
+            }
+        }
+        if entries.len() < limit || limit >= 1 << 20 {
+            return Ok(None);
+        }
+        limit *= 4;
+    }
+}
+
+/// Waits until job `id` of `key` has ended, and returns how. `on_progress` is told where it
+/// stands at each change. Woken by the store where it pushes, else it reads every `poll`.
+pub async fn wait(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    poll: Duration,
+    on_progress: &(dyn Fn(&JobStanding) + Send + Sync),
+) -> Result<JobEnd, ClientError> {
+    let mut watch = coord.store().watch(key).await?;
+    let mut last: Option<JobStanding> = None;
+    let started = Instant::now();
+    loop {
+        let standing = standing(coord, key, id).await?;
+        match &standing {
+            JobStanding::Ended(end) => return Ok(end.clone()),
+            JobStanding::Unknown if started.elapsed() > Duration::from_secs(5) => {
+                return Err(ClientError::Refused {
+                    key: key.to_owned(),
+                    refusal: baton_core::Refusal::UnknownId { id: id.to_owned() },
+                });
+            }
+            _ => {}
+        }
+        if last.as_ref() != Some(&standing) {
+            on_progress(&standing);
+            last = Some(standing);
+        }
+        match watch.as_mut() {
+            Some(handle) => {
+                let _ =
+                    tokio::time::timeout(poll.max(Duration::from_secs(5)), handle.changed()).await;
+            }
+            None => tokio::time::sleep(poll).await,
+        }
+    }
+}
+
+/// One job, as `baton jobs` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobRow {
+    /// The key.
+    pub key: String,
+    /// The job's id.
+    pub id: String,
+    /// `queued`, `running`, or how it ended: `succeeded`, `dead`, `cancelled`, `superseded`.
+    pub state: String,
+    /// The attempt running or next, or the last one.
+    pub attempt: u32,
+    /// Its place among the key's queued tickets and jobs (queued jobs only).
+    pub position: Option<usize>,
+    /// When a queued job is ready (this machine's wall clock), if it waits for a time.
+    pub ready_at_wall_ms: Option<u64>,
+    /// The error of its last failed attempt.
+    pub last_error: Option<String>,
+    /// Who submitted it, and why.
+    pub context: String,
+    /// When it was submitted (the submitter's wall clock).
+    pub submitted_wall_ms: u64,
+    /// When it ended, for an ended job.
+    pub ended_wall_ms: Option<u64>,
+    /// The fence of its current run, for a running job.
+    pub fence: Option<u64>,
+}
+
+/// The jobs of every key starting with `prefix`: the live ones (queued, running), and when
+/// `ended` is more than 0, up to that many of each key's most recently ended ones.
+pub async fn list(
+    coord: &Coordinator,
+    prefix: &str,
+    ended: usize,
+) -> Result<Vec<JobRow>, ClientError> {
+    let mut rows = Vec::new();
+    for key in coord.store().list(prefix).await? {
+        let snapshot = coord.read(&key).await?;
+        if let Some(doc) = &snapshot.doc {
+            let job_now_ms = match snapshot.clock {
+                baton_store::StoreClock::Time { now_ms, .. } => now_ms,
+                baton_store::StoreClock::None => snapshot.wall_ms,
+            };
+            for ticket in doc.in_queue_order() {
+                let Some(job) = ticket.job.as_deref() else {
+                    continue;
+                };
+                let status = baton_core::apply::status_of(doc, &ticket.id);
+                let running = ticket.state == TicketState::Held;
+                rows.push(JobRow {
+                    key: key.clone(),
+                    id: ticket.id.clone(),
+                    state: if running { "running" } else { "queued" }.into(),
+                    attempt: job.attempt(),
+                    position: status.filter(|_| !running).map(|s| s.position),
+                    ready_at_wall_ms: job
+                        .ready_at_ms
+                        .filter(|&at| at > job_now_ms)
+                        .map(|at| snapshot.wall_ms.saturating_add(at - job_now_ms)),
+                    last_error: job.last_error.clone(),
+                    context: ticket.context.clone(),
+                    submitted_wall_ms: ticket.enqueued_wall_ms,
+                    ended_wall_ms: None,
+                    fence: running.then_some(ticket.fence),
+                });
+            }
+        }
+        if ended > 0 {
+            rows.extend(ended_jobs(coord, &key, ended).await?);
+        }
+    }
+    Ok(rows)
+}
+
+/// Up to `limit` of `key`'s most recently ended jobs, newest first, from its history.
+async fn ended_jobs(
+    coord: &Coordinator,
+    key: &str,
+    limit: usize,
+) -> Result<Vec<JobRow>, ClientError> {
+    let mut rows = Vec::new();
+    // Runs queued again have entries too: read more than `limit` entries.
+    let entries = coord
+        .store()
+        .history_tail(key, limit.saturating_mul(4))
+        .await?;
+    for entry in entries {
+        let Ok(finished) = baton_core::Finished::decode(&entry.bytes) else {
+            continue;
+        };
+        let Some(run) = finished.job.as_ref().filter(|run| !run.requeued) else {
+            continue;
+        };
+        rows.push(JobRow {
+            key: key.to_owned(),
+            id: finished.id.clone(),
+            state: finished.outcome.to_string(),
+            attempt: run.attempt,
+            position: None,
+            ready_at_wall_ms: None,
+            last_error: finished.reason.clone(),
+            context: finished.context.clone(),
+            submitted_wall_ms: finished.enqueued_wall_ms,
+            ended_wall_ms: Some(finished.finished_wall_ms),
+            fence: None,
+        });
+        if rows.len() >= limit {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+/// Job `id`'s submission: its parameters exactly as submitted, if its record is there.
+pub async fn params(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<Vec<u8>>, ClientError> {
+    Ok(read_job_record(coord, key, id)
+        .await?
+        .map(|(_, params)| params))
+}
+
+/// The reports of job `id`'s runs `1..=runs` that its workers wrote, in order.
+pub async fn reports(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    runs: u32,
+) -> Result<Vec<RunReport>, ClientError> {
+    let mut reports = Vec::new();
+    for run in 1..=runs {
+        if let Some(bytes) = coord.store().get_record(key, &run_record(id, run)).await? {
+            if let Ok(report) = serde_json::from_slice(&bytes) {
+                reports.push(report);
+            }
+        }
+    }
+    Ok(reports)
+}
+
+/// How many runs job `id` has had: its live state's count, or its final history entry's.
+pub async fn runs(coord: &Coordinator, key: &str, id: &str) -> Result<u32, ClientError> {
+    let snapshot = coord.read(key).await?;
+    let live = snapshot
+        .doc
+        .as_ref()
+        .and_then(|doc| doc.by_id(id))
+        .and_then(|t| t.job.as_deref())
+        .map(|job| job.runs);
+    match live {
+        Some(runs) => Ok(runs),
+        None => Ok(final_entry(coord, key, id).await?.map_or(0, |end| end.run)),
+    }
+}
+
+/// The report of job `id`'s last run, if it ran and its worker wrote one.
+pub async fn last_report(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<RunReport>, ClientError> {
+    let run = match standing(coord, key, id).await? {
+        JobStanding::Ended(end) => end.run,
+        _ => return Ok(None),
+    };
+    if run == 0 {
+        return Ok(None);
+    }
+    let bytes = coord.store().get_record(key, &run_record(id, run)).await?;
+    Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+fn invalid(key: &str, message: String) -> ClientError {
+    ClientError::Refused {
+        key: key.to_owned(),
+        refusal: baton_core::Refusal::Invalid(baton_core::limits::InvalidInput(message)),
+    }
+}
+
+fn unexpected(key: &str, reply: &Reply) -> ClientError {
+    ClientError::Unexpected {
+        key: key.to_owned(),
+        detail: format!("{reply:?}"),
+    }
+}
