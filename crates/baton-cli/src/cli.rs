@@ -97,6 +97,8 @@ pub enum Command {
     /// Run the jobs of matching keys with CMD, each when its key has room
     #[command(after_help = WORKER_HELP)]
     Worker(WorkerArgs),
+    /// Why a job (or KEY's next job) is not running yet, in a few lines
+    Why(WhyArgs),
     /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
     #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
     Jobs(JobsArgs),
@@ -623,6 +625,17 @@ pub struct JobShowArgs {
     /// One JSON object
     #[arg(long)]
     pub json: bool,
+}
+
+/// `baton why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job [default: the key's next job]
+    #[arg(value_name = "JOB_ID")]
+    pub id: Option<String>,
 }
 
 /// A command naming one job: `KEY JOB_ID`.

@@ -80,6 +80,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Complete(args) => cmd::job::complete(&open(store_url).await?, args).await,
         Command::Wait(args) => cmd::job::wait(&open(store_url).await?, args).await,
         Command::Retry(args) => cmd::job::retry(&open(store_url).await?, args).await,
+        Command::Why(args) => cmd::why::why(&open(store_url).await?, args).await,
         Command::Jobs(args) => cmd::jobs::jobs(&open(store_url).await?, args).await,
         Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
     }

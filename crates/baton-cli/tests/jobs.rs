@@ -448,3 +448,160 @@ fn check_many_log(lines: &[String], submitted: &[(String, String, &str)], killed
         );
     }
 }
+
+#[test]
+fn why_says_what_a_job_waits_for() {
+    for_each_store(|ctx| {
+        let key = ctx.key("why");
+        // A turn of `baton acquire` holds the key; the job waits behind it with no worker.
+        let token = ctx.baton(["acquire", "--ttl", "5m", key.as_str()]).run();
+        token.assert_code(0);
+        let id = submit(ctx, &key, &["--max-attempts", "3", "--backoff", "1h"]);
+        let done = ctx.baton(["why", key.as_str(), id.as_str()]).run();
+        done.assert_code(0);
+        assert!(
+            done.stdout.contains("queued (attempt 1)"),
+            "{}",
+            done.describe()
+        );
+        assert!(
+            done.stdout.contains("the key is full: 1 of 1"),
+            "{}",
+            done.describe()
+        );
+        assert!(
+            done.stdout.contains("no worker has ever served this key"),
+            "{}",
+            done.describe()
+        );
+        ctx.baton(["release", key.as_str(), token.stdout.trim()])
+            .run()
+            .assert_code(0);
+        // A worker serves it; its first attempt fails and it backs off for an hour.
+        let prefix = ctx.key("");
+        let w = worker(ctx, "w", &[&prefix], "exit 3");
+        wait_until("the first attempt failed", PROMPT, || {
+            let done = ctx.baton(["why", key.as_str()]).run();
+            done.stdout
+                .contains("backing off after a failed attempt (exit 3)")
+        });
+        let done = ctx.baton(["why", key.as_str(), id.as_str()]).run();
+        assert!(
+            done.stdout.contains("queued (attempt 2)"),
+            "{}",
+            done.describe()
+        );
+        assert!(
+            done.stdout.contains("served by worker"),
+            "{}",
+            done.describe()
+        );
+        stop(w);
+        ctx.baton(["cancel", key.as_str(), id.as_str()])
+            .run()
+            .assert_code(0);
+        let done = ctx.baton(["why", key.as_str(), id.as_str()]).run();
+        assert!(
+            done.stdout.contains("it has ended, cancelled"),
+            "{}",
+            done.describe()
+        );
+    });
+}
+
+#[test]
+fn an_async_job_whose_lease_runs_out_is_a_failed_attempt() {
+    for_each_store(|ctx| {
+        let key = ctx.key("async-lapse");
+        let id = submit(ctx, &key, &["--max-attempts", "1"]);
+        let w = worker(ctx, "w", &["--async", "--ttl", "1s", &key], "true");
+        let done = ctx
+            .baton(["wait", key.as_str(), id.as_str()])
+            .run_within(Duration::from_secs(60));
+        done.assert_code(1);
+        assert!(done.stderr.contains("lease ran out"), "{}", done.describe());
+        stop(w);
+    });
+}
+
+#[test]
+fn sigterm_lets_a_running_job_finish_and_a_second_one_gives_it_back() {
+    for_each_store(|ctx| {
+        let key = ctx.key("drain");
+        let script = "touch \"$TEST_DIR/started-$BATON_ATTEMPT\"; \
+                      while [ ! -e \"$TEST_DIR/go\" ]; do sleep 0.05; done";
+        // One signal: no new job is claimed, the running one finishes, the worker exits 0.
+        let first = submit(ctx, &key, &[]);
+        let second = submit(ctx, &key, &[]);
+        let mut w = worker(ctx, "w", &[&key], script);
+        ctx.wait_file("started-1", PROMPT);
+        common::send_signal(w.pid(), libc::SIGTERM);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!w.has_exited(), "the running job may finish first");
+        ctx.touch("go");
+        w.wait(PROMPT).assert_code(0);
+        ctx.baton(["wait", key.as_str(), first.as_str()])
+            .run()
+            .assert_code(0);
+        let rows = ctx.baton(["jobs", "--json", key.as_str()]).run();
+        assert!(
+            rows.stdout.contains(&second) && rows.stdout.contains("\"queued\""),
+            "the second was not claimed: {}",
+            rows.describe()
+        );
+        // Two signals: the running job is stopped and given back unspent.
+        std::fs::remove_file(ctx.path("go")).expect("remove the gate");
+        std::fs::remove_file(ctx.path("started-1")).expect("remove the mark");
+        let mut w = worker(ctx, "w2", &[&key], script);
+        ctx.wait_file("started-1", PROMPT);
+        common::send_signal(w.pid(), libc::SIGTERM);
+        std::thread::sleep(Duration::from_millis(200));
+        common::send_signal(w.pid(), libc::SIGTERM);
+        w.wait(PROMPT).assert_code(0);
+        let rows = ctx.baton(["jobs", "--json", key.as_str()]).run();
+        let row: serde_json::Value =
+            serde_json::from_str(rows.stdout.lines().next().unwrap_or("{}")).expect("JSON");
+        assert_eq!(row["id"], second.as_str(), "{}", rows.describe());
+        assert_eq!(row["state"], "queued");
+        assert_eq!(row["attempt"], 1, "given back unspent");
+    });
+}
+
+#[test]
+fn baton_run_turns_and_jobs_share_one_queue_on_a_key() {
+    for_each_store(|ctx| {
+        let key = ctx.key("mixed");
+        // R1 holds; then a job; then R2 waits behind the job.
+        let mut r1 = ctx.spawn_gated("R1", &key, &[]);
+        ctx.wait_started("R1");
+        let job = submit(ctx, &key, &["--context", "J"]);
+        let mut r2 = ctx.spawn_gated("R2", &key, &["--poll", "100ms"]);
+        ctx.wait_queued(&key, "R2");
+        let w = worker(
+            ctx,
+            "w",
+            &[&key],
+            "echo \"J start\" >> \"$TEST_DIR/log\"; sleep 0.3; echo \"J end\" >> \"$TEST_DIR/log\"",
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(
+            ctx.log(),
+            ["R1 start"],
+            "the job waits for the turn ahead of it"
+        );
+        ctx.open_gate("R1");
+        r1.wait(PROMPT).assert_code(0);
+        ctx.baton(["wait", key.as_str(), job.as_str()])
+            .run()
+            .assert_code(0);
+        ctx.wait_started("R2");
+        ctx.open_gate("R2");
+        r2.wait(PROMPT).assert_code(0);
+        stop(w);
+        assert_eq!(
+            ctx.log(),
+            ["R1 start", "R1 end", "J start", "J end", "R2 start", "R2 end"],
+            "one order for turns and jobs"
+        );
+    });
+}

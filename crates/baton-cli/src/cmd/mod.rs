@@ -11,4 +11,5 @@ pub mod log;
 pub mod run;
 pub mod status;
 pub mod token;
+pub mod why;
 pub mod worker;

@@ -92,7 +92,15 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
     let mut running: JoinSet<()> = JoinSet::new();
     let mut draining_until: Option<Instant> = None;
     let mut look_now = true;
+    let mut seen_due = Instant::now();
     loop {
+        if Instant::now() >= seen_due && draining_until.is_none() {
+            // For `baton why`: a key no worker serves is told apart from one that is busy.
+            if let Err(error) = jobs::worker_seen(&coord, &patterns, &ctx.worker).await {
+                eprintln!("baton: worker: could not say it is alive: {error}");
+            }
+            seen_due = Instant::now() + jobs::SEEN_EVERY;
+        }
         let room = running.len() < ctx.args.concurrency as usize;
         if draining_until.is_none() && room && look_now {
             match jobs::claim_next(&coord, &patterns, &options).await {
@@ -112,6 +120,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
         tokio::select! {
             Some(_) = running.join_next() => look_now = true,
             _ = tokio::time::sleep(ctx.args.poll), if idle => look_now = true,
+            _ = tokio::time::sleep_until(seen_due.into()), if draining_until.is_none() => {}
             _ = sleep_until(draining_until) => {
                 let _ = stop_tx.send(Stop::GiveBack);
             }

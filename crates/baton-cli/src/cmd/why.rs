@@ -1,0 +1,169 @@
+//! `baton why KEY [JOB_ID]`: why a job is not running yet, in a few lines — its time, its place,
+//! who holds the key and for how long, and whether any worker serves the key.
+
+use baton_client::jobs::{self, JobStanding};
+use baton_client::wall_ms;
+use baton_core::{Doc, Ticket, TicketState};
+use baton_store::StoreClock;
+
+use crate::cli::WhyArgs;
+use crate::cmd::acquire::rfc3339;
+use crate::exit::{self, Failure};
+use crate::render;
+use crate::Opened;
+
+/// A worker not seen for longer than this does not count as serving the key.
+const WORKER_SILENT_MS: u64 = 60_000;
+
+/// Runs the `why` subcommand.
+pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
+    baton_core::limits::check_key(&args.key)
+        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    if let Some(id) = &args.id {
+        baton_core::limits::check_id(id).map_err(|e| Failure::usage(e.to_string()))?;
+    }
+    let coord = &opened.coord;
+    let snapshot = coord.read(&args.key).await?;
+    let doc = snapshot.doc.clone().unwrap_or_default();
+    let job_id = match &args.id {
+        Some(id) => id.clone(),
+        None => match doc.queued().into_iter().find(|t| t.job.is_some()) {
+            Some(next) => next.id.clone(),
+            None => {
+                println!("{}: no job is queued", args.key);
+                return Ok(exit::OK);
+            }
+        },
+    };
+    let Some(ticket) = doc.by_id(&job_id).filter(|t| t.job.is_some()) else {
+        return ended(opened, &args.key, &job_id).await;
+    };
+    let job_now_ms = match snapshot.clock {
+        StoreClock::Time { now_ms, .. } => now_ms,
+        StoreClock::None => snapshot.wall_ms,
+    };
+    let mut lines = Vec::new();
+    if ticket.state == TicketState::Held {
+        lines.push(format!(
+            "{} {job_id}: running (attempt {}, fence {}) for {}",
+            args.key,
+            ticket.job.as_deref().map_or(1, |j| j.attempt()),
+            ticket.fence,
+            render::duration_ms(wall_ms().saturating_sub(ticket.granted_wall_ms))
+        ));
+        print_lines(&lines);
+        return Ok(exit::OK);
+    }
+    let status = baton_core::apply::status_of(&doc, &job_id);
+    let position = status.map_or(0, |s| s.position);
+    let job = ticket.job.as_deref();
+    lines.push(format!(
+        "{} {job_id}: queued (attempt {})",
+        args.key,
+        job.map_or(1, |j| j.attempt())
+    ));
+    if let Some(at) = job
+        .and_then(|j| j.ready_at_ms)
+        .filter(|&at| at > job_now_ms)
+    {
+        let at_wall = snapshot.wall_ms.saturating_add(at - job_now_ms);
+        let what = match job.and_then(|j| j.last_error.as_deref()) {
+            Some(error) if job.is_some_and(|j| j.failures > 0) => {
+                format!("backing off after a failed attempt ({error})")
+            }
+            _ if job.is_some_and(|j| j.releases > 0) => "released back by its worker".to_owned(),
+            _ => "not before its --not-before".to_owned(),
+        };
+        lines.push(format!(
+            "  {what}: ready at {} (in {})",
+            rfc3339(at_wall),
+            render::duration_ms(at_wall.saturating_sub(wall_ms()))
+        ));
+    }
+    if position > 0 {
+        lines.push(format!(
+            "  {position} ahead of it on the key (jobs and `baton run` turns run in order)"
+        ));
+    }
+    lines.extend(holders_lines(&doc, ticket, snapshot.wall_ms));
+    lines.push(worker_line(opened, &args.key).await?);
+    print_lines(&lines);
+    Ok(exit::OK)
+}
+
+/// Who holds the key, for how long, and the estimate for `ticket`.
+fn holders_lines(doc: &Doc, ticket: &Ticket, now_wall_ms: u64) -> Vec<String> {
+    let holders: Vec<&Ticket> = doc.holders().collect();
+    if holders.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "  the key is full: {} of {} held",
+        holders.len(),
+        doc.limit
+    )];
+    for holder in holders {
+        let what = if holder.job.is_some() { "job" } else { "turn" };
+        lines.push(format!(
+            "    {what} {} by {} for {}",
+            holder.id,
+            if holder.context.is_empty() {
+                "?"
+            } else {
+                &holder.context
+            },
+            render::duration_ms(now_wall_ms.saturating_sub(holder.granted_wall_ms))
+        ));
+    }
+    if let Some(wait_ms) = baton_core::estimate::estimate_wait_ms(doc, &ticket.id, now_wall_ms) {
+        lines.push(format!(
+            "  estimated start in about {} (from recent run times)",
+            render::duration_ms(wait_ms)
+        ));
+    }
+    lines
+}
+
+/// Whether a worker serves the key, by the latest that said so.
+async fn worker_line(opened: &Opened, key: &str) -> Result<String, Failure> {
+    let seen = jobs::last_worker_seen(&opened.coord, key).await?;
+    let now = wall_ms();
+    Ok(match seen {
+        Some(seen) if now.saturating_sub(seen.seen_wall_ms) <= WORKER_SILENT_MS => format!(
+            "  served by worker {} (seen {} ago)",
+            seen.worker,
+            render::duration_ms(now.saturating_sub(seen.seen_wall_ms))
+        ),
+        Some(seen) => format!(
+            "  no worker seen for this key in the last minute (the last, {}, {} ago): start \
+             `baton worker {key} -- CMD`",
+            seen.worker,
+            render::duration_ms(now.saturating_sub(seen.seen_wall_ms))
+        ),
+        None => format!("  no worker has ever served this key: start `baton worker {key} -- CMD`"),
+    })
+}
+
+/// A job that is not live: how it ended, or that it is unknown.
+async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
+    match jobs::standing(&opened.coord, key, id).await? {
+        JobStanding::Ended(end) => {
+            let why = end.reason.map_or_else(String::new, |r| format!(" ({r})"));
+            println!(
+                "{key} {id}: not running: it has ended, {}{why}",
+                end.outcome
+            );
+            Ok(exit::OK)
+        }
+        _ => Err(Failure::new(
+            exit::ERROR,
+            format!("{key}: no job {id} (not queued, running, nor in the key's history)"),
+        )),
+    }
+}
+
+fn print_lines(lines: &[String]) {
+    for line in lines {
+        println!("{line}");
+    }
+}

@@ -1,0 +1,180 @@
+//! Jobs through the library alone, as a Rust worker uses them: submit, claim (a run with its
+//! lease, heartbeat and parameters), complete, release back, wait; and a claim whose answer was
+//! lost, which is never trusted before a write of this call confirms it.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_client::jobs::{self, ClaimOptions, JobEnd, KeyPatterns, SubmitOptions};
+use baton_client::Coordinator;
+use baton_core::job::JobResult;
+use baton_core::op::TicketView;
+use baton_core::{decode, Outcome, TicketState};
+use baton_store::memory::MemoryStore;
+use baton_store::Store;
+use common::Probe;
+
+mod common;
+
+fn claim_options() -> ClaimOptions {
+    ClaimOptions {
+        ttl: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn a_rust_worker_needs_no_cli() {
+    let store = Arc::new(MemoryStore::new());
+    let coord = Arc::new(Coordinator::new(store.clone()));
+    let options = SubmitOptions::default();
+    let (a1, _) = jobs::submit(&coord, "env/a", b"{\"n\":1}", &options)
+        .await
+        .unwrap();
+    let (a2, _) = jobs::submit(&coord, "env/a", b"{\"n\":2}", &options)
+        .await
+        .unwrap();
+    let (b1, _) = jobs::submit(&coord, "env/b", b"[3]", &options)
+        .await
+        .unwrap();
+    let patterns = KeyPatterns::new(vec!["env/".into()]);
+
+    // Two at once: one of each key (A's second waits for its first).
+    let first = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    let second = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut ids = vec![first.id().to_owned(), second.id().to_owned()];
+    ids.sort();
+    let mut want = vec![a1.clone(), b1.clone()];
+    want.sort();
+    assert_eq!(ids, want, "A's first and B's, never A's two");
+    assert!(jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .is_none());
+    for job in [&first, &second] {
+        let want: &[u8] = if job.id() == a1 { b"{\"n\":1}" } else { b"[3]" };
+        assert_eq!(job.params, want, "parameters exactly as submitted");
+        assert_eq!(job.attempt, 1);
+        assert!(job.heartbeat.standing().is_ok());
+    }
+    let view = first.complete(JobResult::Succeeded).await.unwrap();
+    assert!(matches!(
+        view,
+        TicketView::Finished {
+            outcome: Outcome::Succeeded,
+            ..
+        }
+    ));
+    second.complete(JobResult::Succeeded).await.unwrap();
+    let next = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.id(), a2);
+    // Released back: no attempt spent, ready again after its delay, then claimed again.
+    let view = next.release_back(Duration::from_millis(200)).await.unwrap();
+    assert!(matches!(view, TicketView::Live(ref s) if s.state == TicketState::Queued));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.id(), again.attempt, again.run), (a2.as_str(), 1, 2));
+    again.complete(JobResult::Succeeded).await.unwrap();
+    let end = jobs::wait(&coord, "env/a", &a2, Duration::from_millis(50), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        end,
+        JobEnd {
+            outcome: Outcome::Succeeded,
+            forced: false,
+            reason: None,
+            run: 2,
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_claim_whose_answer_was_lost_counts_its_lease_from_before_its_first_attempt() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let (id, _) = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
+        .await
+        .unwrap();
+    // The claim is written, its answer held 1.5 s and lost; the retry finds the job held by
+    // this very token. The lease stands from before the first attempt's clock reading, never
+    // from when the retry's answer came: 1.5 s of the 5 s are gone.
+    probe.lose_reply_after_ms.store(1_500, Ordering::SeqCst);
+    let before_ms = coord.local_ms();
+    let job = jobs::claim(&coord, "k", &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    let after_ms = coord.local_ms();
+    assert_eq!(job.id(), id);
+    assert!(after_ms >= before_ms + 1_500, "the answer was held");
+    assert!(
+        job.lease.holds_until_ms <= before_ms + 5_000,
+        "counted from before the first attempt: holds until {} ms, claimed at {before_ms} ms",
+        job.lease.holds_until_ms
+    );
+    assert!(job.lease.holds_until_ms > after_ms, "and it still stands");
+    let doc = decode(&shared.load("k").await.unwrap().unwrap().bytes).unwrap();
+    assert_eq!(doc.by_id(&id).unwrap().state, TicketState::Held);
+    assert_eq!(doc.tickets.len(), 1, "one job, claimed once");
+    job.complete(JobResult::Succeeded).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_key_with_a_long_backlog_delays_another_key_by_one_run_at_most() {
+    let store = Arc::new(MemoryStore::new());
+    let coord = Arc::new(Coordinator::new(store.clone()));
+    let options = SubmitOptions::default();
+    for n in 0..200 {
+        let params = format!("{n}");
+        jobs::submit(&coord, "hot", params.as_bytes(), &options)
+            .await
+            .unwrap();
+    }
+    let patterns = KeyPatterns::new(Vec::new());
+    // One worker slot, running the hot key's jobs one after another.
+    for _ in 0..5 {
+        let job = jobs::claim_next(&coord, &patterns, &claim_options())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(job.key(), "hot");
+        job.complete(JobResult::Succeeded).await.unwrap();
+    }
+    // A job for another key arrives while a hot job runs: it is next, not 195 jobs later.
+    let running = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (cold, _) = jobs::submit(&coord, "cold", b"null", &options)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    running.complete(JobResult::Succeeded).await.unwrap();
+    let next = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((next.key(), next.id()), ("cold", cold.as_str()));
+    next.complete(JobResult::Succeeded).await.unwrap();
+    let after = jobs::claim_next(&coord, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(after.key(), "hot", "and the hot key goes on");
+}
