@@ -7,8 +7,8 @@
 //!   (so it can never drop a job by writing back a document it half understood); this baton's
 //!   own error for a document newer than it names the release it needs.
 
-use baton_core::job::{JobResult, JobSpec};
-use baton_core::{encode, Op, Outcome, Submit};
+use baton_core::job::JobResult;
+use baton_core::{encode, Op, Outcome};
 use serde::{Deserialize, Serialize};
 
 mod common;
@@ -146,18 +146,7 @@ fn the_reader_before_jobs_reads_a_lock_key_and_writes_it_back_unchanged() {
 #[test]
 fn the_reader_before_jobs_refuses_a_key_with_jobs_and_this_one_names_its_release() {
     let mut w = World::new();
-    w.run(Op::Submit(Submit {
-        id: "j1".into(),
-        limit: 1,
-        context: "submitted".into(),
-        order: None,
-        supersede: false,
-        keep: false,
-        spec: JobSpec::default(),
-        max_live: 1000,
-        revive: false,
-    }))
-    .expect("submit");
+    w.run(Op::Submit(submit("j1"))).expect("submit");
     let bytes = bytes_of(&w);
     assert_eq!(
         before_jobs::decode(&bytes),

@@ -1,28 +1,14 @@
 //! Jobs in `apply`: submit, claim, complete; order shared with lock tickets; a failing job keeps
 //! its place; releases back; leases that run out; stale workers refused; retries recognised.
 
-use baton_core::job::{JobResult, JobSpec, RELEASES_PER_ATTEMPT};
+use baton_core::job::{JobResult, RELEASES_PER_ATTEMPT};
 use baton_core::op::TicketView;
 use baton_core::{
-    decode, encode, CancelledTicket, Op, Outcome, Refusal, Reply, Request, Submit, TicketState,
+    decode, encode, CancelledTicket, Op, Outcome, Refusal, Reply, Request, TicketState,
 };
 
 mod common;
 use common::*;
-
-fn submit(id: &str) -> Submit {
-    Submit {
-        id: id.into(),
-        limit: 1,
-        context: format!("submitted {id}"),
-        order: None,
-        supersede: false,
-        keep: false,
-        spec: JobSpec::default(),
-        max_live: 1000,
-        revive: false,
-    }
-}
 
 fn claim(n: u32) -> Op {
     Op::Claim {

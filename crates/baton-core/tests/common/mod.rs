@@ -2,9 +2,10 @@
 //! for attempt ids.
 #![allow(dead_code)] // each test file uses what it needs
 
+use baton_core::job::JobSpec;
 use baton_core::op::TicketView;
 use baton_core::{
-    apply, Clock, Doc, Enqueue, Mode, Op, Outcome, Refusal, Reply, Request, TicketState,
+    apply, Clock, Doc, Enqueue, Mode, Op, Outcome, Refusal, Reply, Request, Submit, TicketState,
 };
 
 pub const EPOCH: &str = "boot-1";
@@ -89,5 +90,20 @@ pub fn live(reply: Reply) -> baton_core::TicketStatus {
     match reply {
         Reply::Ticket(TicketView::Live(status)) => status,
         other => panic!("expected a live ticket, got {other:?}"),
+    }
+}
+
+/// A submit of job `id` with the default spec, limit 1.
+pub fn submit(id: &str) -> Submit {
+    Submit {
+        id: id.into(),
+        limit: 1,
+        context: format!("submitted {id}"),
+        order: None,
+        supersede: false,
+        keep: false,
+        spec: JobSpec::default(),
+        max_live: 1000,
+        revive: false,
     }
 }
