@@ -170,9 +170,11 @@ impl Coordinator {
                 source,
             })?;
             let history: Vec<Vec<u8>> = applied.finished.iter().map(|f| f.encode()).collect();
+            // The due index moves with the document, in the same write.
+            let due_ms = baton_core::job::due_ms(&applied.doc, clock.job_now_ms(), wall);
             match self
                 .store
-                .cas(key, cached.version.as_ref(), &bytes, &history)
+                .cas_due(key, cached.version.as_ref(), &bytes, &history, due_ms)
                 .await
             {
                 Ok(CasOutcome::Written { version }) => {

@@ -459,6 +459,48 @@ impl KeyPatterns {
             })
     }
 
+    /// The served keys a worker should read now, sorted: where the store keeps a due index,
+    /// the exact keys asked for and the keys under the prefixes that are due by now (job
+    /// time) (at most [`DUE_SCAN`] per prefix, earliest first) — so an idle worker's reads do
+    /// not grow with keys whose jobs are done; elsewhere every served key that exists.
+    async fn keys_to_read(&self, coord: &Coordinator) -> Result<Vec<String>, ClientError> {
+        let store = coord.store();
+        if !store.capabilities().due_index {
+            return self.keys(coord).await;
+        }
+        // Job time, as the writers computed the due times: the store's clock, else wall time.
+        let now_ms = match store.clock().await? {
+            baton_store::StoreClock::Time { now_ms, .. } => now_ms,
+            baton_store::StoreClock::None => crate::time::wall_ms(),
+        };
+        let prefixes: Vec<&str> = if self.0.is_empty() {
+            vec![""]
+        } else {
+            self.0
+                .iter()
+                .filter(|p| p.ends_with('/'))
+                .map(String::as_str)
+                .collect()
+        };
+        let mut keys: Vec<String> = self
+            .0
+            .iter()
+            .filter(|p| !p.ends_with('/'))
+            .cloned()
+            .collect();
+        for prefix in prefixes {
+            let due = store.due_keys(prefix, DUE_SCAN).await?.unwrap_or_default();
+            keys.extend(
+                due.into_iter()
+                    .take_while(|d| d.due_ms <= now_ms)
+                    .map(|d| d.key),
+            );
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
+    }
+
     /// Every key that exists and is served, sorted.
     async fn keys(&self, coord: &Coordinator) -> Result<Vec<String>, ClientError> {
         let mut keys = Vec::new();
@@ -489,13 +531,17 @@ pub struct ReadyKey {
     pub ready_since_wall_ms: u64,
 }
 
+/// How many keys a look at the due index reads per prefix: the earliest due. More due keys
+/// than this wait for a later look (they are served earliest first, so none waits forever).
+pub const DUE_SCAN: usize = 256;
+
 /// The served keys whose head job may be claimed now, longest waiting first.
 pub async fn ready_keys(
     coord: &Coordinator,
     patterns: &KeyPatterns,
 ) -> Result<Vec<ReadyKey>, ClientError> {
     let mut ready = Vec::new();
-    for key in patterns.keys(coord).await? {
+    for key in patterns.keys_to_read(coord).await? {
         let snapshot = coord.read(&key).await?;
         let Some((doc, expired)) = as_expired_now(coord, &key, &snapshot) else {
             continue;

@@ -60,18 +60,22 @@ impl Store for Faulty {
     async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
         self.inner.load(key).await
     }
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> baton_store::Result<CasOutcome> {
         self.faults.cas_calls.fetch_add(1, Ordering::SeqCst);
         if take(&self.faults.lose_request) {
             return Err(ambiguous());
         }
-        let outcome = self.inner.cas(key, expected, bytes, history).await?;
+        let outcome = self
+            .inner
+            .cas_due(key, expected, bytes, history, due_ms)
+            .await?;
         if matches!(outcome, CasOutcome::Written { .. }) && take(&self.faults.lose_reply) {
             return Err(ambiguous());
         }
@@ -91,6 +95,13 @@ impl Store for Faulty {
         limit: usize,
     ) -> baton_store::Result<Vec<HistoryRecord>> {
         self.inner.history_tail(key, limit).await
+    }
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> baton_store::Result<Option<Vec<baton_store::DueKey>>> {
+        self.inner.due_keys(prefix, limit).await
     }
     async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
         self.inner.list(prefix).await

@@ -178,3 +178,66 @@ async fn a_key_with_a_long_backlog_delays_another_key_by_one_run_at_most() {
         .unwrap();
     assert_eq!(after.key(), "hot", "and the hot key goes on");
 }
+
+/// Finding work reads only the keys that need a worker: 200 keys whose jobs are done, one whose
+/// job waits for its `--not-before`, and 3 with ready jobs cost an idle worker's look the 3
+/// ready keys' reads (the due index, kept by the same writes as the documents), not 204.
+#[tokio::test]
+async fn finding_work_does_not_read_idle_keys() {
+    let store = Arc::new(MemoryStore::new());
+    let probe = Probe::new(store.clone(), false);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let patterns = KeyPatterns::new(vec!["env/".into()]);
+    let options = SubmitOptions::default();
+    for i in 0..200 {
+        let key = format!("env/done-{i:03}");
+        jobs::submit(&coord, &key, b"{}", &options).await.unwrap();
+        let job = jobs::claim(&coord, &key, &claim_options())
+            .await
+            .unwrap()
+            .unwrap();
+        job.complete(JobResult::Succeeded).await.unwrap();
+    }
+    let later = SubmitOptions {
+        spec: baton_core::job::JobSpec {
+            delay_ms: 3_600_000,
+            ..options.spec.clone()
+        },
+        ..options.clone()
+    };
+    jobs::submit(&coord, "env/later", b"{}", &later)
+        .await
+        .unwrap();
+    let mut ready_keys = Vec::new();
+    for i in 0..3 {
+        let key = format!("env/ready-{i}");
+        jobs::submit(&coord, &key, b"{}", &options).await.unwrap();
+        ready_keys.push(key);
+    }
+
+    let loads_before = probe.loads();
+    let ready = jobs::ready_keys(&coord, &patterns).await.unwrap();
+    let loads = probe.loads() - loads_before;
+    let mut found: Vec<String> = ready.into_iter().map(|r| r.key).collect();
+    found.sort();
+    assert_eq!(found, ready_keys);
+    assert!(
+        loads <= 3,
+        "an idle worker's look read {loads} documents; only the 3 due keys need reading"
+    );
+
+    // Each claim's write takes its key out of the index again: nothing left to read.
+    for _ in 0..3 {
+        let job = jobs::claim_next(&coord, &patterns, &claim_options())
+            .await
+            .unwrap()
+            .unwrap();
+        job.complete(JobResult::Succeeded).await.unwrap();
+    }
+    let loads_before = probe.loads();
+    assert!(jobs::ready_keys(&coord, &patterns)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(probe.loads() - loads_before, 0);
+}

@@ -314,12 +314,60 @@ pub fn claimable_head(doc: &Doc, now_ms: u64) -> Result<&Ticket, Option<u64>> {
     if !job.is_ready(now_ms) {
         return Err(job.ready_at_ms);
     }
-    let n_normal = doc.holders().filter(|t| t.mode == Mode::Normal).count();
-    let shared_held = doc.holders().any(|t| t.mode == Mode::Shared);
-    if shared_held || n_normal >= doc.limit as usize {
+    if !has_room_for_a_job(doc) {
         return Err(None);
     }
     Ok(head)
+}
+
+/// Whether a job (always normal mode) would fit beside the key's holders.
+fn has_room_for_a_job(doc: &Doc) -> bool {
+    let n_normal = doc.holders().filter(|t| t.mode == Mode::Normal).count();
+    let shared_held = doc.holders().any(|t| t.mode == Mode::Shared);
+    !shared_held && n_normal < doc.limit as usize
+}
+
+/// When `doc`'s key next needs a worker, in job time (`now_ms` is the writer's job clock,
+/// `wall_ms` its wall clock at the same instant), or `None` when no worker ever needs to look
+/// at it until someone writes it again. Stores that keep an index of these values let an idle
+/// worker find work without reading every key that ever had a job (ARCHITECTURE.md, *jobs at
+/// scale*).
+///
+/// The earliest of: the head job's turn, when it fits beside the holders — since when it could
+/// run (submitted, past its time, and the key's last run ended), so keys that waited longest
+/// come first; when a holder's phase may end, if the head job does not fit; when a running
+/// job's lease may run out (a claim's write then ends the run of a worker that died). The
+/// value only says when to look: who may hold is decided by `apply` on the look's own clock.
+pub fn due_ms(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
+    // A wall-clock instant on the job clock: the same distance before now.
+    let job_time = |wall: u64| now_ms.saturating_sub(wall_ms.saturating_sub(wall));
+    // A holder's phase ends at its deadline on a store clock; by observation, no sooner than
+    // a whole phase after someone starts watching it.
+    let phase_end = |t: &Ticket| {
+        t.deadline_ms
+            .unwrap_or_else(|| now_ms.saturating_add(t.phase_ms()))
+    };
+    let running_end = doc
+        .holders()
+        .filter(|t| t.job.is_some())
+        .map(phase_end)
+        .min();
+    let head_due = doc.queued().first().and_then(|head| {
+        let job = head.job.as_deref()?;
+        if !has_room_for_a_job(doc) {
+            return doc.holders().map(phase_end).min();
+        }
+        let since = job
+            .ready_at_ms
+            .unwrap_or(0)
+            .max(job_time(head.enqueued_wall_ms))
+            .max(job_time(doc.summary.last_finished_wall_ms));
+        Some(since)
+    });
+    match (running_end, head_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// The token hash a queued job carries: no process holds a token for it until a worker claims

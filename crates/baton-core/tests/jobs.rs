@@ -364,3 +364,47 @@ fn a_key_with_jobs_is_written_in_the_newer_format_and_one_without_in_the_old() {
     assert!(String::from_utf8_lossy(&bytes).contains("\"format\":3"));
     assert_eq!(decode(&bytes).as_ref(), Ok(w.doc.as_ref().expect("doc")));
 }
+
+/// When a key next needs a worker (the due index): never for a lock-only key; at once for a
+/// ready head job; a failed job's backoff; while a run holds the key, its lease's end (a
+/// dead worker's run is taken over then); when a lock holder blocks the head job, that
+/// holder's phase end; never once every job is done.
+#[test]
+fn due_times_follow_what_a_worker_could_do() {
+    let due = |w: &World| {
+        let doc = w.doc.as_ref().expect("a document");
+        baton_core::job::due_ms(doc, w.now_ms, 1_700_000_000_000 + w.now_ms)
+    };
+    let mut w = World::new();
+    live(w.run(Op::Enqueue(enqueue(9))).expect("a lock ticket"));
+    assert_eq!(due(&w), None, "a lock-only key never needs a worker");
+
+    // The lock holder blocks j1: the key is looked at when the holder's lease may end.
+    w.run(Op::Submit(submit("j1"))).expect("submit");
+    let holder_deadline = w.doc.as_ref().and_then(|d| d.holders().next()?.deadline_ms);
+    assert!(holder_deadline.is_some());
+    assert_eq!(due(&w), holder_deadline);
+    w.run(Op::Release {
+        token: token(9),
+        outcome: Outcome::Succeeded,
+        reason: None,
+    })
+    .expect("release");
+    let now = w.now_ms;
+    assert_eq!(due(&w), Some(now), "ready since the holder's release");
+
+    // Running: due when its lease may run out.
+    w.now_ms += 500;
+    assert!(claimed(w.run(claim(1)).expect("claim")).is_some());
+    assert_eq!(due(&w), Some(w.now_ms + 30_000));
+
+    // A failed run: due when its backoff ends (10 s).
+    w.now_ms += 1_000;
+    w.run(complete(1, failed("boom"))).expect("complete");
+    assert_eq!(due(&w), Some(w.now_ms + 10_000));
+
+    w.now_ms += 10_000;
+    assert!(claimed(w.run(claim(2)).expect("claim")).is_some());
+    w.run(complete(2, JobResult::Succeeded)).expect("complete");
+    assert_eq!(due(&w), None, "nothing left for a worker");
+}

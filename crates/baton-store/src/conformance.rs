@@ -61,6 +61,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) {
     record_names(store, prefix).await;
     records_apart_from_documents(store, prefix).await;
     bad_records_refused(store, prefix).await;
+    due_index(store, prefix).await;
 }
 
 /// A key never written loads as `None`, has no history, and is not listed.
@@ -363,7 +364,7 @@ macro_rules! conformance_tests {
             list_by_prefix, keys_round_trip, largest_document, watch_wakes, watch_delivers_documents,
             clock_readings, record_round_trip, record_absent, record_replaced,
             records_of_keys_apart, record_names, records_apart_from_documents, bad_records_refused,
-            run_all);
+            due_index, run_all);
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn concurrent_increments() {
@@ -1123,6 +1124,76 @@ pub async fn bad_records_refused(store: &dyn Store, prefix: &str) {
         ok("get_record", store.get_record(&key, "oversize").await),
         Some(b"small".to_vec()),
         "a refused replacement must leave the record as it was"
+    );
+}
+
+/// The due index moves with the document, in the same write: a key's due time is the one its
+/// last successful write set (a refused write changes nothing; `None`, or a plain `cas`, takes
+/// the key out), read earliest first, under a prefix, up to a limit. A store without an index
+/// says so in its capabilities, and `due_keys` answers `None`.
+pub async fn due_index(store: &dyn Store, prefix: &str) {
+    let k = |name: &str| format!("{prefix}due_index/{name}");
+    let read = |under: String, limit: usize| async move {
+        ok("due_keys", store.due_keys(&under, limit).await).map(|due| {
+            due.into_iter()
+                .map(|d| (d.key, d.due_ms))
+                .collect::<Vec<(String, u64)>>()
+        })
+    };
+    let write = |key: String, expected: Option<Version>, due_ms: Option<u64>| async move {
+        written(
+            store
+                .cas_due(&key, expected.as_ref(), b"doc", &[], due_ms)
+                .await,
+            &format!("cas_due of {key}"),
+        )
+    };
+    let a = write(k("a"), None, Some(500)).await;
+    if !store.capabilities().due_index {
+        assert_eq!(
+            read(k(""), 10).await,
+            None,
+            "no due index: due_keys says so"
+        );
+        return;
+    }
+    let b = write(k("b"), None, Some(100)).await;
+    write(k("c"), None, None).await;
+    // Wall-clock milliseconds are far above 2^32: they must come back exact.
+    let late = 1_800_000_000_123;
+    write(k("sub/d"), None, Some(late)).await;
+    write(format!("{prefix}due_index_beside"), None, Some(1)).await;
+    assert_eq!(
+        read(k(""), 10).await,
+        Some(vec![(k("b"), 100), (k("a"), 500), (k("sub/d"), late)]),
+        "earliest first, only the prefix's keys, none without a due time"
+    );
+    assert_eq!(
+        read(k(""), 2).await,
+        Some(vec![(k("b"), 100), (k("a"), 500)])
+    );
+    assert_eq!(read(k("sub/"), 10).await, Some(vec![(k("sub/d"), late)]));
+
+    let refused = ok(
+        "stale cas_due",
+        store.cas_due(&k("a"), None, b"x", &[], Some(1)).await,
+    );
+    assert!(matches!(refused, CasOutcome::Conflict { .. }));
+    assert_eq!(
+        read(k(""), 1).await,
+        Some(vec![(k("b"), 100)]),
+        "a refused write must not move the index"
+    );
+
+    write(k("a"), Some(a), Some(50)).await;
+    written(
+        store.cas(&k("b"), Some(&b), b"doc", &[]).await,
+        "plain cas of b",
+    );
+    assert_eq!(
+        read(k(""), 10).await,
+        Some(vec![(k("a"), 50), (k("sub/d"), late)]),
+        "a write moves its key; a plain cas takes it out"
     );
 }
 

@@ -73,8 +73,8 @@ pub mod server_clock;
 
 pub use error::StoreError;
 pub use store::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Store, StoreClock,
-    Version, Versioned, Wake, WatchHandle, RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Store,
+    StoreClock, Version, Versioned, Wake, WatchHandle, RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
 };
 
 /// The result type of every store operation.

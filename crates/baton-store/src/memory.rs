@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
-    StoreClock, Version, Versioned, Wake, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
+    Store, StoreClock, Version, Versioned, Wake, WatchHandle,
 };
 
 /// An in-process [`Store`]. Cloning is not offered: share it through an `Arc`.
@@ -45,6 +45,8 @@ struct Entry {
     /// The current document and its version (1 for the first write); `None` until written.
     document: Option<(u64, Vec<u8>)>,
     history: Vec<HistoryRecord>,
+    /// When the key next needs a worker ([`Store::cas_due`]).
+    due_ms: Option<u64>,
     /// Told every successful CAS, with the document written; receivers are handed out by
     /// `watch`.
     changes: watch::Sender<Wake>,
@@ -55,6 +57,7 @@ impl Entry {
         Self {
             document: None,
             history: Vec::new(),
+            due_ms: None,
             changes: watch::Sender::new(Wake::read_again()),
         }
     }
@@ -125,6 +128,7 @@ impl Store for MemoryStore {
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
+            due_index: true,
         }
     }
 
@@ -132,12 +136,13 @@ impl Store for MemoryStore {
         Ok(self.lock().entries.get(key).and_then(Entry::versioned))
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
         let mut state = self.lock();
         let current_version = state
@@ -161,6 +166,7 @@ impl Store for MemoryStore {
             .entry(key.to_owned())
             .or_insert_with(Entry::new);
         entry.document = Some((new_version, bytes.to_vec()));
+        entry.due_ms = due_ms;
         let last_seq = entry.history.last().map_or(0, |record| record.seq);
         entry.history.extend(
             (last_seq + 1..)
@@ -212,6 +218,24 @@ impl Store for MemoryStore {
         // `String`'s order is byte-wise, as the contract asks.
         keys.sort_unstable();
         Ok(keys)
+    }
+
+    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+        let state = self.lock();
+        let mut due: Vec<DueKey> = state
+            .entries
+            .iter()
+            .filter(|(key, _)| key.starts_with(prefix))
+            .filter_map(|(key, entry)| {
+                entry.due_ms.map(|due_ms| DueKey {
+                    key: key.clone(),
+                    due_ms,
+                })
+            })
+            .collect();
+        due.sort_unstable_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
+        due.truncate(limit);
+        Ok(Some(due))
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {

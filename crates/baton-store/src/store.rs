@@ -105,6 +105,17 @@ pub struct Capabilities {
     /// ahead): 0 where the server reports milliseconds, 1000 where it reports whole seconds
     /// (an S3 server's `Date`). The core ends a phase only this long after its deadline.
     pub clock_uncertain_ms: u64,
+    /// [`Store::cas_due`] keeps a due index and [`Store::due_keys`] reads it.
+    pub due_index: bool,
+}
+
+/// A key in the due index: when it next needs a worker ([`Store::cas_due`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueKey {
+    /// The key.
+    pub key: String,
+    /// When, on the clock jobs are judged by.
+    pub due_ms: u64,
 }
 
 /// What a watch learned: the key changed, and, where the store delivers it with the wake-up,
@@ -180,14 +191,38 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Writes `bytes` as the document of `key` if its current version is `expected` (`None`:
     /// only if the key has no document), and appends `history` to the key's log in the same
-    /// transaction. On a stale `expected`, writes nothing and appends nothing.
+    /// transaction. On a stale `expected`, writes nothing and appends nothing. The key leaves
+    /// the due index ([`Store::cas_due`] with `None`).
     async fn cas(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+    ) -> Result<CasOutcome> {
+        self.cas_due(key, expected, bytes, history, None).await
+    }
+
+    /// [`Store::cas`], and in the same transaction sets when the key next needs a worker
+    /// (`due_ms`, on the clock jobs are judged by: the store's where it has one, else wall
+    /// time; `None`: never, until the next write) in the store's *due index*, which
+    /// [`Store::due_keys`] reads. Stores without an index
+    /// ([`Capabilities::due_index`] false) ignore `due_ms`.
+    async fn cas_due(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome>;
+
+    /// Up to `limit` keys whose names start with `prefix` that have a due time, earliest first
+    /// (ties by key), or `None` when this store keeps no due index: then a caller must read
+    /// the keys [`Store::list`] gives. Its cost does not grow with keys that have no due time.
+    async fn due_keys(&self, _prefix: &str, _limit: usize) -> Result<Option<Vec<DueKey>>> {
+        Ok(None)
+    }
 
     /// Up to `limit` entries of `key`'s log with `seq > after_seq`, oldest first.
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>>;

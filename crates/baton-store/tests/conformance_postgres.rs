@@ -221,7 +221,7 @@ const SCHEMA_V1_WITH_ONE_KEY: &str = "
 
 /// Tables set up by the baton before records (schema version 1) are migrated when stores open
 /// them, many at once: documents and history stay (a CAS goes on numbering the history), records
-/// work, and the schema says version 2.
+/// and the due index work, and the schema says version 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn version_1_tables_are_migrated() {
     let (_schema, url) = fresh_schema().await;
@@ -277,22 +277,35 @@ async fn version_1_tables_are_migrated() {
             Some(b"p".to_vec())
         );
     }
+    assert_eq!(store.due_keys("", 10).await.unwrap(), Some(Vec::new()));
+    let current = store.load("deploy/prod").await.unwrap().unwrap();
+    store
+        .cas_due("deploy/prod", Some(&current.version), b"doc", &[], Some(9))
+        .await
+        .unwrap();
+    let due = store.due_keys("", 10).await.unwrap().unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|d| (d.key.as_str(), d.due_ms))
+            .collect::<Vec<_>>(),
+        [("deploy/prod", 9)]
+    );
     let version: String =
         sqlx::query_scalar("SELECT value FROM baton_meta WHERE name = 'schema_version'")
             .fetch_one(&mut admin)
             .await
             .unwrap();
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
 }
 
-/// Tables at the version after this baton's (2) are refused.
+/// Tables at the version after this baton's (3) are refused.
 #[tokio::test]
 async fn newer_schema_is_refused() {
     let (_schema, url) = fresh_schema().await;
     drop(PostgresStore::open(&url).await.unwrap());
     let mut admin = PgConnection::connect(&url).await.unwrap();
     admin
-        .execute("UPDATE baton_meta SET value = '3' WHERE name = 'schema_version'")
+        .execute("UPDATE baton_meta SET value = '4' WHERE name = 'schema_version'")
         .await
         .unwrap();
 

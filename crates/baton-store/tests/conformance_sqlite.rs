@@ -123,7 +123,7 @@ async fn newer_schema_is_refused() {
     let connection = rusqlite::Connection::open(&path).unwrap();
     connection
         .execute(
-            "UPDATE baton_meta SET value = '3' WHERE name = 'schema_version'",
+            "UPDATE baton_meta SET value = '4' WHERE name = 'schema_version'",
             [],
         )
         .unwrap();
@@ -157,8 +157,8 @@ const SCHEMA_V1_WITH_ONE_KEY: &str = "
 ";
 
 /// A file written by the baton before records (schema version 1) is migrated when opened, by
-/// several stores at once: its documents and history stay, records work, and the file says
-/// version 2.
+/// several stores at once: its documents and history stay, records and the due index work, and
+/// the file says version 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_version_1_file_is_migrated() {
     let dir = tempfile::tempdir().unwrap();
@@ -198,6 +198,19 @@ async fn a_version_1_file_is_migrated() {
             Some(b"p".to_vec())
         );
     }
+    assert_eq!(store.due_keys("", 10).await.unwrap(), Some(Vec::new()));
+    let current = store.load("deploy/prod").await.unwrap().unwrap();
+    store
+        .cas_due("deploy/prod", Some(&current.version), b"doc", &[], Some(9))
+        .await
+        .unwrap();
+    let due = store.due_keys("", 10).await.unwrap().unwrap();
+    assert_eq!(
+        due.iter()
+            .map(|d| (d.key.as_str(), d.due_ms))
+            .collect::<Vec<_>>(),
+        [("deploy/prod", 9)]
+    );
     assert_eq!(
         store.list("").await.unwrap(),
         vec!["deploy/prod".to_owned()]
@@ -210,7 +223,7 @@ async fn a_version_1_file_is_migrated() {
             |row| row.get(0),
         )
         .unwrap();
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
 }
 
 #[tokio::test]

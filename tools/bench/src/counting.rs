@@ -117,15 +117,19 @@ impl Store for CountingStore {
         self.inner.load(key).await
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> baton_store::Result<CasOutcome> {
         bump(&self.cas);
-        let outcome = self.inner.cas(key, expected, bytes, history).await;
+        let outcome = self
+            .inner
+            .cas_due(key, expected, bytes, history, due_ms)
+            .await;
         if matches!(outcome, Ok(CasOutcome::Conflict { .. })) {
             bump(&self.cas_conflicts);
         }
@@ -151,6 +155,14 @@ impl Store for CountingStore {
         self.inner.history_tail(key, limit).await
     }
 
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> baton_store::Result<Option<Vec<baton_store::DueKey>>> {
+        bump(&self.other);
+        self.inner.due_keys(prefix, limit).await
+    }
     async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
         bump(&self.other);
         self.inner.list(prefix).await

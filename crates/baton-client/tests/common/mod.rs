@@ -99,12 +99,13 @@ impl Store for Probe {
         self.loads.fetch_add(1, Ordering::SeqCst);
         self.inner.load(key).await
     }
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> baton_store::Result<CasOutcome> {
         self.reach()?;
         if self.down.load(Ordering::SeqCst) {
@@ -122,7 +123,10 @@ impl Store for Probe {
             tokio::time::sleep(Duration::from_millis(slow_ms)).await;
         }
         self.cases.fetch_add(1, Ordering::SeqCst);
-        let outcome = self.inner.cas(key, expected, bytes, history).await;
+        let outcome = self
+            .inner
+            .cas_due(key, expected, bytes, history, due_ms)
+            .await;
         let delay_ms = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
@@ -158,6 +162,13 @@ impl Store for Probe {
         limit: usize,
     ) -> baton_store::Result<Vec<HistoryRecord>> {
         self.inner.history_tail(key, limit).await
+    }
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> baton_store::Result<Option<Vec<baton_store::DueKey>>> {
+        self.inner.due_keys(prefix, limit).await
     }
     async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
         self.inner.list(prefix).await

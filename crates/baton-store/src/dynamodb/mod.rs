@@ -525,6 +525,7 @@ impl Store for DynamoStore {
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,
+            due_index: false,
         }
     }
 
@@ -532,12 +533,15 @@ impl Store for DynamoStore {
         Ok(self.read_hot(key).await?.map(|current| current.versioned()))
     }
 
-    async fn cas(
+    /// No due index here: a worker lists the keys and reads each (ARCHITECTURE.md states the
+    /// cost), so `_due_ms` is not stored.
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        _due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
         let current = match expected {
             None => None,

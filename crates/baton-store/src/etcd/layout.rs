@@ -6,6 +6,8 @@
 //! P/d/K                      the document of K (the etcd value is the document's bytes)
 //! P/h/K \x00 SEQ             one history entry of K; SEQ is the entry's seq as 20 decimal digits
 //! P/r/K \x00 NAME            record NAME of K (the etcd value is the record's bytes)
+//! P/u/K                      K's place in the due index: when it next needs a worker, as
+//!                            decimal milliseconds (absent: never)
 //! ```
 //!
 //! Documents, history and records are separate branches, so listing documents (a range on
@@ -27,6 +29,8 @@ pub struct Layout {
     history_root: Vec<u8>,
     /// `P/r/`.
     records_root: Vec<u8>,
+    /// `P/u/`.
+    due_root: Vec<u8>,
 }
 
 /// The digits of a seq in a history key: enough for `u64::MAX`.
@@ -39,6 +43,7 @@ impl Layout {
             docs_root: format!("{prefix}/d/").into_bytes(),
             history_root: format!("{prefix}/h/").into_bytes(),
             records_root: format!("{prefix}/r/").into_bytes(),
+            due_root: format!("{prefix}/u/").into_bytes(),
         }
     }
 
@@ -56,6 +61,17 @@ impl Layout {
     /// (not written by baton).
     pub fn key_of_doc(&self, etcd_key: &[u8]) -> Option<String> {
         let key = etcd_key.strip_prefix(self.docs_root.as_slice())?;
+        String::from_utf8(key.to_vec()).ok()
+    }
+
+    /// `P/u/K`: K's entry in the due index.
+    pub fn due_key(&self, key: &str) -> Vec<u8> {
+        [self.due_root.as_slice(), key.as_bytes()].concat()
+    }
+
+    /// The baton key of a due-index entry; `None` for a key not under `P/u/` or not UTF-8.
+    pub fn key_of_due(&self, etcd_key: &[u8]) -> Option<String> {
+        let key = etcd_key.strip_prefix(self.due_root.as_slice())?;
         String::from_utf8(key.to_vec()).ok()
     }
 

@@ -53,8 +53,8 @@ use etcd_client::{
 };
 
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
-    StoreClock, StoreError, Version, Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 use layout::Layout;
 pub use url::EtcdUrl;
@@ -317,6 +317,7 @@ impl Store for EtcdStore {
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,
+            due_index: true,
         }
     }
 
@@ -331,12 +332,13 @@ impl Store for EtcdStore {
         Ok(response.take_kvs().into_iter().next().map(versioned))
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
         let doc_key = self.inner.layout.doc_key(key);
         let (condition, expected_revision) = match expected {
@@ -360,6 +362,11 @@ impl Store for EtcdStore {
         };
         let mut writes = vec![TxnOp::put(doc_key.clone(), bytes.to_vec(), None)];
         writes.extend(self.history_puts(key, expected_revision, history)?);
+        let due_key = self.inner.layout.due_key(key);
+        writes.push(match due_ms {
+            Some(ms) => TxnOp::put(due_key, ms.to_string(), None),
+            None => TxnOp::delete(due_key, None),
+        });
         let transaction = Txn::new()
             .when([condition])
             .and_then(writes)
@@ -433,6 +440,32 @@ impl Store for EtcdStore {
             })
             .await?;
         Ok(self.history_records(key, response.take_kvs()))
+    }
+
+    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+        // etcd orders a range by key only: read every entry under the prefix (one per key that
+        // has a due time; keys without one have none) and sort them here.
+        let layout = &self.inner.layout;
+        let start = layout.due_key(prefix);
+        let options = GetOptions::new().with_range(prefix_end(&start));
+        let mut response = self
+            .request(Effect::Read, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await?;
+        let mut due: Vec<DueKey> = response
+            .take_kvs()
+            .iter()
+            .filter_map(|kv| {
+                let key = layout.key_of_due(kv.key())?;
+                let due_ms = std::str::from_utf8(kv.value()).ok()?.parse().ok()?;
+                Some(DueKey { key, due_ms })
+            })
+            .collect();
+        due.sort_unstable_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
+        due.truncate(limit);
+        Ok(Some(due))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {

@@ -54,8 +54,8 @@ use connections::{AcquireError, Connections, Lease};
 use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
-    StoreClock, StoreError, Version, Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long opening a connection may take (TCP, TLS, authentication), and how long an operation
@@ -118,14 +118,15 @@ const LOAD: &str = concat!(
 const CLOCK: &str = concat!("SELECT ", now_ms!(), " AS now_ms");
 
 /// The CAS of an existing document: `$1` key, `$2` expected version, `$3` document, `$4`
-/// history entries. The current row is read (from the statement's snapshot) only when the
+/// history entries, `$5` due time (the due index). The current row is read (from the statement's snapshot) only when the
 /// update did not happen.
 const CAS_UPDATE: &str = concat!(
     "WITH written AS (
         UPDATE baton_docs
         SET version = version + 1,
             doc = $3,
-            history_seq = history_seq + cardinality($4::bytea[])
+            history_seq = history_seq + cardinality($4::bytea[]),
+            due_ms = $5
         WHERE key = $1 AND version = $2
         RETURNING version, history_seq
     ),
@@ -151,13 +152,14 @@ const CAS_UPDATE: &str = concat!(
     LEFT JOIN baton_docs AS current ON current.key = $1 AND NOT EXISTS (SELECT FROM written)"
 );
 
-/// The CAS of a key without a document: `$1` key, `$2` document, `$3` history entries. The
+/// The CAS of a key without a document: `$1` key, `$2` document, `$3` history entries, `$4`
+/// due time. The
 /// history counter starts after any entries already logged for the key (none, unless someone
 /// deleted its row by hand), so seqs never repeat.
 const CAS_CREATE: &str = concat!(
     "WITH written AS (
-        INSERT INTO baton_docs (key, version, doc, history_seq)
-        SELECT $1, 1, $2, coalesce(max(seq), 0) + cardinality($3::bytea[])
+        INSERT INTO baton_docs (key, version, doc, history_seq, due_ms)
+        SELECT $1, 1, $2, coalesce(max(seq), 0) + cardinality($3::bytea[]), $4
         FROM baton_history WHERE key = $1
         ON CONFLICT (key) DO NOTHING
         RETURNING version, history_seq
@@ -195,6 +197,11 @@ const HISTORY_TAIL: &str =
 /// when it plans with the prefix in hand, which is why this statement is sent unnamed (planned
 /// at each execution) rather than prepared once with a generic plan.
 const LIST: &str = "SELECT key FROM baton_docs WHERE key ^@ $1 ORDER BY key";
+
+/// Keys of the due index under a prefix, earliest first: `$1` prefix, `$2` limit. The partial
+/// index on (due_ms, key) holds only keys with a due time. Unnamed, as `LIST`.
+const DUE_KEYS: &str = "SELECT key, due_ms FROM baton_docs
+     WHERE due_ms IS NOT NULL AND key ^@ $1 ORDER BY due_ms, key LIMIT $2";
 
 /// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.
 const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUES ($1, $2, $3)
@@ -485,6 +492,7 @@ impl Store for PostgresStore {
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
+            due_index: true,
         }
     }
 
@@ -492,13 +500,16 @@ impl Store for PostgresStore {
         self.load_row(key).await
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
+        // A bigint; a due time past it is "never" for any real clock.
+        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
         // A version that is not a number was not made by this store: it matches nothing (NULL
         // compares equal to nothing), and the CAS conflicts like any stale one.
         let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
@@ -506,7 +517,11 @@ impl Store for PostgresStore {
         let rows = match expected {
             None => {
                 self.fetch(Kind::Write, || {
-                    sqlx::query(CAS_CREATE).bind(key).bind(bytes).bind(history)
+                    sqlx::query(CAS_CREATE)
+                        .bind(key)
+                        .bind(bytes)
+                        .bind(history)
+                        .bind(due_ms)
                 })
                 .await?
             }
@@ -517,6 +532,7 @@ impl Store for PostgresStore {
                         .bind(expected_number)
                         .bind(bytes)
                         .bind(history)
+                        .bind(due_ms)
                 })
                 .await?
             }
@@ -578,6 +594,30 @@ impl Store for PostgresStore {
             })
             .await?;
         self.history_records(rows)
+    }
+
+    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .fetch(Kind::Read, || {
+                sqlx::query(DUE_KEYS)
+                    .bind(prefix)
+                    .bind(limit)
+                    .persistent(false)
+            })
+            .await?;
+        let due = rows
+            .iter()
+            .map(|row| {
+                let key: String = row.try_get("key").map_err(|e| self.backend(e))?;
+                let due_ms: i64 = row.try_get("due_ms").map_err(|e| self.backend(e))?;
+                Ok(DueKey {
+                    key,
+                    due_ms: u64::try_from(due_ms).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<DueKey>>>()?;
+        Ok(Some(due))
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<String>> {

@@ -1,7 +1,7 @@
 //! baton's tables in PostgreSQL, created and migrated on first use.
 //!
 //! Opening a store reads the schema version and the server's time in one round trip. Only when
-//! the tables are missing (or older: version 1 had no `baton_records`) does it take the migration
+//! the tables are missing (or older: version 1 had no `baton_records`, version 2 no due index) does it take the migration
 //! path: one transaction that first
 //! takes a transaction-scoped advisory lock, so that when many processes start at once against a
 //! fresh schema (a CI fan-out, a dozen `baton run`s) they take turns: the first creates the
@@ -19,7 +19,7 @@ use super::now_ms;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
-pub(super) const SCHEMA_VERSION: u64 = 2;
+pub(super) const SCHEMA_VERSION: u64 = 3;
 
 /// The advisory lock the migration takes: the bytes of "baton" — one lock for every schema of
 /// the database, which only makes first-time setups of different schemas take turns.
@@ -67,10 +67,21 @@ const CREATE_RECORDS_V2: &str = "
     UPDATE baton_meta SET value = '2' WHERE name = 'schema_version';
 ";
 
+/// Version 3: the due index — when each key next needs a worker, set by every CAS
+/// (`Store::cas_due`), so an idle worker reads only the keys that have jobs to look at. A
+/// partial index: keys without a due time (most, once their jobs are done) cost it nothing.
+const DUE_INDEX_V3: &str = "
+    ALTER TABLE baton_docs ADD COLUMN IF NOT EXISTS due_ms bigint;
+    CREATE INDEX IF NOT EXISTS baton_docs_due ON baton_docs (due_ms, key)
+        WHERE due_ms IS NOT NULL;
+    UPDATE baton_meta SET value = '3' WHERE name = 'schema_version';
+";
+
 /// The step to each version from the one before it: `MIGRATIONS[n]` brings a schema at version
 /// `n` (0: never set up) to `n + 1`, and records that version in `baton_meta`. All the steps a
 /// schema needs run in one transaction, under the migration lock.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [CREATE_TABLES_V1, CREATE_RECORDS_V2];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
+    [CREATE_TABLES_V1, CREATE_RECORDS_V2, DUE_INDEX_V3];
 
 /// Makes sure the tables are at [`SCHEMA_VERSION`], creating or migrating them if needed; returns the
 /// server's time (in ms) read on the way.

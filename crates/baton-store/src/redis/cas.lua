@@ -4,13 +4,15 @@
 -- KEYS[1]  the document hash: v (version), d (document), n (writes so far), s (last history seq)
 -- KEYS[2]  the history stream: entry IDs `<seq>-0`, one field `e` holding the entry
 -- KEYS[3]  the sorted set of every key with a document (score 0, for `list`)
+-- KEYS[4]  the due index: a sorted set of the keys that have a due time, scored by it
 -- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
 -- ARGV[2]  the expected version
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace
 -- ARGV[6]  how many history entries to keep per key (approximate trimming, at least that many)
--- ARGV[7..] history entries to append, oldest first
+-- ARGV[7]  when the key next needs a worker (ms), or '' for never: the key's score in KEYS[4]
+-- ARGV[8..] history entries to append, oldest first
 --
 -- Returns {1, seconds, microseconds, new version} when written, and on a stale version
 -- {0, seconds, microseconds, current version, current document}, or {0, seconds, microseconds}
@@ -43,7 +45,7 @@ end
 -- writes of a script that fails halfway. The history's next seq continues from both the
 -- document's counter and the stream's last entry, so neither a stream nor a document lost on its
 -- own (evicted, deleted by hand) can make an XADD fail on an ID that is not increasing.
-local n_entries = #ARGV - 6
+local n_entries = #ARGV - 7
 local first_seq = 0
 if n_entries > 0 then
     local last_seq = tonumber(redis.call('HGET', KEYS[1], 's') or '0') or 0
@@ -65,11 +67,16 @@ local new_version = n .. '-' .. now[1] .. string.format('%06d', tonumber(now[2])
 redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3])
 if n_entries > 0 then
     for i = 1, n_entries do
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], (first_seq + i - 1) .. '-0', 'e', ARGV[6 + i])
+        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], (first_seq + i - 1) .. '-0', 'e', ARGV[7 + i])
     end
     redis.call('HSET', KEYS[1], 's', first_seq + n_entries - 1)
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
+if ARGV[7] == '' then
+    redis.call('ZREM', KEYS[4], ARGV[4])
+else
+    redis.call('ZADD', KEYS[4], ARGV[7], ARGV[4])
+end
 -- The wake-up says which key changed and, unless the document is large, what it now holds, so a
 -- woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control characters).
 -- Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: every subscriber of the

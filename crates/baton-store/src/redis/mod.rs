@@ -75,8 +75,8 @@ use async_trait::async_trait;
 use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
-    StoreClock, StoreError, Version, Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long connecting to the server may take before the store is [`StoreError::Unavailable`].
@@ -167,6 +167,11 @@ impl Names {
 
     fn keys(&self) -> String {
         format!("{}keys", self.namespace)
+    }
+
+    /// `<namespace>due`: the due index, keys scored by when they next need a worker.
+    fn due(&self) -> String {
+        format!("{}due", self.namespace)
     }
 
     /// `<namespace>rec:K`: the hash of K's records, one field per record name.
@@ -421,6 +426,7 @@ impl Store for RedisStore {
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
+            due_index: true,
         }
     }
 
@@ -451,12 +457,13 @@ impl Store for RedisStore {
         }
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         document: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
         let names = &self.inner.names;
         let mut invocation = self.inner.cas_script.prepare_invoke();
@@ -464,12 +471,14 @@ impl Store for RedisStore {
             .key(names.doc(key))
             .key(names.history(key))
             .key(names.keys())
+            .key(names.due())
             .arg(if expected.is_some() { "1" } else { "0" })
             .arg(expected.map(|version| version.0.as_str()).unwrap_or(""))
             .arg(document)
             .arg(key)
             .arg(&names.channel)
-            .arg(HISTORY_KEPT_MAX);
+            .arg(HISTORY_KEPT_MAX)
+            .arg(due_ms.map(|ms| ms.to_string()).unwrap_or_default());
         for entry in history {
             invocation.arg(entry.as_slice());
         }
@@ -560,6 +569,45 @@ impl Store for RedisStore {
         }
         debug_assert!(keys.iter().all(|key| key.starts_with(prefix)));
         Ok(keys)
+    }
+
+    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+        // The index is one sorted set for every key of the namespace, ordered by due time:
+        // read it a page at a time, earliest first, keeping the keys under `prefix`.
+        const PAGE: isize = 256;
+        let mut due = Vec::new();
+        let mut start: isize = 0;
+        let mut connection = self.inner.connection.clone();
+        while due.len() < limit {
+            let mut command = ::redis::cmd("ZRANGE");
+            command
+                .arg(self.inner.names.due())
+                .arg(start)
+                .arg(start + PAGE - 1)
+                .arg("WITHSCORES");
+            let page: Vec<(Vec<u8>, f64)> = self
+                .bounded(Access::Read, command.query_async(&mut connection))
+                .await?;
+            let n_read = page.len();
+            for (member, score) in page {
+                // baton writes only UTF-8 keys; a member that is not was put there by hand.
+                let Ok(key) = String::from_utf8(member) else {
+                    continue;
+                };
+                if key.starts_with(prefix) && due.len() < limit {
+                    // Scores are whole milliseconds, exact in a double up to 2^53.
+                    due.push(DueKey {
+                        key,
+                        due_ms: score.max(0.0) as u64,
+                    });
+                }
+            }
+            if n_read < PAGE as usize {
+                break;
+            }
+            start += PAGE;
+        }
+        Ok(Some(due))
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {

@@ -23,8 +23,8 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 use crate::boot_clock::{boot_id, boot_time_ms};
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
-    StoreClock, StoreError, Version, Versioned, WatchHandle,
+    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
 
 /// How long a write waits for another process's write transaction before giving up with
@@ -146,6 +146,7 @@ impl Store for SqliteStore {
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
+            due_index: true,
         }
     }
 
@@ -155,13 +156,16 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn cas(
+    async fn cas_due(
         &self,
         key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
         history: &[Vec<u8>],
+        due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
+        // SQLite's integers are i64; a due time past that is "never" for any real clock.
+        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
         let key = key.to_owned();
         let expected = expected.cloned();
         let bytes = bytes.to_vec();
@@ -169,7 +173,8 @@ impl Store for SqliteStore {
         self.run(move |connection| {
             // IMMEDIATE: take the write lock before reading the version, so the version read is
             // the one the write replaces (a DEFERRED read upgraded to a write can fail instead).
-            let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let transaction =
+                connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let current = read_row(&transaction, &key)?;
             let matches = match (&current, &expected) {
                 (None, None) => true,
@@ -190,10 +195,11 @@ impl Store for SqliteStore {
             };
             transaction
                 .prepare_cached(
-                    "INSERT INTO baton_docs (key, version, doc) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (key) DO UPDATE SET version = excluded.version, doc = excluded.doc",
+                    "INSERT INTO baton_docs (key, version, doc, due_ms) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (key) DO UPDATE SET version = excluded.version,
+                        doc = excluded.doc, due_ms = excluded.due_ms",
                 )?
-                .execute((&key, new_version, &bytes))?;
+                .execute((&key, new_version, &bytes, due_ms))?;
             if !history.is_empty() {
                 let last_seq: i64 = transaction
                     .prepare_cached(
@@ -274,6 +280,35 @@ impl Store for SqliteStore {
             };
             debug_assert!(keys.iter().all(|key| key.starts_with(&prefix)));
             Ok(keys)
+        })
+        .await
+    }
+
+    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+        let prefix = prefix.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.run(move |connection| {
+            // The partial index on (due_ms, key) gives the rows in order; the key range filters
+            // them (keys that have no due time are not in the index at all).
+            let upper_bound = prefix_upper_bound(&prefix);
+            let rows: Vec<(String, i64)> = connection
+                .prepare_cached(
+                    "SELECT key, due_ms FROM baton_docs
+                     WHERE due_ms IS NOT NULL AND key >= ?1 AND (?2 IS NULL OR key < ?2)
+                     ORDER BY due_ms, key LIMIT ?3",
+                )?
+                .query_map((&prefix, &upper_bound, limit), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(Some(
+                rows.into_iter()
+                    .map(|(key, due_ms)| DueKey {
+                        key,
+                        due_ms: u64::try_from(due_ms).unwrap_or(0),
+                    })
+                    .collect(),
+            ))
         })
         .await
     }

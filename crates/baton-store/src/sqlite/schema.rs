@@ -15,7 +15,7 @@ use super::{sqlite_error, BUSY_TIMEOUT};
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
-pub(super) const SCHEMA_VERSION: u64 = 2;
+pub(super) const SCHEMA_VERSION: u64 = 3;
 
 /// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
 /// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
@@ -50,10 +50,22 @@ const CREATE_RECORDS_V2: &str = "
     );
 ";
 
+/// Version 3: the due index — when each key next needs a worker, set by every CAS
+/// (`Store::cas_due`), so an idle worker reads only the keys that have jobs to look at. A
+/// partial index: keys without a due time (most of them, once their jobs are done) cost it
+/// nothing.
+const DUE_INDEX_V3: &str = "
+    ALTER TABLE baton_docs ADD COLUMN due_ms INTEGER;
+    CREATE INDEX IF NOT EXISTS baton_docs_due ON baton_docs (due_ms, key)
+        WHERE due_ms IS NOT NULL;
+";
+
 /// The step to each version from the one before it: `MIGRATIONS[n]` brings a file at version
-/// `n` (0: never set up) to `n + 1`. Every step is idempotent (`IF NOT EXISTS`), and all the
-/// steps a file needs run in one transaction with the version's update.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [CREATE_TABLES_V1, CREATE_RECORDS_V2];
+/// `n` (0: never set up) to `n + 1`. All the steps a file needs run in one transaction with the
+/// version's update, under the write lock, after the version was read again under it: each
+/// step runs once per file.
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
+    [CREATE_TABLES_V1, CREATE_RECORDS_V2, DUE_INDEX_V3];
 
 /// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
 /// current schema. Blocking: call it from `spawn_blocking`.
