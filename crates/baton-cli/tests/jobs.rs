@@ -605,3 +605,33 @@ fn baton_run_turns_and_jobs_share_one_queue_on_a_key() {
         );
     });
 }
+
+/// An idle worker is woken by the store's push, not its poll: with `--poll 1h`, jobs submitted
+/// while it waits still run (three in turn, each after the worker went idle again). On the
+/// stores that push changes under a prefix (SQLite, PostgreSQL, Redis); the others poll.
+#[test]
+fn an_idle_worker_is_woken_by_a_submit_where_the_store_pushes() {
+    for_each_store(|ctx| {
+        let pushes = ["sqlite:", "postgres", "redis"]
+            .iter()
+            .any(|scheme| ctx.store.starts_with(scheme));
+        if !pushes {
+            return;
+        }
+        let script = "echo \"ran $BATON_JOB_ID\" >> \"$TEST_DIR/log\"";
+        let mut args = vec!["worker", "--poll", "1h", ctx.prefix.as_str()];
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        let w = ctx.baton(args).name("w").spawn();
+        let mut ran = Vec::new();
+        for n in 0..3 {
+            let key = ctx.key(&format!("k{n}"));
+            let id = submit(ctx, &key, &[]);
+            ctx.baton(["wait", key.as_str(), id.as_str()])
+                .run_within(PROMPT)
+                .assert_code(0);
+            ran.push(format!("ran {id}"));
+        }
+        stop(w);
+        assert_eq!(ctx.lines("log"), ran);
+    });
+}

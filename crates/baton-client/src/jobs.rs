@@ -623,6 +623,68 @@ pub async fn claim_next(
     Ok(None)
 }
 
+/// Wakes an idle worker when a served key may have new work: a push from the store for each
+/// pattern (a prefix, an exact key, or every key) where the store pushes, else nothing — then
+/// [`WorkWaker::wait`] is the poll interval alone. A wake-up is a hint to look again
+/// ([`claim_next`]), never a claim.
+pub struct WorkWaker {
+    handles: Vec<baton_store::WatchHandle>,
+}
+
+impl WorkWaker {
+    /// Subscribes to the store's push for the served keys, where it has one.
+    pub async fn new(
+        coord: &Coordinator,
+        patterns: &KeyPatterns,
+    ) -> Result<WorkWaker, ClientError> {
+        let store = coord.store();
+        let mut handles = Vec::new();
+        let prefixes: Vec<&str> = if patterns.0.is_empty() {
+            vec![""]
+        } else {
+            patterns.0.iter().map(String::as_str).collect()
+        };
+        for pattern in prefixes {
+            // An exact key is a prefix too: a wake-up for a longer key is only spurious.
+            if let Some(handle) = store.watch_prefix(pattern).await? {
+                handles.push(handle);
+            }
+        }
+        Ok(WorkWaker { handles })
+    }
+
+    /// Whether a push will wake [`WorkWaker::wait`] (else it waits the poll interval).
+    pub fn pushes(&self) -> bool {
+        !self.handles.is_empty()
+    }
+
+    /// Resolves at the next push that may mean new work, or after `poll`, whichever is first.
+    pub async fn wait(&mut self, poll: Duration) {
+        if self.handles.is_empty() {
+            tokio::time::sleep(poll).await;
+            return;
+        }
+        let changes = self.handles.iter_mut().map(|h| Box::pin(h.changed()));
+        let any_change = first_of(changes);
+        // A closed store is noticed by the next look; until then, the poll.
+        let _ = tokio::time::timeout(poll, any_change).await;
+    }
+}
+
+/// The first of several futures to finish (without another dependency for `select_all`).
+async fn first_of<F: std::future::Future + Unpin>(futures: impl Iterator<Item = F>) {
+    let mut futures: Vec<F> = futures.collect();
+    std::future::poll_fn(move |cx| {
+        for future in &mut futures {
+            if std::pin::Pin::new(future).poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// How a job ended, as [`wait`] found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobEnd {

@@ -62,6 +62,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) {
     records_apart_from_documents(store, prefix).await;
     bad_records_refused(store, prefix).await;
     due_index(store, prefix).await;
+    watch_prefix_wakes(store, prefix).await;
 }
 
 /// A key never written loads as `None`, has no history, and is not listed.
@@ -364,7 +365,7 @@ macro_rules! conformance_tests {
             list_by_prefix, keys_round_trip, largest_document, watch_wakes, watch_delivers_documents,
             clock_readings, record_round_trip, record_absent, record_replaced,
             records_of_keys_apart, record_names, records_apart_from_documents, bad_records_refused,
-            due_index, run_all);
+            due_index, watch_prefix_wakes, run_all);
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn concurrent_increments() {
@@ -621,6 +622,28 @@ pub async fn watch_wakes(store: &dyn Store, prefix: &str) {
         .await
         .expect("the watcher must wake after the key was updated")
         .expect("the store must stay open");
+}
+
+/// Where a store pushes changes under a prefix (`watch_prefix` gives a handle), every write to
+/// a key under it wakes the watcher within [`WATCH_WAKE_WITHIN`], keys created after the
+/// subscription included.
+pub async fn watch_prefix_wakes(store: &dyn Store, prefix: &str) {
+    let under = format!("{prefix}watch_prefix_wakes/");
+    let Some(mut handle) = ok("watch_prefix", store.watch_prefix(&under).await) else {
+        return;
+    };
+    for name in ["a", "b/c", "a"] {
+        let key = format!("{under}{name}");
+        let current = ok("load", store.load(&key).await).map(|v| v.version);
+        written(
+            store.cas(&key, current.as_ref(), b"x", &[]).await,
+            "write under the prefix",
+        );
+        tokio::time::timeout(WATCH_WAKE_WITHIN, handle.changed())
+            .await
+            .unwrap_or_else(|_| panic!("a write to {key} must wake the prefix's watcher"))
+            .expect("the store must stay open");
+    }
 }
 
 /// Where wake-ups carry documents (`watch_documents`), each write's wake-up delivers exactly

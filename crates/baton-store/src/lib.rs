@@ -70,6 +70,8 @@ pub mod aws;
 pub mod boot_clock;
 pub mod deferred;
 pub mod server_clock;
+#[cfg(any(feature = "postgres", feature = "redis"))]
+mod wakes;
 
 pub use error::StoreError;
 pub use store::{

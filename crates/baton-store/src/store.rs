@@ -237,6 +237,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// A subscription to changes of `key`, or `None` when this store cannot push.
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>>;
 
+    /// A subscription to changes of every key starting with `prefix` (`""`: every key), or
+    /// `None` when this store cannot push them. A wake-up only says that something under the
+    /// prefix changed. An idle worker waits on this instead of polling.
+    async fn watch_prefix(&self, _prefix: &str) -> Result<Option<WatchHandle>> {
+        Ok(None)
+    }
+
     /// The store's clock, or [`StoreClock::None`] when it has none.
     async fn clock(&self) -> Result<StoreClock>;
 

@@ -93,6 +93,8 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
     let mut draining_until: Option<Instant> = None;
     let mut look_now = true;
     let mut seen_due = Instant::now();
+    // Pushes wake an idle worker at once where the store has them; the poll is the fallback.
+    let mut waker = jobs::WorkWaker::new(&coord, &patterns).await?;
     loop {
         if Instant::now() >= seen_due && draining_until.is_none() {
             // For `baton why`: a key no worker serves is told apart from one that is busy.
@@ -119,7 +121,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
         let idle = draining_until.is_none() && room;
         tokio::select! {
             Some(_) = running.join_next() => look_now = true,
-            _ = tokio::time::sleep(ctx.args.poll), if idle => look_now = true,
+            _ = waker.wait(ctx.args.poll), if idle => look_now = true,
             _ = tokio::time::sleep_until(seen_due.into()), if draining_until.is_none() => {}
             _ = sleep_until(draining_until) => {
                 let _ = stop_tx.send(Stop::GiveBack);

@@ -13,16 +13,15 @@
 //! was down are lost, so every time the listener reconnects it bumps every counter: each waiter
 //! reads again and finds whatever changed in the gap.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::connections::Connections;
 use super::{CHANNEL, CONNECT_TIMEOUT};
+use crate::wakes::WakeRouter;
 use crate::{Version, Versioned, Wake, WatchHandle};
 
 /// How long the first `watch` waits for its test notification to come back. Far longer than a
@@ -44,9 +43,9 @@ pub(super) enum State {
     Failed(Instant),
 }
 
-/// The wake-up channel of each watched key. Entries whose handles have all been dropped are
-/// swept at the next subscription.
-type Counters = Arc<Mutex<HashMap<String, watch::Sender<Wake>>>>;
+/// The wake-up channels of the watched keys and prefixes. Entries whose handles have all been
+/// dropped are swept at the next subscription.
+type Counters = Arc<Mutex<WakeRouter>>;
 
 /// A running listener: the counters it bumps and the task that bumps them (aborted on drop, so
 /// the connection closes with the store).
@@ -66,18 +65,18 @@ impl State {
     /// `None` when notifications cannot reach this process.
     pub(super) async fn subscribe(
         &mut self,
-        key: &str,
+        watched: Watched<'_>,
         options: &PgConnectOptions,
         connections: &Connections,
     ) -> Option<WatchHandle> {
         match self {
-            State::Running(listener) => return Some(listener.subscribe(key)),
+            State::Running(listener) => return Some(listener.subscribe(watched)),
             State::Failed(at) if at.elapsed() < RETRY_AFTER => return None,
             State::Failed(_) | State::NotStarted => {}
         }
         match start(options, connections).await {
             Ok(listener) => {
-                let handle = listener.subscribe(key);
+                let handle = listener.subscribe(watched);
                 *self = State::Running(listener);
                 Some(handle)
             }
@@ -93,14 +92,20 @@ impl State {
     }
 }
 
+/// What a watcher follows: one key, or every key under a prefix.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Watched<'a> {
+    Key(&'a str),
+    Prefix(&'a str),
+}
+
 impl Listener {
-    fn subscribe(&self, key: &str) -> WatchHandle {
-        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        counters.retain(|_, counter| counter.receiver_count() > 0);
-        let counter = counters
-            .entry(key.to_owned())
-            .or_insert_with(|| watch::channel(Wake::read_again()).0);
-        WatchHandle::new(counter.subscribe())
+    fn subscribe(&self, watched: Watched<'_>) -> WatchHandle {
+        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        WatchHandle::new(match watched {
+            Watched::Key(key) => router.subscribe_key(key),
+            Watched::Prefix(prefix) => router.subscribe_prefix(prefix),
+        })
     }
 }
 
@@ -179,10 +184,8 @@ async fn follow(mut listener: PgListener, options: PgConnectOptions, counters: C
         match listener.try_recv().await {
             Ok(Some(notification)) => {
                 let (key, wake) = parse_payload(notification.payload());
-                let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(counter) = counters.get(key) {
-                    counter.send_replace(wake);
-                }
+                let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
+                router.wake(key, wake);
             }
             // sqlx reconnected and listens again; what was sent in between is lost.
             Ok(None) => wake_all(&counters),
@@ -213,10 +216,8 @@ async fn reconnect(options: &PgConnectOptions) -> PgListener {
 }
 
 fn wake_all(counters: &Counters) {
-    let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
-    for counter in counters.values() {
-        counter.send_replace(Wake::read_again());
-    }
+    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    router.wake_all();
 }
 
 /// The key a notification names and what its watchers learn: the version and document when the

@@ -637,7 +637,22 @@ impl Store for PostgresStore {
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
         let mut state = self.inner.listener.lock().await;
         Ok(state
-            .subscribe(key, &self.inner.connect_options, &self.inner.connections)
+            .subscribe(
+                listen::Watched::Key(key),
+                &self.inner.connect_options,
+                &self.inner.connections,
+            )
+            .await)
+    }
+
+    async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
+        let mut state = self.inner.listener.lock().await;
+        Ok(state
+            .subscribe(
+                listen::Watched::Prefix(prefix),
+                &self.inner.connect_options,
+                &self.inner.connections,
+            )
             .await)
     }
 

@@ -196,6 +196,23 @@ enum Access {
 }
 
 impl RedisStore {
+    /// Runs `subscribe` on the store's one subscriber, started on first use.
+    fn with_watcher<T>(&self, subscribe: impl FnOnce(&watch::Watcher) -> T) -> T {
+        let mut watcher = self
+            .inner
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let watcher = watcher.get_or_insert_with(|| {
+            watch::Watcher::start(
+                self.inner.client.clone(),
+                self.inner.names.channel.clone(),
+                self.inner.description.clone(),
+            )
+        });
+        subscribe(watcher)
+    }
+
     /// Whether `url` names a Redis store (`redis:` or `rediss:`, in any case).
     pub fn handles(url: &str) -> bool {
         url.split_once(':').is_some_and(|(scheme, _)| {
@@ -611,19 +628,15 @@ impl Store for RedisStore {
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
-        let mut watcher = self
-            .inner
-            .watcher
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let watcher = watcher.get_or_insert_with(|| {
-            watch::Watcher::start(
-                self.inner.client.clone(),
-                self.inner.names.channel.clone(),
-                self.inner.description.clone(),
-            )
-        });
-        Ok(Some(WatchHandle::new(watcher.subscribe(key))))
+        Ok(Some(WatchHandle::new(
+            self.with_watcher(|watcher| watcher.subscribe(key)),
+        )))
+    }
+
+    async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
+        Ok(Some(WatchHandle::new(
+            self.with_watcher(|watcher| watcher.subscribe_prefix(prefix)),
+        )))
     }
 
     async fn clock(&self) -> Result<StoreClock> {

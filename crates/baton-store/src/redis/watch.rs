@@ -12,7 +12,6 @@
 //! half-open TCP connection is noticed too. Waiters also poll, so a subscriber that cannot
 //! connect only makes them slower.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -25,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
+use crate::wakes::WakeRouter;
 use crate::{Version, Versioned, Wake};
 
 /// After this long without a message, the subscriber PINGs to learn whether it is still
@@ -35,8 +35,9 @@ const PING_AFTER_SILENCE: Duration = Duration::from_secs(15);
 const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
 
-/// Each watched key's counter. A std mutex: taken briefly, never across an `.await`.
-type Counters = Mutex<HashMap<String, watch::Sender<Wake>>>;
+/// The channels of the watched keys and prefixes. A std mutex: taken briefly, never across an
+/// `.await`.
+type Counters = Mutex<WakeRouter>;
 
 /// A running subscriber: the counters, and the task that feeds them (aborted on drop).
 pub(super) struct Watcher {
@@ -47,7 +48,7 @@ pub(super) struct Watcher {
 impl Watcher {
     /// Starts the subscriber task for `channel`. Needs a tokio runtime.
     pub(super) fn start(client: Client, channel: String, description: String) -> Watcher {
-        let counters = Arc::new(Mutex::new(HashMap::new()));
+        let counters = Arc::new(Mutex::new(WakeRouter::default()));
         // The task holds the counters weakly: it ends when the store is dropped.
         let task = tokio::spawn(follow(
             client,
@@ -60,15 +61,14 @@ impl Watcher {
 
     /// A receiver that changes after each write to `key` (and after each reconnection).
     pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<Wake> {
-        let mut counters = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        // Forget keys nobody watches any more, so a long-lived store does not grow. A counter
-        // with receivers is never dropped: a receiver whose sender is gone reports the store
-        // closed.
-        counters.retain(|_, sender| sender.receiver_count() > 0);
-        counters
-            .entry(key.to_owned())
-            .or_insert_with(|| watch::Sender::new(Wake::read_again()))
-            .subscribe()
+        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        router.subscribe_key(key)
+    }
+
+    /// A receiver that changes after each write to a key under `prefix`.
+    pub(super) fn subscribe_prefix(&self, prefix: &str) -> watch::Receiver<Wake> {
+        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        router.subscribe_prefix(prefix)
     }
 }
 
@@ -151,10 +151,8 @@ fn bump(counters: &Weak<Counters>, message: &Msg) -> bool {
     let (key, wake) = parse_payload(message.get_payload_bytes());
     // Keys are UTF-8; anything else was not published by baton.
     if let Ok(key) = std::str::from_utf8(key) {
-        let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(counter) = counters.get(key) {
-            counter.send_replace(wake);
-        }
+        let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
+        router.wake(key, wake);
     }
     true
 }
@@ -187,10 +185,8 @@ fn bump_all(counters: &Weak<Counters>) -> bool {
     let Some(counters) = counters.upgrade() else {
         return false;
     };
-    let counters = counters.lock().unwrap_or_else(PoisonError::into_inner);
-    for counter in counters.values() {
-        counter.send_replace(Wake::read_again());
-    }
+    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    router.wake_all();
     true
 }
 

@@ -313,6 +313,11 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
+        // The file's watcher wakes at every commit, for any key: a prefix is all keys.
+        self.watch(prefix).await
+    }
+
     async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
         // One inotify watcher per store, started on first use; where inotify is not available
         // (or runs out of watches), waiters poll instead.

@@ -1,0 +1,104 @@
+//! Routing a store's change notifications to its watchers: one channel per watched key, and one
+//! per watched prefix (an idle worker's [`crate::Store::watch_prefix`]). Shared by the stores
+//! whose servers push every change of a namespace on one connection (PostgreSQL's `LISTEN`,
+//! Redis pub/sub), which route each notification by the key it names.
+
+use std::collections::HashMap;
+
+use tokio::sync::watch;
+
+use crate::Wake;
+
+/// The watchers of one store. Callers keep it behind a mutex taken briefly, never across an
+/// `.await`.
+#[derive(Debug, Default)]
+pub(crate) struct WakeRouter {
+    keys: HashMap<String, watch::Sender<Wake>>,
+    /// Few (a worker process watches its patterns' prefixes): a list, checked at each change.
+    prefixes: Vec<(String, watch::Sender<Wake>)>,
+}
+
+impl WakeRouter {
+    /// A receiver that changes after each write to `key`.
+    pub(crate) fn subscribe_key(&mut self, key: &str) -> watch::Receiver<Wake> {
+        self.forget_unwatched();
+        self.keys
+            .entry(key.to_owned())
+            .or_insert_with(|| watch::Sender::new(Wake::read_again()))
+            .subscribe()
+    }
+
+    /// A receiver that changes after each write to any key starting with `prefix` (it learns
+    /// that something changed, not what: read again).
+    pub(crate) fn subscribe_prefix(&mut self, prefix: &str) -> watch::Receiver<Wake> {
+        self.forget_unwatched();
+        if let Some((_, sender)) = self.prefixes.iter().find(|(p, _)| p == prefix) {
+            return sender.subscribe();
+        }
+        let sender = watch::Sender::new(Wake::read_again());
+        let receiver = sender.subscribe();
+        self.prefixes.push((prefix.to_owned(), sender));
+        receiver
+    }
+
+    /// Tells `key`'s watchers, and those of every prefix of it, that it changed.
+    pub(crate) fn wake(&self, key: &str, wake: Wake) {
+        for (prefix, sender) in &self.prefixes {
+            if key.starts_with(prefix.as_str()) {
+                sender.send_replace(Wake::read_again());
+            }
+        }
+        if let Some(sender) = self.keys.get(key) {
+            sender.send_replace(wake);
+        }
+    }
+
+    /// Wakes every watcher once, to read again (after a reconnection, say: what changed in
+    /// between was not told).
+    pub(crate) fn wake_all(&self) {
+        let senders = self
+            .keys
+            .values()
+            .chain(self.prefixes.iter().map(|(_, s)| s));
+        for sender in senders {
+            sender.send_replace(Wake::read_again());
+        }
+    }
+
+    /// Drops channels nobody watches any more, so a long-lived store does not grow. A channel
+    /// with receivers is never dropped: a receiver whose sender is gone reports the store
+    /// closed.
+    fn forget_unwatched(&mut self) {
+        self.keys.retain(|_, sender| sender.receiver_count() > 0);
+        self.prefixes
+            .retain(|(_, sender)| sender.receiver_count() > 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_wakes_its_key_and_its_prefixes_only() {
+        let mut router = WakeRouter::default();
+        let mut key = router.subscribe_key("jobs/a");
+        let mut under = router.subscribe_prefix("jobs/");
+        let mut everything = router.subscribe_prefix("");
+        let other = router.subscribe_prefix("locks/");
+        router.wake("jobs/a", Wake::read_again());
+        assert!(key.has_changed().unwrap_or(false));
+        assert!(under.has_changed().unwrap_or(false));
+        assert!(everything.has_changed().unwrap_or(false));
+        assert!(!other.has_changed().unwrap_or(true));
+        for receiver in [&mut key, &mut under, &mut everything] {
+            receiver.borrow_and_update();
+        }
+        router.wake("jobs/b", Wake::read_again());
+        assert!(!key.has_changed().unwrap_or(true), "another key");
+        assert!(under.has_changed().unwrap_or(false));
+        router.wake_all();
+        assert!(key.has_changed().unwrap_or(false));
+        assert!(other.has_changed().unwrap_or(false));
+    }
+}
