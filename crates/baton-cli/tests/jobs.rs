@@ -642,3 +642,32 @@ fn an_idle_worker_is_woken_by_a_submit_where_the_store_pushes() {
         assert_eq!(ctx.lines("log"), ran);
     });
 }
+
+/// `submit --wait` prints the id, then waits as `baton wait` does: exit 0 for a job that
+/// succeeded, 1 for one that ended dead.
+#[test]
+fn submit_wait_exits_with_the_jobs_end() {
+    for_each_store(|ctx| {
+        let key = ctx.key("waited");
+        let script = "read -r p; case \"$p\" in *fail*) exit 3 ;; esac";
+        let w = worker(ctx, "w", &[&key], script);
+        let ok = ctx
+            .baton(["submit", key.as_str(), "--params", "\"fine\"", "--wait"])
+            .run_within(PROMPT);
+        ok.assert_code(0);
+        assert!(ok.stdout.trim().starts_with("j-"), "{}", ok.describe());
+        let dead = ctx
+            .baton([
+                "submit",
+                key.as_str(),
+                "--params",
+                "\"fail\"",
+                "--max-attempts",
+                "1",
+                "--wait",
+            ])
+            .run_within(PROMPT);
+        dead.assert_code(1);
+        stop(w);
+    });
+}
