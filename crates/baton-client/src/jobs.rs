@@ -459,46 +459,53 @@ impl KeyPatterns {
             })
     }
 
-    /// The served keys a worker should read now, sorted: where the store keeps a due index,
-    /// the exact keys asked for and the keys under the prefixes that are due by now (job
-    /// time) (at most [`DUE_SCAN`] per prefix, earliest first) — so an idle worker's reads do
-    /// not grow with keys whose jobs are done; elsewhere every served key that exists.
-    async fn keys_to_read(&self, coord: &Coordinator) -> Result<Vec<String>, ClientError> {
+    /// What the due index says of the served keys, or `None` where the store keeps none (then
+    /// read every served key). Each pattern is one read of the index (an exact key is a prefix
+    /// whose other keys are dropped), at most [`DUE_SCAN`] keys each.
+    async fn look_at_due_index(&self, coord: &Coordinator) -> Result<Option<DueLook>, ClientError> {
         let store = coord.store();
         if !store.capabilities().due_index {
-            return self.keys(coord).await;
+            return Ok(None);
         }
         // Job time, as the writers computed the due times: the store's clock, else wall time.
-        let now_ms = match store.clock().await? {
-            baton_store::StoreClock::Time { now_ms, .. } => now_ms,
-            baton_store::StoreClock::None => crate::time::wall_ms(),
+        // A reading may lag the clock a writer read (by its `behind_ms`, or by the skew of two
+        // machines' wall clocks): a key due within that slack counts as due now, or a job
+        // submitted a millisecond "after" this reading would wait for the next look.
+        let (now_ms, slack_ms) = match store.clock().await? {
+            baton_store::StoreClock::Time {
+                now_ms, behind_ms, ..
+            } => (
+                now_ms,
+                behind_ms.saturating_add(store.capabilities().clock_uncertain_ms),
+            ),
+            baton_store::StoreClock::None => (crate::time::wall_ms(), WALL_SKEW_SLACK_MS),
         };
-        let prefixes: Vec<&str> = if self.0.is_empty() {
+        let patterns: Vec<&str> = if self.0.is_empty() {
             vec![""]
         } else {
-            self.0
-                .iter()
-                .filter(|p| p.ends_with('/'))
-                .map(String::as_str)
-                .collect()
+            self.0.iter().map(String::as_str).collect()
         };
-        let mut keys: Vec<String> = self
-            .0
-            .iter()
-            .filter(|p| !p.ends_with('/'))
-            .cloned()
-            .collect();
-        for prefix in prefixes {
-            let due = store.due_keys(prefix, DUE_SCAN).await?.unwrap_or_default();
-            keys.extend(
-                due.into_iter()
-                    .take_while(|d| d.due_ms <= now_ms)
-                    .map(|d| d.key),
+        let mut due: Vec<baton_store::DueKey> = Vec::new();
+        for pattern in patterns {
+            let found = store.due_keys(pattern, DUE_SCAN).await?.unwrap_or_default();
+            due.extend(
+                found
+                    .into_iter()
+                    .filter(|d| pattern.is_empty() || pattern.ends_with('/') || d.key == pattern),
             );
         }
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
+        due.sort_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
+        due.dedup_by(|a, b| a.key == b.key);
+        let due_by = now_ms.saturating_add(slack_ms);
+        let next_in = due
+            .first()
+            .map(|d| Duration::from_millis(d.due_ms.saturating_sub(due_by)));
+        let keys = due
+            .into_iter()
+            .take_while(|d| d.due_ms <= due_by)
+            .map(|d| d.key)
+            .collect();
+        Ok(Some(DueLook { keys, next_in }))
     }
 
     /// Every key that exists and is served, sorted.
@@ -535,13 +542,43 @@ pub struct ReadyKey {
 /// than this wait for a later look (they are served earliest first, so none waits forever).
 pub const DUE_SCAN: usize = 256;
 
+/// How far apart the wall clocks of two machines may be for a job's due time (on a store
+/// without a clock) to count as now: a later look finds it anyway; this only spares a wait.
+const WALL_SKEW_SLACK_MS: u64 = 1_000;
+
+/// A look at the due index.
+struct DueLook {
+    /// The served keys due now, earliest first: the key waiting longest for a worker first.
+    keys: Vec<String>,
+    /// When the earliest served key is due, from now (zero: due now).
+    next_in: Option<Duration>,
+}
+
+/// How long until a served key next needs a worker, by the due index (zero: one does now,
+/// though it may not be claimable yet; `None`: no served key has work, or the store keeps no
+/// index). An idle worker waits no longer than this, so a backoff or a `--not-before` that
+/// ends is noticed then, push or no push.
+pub async fn next_due_in(
+    coord: &Coordinator,
+    patterns: &KeyPatterns,
+) -> Result<Option<Duration>, ClientError> {
+    Ok(patterns
+        .look_at_due_index(coord)
+        .await?
+        .and_then(|look| look.next_in))
+}
+
 /// The served keys whose head job may be claimed now, longest waiting first.
 pub async fn ready_keys(
     coord: &Coordinator,
     patterns: &KeyPatterns,
 ) -> Result<Vec<ReadyKey>, ClientError> {
+    let keys = match patterns.look_at_due_index(coord).await? {
+        Some(look) => look.keys,
+        None => patterns.keys(coord).await?,
+    };
     let mut ready = Vec::new();
-    for key in patterns.keys_to_read(coord).await? {
+    for key in keys {
         let snapshot = coord.read(&key).await?;
         let Some((doc, expired)) = as_expired_now(coord, &key, &snapshot) else {
             continue;
@@ -615,8 +652,19 @@ pub async fn claim_next(
     patterns: &KeyPatterns,
     options: &ClaimOptions,
 ) -> Result<Option<Job>, ClientError> {
-    for ready in ready_keys(coord, patterns).await? {
-        if let Some(job) = claim(coord, &ready.key, options).await? {
+    // With a due index, its order is the order of service (a key's due time is since when
+    // its head job could run): try the keys in it, each read only by its own claim. Without
+    // one, read every served key to find the ready ones and their order.
+    let keys: Vec<String> = match patterns.look_at_due_index(coord).await? {
+        Some(look) => look.keys,
+        None => ready_keys(coord, patterns)
+            .await?
+            .into_iter()
+            .map(|r| r.key)
+            .collect(),
+    };
+    for key in keys {
+        if let Some(job) = claim(coord, &key, options).await? {
             return Ok(Some(job));
         }
     }

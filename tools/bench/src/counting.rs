@@ -32,7 +32,8 @@ pub struct Counts {
     /// `Store::clock`: free on SQLite (the host's clock, no file access), a round trip on a
     /// store whose clock is the server's.
     pub clock: u64,
-    /// `Store::watch`: a subscription (on SQLite one inotify watcher per process).
+    /// `Store::watch` and `Store::watch_prefix`: a subscription (on SQLite one inotify watcher
+    /// per process).
     pub watch: u64,
     /// `history`, `history_tail` and `list` (never called by acquire and release).
     pub other: u64,
@@ -171,6 +172,14 @@ impl Store for CountingStore {
     async fn watch(&self, key: &str) -> baton_store::Result<Option<baton_store::WatchHandle>> {
         bump(&self.watch);
         self.inner.watch(key).await
+    }
+
+    async fn watch_prefix(
+        &self,
+        prefix: &str,
+    ) -> baton_store::Result<Option<baton_store::WatchHandle>> {
+        bump(&self.watch);
+        self.inner.watch_prefix(prefix).await
     }
 
     async fn clock(&self) -> baton_store::Result<StoreClock> {

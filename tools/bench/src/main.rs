@@ -11,6 +11,9 @@
 //!   round trips each costs), and many processes cycling on one key (with the fences checked).
 //! - [`polling`]: store requests per waiter and minute, by place in the queue (what waiting
 //!   costs on S3 and DynamoDB, where every read is billed).
+//! - [`jobs`]: job queues through library workers: jobs per second with each key strictly one
+//!   run at a time (checked), an idle worker's claim latency after a submit, and what an idle
+//!   worker costs next to many keys whose jobs are done.
 //! - [`counting`]: a `Store` wrapper that counts calls, for the round trips.
 //! - [`stats`]: percentiles; [`setup`]: the store, the temporary directory and the clocks.
 //!
@@ -18,6 +21,7 @@
 
 mod counting;
 mod handoff;
+mod jobs;
 mod polling;
 mod process;
 mod setup;
@@ -120,6 +124,65 @@ enum Command {
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         duration: Duration,
     },
+    /// Jobs per second through library workers, each key strictly one run at a time (checked:
+    /// the run fails if two runs of a key overlap or its fences do not rise)
+    JobsThroughput {
+        #[command(flatten)]
+        common: Common,
+        /// Keys the jobs are spread over, round-robin
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        keys: u32,
+        /// No-op jobs submitted (before the workers start, not timed)
+        #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+        jobs: u32,
+        /// Library workers (tasks of this process, each with its own coordinator and store
+        /// connection)
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        workers: u32,
+        /// How long each job runs (a sleep while it holds its key): 0 is a no-op job, whose
+        /// run is too short for the overlap check to see much
+        #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+        run_for: Duration,
+    },
+    /// Claim latency of an idle library worker: from just before a submit to its claim
+    JobsLatency {
+        #[command(flatten)]
+        common: Common,
+        /// Measured rounds (one job each, completed before the next is submitted)
+        #[arg(long, default_value_t = 50, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured rounds first
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// How often the idle worker looks for jobs when nothing wakes it (`baton worker`'s
+        /// default); on a store that cannot push, the latency follows it
+        #[arg(long, default_value = "1s", value_parser = poll)]
+        poll: Duration,
+        /// Submit each round's job to a key no job has been on (else all go to one key)
+        #[arg(long)]
+        new_key_each_round: bool,
+    },
+    /// An idle library worker's store calls per minute and a fresh job's claim latency, next to
+    /// keys whose jobs are done and keys with jobs ready only in an hour
+    JobsIdle {
+        #[command(flatten)]
+        common: Common,
+        /// Keys given one job each, claimed and completed before the measurement
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        idle_keys: u32,
+        /// Keys with one job queued that is ready only in an hour
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        ready_keys: u32,
+        /// How long the idle worker is measured
+        #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// How often the idle worker looks for jobs when nothing wakes it
+        #[arg(long, default_value = "1s", value_parser = poll)]
+        poll: Duration,
+        /// Measured claims of a fresh job afterwards (as `jobs-latency`)
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        latency_rounds: u32,
+    },
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
     #[command(hide = true)]
     Stamp { file: PathBuf },
@@ -144,6 +207,16 @@ fn rounds(text: &str) -> Result<usize, String> {
         ));
     }
     Ok(n)
+}
+
+/// A poll interval: at least 10 ms, as `baton worker --poll` takes (a shorter one would have
+/// an idle worker spin on the store).
+fn poll(text: &str) -> Result<Duration, String> {
+    let poll = humantime::parse_duration(text).map_err(|e| format!("{e}"))?;
+    if poll < Duration::from_millis(10) {
+        return Err("at least 10ms".into());
+    }
+    Ok(poll)
 }
 
 fn main() {
@@ -225,6 +298,62 @@ async fn dispatch(command: Command) -> Result<()> {
         } => {
             let report = polling::run(&common, waiters as usize, duration).await?;
             output(&common, &report, polling::print)
+        }
+        Command::JobsThroughput {
+            common,
+            keys,
+            jobs,
+            workers,
+            run_for,
+        } => {
+            let report = jobs::throughput(
+                &common,
+                keys as usize,
+                jobs as usize,
+                workers as usize,
+                run_for,
+            )
+            .await?;
+            output(&common, &report, jobs::print_throughput)?;
+            anyhow::ensure!(
+                report.serialised(),
+                "strict per-key serialisation was violated (see above)"
+            );
+            anyhow::ensure!(
+                report.n_failures == 0,
+                "{} operations failed (see above)",
+                report.n_failures
+            );
+            Ok(())
+        }
+        Command::JobsLatency {
+            common,
+            rounds,
+            warmup,
+            poll,
+            new_key_each_round,
+        } => {
+            let report = jobs::latency(&common, rounds, warmup, poll, new_key_each_round).await?;
+            output(&common, &report, jobs::print_latency)
+        }
+        Command::JobsIdle {
+            common,
+            idle_keys,
+            ready_keys,
+            duration,
+            poll,
+            latency_rounds,
+        } => {
+            let report = jobs::idle(
+                &common,
+                idle_keys as usize,
+                ready_keys as usize,
+                duration,
+                poll,
+                latency_rounds as usize,
+            )
+            .await?;
+            output(&common, &report, jobs::print_idle)
         }
         Command::Worker(args) => throughput::worker(args).await,
         Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,

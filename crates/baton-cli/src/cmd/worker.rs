@@ -104,13 +104,14 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
             seen_due = Instant::now() + jobs::SEEN_EVERY;
         }
         let room = running.len() < ctx.args.concurrency as usize;
+        let mut idle_for = ctx.args.poll;
         if draining_until.is_none() && room && look_now {
             match jobs::claim_next(&coord, &patterns, &options).await {
                 Ok(Some(job)) => {
                     running.spawn_local(run_job(job, ctx.clone(), stop_rx.clone()));
                     continue;
                 }
-                Ok(None) => {}
+                Ok(None) => idle_for = next_look_in(&coord, &patterns, ctx.args.poll).await,
                 Err(error) => eprintln!("baton: worker: {error}; looking again"),
             }
         }
@@ -121,7 +122,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
         let idle = draining_until.is_none() && room;
         tokio::select! {
             Some(_) = running.join_next() => look_now = true,
-            _ = waker.wait(ctx.args.poll), if idle => look_now = true,
+            _ = waker.wait(idle_for), if idle => look_now = true,
             _ = tokio::time::sleep_until(seen_due.into()), if draining_until.is_none() => {}
             _ = sleep_until(draining_until) => {
                 let _ = stop_tx.send(Stop::GiveBack);
@@ -144,6 +145,23 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
         }
     }
 }
+
+/// How long an idle worker waits before it looks again: its poll, or less when the due index
+/// says a served key needs a worker sooner (a backoff or `--not-before` ending), never under
+/// [`LOOK_AGAIN_MIN`] (a key due but not claimable yet is looked at again, not spun on).
+async fn next_look_in(
+    coord: &Arc<baton_client::Coordinator>,
+    patterns: &jobs::KeyPatterns,
+    poll: Duration,
+) -> Duration {
+    match jobs::next_due_in(coord, patterns).await {
+        Ok(Some(due_in)) => due_in.max(LOOK_AGAIN_MIN).min(poll),
+        _ => poll,
+    }
+}
+
+/// The shortest wait between two looks that found nothing to claim.
+const LOOK_AGAIN_MIN: Duration = Duration::from_millis(250);
 
 async fn next_signal(
     sigterm: &mut tokio::signal::unix::Signal,
