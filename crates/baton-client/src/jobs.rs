@@ -554,20 +554,6 @@ struct DueLook {
     next_in: Option<Duration>,
 }
 
-/// How long until a served key next needs a worker, by the due index (zero: one does now,
-/// though it may not be claimable yet; `None`: no served key has work, or the store keeps no
-/// index). An idle worker waits no longer than this, so a backoff or a `--not-before` that
-/// ends is noticed then, push or no push.
-pub async fn next_due_in(
-    coord: &Coordinator,
-    patterns: &KeyPatterns,
-) -> Result<Option<Duration>, ClientError> {
-    Ok(patterns
-        .look_at_due_index(coord)
-        .await?
-        .and_then(|look| look.next_in))
-}
-
 /// The served keys whose head job may be claimed now, longest waiting first.
 pub async fn ready_keys(
     coord: &Coordinator,
@@ -645,6 +631,21 @@ fn as_expired_now(coord: &Coordinator, key: &str, snapshot: &KeySnapshot) -> Opt
     }
 }
 
+/// What a worker's look for work found.
+#[derive(Debug)]
+pub enum Look {
+    /// A job, claimed.
+    Claimed(Box<Job>),
+    /// Nothing to claim now.
+    Idle {
+        /// How long until a served key next needs a worker, by the due index (zero: one does
+        /// now, though it could not be claimed yet; `None`: no served key has work, or the
+        /// store keeps no index). An idle worker waits no longer than this, so a backoff or a
+        /// `--not-before` that ends is noticed then, push or no push.
+        next_due_in: Option<Duration>,
+    },
+}
+
 /// Claims the head job of the served key that has waited longest, trying the next key when
 /// another worker was first; `None` when no served key has a job to claim now.
 pub async fn claim_next(
@@ -652,23 +653,36 @@ pub async fn claim_next(
     patterns: &KeyPatterns,
     options: &ClaimOptions,
 ) -> Result<Option<Job>, ClientError> {
+    Ok(match look_for_job(coord, patterns, options).await? {
+        Look::Claimed(job) => Some(*job),
+        Look::Idle { .. } => None,
+    })
+}
+
+/// [`claim_next`], saying also when to look again if there is nothing to claim: one read of
+/// the due index serves both.
+pub async fn look_for_job(
+    coord: &Arc<Coordinator>,
+    patterns: &KeyPatterns,
+    options: &ClaimOptions,
+) -> Result<Look, ClientError> {
     // With a due index, its order is the order of service (a key's due time is since when
     // its head job could run): try the keys in it, each read only by its own claim. Without
     // one, read every served key to find the ready ones and their order.
-    let keys: Vec<String> = match patterns.look_at_due_index(coord).await? {
-        Some(look) => look.keys,
-        None => ready_keys(coord, patterns)
-            .await?
-            .into_iter()
-            .map(|r| r.key)
-            .collect(),
-    };
+    let (keys, next_due_in): (Vec<String>, Option<Duration>) =
+        match patterns.look_at_due_index(coord).await? {
+            Some(look) => (look.keys, look.next_in),
+            None => {
+                let ready = ready_keys(coord, patterns).await?;
+                (ready.into_iter().map(|r| r.key).collect(), None)
+            }
+        };
     for key in keys {
         if let Some(job) = claim(coord, &key, options).await? {
-            return Ok(Some(job));
+            return Ok(Look::Claimed(Box::new(job)));
         }
     }
-    Ok(None)
+    Ok(Look::Idle { next_due_in })
 }
 
 /// Wakes an idle worker when a served key may have new work: a push from the store for each

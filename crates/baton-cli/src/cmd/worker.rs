@@ -106,12 +106,15 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
         let room = running.len() < ctx.args.concurrency as usize;
         let mut idle_for = ctx.args.poll;
         if draining_until.is_none() && room && look_now {
-            match jobs::claim_next(&coord, &patterns, &options).await {
-                Ok(Some(job)) => {
+            match jobs::look_for_job(&coord, &patterns, &options).await {
+                Ok(jobs::Look::Claimed(job)) => {
+                    let job = *job;
                     running.spawn_local(run_job(job, ctx.clone(), stop_rx.clone()));
                     continue;
                 }
-                Ok(None) => idle_for = next_look_in(&coord, &patterns, ctx.args.poll).await,
+                Ok(jobs::Look::Idle { next_due_in }) => {
+                    idle_for = next_look_in(next_due_in, ctx.args.poll);
+                }
                 Err(error) => eprintln!("baton: worker: {error}; looking again"),
             }
         }
@@ -149,15 +152,8 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
 /// How long an idle worker waits before it looks again: its poll, or less when the due index
 /// says a served key needs a worker sooner (a backoff or `--not-before` ending), never under
 /// [`LOOK_AGAIN_MIN`] (a key due but not claimable yet is looked at again, not spun on).
-async fn next_look_in(
-    coord: &Arc<baton_client::Coordinator>,
-    patterns: &jobs::KeyPatterns,
-    poll: Duration,
-) -> Duration {
-    match jobs::next_due_in(coord, patterns).await {
-        Ok(Some(due_in)) => due_in.max(LOOK_AGAIN_MIN).min(poll),
-        _ => poll,
-    }
+fn next_look_in(next_due_in: Option<Duration>, poll: Duration) -> Duration {
+    next_due_in.map_or(poll, |due_in| due_in.max(LOOK_AGAIN_MIN).min(poll))
 }
 
 /// The shortest wait between two looks that found nothing to claim.
