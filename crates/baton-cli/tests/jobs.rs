@@ -671,3 +671,59 @@ fn submit_wait_exits_with_the_jobs_end() {
         stop(w);
     });
 }
+
+/// A key whose queued jobs outgrow the document's window keeps the rest in its backlog
+/// (segments written beside the key, and a tail in the document): listed in order with their
+/// places, cancelled where they wait, submitted again by id without a second job, and run in
+/// submit order. The window holds 16 and a segment 32, so 60 jobs fill both.
+#[test]
+fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deep");
+        let script = format!(
+            "for i in $(seq 1 60); do {} submit {key} --id j$i > /dev/null || exit 1; done",
+            common::baton_bin().display()
+        );
+        ctx.sh("submit-60", &script).run().assert_code(0);
+        let listed = ctx
+            .baton(["jobs", key.as_str(), "-l", "100", "--json"])
+            .run();
+        listed.assert_code(0);
+        let rows: Vec<serde_json::Value> = listed
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON row"))
+            .collect();
+        let ids: Vec<&str> = rows.iter().filter_map(|r| r["id"].as_str()).collect();
+        let expected: Vec<String> = (1..=60).map(|i| format!("j{i}")).collect();
+        assert_eq!(ids, expected, "{}", listed.describe());
+        let positions: Vec<u64> = rows.iter().filter_map(|r| r["position"].as_u64()).collect();
+        assert_eq!(positions, (0..60).collect::<Vec<u64>>());
+        // j30 waits in a written segment, j55 in the tail.
+        for id in ["j30", "j55"] {
+            ctx.baton(["cancel", key.as_str(), id]).run().assert_code(0);
+        }
+        assert_eq!(submit(ctx, &key, &["--id", "j20"]), "j20");
+        ctx.baton(["wait", key.as_str(), "j30"])
+            .run()
+            .assert_code(77);
+        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
+        ctx.baton(["wait", key.as_str(), "j60"])
+            .run()
+            .assert_code(0);
+        stop(w);
+        let starts: Vec<String> = ctx
+            .lines("log")
+            .iter()
+            .filter_map(|l| l.strip_prefix("start ").map(str::to_owned))
+            .collect();
+        let ran: Vec<String> = (1..=60)
+            .filter(|i| ![30, 55].contains(i))
+            .map(|i| format!("{key} j{i}"))
+            .collect();
+        assert_eq!(starts, ran, "each once, in submit order");
+        ctx.baton(["wait", key.as_str(), "j55"])
+            .run()
+            .assert_code(77);
+    });
+}

@@ -10,8 +10,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use baton_core::backlog::Segment;
 use baton_core::lease::Basis;
-use baton_core::{apply, decode, encode, Clock, Doc, Observer, Reply, Request};
+use baton_core::{apply_with, decode, encode, Clock, Doc, Observer, Reply, Request};
 use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
@@ -141,7 +142,8 @@ impl Coordinator {
             let wall = wall_ms();
             let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
             let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
-            let applied = match apply(cached.doc.as_ref(), request, &clock) {
+            let segment = self.wanted_segment(key, cached.doc.as_ref()).await?;
+            let applied = match apply_with(cached.doc.as_ref(), request, &clock, segment.as_ref()) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
                 Err(refusal) => {
@@ -170,6 +172,13 @@ impl Coordinator {
                 source,
             })?;
             let history: Vec<Vec<u8>> = applied.finished.iter().map(|f| f.encode()).collect();
+            // A backlog segment before the document that counts it: a writer that dies in
+            // between leaves a segment the document never counts, or the very bytes a later
+            // writer writes again (`baton_core::backlog`).
+            if let Some(segment) = &applied.segment_out {
+                let name = segment.record_name();
+                self.store.put_record(key, &name, &segment.encode()).await?;
+            }
             // The due index moves with the document, in the same write.
             let due_ms = baton_core::job::due_ms(&applied.doc, clock.job_now_ms(), wall);
             match self
@@ -233,6 +242,31 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// The backlog segment `doc` asks for ([`Doc::segment_wanted`]), read from the store.
+    async fn wanted_segment(
+        &self,
+        key: &str,
+        doc: Option<&Doc>,
+    ) -> Result<Option<Segment>, ClientError> {
+        let Some((generation, number)) = doc.and_then(Doc::segment_wanted) else {
+            return Ok(None);
+        };
+        let name = baton_core::backlog::segment_record(generation, number);
+        let corrupt = |reason: String| ClientError::Corrupt {
+            key: key.to_owned(),
+            source: baton_core::DecodeError::Corrupt(reason),
+        };
+        let bytes = self.store.get_record(key, &name).await?.ok_or_else(|| {
+            corrupt(format!(
+                "its backlog counts segment {generation}/{number}, and the store has no record \
+                 {name}"
+            ))
+        })?;
+        Segment::decode(&bytes, generation, number)
+            .map(Some)
+            .map_err(corrupt)
     }
 
     /// Reads `key` from the store (not the cache), with the store's clock.

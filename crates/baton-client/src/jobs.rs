@@ -12,9 +12,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use baton_core::backlog::{segment_record, Segment, SEGMENT_JOBS};
 use baton_core::job::{JobResult, JobSpec, PARAMS_MAX_BYTES};
 use baton_core::op::{Submit, TicketView};
-use baton_core::{lease, Doc, Op, Outcome, Reply, Request, TicketState};
+use baton_core::{lease, Doc, JobState, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
 use serde::{Deserialize, Serialize};
 
 use crate::acquire::{renew, wall_at, Lease};
@@ -162,6 +163,13 @@ async fn submit_op(
     // The record first: a submit that dies before its document write leaves an orphan record,
     // never a job without parameters.
     let record = encode_job_record(&submit, params);
+    if options.id.is_some() {
+        // The same id again, for a job waiting in the backlog's segments, which the core
+        // cannot see: that job, unchanged.
+        if let Some(view) = waiting_in_backlog(coord, key, &id).await? {
+            return Ok((id, view));
+        }
+    }
     if options.id.is_none() || may_write_record(coord, key, &id, &record).await? {
         coord
             .store()
@@ -169,11 +177,90 @@ async fn submit_op(
             .await?;
     }
     let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
-    let executed = coord.execute(key, &mut request).await?;
+    let executed = match coord.execute(key, &mut request).await {
+        Ok(executed) => executed,
+        Err(error) => return submitted_into_backlog(coord, key, &id, error).await,
+    };
     match executed.reply {
         Reply::Ticket(view) => Ok((id, view)),
         other => Err(unexpected(key, &other)),
     }
+}
+
+/// After a submit whose write may have landed was refused as uncertain: the core cannot see
+/// the key's written backlog segments, where the job may be by now. Found there, it is the
+/// answer; else the refusal stands (the job may have run and been forgotten since).
+async fn submitted_into_backlog(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    error: ClientError,
+) -> Result<(String, TicketView), ClientError> {
+    let ClientError::Refused {
+        refusal: Refusal::Uncertain,
+        ..
+    } = &error
+    else {
+        return Err(error);
+    };
+    let snapshot = coord.read(key).await?;
+    let Some(doc) = &snapshot.doc else {
+        return Err(error);
+    };
+    let Some(found) = find_in_backlog(coord, key, doc, id).await? else {
+        return Err(error);
+    };
+    match found.standing(doc) {
+        Some(JobStanding::Live { position, .. }) => {
+            let status = baton_core::TicketStatus {
+                position,
+                ..baton_core::apply::waiting_status(&found.ticket)
+            };
+            Ok((id.to_owned(), TicketView::Live(status)))
+        }
+        _ => Err(error),
+    }
+}
+
+/// Job `id` of `key`, if it was submitted and waits in a written segment of the backlog.
+async fn waiting_in_backlog(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<TicketView>, ClientError> {
+    let snapshot = coord.read(key).await?;
+    let Some(doc) = snapshot.doc.as_ref() else {
+        return Ok(None);
+    };
+    if !doc.backlog.as_ref().is_some_and(|b| b.has_segments()) || live_or_marked(doc, id).is_some()
+    {
+        return Ok(None);
+    }
+    if coord
+        .store()
+        .get_record(key, &job_record(id))
+        .await?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let Some(found) = find_in_backlog(coord, key, doc, id).await? else {
+        return Ok(None);
+    };
+    Ok(match found.standing(doc) {
+        Some(JobStanding::Live { position, .. }) => {
+            Some(TicketView::Live(baton_core::TicketStatus {
+                position,
+                ..baton_core::apply::waiting_status(&found.ticket)
+            }))
+        }
+        Some(JobStanding::Ended(end)) => Some(TicketView::Finished {
+            id: id.to_owned(),
+            outcome: end.outcome,
+            forced: false,
+        }),
+        _ => None,
+    })
 }
 
 /// Whether a submit with an id of the caller's may write the job's record: not when a job with
@@ -312,8 +399,20 @@ pub async fn claim(
         token: token.clone(),
         ttl_ms,
     };
-    let mut request = Request::new(ids::new_attempt_id(), op.clone());
-    let executed = coord.execute(key, &mut request).await?;
+    // A claim that found no job but took backlog jobs in (all of which a cancel or a cut had
+    // ended) claims again, while each try takes a further segment in.
+    let mut taken_before = None;
+    let executed = loop {
+        let mut request = Request::new(ids::new_attempt_id(), op.clone());
+        let executed = coord.execute(key, &mut request).await?;
+        let wanted = executed.doc.segment_wanted();
+        let no_job = matches!(executed.reply, Reply::NoJob { .. });
+        if no_job && wanted.is_some() && wanted != taken_before {
+            taken_before = wanted;
+            continue;
+        }
+        break executed;
+    };
     let status = match &executed.reply {
         Reply::NoJob { .. } => return Ok(None),
         Reply::Ticket(TicketView::Live(status)) if status.state == TicketState::Held => status,
@@ -785,7 +884,29 @@ pub async fn standing(
     key: &str,
     id: &str,
 ) -> Result<JobStanding, ClientError> {
+    standing_with(coord, key, id, &mut None).await
+}
+
+/// [`standing`], remembering in `found` where the job waits in the key's backlog, so that a
+/// caller that asks again ([`wait`]) reads no segment twice.
+async fn standing_with(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+    found: &mut Option<InBacklog>,
+) -> Result<JobStanding, ClientError> {
     let snapshot = coord.read(key).await?;
+    if let Some(doc) = &snapshot.doc {
+        if found.is_none() && doc.backlog.as_ref().is_some_and(|b| b.has_segments()) {
+            let submitted = coord.store().get_record(key, &job_record(id)).await?;
+            if submitted.is_some() && live_or_marked(doc, id).is_none() {
+                *found = find_in_backlog(coord, key, doc, id).await?;
+            }
+        }
+        if let Some(standing) = found.as_ref().and_then(|f| f.standing(doc)) {
+            return Ok(standing);
+        }
+    }
     match snapshot
         .doc
         .as_ref()
@@ -813,6 +934,20 @@ fn live_or_marked(doc: &Doc, id: &str) -> Option<JobStanding> {
             attempt: status.job.map_or(1, |j| j.attempt()),
         });
     }
+    if let Some(backlog) = &doc.backlog {
+        // Ended in the backlog by a cancel or a cut: its history entry comes when it is
+        // taken in.
+        let fate = match backlog.tail_job(id) {
+            Some(ticket) => backlog.fate(ticket),
+            None if backlog.dropped.iter().any(|d| d == id) => {
+                Some((Outcome::Cancelled, "cancelled by an operator".into()))
+            }
+            None => None,
+        };
+        if let Some((outcome, reason)) = fate {
+            return Some(ended_in_backlog(outcome, reason));
+        }
+    }
     let mark = doc.finished.iter().rev().find(|m| m.id == id)?;
     Some(JobStanding::Ended(JobEnd {
         outcome: mark.outcome,
@@ -820,6 +955,112 @@ fn live_or_marked(doc: &Doc, id: &str) -> Option<JobStanding> {
         reason: None,
         run: 0,
     }))
+}
+
+fn ended_in_backlog(outcome: Outcome, reason: String) -> JobStanding {
+    JobStanding::Ended(JobEnd {
+        outcome,
+        forced: false,
+        reason: Some(reason),
+        run: 0,
+    })
+}
+
+/// Where a job waits in a written segment of its key's backlog ([`baton_core::backlog`]).
+#[derive(Clone, Debug)]
+pub struct InBacklog {
+    /// The backlog's generation.
+    pub generation: u64,
+    /// The segment's number.
+    pub number: u64,
+    /// Its place in the segment.
+    pub index: usize,
+    /// The job, as submitted.
+    pub ticket: Ticket,
+}
+
+impl InBacklog {
+    /// Where it stands in `doc`, if it still waits in that segment (`None`: taken in since).
+    fn standing(&self, doc: &Doc) -> Option<JobStanding> {
+        let backlog = doc.backlog.as_ref().filter(|b| {
+            b.generation == self.generation && (b.first..b.next).contains(&self.number)
+        })?;
+        if let Some((outcome, reason)) = backlog.fate(&self.ticket) {
+            return Some(ended_in_backlog(outcome, reason));
+        }
+        // Every written segment is a full tail.
+        let segments_ahead = usize::try_from(self.number - backlog.first).unwrap_or(usize::MAX);
+        let ahead = segments_ahead
+            .saturating_mul(SEGMENT_JOBS)
+            .saturating_add(self.index);
+        Some(JobStanding::Live {
+            state: TicketState::Queued,
+            position: doc.backlog_position(ahead),
+            attempt: self.ticket.job.as_deref().map_or(1, JobState::attempt),
+        })
+    }
+}
+
+/// Finds job `id` in the written segments of `doc`'s backlog, oldest first: one read per
+/// segment, so only for a job known to have been submitted and not found in the document.
+pub async fn find_in_backlog(
+    coord: &Coordinator,
+    key: &str,
+    doc: &Doc,
+    id: &str,
+) -> Result<Option<InBacklog>, ClientError> {
+    let Some(backlog) = &doc.backlog else {
+        return Ok(None);
+    };
+    for number in backlog.first..backlog.next {
+        let Some(segment) = read_segment(coord, key, backlog.generation, number).await? else {
+            continue;
+        };
+        if let Some(index) = segment.tickets.iter().position(|t| t.id == id) {
+            return Ok(Some(InBacklog {
+                generation: backlog.generation,
+                number,
+                index,
+                ticket: segment.tickets[index].clone(),
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// Cancels job `id` of `key` if it waits in a written segment of the backlog (where a plain
+/// cancel cannot see it); `None` if it is not there.
+pub async fn cancel_in_backlog(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<Executed>, ClientError> {
+    let snapshot = coord.read(key).await?;
+    let Some(doc) = &snapshot.doc else {
+        return Ok(None);
+    };
+    let Some(found) = find_in_backlog(coord, key, doc, id).await? else {
+        return Ok(None);
+    };
+    let op = Op::CancelInBacklog {
+        id: id.to_owned(),
+        generation: found.generation,
+        segment: found.number,
+    };
+    let mut request = Request::new(ids::new_attempt_id(), op);
+    coord.execute(key, &mut request).await.map(Some)
+}
+
+/// Segment `number` of backlog `generation` of `key`, if it is there and reads.
+async fn read_segment(
+    coord: &Coordinator,
+    key: &str,
+    generation: u64,
+    number: u64,
+) -> Result<Option<Segment>, ClientError> {
+    let name = segment_record(generation, number);
+    let bytes = coord.store().get_record(key, &name).await?;
+    Ok(bytes.and_then(|b| Segment::decode(&b, generation, number).ok()))
 }
 
 /// The history entry that ended job `id`, newest first, looking back through the whole log
@@ -864,9 +1105,10 @@ pub async fn wait(
 ) -> Result<JobEnd, ClientError> {
     let mut watch = coord.store().watch(key).await?;
     let mut last: Option<JobStanding> = None;
+    let mut found = None;
     let started = Instant::now();
     loop {
-        let standing = standing(coord, key, id).await?;
+        let standing = standing_with(coord, key, id, &mut found).await?;
         match &standing {
             JobStanding::Ended(end) => return Ok(end.clone()),
             JobStanding::Unknown if started.elapsed() > Duration::from_secs(5) => {
@@ -989,50 +1231,104 @@ pub struct JobRow {
     pub fence: Option<u64>,
 }
 
-/// The jobs of every key starting with `prefix`: the live ones (queued, running), and when
-/// `ended` is more than 0, up to that many of each key's most recently ended ones.
+/// The jobs of every key starting with `prefix`: the live ones (queued, running; of a key's
+/// backlog, as many as make `live_limit` rows for the key), and when `ended` is more than 0,
+/// up to that many of each key's most recently ended ones. Also returns how many backlog jobs
+/// were left unread.
 pub async fn list(
     coord: &Coordinator,
     prefix: &str,
     ended: usize,
-) -> Result<Vec<JobRow>, ClientError> {
+    live_limit: usize,
+) -> Result<(Vec<JobRow>, u64), ClientError> {
     let mut rows = Vec::new();
+    let mut unread = 0u64;
     for key in coord.store().list(prefix).await? {
         let snapshot = coord.read(&key).await?;
         if let Some(doc) = &snapshot.doc {
-            let job_now_ms = match snapshot.clock {
-                baton_store::StoreClock::Time { now_ms, .. } => now_ms,
-                baton_store::StoreClock::None => snapshot.wall_ms,
-            };
-            for ticket in doc.in_queue_order() {
-                let Some(job) = ticket.job.as_deref() else {
-                    continue;
-                };
-                let status = baton_core::apply::status_of(doc, &ticket.id);
-                let running = ticket.state == TicketState::Held;
-                rows.push(JobRow {
-                    key: key.clone(),
-                    id: ticket.id.clone(),
-                    state: if running { "running" } else { "queued" }.into(),
-                    attempt: job.attempt(),
-                    position: status.filter(|_| !running).map(|s| s.position),
-                    ready_at_wall_ms: job
-                        .ready_at_ms
-                        .filter(|&at| at > job_now_ms)
-                        .map(|at| snapshot.wall_ms.saturating_add(at - job_now_ms)),
-                    last_error: job.last_error.clone(),
-                    context: ticket.context.clone(),
-                    submitted_wall_ms: ticket.enqueued_wall_ms,
-                    ended_wall_ms: None,
-                    fence: running.then_some(ticket.fence),
-                });
-            }
+            let (live, left) = live_rows(coord, &key, &snapshot, doc, live_limit).await?;
+            rows.extend(live);
+            unread += left;
         }
         if ended > 0 {
             rows.extend(ended_jobs(coord, &key, ended).await?);
         }
     }
-    Ok(rows)
+    Ok((rows, unread))
+}
+
+/// The live jobs of `key` in queue order: the window's, then the backlog's (its segments read
+/// while fewer than `limit` rows are made), then the window's that wait behind the backlog.
+/// Also returns how many backlog jobs were left unread.
+async fn live_rows(
+    coord: &Coordinator,
+    key: &str,
+    snapshot: &KeySnapshot,
+    doc: &Doc,
+    limit: usize,
+) -> Result<(Vec<JobRow>, u64), ClientError> {
+    let row = |ticket: &Ticket, position: Option<usize>| live_row(key, snapshot, ticket, position);
+    let (mut rows, mut behind) = (Vec::new(), Vec::new());
+    for ticket in doc.in_queue_order().into_iter().filter(|t| t.job.is_some()) {
+        let running = ticket.state == TicketState::Held;
+        let status = baton_core::apply::status_of(doc, &ticket.id);
+        let position = status.filter(|_| !running).map(|s| s.position);
+        if doc.behind_backlog(ticket) {
+            behind.push(row(ticket, position));
+        } else {
+            rows.push(row(ticket, position));
+        }
+    }
+    let mut unread = 0;
+    if let Some(backlog) = &doc.backlog {
+        let mut ahead = 0usize;
+        for number in backlog.first..backlog.next {
+            if rows.len() >= limit {
+                break;
+            }
+            let segment = read_segment(coord, key, backlog.generation, number).await?;
+            for ticket in segment.map(|s| s.tickets).unwrap_or_default() {
+                if backlog.fate(&ticket).is_none() {
+                    rows.push(row(&ticket, Some(doc.backlog_position(ahead))));
+                }
+                ahead += 1;
+            }
+        }
+        unread = backlog.in_segments.saturating_sub(ahead as u64);
+        for ticket in &backlog.tail {
+            if backlog.fate(ticket).is_none() {
+                rows.push(row(ticket, doc.tail_position(&ticket.id)));
+            }
+        }
+    }
+    rows.extend(behind);
+    Ok((rows, unread))
+}
+
+/// The row of a live job of `key`: running, or queued at `position`.
+fn live_row(key: &str, snapshot: &KeySnapshot, ticket: &Ticket, position: Option<usize>) -> JobRow {
+    let job_now_ms = match snapshot.clock {
+        baton_store::StoreClock::Time { now_ms, .. } => now_ms,
+        baton_store::StoreClock::None => snapshot.wall_ms,
+    };
+    let running = ticket.state == TicketState::Held;
+    let job = ticket.job.as_deref();
+    JobRow {
+        key: key.to_owned(),
+        id: ticket.id.clone(),
+        state: if running { "running" } else { "queued" }.into(),
+        attempt: job.map_or(1, JobState::attempt),
+        position,
+        ready_at_wall_ms: job
+            .and_then(|j| j.ready_at_ms)
+            .filter(|&at| at > job_now_ms)
+            .map(|at| snapshot.wall_ms.saturating_add(at - job_now_ms)),
+        last_error: job.and_then(|j| j.last_error.clone()),
+        context: ticket.context.clone(),
+        submitted_wall_ms: ticket.enqueued_wall_ms,
+        ended_wall_ms: None,
+        fence: running.then_some(ticket.fence),
+    }
 }
 
 /// Up to `limit` of `key`'s most recently ended jobs, newest first, from its history.

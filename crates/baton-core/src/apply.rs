@@ -9,8 +9,10 @@
 //!    stopping at the first that does not (no barging), or at a job: no process waits for a
 //!    job, so only a worker's claim takes it (`jobs.rs`).
 
+mod backlog;
 mod jobs;
 
+use crate::backlog::{Cut, Segment};
 use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
@@ -33,10 +35,25 @@ pub struct Applied {
     pub granted: Vec<(String, u64)>,
     /// Whether the document changed at all (an unchanged one need not be written).
     pub changed: bool,
+    /// A backlog segment the caller must write (as its record) *before* it writes the
+    /// document ([`crate::backlog`]).
+    pub segment_out: Option<Segment>,
 }
 
 /// Applies `request` to `doc` (`None`: the key has no document yet) at `clock`.
 pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<Applied, Refusal> {
+    apply_with(doc, request, clock, None)
+}
+
+/// [`apply`], with the backlog segment the document asked for ([`Doc::segment_wanted`]), read
+/// by the caller: its jobs are taken into the window first. A segment that is not the one the
+/// document waits for is ignored.
+pub fn apply_with(
+    doc: Option<&Doc>,
+    request: &Request,
+    clock: &Clock<'_>,
+    segment: Option<&Segment>,
+) -> Result<Applied, Refusal> {
     let original = doc.cloned().unwrap_or_default();
     let mut work = Work {
         doc: original.clone(),
@@ -45,9 +62,12 @@ pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<
         finishes_seen: request.finishes_seen,
         finished: Vec::new(),
         granted: Vec::new(),
+        segment_out: None,
     };
     work.expire();
+    work.take_in(segment);
     let (reply, looking) = work.op(&request.op)?;
+    work.take_in(None);
     work.grant(looking.as_deref())?;
     let reply = match reply {
         // The ticket's standing after the grants of this very operation.
@@ -63,19 +83,38 @@ pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<
         finished: work.finished,
         granted: work.granted,
         changed,
+        segment_out: work.segment_out,
     })
 }
 
-/// The standing of the live ticket `id` in `doc`, if it is live.
+/// The standing of the live ticket `id` in `doc`, if it is live: in the window, or waiting in
+/// the backlog's tail (and not ended there by a cancel or a cut).
 pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
-    let ticket = doc.by_id(id)?;
+    let Some(ticket) = doc.by_id(id) else {
+        let backlog = doc.backlog.as_ref()?;
+        let ticket = backlog.tail_job(id)?;
+        if backlog.fate(ticket).is_some() {
+            return None;
+        }
+        return Some(TicketStatus {
+            position: doc.tail_position(id)?,
+            ..waiting_status(ticket)
+        });
+    };
     let position = match ticket.state {
         TicketState::Held => 0,
-        TicketState::Queued => doc
-            .queued()
-            .iter()
-            .position(|t| t.id == id)
-            .unwrap_or_default(),
+        TicketState::Queued => {
+            let in_window = doc
+                .queued()
+                .iter()
+                .position(|t| t.id == id)
+                .unwrap_or_default();
+            let backlog_ahead = match &doc.backlog {
+                Some(backlog) if doc.behind_backlog(ticket) => backlog.len() as usize,
+                _ => 0,
+            };
+            in_window.saturating_add(backlog_ahead)
+        }
     };
     Some(TicketStatus {
         id: ticket.id.clone(),
@@ -90,6 +129,21 @@ pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
     })
 }
 
+/// The standing of a waiting job kept in the backlog (position 0: the caller knows it).
+pub fn waiting_status(ticket: &Ticket) -> TicketStatus {
+    TicketStatus {
+        id: ticket.id.clone(),
+        state: TicketState::Queued,
+        position: 0,
+        fence: 0,
+        claimed: false,
+        deadline_ms: None,
+        phase_ms: ticket.phase_ms(),
+        granted_wall_ms: 0,
+        job: ticket.job.clone(),
+    }
+}
+
 struct Work<'a> {
     doc: Doc,
     clock: &'a Clock<'a>,
@@ -97,6 +151,7 @@ struct Work<'a> {
     finishes_seen: Option<u64>,
     finished: Vec<Finished>,
     granted: Vec<(String, u64)>,
+    segment_out: Option<Segment>,
 }
 
 impl Work<'_> {
@@ -254,31 +309,12 @@ impl Work<'_> {
                 };
                 Ok((Reply::Ticket(view), None))
             }
-            Op::Cancel { id } => {
-                limits::check_id(id)?;
-                let Some(idx) = self.doc.tickets.iter().position(|t| &t.id == id) else {
-                    return match self.doc.finished.iter().find(|m| &m.id == id) {
-                        Some(mark) if mark.ended_by(self.attempt) => {
-                            let ended = CancelledTicket::new(id.clone(), mark.forced);
-                            Ok((Reply::Cancelled(vec![ended]), None))
-                        }
-                        Some(mark) => Err(Refusal::Ended {
-                            id: id.clone(),
-                            outcome: mark.outcome,
-                            forced: mark.forced,
-                        }),
-                        None => Err(self.not_found(Refusal::UnknownId { id: id.clone() })),
-                    };
-                };
-                let (forced, reason) = match self.doc.tickets[idx].state {
-                    TicketState::Held => (true, Some("force-released by an operator".into())),
-                    TicketState::Queued => (false, Some("cancelled by an operator".into())),
-                };
-                let attempt = Some(self.attempt.to_string());
-                self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
-                let ended = CancelledTicket::new(id.clone(), forced);
-                Ok((Reply::Cancelled(vec![ended]), None))
-            }
+            Op::Cancel { id } => self.cancel(id, None),
+            Op::CancelInBacklog {
+                id,
+                generation,
+                segment,
+            } => self.cancel(id, Some((*generation, *segment))),
             Op::CancelQueued => {
                 // A retry whose window the marks no longer cover may have ended more tickets
                 // than the marks still show (or none they show): refused, not half-answered.
@@ -298,6 +334,15 @@ impl Work<'_> {
                     .collect();
                 if !done.is_empty() {
                     return Ok((Reply::Cancelled(done), None));
+                }
+                let next_arrival = self.doc.next_arrival;
+                if let Some(backlog) = self.doc.backlog.as_mut() {
+                    backlog.add_cut(Cut {
+                        below: next_arrival,
+                        outcome: Outcome::Cancelled,
+                        spares_keep: false,
+                        reason: "cancelled by an operator".into(),
+                    });
                 }
                 let mut ids = Vec::new();
                 while let Some(idx) = self
@@ -390,7 +435,7 @@ impl Work<'_> {
         self.doc.next_arrival += 1;
         self.doc.tickets.push(ticket);
         if e.supersede {
-            self.supersede_before_last();
+            self.supersede_before(&e.id);
         }
         let idx = self.doc.tickets.len() - 1;
         let reply = self.live_reply(idx);
@@ -406,7 +451,8 @@ impl Work<'_> {
             ))
             .into());
         }
-        if !self.doc.tickets.is_empty() && self.doc.limit != limit {
+        let busy = !self.doc.tickets.is_empty() || self.doc.backlog.is_some();
+        if busy && self.doc.limit != limit {
             return Err(Refusal::LimitMismatch {
                 asked: limit,
                 current: self.doc.limit,
@@ -415,16 +461,21 @@ impl Work<'_> {
         if self.doc.tickets.len() >= max_live as usize {
             return Err(Refusal::QueueFull { max: max_live });
         }
-        if self.doc.tickets.is_empty() {
+        if !busy {
             self.doc.limit = limit;
         }
         Ok(())
     }
 
     /// Cancels as superseded every queued ticket or job without `keep` that sorts before the
-    /// ticket just pushed (the last one).
-    fn supersede_before_last(&mut self) {
-        let Some(new) = self.doc.tickets.last() else {
+    /// ticket or job `id` just queued (in the window or the backlog's tail); backlog jobs
+    /// before it end when taken in (a [`Cut`]).
+    fn supersede_before(&mut self, id: &str) {
+        let new = self
+            .doc
+            .by_id(id)
+            .or_else(|| self.doc.backlog.as_ref()?.tail_job(id));
+        let Some(new) = new else {
             return;
         };
         let (id, new_key) = (
@@ -432,6 +483,14 @@ impl Work<'_> {
             (new.order.is_none(), new.order.clone(), new.arrival),
         );
         let reason = format!("superseded by {id}");
+        if let (Some(backlog), None) = (self.doc.backlog.as_mut(), &new_key.1) {
+            backlog.add_cut(Cut {
+                below: new_key.2,
+                outcome: Outcome::Superseded,
+                spares_keep: true,
+                reason: reason.clone(),
+            });
+        }
         while let Some(idx) = self.doc.tickets.iter().position(|t| {
             t.state == TicketState::Queued
                 && !t.keep
@@ -461,9 +520,11 @@ impl Work<'_> {
                 .cmp(&self.doc.tickets[b].queue_key())
         });
         for idx in queued {
-            if self.doc.tickets[idx].job.is_some() {
+            if self.doc.tickets[idx].job.is_some()
+                || self.doc.behind_backlog(&self.doc.tickets[idx])
+            {
                 // A job is taken by a worker's claim, never granted to nobody; and nothing
-                // behind it may pass it.
+                // behind it may pass it, nor the backlog's jobs that arrived earlier.
                 break;
             }
             let fits = match self.doc.tickets[idx].mode {
@@ -635,6 +696,9 @@ impl Work<'_> {
     fn view(&self, id: &str) -> TicketView {
         if let Some(status) = status_of(&self.doc, id) {
             return TicketView::Live(status);
+        }
+        if let Some(view) = self.backlog_fate_view(id) {
+            return view;
         }
         match self.doc.finished.iter().rev().find(|m| m.id == id) {
             Some(mark) => TicketView::Finished {

@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::backlog::Backlog;
 use crate::invariants;
 use crate::job::JobState;
 use crate::limits::{DOC_MAX_BYTES, FINISHED_REMEMBERED, HOLD_SAMPLES};
@@ -431,6 +432,9 @@ pub struct Doc {
     /// The key's recent past, for the wait estimate and status.
     #[serde(default)]
     pub summary: Summary,
+    /// Jobs queued behind the window, kept outside the document ([`crate::backlog`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<Backlog>,
 }
 
 impl Default for Doc {
@@ -445,6 +449,7 @@ impl Default for Doc {
             finished: Vec::new(),
             finishes: 0,
             summary: Summary::default(),
+            backlog: None,
         }
     }
 }
@@ -550,7 +555,7 @@ pub struct TooLarge {
 /// A document without jobs is written in [`FORMAT_LOCKS`], which an older baton reads.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
-    let format = if doc.tickets.iter().any(|t| t.job.is_some()) {
+    let format = if doc.backlog.is_some() || doc.tickets.iter().any(|t| t.job.is_some()) {
         FORMAT
     } else {
         FORMAT_LOCKS

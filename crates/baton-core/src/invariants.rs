@@ -7,6 +7,7 @@
 
 use std::collections::HashSet;
 
+use crate::backlog::{Backlog, SEGMENT_JOBS};
 use crate::doc::{Doc, Mode, TicketState};
 use crate::job::queued_token_hash;
 use crate::limits::{LIMIT_MAX, LIVE_TICKETS_MAX};
@@ -68,6 +69,9 @@ pub fn check(doc: &Doc) -> Result<(), String> {
             }
         }
     }
+    if let Some(backlog) = &doc.backlog {
+        check_backlog(doc, backlog, &mut ids)?;
+    }
     if n_normal > doc.limit {
         return Err(format!(
             "{n_normal} normal holders over limit {}",
@@ -80,6 +84,31 @@ pub fn check(doc: &Doc) -> Result<(), String> {
     Ok(())
 }
 
+/// A backlog holds jobs, its tail only waiting jobs with fresh ids that arrived after every job
+/// taken in, its counters in order.
+fn check_backlog<'a>(
+    doc: &'a Doc,
+    backlog: &'a Backlog,
+    ids: &mut HashSet<&'a str>,
+) -> Result<(), String> {
+    if backlog.is_empty() || backlog.first > backlog.next || backlog.tail.len() > SEGMENT_JOBS {
+        return Err("the backlog's counters are out of order".into());
+    }
+    if backlog.has_segments() != (backlog.in_segments > 0) {
+        return Err("the backlog's segments and their count disagree".into());
+    }
+    for t in &backlog.tail {
+        if !ids.insert(t.id.as_str()) {
+            return Err(format!("ticket id {} twice", t.id));
+        }
+        let fresh = t.arrival > backlog.taken_through && t.arrival < doc.next_arrival;
+        if !t.is_waiting_job() || !fresh || t.order.is_some() {
+            return Err(format!("backlog job {} is inconsistent", t.id));
+        }
+    }
+    Ok(())
+}
+
 /// After an apply, nothing that could be granted is left waiting: the head of the queue is
 /// incompatible with the holders, or is a job, which waits for a worker's claim (so a later
 /// ticket was never granted past it: no barging).
@@ -87,7 +116,7 @@ pub fn check_settled(doc: &Doc) -> Result<(), String> {
     let Some(head) = doc.queued().first().copied() else {
         return Ok(());
     };
-    if head.job.is_some() {
+    if head.job.is_some() || doc.behind_backlog(head) {
         return Ok(());
     }
     let holders: Vec<_> = doc.holders().collect();

@@ -311,6 +311,9 @@ pub fn claimable_head(doc: &Doc, now_ms: u64) -> Result<&Ticket, Option<u64>> {
     let queued = doc.queued();
     let head = *queued.first().ok_or(None)?;
     let job = head.job.as_deref().ok_or(None)?;
+    if doc.behind_backlog(head) {
+        return Err(None);
+    }
     if !job.is_ready(now_ms) {
         return Err(job.ready_at_ms);
     }
@@ -352,7 +355,36 @@ pub fn due_ms(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
         .filter(|t| t.job.is_some())
         .map(phase_end)
         .min();
-    let head_due = doc.queued().first().and_then(|head| {
+    let head = doc.queued().first().copied();
+    let head_due = match head {
+        // The backlog's next jobs must be taken in first: whoever looks takes them.
+        Some(head) if doc.behind_backlog(head) => backlog_due(doc, now_ms, phase_end),
+        None if doc.backlog.is_some() => backlog_due(doc, now_ms, phase_end),
+        _ => head_job_due(doc, head, job_time, phase_end),
+    };
+    match (running_end, head_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// When a key whose backlog must be taken in next needs a worker: now if a job fits.
+fn backlog_due(doc: &Doc, now_ms: u64, phase_end: impl Fn(&Ticket) -> u64) -> Option<u64> {
+    if has_room_for_a_job(doc) {
+        Some(now_ms)
+    } else {
+        doc.holders().map(phase_end).min()
+    }
+}
+
+/// When the head job `head` may run (see [`due_ms`]).
+fn head_job_due(
+    doc: &Doc,
+    head: Option<&Ticket>,
+    job_time: impl Fn(u64) -> u64,
+    phase_end: impl Fn(&Ticket) -> u64,
+) -> Option<u64> {
+    head.and_then(|head| {
         let job = head.job.as_deref()?;
         if !has_room_for_a_job(doc) {
             return doc.holders().map(phase_end).min();
@@ -363,11 +395,7 @@ pub fn due_ms(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
             .max(job_time(head.enqueued_wall_ms))
             .max(job_time(doc.summary.last_finished_wall_ms));
         Some(since)
-    });
-    match (running_end, head_due) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    })
 }
 
 /// The token hash a queued job carries: no process holds a token for it until a worker claims

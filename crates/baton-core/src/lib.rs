@@ -14,6 +14,7 @@
 //! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
 //!   believe it holds, when a grant seen unclaimed surely stands.
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
+//! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
@@ -21,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod backlog;
 pub mod clock;
 pub mod doc;
 pub mod estimate;
@@ -31,7 +33,7 @@ pub mod lease;
 pub mod limits;
 pub mod op;
 
-pub use apply::{apply, Applied};
+pub use apply::{apply, apply_with, Applied};
 pub use clock::{Clock, Observer};
 pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
 pub use history::Finished;

@@ -72,6 +72,16 @@ pub enum Op {
         /// The ticket's public id.
         id: String,
     },
+    /// An operator cancels a job of the key's backlog, which the caller found in written
+    /// segment `segment` of backlog `generation` ([`crate::backlog`]); it ends when taken in.
+    CancelInBacklog {
+        /// The job's id.
+        id: String,
+        /// The backlog's generation.
+        generation: u64,
+        /// The segment's number.
+        segment: u64,
+    },
     /// An operator cancels every queued ticket of the key.
     CancelQueued,
     /// Queue a job: a ticket with no waiting process, for a worker to claim.
@@ -323,6 +333,19 @@ pub enum Refusal {
         /// Its state.
         state: String,
     },
+    /// The key's backlog holds as many jobs as it may.
+    #[error("the key's backlog already holds {max} jobs, its bound; let workers drain it first")]
+    BacklogFull {
+        /// The bound.
+        max: u64,
+    },
+    /// Too many cancels of backlog jobs wait for their jobs to be taken in.
+    #[error(
+        "{} cancels of this key's backlog jobs are still pending; cancel the whole queue with \
+         `baton cancel KEY --queued`, or retry once workers have taken more jobs in",
+        crate::backlog::PENDING_MAX
+    )]
+    BacklogBusy,
     /// The fence counter is exhausted (needs 2^64 grants, or a wall clock millions of years
     /// ahead).
     #[error("the key's fence counter is exhausted")]

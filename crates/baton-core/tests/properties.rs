@@ -1317,7 +1317,7 @@ impl World {
             Op::Tick => {}
             // Jobs are not among the operations this model generates (`tests/jobs.rs` drives
             // them); an operation it cannot predict must never be delivered to it.
-            Op::Submit(_) | Op::Claim { .. } | Op::Complete { .. } => {
+            Op::Submit(_) | Op::Claim { .. } | Op::Complete { .. } | Op::CancelInBacklog { .. } => {
                 panic!("the reference model does not generate jobs: {request:?}")
             }
         }

@@ -19,6 +19,7 @@
 //!
 //! Every subcommand prints a small table, or with `--json` one JSON object on stdout.
 
+mod backlog;
 mod counting;
 mod handoff;
 mod jobs;
@@ -182,6 +183,18 @@ enum Command {
         /// Measured claims of a fresh job afterwards (as `jobs-latency`)
         #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         latency_rounds: u32,
+    },
+    /// A submit's latency to a key with a deep backlog of queued jobs, next to one to an empty
+    /// key
+    JobsBacklog {
+        #[command(flatten)]
+        common: Common,
+        /// Jobs queued on the deep key first (not measured)
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u32).range(0..=10_000_000))]
+        queued: u32,
+        /// Measured rounds (a submit to each key per round)
+        #[arg(long, default_value_t = 200, value_parser = rounds)]
+        rounds: usize,
     },
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
     #[command(hide = true)]
@@ -354,6 +367,14 @@ async fn dispatch(command: Command) -> Result<()> {
             )
             .await?;
             output(&common, &report, jobs::print_idle)
+        }
+        Command::JobsBacklog {
+            common,
+            queued,
+            rounds,
+        } => {
+            let report = backlog::backlog(&common, queued as usize, rounds).await?;
+            output(&common, &report, backlog::print_backlog)
         }
         Command::Worker(args) => throughput::worker(args).await,
         Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,

@@ -1,7 +1,8 @@
 //! `baton cancel KEY (ID | --queued)`.
 
 use baton_client::ids::new_attempt_id;
-use baton_core::{Op, Reply, Request};
+use baton_client::{jobs, ClientError};
+use baton_core::{Op, Refusal, Reply, Request};
 
 use crate::cli::CancelArgs;
 use crate::exit::{self, Failure};
@@ -17,7 +18,23 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
         _ => return Err(Failure::usage("give a ticket ID or --queued, not both")),
     };
     let mut request = Request::new(new_attempt_id(), op);
-    let executed = opened.coord.execute(&args.key, &mut request).await?;
+    let executed = match opened.coord.execute(&args.key, &mut request).await {
+        Ok(executed) => executed,
+        // A job deep in the key's backlog is not in its document: look for it there.
+        Err(
+            error @ ClientError::Refused {
+                refusal: Refusal::UnknownId { .. },
+                ..
+            },
+        ) => {
+            let id = args.id.as_deref().unwrap_or_default();
+            match jobs::cancel_in_backlog(&opened.coord, &args.key, id).await? {
+                Some(executed) => executed,
+                None => return Err(error.into()),
+            }
+        }
+        Err(error) => return Err(error.into()),
+    };
     match executed.reply {
         Reply::Cancelled(ended) if ended.is_empty() => {
             eprintln!("baton: {}: no queued tickets", args.key);

@@ -28,12 +28,17 @@ pub async fn jobs(opened: &Opened, args: JobsArgs) -> Result<i32, Failure> {
     let ended_wanted = states.iter().any(|s| !matches!(*s, "queued" | "running"));
     let limit = args.limit_rows as usize;
     let ended = if ended_wanted { limit } else { 0 };
-    let mut rows: Vec<JobRow> = jobs::list(&opened.coord, &args.prefix, ended)
-        .await?
+    let (rows, unread) = jobs::list(&opened.coord, &args.prefix, ended, limit).await?;
+    let mut rows: Vec<JobRow> = rows
         .into_iter()
         .filter(|row| states.contains(&row.state.as_str()))
         .collect();
-    let left_out = rows.len().saturating_sub(limit);
+    let unread = if states.contains(&"queued") {
+        unread
+    } else {
+        0
+    };
+    let left_out = (rows.len().saturating_sub(limit) as u64).saturating_add(unread);
     rows.truncate(limit);
     if args.json {
         for row in &rows {

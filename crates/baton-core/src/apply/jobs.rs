@@ -32,6 +32,11 @@ impl Work<'_> {
             }
             return Ok((Reply::Ticket(self.view(&s.id)), None));
         }
+        if let Some(backlog) = &self.doc.backlog {
+            if backlog.tail_job(&s.id).is_some() || backlog.dropped.contains(&s.id) {
+                return Ok((Reply::Ticket(self.view(&s.id)), None));
+            }
+        }
         if let Some(mark) = self.doc.finished.iter().rev().find(|m| m.id == s.id) {
             match (s.revive, mark.outcome) {
                 (true, Outcome::Dead) => {}
@@ -47,7 +52,24 @@ impl Work<'_> {
         if !self.marks_cover_retry() {
             return Err(Refusal::Uncertain);
         }
-        self.make_room(s.limit, s.max_live)?;
+        let to_backlog = self.goes_to_backlog(s.order.as_deref());
+        let segments = self.doc.backlog.as_ref().is_some_and(|b| b.has_segments());
+        if to_backlog && segments && self.finishes_seen.is_some() {
+            // The retry of a submit whose write may have landed: its job may be in the tail it
+            // joined, written out since into a segment this function cannot read. The caller
+            // looks there (`baton_client::jobs`); nothing is queued twice.
+            return Err(Refusal::Uncertain);
+        }
+        if to_backlog {
+            if self.doc.limit != s.limit {
+                return Err(Refusal::LimitMismatch {
+                    asked: s.limit,
+                    current: self.doc.limit,
+                });
+            }
+        } else {
+            self.make_room(s.limit, s.max_live)?;
+        }
         let now_ms = self.clock.job_now_ms();
         let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
         let ticket = Ticket {
@@ -71,9 +93,13 @@ impl Work<'_> {
             job: Some(Box::new(JobState::new(&s.spec, ready_at_ms))),
         };
         self.doc.next_arrival += 1;
-        self.doc.tickets.push(ticket);
+        if to_backlog {
+            self.push_to_backlog(ticket)?;
+        } else {
+            self.doc.tickets.push(ticket);
+        }
         if s.supersede {
-            self.supersede_before_last();
+            self.supersede_before(&s.id);
         }
         Ok((Reply::Ticket(self.view(&s.id)), None))
     }
@@ -298,6 +324,10 @@ pub(super) fn run_ended_with(doc: &Doc, hash: &str) -> Option<(String, RunMark)>
 /// After the store's clock changed (or was adopted), job times measured on the old one mean
 /// nothing: every waiting job with a time is ready now. No safety property depends on them.
 pub(super) fn ready_now_on_a_new_clock(doc: &mut Doc, now_ms: u64) {
+    let next_arrival = doc.next_arrival;
+    if let Some(backlog) = doc.backlog.as_mut() {
+        backlog.ready_now_below = next_arrival;
+    }
     for job in doc.tickets.iter_mut().filter_map(|t| t.job.as_deref_mut()) {
         if job.ready_at_ms.is_some() {
             job.ready_at_ms = Some(now_ms);

@@ -5,7 +5,7 @@
 use baton_core::job::JobSpec;
 use baton_core::op::TicketView;
 use baton_core::{
-    apply, Clock, Doc, Enqueue, Mode, Op, Outcome, Refusal, Reply, Request, Submit, TicketState,
+    Clock, Doc, Enqueue, Mode, Op, Outcome, Refusal, Reply, Request, Submit, TicketState,
 };
 
 pub const EPOCH: &str = "boot-1";
@@ -37,6 +37,11 @@ pub struct World {
     pub now_ms: u64,
     pub attempts: u64,
     pub finished: Vec<(String, Outcome)>,
+    /// Backlog segments written, by record name, as a store keeps records.
+    pub records: std::collections::HashMap<String, Vec<u8>>,
+    /// Whether a request carries the segment the document asks for (a caller that could not
+    /// read it sends none).
+    pub reads_segments: bool,
 }
 
 impl World {
@@ -46,6 +51,8 @@ impl World {
             now_ms: 1_000,
             attempts: 0,
             finished: Vec::new(),
+            records: std::collections::HashMap::new(),
+            reads_segments: true,
         }
     }
 
@@ -66,7 +73,22 @@ impl World {
             epoch: EPOCH,
             wall_ms: 1_700_000_000_000 + self.now_ms,
         };
-        let applied = apply(self.doc.as_ref(), request, &clock)?;
+        // As the coordinator does: the segment the document asks for, read first; a segment to
+        // write out, written before the document.
+        let wanted = self.doc.as_ref().and_then(|d| d.segment_wanted());
+        let wanted = wanted.filter(|_| self.reads_segments);
+        let segment = wanted.map(|(generation, number)| {
+            let name = baton_core::backlog::segment_record(generation, number);
+            let bytes = self
+                .records
+                .get(&name)
+                .expect("a counted segment is written");
+            baton_core::backlog::Segment::decode(bytes, generation, number).expect("segment")
+        });
+        let applied = baton_core::apply_with(self.doc.as_ref(), request, &clock, segment.as_ref())?;
+        if let Some(out) = &applied.segment_out {
+            self.records.insert(out.record_name(), out.encode());
+        }
         for f in &applied.finished {
             self.finished.push((f.id.clone(), f.outcome));
         }
