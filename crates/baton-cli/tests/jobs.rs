@@ -135,6 +135,16 @@ fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
         done.assert_code(0);
         assert!(done.stdout.contains("attempt 1"), "{}", done.describe());
         stop(w);
+        // The runs before the retry keep their reports; the new one is the third.
+        let done = ctx
+            .baton(["jobs", "show", "--json", key.as_str(), id.as_str()])
+            .run();
+        let shown: serde_json::Value = serde_json::from_str(done.stdout.trim()).expect("JSON");
+        let runs = shown["runs"].as_array().expect("runs");
+        assert_eq!(runs.len(), 3, "{shown}");
+        assert_eq!(runs[1]["exit_code"], 3, "{shown}");
+        assert_eq!(runs[2]["exit_code"], 0, "{shown}");
+        assert_eq!(runs[2]["attempt"], 1, "{shown}");
     });
 }
 
@@ -253,21 +263,83 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
 /// What each job of the many-workers test does, by its parameters.
 const BEHAVIOURS: [&str; 4] = ["ok", "fail-once", "release-once", "fail-always"];
 
-/// The command of the many-workers test: logs `start KEY ID FENCE ATTEMPT PPID`, works a
-/// little, then behaves as its parameters say and logs `end KEY ID FENCE` before exiting.
-const MANY_SCRIPT: &str = r#"
+/// The command of the many-workers test: logs `start KEY ID FENCE ATTEMPT PPID`, uses the
+/// torture harness's fenced resource (at `resource`) with its fence for 50 ms, then behaves as
+/// its parameters say and logs `end KEY ID FENCE` before exiting.
+fn many_script(torture: &std::path::Path, resource: &str) -> String {
+    format!(
+        r#"
 read -r params
 echo "start $BATON_KEY $BATON_JOB_ID $BATON_FENCE $BATON_ATTEMPT $PPID" >> "$TEST_DIR/log"
-sleep 0.05
+'{torture}' use --resource {resource} --key "$BATON_KEY" --who "w$PPID" --hold 50ms
+used=$?
 code=0
 case "$params" in
   *fail-always*) code=3 ;;
   *fail-once*) [ "$BATON_ATTEMPT" = 1 ] && code=3 ;;
-  *release-once*) [ -e "$TEST_DIR/released-$BATON_JOB_ID" ] || { touch "$TEST_DIR/released-$BATON_JOB_ID"; code=75; } ;;
+  *release-once*) [ -e "$TEST_DIR/released-$BATON_JOB_ID" ] || {{ touch "$TEST_DIR/released-$BATON_JOB_ID"; code=75; }} ;;
 esac
+[ "$used" = 0 ] || code=4
 echo "end $BATON_KEY $BATON_JOB_ID $BATON_FENCE" >> "$TEST_DIR/log"
 exit $code
-"#;
+"#,
+        torture = torture.display()
+    )
+}
+
+/// The torture harness's protected resource (`baton-torture resource`), every key a mutex
+/// that refuses a write with a fence below the highest it accepted.
+struct FencedResource {
+    child: std::process::Child,
+    address: String,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl FencedResource {
+    fn start() -> FencedResource {
+        use std::io::BufRead;
+        let torture = torture_bin();
+        let mut child = std::process::Command::new(&torture)
+            .arg("resource")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", torture.display()));
+        let stdout = child.stdout.take().expect("piped");
+        let mut stdout = std::io::BufReader::new(stdout);
+        let mut address = String::new();
+        stdout
+            .read_line(&mut address)
+            .expect("the resource's address");
+        FencedResource {
+            child,
+            address: address.trim().to_owned(),
+            stdout,
+        }
+    }
+
+    /// Stops it and returns its verdict: holds, writes, refused writes, violations.
+    fn verdict(mut self) -> serde_json::Value {
+        use std::io::Read;
+        drop(self.child.stdin.take());
+        let mut text = String::new();
+        self.stdout.read_to_string(&mut text).expect("the verdict");
+        let _ = self.child.wait();
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("verdict {text:?}: {e}"))
+    }
+}
+
+/// `baton-torture`, built beside `baton` by the workspace build the test command runs first.
+fn torture_bin() -> std::path::PathBuf {
+    let path = common::baton_bin().with_file_name("baton-torture");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p baton-torture` (scripts/test.sh builds \
+         the whole workspace before testing)",
+        path.display()
+    );
+    path
+}
 
 /// 3 workers × many jobs over many keys, with failures, releases back and `kill -9` of
 /// workers mid-job: every job ends exactly once, as its behaviour says; no key ever has two
@@ -311,12 +383,14 @@ fn killed_workers_lose_no_job_and_no_key_ever_runs_twice_at_once() {
             submitted.push((key.clone(), id, behaviour));
         }
         let prefix = ctx.key("many/");
+        let resource = FencedResource::start();
+        let script = many_script(&torture_bin(), &resource.address);
         let start = |name: &str| {
             worker(
                 ctx,
                 name,
                 &["--ttl", "2s", "--release-delay", "100ms", &prefix],
-                MANY_SCRIPT,
+                &script,
             )
         };
         let mut workers: Vec<common::Proc> = (0..3).map(|i| start(&format!("w{i}"))).collect();
@@ -347,6 +421,16 @@ fn killed_workers_lose_no_job_and_no_key_ever_runs_twice_at_once() {
             stop(proc);
         }
         check_many_log(&ctx.lines("log"), &submitted, &killed_pids);
+        // The resource itself saw no two holds of a key overlap, fences rise in the order
+        // holds began, and no write came with a stale fence.
+        let verdict = resource.verdict();
+        assert_eq!(verdict["violations"], serde_json::json!([]), "{verdict}");
+        assert_eq!(verdict["rejected"], serde_json::json!([]), "{verdict}");
+        assert_eq!(verdict["keys"], serde_json::json!(n_keys), "{verdict}");
+        assert!(
+            verdict["holds"].as_u64().unwrap_or(0) >= n_jobs as u64,
+            "a hold per run at least: {verdict}"
+        );
         // Every job ended exactly once, nothing is left live.
         let done = ctx
             .baton([
@@ -699,6 +783,11 @@ fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
         assert_eq!(ids, expected, "{}", listed.describe());
         let positions: Vec<u64> = rows.iter().filter_map(|r| r["position"].as_u64()).collect();
         assert_eq!(positions, (0..60).collect::<Vec<u64>>());
+        // `baton status` lists the window and counts the backlog.
+        let status = ctx.key_status(&key).expect("the key's status");
+        let shown = status.queue().len() as u64;
+        let backlog = status.raw["backlog"].as_u64().unwrap_or(0);
+        assert_eq!((shown + backlog, shown), (60, 16), "{}", status.raw);
         // j30 waits in a written segment, j55 in the tail.
         for id in ["j30", "j55"] {
             ctx.baton(["cancel", key.as_str(), id]).run().assert_code(0);

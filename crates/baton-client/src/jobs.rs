@@ -132,6 +132,8 @@ pub async fn revive(coord: &Coordinator, key: &str, id: &str) -> Result<TicketVi
     };
     submit.revive = true;
     submit.supersede = false;
+    // Its new runs number on after the old ones, whose reports stay.
+    submit.runs_before = runs(coord, key, id).await?;
     let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
     let executed = coord.execute(key, &mut request).await?;
     match executed.reply {
@@ -159,6 +161,7 @@ async fn submit_op(
         spec: options.spec.clone(),
         max_live: options.max_live,
         revive: false,
+        runs_before: 0,
     };
     // The record first: a submit that dies before its document write leaves an orphan record,
     // never a job without parameters.

@@ -162,6 +162,10 @@ pub struct Submit {
     /// `baton retry`: a job remembered as dead may be queued again under its id.
     #[serde(default)]
     pub revive: bool,
+    /// With `revive`: the runs the job had before, so its new runs (and their reports) number
+    /// on from them instead of over them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs_before: u32,
 }
 
 /// A live ticket's standing, as returned to its owner.
@@ -362,4 +366,8 @@ fn finished_message(outcome: &Outcome, forced: bool) -> String {
         }
         (outcome, _) => format!("this ticket has already ended: {outcome}"),
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }

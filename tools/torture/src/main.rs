@@ -10,6 +10,7 @@
 mod harness;
 mod library;
 mod matrix;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +41,8 @@ struct Cli {
 enum Cmd {
     /// Serve the resource, run the clients under faults, check the records.
     Run(Box<RunArgs>),
-    /// The protected work, run by `baton run` (reads BATON_FENCE and BATON_TICKET).
+    /// The protected work, run by `baton run` or `baton worker` (reads BATON_FENCE, and
+    /// BATON_TICKET or BATON_JOB_TOKEN).
     Use(UseArgs),
     /// One turn through the library: acquire with a heartbeat, the work, release.
     LibClient(LibArgs),
@@ -49,6 +51,9 @@ enum Cmd {
     Matrix(MatrixArgs),
     /// The summary table of run summaries (`run --json` lines) read from stdin.
     Table,
+    /// The protected resource alone, every key a mutex: prints its address, serves until
+    /// stdin closes, then prints its verdict as JSON (exit 1 on a violation or a refused write).
+    Resource,
 }
 
 #[derive(clap::Args)]
@@ -195,6 +200,7 @@ fn main() -> ExitCode {
         Cmd::LibClient(args) => lib_client(args),
         Cmd::Matrix(args) => matrix(args),
         Cmd::Table => table(),
+        Cmd::Resource => serve::resource(),
     };
     match result {
         Ok(code) => code,
@@ -289,9 +295,11 @@ fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
         .map_err(|_| "BATON_FENCE is not set: run me under `baton run`")?
         .parse()
         .map_err(|e| format!("BATON_FENCE is not a number: {e}"))?;
-    // `baton run` gives its command the ticket's secret token: unique to this turn.
+    // `baton run` gives its command the ticket's secret token, `baton worker` its job run's:
+    // unique to this turn.
     let ticket = std::env::var("BATON_TICKET")
-        .map_err(|_| "BATON_TICKET is not set: run me under `baton run`")?;
+        .or_else(|_| std::env::var("BATON_JOB_TOKEN"))
+        .map_err(|_| "neither BATON_TICKET nor BATON_JOB_TOKEN is set: run me under `baton run` or `baton worker`")?;
     let mut session = Session::connect(&args.resource, &args.who)?;
     match session.hold(&args.key, &ticket, fence, args.shared, args.hold, || false)? {
         HoldEnd::Done | HoldEnd::Stopped => Ok(ExitCode::SUCCESS),

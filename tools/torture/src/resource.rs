@@ -148,6 +148,40 @@ impl Resource {
         }
     }
 
+    /// Answers one line of the resource's protocol (see [`crate::work`]) from client process
+    /// `who` at `now_ns`: `WRITE KEY TICKET FENCE MODE` or `END KEY TICKET`. `made` collects the
+    /// holds the connection made, to end them when it closes. `None` for any other line.
+    pub fn answer(
+        &mut self,
+        who: &str,
+        words: &[&str],
+        now_ns: u64,
+        made: &mut HashSet<(String, String)>,
+    ) -> Option<String> {
+        Some(match words {
+            ["WRITE", key, ticket, fence, mode] => match fence.parse::<u64>() {
+                Ok(fence) => {
+                    let mode = if *mode == "shared" {
+                        Mode::Shared
+                    } else {
+                        Mode::Normal
+                    };
+                    made.insert(((*key).to_owned(), (*ticket).to_owned()));
+                    match self.write(key, ticket, who, fence, mode, now_ns) {
+                        Ok(()) => "OK".to_owned(),
+                        Err(why) => format!("REJECTED {why:?}"),
+                    }
+                }
+                Err(_) => format!("ERROR bad fence {fence}"),
+            },
+            ["END", key, ticket] => {
+                self.end(key, ticket);
+                "OK".to_owned()
+            }
+            _ => return None,
+        })
+    }
+
     /// Ends every open interval (at the end of a run).
     pub fn close_all(&mut self) {
         let open: Vec<_> = self.open.keys().cloned().collect();

@@ -366,6 +366,13 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
         }
         None => parts.push("no turn has ended yet".into()),
     }
+    if key.backlog > 0 {
+        parts.push(format!(
+            "{} more jobs in the backlog (`baton jobs {}`)",
+            key.backlog,
+            render::one_line(&key.key)
+        ));
+    }
     if key.consecutive_failures > 0 {
         parts.push(format!("{} failures in a row", key.consecutive_failures));
     }
@@ -392,8 +399,10 @@ struct KeyStatus {
     fence: u64,
     /// Holders, in queue order.
     holders: Vec<TicketStatus>,
-    /// The queue, in grant order.
+    /// The queue, in grant order (the window's tickets: the backlog's jobs are counted only).
     queue: Vec<TicketStatus>,
+    /// Jobs waiting in the key's backlog, outside its document (listed by `baton jobs`).
+    backlog: u64,
     /// Whether the key had live tickets (before any filtering): a key without shows a `free` row.
     busy: bool,
     last_outcome: Option<Outcome>,
@@ -456,6 +465,7 @@ impl KeyStatus {
                 },
             })
             .collect::<Vec<_>>();
+        let backlog = doc.backlog.as_ref().map_or(0, |b| b.len());
         let queue = doc
             .queued()
             .into_iter()
@@ -469,7 +479,14 @@ impl KeyStatus {
                 keep: t.keep,
                 claimed: false,
                 fence: 0,
-                position: index + 1,
+                // Behind the backlog's jobs, if it arrived after them.
+                position: index
+                    + 1
+                    + if doc.behind_backlog(t) {
+                        usize::try_from(backlog).unwrap_or(usize::MAX)
+                    } else {
+                        0
+                    },
                 since_wall_ms: t.enqueued_wall_ms,
                 for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
                 lease_left_ms: None,
@@ -479,9 +496,10 @@ impl KeyStatus {
             key: key.to_string(),
             limit: doc.limit,
             fence: doc.fence,
-            busy: !holders.is_empty() || !queue.is_empty(),
+            busy: !holders.is_empty() || !queue.is_empty() || backlog > 0,
             holders,
             queue,
+            backlog,
             last_outcome: doc.summary.last_outcome,
             last_finished_wall_ms: doc.summary.last_finished_wall_ms,
             consecutive_failures: doc.summary.consecutive_failures,
@@ -530,6 +548,7 @@ impl KeyStatus {
             "fence": self.fence,
             "holders": holders,
             "queue": queue,
+            "backlog": self.backlog,
             "last_outcome": self.last_outcome.map(Outcome::as_str),
             "last_finished_at": (self.last_finished_wall_ms > 0)
                 .then(|| rfc3339(self.last_finished_wall_ms)),
@@ -955,6 +974,7 @@ mod tests {
             busy: !holders.is_empty() || !queue.is_empty(),
             holders,
             queue,
+            backlog: 0,
             last_outcome: None,
             last_finished_wall_ms: 0,
             consecutive_failures: 0,

@@ -90,7 +90,10 @@ impl Work<'_> {
             fence: 0,
             enqueued_wall_ms: self.clock.wall_ms(),
             granted_wall_ms: 0,
-            job: Some(Box::new(JobState::new(&s.spec, ready_at_ms))),
+            job: Some(Box::new(JobState {
+                runs: if s.revive { s.runs_before } else { 0 },
+                ..JobState::new(&s.spec, ready_at_ms)
+            })),
         };
         self.doc.next_arrival += 1;
         if to_backlog {

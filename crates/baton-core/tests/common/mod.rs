@@ -127,5 +127,6 @@ pub fn submit(id: &str) -> Submit {
         spec: JobSpec::default(),
         max_live: 1000,
         revive: false,
+        runs_before: 0,
     }
 }

@@ -33,7 +33,7 @@ use baton_torture::checker::Violation;
 use baton_torture::checker::{check_history, check_intervals, Ending, KeySpec, Process};
 use baton_torture::faults::{Fault, Schedule};
 use baton_torture::resource::Resource;
-use baton_torture::{Interval, Mode};
+use baton_torture::Interval;
 use serde_json::json;
 use serde_json::Value;
 
@@ -589,28 +589,14 @@ fn connection(stream: TcpStream, shared: &Shared) {
                 }
                 "OK".to_owned()
             }
-            ["WRITE", key, ticket, fence, mode] => match fence.parse::<u64>() {
-                Ok(fence) => {
-                    let mode = if *mode == "shared" {
-                        Mode::Shared
-                    } else {
-                        Mode::Normal
-                    };
-                    made.insert(((*key).to_owned(), (*ticket).to_owned()));
-                    let mut resource = lock(&shared.resource);
-                    let now = shared.now_ns();
-                    match resource.write(key, ticket, &who, fence, mode, now) {
-                        Ok(()) => "OK".to_owned(),
-                        Err(why) => format!("REJECTED {why:?}"),
-                    }
-                }
-                Err(_) => format!("ERROR bad fence {fence}"),
-            },
-            ["END", key, ticket] => {
-                lock(&shared.resource).end(key, ticket);
-                "OK".to_owned()
+            words => {
+                // The instant is taken under the lock: records in the order writes were judged.
+                let mut resource = lock(&shared.resource);
+                let now = shared.now_ns();
+                resource
+                    .answer(&who, words, now, &mut made)
+                    .unwrap_or_else(|| format!("ERROR cannot read {line:?}"))
             }
-            _ => format!("ERROR cannot read {line:?}"),
         };
         if writeln!(writer, "{reply}").is_err() {
             break;
