@@ -13,6 +13,7 @@ use baton_client::jobs::{self, SubmitOptions};
 use baton_client::Coordinator;
 use serde::Serialize;
 
+use crate::jobs::{print_summary_header, print_summary_row};
 use crate::setup::{describe_load, fresh_key, load_average_1m, Workdir};
 use crate::stats::Summary;
 use crate::Common;
@@ -111,19 +112,9 @@ pub fn print_backlog(report: &BacklogReport) {
     println!("filled in:  {:.1} s", report.fill_s);
     println!("deep key's document: {} bytes", report.deep_doc_bytes);
     println!();
-    println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "", "min (ms)", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"
-    );
-    for (what, s) in [
-        ("empty key", &report.empty_ms),
-        ("deep key", &report.deep_ms),
-    ] {
-        println!(
-            "{:<16} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
-            what, s.min_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
-        );
-    }
+    print_summary_header();
+    print_summary_row("empty key", &report.empty_ms);
+    print_summary_row("deep key", &report.deep_ms);
     println!();
     println!("p50 ratio deep / empty: {:.2}", report.p50_ratio);
 }

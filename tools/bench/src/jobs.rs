@@ -938,14 +938,14 @@ fn print_empty_looks(with_empty_looks: usize, rounds: usize) {
     );
 }
 
-fn print_summary_header() {
+pub(crate) fn print_summary_header() {
     println!(
         "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
         "", "min (ms)", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"
     );
 }
 
-fn print_summary_row(what: &str, s: &Summary) {
+pub(crate) fn print_summary_row(what: &str, s: &Summary) {
     println!(
         "{:<16} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
         what, s.min_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
