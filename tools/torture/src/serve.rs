@@ -7,8 +7,8 @@
 //! write and every violation the checker finds in the accepted holds — and exits 0 only when
 //! both lists are empty.
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -98,37 +98,21 @@ pub fn resource() -> Result<ExitCode, String> {
     })
 }
 
-/// One client connection: `HELLO NAME PID`, then the resource's own lines. A hold the
-/// connection made ends at its last accepted write when it closes.
+/// One client connection: a hold it made ends at its last accepted write when it closes.
 fn connection(stream: TcpStream, served: &Served) {
-    let _ = stream.set_nodelay(true);
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut who = String::from("?");
-    let mut made: HashSet<(String, String)> = HashSet::new();
-    for line in BufReader::new(stream).lines() {
-        let Ok(line) = line else { break };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let reply = match words.as_slice() {
-            ["HELLO", name, _pid] => {
-                who = (*name).to_owned();
-                "OK".to_owned()
+    baton_torture::work::serve_connection(
+        stream,
+        |_, _| {},
+        |who, words, made| {
+            let mut resource = lock(&served.resource);
+            let now = served.now_ns();
+            resource.answer(who, words, now, made)
+        },
+        |made| {
+            let mut resource = lock(&served.resource);
+            for (key, ticket) in made {
+                resource.end(&key, &ticket);
             }
-            words => {
-                let mut resource = lock(&served.resource);
-                let now = served.now_ns();
-                resource
-                    .answer(&who, words, now, &mut made)
-                    .unwrap_or_else(|| format!("ERROR cannot read {line:?}"))
-            }
-        };
-        if writeln!(writer, "{reply}").is_err() {
-            break;
-        }
-    }
-    let mut resource = lock(&served.resource);
-    for (key, ticket) in made {
-        resource.end(&key, &ticket);
-    }
+        },
+    );
 }

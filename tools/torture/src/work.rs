@@ -10,6 +10,7 @@
 //! normal|shared` answered `OK` or `REJECTED why`, and `END key ticket` answered `OK`. A closed
 //! connection ends the holds it made.
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -100,4 +101,41 @@ impl Session {
         }
         Ok(end)
     }
+}
+
+/// The holds (key, ticket) a connection made.
+pub type Made = HashSet<(String, String)>;
+
+/// The resource's side of one connection: `HELLO who pid` goes to `hello(who, pid)` (answered
+/// `OK`), every other line to `answer(who, words, made)` (`None`: a line it cannot read). When
+/// the connection closes, the holds it made go to `closed`, which ends them.
+pub fn serve_connection(
+    stream: TcpStream,
+    mut hello: impl FnMut(&str, &str),
+    mut answer: impl FnMut(&str, &[&str], &mut Made) -> Option<String>,
+    closed: impl FnOnce(Made),
+) {
+    let _ = stream.set_nodelay(true);
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut who = String::from("?");
+    let mut made = Made::new();
+    for line in BufReader::new(stream).lines() {
+        let Ok(line) = line else { break };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let reply = match words.as_slice() {
+            ["HELLO", name, pid] => {
+                (*name).clone_into(&mut who);
+                hello(name, pid);
+                "OK".to_owned()
+            }
+            words => answer(&who, words, &mut made)
+                .unwrap_or_else(|| format!("ERROR cannot read {line:?}")),
+        };
+        if writeln!(writer, "{reply}").is_err() {
+            break;
+        }
+    }
+    closed(made);
 }

@@ -21,7 +21,7 @@ mod verdict;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -572,38 +572,24 @@ fn serve(shared: Arc<Shared>) -> Result<String, String> {
 /// One client connection (see [`baton_torture::work`] for the protocol). When it closes, every
 /// hold it made ends at its last accepted write.
 fn connection(stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nodelay(true);
-    let Ok(mut writer) = stream.try_clone() else {
-        return;
-    };
-    let mut who = String::from("?");
-    let mut made: HashSet<(String, String)> = HashSet::new();
-    for line in BufReader::new(stream).lines() {
-        let Ok(line) = line else { break };
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let reply = match words.as_slice() {
-            ["HELLO", name, pid] => {
-                who = (*name).to_owned();
-                if let Ok(pid) = pid.parse() {
-                    lock(&shared.workers).insert(who.clone(), pid);
-                }
-                "OK".to_owned()
+    baton_torture::work::serve_connection(
+        stream,
+        |who, pid| {
+            if let Ok(pid) = pid.parse() {
+                lock(&shared.workers).insert(who.to_owned(), pid);
             }
-            words => {
-                // The instant is taken under the lock: records in the order writes were judged.
-                let mut resource = lock(&shared.resource);
-                let now = shared.now_ns();
-                resource
-                    .answer(&who, words, now, &mut made)
-                    .unwrap_or_else(|| format!("ERROR cannot read {line:?}"))
+        },
+        |who, words, made| {
+            // The instant is taken under the lock: records in the order writes were judged.
+            let mut resource = lock(&shared.resource);
+            let now = shared.now_ns();
+            resource.answer(who, words, now, made)
+        },
+        |made| {
+            let mut resource = lock(&shared.resource);
+            for (key, ticket) in made {
+                resource.end(&key, &ticket);
             }
-        };
-        if writeln!(writer, "{reply}").is_err() {
-            break;
-        }
-    }
-    let mut resource = lock(&shared.resource);
-    for (key, ticket) in made {
-        resource.end(&key, &ticket);
-    }
+        },
+    );
 }
