@@ -782,7 +782,8 @@ fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
         let expected: Vec<String> = (1..=60).map(|i| format!("j{i}")).collect();
         assert_eq!(ids, expected, "{}", listed.describe());
         let positions: Vec<u64> = rows.iter().filter_map(|r| r["position"].as_u64()).collect();
-        assert_eq!(positions, (0..60).collect::<Vec<u64>>());
+        // 1 is next in line, as `baton status` counts.
+        assert_eq!(positions, (1..=60).collect::<Vec<u64>>());
         // `baton status` lists the window and counts the backlog.
         let status = ctx.key_status(&key).expect("the key's status");
         let shown = status.queue().len() as u64;

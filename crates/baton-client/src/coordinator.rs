@@ -300,6 +300,22 @@ impl Coordinator {
         })
     }
 
+    /// Takes a document read along with something else (a worker's look at the due index) as
+    /// the key's latest, into the cache: the next operation on the key starts from it, as from
+    /// any cached document, so it costs one CAS if the document is still current and a
+    /// conflict if not, never a wrong write.
+    pub fn take_read(&self, key: &str, read: Versioned) -> Result<(), ClientError> {
+        let cached = self.decode(key, read)?;
+        self.remember(key, cached.version, cached.doc);
+        Ok(())
+    }
+
+    /// The document of `key` this coordinator last read or wrote, if any: possibly stale, so a
+    /// hint (what to read ahead), never an answer.
+    pub fn cached_doc(&self, key: &str) -> Option<Doc> {
+        self.cached(key).and_then(|cached| cached.doc)
+    }
+
     /// When a store has no clock: milliseconds on this process's monotonic clock, on which
     /// [`Observer`] deadlines are expressed.
     pub fn mono_ms(&self) -> u64 {

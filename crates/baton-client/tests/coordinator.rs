@@ -100,8 +100,9 @@ impl Store for Faulty {
         &self,
         prefix: &str,
         limit: usize,
+        docs: baton_store::WithDocs,
     ) -> baton_store::Result<Option<Vec<baton_store::DueKey>>> {
-        self.inner.due_keys(prefix, limit).await
+        self.inner.due_keys(prefix, limit, docs).await
     }
     async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
         self.inner.list(prefix).await

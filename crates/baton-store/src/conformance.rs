@@ -19,7 +19,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::{
-    CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle,
+    CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle, WithDocs,
     RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
 };
 
@@ -1157,7 +1157,11 @@ pub async fn bad_records_refused(store: &dyn Store, prefix: &str) {
 pub async fn due_index(store: &dyn Store, prefix: &str) {
     let k = |name: &str| format!("{prefix}due_index/{name}");
     let read = |under: String, limit: usize| async move {
-        ok("due_keys", store.due_keys(&under, limit).await).map(|due| {
+        ok(
+            "due_keys",
+            store.due_keys(&under, limit, WithDocs::NONE).await,
+        )
+        .map(|due| {
             due.into_iter()
                 .map(|d| (d.key, d.due_ms))
                 .collect::<Vec<(String, u64)>>()
@@ -1218,6 +1222,32 @@ pub async fn due_index(store: &dyn Store, prefix: &str) {
         Some(vec![(k("a"), 50), (k("sub/d"), late)]),
         "a write moves its key; a plain cas takes it out"
     );
+
+    // A prefix whose keys come after more due keys of other prefixes than one page holds.
+    for i in 0..300 {
+        write(k(&format!("early/{i:03}")), None, Some(1)).await;
+    }
+    assert_eq!(
+        read(k("sub/"), 10).await,
+        Some(vec![(k("sub/d"), late)]),
+        "a prefix's keys are found behind many due keys of other prefixes"
+    );
+
+    // Documents come with the index only where asked for, each exactly as a load reads it.
+    let docs = WithDocs {
+        first: 1,
+        due_by_ms: 50,
+    };
+    let due = ok("due_keys with docs", store.due_keys(&k(""), 10, docs).await);
+    for (n, key) in due.unwrap_or_default().into_iter().enumerate() {
+        let Some(doc) = key.doc else { continue };
+        assert!(
+            docs.wants(n, key.due_ms),
+            "{} came with its document, which was not asked for",
+            key.key
+        );
+        assert_eq!(Some(doc), ok("load", store.load(&key.key).await));
+    }
 }
 
 /// The value of a `Result`, or a panic naming the operation and the error.

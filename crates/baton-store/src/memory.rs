@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, Version, Versioned, Wake, WatchHandle,
+    Store, StoreClock, Version, Versioned, Wake, WatchHandle, WithDocs,
 };
 
 /// An in-process [`Store`]. Cloning is not offered: share it through an `Arc`.
@@ -220,7 +220,12 @@ impl Store for MemoryStore {
         Ok(keys)
     }
 
-    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+        docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
         let state = self.lock();
         let mut due: Vec<DueKey> = state
             .entries
@@ -230,11 +235,17 @@ impl Store for MemoryStore {
                 entry.due_ms.map(|due_ms| DueKey {
                     key: key.clone(),
                     due_ms,
+                    doc: None,
                 })
             })
             .collect();
         due.sort_unstable_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));
         due.truncate(limit);
+        for (n, d) in due.iter_mut().enumerate() {
+            if docs.wants(n, d.due_ms) {
+                d.doc = state.entries.get(&d.key).and_then(Entry::versioned);
+            }
+        }
         Ok(Some(due))
     }
 

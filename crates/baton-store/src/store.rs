@@ -116,6 +116,34 @@ pub struct DueKey {
     pub key: String,
     /// When, on the clock jobs are judged by.
     pub due_ms: u64,
+    /// The key's document as this read found it, for the first keys where the store reads
+    /// them in the same round trip ([`Store::due_keys`]'s [`WithDocs`]); `None`: read the key. A
+    /// worker's claim starts from it as from a cached document, so the CAS proves it current.
+    pub doc: Option<Versioned>,
+}
+
+/// Which keys a [`Store::due_keys`] read returns with their documents: the first `first` of
+/// those due by `due_by_ms` (on the clock of [`DueKey::due_ms`]): the keys a worker is about
+/// to claim from, not those waiting for a backoff or a `--not-before`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WithDocs {
+    /// At most this many documents (0: none).
+    pub first: usize,
+    /// Only of keys due by then.
+    pub due_by_ms: u64,
+}
+
+impl WithDocs {
+    /// No documents: the keys alone.
+    pub const NONE: WithDocs = WithDocs {
+        first: 0,
+        due_by_ms: 0,
+    };
+
+    /// Whether the `n`th key read (from 0), due at `due_ms`, comes with its document.
+    pub fn wants(&self, n: usize, due_ms: u64) -> bool {
+        n < self.first && due_ms <= self.due_by_ms
+    }
 }
 
 /// What a watch learned: the key changed, and, where the store delivers it with the wake-up,
@@ -220,7 +248,15 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Up to `limit` keys whose names start with `prefix` that have a due time, earliest first
     /// (ties by key), or `None` when this store keeps no due index: then a caller must read
     /// the keys [`Store::list`] gives. Its cost does not grow with keys that have no due time.
-    async fn due_keys(&self, _prefix: &str, _limit: usize) -> Result<Option<Vec<DueKey>>> {
+    /// Stores that can read documents with the index in the same round trip return those
+    /// `docs` asks for with them ([`DueKey::doc`]), which spares a worker's claim the load of
+    /// the key it takes; the others leave `doc` empty.
+    async fn due_keys(
+        &self,
+        _prefix: &str,
+        _limit: usize,
+        _docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
         Ok(None)
     }
 

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use baton_store::sqlite::SqliteStore;
-use baton_store::{conformance, CasOutcome, Store, StoreError};
+use baton_store::{conformance, CasOutcome, Store, StoreError, WithDocs};
 use tempfile::TempDir;
 
 const PREFIX: &str = "sqlite-conformance/";
@@ -198,18 +198,30 @@ async fn a_version_1_file_is_migrated() {
             Some(b"p".to_vec())
         );
     }
-    assert_eq!(store.due_keys("", 10).await.unwrap(), Some(Vec::new()));
+    assert_eq!(
+        store.due_keys("", 10, WithDocs::NONE).await.unwrap(),
+        Some(Vec::new())
+    );
     let current = store.load("deploy/prod").await.unwrap().unwrap();
     store
         .cas_due("deploy/prod", Some(&current.version), b"doc", &[], Some(9))
         .await
         .unwrap();
-    let due = store.due_keys("", 10).await.unwrap().unwrap();
+    let with_docs = WithDocs {
+        first: 1,
+        due_by_ms: 9,
+    };
+    let due = store.due_keys("", 10, with_docs).await.unwrap().unwrap();
     assert_eq!(
         due.iter()
             .map(|d| (d.key.as_str(), d.due_ms))
             .collect::<Vec<_>>(),
         [("deploy/prod", 9)]
+    );
+    assert_eq!(
+        due[0].doc,
+        store.load("deploy/prod").await.unwrap(),
+        "this store reads the documents asked for with the index"
     );
     assert_eq!(
         store.list("").await.unwrap(),

@@ -160,9 +160,10 @@ impl Store for CountingStore {
         &self,
         prefix: &str,
         limit: usize,
+        docs: baton_store::WithDocs,
     ) -> baton_store::Result<Option<Vec<baton_store::DueKey>>> {
         bump(&self.other);
-        self.inner.due_keys(prefix, limit).await
+        self.inner.due_keys(prefix, limit, docs).await
     }
     async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
         bump(&self.other);

@@ -73,13 +73,19 @@ fn parse_states(text: &str) -> Result<Vec<&'static str>, Failure> {
         .collect()
 }
 
+/// A queued job's place as `baton status` shows places: 1 is next in line (the row counts the
+/// tickets ahead).
+fn shown_position(row: &JobRow) -> Option<usize> {
+    row.position.map(|ahead| ahead.saturating_add(1))
+}
+
 fn row_json(row: &JobRow) -> Value {
     json!({
         "key": row.key,
         "id": row.id,
         "state": row.state,
         "attempt": row.attempt,
-        "position": row.position,
+        "position": shown_position(row),
         "ready_at": row.ready_at_wall_ms.map(rfc3339),
         "last_error": row.last_error,
         "context": row.context,
@@ -108,7 +114,7 @@ fn print_table(rows: &[JobRow]) {
             Cell::plain(&row.id),
             Cell::painted(&row.state, render::outcome_paint(&row.state)),
             Cell::plain(row.attempt.to_string()),
-            Cell::plain(row.position.map_or_else(String::new, |p| p.to_string())),
+            Cell::plain(shown_position(row).map_or_else(String::new, |p| p.to_string())),
             Cell::plain(
                 row.ready_at_wall_ms
                     .map_or_else(String::new, render::rfc3339_seconds),

@@ -54,7 +54,7 @@ use etcd_client::{
 
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
 use layout::Layout;
 pub use url::EtcdUrl;
@@ -442,7 +442,12 @@ impl Store for EtcdStore {
         Ok(self.history_records(key, response.take_kvs()))
     }
 
-    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+        _docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
         // etcd orders a range by key only: read every entry under the prefix (one per key that
         // has a due time; keys without one have none) and sort them here.
         let layout = &self.inner.layout;
@@ -460,7 +465,11 @@ impl Store for EtcdStore {
             .filter_map(|kv| {
                 let key = layout.key_of_due(kv.key())?;
                 let due_ms = std::str::from_utf8(kv.value()).ok()?.parse().ok()?;
-                Some(DueKey { key, due_ms })
+                Some(DueKey {
+                    key,
+                    due_ms,
+                    doc: None,
+                })
             })
             .collect();
         due.sort_unstable_by(|a, b| (a.due_ms, &a.key).cmp(&(b.due_ms, &b.key)));

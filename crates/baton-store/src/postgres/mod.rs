@@ -55,7 +55,7 @@ use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
 
 /// How long opening a connection may take (TCP, TLS, authentication), and how long an operation
@@ -200,14 +200,40 @@ const LIST: &str = "SELECT key FROM baton_docs WHERE key ^@ $1 ORDER BY key";
 
 /// Keys of the due index under a prefix, earliest first: `$1` prefix, `$2` limit. The partial
 /// index on (due_ms, key) holds only keys with a due time. Unnamed, as `LIST`.
-const DUE_KEYS: &str = "SELECT key, due_ms FROM baton_docs
-     WHERE due_ms IS NOT NULL AND key ^@ $1 ORDER BY due_ms, key LIMIT $2";
+/// One page of the due index: the `$2` earliest due keys after `($5, $6)` (due time, key),
+/// each saying whether it is under the prefix `$1`; of the first `$3` keys under it, those due
+/// by `$4` come with their document ([`WithDocs`]). The others' documents stay unread (a
+/// TOASTed one is never detoasted).
+///
+/// The page is read before the prefix is looked at, so the only plan is an ordered scan of the
+/// partial due index, whose size does not grow with keys that have no due time: with the
+/// prefix in the `WHERE` the planner may take a range scan of the primary key, or a scan of the
+/// table, which read every key that ever had a job (measured: 11 ms a look next to 10,000
+/// finished keys, against 0.1 ms). Dead index entries left by the writes that took keys out
+/// are skipped after the first scan passes them (PostgreSQL marks them), so churn does not slow
+/// it either. A prefix costs the due keys outside it that come first, as on Redis.
+const DUE_PAGE: &str = "SELECT key, due_ms, under,
+       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN version END AS version,
+       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN doc END AS doc
+     FROM (SELECT key, due_ms, version, doc, under,
+                  count(*) FILTER (WHERE under) OVER (ORDER BY due_ms, key) AS n
+           FROM (SELECT key, due_ms, version, doc, left(key, length($1)) = $1 AS under
+                 FROM baton_docs WHERE due_ms IS NOT NULL AND (due_ms, key) > ($5, $6)
+                 ORDER BY due_ms, key LIMIT $2) AS page) AS due
+     ORDER BY due_ms, key";
+
+/// How many due keys a read of [`DUE_PAGE`] takes.
+const DUE_PAGE_KEYS: i64 = 256;
 
 /// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.
 const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUES ($1, $2, $3)
      ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes";
 
 const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = $1 AND name = $2";
+
+/// The statement [`Store::due_keys`] sends, a page at a time: public so that a test can check
+/// its plan against the server.
+pub const DUE_KEYS_PAGE: &str = DUE_PAGE;
 
 /// True when `url` names a PostgreSQL server (`postgres://` or `postgresql://`, any case).
 pub fn is_postgres_url(url: &str) -> bool {
@@ -596,27 +622,46 @@ impl Store for PostgresStore {
         self.history_records(rows)
     }
 
-    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = self
-            .fetch(Kind::Read, || {
-                sqlx::query(DUE_KEYS)
-                    .bind(prefix)
-                    .bind(limit)
-                    .persistent(false)
-            })
-            .await?;
-        let due = rows
-            .iter()
-            .map(|row| {
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+        docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
+        let due_by_ms = i64::try_from(docs.due_by_ms).unwrap_or(i64::MAX);
+        let mut due: Vec<DueKey> = Vec::new();
+        let mut after: (i64, String) = (i64::MIN, String::new());
+        loop {
+            let first = i64::try_from(docs.first.saturating_sub(due.len())).unwrap_or(i64::MAX);
+            let rows = self
+                .fetch(Kind::Read, || {
+                    sqlx::query(DUE_PAGE)
+                        .bind(prefix)
+                        .bind(DUE_PAGE_KEYS)
+                        .bind(first)
+                        .bind(due_by_ms)
+                        .bind(after.0)
+                        .bind(after.1.as_str())
+                })
+                .await?;
+            let full_page = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= DUE_PAGE_KEYS;
+            for row in &rows {
                 let key: String = row.try_get("key").map_err(|e| self.backend(e))?;
                 let due_ms: i64 = row.try_get("due_ms").map_err(|e| self.backend(e))?;
-                Ok(DueKey {
-                    key,
-                    due_ms: u64::try_from(due_ms).unwrap_or(0),
-                })
-            })
-            .collect::<Result<Vec<DueKey>>>()?;
+                let under: bool = row.try_get("under").map_err(|e| self.backend(e))?;
+                if under && due.len() < limit {
+                    due.push(DueKey {
+                        key: key.clone(),
+                        due_ms: u64::try_from(due_ms).unwrap_or(0),
+                        doc: self.versioned(row, "version", "doc")?,
+                    });
+                }
+                after = (due_ms, key);
+            }
+            if !full_page || due.len() >= limit {
+                break;
+            }
+        }
         Ok(Some(due))
     }
 

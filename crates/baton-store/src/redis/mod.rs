@@ -76,7 +76,7 @@ use crate::boot_clock::BootInstant;
 use crate::server_clock::ServerClock;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
 
 /// How long connecting to the server may take before the store is [`StoreError::Unavailable`].
@@ -588,7 +588,12 @@ impl Store for RedisStore {
         Ok(keys)
     }
 
-    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+        _docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
         // The index is one sorted set for every key of the namespace, ordered by due time:
         // read it a page at a time, earliest first, keeping the keys under `prefix`.
         const PAGE: isize = 256;
@@ -616,6 +621,7 @@ impl Store for RedisStore {
                     due.push(DueKey {
                         key,
                         due_ms: score.max(0.0) as u64,
+                        doc: None,
                     });
                 }
             }

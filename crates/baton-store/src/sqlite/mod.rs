@@ -24,7 +24,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 use crate::boot_clock::{boot_id, boot_time_ms};
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle,
+    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
 
 /// How long a write waits for another process's write transaction before giving up with
@@ -284,7 +284,12 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn due_keys(&self, prefix: &str, limit: usize) -> Result<Option<Vec<DueKey>>> {
+    async fn due_keys(
+        &self,
+        prefix: &str,
+        limit: usize,
+        docs: WithDocs,
+    ) -> Result<Option<Vec<DueKey>>> {
         let prefix = prefix.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |connection| {
@@ -301,14 +306,19 @@ impl Store for SqliteStore {
                     Ok((row.get(0)?, row.get(1)?))
                 })?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(Some(
-                rows.into_iter()
-                    .map(|(key, due_ms)| DueKey {
-                        key,
-                        due_ms: u64::try_from(due_ms).unwrap_or(0),
-                    })
-                    .collect(),
-            ))
+            let mut due = Vec::with_capacity(rows.len());
+            for (n, (key, due_ms)) in rows.into_iter().enumerate() {
+                let due_ms = u64::try_from(due_ms).unwrap_or(0);
+                // Read apart from the index (no transaction spans both): as current as a
+                // cache, which is all a worker trusts it to be.
+                let doc = if docs.wants(n, due_ms) {
+                    read_row(connection, &key)?.map(versioned)
+                } else {
+                    None
+                };
+                due.push(DueKey { key, due_ms, doc });
+            }
+            Ok(Some(due))
         })
         .await
     }
