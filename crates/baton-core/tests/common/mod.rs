@@ -36,7 +36,10 @@ pub struct World {
     pub doc: Option<Doc>,
     pub now_ms: u64,
     pub attempts: u64,
+    /// Every history entry written: tickets that ended, and jobs' runs.
     pub finished: Vec<(String, Outcome)>,
+    /// The entries that ended a ticket or a job (not a job's run that queued it again).
+    pub ended: Vec<(String, Outcome)>,
     /// Backlog segments written, by record name, as a store keeps records.
     pub records: std::collections::HashMap<String, Vec<u8>>,
     /// Whether a request carries the segment the document asks for (a caller that could not
@@ -51,6 +54,7 @@ impl World {
             now_ms: 1_000,
             attempts: 0,
             finished: Vec::new(),
+            ended: Vec::new(),
             records: std::collections::HashMap::new(),
             reads_segments: true,
         }
@@ -91,6 +95,10 @@ impl World {
         }
         for f in &applied.finished {
             self.finished.push((f.id.clone(), f.outcome));
+            // A job's run that ended with the job queued again is not the job's end.
+            if !f.job.as_ref().is_some_and(|run| run.requeued) {
+                self.ended.push((f.id.clone(), f.outcome));
+            }
         }
         self.doc = Some(applied.doc);
         Ok(applied.reply)
