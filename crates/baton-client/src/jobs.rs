@@ -818,15 +818,37 @@ pub async fn look_for_job(
             (ready.into_iter().map(|r| (r.key, None)).collect(), None)
         }
     };
-    for (key, doc) in keys {
+    let mut keys = keys;
+    for i in 0..keys.len() {
+        let (key, doc) = std::mem::take(&mut keys[i]);
+        let read_along = doc.is_some();
         if let Some(doc) = doc {
             coord.take_read(&key, doc)?;
         }
         if let Some(job) = claim(coord, &key, options).await? {
             return Ok(Look::Claimed(Box::new(job)));
         }
+        if read_along {
+            spread_after_a_loss(&mut keys[i + 1..]);
+        }
     }
     Ok(Look::Idle { next_due_in })
+}
+
+/// How many of the next keys a worker tries in a random order after losing a key to another
+/// worker.
+const LOSER_SPREAD: usize = 4;
+
+/// After a claim found nothing on a key the due index had just shown due (another worker took
+/// it a moment earlier): the workers that read the same index are going down the same list,
+/// and in the same order they would collide again key after key, each collision a wasted
+/// write. The next few keys, all due now, are tried in a random order instead; service stays
+/// in due order to within those few keys.
+fn spread_after_a_loss<T>(rest: &mut [T]) {
+    let n = rest.len().min(LOSER_SPREAD);
+    for i in (1..n).rev() {
+        rest.swap(i, rand::random_range(0..=i));
+    }
 }
 
 /// Wakes an idle worker when a served key may have new work: a push from the store for each
