@@ -82,6 +82,65 @@ fn a_busy_key_never_delays_a_free_one_and_one_key_runs_in_submit_order() {
     });
 }
 
+/// Item 5's fairness with real processes: one key with a backlog delays a job submitted for
+/// another key by one run of the worker's slot at most, not by the backlog.
+#[test]
+fn a_key_with_a_backlog_delays_another_key_by_one_run_at_most() {
+    for_each_store(|ctx| {
+        let (hot, cold) = (ctx.key("env/hot"), ctx.key("env/cold"));
+        for _ in 0..8 {
+            submit(ctx, &hot, &[]);
+        }
+        let prefix = ctx.key("env/");
+        let w = worker(ctx, "w", &[&prefix], &logging_job("0.3", 0));
+        let hot_lines = |ctx: &Ctx, what: &str| {
+            let head = format!("{what} {hot} ");
+            ctx.lines("log")
+                .iter()
+                .filter(|l| l.starts_with(&head))
+                .count()
+        };
+        wait_until("two hot jobs done", PROMPT, || hot_lines(ctx, "end") >= 2);
+        // Marked in the jobs' log, one append as theirs are, just before the submit.
+        append_line(&ctx.path("log"), "submitting cold");
+        let cold_id = submit(ctx, &cold, &[]);
+        ctx.baton(["wait", cold.as_str(), cold_id.as_str()])
+            .run()
+            .assert_code(0);
+        stop(w);
+        let log = ctx.lines("log");
+        let marked = log_index(&log, "submitting cold");
+        let cold_started = log_index(&log, &format!("start {cold} {cold_id}"));
+        let hot_head = format!("start {hot} ");
+        let hot_runs_between = log[marked..cold_started]
+            .iter()
+            .filter(|l| l.starts_with(&hot_head))
+            .count();
+        assert!(
+            hot_runs_between <= 1,
+            "{hot_runs_between} hot jobs started between the cold submit and the cold job:\n{}",
+            log.join("\n")
+        );
+        assert!(
+            hot_lines(ctx, "start") < 8,
+            "the cold job waited for the whole backlog:\n{}",
+            log.join("\n")
+        );
+    });
+}
+
+/// Appends `line` to the file at `path` in one write, as the jobs' `>>` does.
+fn append_line(path: &std::path::Path, line: &str) {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .expect("the log opens for appending");
+    file.write_all(format!("{line}\n").as_bytes())
+        .expect("the line is appended");
+}
+
 #[test]
 fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
     for_each_store(|ctx| {

@@ -316,6 +316,11 @@ impl Coordinator {
         self.cached(key).and_then(|cached| cached.doc)
     }
 
+    /// The version of `key` this coordinator last read or wrote, if any.
+    pub fn cached_version(&self, key: &str) -> Option<Version> {
+        self.cached(key).and_then(|cached| cached.version)
+    }
+
     /// When a store has no clock: milliseconds on this process's monotonic clock, on which
     /// [`Observer`] deadlines are expressed.
     pub fn mono_ms(&self) -> u64 {

@@ -821,14 +821,17 @@ pub async fn look_for_job(
     let mut keys = keys;
     for i in 0..keys.len() {
         let (key, doc) = std::mem::take(&mut keys[i]);
-        let read_along = doc.is_some();
+        let read_version = doc.as_ref().map(|d| d.version.clone());
         if let Some(doc) = doc {
             coord.take_read(&key, doc)?;
         }
         if let Some(job) = claim(coord, &key, options).await? {
             return Ok(Look::Claimed(Box::new(job)));
         }
-        if read_along {
+        // Lost to another writer, not merely not ready yet (a key due within the reading's
+        // slack): the key changed since the index showed it.
+        let lost = read_version.is_some_and(|read| coord.cached_version(&key) != Some(read));
+        if lost {
             spread_after_a_loss(&mut keys[i + 1..]);
         }
     }
