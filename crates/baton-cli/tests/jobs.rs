@@ -141,6 +141,36 @@ fn append_line(path: &std::path::Path, line: &str) {
         .expect("the line is appended");
 }
 
+/// `--not-before` as a duration holds the job (`why` says until when, `jobs --json` gives its
+/// `ready_at`); as an RFC 3339 time already past, the job runs at once.
+#[test]
+fn not_before_holds_a_job_until_its_time() {
+    for_each_store(|ctx| {
+        let key = ctx.key("later");
+        let later = submit(ctx, &key, &["--not-before", "1h"]);
+        let why = ctx.baton(["why", key.as_str(), later.as_str()]).run();
+        why.assert_code(0);
+        assert!(
+            why.stdout.contains("not before its --not-before: ready at"),
+            "{}",
+            why.describe()
+        );
+        let listed = ctx.baton(["jobs", key.as_str(), "--json"]).run();
+        listed.assert_code(0);
+        let row: serde_json::Value =
+            serde_json::from_str(listed.stdout.trim()).expect("one JSON row");
+        assert_eq!(row["state"], "queued", "{}", listed.describe());
+        assert!(row["ready_at"].is_string(), "{}", listed.describe());
+        let now_key = ctx.key("now");
+        let past = submit(ctx, &now_key, &["--not-before", "2020-01-01T00:00:00Z"]);
+        let w = worker(ctx, "w", &[&now_key], "true");
+        ctx.baton(["wait", now_key.as_str(), past.as_str()])
+            .run()
+            .assert_code(0);
+        stop(w);
+    });
+}
+
 #[test]
 fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
     for_each_store(|ctx| {
