@@ -171,6 +171,25 @@ fn not_before_holds_a_job_until_its_time() {
     });
 }
 
+/// A job submitted with `--supersede` ends the queued jobs before it: `wait` on one of them
+/// exits 76 (superseded); the new one runs.
+#[test]
+fn a_superseding_submit_ends_the_queued_jobs_and_wait_exits_76() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let old = submit(ctx, &key, &[]);
+        let new = submit(ctx, &key, &["--supersede"]);
+        ctx.baton(["wait", key.as_str(), old.as_str()])
+            .run()
+            .assert_code(76);
+        let w = worker(ctx, "w", &[&key], "true");
+        ctx.baton(["wait", key.as_str(), new.as_str()])
+            .run()
+            .assert_code(0);
+        stop(w);
+    });
+}
+
 #[test]
 fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
     for_each_store(|ctx| {
