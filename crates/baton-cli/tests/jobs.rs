@@ -172,7 +172,8 @@ fn not_before_holds_a_job_until_its_time() {
 }
 
 /// A job submitted with `--supersede` ends the queued jobs before it: `wait` on one of them
-/// exits 76 (superseded); the new one runs.
+/// exits 76 (superseded); the new one, in `baton status` while queued, runs; `baton log` shows
+/// both with how they ended.
 #[test]
 fn a_superseding_submit_ends_the_queued_jobs_and_wait_exits_76() {
     for_each_store(|ctx| {
@@ -182,11 +183,27 @@ fn a_superseding_submit_ends_the_queued_jobs_and_wait_exits_76() {
         ctx.baton(["wait", key.as_str(), old.as_str()])
             .run()
             .assert_code(76);
+        // A queued job is in `baton status`, as a ticket is.
+        let status = ctx.baton(["status", key.as_str()]).run();
+        status.assert_code(0);
+        assert!(status.stdout.contains(&new), "{}", status.describe());
         let w = worker(ctx, "w", &[&key], "true");
         ctx.baton(["wait", key.as_str(), new.as_str()])
             .run()
             .assert_code(0);
         stop(w);
+        // Both are in `baton log`, with how they ended.
+        let log = ctx.baton(["log", key.as_str()]).run();
+        log.assert_code(0);
+        let line_of = |id: &str| {
+            log.stdout
+                .lines()
+                .find(|l| l.contains(id))
+                .unwrap_or_else(|| panic!("{id} is not in the log: {}", log.describe()))
+                .to_owned()
+        };
+        assert!(line_of(&old).contains("superseded"), "{}", log.describe());
+        assert!(line_of(&new).contains("succeeded"), "{}", log.describe());
     });
 }
 
