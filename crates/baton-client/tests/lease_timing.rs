@@ -65,6 +65,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
             waiter_ttl_ms: 60_000,
             claim_ms: 4_000,
             max_live: 100,
+            once: None,
         }),
     )
 }

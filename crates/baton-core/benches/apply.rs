@@ -40,6 +40,7 @@ fn enqueue(n: u64) -> Request {
             waiter_ttl_ms: 60_000,
             claim_ms: 4_000,
             max_live: 1_000,
+            once: None,
         }),
     }
 }

@@ -15,11 +15,12 @@ mod jobs;
 use crate::backlog::{Cut, Segment};
 use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
-use crate::history::Finished;
+use crate::history::{Finished, OnceRun};
 use crate::invariants;
 use crate::job::RunEnd;
 use crate::lease;
 use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
+use crate::once::{self, OnceSpec};
 use crate::op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
 
 /// The result of an accepted operation.
@@ -85,6 +86,18 @@ pub fn apply_with(
         changed,
         segment_out: work.segment_out,
     })
+}
+
+/// Checks a run-once enqueue: its spec's bounds, and that it asks for a mutex.
+fn check_once(spec: &OnceSpec, e: &Enqueue) -> Result<(), Refusal> {
+    spec.check()?;
+    if e.limit != 1 || e.mode != Mode::Normal {
+        return Err(limits::InvalidInput(
+            "a run-once key is a mutex: one run at a time (no --limit, no --shared)".into(),
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// The standing of the live ticket `id` in `doc`, if it is live: in the window, or waiting in
@@ -156,6 +169,10 @@ struct Work<'a> {
 
 impl Work<'_> {
     fn expire(&mut self) {
+        let wall_ms = self.clock.wall_ms();
+        if let Some(record) = self.doc.once.as_mut() {
+            record.forget_due(wall_ms);
+        }
         if let Clock::Store { epoch, now_ms, .. } = *self.clock {
             // A document written on observation (before its store had a clock, or by an older
             // baton) has no epoch and no deadlines: its tickets start their phase now, on this
@@ -361,6 +378,15 @@ impl Work<'_> {
                 }
                 Ok((Reply::Cancelled(ids), None))
             }
+            Op::RetryOnce => {
+                let record = self.doc.once.as_mut().ok_or_else(|| Refusal::OnceNotDead {
+                    state: "never run".into(),
+                })?;
+                record
+                    .revive()
+                    .map_err(|state| Refusal::OnceNotDead { state })?;
+                Ok((Reply::Nothing, None))
+            }
             Op::Tick => Ok((Reply::Nothing, None)),
             Op::Submit(submit) => self.submit(submit),
             Op::Claim { token, ttl_ms } => self.claim(token, *ttl_ms),
@@ -385,6 +411,9 @@ impl Work<'_> {
                 limits::CLAIM_MIN_MS
             ))
             .into());
+        }
+        if let Some(spec) = &e.once {
+            check_once(spec, e)?;
         }
         let hash = token_hash(&e.token);
         // A retry of an enqueue that already landed: answer with the ticket's standing.
@@ -411,6 +440,18 @@ impl Work<'_> {
         if self.doc.tickets.iter().any(|t| t.token_hash == hash) {
             return Err(Refusal::DuplicateId { id: e.id.clone() });
         }
+        if let Some(spec) = &e.once {
+            // Nothing to wait for: no ticket is made, and nothing is written.
+            let verdict = once::verdict(self.doc.once.as_ref(), spec, self.clock.wall_ms());
+            if let Some(outcome) = verdict.outcome() {
+                let view = TicketView::Finished {
+                    id: e.id.clone(),
+                    outcome,
+                    forced: false,
+                };
+                return Ok((Reply::Ticket(view), None));
+            }
+        }
         self.make_room(e.limit, e.max_live)?;
         let ticket = Ticket {
             id: e.id.clone(),
@@ -431,6 +472,7 @@ impl Work<'_> {
             enqueued_wall_ms: self.clock.wall_ms(),
             granted_wall_ms: 0,
             job: None,
+            once: e.once,
         };
         self.doc.next_arrival += 1;
         self.doc.tickets.push(ticket);
@@ -519,6 +561,9 @@ impl Work<'_> {
                 .queue_key()
                 .cmp(&self.doc.tickets[b].queue_key())
         });
+        // Run-once tickets that must not run end after the walk (indices stay valid meanwhile);
+        // nothing the walk does changes their verdict.
+        let mut settled = Vec::new();
         for idx in queued {
             if self.doc.tickets[idx].job.is_some()
                 || self.doc.behind_backlog(&self.doc.tickets[idx])
@@ -526,6 +571,13 @@ impl Work<'_> {
                 // A job is taken by a worker's claim, never granted to nobody; and nothing
                 // behind it may pass it, nor the backlog's jobs that arrived earlier.
                 break;
+            }
+            if let Some(spec) = &self.doc.tickets[idx].once {
+                let verdict = once::verdict(self.doc.once.as_ref(), spec, self.clock.wall_ms());
+                if let Some(outcome) = verdict.outcome() {
+                    settled.push((idx, outcome, verdict.reason()));
+                    continue;
+                }
             }
             let fits = match self.doc.tickets[idx].mode {
                 Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
@@ -549,6 +601,10 @@ impl Work<'_> {
                 Mode::Shared => n_shared += 1,
             }
             self.granted.push((ticket.id.clone(), fence));
+        }
+        settled.sort_by_key(|(idx, ..)| std::cmp::Reverse(*idx));
+        for (idx, outcome, reason) in settled {
+            self.finish(idx, outcome, false, Some(reason), None);
         }
         Ok(())
     }
@@ -599,6 +655,24 @@ impl Work<'_> {
         if ticket.state == TicketState::Held {
             self.record_hold(&ticket, outcome);
         }
+        let mut entry = Finished::of(&ticket, outcome, forced, reason, wall_ms);
+        if let (Some(spec), TicketState::Held) = (&ticket.once, ticket.state) {
+            // A run ended: the key's record learns how (a success, or a spent attempt).
+            let record = self.doc.once.get_or_insert_with(Default::default);
+            let attempt = record.record_run_end(spec, outcome, wall_ms);
+            let dead = record.dead;
+            if dead && entry.reason.is_none() {
+                entry.reason = Some(format!(
+                    "attempt {attempt} of {} failed: the key is dead until `baton retry`",
+                    spec.max_attempts
+                ));
+            }
+            entry.once = Some(OnceRun {
+                seq: spec.seq,
+                attempt,
+                dead,
+            });
+        }
         self.doc.finished.push(FinishedMark::new(
             &ticket.id,
             &ticket.token_hash,
@@ -610,8 +684,7 @@ impl Work<'_> {
             self.doc.finished.remove(0);
         }
         self.doc.finishes = self.doc.finishes.saturating_add(1);
-        self.finished
-            .push(Finished::of(&ticket, outcome, forced, reason, wall_ms));
+        self.finished.push(entry);
     }
 
     /// Adds the hold that ticket `held` ended with `outcome` to the summary.

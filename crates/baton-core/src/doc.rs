@@ -12,11 +12,13 @@ use crate::backlog::Backlog;
 use crate::invariants;
 use crate::job::JobState;
 use crate::limits::{DOC_MAX_BYTES, FINISHED_REMEMBERED, HOLD_SAMPLES};
+use crate::once::{OnceRecord, OnceSpec};
 
 /// The newest document format this code writes and understands.
 ///
-/// Format 3 has jobs ([`Ticket::job`]); a document without jobs is still written in format 2,
-/// so an older baton keeps working on every key that has none. Format 2 stores finished-ticket
+/// Format 3 has jobs ([`Ticket::job`]) and run-once records ([`Doc::once`]); a document
+/// without either is still written in format 2, so an older baton keeps working on every key
+/// that has none. Format 2 stores finished-ticket
 /// marks as short strings ([`FinishedMark`]); a format 1 document is still read.
 pub const FORMAT: u32 = 3;
 
@@ -91,6 +93,11 @@ pub enum Outcome {
     /// A job's run given back by its worker (exit 75). In history entries of runs only
     /// ([`crate::history::JobRun::requeued`]), never the final outcome of a ticket.
     ReleasedBack,
+    /// A run-once ticket that ran nothing: a success of its step was already recorded
+    /// ([`crate::once`]).
+    Skipped,
+    /// A run-once ticket of a step whose predecessor has not completed ([`crate::once`]).
+    OutOfOrder,
 }
 
 impl Outcome {
@@ -106,6 +113,8 @@ impl Outcome {
             Outcome::TimedOut => "timed_out",
             Outcome::Dead => "dead",
             Outcome::ReleasedBack => "released_back",
+            Outcome::Skipped => "skipped",
+            Outcome::OutOfOrder => "out_of_order",
         }
     }
 
@@ -121,6 +130,8 @@ impl Outcome {
             Outcome::TimedOut => 't',
             Outcome::Dead => 'd',
             Outcome::ReleasedBack => 'b',
+            Outcome::Skipped => 'k',
+            Outcome::OutOfOrder => 'g',
         }
     }
 
@@ -136,6 +147,8 @@ impl Outcome {
             't' => Outcome::TimedOut,
             'd' => Outcome::Dead,
             'b' => Outcome::ReleasedBack,
+            'k' => Outcome::Skipped,
+            'g' => Outcome::OutOfOrder,
             _ => return None,
         })
     }
@@ -203,6 +216,9 @@ pub struct Ticket {
     /// Set for a job ([`crate::job`]): a ticket with no waiting process, claimed by a worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<Box<JobState>>,
+    /// Set for a run-once ticket ([`crate::once`]): granted only if its verdict is to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub once: Option<OnceSpec>,
 }
 
 impl Ticket {
@@ -435,6 +451,9 @@ pub struct Doc {
     /// Jobs queued behind the window, kept outside the document ([`crate::backlog`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backlog: Option<Backlog>,
+    /// What the key remembers of its run-once runs ([`crate::once`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub once: Option<OnceRecord>,
 }
 
 impl Default for Doc {
@@ -450,6 +469,7 @@ impl Default for Doc {
             finishes: 0,
             summary: Summary::default(),
             backlog: None,
+            once: None,
         }
     }
 }
@@ -555,7 +575,13 @@ pub struct TooLarge {
 /// A document without jobs is written in [`FORMAT_LOCKS`], which an older baton reads.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
-    let format = if doc.backlog.is_some() || doc.tickets.iter().any(|t| t.job.is_some()) {
+    let format = if doc.backlog.is_some()
+        || doc.once.is_some()
+        || doc
+            .tickets
+            .iter()
+            .any(|t| t.job.is_some() || t.once.is_some())
+    {
         FORMAT
     } else {
         FORMAT_LOCKS

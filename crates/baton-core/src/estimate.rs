@@ -99,6 +99,7 @@ mod tests {
             enqueued_wall_ms: 0,
             granted_wall_ms,
             job: None,
+            once: None,
         }
     }
 

@@ -43,6 +43,23 @@ pub struct Finished {
     /// For a job: which run of which attempt this was, and whether the job was queued again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<JobRun>,
+    /// For a run-once ticket: its step, and for a run, which attempt it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub once: Option<OnceRun>,
+}
+
+/// What a history entry says of a run-once ticket ([`crate::once`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OnceRun {
+    /// Its step (`--seq`), if it is one of a sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// The attempt this run was (0: it never ran: skipped, dead, out of order).
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempt: u32,
+    /// This run spent the key's last attempt: the key is dead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dead: bool,
 }
 
 /// What a history entry says of a job's run.
@@ -96,6 +113,11 @@ impl Finished {
                 run: job.runs,
                 requeued: false,
             }),
+            once: ticket.once.map(|spec| OnceRun {
+                seq: spec.seq,
+                attempt: 0,
+                dead: false,
+            }),
         }
     }
 
@@ -131,6 +153,7 @@ mod tests {
             granted_wall_ms: Some(2),
             finished_wall_ms: 3,
             job: None,
+            once: None,
         };
         let bytes = record.encode();
         assert!(!String::from_utf8_lossy(&bytes).contains("forced"));

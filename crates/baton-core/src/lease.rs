@@ -330,6 +330,7 @@ mod tests {
             waiter_ttl_ms: 60_000,
             claim_ms: 4_000,
             max_live: 100,
+            once: None,
         });
         let granted = |ids: &[&str]| -> Vec<(String, u64)> {
             ids.iter().map(|id| (id.to_string(), 7)).collect()

@@ -16,6 +16,7 @@
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
 //! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
+//! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
@@ -31,6 +32,7 @@ pub mod invariants;
 pub mod job;
 pub mod lease;
 pub mod limits;
+pub mod once;
 pub mod op;
 
 pub use apply::{apply, apply_with, Applied};
@@ -38,6 +40,7 @@ pub use clock::{Clock, Observer};
 pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
 pub use history::Finished;
 pub use job::{JobResult, JobSpec, JobState};
+pub use once::{OnceRecord, OnceSpec, Verdict};
 pub use op::{
     CancelledTicket, Enqueue, Op, Refusal, Reply, Request, Submit, TicketStatus, TicketView,
 };

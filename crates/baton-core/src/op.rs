@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::doc::{Mode, Outcome, TicketState};
 use crate::job::{JobResult, JobSpec, JobState, RunEnd};
 use crate::limits::InvalidInput;
+use crate::once::OnceSpec;
 
 /// An operation together with the id of this attempt at it.
 ///
@@ -106,6 +107,8 @@ pub enum Op {
         /// How it ended.
         result: JobResult,
     },
+    /// `baton retry KEY`: a key whose run-once attempts are spent gets them back.
+    RetryOnce,
     /// Only expire what has expired and grant what can be granted.
     Tick,
 }
@@ -137,6 +140,11 @@ pub struct Enqueue {
     pub claim_ms: u64,
     /// Bound on live tickets of the key.
     pub max_live: u32,
+    /// A run-once ticket ([`crate::once`]): granted only when its verdict is to run; with any
+    /// other verdict the enqueue makes no ticket and answers how it ended (skipped, dead, out
+    /// of order).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub once: Option<OnceSpec>,
 }
 
 /// Arguments of [`Op::Submit`].
@@ -335,6 +343,15 @@ pub enum Refusal {
         /// The job's id.
         id: String,
         /// Its state.
+        state: String,
+    },
+    /// `baton retry KEY` of a key whose run-once record is not dead.
+    #[error(
+        "the key's run-once record is {state}, not dead: only a dead key can be retried (to \
+         retry a dead job, name it: `baton retry KEY JOB_ID`)"
+    )]
+    OnceNotDead {
+        /// The record's state ([`crate::OnceRecord::state_word`]).
         state: String,
     },
     /// The key's backlog holds as many jobs as it may.

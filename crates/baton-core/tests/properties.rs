@@ -837,6 +837,7 @@ impl World {
                     waiter_ttl_ms: WAITER_TTLS[e.waiter as usize],
                     claim_ms: CLAIMS[e.claim as usize],
                     max_live: if e.small_queue { 3 } else { 1000 },
+                    once: None,
                 })
             }
             OpSeed::Refresh { pick } => Op::Refresh {
@@ -896,6 +897,7 @@ impl World {
                     waiter_ttl_ms: 2_000,
                     claim_ms: 100,
                     max_live: 1000,
+                    once: None,
                 })
             }
         }
@@ -980,6 +982,7 @@ impl World {
             waiter_ttl_ms: 2_000,
             claim_ms: 100,
             max_live: 1000,
+            once: None,
         };
         let own = self.own_token(c, kind);
         let op = match kind % 17 {
@@ -1315,10 +1318,15 @@ impl World {
                 x.result = Ok(Want::Cancelled(queued));
             }
             Op::Tick => {}
-            // Jobs are not among the operations this model generates (`tests/jobs.rs` drives
-            // them); an operation it cannot predict must never be delivered to it.
-            Op::Submit(_) | Op::Claim { .. } | Op::Complete { .. } | Op::CancelInBacklog { .. } => {
-                panic!("the reference model does not generate jobs: {request:?}")
+            // Jobs and run-once are not among the operations this model generates
+            // (`tests/jobs.rs` and `tests/once.rs` drive them); an operation it cannot predict
+            // must never be delivered to it.
+            Op::Submit(_)
+            | Op::Claim { .. }
+            | Op::Complete { .. }
+            | Op::CancelInBacklog { .. }
+            | Op::RetryOnce => {
+                panic!("the reference model does not generate jobs or run-once: {request:?}")
             }
         }
         x
@@ -2020,6 +2028,7 @@ fn a_retried_cancel_queued_is_recognised() {
             waiter_ttl_ms: 60_000,
             claim_ms: 3_000,
             max_live: 1000,
+            once: None,
         }),
     };
     let run = |doc: Option<&Doc>, request: &Request| apply(doc, request, &clock).expect("accepted");

@@ -301,6 +301,7 @@ mod tests {
             granted_wall_ms: granted,
             finished_wall_ms: 9_000,
             job: None,
+            once: None,
         }
     }
 

@@ -94,6 +94,7 @@ impl Work<'_> {
                 runs: if s.revive { s.runs_before } else { 0 },
                 ..JobState::new(&s.spec, ready_at_ms)
             })),
+            once: None,
         };
         self.doc.next_arrival += 1;
         if to_backlog {

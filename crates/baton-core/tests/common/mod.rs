@@ -28,6 +28,7 @@ pub fn enqueue(n: u32) -> Enqueue {
         waiter_ttl_ms: 60_000,
         claim_ms: 3_000,
         max_live: 1000,
+        once: None,
     }
 }
 

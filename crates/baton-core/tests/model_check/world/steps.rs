@@ -686,5 +686,6 @@ fn enqueue_op(id: String, token: String, mode: Mode, limit: u32) -> Op {
         waiter_ttl_ms: WAITER_TTL,
         claim_ms: CLAIM,
         max_live: 1000,
+        once: None,
     })
 }
