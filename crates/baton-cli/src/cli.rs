@@ -10,13 +10,15 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0    success (for `run`: CMD's own exit code is passed through; 128+N if CMD died of signal N)
   1    error: the store failed, or the operation was refused (wrong or stale token, bad document);
-       for `wait` and `submit --wait`: the job is dead (its attempts are spent)
+       for `wait` and `submit --wait`: the job is dead (its attempts are spent);
+       for `once`: the key is dead (its attempts are spent: `baton retry KEY`)
   2    usage error (bad flag, bad key, bad duration)
   75   the wait for a turn timed out (--timeout)
   76   the ticket (or job) was superseded by a newer one while queued (--supersede)
   77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
   78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost
   79   `run --max-hold`: CMD held the keys too long and was stopped
+  80   `once --seq N`: step N-1 has not completed (a gap); nothing ran
   130  interrupted by SIGINT while waiting (143 for SIGTERM)";
 
 const ABOUT: &str = "Fair, fenced locks and semaphores for CI pipelines, deployments and jobs";
@@ -85,6 +87,9 @@ pub enum Command {
     /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
     #[command(after_help = INIT_HELP)]
     Init(InitArgs),
+    /// Run CMD unless a run of it already succeeded on KEY (--seq N: run step N in order)
+    #[command(after_help = ONCE_HELP)]
+    Once(OnceArgs),
     /// Queue a job for KEY: work a `baton worker` runs when the key has room
     #[command(after_help = SUBMIT_HELP)]
     Submit(SubmitArgs),
@@ -92,8 +97,8 @@ pub enum Command {
     Complete(CompleteArgs),
     /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
     Wait(WaitJobArgs),
-    /// Queue a dead job again, its attempts reset
-    Retry(JobRefArgs),
+    /// Queue a dead job again (KEY JOB_ID), or give a dead run-once KEY its attempts back
+    Retry(RetryArgs),
     /// Run the jobs of matching keys with CMD, each when its key has room
     #[command(after_help = WORKER_HELP)]
     Worker(WorkerArgs),
@@ -103,6 +108,35 @@ pub enum Command {
     #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
     Jobs(JobsArgs),
 }
+
+const ONCE_HELP: &str = "\
+For work that must not run twice (charge a card, send an email, migrate a database) when the
+thing that starts it may deliver twice: a task queue, a re-run CI job, a retried webhook.
+
+  runs      nobody has succeeded on KEY (within --retain): CMD runs while baton holds KEY;
+            its exit status is recorded, and baton exits with it
+  skipped   a run already succeeded: exit 0 at once, saying so, and CMD does not run.
+            Callers that arrive while a run is going wait for it, then skip if it succeeded,
+            or try in turn if it failed
+  dead      --max-attempts runs failed: exit 1 until `baton retry KEY` gives the attempts back
+
+The guarantee: CMD runs again only if the previous run's success was never recorded: baton
+crashed between CMD's exit and the record, or the run lost its lease while it ran (its process
+was killed, paused or cut off past --ttl). Such a run is recorded as `expired` (see `baton log
+KEY`), spends an attempt, and the next caller runs CMD once the lease has run out.
+
+Sequences: with --seq N, CMD runs only if KEY's last completed step is N-1 (a key with none has
+completed 0, so --seq 1 runs first). A replay (step N or an earlier one already completed) is
+skipped with exit 0; a gap (step N-1 not completed, or still running) is refused with exit 80,
+naming the last completed step. A failed step may be tried again with the same N.
+
+CMD gets BATON_KEY, BATON_TICKET, BATON_FENCE and BATON_ATTEMPT (1 for the first attempt since
+the last success or retry), and BATON_SEQ with --seq.
+
+Examples:
+  baton once charge/order-1234 -- ./charge.sh 1234
+  baton once --max-attempts 5 --retain 30d email/welcome/u42 -- ./send-welcome.sh u42
+  baton once --seq \"$STEP\" --retain 365d migrate/billing -- ./migrate.sh \"$STEP\"";
 
 const JOBS_HELP: &str = "\
 One row per job: queued ones in the order they will run (READY says when a job waits for its
@@ -251,6 +285,73 @@ pub struct RunArgs {
     /// The command to run while holding the keys.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `baton once`.
+#[derive(Debug, Args)]
+pub struct OnceArgs {
+    /// Run only as step N of KEY's sequence: right after step N-1 completed (exit 80 if it
+    /// has not; exit 0 without running if step N is already done)
+    #[arg(long, value_name = "N")]
+    pub seq: Option<u64>,
+
+    /// Failed runs after which KEY is dead (every caller exits 1 until `baton retry KEY`)
+    #[arg(long, default_value_t = baton_core::once::MAX_ATTEMPTS_DEFAULT, value_name = "N")]
+    pub max_attempts: u32,
+
+    /// How long a success is remembered: after it, CMD runs again
+    #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DUR")]
+    pub retain: Duration,
+
+    /// Lease while CMD runs, renewed every TTL/3: a run whose baton dies is taken over this
+    /// long after its last renewal
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub ttl: Duration,
+
+    /// Stop CMD (SIGTERM, then SIGKILL 5s later) once it has run this long: a failed attempt,
+    /// exit 79
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub max_hold: Option<Duration>,
+
+    /// Give up waiting for a running duplicate after DUR (exit 75) [default: wait]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+
+    /// Intervals between two looks at the store while waiting (as for `run`)
+    #[arg(long, value_parser = parse_poll, default_value = "250ms..1s", value_name = "[MIN..]MAX")]
+    pub poll: PollBounds,
+
+    /// Who is running and why, shown to others [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+
+    /// How long to ride out a store that cannot be reached (as for `run`)
+    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "DUR")]
+    pub store_retry: Duration,
+
+    /// Print nothing while waiting
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// The key that remembers the run
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// The command, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `baton retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The dead job's id; without it, KEY's dead run-once record gets its attempts back
+    #[arg(value_name = "JOB_ID")]
+    pub id: Option<String>,
 }
 
 /// `baton acquire`.

@@ -20,6 +20,8 @@ pub const CANCELLED: i32 = 77;
 pub const LOST: i32 = 78;
 /// The command held longer than `--max-hold` and was stopped.
 pub const MAX_HOLD: i32 = 79;
+/// `once --seq N`: step N-1 has not completed.
+pub const OUT_OF_ORDER: i32 = 80;
 
 /// A failure: what to print, and the exit code.
 #[derive(Debug)]

@@ -64,6 +64,10 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
             cmd::run::run(&opened, args).await
         }
+        Command::Once(args) => {
+            let opened = open_retrying(store_url, args.store_retry, args.quiet).await?;
+            cmd::once::once(&opened, args).await
+        }
         Command::Acquire(args) => {
             let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
             cmd::acquire::acquire(&opened, args).await

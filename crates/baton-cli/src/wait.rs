@@ -53,6 +53,7 @@ pub fn options(
         max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
         on_progress,
         store_retry: args.store_retry,
+        once: None,
     })
 }
 

@@ -65,6 +65,8 @@ pub struct AcquireOptions {
     /// `on_progress`. Zero fails at the first error. The ticket outlives an outage shorter
     /// than its waiter lease; after a longer one the wait ends as lost (abandoned).
     pub store_retry: Duration,
+    /// A run-once turn ([`crate::once`]): granted only when the key's verdict is to run.
+    pub once: Option<baton_core::OnceSpec>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -95,6 +97,7 @@ impl Default for AcquireOptions {
             max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
             on_progress: None,
             store_retry: Duration::from_secs(60),
+            once: None,
         }
     }
 }

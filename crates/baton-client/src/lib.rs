@@ -9,6 +9,7 @@
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
+//! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
@@ -24,6 +25,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod ids;
 pub mod jobs;
+pub mod once;
 pub mod poll;
 pub mod time;
 mod waiter;
@@ -35,4 +37,5 @@ pub use heartbeat::{Heartbeat, LeaseGuard, Lost};
 pub use jobs::{
     ClaimOptions, Job, JobEnd, JobStanding, KeyPatterns, ReadyKey, RunReport, SubmitOptions,
 };
+pub use once::{once, NotRun, OnceOptions, OnceOutcome, OnceRun};
 pub use time::{wall_ms, BootClock, LocalClock};

@@ -136,7 +136,7 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
         waiter_ttl_ms: options.waiter_ttl.as_millis() as u64,
         claim_ms: options.claim().as_millis() as u64,
         max_live: options.max_live,
-        once: None,
+        once: options.once,
     }
 }
 

@@ -182,9 +182,9 @@ impl OnceRecord {
     pub fn state_word(&self) -> &'static str {
         match (self.dead, self.done_seq > 0, self.failures > 0) {
             (true, _, _) => "dead",
-            (false, true, _) => "succeeded",
+            (false, true, _) => "done",
             (false, false, true) => "failing",
-            (false, false, false) => "never succeeded",
+            (false, false, false) => "not done",
         }
     }
 }
@@ -326,7 +326,7 @@ mod tests {
     fn spent_attempts_leave_the_key_dead_until_revived() {
         let mut record = OnceRecord::default();
         let plain = spec(None);
-        assert_eq!(record.revive(), Err("never succeeded".into()));
+        assert_eq!(record.revive(), Err("not done".into()));
         record.record_run_end(&plain, Outcome::Failed, 1);
         assert_eq!(record.revive(), Err("failing".into()));
         record.record_run_end(&plain, Outcome::Expired, 2);

@@ -347,7 +347,7 @@ pub enum Refusal {
     },
     /// `baton retry KEY` of a key whose run-once record is not dead.
     #[error(
-        "the key's run-once record is {state}, not dead: only a dead key can be retried (to \
+        "the key is not dead (its run-once runs: {state}): only a dead key can be retried (to \
          retry a dead job, name it: `baton retry KEY JOB_ID`)"
     )]
     OnceNotDead {

@@ -96,7 +96,7 @@ fn a_failed_run_lets_the_next_duplicate_try_and_spent_attempts_make_the_key_dead
     assert_eq!(
         w.run(Op::RetryOnce),
         Err(Refusal::OnceNotDead {
-            state: "succeeded".into()
+            state: "done".into()
         })
     );
 }

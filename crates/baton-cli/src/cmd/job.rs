@@ -1,14 +1,16 @@
-//! `baton submit`, `complete`, `wait` and `retry`: jobs by `KEY JOB_ID`, no lookup needed.
+//! `baton submit`, `complete`, `wait` and `retry`: jobs by `KEY JOB_ID`, no lookup needed
+//! (`retry KEY` alone: a dead run-once key).
 
 use std::io::{IsTerminal, Read};
 use std::time::Duration;
 
+use baton_client::ids;
 use baton_client::jobs::{self, JobEnd, JobStanding, SubmitOptions};
 use baton_core::job::{JobResult, JobSpec};
 use baton_core::op::TicketView;
-use baton_core::{Outcome, TicketState};
+use baton_core::{Op, Outcome, Request, TicketState};
 
-use crate::cli::{CompleteArgs, CompleteOutcome, JobRefArgs, SubmitArgs, WaitJobArgs};
+use crate::cli::{CompleteArgs, CompleteOutcome, JobRefArgs, RetryArgs, SubmitArgs, WaitJobArgs};
 use crate::exit::{self, Failure};
 use crate::Opened;
 
@@ -211,11 +213,27 @@ async fn print_last_output(opened: &Opened, key: &str, id: &str) {
 }
 
 /// Runs the `retry` subcommand.
-pub async fn retry(opened: &Opened, args: JobRefArgs) -> Result<i32, Failure> {
+pub async fn retry(opened: &Opened, args: RetryArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
+    let Some(id) = args.id else {
+        return retry_once(opened, &args.key).await;
+    };
+    let args = JobRefArgs { key: args.key, id };
     let view = jobs::revive(&opened.coord, &args.key, &args.id)
         .await
         .map_err(|e| Failure::new(exit::ERROR, Failure::from(e).message))?;
     eprintln!("baton: {}", describe(&args.key, &args.id, &view));
+    Ok(exit::OK)
+}
+
+/// `baton retry KEY`: a dead run-once key gets its attempts back.
+async fn retry_once(opened: &Opened, key: &str) -> Result<i32, Failure> {
+    let mut request = Request::new(ids::new_attempt_id(), Op::RetryOnce);
+    opened
+        .coord
+        .execute(key, &mut request)
+        .await
+        .map_err(|e| Failure::new(exit::ERROR, Failure::from(e).message))?;
+    eprintln!("baton: {key}: its attempts are back; the next `baton once {key}` runs its command");
     Ok(exit::OK)
 }

@@ -8,6 +8,7 @@ pub mod init;
 pub mod job;
 pub mod jobs;
 pub mod log;
+pub mod once;
 pub mod run;
 pub mod status;
 pub mod token;

@@ -46,6 +46,47 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
         );
     }
     let guard = LeaseGuard::new(coord.clone(), leases.clone(), heartbeat);
+    let env = command_env(&leases, &opened.url);
+    let end = hold_and_run(guard, &args.command, &env, args.max_hold).await?;
+    Ok(end.exit_code())
+}
+
+/// How CMD ended, and whether its release (which records how) was written.
+pub struct CommandEnd {
+    /// CMD's exit code (128+N if it died of signal N).
+    pub code: i32,
+    /// The release by CMD's status: `succeeded` for 0, else `failed`.
+    pub release: Result<(), baton_client::ClientError>,
+}
+
+impl CommandEnd {
+    /// baton's exit code: CMD's, unless the release failed after CMD succeeded (a script must
+    /// not believe all went well). Says what went wrong with the release.
+    pub fn exit_code(&self) -> i32 {
+        match &self.release {
+            Ok(()) => self.code,
+            Err(error) => {
+                eprintln!("baton: the command finished but the release failed: {error}");
+                if self.code == 0 {
+                    exit::LOST
+                } else {
+                    self.code
+                }
+            }
+        }
+    }
+}
+
+/// Runs CMD while `guard`'s leases are held: renewed by their heartbeat, CMD killed the moment
+/// one is lost (exit 78, or 77 when an operator force-released it), stopped after `max_hold`
+/// (exit 79), signals forwarded; then releases by CMD's exit status.
+pub async fn hold_and_run(
+    guard: LeaseGuard,
+    command: &[String],
+    env: &[(String, String)],
+    max_hold: Option<Duration>,
+) -> Result<CommandEnd, Failure> {
+    let leases = guard.leases().to_vec();
     // Last look before the command starts: a lease that ran out meanwhile (this process was
     // stopped or suspended after acquiring) is never started.
     if let Err(lost) = guard.standing() {
@@ -58,9 +99,8 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
             ),
         ));
     }
-    let env = command_env(&leases, &opened.url);
     // Spawned here, on the main thread (see main.rs).
-    let mut running = match child::spawn(&args.command, &env) {
+    let mut running = match child::spawn(command, env) {
         Ok(running) => running,
         Err(error) => {
             let _ = guard.release(Outcome::Failed).await;
@@ -71,7 +111,7 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
             };
             return Err(Failure::new(
                 code,
-                format!("cannot run {}: {error}", args.command.join(" ")),
+                format!("cannot run {}: {error}", command.join(" ")),
             ));
         }
     };
@@ -84,7 +124,7 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
         let _ = guard.release(Outcome::Failed).await;
         return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
     };
-    let max_hold_at = args.max_hold.map(|d| Instant::now() + d);
+    let max_hold_at = max_hold.map(|d| Instant::now() + d);
     let mut overran_at: Option<Instant> = None;
     let mut killed = false;
     let status = loop {
@@ -101,7 +141,7 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
                     "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
                      SIGKILL after {}s)",
                     keys_of(&leases),
-                    humantime::format_duration(args.max_hold.unwrap_or_default()),
+                    humantime::format_duration(max_hold.unwrap_or_default()),
                     MAX_HOLD_GRACE.as_secs()
                 );
                 overran_at = Some(Instant::now());
@@ -146,7 +186,7 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
             ));
         }
     };
-    if let Some(max_hold) = args.max_hold.filter(|_| overran_at.is_some()) {
+    if let Some(max_hold) = max_hold.filter(|_| overran_at.is_some()) {
         let reason = format!(
             "held longer than --max-hold {}; the command was stopped",
             humantime::format_duration(max_hold)
@@ -170,15 +210,8 @@ pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
     } else {
         Outcome::Failed
     };
-    if let Err(error) = guard.release(outcome).await {
-        // The command ran; say the release went wrong, but keep its exit code unless it
-        // succeeded (a script must not believe all went well).
-        eprintln!("baton: the command finished but the release failed: {error}");
-        if code == 0 {
-            return Ok(exit::LOST);
-        }
-    }
-    Ok(code)
+    let release = guard.release(outcome).await;
+    Ok(CommandEnd { code, release })
 }
 
 /// How long a command stopped for `--max-hold` gets between SIGTERM and SIGKILL.
@@ -198,7 +231,7 @@ fn keys_of(leases: &[Lease]) -> String {
 }
 
 /// The environment of CMD: the documented form for one key and for several.
-fn command_env(leases: &[Lease], store_url: &str) -> Vec<(String, String)> {
+pub fn command_env(leases: &[Lease], store_url: &str) -> Vec<(String, String)> {
     let mut env = vec![("BATON_STORE".to_string(), store_url.to_string())];
     if let Some(first) = leases.first() {
         env.push(("BATON_KEY".into(), first.key.clone()));

@@ -348,7 +348,39 @@ fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
             key.consecutive_failures
         ));
     }
+    if let Some(words) = once_words(key) {
+        text.push_str(&format!("; {words}"));
+    }
     (text, render::outcome_paint(outcome.as_str()))
+}
+
+/// What the key's run-once record says, in a few words (`None`: it has none).
+fn once_words(key: &KeyStatus) -> Option<String> {
+    let record = key.once.as_ref()?;
+    let ago = |ms: u64| render::duration_ms(key.wall_ms.saturating_sub(ms));
+    let done = record.done_seq_at(key.wall_ms);
+    Some(if record.dead {
+        format!(
+            "run-once dead after {} failed attempts (`baton retry {}`)",
+            record.failures,
+            render::one_line(&key.key)
+        )
+    } else if done > 0 {
+        let step = if done > 1 || record.done_seq != 1 {
+            format!(" through step {done}")
+        } else {
+            String::new()
+        };
+        format!(
+            "run-once done{step} {} ago, remembered {} more",
+            ago(record.done_wall_ms),
+            render::duration_ms(record.forget_wall_ms.saturating_sub(key.wall_ms))
+        )
+    } else if record.failures > 0 {
+        format!("run-once: {} failed attempts", record.failures)
+    } else {
+        "run-once: not done".into()
+    })
 }
 
 /// The line under the table for a busy key: limit, last outcome, failures in a row, mean hold.
@@ -375,6 +407,9 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
     }
     if key.consecutive_failures > 0 {
         parts.push(format!("{} failures in a row", key.consecutive_failures));
+    }
+    if let Some(words) = once_words(key) {
+        parts.push(words);
     }
     if let Some(ms) = key.mean_hold_ms {
         parts.push(format!("mean hold {}", render::duration_ms(ms)));
@@ -413,6 +448,8 @@ struct KeyStatus {
     wall_ms: u64,
     /// The document's recently finished tickets: how a ticket that left ended.
     finished: Vec<FinishedMark>,
+    /// What the key remembers of its run-once runs.
+    once: Option<baton_core::OnceRecord>,
 }
 
 /// One live ticket as read.
@@ -506,6 +543,7 @@ impl KeyStatus {
             mean_hold_ms: doc.summary.mean_hold_ms(),
             wall_ms,
             finished: doc.finished.clone(),
+            once: doc.once.clone(),
         }
     }
 
@@ -554,6 +592,23 @@ impl KeyStatus {
                 .then(|| rfc3339(self.last_finished_wall_ms)),
             "consecutive_failures": self.consecutive_failures,
             "mean_hold_ms": self.mean_hold_ms,
+            "once": self.once.as_ref().map(|r| self.once_json(r)),
+        })
+    }
+
+    fn once_json(&self, r: &baton_core::OnceRecord) -> Value {
+        let at = |ms: u64| (ms > 0).then(|| rfc3339(ms));
+        let done_seq = r.done_seq_at(self.wall_ms);
+        json!({
+            "state": if r.dead { "dead" } else if done_seq > 0 { "done" } else { "not_done" },
+            "done_seq": done_seq,
+            "done_at": at(r.done_wall_ms).filter(|_| done_seq > 0),
+            "forget_at": at(r.forget_wall_ms).filter(|_| done_seq > 0),
+            "failures": r.failures,
+            "dead": r.dead,
+            "last_outcome": r.last.map(Outcome::as_str),
+            "last_at": at(r.last_wall_ms),
+            "runs": r.runs,
         })
     }
 }
@@ -981,6 +1036,7 @@ mod tests {
             mean_hold_ms: None,
             wall_ms: 0,
             finished: Vec::new(),
+            once: None,
         }
     }
 

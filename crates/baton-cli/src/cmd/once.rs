@@ -1,0 +1,177 @@
+//! `baton once KEY [--seq N] -- CMD`: run CMD unless a run of it already succeeded on KEY.
+//!
+//! The steps are the library's ([`baton_client::once`]): judge from one read, wait for a turn
+//! the core grants only when the verdict is to run, settle a wait that ended without one, run
+//! CMD as `baton run` does ([`run::hold_and_run`]); the release records how it ended.
+
+use std::time::{Duration, Instant};
+
+use baton_client::acquire::{acquire_many, Pending};
+use baton_client::once::{after_run, attempt_of, judge, settle, NotRun};
+use baton_client::{Heartbeat, LeaseGuard};
+use baton_core::once::{OnceSpec, Verdict};
+
+use crate::cli::{OnceArgs, WaitArgs};
+use crate::cmd::run;
+use crate::exit::{self, Failure};
+use crate::{render, wait, Opened};
+
+/// Runs the `once` subcommand.
+pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
+    let key = args.key.as_str();
+    baton_core::limits::check_key(key)
+        .map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))?;
+    let spec = OnceSpec {
+        seq: args.seq,
+        max_attempts: args.max_attempts,
+        retain_ms: u64::try_from(args.retain.as_millis()).unwrap_or(u64::MAX),
+    };
+    spec.check().map_err(|e| Failure::usage(e.to_string()))?;
+    let line = (!args.quiet).then(wait::WaitLine::new);
+    let mut options = wait::options(&wait_args(&args), args.ttl, line.clone())?;
+    options.once = Some(spec);
+    let coord = opened.coord.clone();
+    if let Some(not_run) = judge(&coord, key, &spec).await? {
+        return report(&not_run);
+    }
+    let started = Instant::now();
+    let pendings = vec![Pending::new(key)];
+    let heartbeat = Heartbeat::start(coord.clone());
+    let interrupted = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
+    tokio::pin!(interrupted);
+    let acquired = tokio::select! {
+        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result,
+        code = &mut interrupted => {
+            wait::finish(&line);
+            heartbeat.stop_all();
+            wait::withdraw(&coord, &pendings).await;
+            return Err(Failure::new(code, "interrupted while waiting; nothing ran"));
+        }
+    };
+    wait::finish(&line);
+    let leases = match acquired {
+        Ok(leases) => leases,
+        Err(error) => return report(&settle(&coord, key, &spec, error).await?),
+    };
+    let attempt = attempt_of(&coord, key);
+    if !args.quiet {
+        eprintln!(
+            "baton: running {key} (attempt {attempt} of {}{}, fence {}) after {:.1}s",
+            spec.max_attempts,
+            spec.seq.map(|n| format!(", step {n}")).unwrap_or_default(),
+            leases[0].fence,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let mut env = run::command_env(&leases, &opened.url);
+    env.push(("BATON_ATTEMPT".into(), attempt.to_string()));
+    if let Some(seq) = spec.seq {
+        env.push(("BATON_SEQ".into(), seq.to_string()));
+    }
+    let guard = LeaseGuard::new(coord.clone(), leases, heartbeat);
+    let end = run::hold_and_run(guard, &args.command, &env, args.max_hold).await?;
+    if end.release.is_ok() {
+        if end.code == 0 {
+            if !args.quiet {
+                eprintln!(
+                    "baton: {key}: succeeded and recorded; later callers skip it for {}",
+                    humantime::format_duration(args.retain)
+                );
+            }
+        } else {
+            let after = after_run(&coord, key).await?;
+            eprintln!(
+                "baton: {}",
+                failed_run(key, attempt, &spec, end.code, after.dead)
+            );
+        }
+    }
+    Ok(end.exit_code())
+}
+
+/// The wait's flags: a run-once key is a mutex, and nothing jumps its queue.
+fn wait_args(args: &OnceArgs) -> WaitArgs {
+    WaitArgs {
+        limit: 1,
+        shared: false,
+        ttl: Some(args.ttl),
+        timeout: args.timeout,
+        poll: args.poll,
+        context: args.context.clone(),
+        order: None,
+        supersede: false,
+        keep: false,
+        store_retry: args.store_retry,
+        waiter_ttl: Duration::from_secs(60),
+        quiet: args.quiet,
+    }
+}
+
+/// The line after a run that failed: what the next caller will meet.
+fn failed_run(key: &str, attempt: u32, spec: &OnceSpec, code: i32, dead: bool) -> String {
+    let max = spec.max_attempts;
+    if dead {
+        format!(
+            "{key}: attempt {attempt} of {max} failed (exit {code}); the key is now dead: every \
+             caller exits 1 until `baton retry {key}`"
+        )
+    } else {
+        format!(
+            "{key}: attempt {attempt} of {max} failed (exit {code}); the next caller tries again"
+        )
+    }
+}
+
+/// Says why CMD did not run, and exits as a script expects: 0 for a success already recorded,
+/// 80 for a gap, 1 for a dead key.
+fn report(not_run: &NotRun) -> Result<i32, Failure> {
+    let key = &not_run.key;
+    let now = baton_client::wall_ms();
+    let ago = |wall_ms: u64| render::duration_ms(now.saturating_sub(wall_ms));
+    match not_run.verdict {
+        Verdict::Done { done_wall_ms } => {
+            eprintln!(
+                "baton: {key}: a run already succeeded {} ago; skipped, not run",
+                ago(done_wall_ms)
+            );
+            Ok(exit::OK)
+        }
+        Verdict::Replay { seq, done_seq } => {
+            eprintln!(
+                "baton: {key}: step {seq} already completed (the last completed step is \
+                 {done_seq}); skipped, not run"
+            );
+            Ok(exit::OK)
+        }
+        Verdict::Gap { seq, done_seq } => Err(Failure::new(
+            exit::OUT_OF_ORDER,
+            format!(
+                "{key}: step {seq} cannot run yet: the last completed step is {done_seq}, and \
+                 step {} has not completed (or is still running); nothing ran",
+                seq - 1
+            ),
+        )),
+        Verdict::Dead { failures } => {
+            let last = not_run
+                .record
+                .as_ref()
+                .and_then(|r| {
+                    r.last
+                        .map(|o| format!(" (the last {o} {} ago)", ago(r.last_wall_ms)))
+                })
+                .unwrap_or_default();
+            Err(Failure::new(
+                exit::ERROR,
+                format!(
+                    "{key} is dead: {failures} runs failed{last}; nothing ran. `baton retry \
+                     {key}` gives it its attempts back"
+                ),
+            ))
+        }
+        Verdict::Run { .. } => Err(Failure::new(
+            exit::ERROR,
+            format!("{key}: the turn was lost before CMD could start; nothing ran"),
+        )),
+    }
+}
