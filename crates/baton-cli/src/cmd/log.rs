@@ -131,6 +131,23 @@ impl<'a> Entry<'a> {
         }
     }
 
+    /// Why it ended; for a run-once run, which attempt (and step) it was.
+    fn reason(f: &Finished) -> String {
+        let reason = f.reason.clone().unwrap_or_default();
+        match &f.once {
+            Some(run) if run.attempt > 0 => {
+                let step = run.seq.map(|n| format!(" of step {n}")).unwrap_or_default();
+                let run = format!("run-once attempt {}{step}", run.attempt);
+                if reason.is_empty() {
+                    run
+                } else {
+                    format!("{run}: {reason}")
+                }
+            }
+            _ => reason,
+        }
+    }
+
     /// How long it waited: enqueued to granted, or to its end if it was never granted.
     fn wait_ms(f: &Finished) -> u64 {
         f.granted_wall_ms
@@ -166,6 +183,7 @@ impl<'a> Entry<'a> {
                 "released_at": rfc3339(f.finished_wall_ms),
                 "wait_ms": Entry::wait_ms(f),
                 "hold_ms": Entry::hold_ms(f),
+                "once": f.once,
             }),
             Err(error) => json!({ "seq": self.seq, "key": self.key, "error": error }),
         }
@@ -188,7 +206,7 @@ impl<'a> Entry<'a> {
                             .unwrap_or_default(),
                     ),
                     Cell::plain(&f.context),
-                    Cell::plain(f.reason.as_deref().unwrap_or("")),
+                    Cell::plain(Entry::reason(f)),
                 ]
             }
             Err(error) => vec![
