@@ -219,6 +219,28 @@ pub struct WaitArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub ttl: Option<Duration>,
 
+    /// Sort value: tickets with one go first, compared as strings (a zero-padded commit time,
+    /// say), then by arrival
+    #[arg(long, value_name = "VALUE")]
+    pub order: Option<String>,
+
+    /// Cancel every queued ticket that sorts before this one (they exit 76), unless it was
+    /// enqueued with --keep
+    #[arg(long)]
+    pub supersede: bool,
+
+    /// Never be superseded
+    #[arg(long)]
+    pub keep: bool,
+
+    /// How to wait.
+    #[command(flatten)]
+    pub waiting: WaitingArgs,
+}
+
+/// How to wait for a turn (shared by `run`, `acquire` and `once`).
+#[derive(Debug, Args, Clone)]
+pub struct WaitingArgs {
     /// Give up waiting after DUR (exit 75); 0 tries once. Bounds the wait only, not CMD
     /// [default: wait as long as it takes]
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
@@ -235,20 +257,6 @@ pub struct WaitArgs {
     /// user@host pid N]
     #[arg(long, value_name = "TEXT")]
     pub context: Option<String>,
-
-    /// Sort value: tickets with one go first, compared as strings (a zero-padded commit time,
-    /// say), then by arrival
-    #[arg(long, value_name = "VALUE")]
-    pub order: Option<String>,
-
-    /// Cancel every queued ticket that sorts before this one (they exit 76), unless it was
-    /// enqueued with --keep
-    #[arg(long)]
-    pub supersede: bool,
-
-    /// Never be superseded
-    #[arg(long)]
-    pub keep: bool,
 
     /// How long a wait rides out a store that cannot be reached (a restart, a failover, a
     /// network cut) before failing with exit 1, retrying meanwhile: from the start (opening the
@@ -313,26 +321,9 @@ pub struct OnceArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub max_hold: Option<Duration>,
 
-    /// Give up waiting for a running duplicate after DUR (exit 75) [default: wait]
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
-    pub timeout: Option<Duration>,
-
-    /// Intervals between two looks at the store while waiting (as for `run`)
-    #[arg(long, value_parser = parse_poll, default_value = "250ms..1s", value_name = "[MIN..]MAX")]
-    pub poll: PollBounds,
-
-    /// Who is running and why, shown to others [default: from the CI's variables, else
-    /// user@host pid N]
-    #[arg(long, value_name = "TEXT")]
-    pub context: Option<String>,
-
-    /// How long to ride out a store that cannot be reached (as for `run`)
-    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "DUR")]
-    pub store_retry: Duration,
-
-    /// Print nothing while waiting
-    #[arg(short, long)]
-    pub quiet: bool,
+    /// How to wait for a run already going.
+    #[command(flatten)]
+    pub waiting: WaitingArgs,
 
     /// The key that remembers the run
     #[arg(value_name = "KEY")]

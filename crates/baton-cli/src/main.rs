@@ -61,15 +61,26 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let store_url = cli.store.clone();
     match cli.command {
         Command::Run(args) => {
-            let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
+            let opened = open_retrying(
+                store_url,
+                args.wait.waiting.store_retry,
+                args.wait.waiting.quiet,
+            )
+            .await?;
             cmd::run::run(&opened, args).await
         }
         Command::Once(args) => {
-            let opened = open_retrying(store_url, args.store_retry, args.quiet).await?;
+            let opened =
+                open_retrying(store_url, args.waiting.store_retry, args.waiting.quiet).await?;
             cmd::once::once(&opened, args).await
         }
         Command::Acquire(args) => {
-            let opened = open_retrying(store_url, args.wait.store_retry, args.wait.quiet).await?;
+            let opened = open_retrying(
+                store_url,
+                args.wait.waiting.store_retry,
+                args.wait.waiting.quiet,
+            )
+            .await?;
             cmd::acquire::acquire(&opened, args).await
         }
         Command::Release(args) => cmd::token::release(&open(store_url).await?, args).await,

@@ -4,12 +4,13 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_client::acquire::{AcquireOptions, Pending, ProgressFn};
+use baton_client::acquire::{acquire_many, AcquireOptions, Lease, Pending, ProgressFn};
 use baton_client::WaitProgress;
+use baton_client::{ClientError, Coordinator, Heartbeat};
 use baton_core::Mode;
 
 use crate::cli::WaitArgs;
-use crate::exit::Failure;
+use crate::exit::{self, Failure};
 use crate::render;
 
 /// Acquire options from the flags, with `default_ttl` when `--ttl` is not given, telling
@@ -19,7 +20,7 @@ pub fn options(
     default_ttl: Duration,
     line: Option<Arc<WaitLine>>,
 ) -> Result<AcquireOptions, Failure> {
-    let context = match &args.context {
+    let context = match &args.waiting.context {
         Some(context) => context.clone(),
         None => crate::context::default_context(),
     };
@@ -43,16 +44,16 @@ pub fn options(
         },
         limit: args.limit,
         ttl,
-        waiter_ttl: args.waiter_ttl,
-        timeout: args.timeout,
-        poll: args.poll,
+        waiter_ttl: args.waiting.waiter_ttl,
+        timeout: args.waiting.timeout,
+        poll: args.waiting.poll,
         context,
         order: args.order.clone(),
         supersede: args.supersede,
         keep: args.keep,
         max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
         on_progress,
-        store_retry: args.store_retry,
+        store_retry: args.waiting.store_retry,
         once: None,
     })
 }
@@ -194,6 +195,33 @@ pub fn describe(p: &WaitProgress) -> String {
         parts.push(format!("the store is failing, retrying: {trouble}"));
     }
     format!("baton: waiting for {}: {}", p.key, parts.join("; "))
+}
+
+/// Waits for the turns of `pendings` ([`acquire_many`]) unless SIGINT or SIGTERM comes first:
+/// then the tickets are withdrawn, and the failure (exit 130 or 143) says `interrupted`. The
+/// waiting line is finished either way. The wait's own error is the inner result.
+pub async fn acquire_unless_interrupted(
+    coord: &Arc<Coordinator>,
+    pendings: &[Pending],
+    options: &AcquireOptions,
+    heartbeat: &Heartbeat,
+    line: &Option<Arc<WaitLine>>,
+    interrupted: &str,
+) -> Result<Result<Vec<Lease>, ClientError>, Failure> {
+    let interruption = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
+    tokio::pin!(interruption);
+    let acquired = tokio::select! {
+        result = acquire_many(coord, pendings, options, heartbeat) => result,
+        code = &mut interruption => {
+            finish(line);
+            heartbeat.stop_all();
+            withdraw(coord, pendings).await;
+            return Err(Failure::new(code, interrupted));
+        }
+    };
+    finish(line);
+    Ok(acquired)
 }
 
 /// Withdraws every ticket (queued or held) after an interruption, ignoring refusals (a

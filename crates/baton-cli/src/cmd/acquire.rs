@@ -9,7 +9,7 @@ use crate::{wait, Opened};
 
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
-    let line = (!args.wait.quiet).then(wait::WaitLine::new);
+    let line = (!args.wait.waiting.quiet).then(wait::WaitLine::new);
     let options = wait::options(&args.wait, Duration::from_secs(15 * 60), line.clone())?;
     let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
     let coord = &opened.coord;
@@ -76,7 +76,7 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
             );
         }
     }
-    if !args.wait.quiet && !args.json {
+    if !args.wait.waiting.quiet && !args.json {
         eprintln!(
             "baton: acquired {} (fence {}); release with: baton release {} <token>",
             lease.key,

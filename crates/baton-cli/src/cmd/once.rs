@@ -4,9 +4,9 @@
 //! the core grants only when the verdict is to run, settle a wait that ended without one, run
 //! CMD as `baton run` does ([`run::hold_and_run`]); the release records how it ended.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use baton_client::acquire::{acquire_many, Pending};
+use baton_client::acquire::Pending;
 use baton_client::once::{after_run, attempt_of, judge, settle, NotRun};
 use baton_client::{Heartbeat, LeaseGuard};
 use baton_core::once::{OnceSpec, Verdict};
@@ -27,7 +27,7 @@ pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
         retain_ms: u64::try_from(args.retain.as_millis()).unwrap_or(u64::MAX),
     };
     spec.check().map_err(|e| Failure::usage(e.to_string()))?;
-    let line = (!args.quiet).then(wait::WaitLine::new);
+    let line = (!args.waiting.quiet).then(wait::WaitLine::new);
     let mut options = wait::options(&wait_args(&args), args.ttl, line.clone())?;
     options.once = Some(spec);
     let coord = opened.coord.clone();
@@ -37,25 +37,22 @@ pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
     let started = Instant::now();
     let pendings = vec![Pending::new(key)];
     let heartbeat = Heartbeat::start(coord.clone());
-    let interrupted = crate::signals::interruption()
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
-    tokio::pin!(interrupted);
-    let acquired = tokio::select! {
-        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result,
-        code = &mut interrupted => {
-            wait::finish(&line);
-            heartbeat.stop_all();
-            wait::withdraw(&coord, &pendings).await;
-            return Err(Failure::new(code, "interrupted while waiting; nothing ran"));
-        }
-    };
-    wait::finish(&line);
+    let interrupted = "interrupted while waiting; nothing ran";
+    let acquired = wait::acquire_unless_interrupted(
+        &coord,
+        &pendings,
+        &options,
+        &heartbeat,
+        &line,
+        interrupted,
+    )
+    .await?;
     let leases = match acquired {
         Ok(leases) => leases,
         Err(error) => return report(&settle(&coord, key, &spec, error).await?),
     };
     let attempt = attempt_of(&coord, key);
-    if !args.quiet {
+    if !args.waiting.quiet {
         eprintln!(
             "baton: running {key} (attempt {attempt} of {}{}, fence {}) after {:.1}s",
             spec.max_attempts,
@@ -73,7 +70,7 @@ pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
     let end = run::hold_and_run(guard, &args.command, &env, args.max_hold).await?;
     if end.release.is_ok() {
         if end.code == 0 {
-            if !args.quiet {
+            if !args.waiting.quiet {
                 eprintln!(
                     "baton: {key}: succeeded and recorded; later callers skip it for {}",
                     humantime::format_duration(args.retain)
@@ -96,15 +93,10 @@ fn wait_args(args: &OnceArgs) -> WaitArgs {
         limit: 1,
         shared: false,
         ttl: Some(args.ttl),
-        timeout: args.timeout,
-        poll: args.poll,
-        context: args.context.clone(),
         order: None,
         supersede: false,
         keep: false,
-        store_retry: args.store_retry,
-        waiter_ttl: Duration::from_secs(60),
-        quiet: args.quiet,
+        waiting: args.waiting.clone(),
     }
 }
 

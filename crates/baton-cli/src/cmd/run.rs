@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use baton_client::acquire::{acquire_many, Lease};
+use baton_client::acquire::Lease;
 use baton_client::{Heartbeat, LeaseGuard};
 use baton_core::Outcome;
 use tokio::signal::unix::{signal, SignalKind};
@@ -14,27 +14,23 @@ use crate::{wait, Opened};
 
 /// Runs the `run` subcommand.
 pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
-    let line = (!args.wait.quiet).then(wait::WaitLine::new);
+    let line = (!args.wait.waiting.quiet).then(wait::WaitLine::new);
     let options = wait::options(&args.wait, Duration::from_secs(30), line.clone())?;
     let pendings = wait::pendings(&args.keys)?;
     let coord = opened.coord.clone();
     let started = Instant::now();
     let heartbeat = Heartbeat::start(coord.clone());
-    let interrupted = crate::signals::interruption()
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
-    tokio::pin!(interrupted);
-    let acquired = tokio::select! {
-        result = acquire_many(&coord, &pendings, &options, &heartbeat) => result,
-        code = &mut interrupted => {
-            wait::finish(&line);
-            heartbeat.stop_all();
-            wait::withdraw(&coord, &pendings).await;
-            return Err(Failure::new(code, "interrupted while waiting; the tickets were withdrawn"));
-        }
-    };
-    wait::finish(&line);
-    let leases = acquired?;
-    if !args.wait.quiet {
+    let interrupted = "interrupted while waiting; the tickets were withdrawn";
+    let leases = wait::acquire_unless_interrupted(
+        &coord,
+        &pendings,
+        &options,
+        &heartbeat,
+        &line,
+        interrupted,
+    )
+    .await??;
+    if !args.wait.waiting.quiet {
         let fences: Vec<String> = leases
             .iter()
             .map(|l| format!("{} (fence {})", l.key, l.fence))
