@@ -1,4 +1,5 @@
-//! Shared by `run` and `acquire`: options from flags, the waiting line, interruption.
+//! Shared by `run`, `acquire` and `once`: options from flags, the waiting line, the wait that
+//! withdraws its tickets when interrupted.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};

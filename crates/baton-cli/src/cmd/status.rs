@@ -366,7 +366,7 @@ fn once_words(key: &KeyStatus) -> Option<String> {
             render::one_line(&key.key)
         )
     } else if done > 0 {
-        let step = if done > 1 || record.done_seq != 1 {
+        let step = if done > 1 {
             format!(" through step {done}")
         } else {
             String::new()
