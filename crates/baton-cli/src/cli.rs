@@ -12,7 +12,10 @@ Exit codes:
   1    error: the store failed, or the operation was refused (wrong or stale token, bad document);
        for `wait` and `submit --wait`: the job is dead (its attempts are spent);
        for `once`: the key is dead (its attempts are spent: `baton retry KEY`)
-  2    usage error (bad flag, bad key, bad duration)
+  2    usage error (bad flag, bad key, bad duration; `kv`: a bad name, value or JSON)
+  3    `kv get`, `kv del`: no such value (never set, deleted, or expired)
+  4    `kv set`, `kv del`: a compare-and-swap was lost (--if-version, --if-absent) or a higher
+       --fence wrote the value; nothing was written
   75   the wait for a turn timed out (--timeout)
   76   the ticket (or job) was superseded by a newer one while queued (--supersede)
   77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
@@ -107,6 +110,109 @@ pub enum Command {
     /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
     #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
     Jobs(JobsArgs),
+    /// Shared values: `baton kv set ci/version 1.4.2`, `baton kv get ci/version`
+    #[command(subcommand, after_help = KV_HELP)]
+    Kv(KvCommand),
+}
+
+const KV_HELP: &str = "\
+Small values that parallel jobs share (a version to deploy, a build number, who approved),
+kept in the same store as the locks, one document per NAME (the rules of keys: `ci/version`).
+
+  baton kv set ci/version 1.4.2                   prints the new version (a number)
+  baton kv get ci/version                         prints the value; exit 3 if there is none
+  echo '{\"sha\":\"abc\"}' | baton kv set --json build/info -
+  baton kv set --if-absent release/owner \"$USER\"  only the first writer wins (else exit 4)
+  baton kv ls ci/                                 name, version, size, expires, writer
+
+Compare-and-swap: read the version (`baton kv get --json NAME`), then `baton kv set NAME V
+--if-version N`; exit 4 means someone wrote in between (the current version is on stderr):
+read again and retry.
+
+Fenced writes: inside `baton run`, pass `--fence \"$BATON_FENCE\"`. The value remembers the
+highest fence that wrote it and refuses a lower one (exit 4), so a holder that was paused past
+its lease cannot overwrite what the next holder wrote.
+
+Values are UTF-8 text up to 64 KiB. --ttl expires a value on the reader's wall clock.";
+
+/// `baton kv`.
+#[derive(Debug, Subcommand)]
+pub enum KvCommand {
+    /// Print a value (exit 3 if it does not exist or has expired)
+    Get(KvGetArgs),
+    /// Set a value and print its new version (exit 4 if a condition or fence did not hold)
+    Set(KvSetArgs),
+    /// Delete a value (exit 3 if it does not exist, 4 if a condition or fence did not hold)
+    Del(KvDelArgs),
+    /// List values: name, version, size, expires, last writer
+    Ls(KvLsArgs),
+}
+
+/// `baton kv get`.
+#[derive(Debug, Args)]
+pub struct KvGetArgs {
+    /// The value's name (`ci/version`)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Print a JSON object: name, value (parsed, if it was set with --json), version, size,
+    /// expires_at, written_at, context, fence
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton kv set`.
+#[derive(Debug, Args)]
+pub struct KvSetArgs {
+    /// The value's name (`ci/version`)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The value; `-` reads it from stdin
+    #[arg(value_name = "VALUE", allow_hyphen_values = true)]
+    pub value: String,
+    /// Write only if the current version is V (compare-and-swap); else exit 4
+    #[arg(long, value_name = "V", conflicts_with = "if_absent")]
+    pub if_version: Option<u64>,
+    /// Write only if there is no value (or it has expired); else exit 4
+    #[arg(long)]
+    pub if_absent: bool,
+    /// The value expires DUR after this write
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub ttl: Option<Duration>,
+    /// Check that the value is JSON (refused with exit 2 if not)
+    #[arg(long)]
+    pub json: bool,
+    /// The writer's fence (`$BATON_FENCE`): refused (exit 4) if a higher fence wrote the value
+    #[arg(long, value_name = "F")]
+    pub fence: Option<u64>,
+    /// Who writes, shown by `baton kv ls` [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+}
+
+/// `baton kv del`.
+#[derive(Debug, Args)]
+pub struct KvDelArgs {
+    /// The value's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Delete only if the current version is V; else exit 4
+    #[arg(long, value_name = "V")]
+    pub if_version: Option<u64>,
+    /// The deleter's fence: refused (exit 4) if a higher fence wrote the value
+    #[arg(long, value_name = "F")]
+    pub fence: Option<u64>,
+}
+
+/// `baton kv ls`.
+#[derive(Debug, Args)]
+pub struct KvLsArgs {
+    /// Only names starting with PREFIX [default: every value]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
+    pub prefix: String,
+    /// One JSON object per line: name, version, size, expires_at, context
+    #[arg(long)]
+    pub json: bool,
 }
 
 const ONCE_HELP: &str = "\

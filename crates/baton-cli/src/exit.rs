@@ -1,7 +1,7 @@
 //! Exit codes and the one line baton prints when it fails.
 
 use baton_client::ClientError;
-use baton_core::{Outcome, Refusal};
+use baton_core::{kv, Outcome, Refusal};
 use baton_store::StoreError;
 
 /// Success.
@@ -10,6 +10,10 @@ pub const OK: i32 = 0;
 pub const ERROR: i32 = 1;
 /// Bad usage.
 pub const USAGE: i32 = 2;
+/// `kv`: no such value.
+pub const MISSING: i32 = 3;
+/// `kv`: a compare-and-swap was lost, or a higher fence wrote the value.
+pub const CAS_LOST: i32 = 4;
 /// The wait timed out.
 pub const TIMED_OUT: i32 = 75;
 /// Superseded while queued.
@@ -62,6 +66,11 @@ impl From<ClientError> for Failure {
                 ..
             } => USAGE,
             ClientError::Store(StoreError::BadUrl { .. }) => USAGE,
+            ClientError::ValueRefused {
+                refusal: kv::Refused::Missing,
+                ..
+            } => MISSING,
+            ClientError::ValueRefused { .. } => CAS_LOST,
             ClientError::Interrupted { .. } => 130,
             _ => ERROR,
         };

@@ -98,6 +98,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Why(args) => cmd::why::why(&open(store_url).await?, args).await,
         Command::Jobs(args) => cmd::jobs::jobs(&open(store_url).await?, args).await,
         Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
+        Command::Kv(command) => cmd::kv::kv(&open(store_url).await?, command).await,
     }
 }
 

@@ -99,6 +99,14 @@ impl Coordinator {
         &self.store
     }
 
+    /// The keys under `prefix` that have a document, sorted: baton's own documents (shared
+    /// values, [`baton_core::names`]) are not keys and are left out.
+    pub async fn keys(&self, prefix: &str) -> Result<Vec<String>, ClientError> {
+        let mut keys = self.store.list(prefix).await?;
+        keys.retain(|key| !baton_core::names::is_internal(key));
+        Ok(keys)
+    }
+
     /// Runs `request` on `key` until it is written, refused, or fails.
     ///
     /// After an ambiguous failure (the write may have landed) the request is retried with

@@ -84,6 +84,23 @@ pub enum ClientError {
         /// The answer.
         detail: String,
     },
+    /// A shared value's write was refused: a condition did not hold, a higher fence wrote it,
+    /// or there was nothing to delete. Nothing was written.
+    #[error("{name}: {refusal}")]
+    ValueRefused {
+        /// The value's name.
+        name: String,
+        /// Why.
+        refusal: baton_core::kv::Refused,
+    },
+    /// A shared value's document cannot be read.
+    #[error("{name}: {source}")]
+    ValueCorrupt {
+        /// The value's name.
+        name: String,
+        /// What is wrong with it.
+        source: baton_core::kv::DecodeError,
+    },
     /// The wait was interrupted (the ticket was withdrawn as cancelled).
     #[error("interrupted while waiting for {key}")]
     Interrupted {

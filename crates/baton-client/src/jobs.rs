@@ -642,11 +642,11 @@ impl KeyPatterns {
     async fn keys(&self, coord: &Coordinator) -> Result<Vec<String>, ClientError> {
         let mut keys = Vec::new();
         if self.0.is_empty() {
-            keys = coord.store().list("").await?;
+            keys = coord.keys("").await?;
         }
         for pattern in &self.0 {
             if pattern.ends_with('/') {
-                keys.extend(coord.store().list(pattern).await?);
+                keys.extend(coord.keys(pattern).await?);
             } else {
                 keys.push(pattern.clone());
             }
@@ -1313,7 +1313,7 @@ pub async fn list(
 ) -> Result<(Vec<JobRow>, u64), ClientError> {
     let mut rows = Vec::new();
     let mut unread = 0u64;
-    for key in coord.store().list(prefix).await? {
+    for key in coord.keys(prefix).await? {
         let snapshot = coord.read(&key).await?;
         if let Some(doc) = &snapshot.doc {
             let (live, left) = live_rows(coord, &key, &snapshot, doc, live_limit).await?;

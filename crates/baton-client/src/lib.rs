@@ -9,6 +9,7 @@
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
+//! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
@@ -25,6 +26,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod ids;
 pub mod jobs;
+pub mod kv;
 pub mod once;
 pub mod poll;
 pub mod time;

@@ -17,6 +17,8 @@
 //! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
+//! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
+//! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
@@ -30,8 +32,10 @@ pub mod estimate;
 pub mod history;
 pub mod invariants;
 pub mod job;
+pub mod kv;
 pub mod lease;
 pub mod limits;
+pub mod names;
 pub mod once;
 pub mod op;
 

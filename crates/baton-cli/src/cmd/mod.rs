@@ -7,6 +7,7 @@ pub mod docs;
 pub mod init;
 pub mod job;
 pub mod jobs;
+pub mod kv;
 pub mod log;
 pub mod once;
 pub mod run;

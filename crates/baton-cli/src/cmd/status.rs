@@ -615,7 +615,7 @@ impl KeyStatus {
 
 /// Reads every key under `prefix`.
 async fn read_all(opened: &Opened, prefix: &str) -> Result<Vec<KeyStatus>, Failure> {
-    let keys = opened.coord.store().list(prefix).await?;
+    let keys = opened.coord.keys(prefix).await?;
     let uncertain_ms = opened.coord.store().capabilities().clock_uncertain_ms;
     let mut statuses = Vec::with_capacity(keys.len());
     for key in &keys {

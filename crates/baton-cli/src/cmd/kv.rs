@@ -1,0 +1,168 @@
+//! `baton kv get|set|del|ls`: shared values.
+
+use std::io::{Read, Write};
+
+use baton_client::kv::{self, SetOptions, Value};
+use baton_client::wall_ms;
+use baton_core::kv::{Condition, VALUE_MAX_BYTES};
+use serde_json::json;
+
+use crate::cli::{KvCommand, KvDelArgs, KvGetArgs, KvLsArgs, KvSetArgs};
+use crate::cmd::acquire::rfc3339;
+use crate::context::default_context;
+use crate::exit::{self, Failure};
+use crate::render::{self, Cell, Table};
+use crate::Opened;
+
+/// Runs a `kv` subcommand.
+pub async fn kv(opened: &Opened, command: KvCommand) -> Result<i32, Failure> {
+    match command {
+        KvCommand::Get(args) => get(opened, args).await,
+        KvCommand::Set(args) => set(opened, args).await,
+        KvCommand::Del(args) => del(opened, args).await,
+        KvCommand::Ls(args) => ls(opened, args).await,
+    }
+}
+
+async fn get(opened: &Opened, args: KvGetArgs) -> Result<i32, Failure> {
+    let Some(value) = kv::get(&opened.coord, &args.name).await? else {
+        return Err(missing(&args.name));
+    };
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
+        writeln!(out, "{}", value_json(&value, true))
+    } else if value.value.ends_with('\n') {
+        write!(out, "{}", value.value)
+    } else {
+        writeln!(out, "{}", value.value)
+    };
+    written.map_err(|e| Failure::new(exit::ERROR, format!("cannot print the value: {e}")))?;
+    Ok(exit::OK)
+}
+
+async fn set(opened: &Opened, args: KvSetArgs) -> Result<i32, Failure> {
+    let value = if args.value == "-" {
+        read_stdin()?
+    } else {
+        args.value
+    };
+    let condition = match (args.if_version, args.if_absent) {
+        (Some(version), _) => Condition::Version(version),
+        (None, true) => Condition::Absent,
+        (None, false) => Condition::Any,
+    };
+    let options = SetOptions {
+        json: args.json,
+        condition,
+        ttl: args.ttl,
+        fence: args.fence,
+        context: args.context.unwrap_or_else(default_context),
+    };
+    let version = kv::set(&opened.coord, &args.name, &value, &options).await?;
+    println!("{version}");
+    Ok(exit::OK)
+}
+
+async fn del(opened: &Opened, args: KvDelArgs) -> Result<i32, Failure> {
+    let condition = args.if_version.map_or(Condition::Any, Condition::Version);
+    let context = default_context();
+    match kv::del(&opened.coord, &args.name, condition, args.fence, &context).await {
+        Err(baton_client::ClientError::ValueRefused {
+            refusal: baton_core::kv::Refused::Missing,
+            ..
+        }) => Err(missing(&args.name)),
+        Err(error) => Err(error.into()),
+        Ok(_) => {
+            eprintln!("baton: {}: deleted", args.name);
+            Ok(exit::OK)
+        }
+    }
+}
+
+async fn ls(opened: &Opened, args: KvLsArgs) -> Result<i32, Failure> {
+    let values = kv::list(&opened.coord, &args.prefix).await?;
+    if args.json {
+        for value in &values {
+            println!("{}", value_json(value, false));
+        }
+        return Ok(exit::OK);
+    }
+    if values.is_empty() {
+        eprintln!("baton: no values under {:?}", args.prefix);
+        return Ok(exit::OK);
+    }
+    let now = wall_ms();
+    let headers = ["NAME", "VERSION", "SIZE", "EXPIRES", "WRITTEN", "CONTEXT"];
+    let mut table = Table::new(headers.iter().map(|h| (*h).to_owned()).collect()).flexible(Some(5));
+    for value in &values {
+        table.push(vec![
+            Cell::plain(&value.name),
+            Cell::plain(value.version.to_string()),
+            Cell::plain(value.value.len().to_string()),
+            Cell::plain(value.expires_wall_ms.map_or_else(
+                || "never".to_owned(),
+                |at| format!("in {}", render::duration_ms(at.saturating_sub(now))),
+            )),
+            Cell::plain(format!(
+                "{} ago",
+                render::duration_ms(now.saturating_sub(value.written_wall_ms))
+            )),
+            Cell::plain(&value.context),
+        ]);
+    }
+    let width = render::terminal_size().map(|(w, _)| w);
+    print!("{}", table.render(width, false));
+    Ok(exit::OK)
+}
+
+/// A value as one JSON object; `with_value` adds the value itself (parsed if it was set as
+/// JSON).
+fn value_json(value: &Value, with_value: bool) -> serde_json::Value {
+    let mut object = json!({
+        "name": value.name,
+        "version": value.version,
+        "size": value.value.len(),
+        "expires_at": value.expires_wall_ms.map(rfc3339),
+        "written_at": rfc3339(value.written_wall_ms),
+        "context": value.context,
+        "fence": value.fence,
+    });
+    if with_value {
+        let parsed = value
+            .json
+            .then(|| serde_json::from_str::<serde_json::Value>(&value.value).ok())
+            .flatten();
+        object["value"] = parsed.unwrap_or_else(|| value.value.clone().into());
+    }
+    object
+}
+
+fn missing(name: &str) -> Failure {
+    Failure::new(
+        exit::MISSING,
+        format!("{name}: no such value (never set, deleted, or expired)"),
+    )
+}
+
+/// The value from stdin: UTF-8, at most the limit (read no further than one byte past it).
+fn read_stdin() -> Result<String, Failure> {
+    let mut bytes = Vec::new();
+    std::io::stdin()
+        .lock()
+        .take(VALUE_MAX_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| {
+            Failure::new(
+                exit::ERROR,
+                format!("cannot read the value from stdin: {e}"),
+            )
+        })?;
+    if bytes.len() > VALUE_MAX_BYTES {
+        return Err(Failure::usage(format!(
+            "the value on stdin is over {VALUE_MAX_BYTES} bytes; values are at most 64 KiB: \
+             nothing written"
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| Failure::usage("the value on stdin is not UTF-8 text: nothing written"))
+}
