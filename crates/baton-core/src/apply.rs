@@ -388,6 +388,12 @@ impl Work<'_> {
                 Ok((Reply::Nothing, None))
             }
             Op::Tick => Ok((Reply::Nothing, None)),
+            Op::Notified(delivered) => {
+                if let Some(outbox) = self.doc.outbox.as_mut() {
+                    crate::notify::acknowledge(outbox, delivered, self.clock.wall_ms());
+                }
+                Ok((Reply::Nothing, None))
+            }
             Op::Submit(submit) => self.submit(submit),
             Op::Claim { token, ttl_ms } => self.claim(token, *ttl_ms),
             Op::Complete { token, id, result } => self.complete(token, id.as_deref(), result),

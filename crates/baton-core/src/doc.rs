@@ -454,6 +454,9 @@ pub struct Doc {
     /// What the key remembers of its run-once runs ([`crate::once`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub once: Option<OnceRecord>,
+    /// Events recorded for notification rules and not yet delivered ([`crate::notify`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbox: Option<crate::notify::Outbox>,
 }
 
 impl Default for Doc {
@@ -470,6 +473,7 @@ impl Default for Doc {
             summary: Summary::default(),
             backlog: None,
             once: None,
+            outbox: None,
         }
     }
 }
@@ -577,6 +581,7 @@ pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
     let format = if doc.backlog.is_some()
         || doc.once.is_some()
+        || doc.outbox.is_some()
         || doc
             .tickets
             .iter()

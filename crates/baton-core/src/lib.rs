@@ -19,6 +19,7 @@
 //! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
 //! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
+//! - [`notify`]: notification events, the rules that want them, and each key's outbox.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
@@ -36,6 +37,7 @@ pub mod kv;
 pub mod lease;
 pub mod limits;
 pub mod names;
+pub mod notify;
 pub mod once;
 pub mod op;
 

@@ -111,6 +111,9 @@ pub enum Op {
     RetryOnce,
     /// Only expire what has expired and grant what can be granted.
     Tick,
+    /// A deliverer's report: these events reached this rule's receiver (they leave the
+    /// outbox), or this one failed (tried again after its backoff) ([`crate::notify`]).
+    Notified(crate::notify::Delivered),
 }
 
 /// Arguments of [`Op::Enqueue`].

@@ -1318,15 +1318,19 @@ impl World {
                 x.result = Ok(Want::Cancelled(queued));
             }
             Op::Tick => {}
-            // Jobs and run-once are not among the operations this model generates
-            // (`tests/jobs.rs` and `tests/once.rs` drive them); an operation it cannot predict
-            // must never be delivered to it.
+            // Jobs, run-once and notifications are not among the operations this model
+            // generates (`tests/jobs.rs`, `tests/once.rs` and `tests/notify.rs` drive them); an
+            // operation it cannot predict must never be delivered to it.
             Op::Submit(_)
             | Op::Claim { .. }
             | Op::Complete { .. }
             | Op::CancelInBacklog { .. }
-            | Op::RetryOnce => {
-                panic!("the reference model does not generate jobs or run-once: {request:?}")
+            | Op::RetryOnce
+            | Op::Notified(_) => {
+                panic!(
+                    "the reference model does not generate jobs, run-once or notifications: \
+                     {request:?}"
+                )
             }
         }
         x

@@ -46,6 +46,9 @@ pub struct World {
     /// Whether a request carries the segment the document asks for (a caller that could not
     /// read it sends none).
     pub reads_segments: bool,
+    /// Notification rules watching the key: the events they want are recorded in the outbox
+    /// after each apply, as the coordinator does.
+    pub rules: Vec<baton_core::notify::Rule>,
 }
 
 impl World {
@@ -58,6 +61,7 @@ impl World {
             ended: Vec::new(),
             records: std::collections::HashMap::new(),
             reads_segments: true,
+            rules: Vec::new(),
         }
     }
 
@@ -90,7 +94,10 @@ impl World {
                 .expect("a counted segment is written");
             baton_core::backlog::Segment::decode(bytes, generation, number).expect("segment")
         });
-        let applied = baton_core::apply_with(self.doc.as_ref(), request, &clock, segment.as_ref())?;
+        let mut applied =
+            baton_core::apply_with(self.doc.as_ref(), request, &clock, segment.as_ref())?;
+        let rules: Vec<&baton_core::notify::Rule> = self.rules.iter().collect();
+        baton_core::notify::record(self.doc.as_ref(), &mut applied, &rules, clock.wall_ms());
         if let Some(out) = &applied.segment_out {
             self.records.insert(out.record_name(), out.encode());
         }
