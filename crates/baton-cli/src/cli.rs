@@ -113,6 +113,96 @@ pub enum Command {
     /// Shared values: `baton kv set ci/version 1.4.2`, `baton kv get ci/version`
     #[command(subcommand, after_help = KV_HELP)]
     Kv(KvCommand),
+    /// Post events of keys (granted, released, failed, recovered, …) to a webhook or Slack
+    #[command(subcommand, after_help = NOTIFY_HELP)]
+    Notify(NotifyCommand),
+}
+
+const NOTIFY_HELP: &str = "\
+Events: granted, released (with its outcome), failed, recovered (a success after failures: the
+\"fixed\" message), expired (a holder's lease ran out and the key went on without it),
+superseded, cancelled (by an operator; forced releases say so), dead (a job's or a run-once key's
+attempts are spent), waited (a ticket waited longer than --after).
+
+  baton notify add deploy/ --url https://hooks.slack.com/services/… --on failed,recovered,expired
+  baton notify add '' --name audit --url https://audit.example/baton --on all
+  baton notify add deploy/ --name slow --url … --on waited --after 15m
+  baton notify test audit                 posts a test event now and says what came back
+  baton notify deliver --follow           delivers whatever is left, for as long as it runs
+
+The body is JSON: delivery_id, rule, event, key, seq, ticket or job, outcome, forced, reason,
+context, fence, enqueued_at, granted_at, at, ci_url (the run's URL when the context has one). A
+Slack incoming-webhook URL (hooks.slack.com) gets {\"text\": …} with the same facts.
+
+Delivery is at least once and never slows a lock: an event is written with the change that
+caused it (at most 100 undelivered per key; older ones are dropped and counted in `baton
+status`), then posted by the process that made the change (a short-lived command gives it at
+most 2 s before it exits), or by the next one that touches the key, or by `baton notify deliver
+--follow`. A failed POST is retried after 1 s, doubling up to 5 min, for a day; a key's events
+reach each receiver in order. Every POST carries the X-Baton-Delivery header (also delivery_id
+in the body): drop duplicates by it. Rules are read by each process at most 1 s late.";
+
+/// `baton notify`.
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Add a rule (or replace the rule of the same --name)
+    Add(NotifyAddArgs),
+    /// List the rules
+    Ls(NotifyLsArgs),
+    /// Remove a rule (exit 3 if there is none of that name)
+    Rm(NotifyRmArgs),
+    /// Post a test event to a rule's URL now and say what came back
+    Test(NotifyRmArgs),
+    /// Deliver the events still waiting in keys' outboxes (--follow: keep at it)
+    Deliver(NotifyDeliverArgs),
+}
+
+/// `baton notify add`.
+#[derive(Debug, Args)]
+pub struct NotifyAddArgs {
+    /// Keys starting with PREFIX (`''` for every key)
+    #[arg(value_name = "PREFIX")]
+    pub prefix: String,
+    /// Where to POST the events (http:// or https://; a Slack incoming webhook gets Slack text)
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Which events: a comma list of granted, released, failed, recovered, expired, superseded,
+    /// cancelled, dead, waited; or all (with `waited` only when --after is given)
+    #[arg(long, value_name = "EVENTS")]
+    pub on: String,
+    /// The rule's name [default: from the prefix]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// For `waited`: how long a ticket waits before the event
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub after: Option<Duration>,
+}
+
+/// `baton notify ls`.
+#[derive(Debug, Args)]
+pub struct NotifyLsArgs {
+    /// One JSON object per line: name, prefix, url, events, after_ms
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton notify rm` and `baton notify test`.
+#[derive(Debug, Args)]
+pub struct NotifyRmArgs {
+    /// The rule's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// `baton notify deliver`.
+#[derive(Debug, Args)]
+pub struct NotifyDeliverArgs {
+    /// Keep delivering until SIGINT or SIGTERM
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// With --follow: how often to look
+    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
 }
 
 const KV_HELP: &str = "\

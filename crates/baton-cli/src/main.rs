@@ -43,7 +43,13 @@ fn main() {
     };
     // The main future runs on this (the main) thread, which lives as long as the process: a
     // command spawned from it dies with baton through its parent-death signal.
-    let code = runtime.block_on(dispatch(cli));
+    let code = runtime.block_on(async {
+        let code = dispatch(cli).await;
+        // Events this process recorded get a moment to reach their receivers; what is left is
+        // delivered by the next process that touches their keys, or `baton notify deliver`.
+        baton_client::notify::flush(baton_client::notify::EXIT_FLUSH).await;
+        code
+    });
     let _ = std::io::stdout().flush();
     match code {
         Ok(code) => std::process::exit(code),
@@ -99,6 +105,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Jobs(args) => cmd::jobs::jobs(&open(store_url).await?, args).await,
         Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
         Command::Kv(command) => cmd::kv::kv(&open(store_url).await?, command).await,
+        Command::Notify(command) => cmd::notify::notify(&open(store_url).await?, command).await,
     }
 }
 

@@ -12,10 +12,12 @@ use std::time::Duration;
 
 use baton_core::backlog::Segment;
 use baton_core::lease::Basis;
+use baton_core::notify::{self, Rule};
 use baton_core::{apply_with, decode, encode, Clock, Doc, Observer, Reply, Request};
 use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
+use crate::notify::{spawn_delivery, SettingsCache};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
 
 /// How many conflicting writes in a row before giving up.
@@ -69,6 +71,11 @@ pub struct Coordinator {
     cache: Mutex<HashMap<String, Cached>>,
     observers: Mutex<HashMap<String, Observer>>,
     local: Arc<dyn LocalClock>,
+    /// The notification rules, cached ([`crate::notify`]).
+    settings: Arc<SettingsCache>,
+    /// Whether a write that leaves events due starts their delivery (not in the coordinator
+    /// of a delivery itself).
+    delivers: bool,
 }
 
 impl Coordinator {
@@ -85,6 +92,8 @@ impl Coordinator {
             cache: Mutex::new(HashMap::new()),
             observers: Mutex::new(HashMap::new()),
             local,
+            settings: Arc::default(),
+            delivers: true,
         }
     }
 
@@ -92,6 +101,16 @@ impl Coordinator {
     /// `holds_until_ms` of a lease, the bases of writes.
     pub fn local_ms(&self) -> u64 {
         self.local.now_ms()
+    }
+
+    /// The coordinator of a delivery: it records events like any other, sharing the rules
+    /// `settings` holds, but starts no deliveries of its own.
+    pub(crate) fn delivering(store: Arc<dyn Store>, settings: Arc<SettingsCache>) -> Coordinator {
+        Coordinator {
+            settings,
+            delivers: false,
+            ..Coordinator::new(store)
+        }
     }
 
     /// The store this coordinator writes to.
@@ -119,6 +138,7 @@ impl Coordinator {
             key: key.to_string(),
             refusal: e.into(),
         })?;
+        self.settings.prefetch(&self.store, mono_ms());
         let mut current = self.cached(key);
         let mut fresh = false;
         let mut conflicts = 0u32;
@@ -151,16 +171,21 @@ impl Coordinator {
             let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
             let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
             let segment = self.wanted_segment(key, cached.doc.as_ref()).await?;
-            let applied = match apply_with(cached.doc.as_ref(), request, &clock, segment.as_ref()) {
-                Ok(applied) => applied,
-                Err(_) if !fresh => continue,
-                Err(refusal) => {
-                    return Err(ClientError::Refused {
-                        key: key.to_string(),
-                        refusal,
-                    })
-                }
-            };
+            let mut applied =
+                match apply_with(cached.doc.as_ref(), request, &clock, segment.as_ref()) {
+                    Ok(applied) => applied,
+                    Err(_) if !fresh => continue,
+                    Err(refusal) => {
+                        return Err(ClientError::Refused {
+                            key: key.to_string(),
+                            refusal,
+                        })
+                    }
+                };
+            // The change's events go into the key's outbox, in this very write.
+            let rules = self.settings.rules_for(&self.store, key, mono_ms()).await?;
+            let rules: Vec<&Rule> = rules.iter().collect();
+            notify::record(cached.doc.as_ref(), &mut applied, &rules, wall);
             if !applied.changed {
                 if !fresh {
                     continue;
@@ -196,6 +221,10 @@ impl Coordinator {
             {
                 Ok(CasOutcome::Written { version }) => {
                     self.remember(key, Some(version), Some(applied.doc.clone()));
+                    let due = applied.doc.outbox.as_ref().is_some_and(|o| o.any_due(wall));
+                    if due && self.delivers {
+                        spawn_delivery(self.store.clone(), self.settings.clone(), key);
+                    }
                     return Ok(Executed {
                         reply: applied.reply,
                         doc: applied.doc,

@@ -10,6 +10,7 @@
 //!   look, claim or start at a fresh grant, give up.
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
 //! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
+//! - [`notify`]: notification rules, their cache, and delivery of keys' outboxes.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
@@ -27,6 +28,7 @@ pub mod heartbeat;
 pub mod ids;
 pub mod jobs;
 pub mod kv;
+pub mod notify;
 pub mod once;
 pub mod poll;
 pub mod time;

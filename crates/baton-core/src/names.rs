@@ -13,6 +13,9 @@ pub const INTERNAL: char = '\u{1}';
 /// The namespace of shared values.
 const VALUES: &str = "\u{1}kv/";
 
+/// The store's name of the notification settings (every rule, one document).
+pub const NOTIFY_SETTINGS: &str = "\u{1}notify";
+
 /// The store's name for the shared value `name`.
 pub fn value_key(name: &str) -> String {
     format!("{VALUES}{name}")

@@ -9,6 +9,7 @@ pub mod job;
 pub mod jobs;
 pub mod kv;
 pub mod log;
+pub mod notify;
 pub mod once;
 pub mod run;
 pub mod status;

@@ -354,6 +354,17 @@ fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
     (text, render::outcome_paint(outcome.as_str()))
 }
 
+/// Undelivered and dropped notification events, when there are any.
+fn outbox_words(key: &KeyStatus) -> Option<String> {
+    match key.outbox {
+        (0, 0) => None,
+        (undelivered, 0) => Some(format!("{undelivered} notifications undelivered")),
+        (undelivered, dropped) => Some(format!(
+            "{undelivered} notifications undelivered, {dropped} dropped (the receiver was down too long)"
+        )),
+    }
+}
+
 /// What the key's run-once record says, in a few words (`None`: it has none).
 fn once_words(key: &KeyStatus) -> Option<String> {
     let record = key.once.as_ref()?;
@@ -411,6 +422,9 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
     if let Some(words) = once_words(key) {
         parts.push(words);
     }
+    if let Some(words) = outbox_words(key) {
+        parts.push(words);
+    }
     if let Some(ms) = key.mean_hold_ms {
         parts.push(format!("mean hold {}", render::duration_ms(ms)));
     }
@@ -450,6 +464,8 @@ struct KeyStatus {
     finished: Vec<FinishedMark>,
     /// What the key remembers of its run-once runs.
     once: Option<baton_core::OnceRecord>,
+    /// Notification events not yet delivered, and those dropped undelivered.
+    outbox: (usize, u64),
 }
 
 /// One live ticket as read.
@@ -544,6 +560,10 @@ impl KeyStatus {
             wall_ms,
             finished: doc.finished.clone(),
             once: doc.once.clone(),
+            outbox: doc
+                .outbox
+                .as_ref()
+                .map_or((0, 0), |o| (o.events.len(), o.dropped)),
         }
     }
 
@@ -593,6 +613,10 @@ impl KeyStatus {
             "consecutive_failures": self.consecutive_failures,
             "mean_hold_ms": self.mean_hold_ms,
             "once": self.once.as_ref().map(|r| self.once_json(r)),
+            "notifications": json!({
+                "undelivered": self.outbox.0,
+                "dropped": self.outbox.1,
+            }),
         })
     }
 
@@ -1037,6 +1061,7 @@ mod tests {
             wall_ms: 0,
             finished: Vec::new(),
             once: None,
+            outbox: (0, 0),
         }
     }
 

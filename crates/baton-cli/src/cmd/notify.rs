@@ -1,0 +1,261 @@
+//! `baton notify add|ls|rm|test|deliver`: notification rules and their delivery.
+
+use baton_client::notify::{self as client, change_settings, read_settings};
+use baton_client::{wall_ms, ClientError};
+use baton_core::notify::{Event, EventKind, Rule};
+use baton_core::Refusal;
+use serde_json::json;
+
+use crate::cli::{NotifyAddArgs, NotifyCommand, NotifyDeliverArgs, NotifyLsArgs, NotifyRmArgs};
+use crate::context::default_context;
+use crate::exit::{self, Failure};
+use crate::render::{self, Cell, Table};
+use crate::Opened;
+
+/// Runs a `notify` subcommand.
+pub async fn notify(opened: &Opened, command: NotifyCommand) -> Result<i32, Failure> {
+    match command {
+        NotifyCommand::Add(args) => add(opened, args).await,
+        NotifyCommand::Ls(args) => ls(opened, args).await,
+        NotifyCommand::Rm(args) => rm(opened, args).await,
+        NotifyCommand::Test(args) => test(opened, args).await,
+        NotifyCommand::Deliver(args) => deliver(opened, args).await,
+    }
+}
+
+async fn add(opened: &Opened, args: NotifyAddArgs) -> Result<i32, Failure> {
+    let mut events = parse_events(&args.on)?;
+    if args.on.trim() == "all" && args.after.is_none() {
+        // `all` means every event the rule can have: `waited` needs --after.
+        events.retain(|kind| *kind != EventKind::Waited);
+    }
+    let rule = Rule {
+        name: args.name.unwrap_or_else(|| default_name(&args.prefix)),
+        prefix: args.prefix,
+        url: args.url,
+        events,
+        after_ms: args
+            .after
+            .map(|after| u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+    };
+    rule.check().map_err(|e| Failure::usage(e.0))?;
+    let name = rule.name.clone();
+    let replaced = change_settings(opened.coord.store().as_ref(), |settings| {
+        let replaced = settings.rules.iter().any(|r| r.name == rule.name);
+        settings
+            .add(rule.clone())
+            .map_err(|e| refused(Refusal::Invalid(e)))?;
+        Ok(replaced)
+    })
+    .await?;
+    let verb = if replaced { "replaced" } else { "added" };
+    eprintln!("baton: {verb} rule {name} (processes pick it up within 1 s)");
+    Ok(exit::OK)
+}
+
+async fn ls(opened: &Opened, args: NotifyLsArgs) -> Result<i32, Failure> {
+    let settings = read_settings(opened.coord.store().as_ref()).await?;
+    if args.json {
+        for rule in &settings.rules {
+            let events: Vec<&str> = rule.events.iter().map(|e| e.as_str()).collect();
+            let line = json!({
+                "name": rule.name,
+                "prefix": rule.prefix,
+                "url": redact(&rule.url),
+                "events": events,
+                "after_ms": rule.after_ms,
+            });
+            println!("{line}");
+        }
+        return Ok(exit::OK);
+    }
+    if settings.rules.is_empty() {
+        eprintln!("baton: no notification rules; add one with `baton notify add PREFIX --url URL --on EVENTS`");
+        return Ok(exit::OK);
+    }
+    let headers = ["NAME", "PREFIX", "EVENTS", "URL"];
+    let mut table = Table::new(headers.iter().map(|h| (*h).to_owned()).collect()).flexible(Some(3));
+    for rule in &settings.rules {
+        let mut events: Vec<String> = rule.events.iter().map(|e| e.as_str().to_owned()).collect();
+        if let (Some(after), Some(waited)) =
+            (rule.after_ms, events.iter_mut().find(|e| *e == "waited"))
+        {
+            *waited = format!("waited>{}", render::duration_ms(after));
+        }
+        let prefix = if rule.prefix.is_empty() {
+            "(every key)".to_owned()
+        } else {
+            rule.prefix.clone()
+        };
+        table.push(vec![
+            Cell::plain(&rule.name),
+            Cell::plain(prefix),
+            Cell::plain(events.join(",")),
+            Cell::plain(redact(&rule.url)),
+        ]);
+    }
+    let width = render::terminal_size().map(|(w, _)| w);
+    print!("{}", table.render(width, false));
+    Ok(exit::OK)
+}
+
+async fn rm(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
+    let removed = change_settings(opened.coord.store().as_ref(), |settings| {
+        Ok(settings.remove(&args.name))
+    })
+    .await?;
+    if !removed {
+        return Err(Failure::new(
+            exit::MISSING,
+            format!("no rule named {} (`baton notify ls` lists them)", args.name),
+        ));
+    }
+    eprintln!("baton: removed rule {}", args.name);
+    Ok(exit::OK)
+}
+
+async fn test(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
+    let settings = read_settings(opened.coord.store().as_ref()).await?;
+    let Some(rule) = settings.rules.iter().find(|r| r.name == args.name) else {
+        return Err(Failure::new(
+            exit::MISSING,
+            format!("no rule named {} (`baton notify ls` lists them)", args.name),
+        ));
+    };
+    let now = wall_ms();
+    let event = Event {
+        seq: 0,
+        kind: rule.events.first().copied().unwrap_or(EventKind::Granted),
+        id: format!("test-{now}"),
+        job: false,
+        outcome: None,
+        forced: false,
+        reason: Some("a test from `baton notify test`".into()),
+        context: default_context(),
+        fence: None,
+        enqueued_wall_ms: now,
+        granted_wall_ms: None,
+        at_wall_ms: now,
+        pending: Vec::new(),
+        tries: 0,
+        next_wall_ms: 0,
+    };
+    let key = if rule.prefix.is_empty() {
+        "test".to_owned()
+    } else {
+        format!("{}test", rule.prefix)
+    };
+    let mut body = client::body(&key, rule, &event);
+    if let Some(object) = body.as_object_mut().filter(|_| !rule.is_slack()) {
+        object.insert("test".into(), true.into());
+    }
+    let id = event.delivery_id(&key, &rule.name);
+    match client::post(&rule.url, &id, &body).await {
+        Ok(status) => {
+            eprintln!("baton: {}: delivered (HTTP {status})", redact(&rule.url));
+            Ok(exit::OK)
+        }
+        Err(error) => Err(Failure::new(
+            exit::ERROR,
+            format!("not delivered: {}", redact(&error)),
+        )),
+    }
+}
+
+async fn deliver(opened: &Opened, args: NotifyDeliverArgs) -> Result<i32, Failure> {
+    let store = opened.coord.store();
+    let interrupted = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot handle signals: {e}")))?;
+    tokio::pin!(interrupted);
+    let mut last_failures: Vec<String> = Vec::new();
+    loop {
+        let settings = read_settings(store.as_ref()).await?;
+        match client::deliver_all(&opened.coord, &settings).await {
+            Ok(pass) => {
+                if pass.delivered > 0 {
+                    eprintln!("baton: delivered {} event(s)", pass.delivered);
+                }
+                let failures: Vec<String> = pass.failures.iter().map(|f| redact(f)).collect();
+                for failure in failures.iter().filter(|f| !last_failures.contains(f)) {
+                    eprintln!("baton: {failure} (retried later)");
+                }
+                last_failures = failures;
+            }
+            Err(error) if args.follow && error.is_transient() => {
+                eprintln!("baton: {error} (retrying)");
+            }
+            Err(error) => return Err(error.into()),
+        }
+        if !args.follow {
+            return Ok(exit::OK);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(args.poll) => {}
+            _ = &mut interrupted => return Ok(exit::OK),
+        }
+    }
+}
+
+/// A URL without what may be secret: its path and query after the host are shortened (a Slack
+/// webhook's path is its secret).
+fn redact(text: &str) -> String {
+    let mut out = String::new();
+    for word in text.split(' ') {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match word.find("://").map(|at| at + 3) {
+            Some(host_start) => {
+                let rest = &word[host_start..];
+                let host_end = rest.find('/').map_or(word.len(), |i| host_start + i);
+                out.push_str(&word[..host_end]);
+                if host_end < word.len() {
+                    out.push_str("/…");
+                }
+            }
+            None => out.push_str(word),
+        }
+    }
+    out
+}
+
+fn parse_events(text: &str) -> Result<Vec<EventKind>, Failure> {
+    if text.trim() == "all" {
+        return Ok(EventKind::ALL.to_vec());
+    }
+    let mut events = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let kind = EventKind::parse(name).map_err(|e| Failure::usage(e.0))?;
+        if !events.contains(&kind) {
+            events.push(kind);
+        }
+    }
+    Ok(events)
+}
+
+/// A rule name from its prefix: `deploy/prod/` → `deploy-prod`; `every-key` for the empty one.
+fn default_name(prefix: &str) -> String {
+    let name: String = prefix
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name = name.trim_matches('-').chars().take(64).collect::<String>();
+    if name.is_empty() {
+        "every-key".to_owned()
+    } else {
+        name
+    }
+}
+
+fn refused(refusal: Refusal) -> ClientError {
+    ClientError::Refused {
+        key: "notify".into(),
+        refusal,
+    }
+}

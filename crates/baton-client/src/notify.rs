@@ -1,0 +1,434 @@
+//! Notifications: the rules (`baton notify add|ls|rm`), the cache each process keeps of them,
+//! and delivery of the events keys' outboxes hold ([`baton_core::notify`]).
+//!
+//! **Recording never waits on a receiver.** The coordinator records a change's events in the
+//! same CAS as the change, from rules cached for at most [`SETTINGS_FRESH_MS`] (read ahead, in
+//! the background, once the cache is half that old, so a warm process rarely waits for it; a
+//! cold one reads them beside its first document read).
+//!
+//! **Delivery happens after the CAS, off the lock's path**: the process that wrote events
+//! spawns a delivery for the key ([`spawn_delivery`]); a short-lived CLI gives those at most
+//! [`EXIT_FLUSH`] before it exits ([`flush`]); whatever is left is delivered by the next
+//! process that writes the key, or by `baton notify deliver --follow` ([`deliver_key`]). Each
+//! rule's events are posted in order, stopping at the first failure (the core backs it off),
+//! and acknowledged with [`Op::Notified`]. A delivery that dies between its POST and its
+//! acknowledgement posts again later: at least once, with the same delivery id.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use baton_core::notify::{Delivered, Event, Rule, Settings};
+use baton_core::{names, Op, Outcome, Request};
+use baton_store::{CasOutcome, Store};
+use serde_json::json;
+
+use crate::ids::new_attempt_id;
+use crate::time::wall_ms;
+use crate::{ClientError, Coordinator};
+
+/// How old the cached rules may be when a change's events are recorded: a change of rules
+/// takes effect within it. The default poll interval's upper end.
+pub const SETTINGS_FRESH_MS: u64 = 1_000;
+/// How long one POST may take.
+pub const POST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a short-lived process gives its deliveries before it exits.
+pub const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// The rules as one process last read them.
+#[derive(Debug, Default)]
+pub struct SettingsCache {
+    state: tokio::sync::Mutex<Option<(u64, Arc<Settings>)>>,
+}
+
+impl SettingsCache {
+    /// Starts reading the rules in the background when the copy is older than half its life,
+    /// so it is fresh when a write needs it.
+    pub(crate) fn prefetch(self: &Arc<Self>, store: &Arc<dyn Store>, mono_ms: u64) {
+        let stale = match self.state.try_lock() {
+            Ok(state) => state
+                .as_ref()
+                .is_none_or(|(read_at, _)| mono_ms >= read_at + SETTINGS_FRESH_MS / 2),
+            Err(_) => false, // a read is under way
+        };
+        if stale {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let (cache, store) = (self.clone(), store.clone());
+                runtime.spawn(async move {
+                    let _ = cache.settings(&store, mono_ms, SETTINGS_FRESH_MS / 2).await;
+                });
+            }
+        }
+    }
+
+    /// The rules that watch `key`, from a copy at most [`SETTINGS_FRESH_MS`] old.
+    pub(crate) async fn rules_for(
+        &self,
+        store: &Arc<dyn Store>,
+        key: &str,
+        mono_ms: u64,
+    ) -> Result<Vec<Rule>, ClientError> {
+        let settings = self.settings(store, mono_ms, SETTINGS_FRESH_MS).await?;
+        Ok(settings.watching(key).cloned().collect())
+    }
+
+    /// The settings, read again when the copy is older than `max_age_ms`.
+    pub(crate) async fn settings(
+        &self,
+        store: &Arc<dyn Store>,
+        mono_ms: u64,
+        max_age_ms: u64,
+    ) -> Result<Arc<Settings>, ClientError> {
+        let mut state = self.state.lock().await;
+        if let Some((read_at, settings)) = state.as_ref() {
+            if mono_ms < read_at + max_age_ms {
+                return Ok(settings.clone());
+            }
+        }
+        let settings = Arc::new(read_settings(store.as_ref()).await?);
+        *state = Some((mono_ms, settings.clone()));
+        Ok(settings)
+    }
+}
+
+/// Reads the rules. A settings document this baton cannot read is reported in the log and
+/// taken as no rules: it must not stop every lock of the store.
+pub async fn read_settings(store: &dyn Store) -> Result<Settings, ClientError> {
+    let Some(read) = store.load(names::NOTIFY_SETTINGS).await? else {
+        return Ok(Settings::default());
+    };
+    Ok(Settings::decode(&read.bytes).unwrap_or_else(|error| {
+        tracing::warn!("notifications are off: {error}");
+        Settings::default()
+    }))
+}
+
+/// Changes the rules with `change` by CAS (judged again after a conflict); returns what
+/// `change` returned the last time.
+pub async fn change_settings<T>(
+    store: &dyn Store,
+    mut change: impl FnMut(&mut Settings) -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
+    loop {
+        let read = store.load(names::NOTIFY_SETTINGS).await?;
+        let mut settings = match &read {
+            Some(read) => Settings::decode(&read.bytes).map_err(|e| ClientError::Refused {
+                key: "notify".into(),
+                refusal: e.into(),
+            })?,
+            None => Settings::default(),
+        };
+        let result = change(&mut settings)?;
+        let expected = read.as_ref().map(|r| &r.version);
+        let outcome = store
+            .cas(names::NOTIFY_SETTINGS, expected, &settings.encode(), &[])
+            .await?;
+        if let CasOutcome::Written { .. } = outcome {
+            return Ok(result);
+        }
+    }
+}
+
+/// The JSON body of `event` of `key` for `rule`: a Slack-shaped `{"text"}` for a Slack URL.
+pub fn body(key: &str, rule: &Rule, event: &Event) -> serde_json::Value {
+    let at = |ms: u64| humantime::format_rfc3339_millis(to_time(ms)).to_string();
+    let ci_url = ci_url(&event.context);
+    if rule.is_slack() {
+        return json!({ "text": slack_text(key, event, ci_url.as_deref()) });
+    }
+    json!({
+        "delivery_id": event.delivery_id(key, &rule.name),
+        "rule": rule.name,
+        "event": event.kind.as_str(),
+        "key": key,
+        "seq": event.seq,
+        "ticket": (!event.job).then_some(&event.id),
+        "job": event.job.then_some(&event.id),
+        "outcome": event.outcome.map(Outcome::as_str),
+        "forced": event.forced,
+        "reason": event.reason,
+        "context": event.context,
+        "fence": event.fence,
+        "enqueued_at": at(event.enqueued_wall_ms),
+        "granted_at": event.granted_wall_ms.map(at),
+        "at": at(event.at_wall_ms),
+        "ci_url": ci_url,
+    })
+}
+
+fn to_time(ms: u64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// The first `http(s)://` URL in a context (GitHub's and CircleCI's contexts carry the run's).
+fn ci_url(context: &str) -> Option<String> {
+    let start = context
+        .find("https://")
+        .or_else(|| context.find("http://"))?;
+    let url: String = context[start..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ')' && *c != ',')
+        .collect();
+    Some(url)
+}
+
+/// One line for people, with the same facts as the JSON body.
+fn slack_text(key: &str, event: &Event, ci_url: Option<&str>) -> String {
+    let who = if event.context.is_empty() {
+        event.id.clone()
+    } else {
+        event.context.clone()
+    };
+    let what = match (event.kind, event.outcome) {
+        (baton_core::notify::EventKind::Released, Some(outcome)) => {
+            format!("released ({})", outcome.as_str())
+        }
+        (baton_core::notify::EventKind::Recovered, _) => {
+            "succeeded after failing: recovered".to_owned()
+        }
+        (baton_core::notify::EventKind::Cancelled, _) if event.forced => {
+            "was force-released by an operator".to_owned()
+        }
+        (kind, _) => kind.as_str().to_owned(),
+    };
+    let mut text = format!("baton: `{key}`: {who} {what}");
+    if let Some(fence) = event.fence {
+        text.push_str(&format!(" (fence {fence})"));
+    }
+    if let Some(reason) = &event.reason {
+        text.push_str(&format!(": {reason}"));
+    }
+    if let Some(url) = ci_url {
+        text.push_str(&format!(" <{url}|run>"));
+    }
+    text
+}
+
+/// The HTTP client every delivery of the process shares.
+fn http() -> Result<&'static reqwest::Client, String> {
+    static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            // rustls needs a crypto provider; ring is already in the tree.
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
+            reqwest::Client::builder()
+                .timeout(POST_TIMEOUT)
+                .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .map_err(|e| format!("cannot make an HTTP client: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Posts `body` to `url`: `Ok` on a 2xx answer, else what went wrong, in words.
+pub async fn post(url: &str, delivery_id: &str, body: &serde_json::Value) -> Result<u16, String> {
+    let response = http()?
+        .post(url)
+        .header("X-Baton-Delivery", delivery_id)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", error_chain(&e)))?;
+    let status = response.status();
+    if status.is_success() {
+        Ok(status.as_u16())
+    } else {
+        Err(format!("{url}: answered {status}"))
+    }
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(&format!(": {inner}"));
+        source = inner.source();
+    }
+    text
+}
+
+/// What one delivery of a key's outbox did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KeyDelivery {
+    /// Events delivered (one per rule that got it).
+    pub delivered: usize,
+    /// Failures, in words.
+    pub failures: Vec<String>,
+}
+
+/// Delivers the due events of `key`'s outbox: each rule's in order, stopping at its first
+/// failure, then acknowledges what happened with [`Op::Notified`]. Events for a rule that no
+/// longer exists are acknowledged without a POST (nobody wants them).
+pub async fn deliver_key(
+    coord: &Coordinator,
+    key: &str,
+    settings: &Settings,
+) -> Result<KeyDelivery, ClientError> {
+    let snapshot = coord.read(key).await?;
+    let Some(outbox) = snapshot.doc.and_then(|doc| doc.outbox) else {
+        return Ok(KeyDelivery::default());
+    };
+    let now = wall_ms();
+    let mut report = KeyDelivery::default();
+    let mut rule_names: Vec<&String> = outbox.events.iter().flat_map(|e| &e.pending).collect();
+    rule_names.sort();
+    rule_names.dedup();
+    for name in rule_names {
+        let mut delivered = Delivered {
+            rule: name.clone(),
+            ..Delivered::default()
+        };
+        match settings.rules.iter().find(|r| r.name == *name) {
+            None => {
+                let pending = outbox.events.iter().filter(|e| e.pending.contains(name));
+                delivered.seqs = pending.map(|e| e.seq).collect();
+            }
+            Some(rule) => {
+                for event in outbox.due(name, now) {
+                    let id = event.delivery_id(key, name);
+                    match post(&rule.url, &id, &body(key, rule, event)).await {
+                        Ok(_) => delivered.seqs.push(event.seq),
+                        Err(error) => {
+                            report.failures.push(format!("rule {name}: {error}"));
+                            delivered.failed = Some(event.seq);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if delivered.seqs.is_empty() && delivered.failed.is_none() {
+            continue;
+        }
+        report.delivered += delivered.seqs.len();
+        let mut request = Request::new(new_attempt_id(), Op::Notified(delivered));
+        coord.execute(key, &mut request).await?;
+    }
+    Ok(report)
+}
+
+/// The deliveries this process started, so that a short-lived CLI can give them a moment
+/// before it exits ([`flush`]); and the keys being delivered, so one key has one delivery at a
+/// time in a process.
+#[derive(Default)]
+struct Deliveries {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    keys: HashSet<String>,
+}
+
+fn deliveries() -> &'static Mutex<Deliveries> {
+    static DELIVERIES: OnceLock<Mutex<Deliveries>> = OnceLock::new();
+    DELIVERIES.get_or_init(Mutex::default)
+}
+
+fn lock_deliveries() -> std::sync::MutexGuard<'static, Deliveries> {
+    deliveries()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Delivers `key`'s outbox in the background (unless this process is already at it), with a
+/// coordinator of its own that records events but starts no deliveries.
+pub(crate) fn spawn_delivery(store: Arc<dyn Store>, cache: Arc<SettingsCache>, key: &str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    let mut state = lock_deliveries();
+    if !state.keys.insert(key.to_owned()) {
+        return;
+    }
+    state.tasks.retain(|task| !task.is_finished());
+    let key = key.to_owned();
+    state.tasks.push(runtime.spawn(async move {
+        let coord = Coordinator::delivering(store.clone(), cache.clone());
+        let result = match cache
+            .settings(&store, coord.mono_ms(), SETTINGS_FRESH_MS)
+            .await
+        {
+            Ok(settings) => deliver_key(&coord, &key, &settings).await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        if let Err(error) = result {
+            tracing::debug!("{key}: notifications not delivered yet: {error}");
+        }
+        lock_deliveries().keys.remove(&key);
+    }));
+}
+
+/// Waits up to `max` for the deliveries this process started; those still going are left to
+/// the next process that touches their keys, or to `baton notify deliver`.
+pub async fn flush(max: Duration) {
+    let tasks = std::mem::take(&mut lock_deliveries().tasks);
+    let all = async {
+        for task in tasks {
+            let _ = task.await;
+        }
+    };
+    let _ = tokio::time::timeout(max, all).await;
+}
+
+/// What one pass of [`deliver_all`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Keys read.
+    pub keys: usize,
+    /// Events delivered.
+    pub delivered: usize,
+    /// Failures, in words.
+    pub failures: Vec<String>,
+}
+
+/// One pass over every key some rule watches: raises the `waited` events that are due (a
+/// tick records them), and delivers what is due. `baton notify deliver` runs it once, or
+/// again and again with `--follow`.
+pub async fn deliver_all(coord: &Coordinator, settings: &Settings) -> Result<Pass, ClientError> {
+    let mut prefixes: Vec<&str> = settings.rules.iter().map(|r| r.prefix.as_str()).collect();
+    prefixes.sort_unstable();
+    // A prefix that another covers adds nothing.
+    prefixes.dedup_by(|later, earlier| later.starts_with(*earlier));
+    let mut keys = Vec::new();
+    for prefix in prefixes {
+        keys.extend(coord.keys(prefix).await?);
+    }
+    let mut pass = Pass::default();
+    for key in keys {
+        pass.keys += 1;
+        if waited_due(coord, &key, settings).await? {
+            let mut tick = Request::new(new_attempt_id(), Op::Tick);
+            coord.execute(&key, &mut tick).await?;
+        }
+        let report = deliver_key(coord, &key, settings).await?;
+        pass.delivered += report.delivered;
+        pass.failures.extend(report.failures);
+    }
+    Ok(pass)
+}
+
+/// Whether a queued ticket of `key` has waited past a `waited` rule's threshold without its
+/// event raised yet.
+async fn waited_due(
+    coord: &Coordinator,
+    key: &str,
+    settings: &Settings,
+) -> Result<bool, ClientError> {
+    let afters: Vec<u64> = settings
+        .watching(key)
+        .filter_map(|rule| rule.after_ms)
+        .collect();
+    let Some(shortest) = afters.into_iter().min() else {
+        return Ok(false);
+    };
+    let Some(doc) = coord.read(key).await?.doc else {
+        return Ok(false);
+    };
+    let raised = doc.outbox.map(|o| o.waited).unwrap_or_default();
+    let now = wall_ms();
+    Ok(doc.tickets.iter().any(|t| {
+        t.state == baton_core::TicketState::Queued
+            && now.saturating_sub(t.enqueued_wall_ms) >= shortest
+            && !raised.contains(&t.id)
+    }))
+}
