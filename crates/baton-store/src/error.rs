@@ -64,3 +64,21 @@ pub enum StoreError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
+
+/// An error and its sources, as one line: drivers wrap the cause that says what happened
+/// (connection refused, a DNS failure) a few sources deep, and each store's error mapping
+/// reads the whole chain. A source already contained in the text is not repeated.
+#[cfg(any(feature = "etcd", feature = "s3", feature = "dynamodb"))]
+pub(crate) fn chain_text(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -35,10 +35,17 @@
 //!   ride in the key's hot record until a later writer has stored them on their own.
 //! - [`server_clock`]: a server's clock estimated from the time its replies carry, so reading it
 //!   costs no round trip.
-//! - [`url`]: parsing of store URLs (`sqlite:PATH`, `memory:`) into an opened store.
+//! - [`url`]: the one table of the stores a URL can name (schemes, feature, forms, opener),
+//!   which `open` and every URL message read, and the URL helpers the stores share.
+//! - [`key_range`]: the successor of a prefix, where every range scan by prefix ends.
+//!
+//! Every store's folder has the same files: `mod.rs` (the store and its operations), `url.rs`
+//! (its URL), `errors.rs` (its driver's errors as [`StoreError`]) and `layout.rs` (where its
+//! documents, history and records lie in the backend).
 #![deny(missing_docs)]
 
 mod error;
+pub mod key_range;
 pub mod memory;
 mod store;
 pub mod url;

@@ -20,15 +20,15 @@ use baton_store::deferred::Hot;
 use baton_store::dynamodb::{layout, DynamoStore};
 use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreError, Version};
 
-/// The server's table URL; panics, saying how to start the servers, when it is not set.
+mod common;
+
+/// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
-    std::env::var("BATON_TEST_DYNAMODB_URL").unwrap_or_else(|_| {
-        panic!(
-            "BATON_TEST_DYNAMODB_URL is not set: run `scripts/with-servers.sh --only moto cargo \
-             test -p baton-store --test conformance_dynamodb` (it starts moto on loopback and \
-             exports the URL and the AWS variables)"
-        )
-    })
+    common::server_url("DYNAMODB")
+}
+
+fn prefix(name: &str) -> String {
+    common::prefix("ddb", name)
 }
 
 /// The store, with its table created if need be.
@@ -37,10 +37,6 @@ async fn store() -> DynamoStore {
     let said = store.init().await.unwrap();
     assert!(said.contains("active"), "{said}");
     store
-}
-
-fn prefix(name: &str) -> String {
-    conformance::unique_prefix(&format!("ddb-{name}"))
 }
 
 baton_store::conformance_tests!(store(), prefix);

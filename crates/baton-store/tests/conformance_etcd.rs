@@ -10,30 +10,26 @@
 #![cfg(feature = "etcd")]
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use baton_store::etcd::EtcdStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, Version};
 
-/// The shared server's URL; panics, saying how to start one, when it is not set.
+mod common;
+use common::free_port;
+
+/// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
-    std::env::var("BATON_TEST_ETCD_URL").unwrap_or_else(|_| {
-        panic!(
-            "BATON_TEST_ETCD_URL is not set: run `bash scripts/test.sh` (it starts every test \
-             server), or start etcd with `source scripts/servers/etcd.sh; start_etcd` (after \
-             defining the helpers of scripts/test.sh) and export the URL it prints"
-        )
-    })
+    common::server_url("ETCD")
+}
+
+fn prefix(name: &str) -> String {
+    common::prefix("etcd", name)
 }
 
 async fn store() -> EtcdStore {
     EtcdStore::open(&server_url()).await.unwrap()
-}
-
-fn prefix(name: &str) -> String {
-    conformance::unique_prefix(&format!("etcd-{name}"))
 }
 
 baton_store::conformance_tests!(store(), prefix);
@@ -203,7 +199,7 @@ async fn tls_with_the_servers_ca() {
 /// A closed port: `Unavailable` within the connect timeout, naming the endpoint, never a hang.
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_quickly() {
-    let port = closed_port();
+    let port = free_port();
     let started = Instant::now();
     // Without credentials, opening does no I/O: the first operation finds out.
     let store = EtcdStore::open(&format!("etcd://127.0.0.1:{port}/p"))
@@ -227,7 +223,7 @@ async fn an_unreachable_server_is_unavailable_quickly() {
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 
     // Two endpoints, both closed.
-    let other = closed_port();
+    let other = free_port();
     let store = EtcdStore::open(&format!("etcd://127.0.0.1:{port},127.0.0.1:{other}/p"))
         .await
         .unwrap();
@@ -242,7 +238,7 @@ async fn an_unreachable_server_is_unavailable_quickly() {
 async fn a_dead_endpoint_beside_a_live_one_is_skipped() {
     let url = server_url();
     let live = endpoint_of(&url);
-    let dead = format!("127.0.0.1:{}", closed_port());
+    let dead = format!("127.0.0.1:{}", free_port());
     let unique = prefix("endpoints");
     let store = EtcdStore::open(&format!(
         "etcd://{dead},{live}/{}",
@@ -293,7 +289,7 @@ async fn tls_against_a_plain_server_says_so() {
 async fn describe_hides_the_password() {
     let store = EtcdStore::open(&format!(
         "etcd://root:s3cret-pw@127.0.0.1:{}/p",
-        closed_port()
+        free_port()
     ))
     .await;
     // Authenticating against a closed port fails; the error must not show the password either.
@@ -451,15 +447,6 @@ async fn a_cas_without_an_answer_is_ambiguous() {
 
 // ----- helpers -----------------------------------------------------------------------------
 
-/// A port on 127.0.0.1 that nothing listens on (bound, then released).
-fn closed_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `host:port` of an `etcd://host:port/prefix` URL (one endpoint).
 fn endpoint_of(url: &str) -> String {
     let rest = url.split_once("://").unwrap().1;
@@ -507,10 +494,10 @@ impl Server {
 
     fn start_with(tls: bool) -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let client_port = closed_port();
-        let mut peer_port = closed_port();
+        let client_port = free_port();
+        let mut peer_port = free_port();
         while peer_port == client_port {
-            peer_port = closed_port();
+            peer_port = free_port();
         }
         let mut server = Server {
             dir,

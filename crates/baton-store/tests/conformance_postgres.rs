@@ -12,7 +12,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use baton_store::postgres::PostgresStore;
 use baton_store::{
@@ -20,29 +20,16 @@ use baton_store::{
 };
 use sqlx::{Connection, Executor, PgConnection, Row};
 
-/// The test server's URL, or a panic that says how to start one.
+mod common;
+use common::{nanos, wall_ms, with_parameter};
+
+/// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
-    std::env::var("BATON_TEST_POSTGRES_URL").unwrap_or_else(|_| {
-        panic!(
-            "BATON_TEST_POSTGRES_URL is not set: these tests need a PostgreSQL server. \
-             `bash scripts/test.sh` starts one for the whole suite; for these tests alone, \
-             define the helpers scripts/test.sh defines, then \
-             `source scripts/servers/postgres.sh; start_postgres`"
-        )
-    })
+    common::server_url("POSTGRES")
 }
 
-/// `url` with one more query parameter.
-fn with_parameter(url: &str, parameter: &str) -> String {
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}{parameter}")
-}
-
-fn nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
+fn prefix(name: &str) -> String {
+    common::prefix("pg", name)
 }
 
 /// A new, empty schema, and a URL whose connections create and find baton's tables in it.
@@ -59,10 +46,6 @@ async fn fresh_schema() -> (String, String) {
 
 async fn shared_store() -> PostgresStore {
     PostgresStore::open(&server_url()).await.unwrap()
-}
-
-fn prefix(name: &str) -> String {
-    conformance::unique_prefix(&format!("pg-{name}"))
 }
 
 baton_store::conformance_tests!(shared_store(), prefix);
@@ -191,13 +174,6 @@ async fn many_pools_set_up_one_fresh_schema_at_once() {
         let store = opened.unwrap().unwrap();
         assert!(store.load("k").await.unwrap().is_none());
     }
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// The schema of version 1 (before records), exactly as baton created it, with one key.

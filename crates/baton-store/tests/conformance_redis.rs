@@ -5,7 +5,7 @@
 #![cfg(feature = "redis")]
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,15 +14,16 @@ use baton_store::redis::RedisStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, Version, WatchHandle};
 use tempfile::TempDir;
 
-/// The shared test server's URL, or a panic saying how to start one.
+mod common;
+use common::free_port;
+
+/// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
-    std::env::var("BATON_TEST_REDIS_URL").unwrap_or_else(|_| {
-        panic!(
-            "BATON_TEST_REDIS_URL is not set: these tests need a Redis server. `bash \
-             scripts/test.sh` starts one; or `source scripts/servers/redis.sh; start_redis` in a \
-             shell that defines its helpers (see scripts/test.sh)"
-        )
-    })
+    common::server_url("REDIS")
+}
+
+fn prefix(name: &str) -> String {
+    common::prefix("redis", name)
 }
 
 async fn shared_store() -> RedisStore {
@@ -38,10 +39,6 @@ async fn store_in_fresh_namespace() -> (RedisStore, String) {
         server_url().trim_end_matches('/')
     );
     (RedisStore::open(&url).await.unwrap(), url)
-}
-
-fn prefix(behaviour: &str) -> String {
-    conformance::unique_prefix(&format!("redis-{behaviour}"))
 }
 
 baton_store::conformance_tests!(shared_store(), prefix);
@@ -470,14 +467,6 @@ async fn command(url: &str, args: &[&str]) -> redis::Value {
         command.arg(*arg);
     }
     command.query_async(&mut connection).await.unwrap()
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A redis-server of this test's own on loopback, its data in a temporary directory; killed

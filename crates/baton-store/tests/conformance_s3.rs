@@ -13,7 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -25,15 +25,16 @@ use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 
-/// The shared server's URL; panics, saying how to start one, when it is not set.
+mod common;
+use common::{free_port, wall_ms};
+
+/// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
-    std::env::var("BATON_TEST_S3_URL").unwrap_or_else(|_| {
-        panic!(
-            "BATON_TEST_S3_URL is not set: run `scripts/with-servers.sh --only moto cargo test \
-             -p baton-store --test conformance_s3` (it starts moto_server and exports the AWS \
-             variables), or `bash scripts/test.sh` for everything"
-        )
-    })
+    common::server_url("S3")
+}
+
+fn prefix(name: &str) -> String {
+    common::prefix("s3", name)
 }
 
 /// The endpoint moto.sh exported.
@@ -44,10 +45,6 @@ fn endpoint() -> String {
 
 async fn store() -> S3Store {
     S3Store::open(&server_url()).await.unwrap()
-}
-
-fn prefix(name: &str) -> String {
-    conformance::unique_prefix(&format!("s3-{name}"))
 }
 
 baton_store::conformance_tests!(store(), prefix);
@@ -438,7 +435,7 @@ async fn no_credentials_names_the_chain() {
 /// sent, so a write is not ambiguous).
 #[tokio::test]
 async fn an_unreachable_endpoint_fails_quickly() {
-    let port = closed_port();
+    let port = free_port();
     let store = S3Store::open_with_config(
         &server_url(),
         &config_for(&format!("http://127.0.0.1:{port}")),
@@ -626,12 +623,6 @@ fn assert_between(reading: u64, before_ms: u64, after_ms: u64, what: &str) {
     );
 }
 
-/// This host's wall clock, ms since the Unix epoch.
-fn wall_ms() -> u64 {
-    let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    u64::try_from(since.as_millis()).unwrap()
-}
-
 /// The `Date` of a plain, unsigned HTTP request to the server (any answer carries one), in ms
 /// since the Unix epoch: what any client sees, independently of the store.
 fn server_date_ms() -> u64 {
@@ -811,15 +802,6 @@ fn config_for(endpoint: &str) -> SdkConfig {
         .build()
 }
 
-/// A port on 127.0.0.1 that nothing listens on (bound, then released).
-fn closed_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A moto_server that enforces IAM after its first requests, which create the bucket
 /// `baton-denied` and three users (`reader`: GetObject and ListBucket; `writer`: PutObject and
 /// ListBucket; `nolist`: GetObject and PutObject). Killed on drop.
@@ -857,7 +839,7 @@ impl IamServer {
                  test -p baton-store --test conformance_s3`"
             )
         });
-        let port = closed_port();
+        let port = free_port();
         let child = std::process::Command::new(format!("{venv}/bin/moto_server"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             // The setup's 1 + 3 × 3 requests go through unchecked; every later one is checked.

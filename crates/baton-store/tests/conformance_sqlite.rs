@@ -5,11 +5,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use baton_store::sqlite::SqliteStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, WithDocs};
 use tempfile::TempDir;
+
+mod common;
+use common::wall_ms;
 
 const PREFIX: &str = "sqlite-conformance/";
 
@@ -356,13 +359,6 @@ fn many_processes_open_one_fresh_file() {
         let seqs: Vec<u64> = history.iter().map(|record| record.seq).collect();
         assert_eq!(seqs, (1..=expected as u64).collect::<Vec<_>>());
     });
-}
-
-fn wall_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// A file system without shared memory (network, 9p) cannot run WAL: SQLite then keeps the

@@ -2,6 +2,7 @@
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
+use crate::error::chain_text;
 use crate::StoreError;
 
 /// Whether a failed request may have been applied.
@@ -203,19 +204,13 @@ fn is_connect_failure(detail: &str) -> bool {
     .any(|needle| detail.contains(needle))
 }
 
-/// An error and its sources, as one line (the SDK's messages may span several).
+/// An error and its sources, as one line, white space folded (the SDK's messages may span
+/// several lines).
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    chain_text(error)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@
 mod errors;
 pub mod layout;
 mod table;
+pub mod url;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -83,6 +84,8 @@ use crate::{
 };
 use errors::{classify, Context, Effect};
 use layout::{ITEM_MAX_BYTES, PK, SK, VERSION};
+pub use url::is_dynamodb_url;
+use url::parse_url;
 
 /// At most this many history entries wait in a hot item, so that moving them out never costs
 /// one operation more than two extra write units.
@@ -109,12 +112,6 @@ const HOT_ITEM_OVERHEAD: usize = (PK.len() + 1) + SK.len() + (VERSION.len() + 37
 
 /// What [`Hot::encode`] adds per pending entry besides its bytes.
 const PENDING_ENTRY_OVERHEAD: usize = 12;
-
-/// Whether `url` names a DynamoDB store (`dynamodb://…`, any case).
-pub fn is_dynamodb_url(url: &str) -> bool {
-    url.split_once("://")
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("dynamodb"))
-}
 
 /// A [`Store`] on one DynamoDB table. Cheap to clone; clones share the client.
 #[derive(Clone)]
@@ -478,40 +475,6 @@ fn endpoint_overridden() -> bool {
         .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
 }
 
-/// The table a `dynamodb://TABLE` URL names, checked against DynamoDB's naming rules.
-fn parse_url(url: &str) -> Result<String> {
-    let bad_url = |reason: String| StoreError::BadUrl {
-        url: url.to_owned(),
-        reason,
-    };
-    let Some((_, rest)) = url
-        .split_once("://")
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("dynamodb"))
-    else {
-        return Err(bad_url("expected `dynamodb://TABLE`".to_owned()));
-    };
-    let table = rest.strip_suffix('/').unwrap_or(rest);
-    if table.contains(['/', '?', '#', '@', ':']) {
-        return Err(bad_url(
-            "expected `dynamodb://TABLE` and nothing more; the region, endpoint and \
-             credentials come from the AWS environment (AWS_REGION, AWS_PROFILE, \
-             AWS_ENDPOINT_URL)"
-                .to_owned(),
-        ));
-    }
-    let valid = (3..=255).contains(&table.len())
-        && table
-            .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || b"_.-".contains(&byte));
-    if !valid {
-        return Err(bad_url(format!(
-            "`{table}` is not a DynamoDB table name: 3 to 255 characters of A-Z, a-z, 0-9, \
-             `_`, `-` and `.`"
-        )));
-    }
-    Ok(table.to_owned())
-}
-
 #[async_trait]
 impl Store for DynamoStore {
     fn describe(&self) -> String {
@@ -801,36 +764,6 @@ impl Store for DynamoStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_name_a_table_and_nothing_else() {
-        assert!(is_dynamodb_url("dynamodb://locks"));
-        assert!(is_dynamodb_url("DynamoDB://locks"));
-        assert!(!is_dynamodb_url("dynamodb:locks"));
-        assert!(!is_dynamodb_url("s3://bucket"));
-        assert_eq!(
-            parse_url("dynamodb://baton-locks").ok().as_deref(),
-            Some("baton-locks")
-        );
-        assert_eq!(
-            parse_url("dynamodb://a.b_c-1/").ok().as_deref(),
-            Some("a.b_c-1")
-        );
-        for (url, needle) in [
-            ("dynamodb://", "not a DynamoDB table name"),
-            ("dynamodb://ab", "not a DynamoDB table name"),
-            ("dynamodb://has space", "not a DynamoDB table name"),
-            ("dynamodb://t/prefix", "nothing more"),
-            ("dynamodb://t?region=x", "nothing more"),
-            ("dynamodb://user@t", "nothing more"),
-        ] {
-            let reason = match parse_url(url) {
-                Err(StoreError::BadUrl { reason, .. }) => reason,
-                other => panic!("{url}: expected BadUrl, got {other:?}"),
-            };
-            assert!(reason.contains(needle), "{url}: {reason}");
-        }
-    }
 
     #[test]
     fn versions_are_unique_and_carry_the_generation() {

@@ -38,6 +38,7 @@
 //! hand (`etcdctl del`) makes its key new again: its next history entries reuse seqs from 1 and
 //! overwrite the old ones. baton itself never deletes anything.
 
+mod errors;
 mod layout;
 pub mod url;
 mod watch;
@@ -52,12 +53,14 @@ use etcd_client::{
     TxnOp, TxnOpResponse,
 };
 
+use crate::key_range::successor_bytes;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
+use errors::{classify, Effect, CANNOT_REACH};
 use layout::Layout;
-pub use url::EtcdUrl;
+pub use url::{is_etcd_url, EtcdUrl};
 
 /// How long connecting to an endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,20 +80,11 @@ const MAX_TXN_OPS: usize = 128;
 /// History seqs of a CAS are `expected_revision × SEQS_PER_REVISION + i`.
 const SEQS_PER_REVISION: u64 = 65_536;
 
-/// How an error that was never sent starts its reason (and how `request` recognises it).
-const CANNOT_REACH: &str = "cannot reach etcd at";
-
 /// The largest reply accepted: a 10,000-entry history page of 1 KiB entries is ~10 MiB.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Keys per page when listing documents.
 const LIST_PAGE: i64 = 1_000;
-
-/// Whether `url` names an etcd store (`etcd://…`, any case), which [`EtcdStore::open`] takes.
-pub fn is_etcd_url(url: &str) -> bool {
-    url.split_once("://")
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("etcd"))
-}
 
 /// A [`Store`] on an etcd cluster. Cheap to clone; clones share the connection.
 #[derive(Clone)]
@@ -117,26 +111,17 @@ impl fmt::Debug for EtcdStore {
     }
 }
 
-/// Whether a failed request may have been applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Effect {
-    /// A read: failing changed nothing.
-    Read,
-    /// A write: an unanswered one may still commit.
-    Write,
-}
-
 impl EtcdStore {
     /// Opens the store `url` names (`etcd://…`, see [`url`]).
     ///
     /// Without credentials this does no I/O (the first operation connects); with them it
     /// authenticates, so wrong credentials fail here.
     pub async fn open(url: &str) -> Result<EtcdStore> {
-        Self::open_url(EtcdUrl::parse(url)?).await
+        Self::open_parsed(EtcdUrl::parse(url)?).await
     }
 
     /// Opens the store a parsed URL names.
-    pub async fn open_url(url: EtcdUrl) -> Result<EtcdStore> {
+    pub async fn open_parsed(url: EtcdUrl) -> Result<EtcdStore> {
         let description = url.describe();
         let unavailable = |reason: String| StoreError::Unavailable {
             store: description.clone(),
@@ -452,7 +437,7 @@ impl Store for EtcdStore {
         // has a due time; keys without one have none) and sort them here.
         let layout = &self.inner.layout;
         let start = layout.due_key(prefix);
-        let options = GetOptions::new().with_range(prefix_end(&start));
+        let options = GetOptions::new().with_range(range_end(&start));
         let mut response = self
             .request(Effect::Read, |mut kv| {
                 let (start, options) = (start.clone(), options.clone());
@@ -482,7 +467,7 @@ impl Store for EtcdStore {
         let start = layout.docs_with_prefix(prefix);
         // The end of the prefix range, as etcd computes it for `--prefix`; the start ends in
         // `/d/…` so some byte can be raised.
-        let end = prefix_end(&start);
+        let end = range_end(&start);
         let mut keys = Vec::new();
         let mut from = start;
         loop {
@@ -582,17 +567,11 @@ fn versioned(kv: etcd_client::KeyValue) -> Versioned {
     Versioned { version, bytes }
 }
 
-/// The least key above every key that starts with `start` (etcd's `GetPrefixRangeEnd`).
-fn prefix_end(start: &[u8]) -> Vec<u8> {
-    let mut end = start.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    // Only 0xff bytes: every key from `start` up (etcd's "\0" range end).
-    vec![0]
+/// The end of the range of every etcd key that starts with `start` (etcd's
+/// `GetPrefixRangeEnd`); `\0` when there is no successor, which etcd reads as "every key from
+/// `start` up".
+fn range_end(start: &[u8]) -> Vec<u8> {
+    successor_bytes(start).unwrap_or_else(|| vec![0])
 }
 
 /// TLS settings from the URL's files.
@@ -615,174 +594,4 @@ fn tls_options(files: &url::TlsFiles) -> std::result::Result<etcd_client::TlsOpt
         ));
     }
     Ok(options)
-}
-
-/// Maps a client error to the store's error, saying what to check where there is something to
-/// check.
-fn classify(url: &EtcdUrl, store: &str, error: etcd_client::Error, effect: Effect) -> StoreError {
-    use tonic_code::Code;
-    let store = store.to_owned();
-    let detail = error_chain(&error);
-    let endpoints = url.endpoints.join(", ");
-    let unavailable = |reason: String| StoreError::Unavailable {
-        store: store.clone(),
-        reason,
-    };
-    let unreachable = || {
-        let hint = if url.tls.is_some() {
-            "check that etcd runs there and serves TLS (the URL has tls=true), and that cacert= \
-             names the CA of its certificate"
-        } else {
-            "check that etcd runs there and the URL (if etcd serves TLS, add ?tls=true&cacert=PATH)"
-        };
-        unavailable(format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}"))
-    };
-    let status = match &error {
-        etcd_client::Error::GRpcStatus(status) => status,
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-            return unreachable()
-        }
-        _ => {
-            return StoreError::Backend {
-                store,
-                source: Box::new(error),
-            }
-        }
-    };
-    let message = status.message();
-    match Code::from_number(i32::from(status.code())) {
-        Code::Unauthenticated | Code::InvalidArgument
-            if message.contains("authentication failed")
-                || message.contains("invalid auth token") =>
-        {
-            unavailable(format!(
-                "etcd refused the credentials ({message}); check the user:password in the URL"
-            ))
-        }
-        Code::Unauthenticated => unavailable(format!(
-            "etcd refused the credentials (authentication failed: {message}); check the \
-             user:password in the URL"
-        )),
-        Code::InvalidArgument if message.contains("user name is empty") => unavailable(
-            "etcd requires authentication and the URL has no credentials; use \
-             etcd://user:password@host:port/prefix"
-                .to_owned(),
-        ),
-        Code::FailedPrecondition if message.contains("authentication is not enabled") => {
-            unavailable(
-                "the URL has credentials but etcd has authentication disabled; remove \
-                 user:password@ from the URL, or enable authentication on etcd"
-                    .to_owned(),
-            )
-        }
-        Code::PermissionDenied => unavailable(format!(
-            "etcd denied access ({message}); grant the URL's user read-write on the keys under \
-             `{}`",
-            url.prefix
-        )),
-        _ if message.contains("database space exceeded") => unavailable(format!(
-            "etcd's database is full ({message}); compact and defragment it, then disarm the \
-             alarm (`etcdctl alarm disarm`), and run etcd with auto-compaction"
-        )),
-        // Never connected: nothing was sent, whatever the request.
-        _ if is_connect_failure(&detail) => unreachable(),
-        Code::Unavailable
-        | Code::DeadlineExceeded
-        | Code::Cancelled
-        | Code::Unknown
-        | Code::Internal
-        | Code::Aborted => match effect {
-            Effect::Write => StoreError::Ambiguous {
-                store,
-                reason: format!("etcd at {endpoints} did not confirm the write: {detail}"),
-            },
-            Effect::Read => unavailable(format!(
-                "etcd at {endpoints} did not answer: {detail}; check that etcd runs there and has \
-                 a leader{}",
-                if url.tls.is_some() {
-                    ""
-                } else {
-                    ", and whether it serves TLS only (then add ?tls=true&cacert=PATH)"
-                }
-            )),
-        },
-        _ => StoreError::Backend {
-            store,
-            source: Box::new(error),
-        },
-    }
-}
-
-/// Whether a failure's text shows that no connection was ever made, so no request was sent.
-fn is_connect_failure(detail: &str) -> bool {
-    let detail = detail.to_ascii_lowercase();
-    [
-        // tonic's error for any failure while connecting (refused, reset, TLS handshake).
-        "connecterror(",
-        "connection refused",
-        "tcp connect error",
-        "error trying to connect",
-        "dns error",
-        "failed to lookup address",
-        "invalid peer certificate",
-        "invalidcontenttype",
-        "corrupt message",
-        "received corrupt message",
-        "handshake",
-    ]
-    .iter()
-    .any(|needle| detail.contains(needle))
-}
-
-/// An error and its sources, as one line.
-fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-/// The gRPC status codes `classify` tells apart (tonic is not a dependency of this crate, so
-/// its `Code` is matched by number).
-mod tonic_code {
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Code {
-        Cancelled,
-        Unknown,
-        InvalidArgument,
-        DeadlineExceeded,
-        PermissionDenied,
-        FailedPrecondition,
-        Aborted,
-        Internal,
-        Unavailable,
-        Unauthenticated,
-        Other,
-    }
-
-    impl Code {
-        /// The code gRPC numbers `number`.
-        pub fn from_number(number: i32) -> Code {
-            match number {
-                1 => Code::Cancelled,
-                2 => Code::Unknown,
-                3 => Code::InvalidArgument,
-                4 => Code::DeadlineExceeded,
-                7 => Code::PermissionDenied,
-                9 => Code::FailedPrecondition,
-                10 => Code::Aborted,
-                13 => Code::Internal,
-                14 => Code::Unavailable,
-                16 => Code::Unauthenticated,
-                _ => Code::Other,
-            }
-        }
-    }
 }

@@ -14,7 +14,16 @@
 
 use std::path::PathBuf;
 
+use crate::url::{has_scheme_and_authority, redact_password};
 use crate::StoreError;
+
+/// Whether `url` names an etcd store (`etcd://…`, any case), which [`super::EtcdStore::open`] takes.
+pub fn is_etcd_url(url: &str) -> bool {
+    has_scheme_and_authority(url, SCHEMES)
+}
+
+/// The schemes of an etcd store's URL.
+pub const SCHEMES: &[&str] = &["etcd"];
 
 /// The key prefix when the URL has no path.
 pub const DEFAULT_PREFIX: &str = "/baton";
@@ -58,7 +67,7 @@ impl EtcdUrl {
     pub fn parse(url: &str) -> Result<EtcdUrl, StoreError> {
         parse(url).map_err(|reason| StoreError::BadUrl {
             // The URL as given may hold a password: show it without.
-            url: redact(url),
+            url: redact_password(url),
             reason,
         })
     }
@@ -277,22 +286,6 @@ fn percent_encode(text: &str) -> String {
     encoded
 }
 
-/// `url` with the password (whatever follows the first `:` of the userinfo) replaced.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            format!("{scheme}://{user}:***@{hosts}{tail}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
@@ -347,7 +340,10 @@ mod tests {
         assert_eq!(parsed.endpoints, ["h:1"]);
         assert_eq!(parsed.describe(), "etcd://ro%40t@h:1/p");
         assert!(!format!("{parsed:?}").contains("p@ss"));
-        assert_eq!(redact("etcd://u:s3cret@h:1/p"), "etcd://u:***@h:1/p");
+        assert_eq!(
+            redact_password("etcd://u:s3cret@h:1/p"),
+            "etcd://u:***@h:1/p"
+        );
         assert!(reason("etcd://u:s3cret@h:notaport/p").contains("not a port"));
         assert!(reason("etcd://justuser@h/p").contains("password"));
     }

@@ -35,8 +35,11 @@
 //! (`PGHOST`, `PGUSER`, `PGPASSWORD`, `PGSSLMODE`…) and `~/.pgpass` fill what the URL leaves out.
 
 mod connections;
+mod errors;
+mod layout;
 mod listen;
 mod schema;
+pub mod url;
 
 use std::fmt;
 use std::str::FromStr;
@@ -45,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgRow, PgSslMode, Postgres};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgRow, Postgres};
 use sqlx::query::Query;
 use sqlx::{ConnectOptions, Row};
 
@@ -57,6 +60,11 @@ use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
+use errors::{connect_error, connection_lost, statement_error, Kind};
+pub use layout::PUSHED_DOCUMENT_MAX;
+use layout::*;
+pub use url::is_postgres_url;
+use url::{describe, server_address};
 
 /// How long opening a connection may take (TCP, TLS, authentication), and how long an operation
 /// waits for one of the store's connections to be free, before [`StoreError::Unavailable`].
@@ -72,175 +80,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// `max_connections`.
 pub const MAX_CONNECTIONS: usize = 5;
 
-/// The `NOTIFY` channel of every baton store. Stores in other schemas of the same database share
-/// it, which only means spurious wake-ups for equal keys.
-const CHANNEL: &str = "baton_changed";
-
-/// The largest document a wake-up carries (in bytes, before hex doubles it): `NOTIFY` takes
-/// payloads under 8,000 bytes, and a key (up to 256 bytes) and a version go with it. A
-/// long-used key's document is about 640 bytes; a larger one wakes its watchers without it, and
-/// they read it.
-pub const PUSHED_DOCUMENT_MAX: usize = 3_800;
-
-/// The payload of a CAS's wake-up: `KEY \n VERSION \n HEX(DOCUMENT)`, the hex left empty when
-/// the document is over [`PUSHED_DOCUMENT_MAX`]. Keys hold no control characters, so the first
-/// two newlines split it. `$doc` is the statement's document parameter; `$1` is always the key.
-macro_rules! notify_payload {
-    ($doc:literal) => {
-        concat!(
-            "$1 || E'\\n' || written.version || E'\\n' || CASE WHEN octet_length(",
-            $doc,
-            ") <= 3800 THEN encode(",
-            $doc,
-            ", 'hex') ELSE '' END"
-        )
-    };
-}
-
-/// The time stamp every reply carries: the server's wall clock in whole milliseconds, rounded
-/// down (an estimate that is low by a fraction of a millisecond ends other leases late, never
-/// early). `clock_timestamp()`, not `now()`: the time of the reply, not of the transaction's
-/// start.
-macro_rules! now_ms {
-    () => {
-        "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
-    };
-}
-use now_ms;
-
-const LOAD: &str = concat!(
-    "SELECT doc.version, doc.doc, ",
-    now_ms!(),
-    " AS now_ms
-     FROM (VALUES (1)) AS one (x) LEFT JOIN baton_docs AS doc ON doc.key = $1"
-);
-
-const CLOCK: &str = concat!("SELECT ", now_ms!(), " AS now_ms");
-
-/// The CAS of an existing document: `$1` key, `$2` expected version, `$3` document, `$4`
-/// history entries, `$5` due time (the due index). The current row is read (from the statement's snapshot) only when the
-/// update did not happen.
-const CAS_UPDATE: &str = concat!(
-    "WITH written AS (
-        UPDATE baton_docs
-        SET version = version + 1,
-            doc = $3,
-            history_seq = history_seq + cardinality($4::bytea[]),
-            due_ms = $5
-        WHERE key = $1 AND version = $2
-        RETURNING version, history_seq
-    ),
-    appended AS (
-        INSERT INTO baton_history (key, seq, entry)
-        SELECT $1, written.history_seq - cardinality($4::bytea[]) + entries.n, entries.entry
-        FROM written, unnest($4::bytea[]) WITH ORDINALITY AS entries (entry, n)
-    ),
-    notified AS (
-        SELECT pg_notify('baton_changed', ",
-    notify_payload!("$3"),
-    ") FROM written
-    )
-    SELECT
-        (SELECT version FROM written) AS written_version,
-        (SELECT count(*) FROM notified) AS n_notified,
-        current.version AS current_version,
-        current.doc AS current_doc,
-        ",
-    now_ms!(),
-    " AS now_ms
-    FROM (VALUES (1)) AS one (x)
-    LEFT JOIN baton_docs AS current ON current.key = $1 AND NOT EXISTS (SELECT FROM written)"
-);
-
-/// The CAS of a key without a document: `$1` key, `$2` document, `$3` history entries, `$4`
-/// due time. The
-/// history counter starts after any entries already logged for the key (none, unless someone
-/// deleted its row by hand), so seqs never repeat.
-const CAS_CREATE: &str = concat!(
-    "WITH written AS (
-        INSERT INTO baton_docs (key, version, doc, history_seq, due_ms)
-        SELECT $1, 1, $2, coalesce(max(seq), 0) + cardinality($3::bytea[]), $4
-        FROM baton_history WHERE key = $1
-        ON CONFLICT (key) DO NOTHING
-        RETURNING version, history_seq
-    ),
-    appended AS (
-        INSERT INTO baton_history (key, seq, entry)
-        SELECT $1, written.history_seq - cardinality($3::bytea[]) + entries.n, entries.entry
-        FROM written, unnest($3::bytea[]) WITH ORDINALITY AS entries (entry, n)
-    ),
-    notified AS (
-        SELECT pg_notify('baton_changed', ",
-    notify_payload!("$2"),
-    ") FROM written
-    )
-    SELECT
-        (SELECT version FROM written) AS written_version,
-        (SELECT count(*) FROM notified) AS n_notified,
-        current.version AS current_version,
-        current.doc AS current_doc,
-        ",
-    now_ms!(),
-    " AS now_ms
-    FROM (VALUES (1)) AS one (x)
-    LEFT JOIN baton_docs AS current ON current.key = $1 AND NOT EXISTS (SELECT FROM written)"
-);
-
-const HISTORY: &str = "SELECT seq, entry FROM baton_history WHERE key = $1 AND seq > $2
-     ORDER BY seq ASC LIMIT $3";
-
-const HISTORY_TAIL: &str =
-    "SELECT seq, entry FROM baton_history WHERE key = $1 ORDER BY seq DESC LIMIT $2";
-
-/// `^@` is "starts with": no wildcards, so `%` and `_` in a prefix are plain characters. The key
-/// column's collation is "C", so the planner turns it into a range scan of the primary key —
-/// when it plans with the prefix in hand, which is why this statement is sent unnamed (planned
-/// at each execution) rather than prepared once with a generic plan.
-const LIST: &str = "SELECT key FROM baton_docs WHERE key ^@ $1 ORDER BY key";
-
-/// Keys of the due index under a prefix, earliest first: `$1` prefix, `$2` limit. The partial
-/// index on (due_ms, key) holds only keys with a due time. Unnamed, as `LIST`.
-/// One page of the due index: the `$2` earliest due keys after `($5, $6)` (due time, key),
-/// each saying whether it is under the prefix `$1`; of the first `$3` keys under it, those due
-/// by `$4` come with their document ([`WithDocs`]). The others' documents stay unread (a
-/// TOASTed one is never detoasted).
-///
-/// The page is read before the prefix is looked at, so the only plan is an ordered scan of the
-/// partial due index, whose size does not grow with keys that have no due time: with the
-/// prefix in the `WHERE` the planner may take a range scan of the primary key, or a scan of the
-/// table, which read every key that ever had a job (measured: 11 ms a look next to 10,000
-/// finished keys, against 0.1 ms). Dead index entries left by the writes that took keys out
-/// are skipped after the first scan passes them (PostgreSQL marks them), so churn does not slow
-/// it either. A prefix costs the due keys outside it that come first, as on Redis.
-const DUE_PAGE: &str = "SELECT key, due_ms, under,
-       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN version END AS version,
-       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN doc END AS doc
-     FROM (SELECT key, due_ms, version, doc, under,
-                  count(*) FILTER (WHERE under) OVER (ORDER BY due_ms, key) AS n
-           FROM (SELECT key, due_ms, version, doc, left(key, length($1)) = $1 AS under
-                 FROM baton_docs WHERE due_ms IS NOT NULL AND (due_ms, key) > ($5, $6)
-                 ORDER BY due_ms, key LIMIT $2) AS page) AS due
-     ORDER BY due_ms, key";
-
-/// How many due keys a read of [`DUE_PAGE`] takes.
-const DUE_PAGE_KEYS: i64 = 256;
-
-/// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.
-const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUES ($1, $2, $3)
-     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes";
-
-const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = $1 AND name = $2";
-
 /// The statement [`Store::due_keys`] sends, a page at a time: public so that a test can check
 /// its plan against the server.
-pub const DUE_KEYS_PAGE: &str = DUE_PAGE;
-
-/// True when `url` names a PostgreSQL server (`postgres://` or `postgresql://`, any case).
-pub fn is_postgres_url(url: &str) -> bool {
-    url.split_once("://").is_some_and(|(scheme, _)| {
-        scheme.eq_ignore_ascii_case("postgres") || scheme.eq_ignore_ascii_case("postgresql")
-    })
-}
+pub const DUE_KEYS_PAGE: &str = layout::DUE_PAGE;
 
 /// A [`Store`] in a PostgreSQL database. Cheap to clone; clones share the connections, the clock
 /// and the listener.
@@ -272,15 +114,6 @@ impl fmt::Debug for PostgresStore {
     }
 }
 
-/// What a statement does, for the meaning of its failures.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Changes nothing: safe to send again on another connection.
-    Read,
-    /// May have changed the store even when no reply came back.
-    Write,
-}
-
 impl PostgresStore {
     /// Connects to the server `url` names and makes sure baton's tables are there, creating or
     /// migrating them on first use.
@@ -291,7 +124,7 @@ impl PostgresStore {
     /// up the tables.
     pub async fn open(url: &str) -> Result<PostgresStore> {
         let bad_url = |reason: String| StoreError::BadUrl {
-            url: redact_password(url),
+            url: crate::url::redact_password(url),
             reason,
         };
         if !is_postgres_url(url) {
@@ -738,279 +571,5 @@ impl Store for PostgresStore {
             .map(|row| row.try_get::<Vec<u8>, _>("bytes"))
             .transpose()
             .map_err(|e| self.backend(e))
-    }
-}
-
-/// `postgres://user@host:port/database`, plus the options that say where the tables are
-/// (`options`, a non-default `sslmode`). Never the password.
-fn describe(options: &PgConnectOptions) -> String {
-    let mut description = format!(
-        "postgres://{}@{}/{}",
-        options.get_username(),
-        server_address(options),
-        options.get_database().unwrap_or(""),
-    );
-    let mut parameters = Vec::new();
-    if let Some(startup_options) = options.get_options() {
-        parameters.push(format!("options={startup_options}"));
-    }
-    let ssl_mode = match options.get_ssl_mode() {
-        PgSslMode::Prefer => None,
-        PgSslMode::Disable => Some("disable"),
-        PgSslMode::Allow => Some("allow"),
-        PgSslMode::Require => Some("require"),
-        PgSslMode::VerifyCa => Some("verify-ca"),
-        PgSslMode::VerifyFull => Some("verify-full"),
-    };
-    if let Some(ssl_mode) = ssl_mode {
-        parameters.push(format!("sslmode={ssl_mode}"));
-    }
-    if !parameters.is_empty() {
-        description.push('?');
-        description.push_str(&parameters.join("&"));
-    }
-    description
-}
-
-/// `host:port`, or the socket directory for a Unix socket.
-fn server_address(options: &PgConnectOptions) -> String {
-    match options.get_socket() {
-        Some(socket) => format!("{}:{}", socket.display(), options.get_port()),
-        // An IPv6 address, unless it came bracketed from the URL already.
-        None if options.get_host().contains(':') && !options.get_host().starts_with('[') => {
-            format!("[{}]:{}", options.get_host(), options.get_port())
-        }
-        None => format!("{}:{}", options.get_host(), options.get_port()),
-    }
-}
-
-/// `url` with the password of its user info, and any `password=` parameter, replaced by `***`:
-/// for error messages about a URL that could not even be parsed.
-fn redact_password(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    let authority = match authority.rsplit_once('@') {
-        Some((user_info, host)) => match user_info.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => authority.to_owned(),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let parameters: Vec<String> = query
-                .split('&')
-                .map(|parameter| match parameter.split_once('=') {
-                    Some((name, _)) if name.eq_ignore_ascii_case("password") => {
-                        format!("{name}=***")
-                    }
-                    _ => parameter.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", parameters.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
-}
-
-/// What the server (or the connection) said: a database error's message and SQLSTATE, without
-/// sqlx's prefix and the server's source line.
-fn server_message(error: &sqlx::Error) -> String {
-    match error {
-        sqlx::Error::Database(error) => match error.code() {
-            Some(code) => format!("{} (SQLSTATE {code})", error.message()),
-            None => error.message().to_owned(),
-        },
-        other => other.to_string(),
-    }
-}
-
-/// True when `error` means the connection is gone (the statement's fate is unknown).
-fn connection_lost(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
-        // Connection exceptions, and the server ending the session (shutdown, a terminated
-        // backend, crash recovery) arrive as errors from the server just before it hangs up.
-        sqlx::Error::Database(error) => error
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
-        _ => false,
-    }
-}
-
-/// The store's error for a failed statement.
-fn statement_error(
-    inner: &Inner,
-    kind: Kind,
-    connection_lost: bool,
-    error: sqlx::Error,
-) -> StoreError {
-    let store = inner.description.clone();
-    if connection_lost {
-        return match kind {
-            Kind::Write => StoreError::Ambiguous {
-                store,
-                reason: format!("the connection was lost after the write was sent: {error}"),
-            },
-            Kind::Read => StoreError::Unavailable {
-                store,
-                reason: format!("the connection was lost: {error}"),
-            },
-        };
-    }
-    if let sqlx::Error::Database(database_error) = &error {
-        let message = server_message(&error);
-        match database_error.code().as_deref() {
-            // Only with `default_transaction_isolation = serializable` (or deadlock detection,
-            // which baton's one-key statements should never trigger): the statement was rolled
-            // back. The coordinator's answer to Ambiguous — read again, apply again — is the
-            // right one.
-            Some("40001" | "40P01") => {
-                return StoreError::Ambiguous {
-                    store,
-                    reason: format!("the server rolled the statement back: {message}"),
-                }
-            }
-            Some("42P01" | "42703") => {
-                return StoreError::Incompatible {
-                    store,
-                    reason: format!(
-                        "baton's tables are missing or changed ({message}); were they \
-                         dropped, or is the search_path different from when the store was opened?"
-                    ),
-                }
-            }
-            Some("42501") => {
-                return StoreError::Unavailable {
-                    store,
-                    reason: format!(
-                        "permission denied ({message}); the user needs SELECT, INSERT and \
-                         UPDATE on baton_docs, baton_history and baton_meta"
-                    ),
-                }
-            }
-            Some("25006") => {
-                return StoreError::Unavailable {
-                    store,
-                    reason: format!(
-                        "the server is read-only ({message}); point the URL at the primary"
-                    ),
-                }
-            }
-            _ => {}
-        }
-    }
-    StoreError::Backend {
-        store,
-        source: Box::new(error),
-    }
-}
-
-/// The store's error for a connection that could not be opened.
-fn connect_error(inner: &Inner, error: sqlx::Error) -> StoreError {
-    let address = server_address(&inner.connect_options);
-    let reason = match &error {
-        sqlx::Error::Io(io_error) => format!(
-            "cannot connect to {address}: {io_error}; is PostgreSQL running there and accepting \
-             TCP connections (listen_addresses, pg_hba.conf)?"
-        ),
-        sqlx::Error::Tls(tls_error) => format!(
-            "TLS with {address} failed: {tls_error}; the URL's sslmode (disable, prefer, require, \
-             verify-ca, verify-full) must match what the server offers, and sslrootcert must name \
-             the CA that signed its certificate"
-        ),
-        sqlx::Error::Database(database_error) => {
-            let hint = match database_error.code().as_deref() {
-                Some("28P01" | "28000") => {
-                    "check the user and password (URL, PGPASSWORD or ~/.pgpass) and pg_hba.conf"
-                }
-                Some("3D000") => "the database does not exist: create it, or fix the URL's path",
-                Some("53300") => "the server has no connections left (max_connections)",
-                Some("57P03") => "the server is starting up or shutting down; try again",
-                _ => "check the URL",
-            };
-            format!(
-                "{address} refused the connection: {}; {hint}",
-                server_message(&error)
-            )
-        }
-        sqlx::Error::Configuration(config_error) => format!("{config_error}; check the URL"),
-        other => format!("cannot connect to {address}: {other}"),
-    };
-    StoreError::Unavailable {
-        store: inner.description.clone(),
-        reason,
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_redacted_from_urls() {
-        let cases = [
-            (
-                "postgres://u:secret@h:5432/db",
-                "postgres://u:***@h:5432/db",
-            ),
-            ("postgres://u@h/db", "postgres://u@h/db"),
-            (
-                "postgres://h/db?password=secret&sslmode=require",
-                "postgres://h/db?password=***&sslmode=require",
-            ),
-            ("postgres://u:p@ss:w@rd@h/db", "postgres://u:***@h/db"),
-            ("postgres://u:secret@h", "postgres://u:***@h"),
-            ("not a url", "not a url"),
-        ];
-        for (url, expected) in cases {
-            assert_eq!(redact_password(url), expected, "{url}");
-        }
-    }
-
-    #[test]
-    fn descriptions_say_where_without_the_password() {
-        let cases = [
-            (
-                "postgres://baton:secret@db.example:6543/jobs",
-                "postgres://baton@db.example:6543/jobs",
-            ),
-            (
-                "postgresql://baton:secret@10.0.0.1/jobs?sslmode=require&options=-csearch_path%3Dbaton",
-                "postgres://baton@10.0.0.1:5432/jobs?options=-csearch_path=baton&sslmode=require",
-            ),
-            (
-                "postgres://baton@[::1]:5433/jobs?password=secret",
-                "postgres://baton@[::1]:5433/jobs",
-            ),
-        ];
-        for (url, expected) in cases {
-            let options = PgConnectOptions::from_str(url).unwrap();
-            assert_eq!(describe(&options), expected, "{url}");
-        }
-    }
-
-    #[test]
-    fn every_cas_notifies_the_channel_the_listener_listens_on() {
-        for statement in [CAS_CREATE, CAS_UPDATE] {
-            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1 ||")));
-            // The statement's limit is the constant the listener and the docs name.
-            assert!(statement.contains(&format!(") <= {PUSHED_DOCUMENT_MAX} THEN encode(")));
-        }
-    }
-
-    #[test]
-    fn postgres_urls_are_recognised() {
-        for url in ["postgres://h/db", "POSTGRESQL://h", "PostgreS://u@h"] {
-            assert!(is_postgres_url(url), "{url}");
-        }
-        for url in ["postgres:/h", "sqlite:/x.db", "postgresx://h", "redis://h"] {
-            assert!(!is_postgres_url(url), "{url}");
-        }
     }
 }

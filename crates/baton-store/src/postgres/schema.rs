@@ -15,7 +15,7 @@
 
 use sqlx::{PgConnection, Row};
 
-use super::now_ms;
+use super::layout::now_ms;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
@@ -211,7 +211,7 @@ fn setup_error(description: &str, error: sqlx::Error) -> StoreError {
         store: description.to_owned(),
         reason,
     };
-    let message = super::server_message(&error);
+    let message = super::errors::server_message(&error);
     match error_code(&error).as_deref() {
         Some("3F000") => unavailable(format!(
             "{message}: no schema of the search_path exists; create it (CREATE SCHEMA …) or fix \

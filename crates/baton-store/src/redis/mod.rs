@@ -1,23 +1,11 @@
 //! The Redis store: `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]`, or `rediss://…`
 //! for TLS.
 //!
-//! # Key layout
+//! # Files
 //!
-//! Every name starts with the store's namespace (`baton:` unless the URL's `namespace` says
-//! otherwise), so baton can share a database with other data; the URL's path chooses the
-//! database number, as Redis URLs do. For a baton key `K`:
-//!
-//! | Redis key | type | holds |
-//! |---|---|---|
-//! | `baton:doc:K` | hash | `v` version, `d` document, `n` writes so far, `s` last history seq |
-//! | `baton:hist:K` | stream | the history log: entry ID `<seq>-0`, one field `e` with the entry |
-//! | `baton:keys` | sorted set | every key with a document, score 0, for `list` |
-//! | `baton:rec:K` | hash | K's records: field = record name, value = the record's bytes |
-//!
-//! and the pub/sub channel `baton:wake:DB` carries a key's name, new version and document
-//! after each write to it (the name alone for a document over [`PUSHED_DOCUMENT_MAX`]). `K` is
-//! taken byte for byte (Redis keys are binary), so no key needs escaping and none can reach
-//! another's names: the fixed part comes first. Namespaces should not be prefixes of one another.
+//! `url.rs` parses the URL (namespace, TLS), `layout.rs` names the Redis keys of a baton key
+//! and reads replies back, `errors.rs` maps the client's errors, `cas.lua` is the CAS and
+//! `watch.rs` the subscriber.
 //!
 //! # Operations
 //!
@@ -61,6 +49,9 @@
 //! store reads `appendonly`, `save`, `maxmemory` and `maxmemory-policy` (where `CONFIG` is
 //! allowed) and warns when a restart would lose every queue or when keys may be evicted.
 
+mod errors;
+mod layout;
+pub mod url;
 mod watch;
 
 use std::collections::HashMap;
@@ -69,7 +60,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use ::redis::{Client, RedisError, Script, Value};
 use async_trait::async_trait;
 
 use crate::boot_clock::BootInstant;
@@ -78,6 +69,10 @@ use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
+use errors::{redis_error, timed_out, Access};
+use layout::{bytes, history_record, integer, lex_range, version_of, versioned, Names};
+use url::parse_url;
+pub use url::{DEFAULT_NAMESPACE, NAMESPACE_MAX_BYTES};
 
 /// How long connecting to the server may take before the store is [`StoreError::Unavailable`].
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -88,12 +83,6 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The bound on a whole operation, reconnecting included: no call waits longer.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The namespace when the URL names none.
-pub const DEFAULT_NAMESPACE: &str = "baton:";
-
-/// The longest namespace accepted, in bytes (every Redis name of a key repeats it).
-pub const NAMESPACE_MAX_BYTES: usize = 64;
 
 /// History entries kept per key: the design's limit. Trimming is approximate (`MAXLEN ~`), so
 /// a little more may be kept, never less.
@@ -140,61 +129,6 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// The Redis names of the store's data (see the module's *Key layout*).
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Names {
-    namespace: String,
-    /// `<namespace>wake:<db>`: pub/sub is shared by every database of a server, so the database
-    /// number keeps stores on different databases from waking each other.
-    channel: String,
-}
-
-impl Names {
-    fn new(namespace: &str, db: i64) -> Names {
-        Names {
-            namespace: namespace.to_owned(),
-            channel: format!("{namespace}wake:{db}"),
-        }
-    }
-
-    fn doc(&self, key: &str) -> String {
-        format!("{}doc:{key}", self.namespace)
-    }
-
-    fn history(&self, key: &str) -> String {
-        format!("{}hist:{key}", self.namespace)
-    }
-
-    fn keys(&self) -> String {
-        format!("{}keys", self.namespace)
-    }
-
-    /// `<namespace>due`: the due index, keys scored by when they next need a worker.
-    fn due(&self) -> String {
-        format!("{}due", self.namespace)
-    }
-
-    /// `<namespace>rec:K`: the hash of K's records, one field per record name.
-    fn records(&self, key: &str) -> String {
-        format!("{}rec:{key}", self.namespace)
-    }
-}
-
-/// A URL taken apart.
-#[derive(Debug, PartialEq, Eq)]
-struct Target {
-    namespace: String,
-    tls: bool,
-    description: String,
-}
-
-/// Whether an operation writes: an unanswered write may have landed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-}
-
 impl RedisStore {
     /// Runs `subscribe` on the store's one subscriber, started on first use.
     fn with_watcher<T>(&self, subscribe: impl FnOnce(&watch::Watcher) -> T) -> T {
@@ -215,9 +149,7 @@ impl RedisStore {
 
     /// Whether `url` names a Redis store (`redis:` or `rediss:`, in any case).
     pub fn handles(url: &str) -> bool {
-        url.split_once(':').is_some_and(|(scheme, _)| {
-            scheme.eq_ignore_ascii_case("redis") || scheme.eq_ignore_ascii_case("rediss")
-        })
+        url::is_redis_url(url)
     }
 
     /// Opens the store at `url` (`redis://…` or `rediss://…`), checking that the server answers
@@ -254,7 +186,7 @@ impl RedisStore {
         root_certificates: Option<Vec<u8>>,
     ) -> Result<RedisStore> {
         let target = parse_url(url).map_err(|reason| StoreError::BadUrl {
-            url: redact(url),
+            url: crate::url::redact_password(url),
             reason,
         })?;
         let description = target.description.clone();
@@ -712,107 +644,6 @@ impl RedisStore {
     }
 }
 
-/// Takes a store URL apart: the namespace (checked), whether it uses TLS, and the description
-/// (the URL without password and without query parameters other than `namespace`).
-fn parse_url(url: &str) -> std::result::Result<Target, String> {
-    let Some(mut parsed) = ::redis::parse_redis_url(url) else {
-        return Err(
-            "expected `redis://[USER:PASSWORD@]HOST[:PORT][/DB][?namespace=NAME]` (or rediss:// \
-             for TLS)"
-                .to_owned(),
-        );
-    };
-    let tls = match parsed.scheme() {
-        "redis" => false,
-        "rediss" => true,
-        other => return Err(format!("the scheme `{other}` is not redis or rediss")),
-    };
-    if parsed.fragment() == Some("insecure") {
-        return Err(
-            "`#insecure` (TLS without checking the certificate) is not supported; to trust a \
-             private CA, name its PEM file in SSL_CERT_FILE"
-                .to_owned(),
-        );
-    }
-    let mut namespace = None;
-    for (name, value) in parsed.query_pairs() {
-        match name.as_ref() {
-            "namespace" => namespace = Some(value.into_owned()),
-            // Parameters the redis client reads itself.
-            "protocol" => {}
-            other => {
-                return Err(format!(
-                    "unknown parameter `{other}`; accepted: `namespace`, `protocol`"
-                ))
-            }
-        }
-    }
-    let namespace = namespace.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
-    if namespace.is_empty() || namespace.len() > NAMESPACE_MAX_BYTES {
-        return Err(format!(
-            "the namespace must be 1 to {NAMESPACE_MAX_BYTES} bytes long"
-        ));
-    }
-    if namespace.chars().any(char::is_control) {
-        return Err("the namespace must not contain control characters".to_owned());
-    }
-    // `set_password` only fails for URLs that cannot have one, which a parsed redis URL can.
-    let _ = parsed.set_password(None);
-    parsed.set_query(None);
-    if namespace != DEFAULT_NAMESPACE {
-        parsed
-            .query_pairs_mut()
-            .append_pair("namespace", &namespace);
-    }
-    Ok(Target {
-        namespace,
-        tls,
-        description: parsed.to_string(),
-    })
-}
-
-/// `url` with any password replaced, for an error about a URL that did not parse.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((user_info, host)) => {
-            let user = user_info
-                .split_once(':')
-                .map_or(user_info, |(user, _)| user);
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
-}
-
-/// The `ZRANGEBYLEX` bounds of the keys that start with `prefix`, byte-wise: from `[prefix`
-/// (inclusive) to `(successor` (exclusive), where the successor is the prefix with trailing
-/// 0xFF bytes dropped and its last byte incremented — the least byte string above every string
-/// that starts with the prefix. Only the first byte of a bound is syntax; the rest is taken
-/// literally.
-fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
-    let mut min = b"[".to_vec();
-    if prefix.is_empty() {
-        return (b"-".to_vec(), b"+".to_vec());
-    }
-    min.extend_from_slice(prefix.as_bytes());
-    let mut successor = prefix.as_bytes().to_vec();
-    while let Some(last) = successor.pop() {
-        if last < u8::MAX {
-            successor.push(last + 1);
-            let mut max = b"(".to_vec();
-            max.extend_from_slice(&successor);
-            return (min, max);
-        }
-    }
-    // Only 0xFF bytes (impossible in UTF-8): every string from the prefix up.
-    (min, b"+".to_vec())
-}
-
 /// The `[name, value]` reply of `CONFIG GET name` (an array in RESP2, a map in RESP3).
 fn config_pair(value: Value) -> Option<(String, String)> {
     let pair = match value {
@@ -857,160 +688,6 @@ fn persistence_warnings(description: &str, settings: &HashMap<String, String>) -
     warnings
 }
 
-/// Maps a redis error to the store's error, saying what to check where there is something to
-/// check. An unanswered or interrupted write is ambiguous: it may have landed.
-fn redis_error(description: &str, error: RedisError, access: Access) -> StoreError {
-    let unavailable = |reason: String| StoreError::Unavailable {
-        store: description.to_owned(),
-        reason,
-    };
-    let code = error.code().unwrap_or("");
-    if error.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
-        return unavailable(format!(
-            "authentication failed ({error}): put the password in the URL, as \
-             redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT for an ACL user; \
-             percent-encode `@`, `:` and `/` in it)"
-        ));
-    }
-    match error.kind() {
-        ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            return unavailable(format!(
-                "the Redis user may not run a command baton needs ({error}): baton runs EVALSHA, \
-                 SCRIPT LOAD, HMGET, HSET, HGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE \
-                 and PUBLISH on its namespace's keys and channel"
-            ))
-        }
-        ErrorKind::Server(ServerErrorKind::BusyLoading) => {
-            return unavailable(
-                "Redis is loading its data into memory; try again in a moment".to_owned(),
-            )
-        }
-        ErrorKind::Server(ServerErrorKind::ReadOnly) => {
-            return unavailable(format!(
-                "the server is a read-only replica ({error}); point the URL at the primary"
-            ))
-        }
-        ErrorKind::Server(
-            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
-        ) => {
-            return unavailable(format!(
-                "the server is a Redis Cluster ({error}), which the Redis store does not support; \
-                 use a single server or a primary with replicas"
-            ))
-        }
-        _ => {}
-    }
-    if error.is_connection_refusal() {
-        return unavailable(format!(
-            "connection refused ({error}): check that Redis is running and listening on the host \
-             and port of the URL"
-        ));
-    }
-    if error.is_timeout() {
-        return timed_out(description, access);
-    }
-    if error.is_io_error() || error.is_connection_dropped() {
-        return match access {
-            Access::Write => StoreError::Ambiguous {
-                store: description.to_owned(),
-                reason: format!("the connection failed while the write was under way: {error}"),
-            },
-            Access::Read => unavailable(format!(
-                "the connection failed ({error}): check that Redis is up and reachable"
-            )),
-        };
-    }
-    StoreError::Backend {
-        store: description.to_owned(),
-        source: Box::new(error),
-    }
-}
-
-fn timed_out(description: &str, access: Access) -> StoreError {
-    match access {
-        Access::Write => StoreError::Ambiguous {
-            store: description.to_owned(),
-            reason: format!(
-                "no reply within {} s; the write may or may not have taken effect",
-                RESPONSE_TIMEOUT.as_secs()
-            ),
-        },
-        Access::Read => StoreError::Unavailable {
-            store: description.to_owned(),
-            reason: format!(
-                "no reply within {} s: check that Redis is up and reachable, and not blocked by \
-                 a long-running command",
-                OPERATION_TIMEOUT.as_secs()
-            ),
-        },
-    }
-}
-
-fn versioned(version: Vec<u8>, bytes: Vec<u8>) -> Versioned {
-    Versioned {
-        version: version_of(version),
-        bytes,
-    }
-}
-
-/// Versions are written by the CAS script as ASCII; anything else is kept, lossily, as text
-/// that will simply not match.
-fn version_of(version: Vec<u8>) -> Version {
-    Version(String::from_utf8_lossy(&version).into_owned())
-}
-
-/// One `[id, [field, value, …]]` stream entry as a record: seq from the ID `<seq>-0`, bytes
-/// from the field `e`.
-fn history_record(entry: &Value) -> Option<HistoryRecord> {
-    let Value::Array(parts) = entry else {
-        return None;
-    };
-    let [id, fields] = parts.as_slice() else {
-        return None;
-    };
-    let id = bytes(id)?;
-    let seq = std::str::from_utf8(&id)
-        .ok()?
-        .split_once('-')?
-        .0
-        .parse()
-        .ok()?;
-    let entry_bytes = match fields {
-        Value::Array(fields) => fields
-            .chunks(2)
-            .find(|pair| pair.first().and_then(bytes).as_deref() == Some(b"e"))
-            .and_then(|pair| pair.get(1))
-            .and_then(bytes)?,
-        Value::Map(fields) => fields
-            .iter()
-            .find(|(name, _)| bytes(name).as_deref() == Some(b"e"))
-            .and_then(|(_, value)| bytes(value))?,
-        _ => return None,
-    };
-    Some(HistoryRecord {
-        seq,
-        bytes: entry_bytes,
-    })
-}
-
-/// The bytes of a string reply.
-fn bytes(value: &Value) -> Option<Vec<u8>> {
-    match value {
-        Value::BulkString(bytes) => Some(bytes.clone()),
-        Value::SimpleString(text) => Some(text.clone().into_bytes()),
-        Value::VerbatimString { text, .. } => Some(text.clone().into_bytes()),
-        _ => None,
-    }
-}
-
-/// A non-negative integer reply, or a string of digits (TIME answers with strings).
-fn integer(value: &Value) -> Option<u64> {
-    match value {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        _ => std::str::from_utf8(&bytes(value)?).ok()?.parse().ok(),
-    }
-}
-
 /// A reply, shortened for an error message (a document can be 256 KiB).
 fn brief(value: &Value) -> String {
     let mut text = format!("{value:?}");
@@ -1029,94 +706,6 @@ fn brief(value: &Value) -> String {
 #[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_give_namespace_tls_and_a_description_without_password() {
-        let cases = [
-            (
-                "redis://127.0.0.1:6379",
-                "baton:",
-                false,
-                "redis://127.0.0.1:6379",
-            ),
-            ("redis://:secret@h:1/2", "baton:", false, "redis://h:1/2"),
-            (
-                "redis://user:secret@h/0?protocol=resp3",
-                "baton:",
-                false,
-                "redis://user@h/0",
-            ),
-            (
-                "rediss://:pw@h:6380?namespace=ci%20locks:",
-                "ci locks:",
-                true,
-                "rediss://h:6380?namespace=ci+locks%3A",
-            ),
-            ("redis://h?namespace=baton:", "baton:", false, "redis://h"),
-        ];
-        for (url, namespace, tls, description) in cases {
-            let target = parse_url(url).unwrap();
-            assert_eq!(
-                (
-                    target.namespace.as_str(),
-                    target.tls,
-                    target.description.as_str()
-                ),
-                (namespace, tls, description),
-                "{url}"
-            );
-        }
-    }
-
-    #[test]
-    fn bad_urls_say_what_is_expected() {
-        let cases = [
-            ("redis://h?namespace=", "1 to 64 bytes"),
-            ("redis://h?db=3", "unknown parameter `db`"),
-            ("rediss://h#insecure", "SSL_CERT_FILE"),
-            ("http://h", "expected `redis://"),
-        ];
-        for (url, expected) in cases {
-            let reason = parse_url(url).unwrap_err();
-            assert!(reason.contains(expected), "{url}: {reason}");
-        }
-        let long = format!(
-            "redis://h?namespace={}",
-            "n".repeat(NAMESPACE_MAX_BYTES + 1)
-        );
-        assert!(parse_url(&long).is_err());
-    }
-
-    #[test]
-    fn redact_hides_passwords() {
-        assert_eq!(redact("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://:p@w@h"), "redis://:***@h");
-        assert_eq!(redact("redis://h:1/0"), "redis://h:1/0");
-    }
-
-    #[test]
-    fn lex_ranges_are_byte_wise_and_literal() {
-        let cases: &[(&str, &[u8], &[u8])] = &[
-            ("", b"-", b"+"),
-            ("a", b"[a", b"(b"),
-            ("100%", b"[100%", b"(100&"),
-            ("star*", b"[star*", b"(star+"),
-            ("[x", b"[[x", b"([y"),
-            ("é", "[é".as_bytes(), &[b'(', 0xC3, 0xAA]),
-            (
-                "x\u{10FFFF}",
-                "[x\u{10FFFF}".as_bytes(),
-                &[b'(', b'x', 0xF4, 0x8F, 0xBF, 0xC0],
-            ),
-        ];
-        for (prefix, min, max) in cases {
-            assert_eq!(
-                lex_range(prefix),
-                (min.to_vec(), max.to_vec()),
-                "{prefix:?}"
-            );
-        }
-    }
 
     #[test]
     fn warns_when_nothing_persists_or_keys_may_be_evicted() {
@@ -1154,38 +743,6 @@ mod tests {
         assert!(evicting[0].contains("noeviction"), "{}", evicting[0]);
         assert!(warnings(&[("maxmemory", "0"), ("maxmemory-policy", "allkeys-lru")]).is_empty());
         assert!(warnings(&[("maxmemory", "100"), ("maxmemory-policy", "volatile-lru")]).is_empty());
-    }
-
-    #[test]
-    fn history_entries_parse_in_both_protocols() {
-        let bulk = |text: &[u8]| Value::BulkString(text.to_vec());
-        let resp2 = Value::Array(vec![
-            bulk(b"42-0"),
-            Value::Array(vec![bulk(b"e"), bulk(&[0, 255])]),
-        ]);
-        let resp3 = Value::Array(vec![
-            bulk(b"7-0"),
-            Value::Map(vec![(bulk(b"e"), bulk(b"x"))]),
-        ]);
-        assert_eq!(
-            history_record(&resp2),
-            Some(HistoryRecord {
-                seq: 42,
-                bytes: vec![0, 255]
-            })
-        );
-        assert_eq!(
-            history_record(&resp3),
-            Some(HistoryRecord {
-                seq: 7,
-                bytes: b"x".to_vec()
-            })
-        );
-        assert_eq!(
-            history_record(&Value::Array(vec![bulk(b"x-0"), Value::Array(vec![])])),
-            None
-        );
-        assert_eq!(history_record(&Value::Nil), None);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use object_store::client::{
 use object_store::ClientOptions;
 
 use super::credentials::NoCredentials;
+use crate::error::chain_text;
 use crate::StoreError;
 
 /// A transport failure, with the kind object_store gave it (which its own error hides).
@@ -233,21 +234,6 @@ fn find<'a, T: StdError + 'static>(error: &'a (dyn StdError + 'static)) -> Optio
         current = error.source();
     }
     None
-}
-
-/// `error` and its sources, each once: object_store's messages often repeat their source's.
-fn chain_text(error: &(dyn StdError + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// The HTTP status in object_store's message ("... status code: 503 Service Unavailable ...").

@@ -110,6 +110,8 @@ mod errors;
 mod layout;
 pub mod url;
 
+pub use url::is_s3_url;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -155,12 +157,6 @@ const LIST_PAGE: usize = 1_000;
 /// How many keys' hot records the store remembers; past it, it forgets them all (a client
 /// works on a handful of keys at a time).
 const CACHED_KEYS_MAX: usize = 256;
-
-/// Whether `url` names an S3 store (`s3://…`, any case), which [`S3Store::open`] takes.
-pub fn is_s3_url(url: &str) -> bool {
-    url.split_once("://")
-        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("s3"))
-}
 
 /// A [`Store`] on an S3 bucket. Cheap to clone; clones share the connections and the cache.
 #[derive(Clone)]

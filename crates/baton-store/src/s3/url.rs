@@ -4,9 +4,18 @@
 //! so the URL never holds a secret. The prefix is taken literally (no percent-decoding); without
 //! one, objects go under `baton/`. Leading and trailing `/` are dropped.
 
+use crate::url::has_scheme_and_authority;
 use crate::StoreError;
 
 use super::layout::PREFIX_MAX_BYTES;
+
+/// The schemes of an S3 store's URL.
+pub const SCHEMES: &[&str] = &["s3"];
+
+/// Whether `url` names an S3 store (`s3://…`, any case), which [`super::S3Store::open`] takes.
+pub fn is_s3_url(url: &str) -> bool {
+    has_scheme_and_authority(url, SCHEMES)
+}
 
 /// The prefix when the URL gives none, so that baton's objects do not litter a bucket's root.
 pub const DEFAULT_PREFIX: &str = "baton";
@@ -28,7 +37,7 @@ impl S3Url {
             reason,
         };
         let rest = match url.split_once("://") {
-            Some((scheme, rest)) if scheme.eq_ignore_ascii_case("s3") => rest,
+            Some((_, rest)) if is_s3_url(url) => rest,
             _ => return Err(bad_url("expected `s3://BUCKET/PREFIX`".to_owned())),
         };
         if rest.contains(['?', '#']) {

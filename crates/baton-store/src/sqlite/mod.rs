@@ -10,7 +10,10 @@
 //! rusqlite is blocking: the store keeps one connection behind a mutex and runs every operation
 //! on tokio's blocking pool, never on the async workers.
 
+mod errors;
+mod layout;
 mod schema;
+pub mod url;
 mod watch;
 
 use std::fmt;
@@ -19,13 +22,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::boot_clock::{boot_id, boot_time_ms};
+use crate::key_range::successor_text;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
+use errors::sqlite_error;
+use layout::{history_record, read_row, versioned};
 
 /// How long a write waits for another process's write transaction before giving up with
 /// [`StoreError::Unavailable`]. baton's transactions last microseconds, so reaching this means
@@ -66,6 +72,11 @@ impl SqliteStore {
     /// and with [`StoreError::Incompatible`] when a newer baton wrote it.
     pub async fn open(path: &Path) -> Result<SqliteStore> {
         Self::open_with_vfs(path, None).await
+    }
+
+    /// Opens the store a `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH` URL names (see [`url`]).
+    pub async fn open_url(url: &str) -> Result<SqliteStore> {
+        Self::open(&url::parse(url)?).await
     }
 
     /// Opens the store through the named SQLite VFS (`None`: the default). Tests use
@@ -193,22 +204,17 @@ impl Store for SqliteStore {
                     .checked_add(1)
                     .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, *version))?,
             };
-            transaction
-                .prepare_cached(
-                    "INSERT INTO baton_docs (key, version, doc, due_ms) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (key) DO UPDATE SET version = excluded.version,
-                        doc = excluded.doc, due_ms = excluded.due_ms",
-                )?
-                .execute((&key, new_version, &bytes, due_ms))?;
+            transaction.prepare_cached(layout::WRITE_DOC)?.execute((
+                &key,
+                new_version,
+                &bytes,
+                due_ms,
+            ))?;
             if !history.is_empty() {
                 let last_seq: i64 = transaction
-                    .prepare_cached(
-                        "SELECT COALESCE(MAX(seq), 0) FROM baton_history WHERE key = ?1",
-                    )?
+                    .prepare_cached(layout::LAST_SEQ)?
                     .query_row([&key], |row| row.get(0))?;
-                let mut insert = transaction.prepare_cached(
-                    "INSERT INTO baton_history (key, seq, entry) VALUES (?1, ?2, ?3)",
-                )?;
+                let mut insert = transaction.prepare_cached(layout::APPEND_HISTORY)?;
                 let mut seq = last_seq;
                 for entry in &history {
                     seq = seq
@@ -234,10 +240,7 @@ impl Store for SqliteStore {
         let after_seq = i64::try_from(after_seq).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |connection| {
-            let mut select = connection.prepare_cached(
-                "SELECT seq, entry FROM baton_history WHERE key = ?1 AND seq > ?2
-                 ORDER BY seq ASC LIMIT ?3",
-            )?;
+            let mut select = connection.prepare_cached(layout::HISTORY_AFTER)?;
             let records = select.query_map((&key, after_seq, limit), history_record)?;
             records.collect()
         })
@@ -251,9 +254,7 @@ impl Store for SqliteStore {
         let key = key.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |connection| {
-            let mut select = connection.prepare_cached(
-                "SELECT seq, entry FROM baton_history WHERE key = ?1 ORDER BY seq DESC LIMIT ?2",
-            )?;
+            let mut select = connection.prepare_cached(layout::HISTORY_TAIL)?;
             let records = select.query_map((&key, limit), history_record)?;
             records.collect()
         })
@@ -265,16 +266,14 @@ impl Store for SqliteStore {
         self.run(move |connection| {
             // A range on the primary key, not LIKE: `%` and `_` in a prefix are plain
             // characters, and the range uses the index. SQLite compares TEXT with memcmp, which
-            // for UTF-8 is code point order, the order `prefix_upper_bound` works in.
-            let keys: Vec<String> = match prefix_upper_bound(&prefix) {
+            // for UTF-8 is code point order, the order `successor_text` works in.
+            let keys: Vec<String> = match successor_text(&prefix) {
                 Some(upper_bound) => connection
-                    .prepare_cached(
-                        "SELECT key FROM baton_docs WHERE key >= ?1 AND key < ?2 ORDER BY key",
-                    )?
+                    .prepare_cached(layout::LIST_RANGE)?
                     .query_map((&prefix, &upper_bound), |row| row.get(0))?
                     .collect::<rusqlite::Result<_>>()?,
                 None => connection
-                    .prepare_cached("SELECT key FROM baton_docs WHERE key >= ?1 ORDER BY key")?
+                    .prepare_cached(layout::LIST_FROM)?
                     .query_map([&prefix], |row| row.get(0))?
                     .collect::<rusqlite::Result<_>>()?,
             };
@@ -293,15 +292,9 @@ impl Store for SqliteStore {
         let prefix = prefix.to_owned();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.run(move |connection| {
-            // The partial index on (due_ms, key) gives the rows in order; the key range filters
-            // them (keys that have no due time are not in the index at all).
-            let upper_bound = prefix_upper_bound(&prefix);
+            let upper_bound = successor_text(&prefix);
             let rows: Vec<(String, i64)> = connection
-                .prepare_cached(
-                    "SELECT key, due_ms FROM baton_docs
-                     WHERE due_ms IS NOT NULL AND key >= ?1 AND (?2 IS NULL OR key < ?2)
-                     ORDER BY due_ms, key LIMIT ?3",
-                )?
+                .prepare_cached(layout::DUE_KEYS)?
                 .query_map((&prefix, &upper_bound, limit), |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })?
@@ -364,10 +357,7 @@ impl Store for SqliteStore {
         self.run(move |connection| {
             // One statement in autocommit: its own transaction.
             connection
-                .prepare_cached(
-                    "INSERT INTO baton_records (key, name, bytes) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes",
-                )?
+                .prepare_cached(layout::PUT_RECORD)?
                 .execute((&key, &name, &bytes))?;
             Ok(())
         })
@@ -379,147 +369,10 @@ impl Store for SqliteStore {
         let (key, name) = (key.to_owned(), name.to_owned());
         self.run(move |connection| {
             connection
-                .prepare_cached("SELECT bytes FROM baton_records WHERE key = ?1 AND name = ?2")?
+                .prepare_cached(layout::GET_RECORD)?
                 .query_row((&key, &name), |row| row.get(0))
                 .optional()
         })
         .await
-    }
-}
-
-/// The version and bytes of `key`'s document.
-fn read_row(connection: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Vec<u8>)>> {
-    connection
-        .prepare_cached("SELECT version, doc FROM baton_docs WHERE key = ?1")?
-        .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
-        .optional()
-}
-
-fn versioned((version, bytes): (i64, Vec<u8>)) -> Versioned {
-    Versioned {
-        version: Version(version.to_string()),
-        bytes,
-    }
-}
-
-fn history_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRecord> {
-    let seq: i64 = row.get(0)?;
-    Ok(HistoryRecord {
-        // baton writes seqs from 1; a negative one was not written by baton.
-        seq: u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))?,
-        bytes: row.get(1)?,
-    })
-}
-
-/// The least string greater than every string that starts with `prefix`, in code point order
-/// (which is UTF-8 byte order): `prefix` with its last character replaced by the next one,
-/// after dropping trailing `char::MAX`es. `None` when no such string exists (an empty prefix, or
-/// one of only `char::MAX`): then every key from `prefix` up matches.
-fn prefix_upper_bound(prefix: &str) -> Option<String> {
-    let mut chars: Vec<char> = prefix.chars().collect();
-    while let Some(last) = chars.pop() {
-        // The next code point, skipping the surrogates, which are not characters.
-        let next = match last {
-            '\u{D7FF}' => Some('\u{E000}'),
-            _ => char::from_u32(u32::from(last) + 1),
-        };
-        if let Some(next) = next {
-            chars.push(next);
-            return Some(chars.into_iter().collect());
-        }
-    }
-    None
-}
-
-/// Maps a SQLite error to the store's error, saying what to do where there is something to do.
-fn sqlite_error(description: &str, path: &Path, error: rusqlite::Error) -> StoreError {
-    let unavailable = |reason: String| StoreError::Unavailable {
-        store: description.to_owned(),
-        reason,
-    };
-    match error.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => unavailable(format!(
-            "{} is locked: another process holds a write transaction on it (waited up to {} s); \
-             try again, or find that process with `fuser {}`",
-            path.display(),
-            BUSY_TIMEOUT.as_secs(),
-            path.display()
-        )),
-        Some(ErrorCode::NotADatabase) => unavailable(format!(
-            "{} is not a SQLite database; move it away or choose another file for the store",
-            path.display()
-        )),
-        Some(ErrorCode::ReadOnly) => unavailable(format!(
-            "{} cannot be written ({error}); put the store on a writable local disk",
-            path.display()
-        )),
-        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied) => {
-            unavailable(format!("{}: {error}", path.display()))
-        }
-        _ => StoreError::Backend {
-            store: description.to_owned(),
-            source: Box::new(error),
-        },
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_and_foreign_files_say_what_to_do() {
-        let path = Path::new("/data/baton.db");
-        let failure = |code| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None);
-        let cases = [
-            (
-                rusqlite::ffi::SQLITE_BUSY,
-                "another process holds a write transaction",
-            ),
-            (
-                rusqlite::ffi::SQLITE_LOCKED,
-                "another process holds a write transaction",
-            ),
-            (rusqlite::ffi::SQLITE_NOTADB, "not a SQLite database"),
-            (rusqlite::ffi::SQLITE_READONLY, "writable local disk"),
-        ];
-        for (code, expected) in cases {
-            let error = sqlite_error("sqlite:/data/baton.db", path, failure(code));
-            let message = error.to_string();
-            assert!(
-                matches!(error, StoreError::Unavailable { .. }),
-                "{code}: {error:?}"
-            );
-            assert!(message.contains(expected), "{code}: {message}");
-            assert!(message.contains("/data/baton.db"), "{code}: {message}");
-        }
-        let other = sqlite_error(
-            "sqlite:/data/baton.db",
-            path,
-            failure(rusqlite::ffi::SQLITE_IOERR),
-        );
-        assert!(matches!(other, StoreError::Backend { .. }), "{other:?}");
-    }
-
-    #[test]
-    fn prefix_upper_bound_covers_exactly_the_prefixed_strings() {
-        let cases: &[(&str, Option<&str>)] = &[
-            ("", None),
-            ("a", Some("b")),
-            ("ab/", Some("ab0")),
-            ("100%", Some("100&")),
-            ("x\u{D7FF}", Some("x\u{E000}")),
-            ("x\u{10FFFF}", Some("y")),
-            ("\u{10FFFF}\u{10FFFF}", None),
-            ("é", Some("ê")),
-        ];
-        for (prefix, expected) in cases {
-            assert_eq!(
-                prefix_upper_bound(prefix).as_deref(),
-                *expected,
-                "prefix {prefix:?}"
-            );
-        }
     }
 }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
-use super::{sqlite_error, BUSY_TIMEOUT};
+use super::errors::sqlite_error;
+use super::BUSY_TIMEOUT;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].

@@ -1,0 +1,186 @@
+//! How documents, history and records lie in the database, and the statements that read and
+//! write them: every operation is ONE statement.
+//!
+//! | table | key | holds |
+//! |---|---|---|
+//! | `baton_docs` | `key` (collation "C") | `version`, `doc`, `history_seq` (the key's last seq), `due_ms` |
+//! | `baton_history` | `key`, `seq` | `entry` |
+//! | `baton_records` | `key`, `name` | `bytes` |
+//! | `baton_meta` | `name` | the schema's version |
+//!
+//! `schema.rs` creates and migrates the tables; `mod.rs` sends these statements.
+
+/// The `NOTIFY` channel of every baton store. Stores in other schemas of the same database share
+/// it, which only means spurious wake-ups for equal keys.
+pub(super) const CHANNEL: &str = "baton_changed";
+
+/// The largest document a wake-up carries (in bytes, before hex doubles it): `NOTIFY` takes
+/// payloads under 8,000 bytes, and a key (up to 256 bytes) and a version go with it. A
+/// long-used key's document is about 640 bytes; a larger one wakes its watchers without it, and
+/// they read it.
+pub const PUSHED_DOCUMENT_MAX: usize = 3_800;
+
+/// The payload of a CAS's wake-up: `KEY \n VERSION \n HEX(DOCUMENT)`, the hex left empty when
+/// the document is over [`PUSHED_DOCUMENT_MAX`]. Keys hold no control characters, so the first
+/// two newlines split it. `$doc` is the statement's document parameter; `$1` is always the key.
+macro_rules! notify_payload {
+    ($doc:literal) => {
+        concat!(
+            "$1 || E'\\n' || written.version || E'\\n' || CASE WHEN octet_length(",
+            $doc,
+            ") <= 3800 THEN encode(",
+            $doc,
+            ", 'hex') ELSE '' END"
+        )
+    };
+}
+
+/// The time stamp every reply carries: the server's wall clock in whole milliseconds, rounded
+/// down (an estimate that is low by a fraction of a millisecond ends other leases late, never
+/// early). `clock_timestamp()`, not `now()`: the time of the reply, not of the transaction's
+/// start.
+macro_rules! now_ms {
+    () => {
+        "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    };
+}
+pub(super) use now_ms;
+
+pub(super) const LOAD: &str = concat!(
+    "SELECT doc.version, doc.doc, ",
+    now_ms!(),
+    " AS now_ms
+     FROM (VALUES (1)) AS one (x) LEFT JOIN baton_docs AS doc ON doc.key = $1"
+);
+
+pub(super) const CLOCK: &str = concat!("SELECT ", now_ms!(), " AS now_ms");
+
+/// The CAS of an existing document: `$1` key, `$2` expected version, `$3` document, `$4`
+/// history entries, `$5` due time (the due index). The current row is read (from the statement's snapshot) only when the
+/// update did not happen.
+pub(super) const CAS_UPDATE: &str = concat!(
+    "WITH written AS (
+        UPDATE baton_docs
+        SET version = version + 1,
+            doc = $3,
+            history_seq = history_seq + cardinality($4::bytea[]),
+            due_ms = $5
+        WHERE key = $1 AND version = $2
+        RETURNING version, history_seq
+    ),
+    appended AS (
+        INSERT INTO baton_history (key, seq, entry)
+        SELECT $1, written.history_seq - cardinality($4::bytea[]) + entries.n, entries.entry
+        FROM written, unnest($4::bytea[]) WITH ORDINALITY AS entries (entry, n)
+    ),
+    notified AS (
+        SELECT pg_notify('baton_changed', ",
+    notify_payload!("$3"),
+    ") FROM written
+    )
+    SELECT
+        (SELECT version FROM written) AS written_version,
+        (SELECT count(*) FROM notified) AS n_notified,
+        current.version AS current_version,
+        current.doc AS current_doc,
+        ",
+    now_ms!(),
+    " AS now_ms
+    FROM (VALUES (1)) AS one (x)
+    LEFT JOIN baton_docs AS current ON current.key = $1 AND NOT EXISTS (SELECT FROM written)"
+);
+
+/// The CAS of a key without a document: `$1` key, `$2` document, `$3` history entries, `$4`
+/// due time. The
+/// history counter starts after any entries already logged for the key (none, unless someone
+/// deleted its row by hand), so seqs never repeat.
+pub(super) const CAS_CREATE: &str = concat!(
+    "WITH written AS (
+        INSERT INTO baton_docs (key, version, doc, history_seq, due_ms)
+        SELECT $1, 1, $2, coalesce(max(seq), 0) + cardinality($3::bytea[]), $4
+        FROM baton_history WHERE key = $1
+        ON CONFLICT (key) DO NOTHING
+        RETURNING version, history_seq
+    ),
+    appended AS (
+        INSERT INTO baton_history (key, seq, entry)
+        SELECT $1, written.history_seq - cardinality($3::bytea[]) + entries.n, entries.entry
+        FROM written, unnest($3::bytea[]) WITH ORDINALITY AS entries (entry, n)
+    ),
+    notified AS (
+        SELECT pg_notify('baton_changed', ",
+    notify_payload!("$2"),
+    ") FROM written
+    )
+    SELECT
+        (SELECT version FROM written) AS written_version,
+        (SELECT count(*) FROM notified) AS n_notified,
+        current.version AS current_version,
+        current.doc AS current_doc,
+        ",
+    now_ms!(),
+    " AS now_ms
+    FROM (VALUES (1)) AS one (x)
+    LEFT JOIN baton_docs AS current ON current.key = $1 AND NOT EXISTS (SELECT FROM written)"
+);
+
+pub(super) const HISTORY: &str = "SELECT seq, entry FROM baton_history WHERE key = $1 AND seq > $2
+     ORDER BY seq ASC LIMIT $3";
+
+pub(super) const HISTORY_TAIL: &str =
+    "SELECT seq, entry FROM baton_history WHERE key = $1 ORDER BY seq DESC LIMIT $2";
+
+/// `^@` is "starts with": no wildcards, so `%` and `_` in a prefix are plain characters. The key
+/// column's collation is "C", so the planner turns it into a range scan of the primary key —
+/// when it plans with the prefix in hand, which is why this statement is sent unnamed (planned
+/// at each execution) rather than prepared once with a generic plan.
+pub(super) const LIST: &str = "SELECT key FROM baton_docs WHERE key ^@ $1 ORDER BY key";
+
+/// Keys of the due index under a prefix, earliest first: `$1` prefix, `$2` limit. The partial
+/// index on (due_ms, key) holds only keys with a due time. Unnamed, as `LIST`.
+/// One page of the due index: the `$2` earliest due keys after `($5, $6)` (due time, key),
+/// each saying whether it is under the prefix `$1`; of the first `$3` keys under it, those due
+/// by `$4` come with their document ([`WithDocs`]). The others' documents stay unread (a
+/// TOASTed one is never detoasted).
+///
+/// The page is read before the prefix is looked at, so the only plan is an ordered scan of the
+/// partial due index, whose size does not grow with keys that have no due time: with the
+/// prefix in the `WHERE` the planner may take a range scan of the primary key, or a scan of the
+/// table, which read every key that ever had a job (measured: 11 ms a look next to 10,000
+/// finished keys, against 0.1 ms). Dead index entries left by the writes that took keys out
+/// are skipped after the first scan passes them (PostgreSQL marks them), so churn does not slow
+/// it either. A prefix costs the due keys outside it that come first, as on Redis.
+pub(super) const DUE_PAGE: &str = "SELECT key, due_ms, under,
+       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN version END AS version,
+       CASE WHEN under AND n <= $3 AND due_ms <= $4 THEN doc END AS doc
+     FROM (SELECT key, due_ms, version, doc, under,
+                  count(*) FILTER (WHERE under) OVER (ORDER BY due_ms, key) AS n
+           FROM (SELECT key, due_ms, version, doc, left(key, length($1)) = $1 AS under
+                 FROM baton_docs WHERE due_ms IS NOT NULL AND (due_ms, key) > ($5, $6)
+                 ORDER BY due_ms, key LIMIT $2) AS page) AS due
+     ORDER BY due_ms, key";
+
+/// How many due keys a read of [`DUE_PAGE`] takes.
+pub(super) const DUE_PAGE_KEYS: i64 = 256;
+
+/// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.
+pub(super) const PUT_RECORD: &str =
+    "INSERT INTO baton_records (key, name, bytes) VALUES ($1, $2, $3)
+     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes";
+
+pub(super) const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = $1 AND name = $2";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cas_notifies_the_channel_the_listener_listens_on() {
+        for statement in [CAS_CREATE, CAS_UPDATE] {
+            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1 ||")));
+            // The statement's limit is the constant the listener and the docs name.
+            assert!(statement.contains(&format!(") <= {PUSHED_DOCUMENT_MAX} THEN encode(")));
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! How documents, history and records lie in the file: three tables (created and migrated by
+//! `schema.rs`) and the statements that read and write them.
+//!
+//! | table | key | holds |
+//! |---|---|---|
+//! | `baton_docs` | `key` | `version` (counts writes from 1), `doc`, `due_ms` (the due index) |
+//! | `baton_history` | `key`, `seq` | `entry`; seqs count from 1 per key |
+//! | `baton_records` | `key`, `name` | `bytes` |
+//!
+//! Keys are TEXT compared with memcmp, which for UTF-8 is code point order: `list` is a range
+//! on the primary key up to [`crate::key_range::successor_text`], never `LIKE` (so `%` and `_`
+//! are plain characters).
+
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::{HistoryRecord, Version, Versioned};
+
+/// Reads `?1`'s document: its version and bytes.
+pub const READ_DOC: &str = "SELECT version, doc FROM baton_docs WHERE key = ?1";
+
+/// Writes a document: `?1` key, `?2` version, `?3` document, `?4` due time.
+pub const WRITE_DOC: &str =
+    "INSERT INTO baton_docs (key, version, doc, due_ms) VALUES (?1, ?2, ?3, ?4)
+     ON CONFLICT (key) DO UPDATE SET version = excluded.version,
+        doc = excluded.doc, due_ms = excluded.due_ms";
+
+/// The last seq of `?1`'s history (0 for none).
+pub const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM baton_history WHERE key = ?1";
+
+/// Appends one entry: `?1` key, `?2` seq, `?3` entry.
+pub const APPEND_HISTORY: &str = "INSERT INTO baton_history (key, seq, entry) VALUES (?1, ?2, ?3)";
+
+/// `?3` entries of `?1`'s history after the seq `?2`, oldest first.
+pub const HISTORY_AFTER: &str = "SELECT seq, entry FROM baton_history WHERE key = ?1 AND seq > ?2
+     ORDER BY seq ASC LIMIT ?3";
+
+/// The newest `?2` entries of `?1`'s history, newest first.
+pub const HISTORY_TAIL: &str =
+    "SELECT seq, entry FROM baton_history WHERE key = ?1 ORDER BY seq DESC LIMIT ?2";
+
+/// Keys from `?1` up to (not including) `?2`.
+pub const LIST_RANGE: &str = "SELECT key FROM baton_docs WHERE key >= ?1 AND key < ?2 ORDER BY key";
+
+/// Keys from `?1` up (a prefix without successor).
+pub const LIST_FROM: &str = "SELECT key FROM baton_docs WHERE key >= ?1 ORDER BY key";
+
+/// The due index under a prefix: `?1` prefix, `?2` its successor (or NULL), `?3` limit. The
+/// partial index on (due_ms, key) gives the rows in order; the key range filters them (keys
+/// that have no due time are not in the index at all).
+pub const DUE_KEYS: &str = "SELECT key, due_ms FROM baton_docs
+     WHERE due_ms IS NOT NULL AND key >= ?1 AND (?2 IS NULL OR key < ?2)
+     ORDER BY due_ms, key LIMIT ?3";
+
+/// Writes a record: `?1` key, `?2` name, `?3` bytes, replacing the record of that name.
+pub const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUES (?1, ?2, ?3)
+     ON CONFLICT (key, name) DO UPDATE SET bytes = excluded.bytes";
+
+/// Reads a record: `?1` key, `?2` name.
+pub const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = ?1 AND name = ?2";
+
+/// The version and bytes of `key`'s document.
+pub fn read_row(connection: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Vec<u8>)>> {
+    connection
+        .prepare_cached(READ_DOC)?
+        .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()
+}
+
+pub fn versioned((version, bytes): (i64, Vec<u8>)) -> Versioned {
+    Versioned {
+        version: Version(version.to_string()),
+        bytes,
+    }
+}
+
+pub fn history_record(row: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryRecord> {
+    let seq: i64 = row.get(0)?;
+    Ok(HistoryRecord {
+        // baton writes seqs from 1; a negative one was not written by baton.
+        seq: u64::try_from(seq).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, seq))?,
+        bytes: row.get(1)?,
+    })
+}
