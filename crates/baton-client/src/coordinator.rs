@@ -221,7 +221,11 @@ impl Coordinator {
             {
                 Ok(CasOutcome::Written { version }) => {
                     self.remember(key, Some(version), Some(applied.doc.clone()));
-                    let due = applied.doc.outbox.as_ref().is_some_and(|o| o.any_due(wall));
+                    let due = applied
+                        .doc
+                        .outbox
+                        .as_ref()
+                        .is_some_and(|o| o.deliverable(wall));
                     if due && self.delivers {
                         spawn_delivery(self.store.clone(), self.settings.clone(), key);
                     }

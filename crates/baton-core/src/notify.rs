@@ -321,9 +321,21 @@ impl Outbox {
             .take_while(move |e| e.next_wall_ms <= wall_ms)
     }
 
-    /// Whether any event is due now.
-    pub fn any_due(&self, wall_ms: u64) -> bool {
-        self.events.iter().any(|e| e.next_wall_ms <= wall_ms)
+    /// Whether a delivery now would post anything: some rule's oldest pending event is due
+    /// (a rule held back by a failed event waits for its backoff, whatever came after it).
+    pub fn deliverable(&self, wall_ms: u64) -> bool {
+        let mut heads: Vec<&str> = Vec::new();
+        for event in &self.events {
+            for rule in &event.pending {
+                if !heads.contains(&rule.as_str()) {
+                    if event.next_wall_ms <= wall_ms {
+                        return true;
+                    }
+                    heads.push(rule);
+                }
+            }
+        }
+        false
     }
 
     /// When the next event is due (wall ms), if any waits.

@@ -230,11 +230,16 @@ fn acknowledgements_remove_delivered_events_and_back_off_failed_ones_in_order() 
     );
     // The failed event holds back the later ones of its rule until its backoff ends.
     assert_eq!(outbox.due("a", wall(&w)).count(), 0);
+    assert!(
+        !outbox.deliverable(wall(&w)),
+        "only rule a waits, and it is backing off"
+    );
     assert_eq!(outbox.events[0].tries, 1);
     w.now_ms += 1_000;
     let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
     let due_a: Vec<u64> = outbox.due("a", wall(&w)).map(|e| e.seq).collect();
     assert_eq!(due_a, vec![3, 4]);
+    assert!(outbox.deliverable(wall(&w)));
     // An event that fails for a day is dropped and counted.
     w.now_ms += 25 * 3600 * 1000;
     w.run(Op::Notified(Delivered {

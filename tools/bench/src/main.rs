@@ -23,6 +23,7 @@ mod backlog;
 mod counting;
 mod handoff;
 mod jobs;
+mod notify_kv;
 mod polling;
 mod process;
 mod setup;
@@ -195,6 +196,29 @@ enum Command {
         /// Measured rounds (a submit to each key per round)
         #[arg(long, default_value_t = 200, value_parser = rounds)]
         rounds: usize,
+    },
+    /// Acquire + release of a key whose notification rule's receiver is down, next to a key
+    /// no rule watches, alternating
+    NotifyOverhead {
+        #[command(flatten)]
+        common: Common,
+        /// Measured cycles of each key
+        #[arg(long, default_value_t = 2000, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured cycles first (fill the watched key's outbox to its bound)
+        #[arg(long, default_value_t = 200)]
+        warmup: usize,
+    },
+    /// `kv set` and `kv get` latency through the library
+    Kv {
+        #[command(flatten)]
+        common: Common,
+        /// Measured rounds (one set and one get each)
+        #[arg(long, default_value_t = 200, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured rounds first
+        #[arg(long, default_value_t = 10)]
+        warmup: usize,
     },
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
     #[command(hide = true)]
@@ -375,6 +399,22 @@ async fn dispatch(command: Command) -> Result<()> {
         } => {
             let report = backlog::backlog(&common, queued as usize, rounds).await?;
             output(&common, &report, backlog::print_backlog)
+        }
+        Command::NotifyOverhead {
+            common,
+            rounds,
+            warmup,
+        } => {
+            let report = notify_kv::notify_overhead(&common, rounds, warmup).await?;
+            output(&common, &report, notify_kv::print_notify)
+        }
+        Command::Kv {
+            common,
+            rounds,
+            warmup,
+        } => {
+            let report = notify_kv::kv_latency(&common, rounds, warmup).await?;
+            output(&common, &report, notify_kv::print_kv)
         }
         Command::Worker(args) => throughput::worker(args).await,
         Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,
