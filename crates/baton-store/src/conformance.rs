@@ -13,6 +13,7 @@
 //! Behaviours that depend on a capability check the capability first: a store without push
 //! must return `None` from `watch`; a store without a clock must return [`StoreClock::None`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -359,6 +360,24 @@ impl<K, S: Store> Fixture for (K, S) {
 /// test's key prefix (see [`unique_prefix`]).
 #[macro_export]
 macro_rules! conformance_tests {
+    // With `keep: open_keeping`, a function from a `history_keep` to a future of a fixture
+    // opened with it (through the store's URL where it has one), also the trimming test.
+    ($open:expr, $prefix:expr, keep: $open_keeping:expr $(,)?) => {
+        $crate::conformance_tests!($open, $prefix);
+
+        #[tokio::test]
+        async fn history_trimmed_to_keep() {
+            let keep = $crate::conformance::HISTORY_KEEP_SMALL;
+            let fixture = ($open_keeping)(keep).await;
+            let prefix = ($prefix)("history_trimmed_to_keep");
+            $crate::conformance::history_trimmed_to_keep(
+                $crate::conformance::Fixture::store(&fixture),
+                &prefix,
+                keep,
+            )
+            .await;
+        }
+    };
     ($open:expr, $prefix:expr $(,)?) => {
         $crate::conformance_tests!(@each $open, $prefix;
             load_absent, create_if_absent, stale_version_refused, history_in_order,
@@ -389,6 +408,103 @@ macro_rules! conformance_tests {
             }
         )*
     };
+}
+
+/// The `history_keep` the trimming test opens a store with: small, so that a few CASes pass it.
+pub const HISTORY_KEEP_SMALL: u64 = 5;
+
+/// A store opened with `history_keep = keep` keeps exactly the newest `keep` entries of a key
+/// after every CAS that appends (also one that alone appends more than `keep`), with the seqs
+/// they were written with: `history_tail` and `history(key, after_seq)` answer with those
+/// entries only, and an `after_seq` below the oldest kept starts at the oldest kept.
+pub async fn history_trimmed_to_keep(store: &dyn Store, prefix: &str, keep: u64) {
+    let keep = usize::try_from(keep).expect("a small keep");
+    let key = format!("{prefix}trimmed");
+    // Every entry's bytes name its place in the append order; its seq is learnt right after it
+    // is appended (etcd's seqs are not 1, 2, 3...), so that the end can check seqs are kept.
+    let mut seq_of: HashMap<Vec<u8>, u64> = HashMap::new();
+    let mut n_appended = 0usize;
+    let mut version = None;
+    let batches: Vec<usize> = std::iter::repeat_n(3, 8).chain([keep + 2, 1]).collect();
+    for batch in batches {
+        let entries: Vec<Vec<u8>> = (n_appended + 1..=n_appended + batch)
+            .map(|n| format!("entry {n:04}").into_bytes())
+            .collect();
+        n_appended += batch;
+        let outcome = store
+            .cas(
+                &key,
+                version.as_ref(),
+                format!("doc {n_appended}").as_bytes(),
+                &entries,
+            )
+            .await
+            .expect("cas");
+        let CasOutcome::Written { version: written } = outcome else {
+            panic!(
+                "{}: an uncontended CAS must write: {outcome:?}",
+                store.describe()
+            );
+        };
+        version = Some(written);
+
+        let tail = store.history_tail(&key, 1_000).await.expect("history_tail");
+        let expected: Vec<Vec<u8>> = (n_appended.saturating_sub(keep) + 1..=n_appended)
+            .rev()
+            .map(|n| format!("entry {n:04}").into_bytes())
+            .collect();
+        let bytes: Vec<Vec<u8>> = tail.iter().map(|record| record.bytes.clone()).collect();
+        assert_eq!(
+            bytes
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect::<Vec<_>>(),
+            expected
+                .iter()
+                .map(|b| String::from_utf8_lossy(b).into_owned())
+                .collect::<Vec<_>>(),
+            "{}: after {n_appended} entries, history_tail must be the newest {keep}",
+            store.describe()
+        );
+        for record in &tail {
+            let first_seen = *seq_of.entry(record.bytes.clone()).or_insert(record.seq);
+            assert_eq!(
+                first_seen,
+                record.seq,
+                "{}: trimming changed the seq of {:?}",
+                store.describe(),
+                String::from_utf8_lossy(&record.bytes)
+            );
+        }
+        assert!(
+            tail.windows(2).all(|pair| pair[0].seq > pair[1].seq),
+            "{}: history_tail is newest first",
+            store.describe()
+        );
+    }
+
+    let tail = store.history_tail(&key, 1_000).await.expect("history_tail");
+    let mut oldest_first = tail.clone();
+    oldest_first.reverse();
+    assert_eq!(
+        store.history(&key, 0, 1_000).await.expect("history"),
+        oldest_first,
+        "{}: history from the start begins at the oldest entry kept",
+        store.describe()
+    );
+    let middle = oldest_first[keep / 2].seq;
+    assert_eq!(
+        store.history(&key, middle, 1_000).await.expect("history"),
+        oldest_first[keep / 2 + 1..].to_vec(),
+        "{}: history after a kept seq",
+        store.describe()
+    );
+    assert_eq!(
+        store.history(&key, 0, 2).await.expect("history"),
+        oldest_first[..2].to_vec(),
+        "{}: a limit counts from the oldest kept",
+        store.describe()
+    );
 }
 
 /// Does `n_increments` CAS increments of the decimal counter at `key`, retrying on conflict.

@@ -45,6 +45,7 @@
 #![deny(missing_docs)]
 
 mod error;
+pub mod history_retention;
 pub mod key_range;
 pub mod memory;
 mod store;

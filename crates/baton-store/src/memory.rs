@@ -12,6 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
+use crate::history_retention::HistoryRetention;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, Version, Versioned, Wake, WatchHandle, WithDocs,
@@ -25,6 +26,8 @@ pub struct MemoryStore {
     state: Mutex<State>,
     /// The clock's zero: `now_ms` counts from the store's creation.
     created: Instant,
+    /// History entries kept per key (the newest), trimmed by each CAS that appends.
+    history_keep: u64,
 }
 
 #[derive(Debug)]
@@ -91,6 +94,17 @@ impl MemoryStore {
                 epoch: format!("memory-{}-{nanos}", std::process::id()),
             }),
             created: Instant::now(),
+            history_keep: HistoryRetention::default().keep,
+        }
+    }
+
+    /// An empty store that keeps at most `retention.keep` history entries per key, as the
+    /// other stores do with `history_keep` (the memory store has no age: its history lives as
+    /// long as the process).
+    pub fn with_history_retention(retention: HistoryRetention) -> Self {
+        Self {
+            history_keep: retention.keep,
+            ..Self::new()
         }
     }
 
@@ -176,6 +190,10 @@ impl Store for MemoryStore {
                     bytes: bytes.clone(),
                 }),
         );
+        // Trimmed by the write that appends: the oldest go, seqs stay.
+        let keep = usize::try_from(self.history_keep).unwrap_or(usize::MAX);
+        let n_over = entry.history.len().saturating_sub(keep);
+        entry.history.drain(..n_over);
         entry.changes.send_replace(Wake::with(Versioned {
             version: Version(new_version.to_string()),
             bytes: bytes.to_vec(),
@@ -190,8 +208,7 @@ impl Store for MemoryStore {
         let Some(entry) = state.entries.get(key) else {
             return Ok(Vec::new());
         };
-        // Sequence numbers are dense from 1, but search rather than index so that a future
-        // trimmed log stays correct.
+        // Search rather than index: a trimmed log starts past seq 1.
         let start = entry
             .history
             .partition_point(|record| record.seq <= after_seq);

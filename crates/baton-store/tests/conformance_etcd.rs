@@ -17,7 +17,7 @@ use baton_store::etcd::EtcdStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, Version};
 
 mod common;
-use common::free_port;
+use common::{free_port, with_parameter};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -32,7 +32,11 @@ async fn store() -> EtcdStore {
     EtcdStore::open(&server_url()).await.unwrap()
 }
 
-baton_store::conformance_tests!(store(), prefix);
+baton_store::conformance_tests!(store(), prefix, keep: |keep: u64| async move {
+    EtcdStore::open(&with_parameter(&server_url(), &format!("history_keep={keep}")))
+        .await
+        .unwrap()
+});
 
 /// Racing stores with a connection each, as separate processes have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -643,5 +647,17 @@ fn make_certificates(dir: &std::path::Path) {
     openssl(
         "x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
          -extfile server.cnf -out server.pem",
+    );
+}
+
+/// etcd keeps history by count only: `history_max_age` is refused, saying so.
+#[tokio::test]
+async fn history_max_age_is_refused() {
+    let error = EtcdStore::open(&with_parameter(&server_url(), "history_max_age=30d"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("by count only")),
+        "{error:?}"
     );
 }

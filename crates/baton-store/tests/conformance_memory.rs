@@ -2,12 +2,22 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use baton_store::conformance;
+use baton_store::history_retention::HistoryRetention;
 use baton_store::memory::MemoryStore;
 
 /// A fresh store per test: the memory store keeps nothing between runs, so any prefix is new.
 const PREFIX: &str = "memory-conformance/";
 
-baton_store::conformance_tests!(async { MemoryStore::new() }, |_: &str| PREFIX.to_owned());
+baton_store::conformance_tests!(
+    async { MemoryStore::new() },
+    |_: &str| PREFIX.to_owned(),
+    keep: |keep: u64| async move {
+        MemoryStore::with_history_retention(HistoryRetention {
+            keep,
+            max_age: None,
+        })
+    },
+);
 
 #[tokio::test]
 async fn opened_by_url() {

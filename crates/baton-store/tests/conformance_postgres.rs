@@ -48,7 +48,11 @@ async fn shared_store() -> PostgresStore {
     PostgresStore::open(&server_url()).await.unwrap()
 }
 
-baton_store::conformance_tests!(shared_store(), prefix);
+baton_store::conformance_tests!(shared_store(), prefix, keep: |keep: u64| async move {
+    PostgresStore::open(&with_parameter(&server_url(), &format!("history_keep={keep}")))
+        .await
+        .unwrap()
+});
 
 /// Racing stores that each have their own pool, as separate processes do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -285,17 +289,17 @@ async fn version_1_tables_are_migrated() {
             .fetch_one(&mut admin)
             .await
             .unwrap();
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
 }
 
-/// Tables at the version after this baton's (3) are refused.
+/// Tables at the version after this baton's (4) are refused.
 #[tokio::test]
 async fn newer_schema_is_refused() {
     let (_schema, url) = fresh_schema().await;
     drop(PostgresStore::open(&url).await.unwrap());
     let mut admin = PgConnection::connect(&url).await.unwrap();
     admin
-        .execute("UPDATE baton_meta SET value = '4' WHERE name = 'schema_version'")
+        .execute("UPDATE baton_meta SET value = '5' WHERE name = 'schema_version'")
         .await
         .unwrap();
 
@@ -777,4 +781,42 @@ async fn the_due_index_is_read_through_its_index_however_stale_the_statistics() 
         .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
         .await
         .unwrap();
+}
+
+/// With `history_max_age`, the CAS that appends trims the entries older than the age (by the
+/// server's clock when they were written), keeping their seqs for the rest.
+#[tokio::test]
+async fn history_older_than_the_age_is_trimmed_by_the_next_append() {
+    let store = PostgresStore::open(&with_parameter(&server_url(), "history_max_age=1s"))
+        .await
+        .unwrap();
+    let key = format!("{}aged", prefix("aged"));
+    let old: Vec<Vec<u8>> = vec![b"old 1".to_vec(), b"old 2".to_vec()];
+    let CasOutcome::Written { version } = store.cas(&key, None, b"1", &old).await.unwrap() else {
+        panic!("create must write");
+    };
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    store
+        .cas(&key, Some(&version), b"2", &[b"new".to_vec()])
+        .await
+        .unwrap();
+    let kept = store.history(&key, 0, 10).await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|record| (record.seq, record.bytes.clone()))
+            .collect::<Vec<_>>(),
+        [(3, b"new".to_vec())]
+    );
+}
+
+/// Retention parameters are baton's: sqlx never sees them, and a bad one says what is expected.
+#[tokio::test]
+async fn retention_parameters_are_checked_and_hidden_from_sqlx() {
+    let error = PostgresStore::open(&with_parameter(&server_url(), "history_keep=none"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("history_keep")),
+        "{error:?}"
+    );
 }

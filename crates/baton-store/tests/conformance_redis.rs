@@ -15,7 +15,7 @@ use baton_store::{conformance, CasOutcome, Store, StoreError, Version, WatchHand
 use tempfile::TempDir;
 
 mod common;
-use common::free_port;
+use common::{free_port, with_parameter};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -41,7 +41,11 @@ async fn store_in_fresh_namespace() -> (RedisStore, String) {
     (RedisStore::open(&url).await.unwrap(), url)
 }
 
-baton_store::conformance_tests!(shared_store(), prefix);
+baton_store::conformance_tests!(shared_store(), prefix, keep: |keep: u64| async move {
+    RedisStore::open(&with_parameter(&server_url(), &format!("history_keep={keep}")))
+        .await
+        .unwrap()
+});
 
 /// Racing stores that each have their own connection, as separate processes do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -643,4 +647,19 @@ fn make_certificates(dir: &Path) {
         "-extfile",
         "server.ext",
     ]);
+}
+
+/// Redis keeps history by count only: `history_max_age` is refused, saying so.
+#[tokio::test]
+async fn history_max_age_is_refused() {
+    let error = RedisStore::open(&format!(
+        "{}/?history_max_age=30d",
+        server_url().trim_end_matches('/')
+    ))
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("by count only")),
+        "{error:?}"
+    );
 }

@@ -25,7 +25,16 @@ async fn fresh_store() -> (TempDir, SqliteStore) {
     (dir, store)
 }
 
-baton_store::conformance_tests!(fresh_store(), |_: &str| PREFIX.to_owned());
+baton_store::conformance_tests!(
+    fresh_store(),
+    |_: &str| PREFIX.to_owned(),
+    keep: |keep: u64| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}?history_keep={keep}", dir.path().join("baton.db").display());
+        let store = SqliteStore::open_url(&url).await.unwrap();
+        (dir, store)
+    },
+);
 
 /// Racing stores that each have their own connection to one file, as separate processes do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -117,7 +126,7 @@ async fn reopening_keeps_documents_and_history() {
     );
 }
 
-/// A file at the version after this baton's (2) is refused.
+/// A file at the version after this baton's (4) is refused.
 #[tokio::test]
 async fn newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -126,7 +135,7 @@ async fn newer_schema_is_refused() {
     let connection = rusqlite::Connection::open(&path).unwrap();
     connection
         .execute(
-            "UPDATE baton_meta SET value = '4' WHERE name = 'schema_version'",
+            "UPDATE baton_meta SET value = '5' WHERE name = 'schema_version'",
             [],
         )
         .unwrap();
@@ -238,7 +247,7 @@ async fn a_version_1_file_is_migrated() {
             |row| row.get(0),
         )
         .unwrap();
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
 }
 
 #[tokio::test]
@@ -395,4 +404,38 @@ async fn a_write_from_another_connection_wakes_a_watcher() {
         .await
         .expect("woken within 2 s of the other connection's commit")
         .unwrap();
+}
+
+/// With `history_max_age`, the CAS that appends trims the entries older than the age (by the
+/// wall clock they were written at), keeping their seqs for the rest.
+#[tokio::test]
+async fn history_older_than_the_age_is_trimmed_by_the_next_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite:{}?history_max_age=1s",
+        dir.path().join("baton.db").display()
+    );
+    let store = SqliteStore::open_url(&url).await.unwrap();
+    let old: Vec<Vec<u8>> = vec![b"old 1".to_vec(), b"old 2".to_vec()];
+    let CasOutcome::Written { version } = store.cas("k", None, b"1", &old).await.unwrap() else {
+        panic!("create must write");
+    };
+    std::thread::sleep(Duration::from_millis(1_200));
+    // A write without history trims nothing: trimming rides on appends.
+    let CasOutcome::Written { version } = store.cas("k", Some(&version), b"2", &[]).await.unwrap()
+    else {
+        panic!("must write");
+    };
+    assert_eq!(store.history("k", 0, 10).await.unwrap().len(), 2);
+    store
+        .cas("k", Some(&version), b"3", &[b"new".to_vec()])
+        .await
+        .unwrap();
+    let kept = store.history("k", 0, 10).await.unwrap();
+    assert_eq!(
+        kept.iter()
+            .map(|record| (record.seq, record.bytes.clone()))
+            .collect::<Vec<_>>(),
+        [(3, b"new".to_vec())]
+    );
 }

@@ -49,8 +49,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn,
-    TxnOp, TxnOpResponse,
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 
 use crate::key_range::successor_bytes;
@@ -82,6 +82,10 @@ const SEQS_PER_REVISION: u64 = 65_536;
 
 /// The largest reply accepted: a 10,000-entry history page of 1 KiB entries is ~10 MiB.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How many of a key's oldest history keys a CAS reads (keys only, in its own transaction) to
+/// know where to cut; a longer excess is cut over the next writes.
+const TRIM_BATCH: i64 = 64;
 
 /// Keys per page when listing documents.
 const LIST_PAGE: i64 = 1_000;
@@ -234,6 +238,59 @@ impl EtcdStore {
 
     /// The operations that write `history` after a CAS naming `expected_revision`, nested so
     /// that no level has more than [`MAX_TXN_OPS`] (the document's put takes one at the top).
+    /// Right after a CAS that appended `n_appended` entries, deletes the key's oldest entries
+    /// beyond `history_keep`, from what the CAS's transaction read before its puts (the count
+    /// and the oldest keys). One DeleteRange without a condition, sent only when the key holds
+    /// too many: it removes keys up to a cut that were the oldest when read, and writers only
+    /// ever add newer ones, so it never leaves fewer than `history_keep`. A failure only
+    /// leaves a few entries for the next writer to cut: it is logged, never the CAS's error.
+    async fn trim_history(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        n_appended: usize,
+        response: &etcd_client::TxnResponse,
+    ) {
+        let layout = &self.inner.layout;
+        let Some(read) = response.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        }) else {
+            return;
+        };
+        let n_before = usize::try_from(read.count()).unwrap_or(0);
+        let keep = usize::try_from(self.inner.url.retention.keep).unwrap_or(usize::MAX);
+        let n_over = (n_before + n_appended).saturating_sub(keep);
+        if n_over == 0 {
+            return;
+        }
+        // Oldest first: the keys read, then (when those were all there were) the new ones.
+        let mut oldest: Vec<Vec<u8>> = read.kvs().iter().map(|kv| kv.key().to_vec()).collect();
+        if oldest.len() == n_before {
+            let base = expected_revision.saturating_mul(SEQS_PER_REVISION);
+            oldest
+                .extend((1..=n_appended as u64).map(|index| layout.history_key(key, base + index)));
+        }
+        let Some(last_cut) = oldest.get(n_over.min(oldest.len()).saturating_sub(1)) else {
+            return;
+        };
+        // Just past the last key cut.
+        let end = [last_cut.as_slice(), b"\x00"].concat();
+        let start = layout.history_key(key, 0);
+        let deleted = self
+            .request(Effect::Write, |mut kv| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    kv.delete(start, Some(DeleteOptions::new().with_range(end)))
+                        .await
+                }
+            })
+            .await;
+        if let Err(error) = deleted {
+            tracing::debug!(%error, key, "history not trimmed; the next write trims it");
+        }
+    }
+
     fn history_puts(
         &self,
         key: &str,
@@ -263,15 +320,16 @@ impl EtcdStore {
                 TxnOp::put(self.inner.layout.history_key(key, seq), entry.clone(), None)
             })
             .collect();
-        // The document's put and the entries share the top branch: one op is the document's.
-        if puts.len() < MAX_TXN_OPS {
+        // The entries share the top branch with the history read, the document's put and the
+        // due index's op.
+        if puts.len() + 3 <= MAX_TXN_OPS {
             return Ok(puts);
         }
         // Else `n_groups` nested transactions (no condition: they always run) of `group_len`
         // entries each. etcd allows a nested branch what the top branch leaves: the top holds
-        // 1 + n_groups operations, so 1 + n_groups + group_len must stay within the limit.
+        // 3 + n_groups operations, so 3 + n_groups + group_len must stay within the limit.
         let n_groups = (1..MAX_TXN_OPS)
-            .find(|n_groups| 1 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
+            .find(|n_groups| 3 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
             .ok_or_else(|| {
                 self.backend(format!(
                     "{} history entries do not fit in one etcd transaction (at most 4,032)",
@@ -345,7 +403,23 @@ impl Store for EtcdStore {
                 }
             },
         };
-        let mut writes = vec![TxnOp::put(doc_key.clone(), bytes.to_vec(), None)];
+        let layout = &self.inner.layout;
+        let mut writes = Vec::new();
+        if !history.is_empty() {
+            // First, so that it sees the history as it stood: how many entries, and the oldest
+            // keys, which `trim_history` cuts after the write (etcd's transactions cannot
+            // compute a range end from a count).
+            writes.push(TxnOp::get(
+                layout.history_key(key, 0),
+                Some(
+                    GetOptions::new()
+                        .with_range(layout.history_end(key))
+                        .with_keys_only()
+                        .with_limit(TRIM_BATCH),
+                ),
+            ));
+        }
+        writes.push(TxnOp::put(doc_key.clone(), bytes.to_vec(), None));
         writes.extend(self.history_puts(key, expected_revision, history)?);
         let due_key = self.inner.layout.due_key(key);
         writes.push(match due_ms {
@@ -368,6 +442,10 @@ impl Store for EtcdStore {
                 .map(|header| header.revision())
                 .filter(|revision| *revision > 0)
                 .ok_or_else(|| self.backend("etcd answered a write without a revision".into()))?;
+            if !history.is_empty() {
+                self.trim_history(key, expected_revision, history.len(), &response)
+                    .await;
+            }
             return Ok(CasOutcome::Written {
                 version: Version(revision.to_string()),
             });

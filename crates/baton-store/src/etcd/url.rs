@@ -14,6 +14,7 @@
 
 use std::path::PathBuf;
 
+use crate::history_retention::{HistoryRetention, KEEP_PARAMETER, MAX_AGE_PARAMETER};
 use crate::url::{has_scheme_and_authority, redact_password};
 use crate::StoreError;
 
@@ -42,6 +43,8 @@ pub struct EtcdUrl {
     pub user: Option<(String, String)>,
     /// TLS settings, when the URL asks for TLS.
     pub tls: Option<TlsFiles>,
+    /// How much history each CAS leaves per key (`history_keep`; etcd has no age).
+    pub retention: HistoryRetention,
 }
 
 /// The files TLS reads (paths as given; read when the store opens).
@@ -65,11 +68,21 @@ impl std::fmt::Debug for EtcdUrl {
 impl EtcdUrl {
     /// Parses `url`, which must start with `etcd://` (any case).
     pub fn parse(url: &str) -> Result<EtcdUrl, StoreError> {
-        parse(url).map_err(|reason| StoreError::BadUrl {
+        let bad_url = |reason: String| StoreError::BadUrl {
             // The URL as given may hold a password: show it without.
             url: redact_password(url),
             reason,
-        })
+        };
+        let (rest, retention) = HistoryRetention::take_from_url(url)?;
+        if retention.max_age.is_some() {
+            return Err(bad_url(format!(
+                "etcd keeps history by count only (`{KEEP_PARAMETER}=N`): its entries carry no \
+                 time, so `{MAX_AGE_PARAMETER}` is not supported here"
+            )));
+        }
+        let mut parsed = parse(&rest).map_err(bad_url)?;
+        parsed.retention = retention;
+        Ok(parsed)
     }
 
     /// The URL again, without the password: what `describe()` shows.
@@ -158,6 +171,7 @@ fn parse(url: &str) -> Result<EtcdUrl, String> {
         prefix,
         user,
         tls,
+        retention: HistoryRetention::default(),
     })
 }
 

@@ -4,7 +4,7 @@
 //! | table | key | holds |
 //! |---|---|---|
 //! | `baton_docs` | `key` (collation "C") | `version`, `doc`, `history_seq` (the key's last seq), `due_ms` |
-//! | `baton_history` | `key`, `seq` | `entry` |
+//! | `baton_history` | `key`, `seq` | `entry`, `written_ms` (the server's clock) |
 //! | `baton_records` | `key`, `name` | `bytes` |
 //! | `baton_meta` | `name` | the schema's version |
 //!
@@ -46,6 +46,60 @@ macro_rules! now_ms {
 }
 pub(super) use now_ms;
 
+/// The CTEs that append a CAS's history and trim the key's: `$entries` the entries parameter,
+/// `$keep` `history_keep`, `$age` `history_max_age` in ms (null: no age). Entries are numbered
+/// from the key's counter in `written` (so only a CAS that wrote appends); of them only those
+/// within the newest `$keep` are inserted, and older rows of the key go in the same statement:
+/// by count, a range of the primary key; by age, among the key's 64 oldest rows only (an entry
+/// without a time counts as old), so a CAS never scans a long history. Seqs are never changed.
+macro_rules! append_and_trim {
+    ($entries:literal, $keep:literal, $age:literal) => {
+        concat!(
+            "appended AS (
+        INSERT INTO baton_history (key, seq, entry, written_ms)
+        SELECT $1, written.history_seq - cardinality(",
+            $entries,
+            "::bytea[]) + entries.n,
+               entries.entry, ",
+            now_ms!(),
+            "
+        FROM written, unnest(",
+            $entries,
+            "::bytea[]) WITH ORDINALITY AS entries (entry, n)
+        WHERE entries.n > cardinality(",
+            $entries,
+            "::bytea[]) - ",
+            $keep,
+            "::bigint
+    ),
+    trimmed_by_count AS (
+        DELETE FROM baton_history AS old USING written
+        WHERE cardinality(",
+            $entries,
+            "::bytea[]) > 0 AND old.key = $1
+          AND old.seq <= written.history_seq - ",
+            $keep,
+            "::bigint
+    ),
+    trimmed_by_age AS (
+        DELETE FROM baton_history AS old USING written
+        WHERE cardinality(",
+            $entries,
+            "::bytea[]) > 0 AND ",
+            $age,
+            "::bigint IS NOT NULL
+          AND old.key = $1
+          AND old.seq IN (SELECT seq FROM baton_history WHERE key = $1 ORDER BY seq LIMIT 64)
+          AND coalesce(old.written_ms, 0) < ",
+            now_ms!(),
+            " - ",
+            $age,
+            "::bigint
+    ),"
+        )
+    };
+}
+
 pub(super) const LOAD: &str = concat!(
     "SELECT doc.version, doc.doc, ",
     now_ms!(),
@@ -56,7 +110,8 @@ pub(super) const LOAD: &str = concat!(
 pub(super) const CLOCK: &str = concat!("SELECT ", now_ms!(), " AS now_ms");
 
 /// The CAS of an existing document: `$1` key, `$2` expected version, `$3` document, `$4`
-/// history entries, `$5` due time (the due index). The current row is read (from the statement's snapshot) only when the
+/// history entries, `$5` due time (the due index), `$6` `history_keep`, `$7` `history_max_age`
+/// in ms (or null). The current row is read (from the statement's snapshot) only when the
 /// update did not happen.
 pub(super) const CAS_UPDATE: &str = concat!(
     "WITH written AS (
@@ -68,11 +123,9 @@ pub(super) const CAS_UPDATE: &str = concat!(
         WHERE key = $1 AND version = $2
         RETURNING version, history_seq
     ),
-    appended AS (
-        INSERT INTO baton_history (key, seq, entry)
-        SELECT $1, written.history_seq - cardinality($4::bytea[]) + entries.n, entries.entry
-        FROM written, unnest($4::bytea[]) WITH ORDINALITY AS entries (entry, n)
-    ),
+    ",
+    append_and_trim!("$4", "$6", "$7"),
+    "
     notified AS (
         SELECT pg_notify('baton_changed', ",
     notify_payload!("$3"),
@@ -91,7 +144,7 @@ pub(super) const CAS_UPDATE: &str = concat!(
 );
 
 /// The CAS of a key without a document: `$1` key, `$2` document, `$3` history entries, `$4`
-/// due time. The
+/// due time, `$5` `history_keep`, `$6` `history_max_age` in ms (or null). The
 /// history counter starts after any entries already logged for the key (none, unless someone
 /// deleted its row by hand), so seqs never repeat.
 pub(super) const CAS_CREATE: &str = concat!(
@@ -102,11 +155,9 @@ pub(super) const CAS_CREATE: &str = concat!(
         ON CONFLICT (key) DO NOTHING
         RETURNING version, history_seq
     ),
-    appended AS (
-        INSERT INTO baton_history (key, seq, entry)
-        SELECT $1, written.history_seq - cardinality($3::bytea[]) + entries.n, entries.entry
-        FROM written, unnest($3::bytea[]) WITH ORDINALITY AS entries (entry, n)
-    ),
+    ",
+    append_and_trim!("$3", "$5", "$6"),
+    "
     notified AS (
         SELECT pg_notify('baton_changed', ",
     notify_payload!("$2"),

@@ -55,6 +55,7 @@ use sqlx::{ConnectOptions, Row};
 use connections::{AcquireError, Connections, Lease};
 
 use crate::boot_clock::BootInstant;
+use crate::history_retention::HistoryRetention;
 use crate::server_clock::ServerClock;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
@@ -104,6 +105,8 @@ struct Inner {
     listener: tokio::sync::Mutex<listen::State>,
     /// Statements sent, for tests of the round-trip contract.
     n_statements: AtomicU64,
+    /// How much history each CAS leaves per key.
+    retention: HistoryRetention,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -122,6 +125,9 @@ impl PostgresStore {
     /// [`StoreError::Unavailable`] when the server cannot be reached or refuses the connection
     /// (within [`CONNECT_TIMEOUT`]), and with [`StoreError::Incompatible`] when a newer baton set
     /// up the tables.
+    ///
+    /// The history parameters (`history_keep`, `history_max_age`) are baton's: they are taken
+    /// out before sqlx sees the URL.
     pub async fn open(url: &str) -> Result<PostgresStore> {
         let bad_url = |reason: String| StoreError::BadUrl {
             url: crate::url::redact_password(url),
@@ -132,7 +138,8 @@ impl PostgresStore {
                 "expected `postgres://USER@HOST:PORT/DATABASE` or `postgresql://…`".to_owned(),
             ));
         }
-        let mut connect_options = PgConnectOptions::from_str(url).map_err(|error| {
+        let (url_for_sqlx, retention) = HistoryRetention::take_from_url(url)?;
+        let mut connect_options = PgConnectOptions::from_str(&url_for_sqlx).map_err(|error| {
             bad_url(format!(
                 "{error}; expected `postgres://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?sslmode=…]`"
             ))
@@ -153,6 +160,7 @@ impl PostgresStore {
                 clock: ServerClock::new("postgres-server-time"),
                 listener: tokio::sync::Mutex::new(listen::State::NotStarted),
                 n_statements: AtomicU64::new(0),
+                retention,
             }),
         };
         store.set_up().await?;
@@ -372,6 +380,12 @@ impl Store for PostgresStore {
         // A version that is not a number was not made by this store: it matches nothing (NULL
         // compares equal to nothing), and the CAS conflicts like any stale one.
         let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
+        let keep = i64::try_from(self.inner.retention.keep).unwrap_or(i64::MAX);
+        let max_age_ms: Option<i64> = self
+            .inner
+            .retention
+            .max_age_ms()
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let sent = BootInstant::now();
         let rows = match expected {
             None => {
@@ -381,6 +395,8 @@ impl Store for PostgresStore {
                         .bind(bytes)
                         .bind(history)
                         .bind(due_ms)
+                        .bind(keep)
+                        .bind(max_age_ms)
                 })
                 .await?
             }
@@ -392,6 +408,8 @@ impl Store for PostgresStore {
                         .bind(bytes)
                         .bind(history)
                         .bind(due_ms)
+                        .bind(keep)
+                        .bind(max_age_ms)
                 })
                 .await?
             }

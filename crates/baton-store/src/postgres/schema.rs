@@ -19,7 +19,7 @@ use super::layout::now_ms;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
-pub(super) const SCHEMA_VERSION: u64 = 3;
+pub(super) const SCHEMA_VERSION: u64 = 4;
 
 /// The advisory lock the migration takes: the bytes of "baton" — one lock for every schema of
 /// the database, which only makes first-time setups of different schemas take turns.
@@ -77,11 +77,23 @@ const DUE_INDEX_V3: &str = "
     UPDATE baton_meta SET value = '3' WHERE name = 'schema_version';
 ";
 
+/// Version 4: when each history entry was written (the server's clock, ms since the Unix
+/// epoch), so that `history_max_age` can trim by age in the CAS that appends. Entries written
+/// before it have none and count as old.
+const HISTORY_WRITTEN_V4: &str = "
+    ALTER TABLE baton_history ADD COLUMN IF NOT EXISTS written_ms bigint;
+    UPDATE baton_meta SET value = '4' WHERE name = 'schema_version';
+";
+
 /// The step to each version from the one before it: `MIGRATIONS[n]` brings a schema at version
 /// `n` (0: never set up) to `n + 1`, and records that version in `baton_meta`. All the steps a
 /// schema needs run in one transaction, under the migration lock.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
-    [CREATE_TABLES_V1, CREATE_RECORDS_V2, DUE_INDEX_V3];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    CREATE_TABLES_V1,
+    CREATE_RECORDS_V2,
+    DUE_INDEX_V3,
+    HISTORY_WRITTEN_V4,
+];
 
 /// Makes sure the tables are at [`SCHEMA_VERSION`], creating or migrating them if needed; returns the
 /// server's time (in ms) read on the way.

@@ -10,7 +10,8 @@
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace
--- ARGV[6]  how many history entries to keep per key (approximate trimming, at least that many)
+-- ARGV[6]  how to trim each key's history: '=N' keeps exactly the newest N entries, '~N' about
+--          N (whole stream nodes at a time: at least N)
 -- ARGV[7]  when the key next needs a worker (ms), or '' for never: the key's score in KEYS[4]
 -- ARGV[8..] history entries to append, oldest first
 --
@@ -46,6 +47,8 @@ end
 -- document's counter and the stream's last entry, so neither a stream nor a document lost on its
 -- own (evicted, deleted by hand) can make an XADD fail on an ID that is not increasing.
 local n_entries = #ARGV - 7
+local trim_how = string.sub(ARGV[6], 1, 1)
+local trim_keep = string.sub(ARGV[6], 2)
 local first_seq = 0
 if n_entries > 0 then
     local last_seq = tonumber(redis.call('HGET', KEYS[1], 's') or '0') or 0
@@ -67,7 +70,7 @@ local new_version = n .. '-' .. now[1] .. string.format('%06d', tonumber(now[2])
 redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3])
 if n_entries > 0 then
     for i = 1, n_entries do
-        redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], (first_seq + i - 1) .. '-0', 'e', ARGV[7 + i])
+        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, (first_seq + i - 1) .. '-0', 'e', ARGV[7 + i])
     end
     redis.call('HSET', KEYS[1], 's', first_seq + n_entries - 1)
 end

@@ -22,8 +22,12 @@
 //!   character of a key is a wildcard.
 //! - A record is one `HSET` (replacing the field) or `HGET` on the key's record hash, outside
 //!   any CAS: `doc:K` stays small, and `list` (on the key set) never meets a record.
-//! - History is `XRANGE`/`XREVRANGE` on the stream, trimmed to about [`HISTORY_KEPT_MAX`] entries
-//!   per key (the design's limit; Redis keeps everything in memory).
+//! - History is `XRANGE`/`XREVRANGE` on the stream, trimmed by the CAS script's `XADD … MAXLEN`
+//!   to the URL's `history_keep` (default [`HISTORY_KEPT_MAX`], the design's limit; Redis keeps
+//!   everything in memory): exactly below [`EXACT_TRIM_BELOW`] entries, approximately (`~`,
+//!   whole stream nodes at a time: a little more kept, never less) from there up, where exact
+//!   trimming would rewrite a node at every append. Entries carry no time, so
+//!   `history_max_age` is refused.
 //! - `watch` has one subscriber connection per store (`watch.rs`), which resubscribes after a
 //!   drop and then wakes every waiter once, since a message may have been missed meanwhile.
 //! - The clock is the server's `TIME`, read from the replies the store receives anyway
@@ -64,6 +68,7 @@ use ::redis::{Client, RedisError, Script, Value};
 use async_trait::async_trait;
 
 use crate::boot_clock::BootInstant;
+use crate::history_retention::{HistoryRetention, KEEP_PARAMETER, MAX_AGE_PARAMETER};
 use crate::server_clock::ServerClock;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
@@ -84,9 +89,13 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The bound on a whole operation, reconnecting included: no call waits longer.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// History entries kept per key: the design's limit. Trimming is approximate (`MAXLEN ~`), so
-/// a little more may be kept, never less.
-pub const HISTORY_KEPT_MAX: u64 = 10_000;
+/// History entries kept per key when the URL sets no `history_keep`: the design's limit.
+pub const HISTORY_KEPT_MAX: u64 = crate::history_retention::KEEP_DEFAULT;
+
+/// A `history_keep` from which trimming is approximate (`MAXLEN ~`): Redis then drops whole
+/// stream nodes (100 entries by default), so a little more is kept, never less. Below it a
+/// node would never fill, so trimming is exact (`MAXLEN =`).
+pub const EXACT_TRIM_BELOW: u64 = 1_000;
 
 /// The epoch of the server's clock. It is wall time, which a restart keeps, so it never changes:
 /// a restart with persistence must not end every lease.
@@ -119,6 +128,9 @@ struct Inner {
     watcher: Mutex<Option<watch::Watcher>>,
     /// The URL without password and without query parameters other than `namespace`.
     description: String,
+    /// The CAS script's trimming argument: `=N` (exact) or `~N` (approximate), N the
+    /// `history_keep`.
+    history_trim: String,
 }
 
 impl fmt::Debug for RedisStore {
@@ -185,6 +197,23 @@ impl RedisStore {
         url: &str,
         root_certificates: Option<Vec<u8>>,
     ) -> Result<RedisStore> {
+        // baton's own parameters, which neither `parse_url` nor the client know.
+        let (url, retention) = HistoryRetention::take_from_url(url)?;
+        let url = url.as_str();
+        if retention.max_age.is_some() {
+            return Err(StoreError::BadUrl {
+                url: crate::url::redact_password(url),
+                reason: format!(
+                    "Redis keeps history by count only (`{KEEP_PARAMETER}=N`): its stream \
+                     entries carry no time, so `{MAX_AGE_PARAMETER}` is not supported here"
+                ),
+            });
+        }
+        let history_trim = if retention.keep < EXACT_TRIM_BELOW {
+            format!("={}", retention.keep)
+        } else {
+            format!("~{}", retention.keep)
+        };
         let target = parse_url(url).map_err(|reason| StoreError::BadUrl {
             url: crate::url::redact_password(url),
             reason,
@@ -253,6 +282,7 @@ impl RedisStore {
                 clock: ServerClock::new(CLOCK_EPOCH),
                 watcher: Mutex::new(None),
                 description,
+                history_trim,
             }),
         };
         store.check_server().await?;
@@ -426,7 +456,7 @@ impl Store for RedisStore {
             .arg(document)
             .arg(key)
             .arg(&names.channel)
-            .arg(HISTORY_KEPT_MAX)
+            .arg(&self.inner.history_trim)
             .arg(due_ms.map(|ms| ms.to_string()).unwrap_or_default());
         for entry in history {
             invocation.arg(entry.as_slice());

@@ -4,7 +4,7 @@
 //! | table | key | holds |
 //! |---|---|---|
 //! | `baton_docs` | `key` | `version` (counts writes from 1), `doc`, `due_ms` (the due index) |
-//! | `baton_history` | `key`, `seq` | `entry`; seqs count from 1 per key |
+//! | `baton_history` | `key`, `seq` | `entry`, `written_ms`; seqs count from 1 per key |
 //! | `baton_records` | `key`, `name` | `bytes` |
 //!
 //! Keys are TEXT compared with memcmp, which for UTF-8 is code point order: `list` is a range
@@ -27,8 +27,20 @@ pub const WRITE_DOC: &str =
 /// The last seq of `?1`'s history (0 for none).
 pub const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM baton_history WHERE key = ?1";
 
-/// Appends one entry: `?1` key, `?2` seq, `?3` entry.
-pub const APPEND_HISTORY: &str = "INSERT INTO baton_history (key, seq, entry) VALUES (?1, ?2, ?3)";
+/// Appends one entry: `?1` key, `?2` seq, `?3` entry, `?4` the writer's wall clock (ms).
+pub const APPEND_HISTORY: &str =
+    "INSERT INTO baton_history (key, seq, entry, written_ms) VALUES (?1, ?2, ?3, ?4)";
+
+/// Trims `?1`'s history to the entries after seq `?2` (the newest seq less `history_keep`):
+/// seqs of a key are consecutive, so exactly `history_keep` stay. A range of the primary key.
+pub const TRIM_HISTORY_BY_COUNT: &str = "DELETE FROM baton_history WHERE key = ?1 AND seq <= ?2";
+
+/// Trims, of `?1`'s 64 oldest entries, those written before `?2` (ms; an entry
+/// without a time counts as old). Only the oldest are looked at, through the primary key, so a
+/// CAS never scans a long history; a backlog of old entries goes over the next writes.
+pub const TRIM_HISTORY_BY_AGE: &str = "DELETE FROM baton_history WHERE key = ?1
+     AND seq IN (SELECT seq FROM baton_history WHERE key = ?1 ORDER BY seq LIMIT 64)
+     AND coalesce(written_ms, 0) < ?2";
 
 /// `?3` entries of `?1`'s history after the seq `?2`, oldest first.
 pub const HISTORY_AFTER: &str = "SELECT seq, entry FROM baton_history WHERE key = ?1 AND seq > ?2

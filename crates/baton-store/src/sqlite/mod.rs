@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::boot_clock::{boot_id, boot_time_ms};
+use crate::history_retention::HistoryRetention;
 use crate::key_range::successor_text;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
@@ -53,6 +54,8 @@ struct Inner {
     watcher: Mutex<Option<watch::Watcher>>,
     /// `sqlite:<absolute path>`, computed once.
     description: String,
+    /// How much history each CAS leaves per key.
+    retention: HistoryRetention,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -74,9 +77,19 @@ impl SqliteStore {
         Self::open_with_vfs(path, None).await
     }
 
+    /// [`SqliteStore::open`], keeping the history `retention` says (each CAS that appends
+    /// history trims the key's oldest entries in the same transaction).
+    pub async fn open_with_retention(
+        path: &Path,
+        retention: HistoryRetention,
+    ) -> Result<SqliteStore> {
+        Self::open_with(path, None, retention).await
+    }
+
     /// Opens the store a `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH` URL names (see [`url`]).
     pub async fn open_url(url: &str) -> Result<SqliteStore> {
-        Self::open(&url::parse(url)?).await
+        let (path, retention) = url::parse(url)?;
+        Self::open_with_retention(&path, retention).await
     }
 
     /// Opens the store through the named SQLite VFS (`None`: the default). Tests use
@@ -84,6 +97,14 @@ impl SqliteStore {
     /// cannot work.
     #[doc(hidden)]
     pub async fn open_with_vfs(path: &Path, vfs: Option<&'static str>) -> Result<SqliteStore> {
+        Self::open_with(path, vfs, HistoryRetention::default()).await
+    }
+
+    async fn open_with(
+        path: &Path,
+        vfs: Option<&'static str>,
+        retention: HistoryRetention,
+    ) -> Result<SqliteStore> {
         let path = std::path::absolute(path).map_err(|error| StoreError::Unavailable {
             store: format!("sqlite:{}", path.display()),
             reason: format!("cannot resolve the path against the current directory: {error}"),
@@ -104,6 +125,7 @@ impl SqliteStore {
                 path,
                 watcher: Mutex::new(None),
                 description,
+                retention,
             }),
         })
     }
@@ -181,6 +203,7 @@ impl Store for SqliteStore {
         let expected = expected.cloned();
         let bytes = bytes.to_vec();
         let history = history.to_vec();
+        let retention = self.inner.retention;
         self.run(move |connection| {
             // IMMEDIATE: take the write lock before reading the version, so the version read is
             // the one the write replaces (a DEFERRED read upgraded to a write can fail instead).
@@ -215,12 +238,25 @@ impl Store for SqliteStore {
                     .prepare_cached(layout::LAST_SEQ)?
                     .query_row([&key], |row| row.get(0))?;
                 let mut insert = transaction.prepare_cached(layout::APPEND_HISTORY)?;
+                let written_ms = wall_ms();
                 let mut seq = last_seq;
                 for entry in &history {
                     seq = seq
                         .checked_add(1)
                         .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, seq))?;
-                    insert.execute((&key, seq, entry))?;
+                    insert.execute((&key, seq, entry, written_ms))?;
+                }
+                // Trimmed in the transaction that appends: the oldest go, seqs stay.
+                let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
+                transaction
+                    .prepare_cached(layout::TRIM_HISTORY_BY_COUNT)?
+                    .execute((&key, seq.saturating_sub(keep)))?;
+                if let Some(max_age_ms) = retention.max_age_ms() {
+                    let cut_ms =
+                        written_ms.saturating_sub(i64::try_from(max_age_ms).unwrap_or(i64::MAX));
+                    transaction
+                        .prepare_cached(layout::TRIM_HISTORY_BY_AGE)?
+                        .execute((&key, cut_ms))?;
                 }
             }
             transaction.commit()?;
@@ -375,4 +411,13 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
+
+/// This host's wall clock in ms since the Unix epoch, as history entries record when they were
+/// written (the store's clock restarts with the host: no use for an age kept across reboots).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| i64::try_from(since.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }

@@ -16,7 +16,7 @@ use super::BUSY_TIMEOUT;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
-pub(super) const SCHEMA_VERSION: u64 = 3;
+pub(super) const SCHEMA_VERSION: u64 = 4;
 
 /// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
 /// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
@@ -61,12 +61,23 @@ const DUE_INDEX_V3: &str = "
         WHERE due_ms IS NOT NULL;
 ";
 
+/// Version 4: when each history entry was written (the writer's wall clock, ms since the Unix
+/// epoch), so that `history_max_age` can trim by age in the CAS that appends. Entries written
+/// before it have none and count as old.
+const HISTORY_WRITTEN_V4: &str = "
+    ALTER TABLE baton_history ADD COLUMN written_ms INTEGER;
+";
+
 /// The step to each version from the one before it: `MIGRATIONS[n]` brings a file at version
 /// `n` (0: never set up) to `n + 1`. All the steps a file needs run in one transaction with the
 /// version's update, under the write lock, after the version was read again under it: each
 /// step runs once per file.
-const MIGRATIONS: [&str; SCHEMA_VERSION as usize] =
-    [CREATE_TABLES_V1, CREATE_RECORDS_V2, DUE_INDEX_V3];
+const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
+    CREATE_TABLES_V1,
+    CREATE_RECORDS_V2,
+    DUE_INDEX_V3,
+    HISTORY_WRITTEN_V4,
+];
 
 /// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
 /// current schema. Blocking: call it from `spawn_blocking`.
