@@ -689,6 +689,81 @@ async fn missing_permission_child() {
     );
 }
 
+/// History expires by the table's TTL: `init` turns it on for baton's attribute (and finds it
+/// on the second time), every history item carries its expiry (`history_max_age` after it was
+/// stored), and `history_keep`, which DynamoDB cannot honour without deleting, is refused.
+#[tokio::test]
+async fn history_items_expire_by_the_tables_ttl_which_init_turns_on() {
+    let url = format!("{}?history_max_age=2d", server_url());
+    let store = DynamoStore::open(&url).await.unwrap();
+    let said = store.init().await.unwrap();
+    assert!(said.contains("history entries expire 2days"), "{said}");
+    let again = store.init().await.unwrap();
+    assert!(
+        again.contains("TTL is on for attribute `x`; nothing to do"),
+        "{again}"
+    );
+    let ttl = raw_client()
+        .await
+        .describe_time_to_live()
+        .table_name(table_name())
+        .send()
+        .await
+        .unwrap();
+    let ttl = ttl.time_to_live_description().unwrap();
+    assert_eq!(ttl.attribute_name(), Some(layout::EXPIRES));
+
+    // Enough writes that the pending entries are moved out into items of their own.
+    let key = format!("{}k", prefix("expiry"));
+    let mut version = None;
+    for n in 0..40u32 {
+        let entry = format!("entry {n} {}", "e".repeat(300)).into_bytes();
+        version = Some(written(
+            store
+                .cas(&key, version.as_ref(), b"doc", &[entry])
+                .await
+                .unwrap(),
+        ));
+    }
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let items = raw_client()
+        .await
+        .query()
+        .table_name(table_name())
+        .key_condition_expression("pk = :p")
+        .expression_attribute_values(":p", AttributeValue::S(layout::history_partition(&key)))
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap()
+        .items
+        .unwrap_or_default();
+    assert!(items.len() >= 20, "history items stored: {}", items.len());
+    for item in &items {
+        let Some(AttributeValue::N(expires)) = item.get(layout::EXPIRES) else {
+            panic!("a history item without its expiry: {item:?}");
+        };
+        let expires: u64 = expires.parse().unwrap();
+        let two_days = 2 * 24 * 3600;
+        assert!(
+            expires + 120 >= now_s + two_days && expires <= now_s + two_days,
+            "expires at {expires}, now {now_s}"
+        );
+    }
+    assert_eq!(store.history_tail(&key, 100).await.unwrap().len(), 40);
+
+    let refused = DynamoStore::open(&format!("{}?history_keep=5", server_url())).await;
+    match refused {
+        Err(StoreError::BadUrl { reason, .. }) => {
+            assert!(reason.contains("history_max_age"), "{reason}")
+        }
+        other => panic!("expected BadUrl, got {:?}", other.map(|_| ())),
+    }
+}
+
 // ----- helpers -----------------------------------------------------------------------------
 
 fn written(outcome: CasOutcome) -> Version {
@@ -749,7 +824,7 @@ async fn store_history_by_hand(key: &str, records: &[HistoryRecord]) {
         client
             .put_item()
             .table_name(table_name())
-            .set_item(Some(layout::history_item(key, record)))
+            .set_item(Some(layout::history_item(key, record, u64::MAX / 2)))
             .send()
             .await
             .unwrap();

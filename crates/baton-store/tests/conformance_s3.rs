@@ -559,10 +559,14 @@ async fn a_missing_permission_names_the_action() {
         other => panic!("expected Denied({action}), got {other:?}"),
     };
 
-    // May read and list, not write: `init` checks reading and listing only.
+    // May read and list, not write. `init` checks reading and listing, then the lifecycle
+    // rule that expires history, which this role may not read.
     let reader = store_of("reader");
-    let ready = reader.init().await.unwrap();
-    assert!(ready.contains("is ready"), "{ready}");
+    denied(
+        reader.init().await.unwrap_err(),
+        "s3:GetLifecycleConfiguration",
+        &format!("arn:aws:s3:::{bucket}"),
+    );
     assert_eq!(reader.load("k").await.unwrap(), None);
     assert!(reader.list("").await.unwrap().is_empty());
     denied(
@@ -800,6 +804,84 @@ fn config_for(endpoint: &str) -> SdkConfig {
             "test", "test", None, None, "test",
         )))
         .build()
+}
+
+/// Runs `script` with the moto venv's Python, `argv[1]` the endpoint; its stdout.
+fn moto_python(script: &str, args: &[&str]) -> String {
+    let venv = std::env::var("BATON_TEST_MOTO_VENV").unwrap_or_else(|_| {
+        panic!("BATON_TEST_MOTO_VENV is not set: run the test through scripts/with-servers.sh")
+    });
+    let output = std::process::Command::new(format!("{venv}/bin/python"))
+        .arg("-c")
+        .arg(script)
+        .arg(endpoint())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// `init` sets the lifecycle rule that expires history on a bucket that has none, finds it the
+/// second time, and leaves a bucket whose rules do not cover a store's history alone, saying
+/// which rule to add; `history_keep`, which S3 cannot honour without deleting, is refused.
+#[tokio::test]
+async fn init_sets_or_checks_the_lifecycle_rule_that_expires_history() {
+    let bucket = format!("baton-lifecycle-{}", std::process::id());
+    let client = "import boto3, sys\n\
+        s3 = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1', \
+        aws_access_key_id='test', aws_secret_access_key='test')\n";
+    moto_python(
+        &format!("{client}s3.create_bucket(Bucket=sys.argv[2])"),
+        &[&bucket],
+    );
+    let config = config_for(&endpoint());
+    let open = |path: &str| S3Store::open_with_config(&format!("s3://{bucket}/{path}"), &config);
+
+    let first = open("locks?history_max_age=60h").unwrap();
+    let said = first.init().await.unwrap();
+    assert!(said.contains("set a lifecycle rule"), "{said}");
+    assert!(
+        said.contains("locks/history/ expires after 3 days"),
+        "{said}"
+    );
+    let again = first.init().await.unwrap();
+    assert!(
+        again.contains("expires after 3 days (lifecycle rule `baton-history-expiry`)"),
+        "{again}"
+    );
+    let rules = moto_python(
+        &format!(
+            "{client}c = s3.get_bucket_lifecycle_configuration(Bucket=sys.argv[2])\n\
+             for r in c['Rules']: print(r['ID'], r['Filter'].get('Prefix'), r['Status'], \
+             r['Expiration']['Days'])"
+        ),
+        &[&bucket],
+    );
+    assert_eq!(
+        rules.trim(),
+        "baton-history-expiry locks/history/ Enabled 3"
+    );
+
+    let other = open("other").unwrap();
+    let said = other.init().await.unwrap();
+    assert!(said.contains("history is NOT expired"), "{said}");
+    assert!(said.contains("<Prefix>other/history/</Prefix>"), "{said}");
+    assert!(
+        said.contains("<Days>90</Days>"),
+        "90 days by default: {said}"
+    );
+
+    match open("locks?history_keep=5") {
+        Err(StoreError::BadUrl { reason, .. }) => {
+            assert!(reason.contains("history_max_age"), "{reason}")
+        }
+        other => panic!("expected BadUrl, got {:?}", other.map(|_| ())),
+    }
 }
 
 /// A moto_server that enforces IAM after its first requests, which create the bucket

@@ -47,6 +47,9 @@ pub const HOT: &str = "h";
 const HOT_INFLATED_MAX: u64 = 4 * 1024 * 1024;
 /// A history item's entry.
 pub const ENTRY: &str = "e";
+/// A history item's expiry, in epoch seconds (N): the table's TTL attribute, which `baton
+/// init` enables, so DynamoDB deletes old history itself (baton asks for no delete permission).
+pub const EXPIRES: &str = "x";
 /// A record item's bytes.
 pub const RECORD: &str = "r";
 
@@ -144,9 +147,14 @@ fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
     (out.len() as u64 <= HOT_INFLATED_MAX).then_some(out)
 }
 
-/// The item of one history entry of `key`.
-pub fn history_item(key: &str, record: &HistoryRecord) -> HashMap<String, AttributeValue> {
+/// The item of one history entry of `key`, expiring at `expires_s` (epoch seconds).
+pub fn history_item(
+    key: &str,
+    record: &HistoryRecord,
+    expires_s: u64,
+) -> HashMap<String, AttributeValue> {
     HashMap::from([
+        (EXPIRES.to_owned(), AttributeValue::N(expires_s.to_string())),
         (PK.to_owned(), AttributeValue::S(history_partition(key))),
         (SK.to_owned(), AttributeValue::S(seq_sort_key(record.seq))),
         (
@@ -299,7 +307,7 @@ mod tests {
             seq: 42,
             bytes: vec![0, 255],
         };
-        let parsed = parse_history(&history_item("k", &record), "t");
+        let parsed = parse_history(&history_item("k", &record, 1), "t");
         assert!(matches!(&parsed, Ok(r) if *r == record), "{parsed:?}");
 
         let mut foreign = hot_key("k");

@@ -54,7 +54,9 @@
 //!
 //! IAM actions used, all on the table's ARN: `dynamodb:GetItem`, `dynamodb:PutItem`,
 //! `dynamodb:BatchWriteItem`, `dynamodb:Query`; and for `baton init` only,
-//! `dynamodb:DescribeTable` and `dynamodb:CreateTable`.
+//! `dynamodb:DescribeTable`, `dynamodb:CreateTable`, `dynamodb:DescribeTimeToLive` and
+//! `dynamodb:UpdateTimeToLive` (history items expire by the table's TTL on attribute `x`,
+//! `history_max_age` after they are stored, 90 days by default: baton deletes nothing).
 //!
 //! Limits: a hot item (the document, plus the entries of the last CAS) must fit in DynamoDB's
 //! 400 KB item: the largest document (256 KiB) leaves about 140 KB for the history entries of
@@ -130,6 +132,8 @@ struct Inner {
     reported_milli_units: AtomicU64,
     /// Write units computed from the sizes of the items written.
     estimated_units: AtomicU64,
+    /// How long a history item lives (its TTL attribute: now + this, when stored).
+    history_max_age: std::time::Duration,
 }
 
 /// A key's hot record as stored.
@@ -162,6 +166,17 @@ impl DynamoStore {
     /// Opens the store `url` names (`dynamodb://TABLE`). Loads the AWS configuration; sends
     /// nothing (the first operation does).
     pub async fn open(url: &str) -> Result<DynamoStore> {
+        let (url, retention) = crate::history_retention::HistoryRetention::take_from_url(url)?;
+        let url = url.as_str();
+        if retention.keep != crate::history_retention::KEEP_DEFAULT {
+            return Err(StoreError::BadUrl {
+                url: url.to_owned(),
+                reason: "DynamoDB keeps history by age only, through the table's TTL attribute \
+                         (baton asks for no delete permission there): give `history_max_age`, \
+                         not `history_keep`"
+                    .to_owned(),
+            });
+        }
         let table = parse_url(url)?;
         let description = format!("dynamodb://{table}");
         let mut config = crate::aws::sdk_config().await;
@@ -187,6 +202,7 @@ impl DynamoStore {
                 cache: Mutex::new(HashMap::new()),
                 reported_milli_units: AtomicU64::new(0),
                 estimated_units: AtomicU64::new(0),
+                history_max_age: retention.expiring_max_age(),
             }),
         })
     }
@@ -306,11 +322,15 @@ impl DynamoStore {
     /// Stores history entries as items of their own. Idempotent: an entry's item is named by
     /// its sequence number and always holds the same bytes.
     async fn store_history(&self, key: &str, records: &[HistoryRecord]) -> Result<()> {
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let expires_s = now_s.saturating_add(self.inner.history_max_age.as_secs());
         for chunk in records.chunks(BATCH_MAX) {
             let mut requests = Vec::with_capacity(chunk.len());
             for record in chunk {
                 let put = PutRequest::builder()
-                    .set_item(Some(layout::history_item(key, record)))
+                    .set_item(Some(layout::history_item(key, record, expires_s)))
                     .build()
                     .map_err(|error| {
                         self.backend(format!("cannot build a history write: {error}"))
@@ -752,12 +772,14 @@ impl Store for DynamoStore {
     }
 
     async fn init(&self) -> Result<String> {
-        table::ensure(
-            &self.inner.client,
-            &self.inner.description,
-            &self.inner.table,
-        )
-        .await
+        let inner = &self.inner;
+        let table = table::ensure(&inner.client, &inner.description, &inner.table).await?;
+        let expiry = table::ensure_expiry(&inner.client, &inner.description, &inner.table).await?;
+        let age = humantime::format_duration(inner.history_max_age);
+        Ok(format!(
+            "{table}\n{expiry}: history entries expire {age} after they are stored \
+             (history_max_age)"
+        ))
     }
 }
 

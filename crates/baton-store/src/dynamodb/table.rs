@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-    TableDescription, TableStatus,
+    TableDescription, TableStatus, TimeToLiveSpecification, TimeToLiveStatus,
 };
 use aws_sdk_dynamodb::Client;
 
 use super::errors::{classify, Context, Effect};
-use super::layout::{PK, SK};
+use super::layout::{EXPIRES, PK, SK};
 use crate::{Result, StoreError};
 
 /// How long a new table may take to become active (seconds on AWS, at once on local servers).
@@ -76,6 +76,62 @@ pub async fn ensure(client: &Client, store: &str, table: &str) -> Result<String>
     } else {
         format!("the DynamoDB table {arn} exists with baton's key schema ({billing}) and is active; nothing to do")
     })
+}
+
+/// Enables the table's TTL on baton's expiry attribute unless it is, and says what it did. A
+/// table whose TTL is on another attribute is left alone, with what to do: DynamoDB allows one
+/// TTL attribute per table.
+pub async fn ensure_expiry(client: &Client, store: &str, table: &str) -> Result<String> {
+    let context = |action| Context {
+        store,
+        table,
+        action,
+        effect: Effect::Read,
+    };
+    let described = client
+        .describe_time_to_live()
+        .table_name(table)
+        .send()
+        .await
+        .map_err(|error| classify(context("dynamodb:DescribeTimeToLive"), error))?;
+    let current = described.time_to_live_description();
+    let status = current.and_then(|d| d.time_to_live_status()).cloned();
+    let attribute = current.and_then(|d| d.attribute_name()).unwrap_or_default();
+    let on = matches!(
+        status,
+        Some(TimeToLiveStatus::Enabled | TimeToLiveStatus::Enabling)
+    );
+    if on && attribute == EXPIRES {
+        return Ok(format!(
+            "TTL is on for attribute `{EXPIRES}`; nothing to do"
+        ));
+    }
+    if on {
+        return Err(StoreError::Incompatible {
+            store: store.to_owned(),
+            reason: format!(
+                "the table's TTL is on attribute `{attribute}`, and baton's history expires by \
+                 attribute `{EXPIRES}` (a table has one TTL attribute): use a table of its own \
+                 for baton"
+            ),
+        });
+    }
+    let specification = TimeToLiveSpecification::builder()
+        .enabled(true)
+        .attribute_name(EXPIRES)
+        .build()
+        .map_err(|error| StoreError::Backend {
+            store: store.to_owned(),
+            source: Box::new(error),
+        })?;
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(specification)
+        .send()
+        .await
+        .map_err(|error| classify(context("dynamodb:UpdateTimeToLive"), error))?;
+    Ok(format!("turned TTL on for attribute `{EXPIRES}`"))
 }
 
 /// The table's description, or `None` when it does not exist.

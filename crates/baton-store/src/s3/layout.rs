@@ -103,6 +103,11 @@ impl Layout {
         unescape(name.strip_prefix(self.hot_root.as_str())?)
     }
 
+    /// `P/history/`: the prefix of every history object, which a lifecycle rule expires.
+    pub fn history_root(&self) -> &str {
+        &self.history_root
+    }
+
     /// `P/history/E(K)/`: every history object of K starts with it, and nothing else does.
     pub fn history_prefix(&self, key: &str) -> String {
         format!("{}{}/", self.history_root, escape(key))

@@ -96,10 +96,14 @@
 //!   `s3:GetObject` and says so.
 //!
 //! Nothing else: baton never deletes, never creates the bucket, never reads its location.
+//! `baton init` alone also reads the bucket's lifecycle configuration and, on a bucket without
+//! one, puts the rule that expires history ([`lifecycle`]: `s3:GetLifecycleConfiguration`,
+//! `s3:PutLifecycleConfiguration`).
 //!
 //! Operating notes: with bucket versioning on, every renewal keeps a noncurrent version; add a
-//! lifecycle rule that expires noncurrent versions under the prefix. A lifecycle rule may expire
-//! old history objects (`P/history/`), never hot records (`P/hot/`): a key whose hot record is
+//! lifecycle rule that expires noncurrent versions under the prefix. The lifecycle rule that
+//! `baton init` sets expires old history objects (`P/history/`); no rule may expire hot records
+//! (`P/hot/`): a key whose hot record is
 //! deleted loses its fence counter and starts its history again at seq 1, overwriting the old
 //! entries as they are moved out. Records (`P/records/`) hold jobs' parameters and runs'
 //! reports: expire them, if at all, long after any job could still be queued.
@@ -108,6 +112,7 @@ mod clock;
 mod credentials;
 mod errors;
 mod layout;
+pub mod lifecycle;
 pub mod url;
 
 pub use url::is_s3_url;
@@ -178,6 +183,10 @@ struct Inner {
     /// The server's time from the last response's `Date` (every response of `reads` and
     /// `writes` records it, through [`DateConnector`]).
     clock: Arc<ServerClock>,
+    /// Where the bucket's lifecycle configuration is (`baton init`).
+    lifecycle: lifecycle::Target,
+    /// How long history objects live: the lifecycle rule's days.
+    history_max_age: Duration,
 }
 
 impl fmt::Debug for S3Store {
@@ -207,7 +216,8 @@ impl S3Store {
     /// This does no request: credentials are resolved, and the bucket first reached, by the first
     /// operation.
     pub async fn open(url: &str) -> Result<S3Store> {
-        let parsed = S3Url::parse(url)?;
+        let (url, retention) = take_retention(url)?;
+        let parsed = S3Url::parse(&url)?;
         let config = crate::aws::sdk_config().await;
         // The S3-specific override, which the SdkConfig does not carry (the S3 SDK client would
         // read it from the service configuration).
@@ -217,17 +227,28 @@ impl S3Store {
             .ok()
             .filter(|endpoint| !endpoint.is_empty() && !ignore_configured)
             .or_else(|| config.endpoint_url().map(str::to_owned));
-        Self::build(parsed, &config, endpoint)
+        Self::build(parsed, &config, endpoint, retention.expiring_max_age())
     }
 
     /// Opens the store `url` names with the given AWS configuration: its credentials, region
     /// and `endpoint_url`. For tests, and for callers that load the configuration themselves.
     pub fn open_with_config(url: &str, config: &SdkConfig) -> Result<S3Store> {
+        let (url, retention) = take_retention(url)?;
         let endpoint = config.endpoint_url().map(str::to_owned);
-        Self::build(S3Url::parse(url)?, config, endpoint)
+        Self::build(
+            S3Url::parse(&url)?,
+            config,
+            endpoint,
+            retention.expiring_max_age(),
+        )
     }
 
-    fn build(url: S3Url, config: &SdkConfig, endpoint: Option<String>) -> Result<S3Store> {
+    fn build(
+        url: S3Url,
+        config: &SdkConfig,
+        endpoint: Option<String>,
+        history_max_age: Duration,
+    ) -> Result<S3Store> {
         let region = config
             .region()
             .map(|region| region.to_string())
@@ -303,6 +324,18 @@ impl S3Store {
             max_retries: 0,
             ..RetryConfig::default()
         })?;
+        let bucket_url = match &endpoint {
+            Some(endpoint) => format!("{endpoint}/{}", url.bucket),
+            None if url.bucket.contains('.') => {
+                format!("https://s3.{region}.amazonaws.com/{}", url.bucket)
+            }
+            None => format!("https://{}.s3.{region}.amazonaws.com", url.bucket),
+        };
+        let lifecycle = lifecycle::Target {
+            bucket_url,
+            region: region.clone(),
+            credentials: config.credentials_provider(),
+        };
         Ok(S3Store {
             inner: Arc::new(Inner {
                 reads,
@@ -311,8 +344,47 @@ impl S3Store {
                 context,
                 cache: Mutex::new(HashMap::new()),
                 clock,
+                lifecycle,
+                history_max_age,
             }),
         })
+    }
+
+    /// Sets or checks the lifecycle rule that expires history ([`lifecycle`]), and says so.
+    async fn ensure_history_expiry(&self) -> Result<String> {
+        let inner = &self.inner;
+        let prefix = inner.layout.history_root();
+        let days = lifecycle::days(inner.history_max_age);
+        match lifecycle::ensure(&inner.lifecycle, prefix, days).await {
+            Ok(lifecycle::Outcome::InPlace { id, days }) => Ok(format!(
+                "history under {prefix} expires after {days} days (lifecycle rule `{id}`)"
+            )),
+            Ok(lifecycle::Outcome::Set { days }) => Ok(format!(
+                "set a lifecycle rule: history under {prefix} expires after {days} days \
+                 (history_max_age)"
+            )),
+            Ok(lifecycle::Outcome::Missing { rule_xml }) => Ok(format!(
+                "history is NOT expired: the bucket has lifecycle rules and none for {prefix}, \
+                 and baton does not replace them; add this rule to the bucket's lifecycle \
+                 configuration: {rule_xml}"
+            )),
+            Err(failure) if failure.status == Some(403) => Err(StoreError::Denied {
+                store: inner.context.store.clone(),
+                action: failure.action.to_owned(),
+                resource: inner.context.bucket_arn.clone(),
+                reason: format!(
+                    "{} (history expires by a lifecycle rule that `baton init` sets or checks)",
+                    failure.reason
+                ),
+            }),
+            Err(failure) => Err(StoreError::Unavailable {
+                store: inner.context.store.clone(),
+                reason: format!(
+                    "{}: {} (the lifecycle rule that expires history)",
+                    failure.action, failure.reason
+                ),
+            }),
+        }
     }
 
     fn classify(&self, call: Call, error: object_store::Error) -> StoreError {
@@ -788,13 +860,30 @@ impl Store for S3Store {
         }
         // Those answers carried the server's `Date` (or did not, which `clock` reports).
         self.clock().await?;
+        let expiry = self.ensure_history_expiry().await?;
         Ok(format!(
             "{} is ready: the bucket exists, baton may list and read it, and the server sends \
              the `Date` leases are judged by (writes are checked by the first acquire; baton \
-             never creates buckets)",
+             never creates buckets)\n{expiry}",
             self.describe()
         ))
     }
+}
+
+/// Takes the retention parameters out of an S3 URL: S3 keeps history by age only (a lifecycle
+/// rule; baton deletes nothing), so `history_keep` is refused.
+fn take_retention(url: &str) -> Result<(String, crate::history_retention::HistoryRetention)> {
+    let (rest, retention) = crate::history_retention::HistoryRetention::take_from_url(url)?;
+    if retention.keep != crate::history_retention::KEEP_DEFAULT {
+        return Err(StoreError::BadUrl {
+            url: url.to_owned(),
+            reason: "S3 keeps history by age only, through a bucket lifecycle rule that `baton \
+                     init` sets (baton asks for no delete permission there): give \
+                     `history_max_age`, not `history_keep`"
+                .to_owned(),
+        });
+    }
+    Ok((rest, retention))
 }
 
 #[cfg(test)]
