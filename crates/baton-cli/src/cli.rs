@@ -134,9 +134,9 @@ The body is JSON: delivery_id, rule, event, key, seq, ticket or job, outcome, fo
 context, fence, enqueued_at, granted_at, at, ci_url (the run's URL when the context has one). A
 Slack incoming-webhook URL (hooks.slack.com) gets {\"text\": …} with the same facts.
 
-Delivery is at least once and never slows a lock: an event is written with the change that
-caused it (at most 100 undelivered per key; older ones are dropped and counted in `baton
-status`), then posted by the process that made the change (a short-lived command gives it at
+Delivery is at least once and never slows a lock: an event is appended to the key's history
+by the write that made the change (a rule falls at most 100 events behind; older ones are
+dropped and counted in `baton status`), then posted by the process that made the change (a short-lived command gives it at
 most 2 s before it exits), or by the next one that touches the key, or by `baton notify deliver
 --follow`. A failed POST is retried after 1 s, doubling up to 5 min, for a day; a key's events
 reach each receiver in order. Every POST carries the X-Baton-Delivery header (also delivery_id

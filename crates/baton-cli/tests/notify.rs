@@ -344,6 +344,19 @@ fn a_receiver_that_was_down_gets_every_event_in_order_per_key() {
         });
         send_signal(deliverer.pid(), libc::SIGTERM);
         deliverer.wait(PROMPT).assert_code(0);
+        // The events share the key's history; `baton log` shows the tickets only.
+        let log = ctx.baton(["log", &a, "--json"]).run();
+        log.assert_code(0);
+        let entries: Vec<Value> = log
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(entries.len(), 3, "{}", log.describe());
+        assert!(
+            entries.iter().all(|e| e["outcome"] == "succeeded"),
+            "{entries:#?}"
+        );
         for key in [&a, &b] {
             let seqs: Vec<u64> = bodies
                 .iter()

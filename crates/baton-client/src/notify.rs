@@ -1,8 +1,8 @@
 //! Notifications: the rules (`baton notify add|ls|rm`), the cache each process keeps of them,
-//! and delivery of the events keys' outboxes hold ([`baton_core::notify`]).
+//! and delivery of the events keys' histories hold ([`baton_core::notify`]).
 //!
-//! **Recording never waits on a receiver.** The coordinator records a change's events in the
-//! same CAS as the change, from rules cached for at most [`SETTINGS_FRESH_MS`] (read ahead, in
+//! **Recording never waits on a receiver.** The coordinator appends a change's events to the
+//! key's history in the same CAS as the change, from rules cached for at most [`SETTINGS_FRESH_MS`] (read ahead, in
 //! the background, once the cache is half that old, so a warm process rarely waits for it; a
 //! cold one reads them beside its first document read).
 //!
@@ -10,15 +10,15 @@
 //! spawns a delivery for the key ([`spawn_delivery`]); a short-lived CLI gives those at most
 //! [`EXIT_FLUSH`] before it exits ([`flush`]); whatever is left is delivered by the next
 //! process that writes the key, or by `baton notify deliver --follow` ([`deliver_key`]). Each
-//! rule's events are posted in order, stopping at the first failure (the core backs it off),
-//! and acknowledged with [`Op::Notified`]. A delivery that dies between its POST and its
+//! rule's events after its cursor are read from the history tail and posted in order, stopping
+//! at the first failure (the core backs it off), and the cursor is moved with [`Op::Notified`]. A delivery that dies between its POST and its
 //! acknowledgement posts again later: at least once, with the same delivery id.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use baton_core::notify::{Delivered, Event, Rule, Settings};
+use baton_core::notify::{Delivered, Event, Outbox, Rule, Settings};
 use baton_core::{names, Op, Outcome, Request};
 use baton_store::{CasOutcome, Store};
 use serde_json::json;
@@ -259,9 +259,47 @@ pub struct KeyDelivery {
     pub failures: Vec<String>,
 }
 
-/// Delivers the due events of `key`'s outbox: each rule's in order, stopping at its first
-/// failure, then acknowledges what happened with [`Op::Notified`]. Events for a rule that no
-/// longer exists are acknowledged without a POST (nobody wants them).
+/// The most history entries a delivery reads back looking for a rule's events: beyond the
+/// default retention they are gone anyway.
+const TAIL_MAX: u64 = 20_000;
+
+/// The events of `key` after event `after`, oldest first, each with its position in the
+/// history as the document counted it (a lower bound, so a hint built from it never makes a
+/// later read miss one). Reads the newest entries the outbox says to, and further back while
+/// the oldest event wanted is not among them.
+async fn events_after(
+    coord: &Coordinator,
+    key: &str,
+    outbox: &Outbox,
+    after: u64,
+) -> Result<Vec<(u64, Event)>, ClientError> {
+    let mut want = outbox.tail_to_read().saturating_add(16).min(TAIL_MAX);
+    loop {
+        let tail = coord.store().history_tail(key, want as usize).await?;
+        let read = tail.len() as u64;
+        let first_position = outbox.appended.saturating_sub(read);
+        let mut events: Vec<(u64, Event)> = tail
+            .iter()
+            .rev()
+            .enumerate()
+            .filter_map(|(i, entry)| {
+                let event = Event::from_entry(&entry.bytes)?;
+                Some((first_position + i as u64, event))
+            })
+            .filter(|(_, event)| event.seq > after)
+            .collect();
+        events.sort_by_key(|(_, event)| event.seq);
+        let found_first = events.first().is_some_and(|(_, e)| e.seq == after + 1);
+        if found_first || read < want || want >= TAIL_MAX {
+            return Ok(events);
+        }
+        want = (want * 2).min(TAIL_MAX);
+    }
+}
+
+/// Delivers the due events of `key`: for each rule whose cursor is behind and not backing
+/// off, its events after the cursor, in order, stopping at its first failure; then moves the
+/// cursor with [`Op::Notified`]. The cursor of a rule that no longer exists is dropped.
 pub async fn deliver_key(
     coord: &Coordinator,
     key: &str,
@@ -273,38 +311,55 @@ pub async fn deliver_key(
     };
     let now = wall_ms();
     let mut report = KeyDelivery::default();
-    let mut rule_names: Vec<&String> = outbox.events.iter().flat_map(|e| &e.pending).collect();
-    rule_names.sort();
-    rule_names.dedup();
-    for name in rule_names {
-        let mut delivered = Delivered {
-            rule: name.clone(),
-            ..Delivered::default()
-        };
-        match settings.rules.iter().find(|r| r.name == *name) {
-            None => {
-                let pending = outbox.events.iter().filter(|e| e.pending.contains(name));
-                delivered.seqs = pending.map(|e| e.seq).collect();
+    let mut acks = Vec::new();
+    let mut due = Vec::new();
+    for cursor in &outbox.cursors {
+        match settings.rules.iter().find(|r| r.name == cursor.rule) {
+            None => acks.push(Delivered {
+                rule: cursor.rule.clone(),
+                gone: true,
+                ..Delivered::default()
+            }),
+            Some(rule) if cursor.through < outbox.last_seq && cursor.next_wall_ms <= now => {
+                due.push((cursor, rule));
             }
-            Some(rule) => {
-                for event in outbox.due(name, now) {
-                    let id = event.delivery_id(key, name);
-                    match post(&rule.url, &id, &body(key, rule, event)).await {
-                        Ok(_) => delivered.seqs.push(event.seq),
-                        Err(error) => {
-                            report.failures.push(format!("rule {name}: {error}"));
-                            delivered.failed = Some(event.seq);
-                            break;
-                        }
+            Some(_) => {}
+        }
+    }
+    if let Some(after) = due.iter().map(|(c, _)| c.through).min() {
+        let events = events_after(coord, key, &outbox, after).await?;
+        for (cursor, rule) in due {
+            let mut ack = Delivered {
+                rule: rule.name.clone(),
+                through: cursor.through,
+                ..Delivered::default()
+            };
+            for (position, event) in events.iter().filter(|(_, e)| e.seq > cursor.through) {
+                ack.from = *position;
+                if !event.rules.contains(&rule.name) {
+                    ack.through = event.seq;
+                    continue;
+                }
+                let id = event.delivery_id(key, &rule.name);
+                match post(&rule.url, &id, &body(key, rule, event)).await {
+                    Ok(_) => {
+                        ack.through = event.seq;
+                        report.delivered += 1;
+                    }
+                    Err(error) => {
+                        report.failures.push(format!("rule {}: {error}", rule.name));
+                        ack.failed = true;
+                        break;
                     }
                 }
             }
+            if ack.through > cursor.through || ack.failed {
+                acks.push(ack);
+            }
         }
-        if delivered.seqs.is_empty() && delivered.failed.is_none() {
-            continue;
-        }
-        report.delivered += delivered.seqs.len();
-        let mut request = Request::new(new_attempt_id(), Op::Notified(delivered));
+    }
+    for ack in acks {
+        let mut request = Request::new(new_attempt_id(), Op::Notified(ack));
         coord.execute(key, &mut request).await?;
     }
     Ok(report)

@@ -1,19 +1,22 @@
 //! Notifications: which changes of a key are events, the rules that want them, and the outbox
 //! that carries them from the write that caused them to their receivers.
 //!
-//! An event is recorded in the key's document by the very write that caused it (the outbox,
-//! [`Outbox`]), so it is never lost between a change and its delivery: whoever made the change,
-//! or later whoever touches the key or runs `baton notify deliver`, posts it and then
-//! acknowledges it with [`crate::Op::Notified`], which removes it. Delivery is therefore at
-//! least once: a deliverer that dies between its POST and its acknowledgement, or two that
-//! deliver at once, post an event twice, with the same [`Event::delivery_id`] so a receiver can
-//! drop the second. Events are delivered in order per key and rule: a receiver that fails stops
-//! its rule's deliveries until a retry succeeds ([`Outbox::due`]).
+//! An event is appended to the key's **history** by the very write that caused it (the store
+//! appends history in the same transaction as the document), so it is never lost between a
+//! change and its delivery, and it costs the key's document nothing: a receiver that is down
+//! for days does not make every lock operation read and write a larger document. The document
+//! keeps only the [`Outbox`]: how many events there were, and for each rule with events still
+//! to deliver a [`Cursor`] (the last event it has, where in the history to look, its retries).
+//! Whoever made the change, or later whoever touches the key or runs `baton notify deliver`,
+//! reads the events after the cursor from the history, posts them in order, and moves the
+//! cursor with [`crate::Op::Notified`]. Delivery is therefore at least once: a deliverer that
+//! dies between its POST and its acknowledgement, or two that deliver at once, post an event
+//! twice, with the same [`Event::delivery_id`] so a receiver can drop the second. A receiver
+//! that fails stops its rule's deliveries until a retry succeeds.
 //!
-//! The outbox is bounded ([`OUTBOX_MAX`]): beyond it the oldest event is dropped and counted
-//! ([`Outbox::dropped`], shown by `baton status`), so a receiver that is down for days cannot
-//! grow a key's document without bound. An event nobody could deliver for [`GIVE_UP_MS`] is
-//! dropped and counted too.
+//! Bounds: a rule's cursor is never more than [`OUTBOX_MAX`] events behind; further back they
+//! are skipped and counted ([`Outbox::dropped`], shown by `baton status`). A rule that could
+//! deliver nothing for [`GIVE_UP_MS`] skips what it has, counted too.
 //!
 //! Rules live in a settings document of their own ([`Settings`]), never in a key's; a process
 //! caches it for at most one poll interval, so a change of rules takes effect within it.
@@ -24,7 +27,8 @@ use crate::apply::Applied;
 use crate::doc::{Doc, Outcome, TicketState};
 use crate::limits::InvalidInput;
 
-/// Undelivered events a key keeps; beyond it the oldest is dropped and counted.
+/// How far behind the key's newest event a rule's cursor may be; further back, events are
+/// skipped and counted.
 pub const OUTBOX_MAX: usize = 100;
 /// Rules a store keeps.
 pub const RULES_MAX: usize = 100;
@@ -233,13 +237,15 @@ impl Settings {
     }
 }
 
-/// One event, as the outbox keeps it until every rule it is for has it.
+/// One event: what happened to which ticket, as appended to the key's history.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
-    /// Its number within the key's events (from 1).
+    /// Its number among the key's events (from 1).
     pub seq: u64,
     /// What happened.
     pub kind: EventKind,
+    /// The rules it is for.
+    pub rules: Vec<String>,
     /// The ticket (or job) id.
     pub id: String,
     /// Whether it is a job.
@@ -267,22 +273,12 @@ pub struct Event {
     pub granted_wall_ms: Option<u64>,
     /// When the event happened (wall ms of the client that recorded it).
     pub at_wall_ms: u64,
-    /// The rules that have not had it yet.
-    pub pending: Vec<String>,
-    /// Failed tries so far.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub tries: u32,
-    /// Not to be tried again before this (wall ms; 0: now).
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
-    pub next_wall_ms: u64,
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
-}
-
-fn is_zero_u64(n: &u64) -> bool {
-    *n == 0
+/// How an event is framed in the history, apart from a finished ticket's entry.
+#[derive(Serialize, Deserialize)]
+struct Framed {
+    event: Event,
 }
 
 impl Event {
@@ -293,153 +289,273 @@ impl Event {
         // key that was recreated apart.
         format!("{key}#{}.{}.{rule}", self.seq, self.enqueued_wall_ms)
     }
+
+    /// The event as a history entry.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(&Framed {
+            event: self.clone(),
+        })
+        .unwrap_or_default()
+    }
+
+    /// The event in a history entry, when the entry is one (`None`: a finished ticket's entry,
+    /// or one this baton cannot read).
+    pub fn from_entry(bytes: &[u8]) -> Option<Event> {
+        if !bytes.starts_with(b"{\"event\"") {
+            return None;
+        }
+        serde_json::from_slice::<Framed>(bytes)
+            .ok()
+            .map(|f| f.event)
+    }
+
+    /// Whether a history entry is an event (not a finished ticket).
+    pub fn is_entry(bytes: &[u8]) -> bool {
+        bytes.starts_with(b"{\"event\"")
+    }
 }
 
-/// A key's undelivered events.
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Where one rule stands in a key's events.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The rule.
+    pub rule: String,
+    /// The last event delivered to it, or skipped (its seq).
+    pub through: u64,
+    /// A hint for the deliverer: the rule's next event is at this position of the key's
+    /// history or later (positions count the entries this key's writes appended,
+    /// [`Outbox::appended`]), so it reads the tail from there.
+    pub from: u64,
+    /// Failed tries of its next event.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tries: u32,
+    /// Not to be tried again before this (wall ms).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub next_wall_ms: u64,
+    /// Since when its tries fail (wall ms; 0: they do not).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub failing_since_wall_ms: u64,
+}
+
+/// What a key's document keeps of its events: their count, and a cursor per rule that has
+/// events to deliver. The events themselves are in the key's history.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outbox {
-    /// The number the next event gets.
-    pub next_seq: u64,
-    /// Undelivered events, oldest first.
-    #[serde(default)]
-    pub events: Vec<Event>,
-    /// Events dropped undelivered: over [`OUTBOX_MAX`], or undeliverable for [`GIVE_UP_MS`].
+    /// The number of the last event recorded (0: none yet).
+    pub last_seq: u64,
+    /// History entries this key's writes appended since it has had an outbox: events and
+    /// finished tickets alike. Positions in [`Cursor::from`] count these.
+    pub appended: u64,
+    /// Rules with events to deliver.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cursors: Vec<Cursor>,
+    /// Events skipped undelivered: a cursor more than [`OUTBOX_MAX`] behind, or a rule that
+    /// failed for [`GIVE_UP_MS`].
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub dropped: u64,
     /// Tickets whose `waited` event is raised (so it is raised once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waited: Vec<String>,
+    /// Where some recent events are in the history: (seq, position), one every
+    /// [`MARK_EVERY`] events, the last [`MARKS_KEPT`]. A cursor the bound moves on takes its
+    /// position hint from them, so a deliverer never reads the history back to where a
+    /// receiver went down.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<(u64, u64)>,
 }
+
+/// Events between two position marks.
+pub const MARK_EVERY: u64 = 16;
+/// Position marks kept (they span more than [`OUTBOX_MAX`] events).
+pub const MARKS_KEPT: usize = 8;
 
 impl Outbox {
-    /// The events to try now for `rule`, in order: from its oldest pending event, as long as
-    /// each is due (a failed event holds back the later ones: order per key and rule).
-    pub fn due<'a>(&'a self, rule: &'a str, wall_ms: u64) -> impl Iterator<Item = &'a Event> + 'a {
-        self.events
-            .iter()
-            .filter(move |e| e.pending.iter().any(|r| r == rule))
-            .take_while(move |e| e.next_wall_ms <= wall_ms)
-    }
-
-    /// Whether a delivery now would post anything: some rule's oldest pending event is due
-    /// (a rule held back by a failed event waits for its backoff, whatever came after it).
+    /// Whether a delivery now would post anything: a rule has events after its cursor and is
+    /// not backing off.
     pub fn deliverable(&self, wall_ms: u64) -> bool {
-        let mut heads: Vec<&str> = Vec::new();
-        for event in &self.events {
-            for rule in &event.pending {
-                if !heads.contains(&rule.as_str()) {
-                    if event.next_wall_ms <= wall_ms {
-                        return true;
-                    }
-                    heads.push(rule);
-                }
-            }
-        }
-        false
+        self.cursors
+            .iter()
+            .any(|c| c.through < self.last_seq && c.next_wall_ms <= wall_ms)
     }
 
-    /// When the next event is due (wall ms), if any waits.
-    pub fn next_due_wall_ms(&self) -> Option<u64> {
-        self.events.iter().map(|e| e.next_wall_ms).min()
+    /// Events not yet delivered to some rule (at most, counting those of other rules between).
+    pub fn undelivered(&self) -> u64 {
+        self.cursors
+            .iter()
+            .map(|c| self.last_seq - c.through.min(self.last_seq))
+            .max()
+            .unwrap_or(0)
     }
 
-    fn push(&mut self, mut event: Event) {
-        self.next_seq = self.next_seq.max(1);
-        event.seq = self.next_seq;
-        self.next_seq += 1;
-        self.events.push(event);
-        let excess = self.events.len().saturating_sub(OUTBOX_MAX);
-        if excess > 0 {
-            self.events.drain(..excess);
-            self.dropped += excess as u64;
-        }
+    /// How many of the key's newest history entries a deliverer reads to find every event
+    /// after the cursors (a hint: it reads further back if one is missing).
+    pub fn tail_to_read(&self) -> u64 {
+        let from = self.cursors.iter().map(|c| c.from).min();
+        from.map_or(0, |from| self.appended.saturating_sub(from))
     }
 }
 
-/// What a deliverer did for one rule: delivered these events, and failed at that one.
+/// What a deliverer did for one rule.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Delivered {
     /// The rule.
     pub rule: String,
-    /// Events delivered (their seqs).
-    pub seqs: Vec<u64>,
-    /// The event whose delivery failed (its seq), after which the rule's later ones wait.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failed: Option<u64>,
+    /// The last event it now has (delivered, or not for it), by seq.
+    pub through: u64,
+    /// Where its next event can be found ([`Cursor::from`]); 0: as before.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub from: u64,
+    /// The delivery of the event after `through` failed: try again after a backoff.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
+    /// The rule no longer exists: forget its cursor.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
-/// Applies a deliverer's report to the outbox: delivered events lose the rule (and leave when
-/// no rule waits for them); a failed one is tried again after its backoff, or dropped and
-/// counted once it has failed for [`GIVE_UP_MS`].
+/// Applies a deliverer's report: the rule's cursor moves on (and goes once it has every
+/// event), a failure backs off (1 s doubling to [`RETRY_MAX_MS`]), and a rule that has failed
+/// for [`GIVE_UP_MS`] skips what it has, counted as dropped.
 pub fn acknowledge(outbox: &mut Outbox, delivered: &Delivered, wall_ms: u64) {
-    for event in &mut outbox.events {
-        if delivered.seqs.contains(&event.seq) {
-            event.pending.retain(|r| *r != delivered.rule);
-        }
-        if delivered.failed == Some(event.seq) && event.pending.contains(&delivered.rule) {
-            event.tries = event.tries.saturating_add(1);
-            let backoff = RETRY_FIRST_MS
-                .saturating_mul(1u64 << event.tries.saturating_sub(1).min(20))
-                .min(RETRY_MAX_MS);
-            event.next_wall_ms = wall_ms.saturating_add(backoff);
-        }
-    }
-    outbox.events.retain(|e| !e.pending.is_empty());
-    let before = outbox.events.len();
-    outbox
-        .events
-        .retain(|e| e.tries == 0 || wall_ms < e.at_wall_ms.saturating_add(GIVE_UP_MS));
-    outbox.dropped += (before - outbox.events.len()) as u64;
-}
-
-/// A change's events, before the rules decide who gets them.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Draft {
-    kind: EventKind,
-    event: Event,
-}
-
-/// Records in `applied.doc`'s outbox the events of the change from `before` to `applied` that
-/// `rules` (those watching the key) want, at `wall_ms`, and the `waited` events of tickets that
-/// have now waited longer than a rule's `after`. Does nothing without rules (no outbox grows on
-/// a key nobody watches).
-pub fn record(before: Option<&Doc>, applied: &mut Applied, rules: &[&Rule], wall_ms: u64) {
-    if rules.is_empty() && applied.doc.outbox.is_none() {
+    let last = outbox.last_seq;
+    let Some(index) = outbox.cursors.iter().position(|c| c.rule == delivered.rule) else {
+        return;
+    };
+    if delivered.gone {
+        outbox.cursors.remove(index);
         return;
     }
-    let drafts = events_of(before, applied, wall_ms);
-    let mut outbox = applied.doc.outbox.take().unwrap_or_default();
-    for draft in drafts {
-        push_for(&mut outbox, draft, rules);
+    let cursor = &mut outbox.cursors[index];
+    cursor.through = cursor.through.max(delivered.through.min(last));
+    cursor.from = cursor.from.max(delivered.from);
+    if delivered.failed {
+        cursor.tries = cursor.tries.saturating_add(1);
+        let backoff = RETRY_FIRST_MS
+            .saturating_mul(1u64 << cursor.tries.saturating_sub(1).min(20))
+            .min(RETRY_MAX_MS);
+        cursor.next_wall_ms = wall_ms.saturating_add(backoff);
+        if cursor.failing_since_wall_ms == 0 {
+            cursor.failing_since_wall_ms = wall_ms;
+        }
+        if wall_ms >= cursor.failing_since_wall_ms.saturating_add(GIVE_UP_MS) {
+            outbox.dropped += last - cursor.through;
+            cursor.through = last;
+        }
+    } else {
+        cursor.tries = 0;
+        cursor.next_wall_ms = 0;
+        cursor.failing_since_wall_ms = 0;
     }
-    raise_waited(&mut outbox, &applied.doc, rules, wall_ms);
+    if outbox.cursors[index].through >= last {
+        outbox.cursors.remove(index);
+    }
+}
+
+/// Records the events of the change from `before` to `applied` that `rules` (those watching
+/// the key) want, at `wall_ms`, and the `waited` events of tickets that have now waited longer
+/// than a rule's `after`: returns them, to be appended to the key's history after the finished
+/// tickets of the same write, and moves `applied.doc`'s outbox on. Does nothing without rules
+/// (no outbox on a key nobody watches).
+pub fn record(
+    before: Option<&Doc>,
+    applied: &mut Applied,
+    rules: &[&Rule],
+    wall_ms: u64,
+) -> Vec<Event> {
+    if rules.is_empty() && applied.doc.outbox.is_none() {
+        return Vec::new();
+    }
+    let mut outbox = applied.doc.outbox.take().unwrap_or_default();
+    let mut events = Vec::new();
+    for draft in events_of(before, applied, wall_ms) {
+        push_for(&mut outbox, &mut events, draft, rules);
+    }
+    raise_waited(&mut outbox, &mut events, &applied.doc, rules, wall_ms);
+    // Positions: the finished tickets are appended first, then the events, in order.
+    let base = outbox.appended + applied.finished.len() as u64;
+    for (i, event) in events.iter().enumerate() {
+        for rule in &event.rules {
+            if !outbox.cursors.iter().any(|c| c.rule == *rule) {
+                outbox.cursors.push(Cursor {
+                    rule: rule.clone(),
+                    through: event.seq - 1,
+                    from: base + i as u64,
+                    tries: 0,
+                    next_wall_ms: 0,
+                    failing_since_wall_ms: 0,
+                });
+            }
+        }
+    }
+    outbox.appended = base + events.len() as u64;
+    for (i, event) in events.iter().enumerate() {
+        let due = outbox
+            .marks
+            .last()
+            .is_none_or(|(seq, _)| event.seq >= seq + MARK_EVERY);
+        if due {
+            outbox.marks.push((event.seq, base + i as u64));
+        }
+    }
+    let excess = outbox.marks.len().saturating_sub(MARKS_KEPT);
+    outbox.marks.drain(..excess);
+    // A cursor too far behind skips the oldest: the bound on what a down receiver costs.
+    let floor = outbox.last_seq.saturating_sub(OUTBOX_MAX as u64);
+    let marks = outbox.marks.clone();
+    for cursor in &mut outbox.cursors {
+        if cursor.through < floor {
+            outbox.dropped += floor - cursor.through;
+            cursor.through = floor;
+            // Its next event is floor + 1: at or after the last mark not past it.
+            let mark = marks.iter().rev().find(|(seq, _)| *seq <= floor + 1);
+            if let Some((_, position)) = mark {
+                cursor.from = cursor.from.max(*position);
+            }
+        }
+    }
     // Tickets that ended need no `waited` memory.
     outbox
         .waited
         .retain(|id| applied.doc.tickets.iter().any(|t| t.id == *id));
-    let empty = outbox.events.is_empty() && outbox.dropped == 0 && outbox.waited.is_empty();
-    applied.doc.outbox = (!empty || outbox.next_seq > 0).then_some(outbox);
-    if !applied.changed && applied.doc.outbox.as_ref() != before.and_then(|d| d.outbox.as_ref()) {
-        applied.changed = true;
-    }
+    // New events must be written even by an operation that changed nothing else (a tick that
+    // raises `waited`).
+    applied.changed |= !events.is_empty();
+    applied.doc.outbox = Some(outbox);
+    events
 }
 
-fn push_for(outbox: &mut Outbox, draft: Draft, rules: &[&Rule]) {
-    let pending: Vec<String> = rules
+fn push_for(outbox: &mut Outbox, events: &mut Vec<Event>, draft: Event, rules: &[&Rule]) {
+    let wanting: Vec<String> = rules
         .iter()
         .filter(|rule| rule.wants(draft.kind))
         .map(|rule| rule.name.clone())
         .collect();
-    if pending.is_empty() {
+    if wanting.is_empty() {
         return;
     }
-    outbox.push(Event {
-        pending,
-        ..draft.event
+    outbox.last_seq += 1;
+    events.push(Event {
+        seq: outbox.last_seq,
+        rules: wanting,
+        ..draft
     });
 }
 
-fn raise_waited(outbox: &mut Outbox, doc: &Doc, rules: &[&Rule], wall_ms: u64) {
+fn raise_waited(
+    outbox: &mut Outbox,
+    events: &mut Vec<Event>,
+    doc: &Doc,
+    rules: &[&Rule],
+    wall_ms: u64,
+) {
     let waiting_rules: Vec<&Rule> = rules
         .iter()
         .copied()
@@ -457,18 +573,20 @@ fn raise_waited(outbox: &mut Outbox, doc: &Doc, rules: &[&Rule], wall_ms: u64) {
             continue;
         }
         let waited_ms = wall_ms.saturating_sub(ticket.enqueued_wall_ms);
-        let pending: Vec<String> = waiting_rules
+        let wanting: Vec<String> = waiting_rules
             .iter()
             .filter(|r| r.after_ms.is_some_and(|after| waited_ms >= after))
             .map(|r| r.name.clone())
             .collect();
-        if pending.is_empty() {
+        if wanting.is_empty() {
             continue;
         }
         outbox.waited.push(ticket.id.clone());
-        outbox.push(Event {
-            seq: 0,
+        outbox.last_seq += 1;
+        events.push(Event {
+            seq: outbox.last_seq,
             kind: EventKind::Waited,
+            rules: wanting,
             id: ticket.id.clone(),
             job: ticket.job.is_some(),
             outcome: None,
@@ -479,22 +597,20 @@ fn raise_waited(outbox: &mut Outbox, doc: &Doc, rules: &[&Rule], wall_ms: u64) {
             enqueued_wall_ms: ticket.enqueued_wall_ms,
             granted_wall_ms: None,
             at_wall_ms: wall_ms,
-            pending,
-            tries: 0,
-            next_wall_ms: 0,
         });
     }
 }
 
-/// The events of one change: its grants, and the ends of its finished tickets.
-fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Draft> {
+/// The events of one change: the ends of its finished tickets, then its grants (numbered
+/// later, by [`push_for`]).
+fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Event> {
     let mut drafts = Vec::new();
-    let failures_before = before.map_or(0, |d| d.summary.consecutive_failures);
-    let mut failures = failures_before;
+    let mut failures = before.map_or(0, |d| d.summary.consecutive_failures);
     for finished in &applied.finished {
         let event = Event {
             seq: 0,
             kind: EventKind::Released,
+            rules: Vec::new(),
             id: finished.id.clone(),
             job: finished.job.is_some(),
             outcome: Some(finished.outcome),
@@ -505,9 +621,6 @@ fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Draft
             enqueued_wall_ms: finished.enqueued_wall_ms,
             granted_wall_ms: finished.granted_wall_ms,
             at_wall_ms: finished.finished_wall_ms.max(wall_ms),
-            pending: Vec::new(),
-            tries: 0,
-            next_wall_ms: 0,
         };
         let held = finished.granted_wall_ms.is_some();
         let mut kinds = Vec::new();
@@ -543,12 +656,9 @@ fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Draft
             kinds.push(EventKind::Dead);
         }
         for kind in kinds {
-            drafts.push(Draft {
+            drafts.push(Event {
                 kind,
-                event: Event {
-                    kind,
-                    ..event.clone()
-                },
+                ..event.clone()
             });
         }
     }
@@ -556,25 +666,20 @@ fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Draft
         let Some(ticket) = applied.doc.tickets.iter().find(|t| t.id == *id) else {
             continue;
         };
-        drafts.push(Draft {
+        drafts.push(Event {
+            seq: 0,
             kind: EventKind::Granted,
-            event: Event {
-                seq: 0,
-                kind: EventKind::Granted,
-                id: id.clone(),
-                job: ticket.job.is_some(),
-                outcome: None,
-                forced: false,
-                reason: None,
-                context: ticket.context.clone(),
-                fence: Some(*fence),
-                enqueued_wall_ms: ticket.enqueued_wall_ms,
-                granted_wall_ms: Some(wall_ms),
-                at_wall_ms: wall_ms,
-                pending: Vec::new(),
-                tries: 0,
-                next_wall_ms: 0,
-            },
+            rules: Vec::new(),
+            id: id.clone(),
+            job: ticket.job.is_some(),
+            outcome: None,
+            forced: false,
+            reason: None,
+            context: ticket.context.clone(),
+            fence: Some(*fence),
+            enqueued_wall_ms: ticket.enqueued_wall_ms,
+            granted_wall_ms: Some(wall_ms),
+            at_wall_ms: wall_ms,
         });
     }
     drafts

@@ -1,11 +1,11 @@
 //! Notification events in `apply`'s results: which changes are which events, that only rules
-//! watching the key and wanting the kind get them, `waited` raised once, the outbox's bound,
-//! and a deliverer's acknowledgements (delivered events leave, failed ones back off, in order).
+//! watching the key and wanting the kind get them, `waited` raised once, and the outbox's
+//! cursors (the bound, a deliverer's acknowledgements, backoff, giving up, position hints).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use baton_core::notify::{Delivered, EventKind, Rule, OUTBOX_MAX};
+use baton_core::notify::{Delivered, Event, EventKind, Outbox, Rule, OUTBOX_MAX};
 use baton_core::{Op, Outcome};
 use common::{enqueue, token, World};
 
@@ -31,29 +31,33 @@ fn release(n: u32, outcome: Outcome) -> Op {
     }
 }
 
-/// The outbox's events as (kind, ticket id, outcome).
+/// The events appended as (kind, ticket id, outcome).
 fn events(w: &World) -> Vec<(EventKind, String, Option<Outcome>)> {
-    let outbox = w.doc.as_ref().and_then(|d| d.outbox.as_ref());
-    outbox
-        .map(|o| {
-            o.events
-                .iter()
-                .map(|e| (e.kind, e.id.clone(), e.outcome))
-                .collect()
-        })
-        .unwrap_or_default()
+    w.events
+        .iter()
+        .map(|e| (e.kind, e.id.clone(), e.outcome))
+        .collect()
 }
 
 fn kinds(w: &World) -> Vec<EventKind> {
-    events(w).into_iter().map(|(k, _, _)| k).collect()
+    w.events.iter().map(|e| e.kind).collect()
+}
+
+fn outbox(w: &World) -> Outbox {
+    w.doc.as_ref().unwrap().outbox.clone().unwrap()
+}
+
+fn wall(w: &World) -> u64 {
+    1_700_000_000_000 + w.now_ms
 }
 
 #[test]
-fn without_rules_no_outbox_is_written() {
+fn without_rules_nothing_is_recorded() {
     let mut w = World::new();
     w.run(Op::Enqueue(enqueue(1))).unwrap();
     w.run(release(1, Outcome::Failed)).unwrap();
     assert!(w.doc.as_ref().unwrap().outbox.is_none());
+    assert!(w.events.is_empty());
 }
 
 #[test]
@@ -69,18 +73,39 @@ fn grants_releases_failures_and_a_recovery_are_events_in_order() {
         kinds(&w),
         vec![Granted, Released, Failed, Granted, Released, Recovered]
     );
-    let outbox = w.doc.as_ref().unwrap().outbox.as_ref().unwrap();
-    let seqs: Vec<u64> = outbox.events.iter().map(|e| e.seq).collect();
+    let seqs: Vec<u64> = w.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![1, 2, 3, 4, 5, 6]);
-    let granted = &outbox.events[3];
+    let granted = &w.events[3];
     assert_eq!(granted.id, "t2");
     assert!(granted.fence.is_some());
     assert_eq!(granted.context, "client 2");
-    assert_eq!(outbox.events[1].outcome, Some(Outcome::Failed));
+    assert_eq!(w.events[1].outcome, Some(Outcome::Failed));
     // A success with no failure before it is no recovery.
     w.run(Op::Enqueue(enqueue(3))).unwrap();
     w.run(release(3, Outcome::Succeeded)).unwrap();
     assert_eq!(kinds(&w).iter().filter(|k| **k == Recovered).count(), 1);
+    // The document keeps a cursor and counts, never the events.
+    let outbox = outbox(&w);
+    assert_eq!(outbox.last_seq, 8);
+    assert_eq!(outbox.cursors.len(), 1);
+    assert_eq!(outbox.cursors[0].through, 0);
+    assert_eq!(outbox.undelivered(), 8);
+}
+
+#[test]
+fn an_event_is_a_history_entry_that_a_finished_tickets_entry_is_not() {
+    let mut w = World::new();
+    w.rules = vec![all("all")];
+    w.run(Op::Enqueue(enqueue(1))).unwrap();
+    let event = &w.events[0];
+    let bytes = event.encode();
+    assert!(Event::is_entry(&bytes));
+    assert_eq!(Event::from_entry(&bytes).as_ref(), Some(event));
+    w.run(release(1, Outcome::Succeeded)).unwrap();
+    let finished = baton_core::Finished::decode(br#"{"id":"t1","mode":"normal","outcome":"succeeded","enqueued_wall_ms":1,"finished_wall_ms":2}"#);
+    assert!(finished.is_ok());
+    assert!(!Event::is_entry(br#"{"id":"t1"}"#));
+    assert!(baton_core::Finished::decode(&bytes).is_err());
 }
 
 #[test]
@@ -97,9 +122,8 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
     );
     w.run(Op::Enqueue(enqueue(2))).unwrap();
     w.run(Op::Cancel { id: "t2".into() }).unwrap();
-    let cancelled = w.doc.as_ref().unwrap().outbox.as_ref().unwrap().events[1].clone();
-    assert_eq!(cancelled.kind, Cancelled);
-    assert!(cancelled.forced);
+    assert_eq!(w.events[1].kind, Cancelled);
+    assert!(w.events[1].forced);
     w.run(Op::Enqueue(enqueue(3))).unwrap();
     w.run(Op::Enqueue(baton_core::Enqueue {
         order: Some("1".into()),
@@ -133,18 +157,16 @@ fn a_run_once_key_going_dead_is_a_dead_event() {
 }
 
 #[test]
-fn only_rules_that_watch_the_key_and_want_the_kind_are_pending() {
+fn each_event_names_the_rules_that_want_it() {
     let mut w = World::new();
-    // The World's key is not named: rules here watch every key, and the prefix test is below.
     w.rules = vec![
         rule("grants", "", &[EventKind::Granted]),
         rule("ends", "", &[EventKind::Released]),
     ];
     w.run(Op::Enqueue(enqueue(1))).unwrap();
     w.run(release(1, Outcome::Succeeded)).unwrap();
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    assert_eq!(outbox.events[0].pending, vec!["grants".to_owned()]);
-    assert_eq!(outbox.events[1].pending, vec!["ends".to_owned()]);
+    assert_eq!(w.events[0].rules, vec!["grants".to_owned()]);
+    assert_eq!(w.events[1].rules, vec!["ends".to_owned()]);
     let prefixed = rule("p", "deploy/", &[EventKind::Granted]);
     assert!(prefixed.watches("deploy/prod"));
     assert!(!prefixed.watches("build/x"));
@@ -167,34 +189,51 @@ fn waited_is_raised_once_by_the_first_write_after_the_threshold() {
     // Once the ticket ends, nothing remembers it.
     w.run(release(1, Outcome::Succeeded)).unwrap();
     w.run(release(2, Outcome::Succeeded)).unwrap();
-    assert!(w
-        .doc
-        .as_ref()
-        .unwrap()
-        .outbox
-        .as_ref()
-        .unwrap()
-        .waited
-        .is_empty());
+    assert!(outbox(&w).waited.is_empty());
 }
 
 #[test]
-fn the_outbox_keeps_the_newest_events_and_counts_the_dropped() {
+fn a_cursor_is_never_more_than_the_bound_behind_and_skipped_events_are_counted() {
     let mut w = World::new();
     w.rules = vec![rule("g", "", &[EventKind::Granted, EventKind::Released])];
     for n in 1..=60 {
         w.run(Op::Enqueue(enqueue(n))).unwrap();
         w.run(release(n, Outcome::Succeeded)).unwrap();
     }
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    assert_eq!(outbox.events.len(), OUTBOX_MAX);
+    let outbox = outbox(&w);
+    assert_eq!(outbox.last_seq, 120);
+    assert_eq!(outbox.undelivered(), OUTBOX_MAX as u64);
+    assert_eq!(outbox.cursors[0].through, 20);
     assert_eq!(outbox.dropped, 20);
-    assert_eq!(outbox.events[0].seq, 21);
-    assert_eq!(outbox.events.last().unwrap().seq, 120);
+    // Its position hint moved with it: a deliverer reads about the last 100 events' entries
+    // (each event here follows a finished entry or a grant), not the whole history.
+    assert!(outbox.tail_to_read() <= 2 * (OUTBOX_MAX as u64 + baton_core::notify::MARK_EVERY));
+    assert!(outbox.tail_to_read() >= OUTBOX_MAX as u64);
+    // The document does not grow with the events: it is as small with 120 as with 2.
+    let bytes = baton_core::encode(w.doc.as_ref().unwrap()).unwrap();
+    assert!(bytes.len() < 2_000, "{} bytes", bytes.len());
 }
 
 #[test]
-fn acknowledgements_remove_delivered_events_and_back_off_failed_ones_in_order() {
+fn positions_say_how_much_history_to_read() {
+    let mut w = World::new();
+    w.rules = vec![rule("r", "", &[EventKind::Released])];
+    // Entries appended: t1's end (a finished entry) and its released event.
+    w.run(Op::Enqueue(enqueue(1))).unwrap();
+    w.run(release(1, Outcome::Succeeded)).unwrap();
+    let first = outbox(&w);
+    assert_eq!(first.appended, 2);
+    assert_eq!(first.cursors[0].from, 1, "after the finished entry");
+    assert_eq!(first.tail_to_read(), 1);
+    // More history after it widens the read.
+    w.run(Op::Enqueue(enqueue(2))).unwrap();
+    w.run(release(2, Outcome::Succeeded)).unwrap();
+    assert_eq!(outbox(&w).appended, 4);
+    assert_eq!(outbox(&w).tail_to_read(), 3);
+}
+
+#[test]
+fn acknowledgements_move_cursors_back_off_failures_and_give_up_after_a_day() {
     let mut w = World::new();
     w.rules = vec![
         rule("a", "", &[EventKind::Granted, EventKind::Released]),
@@ -204,56 +243,49 @@ fn acknowledgements_remove_delivered_events_and_back_off_failed_ones_in_order() 
     w.run(release(1, Outcome::Succeeded)).unwrap();
     w.run(Op::Enqueue(enqueue(2))).unwrap();
     w.run(release(2, Outcome::Succeeded)).unwrap();
-    let wall = |w: &World| 1_700_000_000_000 + w.now_ms;
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    let due_a: Vec<u64> = outbox.due("a", wall(&w)).map(|e| e.seq).collect();
-    assert_eq!(due_a, vec![1, 2, 3, 4]);
-    // Rule a: 1 and 2 delivered, 3 failed. Rule b gets 2 and 4.
+    assert!(outbox(&w).deliverable(wall(&w)));
+    // Rule a got events 1 and 2, then event 3 failed. Rule b got everything.
     w.run(Op::Notified(Delivered {
         rule: "a".into(),
-        seqs: vec![1, 2],
-        failed: Some(3),
+        through: 2,
+        failed: true,
+        ..Delivered::default()
     }))
     .unwrap();
     w.run(Op::Notified(Delivered {
         rule: "b".into(),
-        seqs: vec![2, 4],
-        failed: None,
+        through: 4,
+        ..Delivered::default()
     }))
     .unwrap();
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    let left: Vec<u64> = outbox.events.iter().map(|e| e.seq).collect();
-    assert_eq!(
-        left,
-        vec![3, 4],
-        "1 and 2 delivered to all; 3 and 4 wait for a"
-    );
-    // The failed event holds back the later ones of its rule until its backoff ends.
-    assert_eq!(outbox.due("a", wall(&w)).count(), 0);
-    assert!(
-        !outbox.deliverable(wall(&w)),
-        "only rule a waits, and it is backing off"
-    );
-    assert_eq!(outbox.events[0].tries, 1);
+    let o = outbox(&w);
+    assert_eq!(o.cursors.len(), 1, "b has everything: its cursor goes");
+    assert_eq!((o.cursors[0].through, o.cursors[0].tries), (2, 1));
+    assert!(!o.deliverable(wall(&w)), "a backs off");
     w.now_ms += 1_000;
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    let due_a: Vec<u64> = outbox.due("a", wall(&w)).map(|e| e.seq).collect();
-    assert_eq!(due_a, vec![3, 4]);
-    assert!(outbox.deliverable(wall(&w)));
-    // An event that fails for a day is dropped and counted.
+    assert!(outbox(&w).deliverable(wall(&w)));
+    // Failing for a day: what it has is skipped, counted.
     w.now_ms += 25 * 3600 * 1000;
     w.run(Op::Notified(Delivered {
         rule: "a".into(),
-        seqs: vec![],
-        failed: Some(3),
+        through: 2,
+        failed: true,
+        ..Delivered::default()
     }))
     .unwrap();
-    let outbox = w.doc.as_ref().unwrap().outbox.clone().unwrap();
-    assert_eq!(
-        outbox.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        vec![4]
-    );
-    assert_eq!(outbox.dropped, 1);
+    let o = outbox(&w);
+    assert!(o.cursors.is_empty());
+    assert_eq!(o.dropped, 2);
+    // A rule that is gone loses its cursor.
+    w.run(Op::Enqueue(enqueue(3))).unwrap();
+    assert_eq!(outbox(&w).cursors.len(), 1);
+    w.run(Op::Notified(Delivered {
+        rule: "a".into(),
+        gone: true,
+        ..Delivered::default()
+    }))
+    .unwrap();
+    assert!(outbox(&w).cursors.is_empty());
 }
 
 #[test]

@@ -205,9 +205,16 @@ enum Command {
         /// Measured cycles of each key
         #[arg(long, default_value_t = 2000, value_parser = rounds)]
         rounds: usize,
-        /// Unmeasured cycles first (fill the watched key's outbox to its bound)
+        /// Unmeasured cycles first (the watched key's undelivered events reach their bound)
         #[arg(long, default_value_t = 200)]
         warmup: usize,
+        /// The rule's events (a comma list, as `baton notify add --on`); the default, every
+        /// event but `waited`, records two per cycle, the most an acquire + release can
+        #[arg(
+            long,
+            default_value = "granted,released,failed,recovered,expired,superseded,cancelled,dead"
+        )]
+        on: String,
     },
     /// `kv set` and `kv get` latency through the library
     Kv {
@@ -404,8 +411,9 @@ async fn dispatch(command: Command) -> Result<()> {
             common,
             rounds,
             warmup,
+            on,
         } => {
-            let report = notify_kv::notify_overhead(&common, rounds, warmup).await?;
+            let report = notify_kv::notify_overhead(&common, rounds, warmup, &on).await?;
             output(&common, &report, notify_kv::print_notify)
         }
         Command::Kv {

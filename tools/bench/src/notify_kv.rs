@@ -3,8 +3,8 @@
 //! `notify-overhead`: what a notification rule whose receiver is down costs an acquire +
 //! release. Two keys on one warm coordinator, one watched by a rule posting to a port nothing
 //! listens on (every delivery is refused) and one watched by none; rounds alternate which key
-//! goes first, so background activity falls on both alike. The watched key's outbox fills to
-//! its bound of undelivered events during the warm-up, as it would under a long outage.
+//! goes first, so background activity falls on both alike. The watched key's undelivered
+//! events reach their bound during the warm-up, as they would under a long outage.
 //!
 //! `kv`: `kv::set` then `kv::get` of one value through the library, warm, per round.
 
@@ -30,6 +30,8 @@ pub struct NotifyReport {
     pub load_average_1m: Option<f64>,
     /// The store.
     pub store: String,
+    /// The rule's events.
+    pub on: String,
     /// Measured cycles of each key.
     pub rounds: usize,
     /// Acquire + release of the key no rule watches.
@@ -37,9 +39,11 @@ pub struct NotifyReport {
     /// Acquire + release of the key whose rule's receiver is down.
     pub receiver_down_ms: Summary,
     /// Undelivered events in the watched key's outbox at the end.
-    pub undelivered: usize,
+    pub undelivered: u64,
     /// Events dropped from it (over the bound).
     pub dropped: u64,
+    /// Failed deliveries of the rule's next event (each a try, after a growing backoff).
+    pub tries: u32,
 }
 
 /// Runs `notify-overhead`.
@@ -47,7 +51,12 @@ pub async fn notify_overhead(
     common: &Common,
     rounds: usize,
     warmup: usize,
+    on: &str,
 ) -> Result<NotifyReport> {
+    let events = on
+        .split(',')
+        .map(|name| EventKind::parse(name.trim()).map_err(|e| anyhow::anyhow!(e.0)))
+        .collect::<Result<Vec<_>>>()?;
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
     let store = baton_store::url::open(&workdir.store_url)
@@ -64,10 +73,7 @@ pub async fn notify_overhead(
         name: format!("bench-{}", std::process::id()),
         prefix: watched.clone(),
         url: format!("http://127.0.0.1:{port}/down"),
-        events: EventKind::ALL
-            .into_iter()
-            .filter(|k| *k != EventKind::Waited)
-            .collect(),
+        events: events.clone(),
         after_ms: None,
     };
     change_settings(store.as_ref(), |settings| {
@@ -109,11 +115,16 @@ pub async fn notify_overhead(
     Ok(NotifyReport {
         load_average_1m,
         store: workdir.store_url.clone(),
+        on: on.to_owned(),
         rounds,
         without_rule_ms: Summary::of(&without).context("no rounds")?,
         receiver_down_ms: Summary::of(&with).context("no rounds")?,
-        undelivered: outbox.as_ref().map_or(0, |o| o.events.len()),
-        dropped: outbox.map_or(0, |o| o.dropped),
+        undelivered: outbox.as_ref().map_or(0, |o| o.undelivered()),
+        dropped: outbox.as_ref().map_or(0, |o| o.dropped),
+        tries: outbox
+            .as_ref()
+            .and_then(|o| o.cursors.first())
+            .map_or(0, |c| c.tries),
     })
 }
 
@@ -135,13 +146,14 @@ pub fn print_notify(report: &NotifyReport) {
         report.rounds
     );
     println!("store:      {}", report.store);
+    println!("rule:       --on {}", report.on);
     println!(
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
     println!(
-        "outbox:     {} undelivered, {} dropped at the end",
-        report.undelivered, report.dropped
+        "outbox:     {} undelivered, {} dropped, {} failed tries at the end",
+        report.undelivered, report.dropped, report.tries
     );
     println!();
     println!(

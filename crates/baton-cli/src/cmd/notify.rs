@@ -126,6 +126,7 @@ async fn test(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
     let event = Event {
         seq: 0,
         kind: rule.events.first().copied().unwrap_or(EventKind::Granted),
+        rules: vec![rule.name.clone()],
         id: format!("test-{now}"),
         job: false,
         outcome: None,
@@ -136,9 +137,6 @@ async fn test(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
         enqueued_wall_ms: now,
         granted_wall_ms: None,
         at_wall_ms: now,
-        pending: Vec::new(),
-        tries: 0,
-        next_wall_ms: 0,
     };
     let key = if rule.prefix.is_empty() {
         "test".to_owned()

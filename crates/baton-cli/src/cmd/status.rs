@@ -465,7 +465,7 @@ struct KeyStatus {
     /// What the key remembers of its run-once runs.
     once: Option<baton_core::OnceRecord>,
     /// Notification events not yet delivered, and those dropped undelivered.
-    outbox: (usize, u64),
+    outbox: (u64, u64),
 }
 
 /// One live ticket as read.
@@ -563,7 +563,7 @@ impl KeyStatus {
             outbox: doc
                 .outbox
                 .as_ref()
-                .map_or((0, 0), |o| (o.events.len(), o.dropped)),
+                .map_or((0, 0), |o| (o.undelivered(), o.dropped)),
         }
     }
 

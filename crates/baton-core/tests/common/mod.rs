@@ -49,6 +49,8 @@ pub struct World {
     /// Notification rules watching the key: the events they want are recorded in the outbox
     /// after each apply, as the coordinator does.
     pub rules: Vec<baton_core::notify::Rule>,
+    /// Every notification event appended to the history, in order.
+    pub events: Vec<baton_core::notify::Event>,
 }
 
 impl World {
@@ -62,6 +64,7 @@ impl World {
             records: std::collections::HashMap::new(),
             reads_segments: true,
             rules: Vec::new(),
+            events: Vec::new(),
         }
     }
 
@@ -97,7 +100,9 @@ impl World {
         let mut applied =
             baton_core::apply_with(self.doc.as_ref(), request, &clock, segment.as_ref())?;
         let rules: Vec<&baton_core::notify::Rule> = self.rules.iter().collect();
-        baton_core::notify::record(self.doc.as_ref(), &mut applied, &rules, clock.wall_ms());
+        let events =
+            baton_core::notify::record(self.doc.as_ref(), &mut applied, &rules, clock.wall_ms());
+        self.events.extend(events);
         if let Some(out) = &applied.segment_out {
             self.records.insert(out.record_name(), out.encode());
         }
