@@ -182,10 +182,10 @@ impl Coordinator {
                         })
                     }
                 };
-            // The change's events go into the key's history, in this very write.
+            // The change's events are noted on their tickets, in this very write.
             let rules = self.settings.rules_for(&self.store, key, mono_ms()).await?;
             let rules: Vec<&Rule> = rules.iter().collect();
-            let events = notify::record(cached.doc.as_ref(), &mut applied, &rules, wall);
+            notify::record(cached.doc.as_ref(), &mut applied, &rules, wall);
             if !applied.changed {
                 if !fresh {
                     continue;
@@ -204,13 +204,7 @@ impl Coordinator {
                 key: key.to_string(),
                 source,
             })?;
-            // The finished tickets first, then the events: `notify::record` counted positions so.
-            let history: Vec<Vec<u8>> = applied
-                .finished
-                .iter()
-                .map(|f| f.encode())
-                .chain(events.iter().map(notify::Event::encode))
-                .collect();
+            let history: Vec<Vec<u8>> = applied.finished.iter().map(|f| f.encode()).collect();
             // A backlog segment before the document that counts it: a writer that dies in
             // between leaves a segment the document never counts, or the very bytes a later
             // writer writes again (`baton_core::backlog`).

@@ -1,8 +1,9 @@
 //! Notifications: the rules (`baton notify add|ls|rm`), the cache each process keeps of them,
 //! and delivery of the events keys' histories hold ([`baton_core::notify`]).
 //!
-//! **Recording never waits on a receiver.** The coordinator appends a change's events to the
-//! key's history in the same CAS as the change, from rules cached for at most [`SETTINGS_FRESH_MS`] (read ahead, in
+//! **Recording never waits on a receiver.** The coordinator notes a change's events on the
+//! tickets they are about in the same CAS as the change (in the document while a ticket lives,
+//! in its finished history entry once it ends), from rules cached for at most [`SETTINGS_FRESH_MS`] (read ahead, in
 //! the background, once the cache is half that old, so a warm process rarely waits for it; a
 //! cold one reads them beside its first document read).
 //!
@@ -10,7 +11,8 @@
 //! spawns a delivery for the key ([`spawn_delivery`]); a short-lived CLI gives those at most
 //! [`EXIT_FLUSH`] before it exits ([`flush`]); whatever is left is delivered by the next
 //! process that writes the key, or by `baton notify deliver --follow` ([`deliver_key`]). Each
-//! rule's events after its cursor are read from the history tail and posted in order, stopping
+//! rule's events after its cursor are built from the document and, when some are owed about
+//! tickets that ended, the history tail, and posted in order, stopping
 //! at the first failure (the core backs it off), and the cursor is moved with [`Op::Notified`]. A delivery that dies between its POST and its
 //! acknowledgement posts again later: at least once, with the same delivery id.
 
@@ -18,8 +20,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use baton_core::notify::{Delivered, Event, Outbox, Rule, Settings};
-use baton_core::{names, Op, Outcome, Request};
+use baton_core::notify::{self, Delivered, Event, Outbox, Rule, Settings};
+use baton_core::{names, Doc, Finished, Op, Outcome, Request};
 use baton_store::{CasOutcome, Store};
 use serde_json::json;
 
@@ -263,32 +265,37 @@ pub struct KeyDelivery {
 /// default retention they are gone anyway.
 const TAIL_MAX: u64 = 20_000;
 
-/// The events of `key` after event `after`, oldest first, each with its position in the
-/// history as the document counted it (a lower bound, so a hint built from it never makes a
-/// later read miss one). Reads the newest entries the outbox says to, and further back while
-/// the oldest event wanted is not among them.
+/// The events of `key` after event `after`, oldest first, each with a position at or before
+/// its history entry (so a hint built from it never makes a later read miss one). Those about
+/// tickets still in `doc` are in it; when others are owed, reads the newest entries the outbox
+/// says to, and further back while the oldest event wanted is not among them.
 async fn events_after(
     coord: &Coordinator,
     key: &str,
+    doc: &Doc,
     outbox: &Outbox,
     after: u64,
 ) -> Result<Vec<(u64, Event)>, ClientError> {
+    if notify::live_holds_all_after(outbox, after) {
+        return Ok(notify::events_after(doc, &[], after));
+    }
     let mut want = outbox.tail_to_read().saturating_add(16).min(TAIL_MAX);
     loop {
         let tail = coord.store().history_tail(key, want as usize).await?;
         let read = tail.len() as u64;
         let first_position = outbox.appended.saturating_sub(read);
-        let mut events: Vec<(u64, Event)> = tail
+        // Newest first: numbered from the oldest read. An entry this baton cannot read holds
+        // no event it could deliver.
+        let entries: Vec<(u64, Finished)> = tail
             .iter()
             .rev()
             .enumerate()
             .filter_map(|(i, entry)| {
-                let event = Event::from_entry(&entry.bytes)?;
-                Some((first_position + i as u64, event))
+                let finished = Finished::decode(&entry.bytes).ok()?;
+                Some((first_position + i as u64, finished))
             })
-            .filter(|(_, event)| event.seq > after)
             .collect();
-        events.sort_by_key(|(_, event)| event.seq);
+        let events = notify::events_after(doc, &entries, after);
         let found_first = events.first().is_some_and(|(_, e)| e.seq == after + 1);
         if found_first || read < want || want >= TAIL_MAX {
             return Ok(events);
@@ -306,7 +313,10 @@ pub async fn deliver_key(
     settings: &Settings,
 ) -> Result<KeyDelivery, ClientError> {
     let snapshot = coord.read(key).await?;
-    let Some(outbox) = snapshot.doc.and_then(|doc| doc.outbox) else {
+    let Some(doc) = snapshot.doc else {
+        return Ok(KeyDelivery::default());
+    };
+    let Some(outbox) = doc.outbox.clone() else {
         return Ok(KeyDelivery::default());
     };
     let now = wall_ms();
@@ -327,7 +337,7 @@ pub async fn deliver_key(
         }
     }
     if let Some(after) = due.iter().map(|(c, _)| c.through).min() {
-        let events = events_after(coord, key, &outbox, after).await?;
+        let events = events_after(coord, key, &doc, &outbox, after).await?;
         for (cursor, rule) in due {
             let mut ack = Delivered {
                 rule: rule.name.clone(),

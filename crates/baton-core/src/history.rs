@@ -46,6 +46,10 @@ pub struct Finished {
     /// For a run-once ticket: its step, and for a run, which attempt it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub once: Option<OnceRun>,
+    /// Notification events about this ticket that some rule had yet to get when it ended
+    /// ([`crate::notify`]): a key's events live on the tickets they are about.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<crate::notify::Note>,
 }
 
 /// What a history entry says of a run-once ticket ([`crate::once`]).
@@ -118,6 +122,7 @@ impl Finished {
                 attempt: 0,
                 dead: false,
             }),
+            events: Vec::new(),
         }
     }
 
@@ -154,6 +159,7 @@ mod tests {
             finished_wall_ms: 3,
             job: None,
             once: None,
+            events: Vec::new(),
         };
         let bytes = record.encode();
         assert!(!String::from_utf8_lossy(&bytes).contains("forced"));

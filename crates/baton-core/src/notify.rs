@@ -1,14 +1,19 @@
 //! Notifications: which changes of a key are events, the rules that want them, and the outbox
 //! that carries them from the write that caused them to their receivers.
 //!
-//! An event is appended to the key's **history** by the very write that caused it (the store
-//! appends history in the same transaction as the document), so it is never lost between a
-//! change and its delivery, and it costs the key's document nothing: a receiver that is down
-//! for days does not make every lock operation read and write a larger document. The document
-//! keeps only the [`Outbox`]: how many events there were, and for each rule with events still
-//! to deliver a [`Cursor`] (the last event it has, where in the history to look, its retries).
+//! An event is recorded by the very write that caused it, as a [`Note`] on the ticket it is
+//! about: in the document's [`Outbox::live`] while the ticket is there (a grant, a wait), in
+//! the ticket's finished history entry once it ends (its end's events, and the notes it
+//! carried). So an event is never lost between a change and its delivery, and it costs no
+//! write and no history entry of its own: a few bytes of the document or of an entry written
+//! anyway. The document also keeps how many events there were, and for each rule with events
+//! still to deliver a [`Cursor`] (the last event it has, where in the history to look, its
+//! retries). Notes every rule has are forgotten, so in the usual case (a delivery right after
+//! each write) a finished entry carries none and the document one grant at most; a receiver
+//! that is down for days leaves its events in the history, not in the document.
+//!
 //! Whoever made the change, or later whoever touches the key or runs `baton notify deliver`,
-//! reads the events after the cursor from the history, posts them in order, and moves the
+//! builds the events after the cursor ([`events_after`]), posts them in order, and moves the
 //! cursor with [`crate::Op::Notified`]. Delivery is therefore at least once: a deliverer that
 //! dies between its POST and its acknowledgement, or two that deliver at once, post an event
 //! twice, with the same [`Event::delivery_id`] so a receiver can drop the second. A receiver
@@ -24,7 +29,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
-use crate::doc::{Doc, Outcome, TicketState};
+use crate::doc::{Doc, Outcome, Ticket, TicketState};
+use crate::history::Finished;
 use crate::limits::InvalidInput;
 
 /// How far behind the key's newest event a rule's cursor may be; further back, events are
@@ -237,7 +243,8 @@ impl Settings {
     }
 }
 
-/// One event: what happened to which ticket, as appended to the key's history.
+/// One event as a receiver gets it: what happened to which ticket. Built from a [`Note`] and
+/// the ticket it is about ([`Event::of_ticket`], [`Event::of_finished`]); never stored as such.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     /// Its number among the key's events (from 1).
@@ -275,10 +282,30 @@ pub struct Event {
     pub at_wall_ms: u64,
 }
 
-/// How an event is framed in the history, apart from a finished ticket's entry.
-#[derive(Serialize, Deserialize)]
-struct Framed {
-    event: Event,
+/// An event as the key keeps it: a note on the ticket it is about. While the ticket is in the
+/// document the note is in the outbox ([`Outbox::live`]); when the ticket ends, its notes move
+/// into its finished entry in the history ([`Finished::events`]), where its end's events are
+/// written too. So an event costs a few bytes of a write that happens anyway, never a write or
+/// a history entry of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Note {
+    /// Its number among the key's events (from 1).
+    pub seq: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// The rules it is for.
+    pub rules: Vec<String>,
+    /// When (wall ms of the client that recorded it).
+    pub at: u64,
+}
+
+/// A note about a ticket still in the document.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LiveNote {
+    /// The ticket's id.
+    pub ticket: String,
+    /// The note.
+    pub note: Note,
 }
 
 impl Event {
@@ -290,29 +317,58 @@ impl Event {
         format!("{key}#{}.{}.{rule}", self.seq, self.enqueued_wall_ms)
     }
 
-    /// The event as a history entry.
-    pub fn encode(&self) -> Vec<u8> {
-        serde_json::to_vec(&Framed {
-            event: self.clone(),
-        })
-        .unwrap_or_default()
-    }
-
-    /// The event in a history entry, when the entry is one (`None`: a finished ticket's entry,
-    /// or one this baton cannot read).
-    pub fn from_entry(bytes: &[u8]) -> Option<Event> {
-        if !bytes.starts_with(b"{\"event\"") {
-            return None;
+    /// The event `note` says of `ticket`, which is in the document (granted, or waiting).
+    pub fn of_ticket(ticket: &Ticket, note: &Note) -> Event {
+        let granted = note.kind == EventKind::Granted && ticket.fence > 0;
+        Event {
+            seq: note.seq,
+            kind: note.kind,
+            rules: note.rules.clone(),
+            id: ticket.id.clone(),
+            job: ticket.job.is_some(),
+            outcome: None,
+            forced: false,
+            reason: waited_reason(note, ticket.enqueued_wall_ms),
+            context: ticket.context.clone(),
+            fence: granted.then_some(ticket.fence),
+            enqueued_wall_ms: ticket.enqueued_wall_ms,
+            granted_wall_ms: granted.then_some(ticket.granted_wall_ms),
+            at_wall_ms: note.at,
         }
-        serde_json::from_slice::<Framed>(bytes)
-            .ok()
-            .map(|f| f.event)
     }
 
-    /// Whether a history entry is an event (not a finished ticket).
-    pub fn is_entry(bytes: &[u8]) -> bool {
-        bytes.starts_with(b"{\"event\"")
+    /// The event `note` says of the finished ticket `finished`: one of its end, or one noted
+    /// while it lived.
+    pub fn of_finished(finished: &Finished, note: &Note) -> Event {
+        let end = !matches!(note.kind, EventKind::Granted | EventKind::Waited);
+        let held = note.kind != EventKind::Waited;
+        Event {
+            seq: note.seq,
+            kind: note.kind,
+            rules: note.rules.clone(),
+            id: finished.id.clone(),
+            job: finished.job.is_some(),
+            outcome: end.then_some(finished.outcome),
+            forced: end && finished.forced,
+            reason: if end {
+                finished.reason.clone()
+            } else {
+                waited_reason(note, finished.enqueued_wall_ms)
+            },
+            context: finished.context.clone(),
+            fence: finished.fence.filter(|_| held),
+            enqueued_wall_ms: finished.enqueued_wall_ms,
+            granted_wall_ms: finished.granted_wall_ms.filter(|_| held),
+            at_wall_ms: note.at,
+        }
     }
+}
+
+fn waited_reason(note: &Note, enqueued_wall_ms: u64) -> Option<String> {
+    (note.kind == EventKind::Waited).then(|| {
+        let waited_s = note.at.saturating_sub(enqueued_wall_ms) / 1000;
+        format!("waiting for {waited_s} s")
+    })
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -364,6 +420,10 @@ pub struct Outbox {
     /// Tickets whose `waited` event is raised (so it is raised once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waited: Vec<String>,
+    /// Events about tickets still in the document that some rule has yet to get: a grant, a
+    /// wait. They move into the ticket's finished entry when it ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live: Vec<LiveNote>,
     /// Where some recent events are in the history: (seq, position), one every
     /// [`MARK_EVERY`] events, the last [`MARKS_KEPT`]. A cursor the bound moves on takes its
     /// position hint from them, so a deliverer never reads the history back to where a
@@ -425,6 +485,11 @@ pub struct Delivered {
 /// event), a failure backs off (1 s doubling to [`RETRY_MAX_MS`]), and a rule that has failed
 /// for [`GIVE_UP_MS`] skips what it has, counted as dropped.
 pub fn acknowledge(outbox: &mut Outbox, delivered: &Delivered, wall_ms: u64) {
+    move_cursor(outbox, delivered, wall_ms);
+    forget_delivered(outbox, &mut []);
+}
+
+fn move_cursor(outbox: &mut Outbox, delivered: &Delivered, wall_ms: u64) {
     let last = outbox.last_seq;
     let Some(index) = outbox.cursors.iter().position(|c| c.rule == delivered.rule) else {
         return;
@@ -461,9 +526,10 @@ pub fn acknowledge(outbox: &mut Outbox, delivered: &Delivered, wall_ms: u64) {
 
 /// Records the events of the change from `before` to `applied` that `rules` (those watching
 /// the key) want, at `wall_ms`, and the `waited` events of tickets that have now waited longer
-/// than a rule's `after`: returns them, to be appended to the key's history after the finished
-/// tickets of the same write, and moves `applied.doc`'s outbox on. Does nothing without rules
-/// (no outbox on a key nobody watches).
+/// than a rule's `after`: the notes of a ticket that ends go into its finished entry (with
+/// those noted while it lived), those of a ticket that stays into the outbox. Returns the new
+/// events, and moves `applied.doc`'s outbox on. Does nothing without rules (no outbox on a key
+/// nobody watches).
 pub fn record(
     before: Option<&Doc>,
     applied: &mut Applied,
@@ -474,87 +540,152 @@ pub fn record(
         return Vec::new();
     }
     let mut outbox = applied.doc.outbox.take().unwrap_or_default();
-    let mut events = Vec::new();
-    for draft in events_of(before, applied, wall_ms) {
-        push_for(&mut outbox, &mut events, draft, rules);
+    // Positions: this write appends its finished tickets at `base`, `base + 1`, ...; a ticket
+    // that stays ends in a later write, at `after` or further on.
+    let base = outbox.appended;
+    let after = base + applied.finished.len() as u64;
+    let mut events: Vec<(u64, Event)> = Vec::new();
+    let mut failures = before.map_or(0, |d| d.summary.consecutive_failures);
+    for (i, finished) in applied.finished.iter_mut().enumerate() {
+        let (its, others): (Vec<LiveNote>, Vec<LiveNote>) = std::mem::take(&mut outbox.live)
+            .into_iter()
+            .partition(|live| live.ticket == finished.id);
+        outbox.live = others;
+        finished
+            .events
+            .extend(its.into_iter().map(|live| live.note));
+        for kind in end_kinds(finished, &mut failures) {
+            let at = finished.finished_wall_ms.max(wall_ms);
+            if let Some(note) = note(&mut outbox, kind, rules, at) {
+                events.push((base + i as u64, Event::of_finished(finished, &note)));
+                finished.events.push(note);
+            }
+        }
     }
-    raise_waited(&mut outbox, &mut events, &applied.doc, rules, wall_ms);
-    // Positions: the finished tickets are appended first, then the events, in order.
-    let base = outbox.appended + applied.finished.len() as u64;
-    for (i, event) in events.iter().enumerate() {
+    for (id, _fence) in &applied.granted {
+        if let Some(ticket) = applied.doc.tickets.iter().find(|t| t.id == *id) {
+            if let Some(note) = note(&mut outbox, EventKind::Granted, rules, wall_ms) {
+                events.push((after, Event::of_ticket(ticket, &note)));
+                outbox.live.push(LiveNote {
+                    ticket: id.clone(),
+                    note,
+                });
+            }
+        }
+    }
+    raise_waited(
+        &mut outbox,
+        &mut events,
+        &applied.doc,
+        rules,
+        wall_ms,
+        after,
+    );
+    follow_new(&mut outbox, &events);
+    outbox.appended = after;
+    bound(&mut outbox);
+    forget_delivered(&mut outbox, &mut applied.finished);
+    // Notes of a ticket that left the document without a finished entry (none does) could
+    // never be delivered: counted as dropped rather than kept for ever.
+    let tickets = &applied.doc.tickets;
+    let orphans = outbox.live.len();
+    outbox
+        .live
+        .retain(|live| tickets.iter().any(|t| t.id == live.ticket));
+    outbox.dropped += (orphans - outbox.live.len()) as u64;
+    // Tickets that ended need no `waited` memory.
+    outbox
+        .waited
+        .retain(|id| tickets.iter().any(|t| t.id == *id));
+    // New events must be written even by an operation that changed nothing else (a tick that
+    // raises `waited`).
+    applied.changed |= !events.is_empty();
+    applied.doc.outbox = Some(outbox);
+    events.into_iter().map(|(_, event)| event).collect()
+}
+
+/// Numbers an event of `kind` for the rules that want it; `None` when none does.
+fn note(outbox: &mut Outbox, kind: EventKind, rules: &[&Rule], at: u64) -> Option<Note> {
+    let wanting: Vec<String> = rules
+        .iter()
+        .filter(|rule| rule.wants(kind))
+        .map(|rule| rule.name.clone())
+        .collect();
+    if wanting.is_empty() {
+        return None;
+    }
+    outbox.last_seq += 1;
+    Some(Note {
+        seq: outbox.last_seq,
+        kind,
+        rules: wanting,
+        at,
+    })
+}
+
+/// Gives each rule that had nothing to deliver a cursor at its first new event, and marks
+/// where some events are (for cursors the bound moves on).
+fn follow_new(outbox: &mut Outbox, events: &[(u64, Event)]) {
+    for (position, event) in events {
         for rule in &event.rules {
             if !outbox.cursors.iter().any(|c| c.rule == *rule) {
                 outbox.cursors.push(Cursor {
                     rule: rule.clone(),
                     through: event.seq - 1,
-                    from: base + i as u64,
+                    from: *position,
                     tries: 0,
                     next_wall_ms: 0,
                     failing_since_wall_ms: 0,
                 });
             }
         }
-    }
-    outbox.appended = base + events.len() as u64;
-    for (i, event) in events.iter().enumerate() {
         let due = outbox
             .marks
             .last()
             .is_none_or(|(seq, _)| event.seq >= seq + MARK_EVERY);
         if due {
-            outbox.marks.push((event.seq, base + i as u64));
+            outbox.marks.push((event.seq, *position));
         }
     }
     let excess = outbox.marks.len().saturating_sub(MARKS_KEPT);
     outbox.marks.drain(..excess);
-    // A cursor too far behind skips the oldest: the bound on what a down receiver costs.
+}
+
+/// A cursor too far behind skips the oldest: the bound on what a down receiver costs.
+fn bound(outbox: &mut Outbox) {
     let floor = outbox.last_seq.saturating_sub(OUTBOX_MAX as u64);
-    let marks = outbox.marks.clone();
     for cursor in &mut outbox.cursors {
         if cursor.through < floor {
             outbox.dropped += floor - cursor.through;
             cursor.through = floor;
             // Its next event is floor + 1: at or after the last mark not past it.
-            let mark = marks.iter().rev().find(|(seq, _)| *seq <= floor + 1);
+            let mark = outbox.marks.iter().rev().find(|(seq, _)| *seq <= floor + 1);
             if let Some((_, position)) = mark {
                 cursor.from = cursor.from.max(*position);
             }
         }
     }
-    // Tickets that ended need no `waited` memory.
-    outbox
-        .waited
-        .retain(|id| applied.doc.tickets.iter().any(|t| t.id == *id));
-    // New events must be written even by an operation that changed nothing else (a tick that
-    // raises `waited`).
-    applied.changed |= !events.is_empty();
-    applied.doc.outbox = Some(outbox);
-    events
 }
 
-fn push_for(outbox: &mut Outbox, events: &mut Vec<Event>, draft: Event, rules: &[&Rule]) {
-    let wanting: Vec<String> = rules
-        .iter()
-        .filter(|rule| rule.wants(draft.kind))
-        .map(|rule| rule.name.clone())
-        .collect();
-    if wanting.is_empty() {
-        return;
+/// Drops the notes every rule has got (or skipped), from the outbox and from the finished
+/// entries about to be written: in the usual case, where a delivery follows each write, a
+/// note lives in the document from one write to the next, and no finished entry carries one.
+fn forget_delivered(outbox: &mut Outbox, finished: &mut [Finished]) {
+    let through = outbox.cursors.iter().map(|c| c.through).min();
+    let delivered = |note: &Note| through.is_none_or(|through| note.seq <= through);
+    outbox.live.retain(|live| !delivered(&live.note));
+    for entry in finished {
+        entry.events.retain(|note| !delivered(note));
     }
-    outbox.last_seq += 1;
-    events.push(Event {
-        seq: outbox.last_seq,
-        rules: wanting,
-        ..draft
-    });
 }
 
 fn raise_waited(
     outbox: &mut Outbox,
-    events: &mut Vec<Event>,
+    events: &mut Vec<(u64, Event)>,
     doc: &Doc,
     rules: &[&Rule],
     wall_ms: u64,
+    position: u64,
 ) {
     let waiting_rules: Vec<&Rule> = rules
         .iter()
@@ -573,114 +704,87 @@ fn raise_waited(
             continue;
         }
         let waited_ms = wall_ms.saturating_sub(ticket.enqueued_wall_ms);
-        let wanting: Vec<String> = waiting_rules
+        let due: Vec<&Rule> = waiting_rules
             .iter()
+            .copied()
             .filter(|r| r.after_ms.is_some_and(|after| waited_ms >= after))
-            .map(|r| r.name.clone())
             .collect();
-        if wanting.is_empty() {
+        let Some(note) = note(outbox, EventKind::Waited, &due, wall_ms) else {
             continue;
-        }
+        };
         outbox.waited.push(ticket.id.clone());
-        outbox.last_seq += 1;
-        events.push(Event {
-            seq: outbox.last_seq,
-            kind: EventKind::Waited,
-            rules: wanting,
-            id: ticket.id.clone(),
-            job: ticket.job.is_some(),
-            outcome: None,
-            forced: false,
-            reason: Some(format!("waiting for {} s", waited_ms / 1000)),
-            context: ticket.context.clone(),
-            fence: None,
-            enqueued_wall_ms: ticket.enqueued_wall_ms,
-            granted_wall_ms: None,
-            at_wall_ms: wall_ms,
+        events.push((position, Event::of_ticket(ticket, &note)));
+        outbox.live.push(LiveNote {
+            ticket: ticket.id.clone(),
+            note,
         });
     }
 }
 
-/// The events of one change: the ends of its finished tickets, then its grants (numbered
-/// later, by [`push_for`]).
-fn events_of(before: Option<&Doc>, applied: &Applied, wall_ms: u64) -> Vec<Event> {
-    let mut drafts = Vec::new();
-    let mut failures = before.map_or(0, |d| d.summary.consecutive_failures);
-    for finished in &applied.finished {
-        let event = Event {
-            seq: 0,
-            kind: EventKind::Released,
-            rules: Vec::new(),
-            id: finished.id.clone(),
-            job: finished.job.is_some(),
-            outcome: Some(finished.outcome),
-            forced: finished.forced,
-            reason: finished.reason.clone(),
-            context: finished.context.clone(),
-            fence: finished.fence,
-            enqueued_wall_ms: finished.enqueued_wall_ms,
-            granted_wall_ms: finished.granted_wall_ms,
-            at_wall_ms: finished.finished_wall_ms.max(wall_ms),
-        };
-        let held = finished.granted_wall_ms.is_some();
-        let mut kinds = Vec::new();
-        match finished.outcome {
-            Outcome::Succeeded if held => {
+/// The kinds of event a ticket's end is, in order; counts the key's failures in a row (for
+/// `recovered`).
+fn end_kinds(finished: &Finished, failures: &mut u32) -> Vec<EventKind> {
+    let held = finished.granted_wall_ms.is_some();
+    let mut kinds = Vec::new();
+    match finished.outcome {
+        Outcome::Succeeded if held => {
+            kinds.push(EventKind::Released);
+            if *failures > 0 {
+                kinds.push(EventKind::Recovered);
+            }
+            *failures = 0;
+        }
+        Outcome::Failed => {
+            if held {
                 kinds.push(EventKind::Released);
-                if failures > 0 {
-                    kinds.push(EventKind::Recovered);
-                }
-                failures = 0;
             }
-            Outcome::Failed => {
-                if held {
-                    kinds.push(EventKind::Released);
-                }
-                kinds.push(EventKind::Failed);
-                failures += 1;
-            }
-            Outcome::Expired if held => {
-                kinds.push(EventKind::Expired);
-                failures += 1;
-            }
-            Outcome::Cancelled if held && !finished.forced => kinds.push(EventKind::Released),
-            Outcome::Cancelled => kinds.push(EventKind::Cancelled),
-            Outcome::Superseded => kinds.push(EventKind::Superseded),
-            Outcome::Dead => {
-                kinds.push(EventKind::Dead);
-                failures += 1;
-            }
-            _ => {}
+            kinds.push(EventKind::Failed);
+            *failures += 1;
         }
-        if finished.once.as_ref().is_some_and(|o| o.dead) {
+        Outcome::Expired if held => {
+            kinds.push(EventKind::Expired);
+            *failures += 1;
+        }
+        Outcome::Cancelled if held && !finished.forced => kinds.push(EventKind::Released),
+        Outcome::Cancelled => kinds.push(EventKind::Cancelled),
+        Outcome::Superseded => kinds.push(EventKind::Superseded),
+        Outcome::Dead => {
             kinds.push(EventKind::Dead);
+            *failures += 1;
         }
-        for kind in kinds {
-            drafts.push(Event {
-                kind,
-                ..event.clone()
-            });
+        _ => {}
+    }
+    if finished.once.as_ref().is_some_and(|o| o.dead) {
+        kinds.push(EventKind::Dead);
+    }
+    kinds
+}
+
+/// Whether the outbox's live notes hold every event after `after`: then a deliverer needs no
+/// history at all (the usual case: a grant delivered right after the write that made it).
+pub fn live_holds_all_after(outbox: &Outbox, after: u64) -> bool {
+    (after + 1..=outbox.last_seq).all(|seq| outbox.live.iter().any(|l| l.note.seq == seq))
+}
+
+/// The key's events after `after`, oldest first, each with a position at or before the
+/// history entry that holds it: those of the live notes of `doc`, and those in `tail`, the
+/// finished entries of the history's tail with their positions.
+pub fn events_after(doc: &Doc, tail: &[(u64, Finished)], after: u64) -> Vec<(u64, Event)> {
+    let Some(outbox) = &doc.outbox else {
+        return Vec::new();
+    };
+    let mut events: Vec<(u64, Event)> = Vec::new();
+    for (position, finished) in tail {
+        for note in finished.events.iter().filter(|n| n.seq > after) {
+            events.push((*position, Event::of_finished(finished, note)));
         }
     }
-    for (id, fence) in &applied.granted {
-        let Some(ticket) = applied.doc.tickets.iter().find(|t| t.id == *id) else {
-            continue;
-        };
-        drafts.push(Event {
-            seq: 0,
-            kind: EventKind::Granted,
-            rules: Vec::new(),
-            id: id.clone(),
-            job: ticket.job.is_some(),
-            outcome: None,
-            forced: false,
-            reason: None,
-            context: ticket.context.clone(),
-            fence: Some(*fence),
-            enqueued_wall_ms: ticket.enqueued_wall_ms,
-            granted_wall_ms: Some(wall_ms),
-            at_wall_ms: wall_ms,
-        });
+    for live in outbox.live.iter().filter(|l| l.note.seq > after) {
+        if let Some(ticket) = doc.tickets.iter().find(|t| t.id == live.ticket) {
+            events.push((outbox.appended, Event::of_ticket(ticket, &live.note)));
+        }
     }
-    drafts
+    events.sort_by_key(|(_, event)| event.seq);
+    events.dedup_by_key(|(_, event)| event.seq);
+    events
 }

@@ -6,7 +6,6 @@
 use std::io::Write;
 use std::time::Duration;
 
-use baton_core::notify::Event;
 use baton_core::{Finished, Mode};
 use baton_store::{HistoryRecord, WatchHandle};
 use serde_json::{json, Value};
@@ -28,7 +27,7 @@ pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
     baton_core::limits::check_key(&args.key)
         .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
     let store = opened.coord.store();
-    let mut records = ticket_tail(store.as_ref(), &args.key, args.n as usize).await?;
+    let mut records = store.history_tail(&args.key, args.n as usize).await?;
     if records.is_empty() {
         eprintln!("baton: no history for {} yet", render::one_line(&args.key));
         if !args.follow {
@@ -48,30 +47,6 @@ pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
         // A closed pipe (`baton log KEY | head`) is not an error.
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
         Err(e) => Err(Failure::new(exit::ERROR, format!("cannot write: {e}"))),
-    }
-}
-
-/// The newest `n` entries of tickets in `key`'s history, newest first: notification events
-/// share the history ([`baton_core::notify`]) and are not shown, so it reads further back while
-/// they take places.
-async fn ticket_tail(
-    store: &dyn baton_store::Store,
-    key: &str,
-    n: usize,
-) -> Result<Vec<HistoryRecord>, baton_store::StoreError> {
-    let mut want = n;
-    loop {
-        let records = store.history_tail(key, want).await?;
-        let read = records.len();
-        let mut tickets: Vec<HistoryRecord> = records
-            .into_iter()
-            .filter(|r| !Event::is_entry(&r.bytes))
-            .collect();
-        if tickets.len() >= n || read < want || want >= n.saturating_mul(16) {
-            tickets.truncate(n);
-            return Ok(tickets);
-        }
-        want = want.saturating_mul(2);
     }
 }
 
@@ -110,9 +85,7 @@ async fn follow(
             };
             last_error = None;
             for record in &records {
-                if !Event::is_entry(&record.bytes) {
-                    printer.later(record)?;
-                }
+                printer.later(record)?;
                 after_seq = after_seq.max(record.seq);
             }
             if records.len() < FOLLOW_BATCH {
@@ -347,6 +320,7 @@ mod tests {
             finished_wall_ms: 9_000,
             job: None,
             once: None,
+            events: Vec::new(),
         }
     }
 

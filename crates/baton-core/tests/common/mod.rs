@@ -49,8 +49,10 @@ pub struct World {
     /// Notification rules watching the key: the events they want are recorded in the outbox
     /// after each apply, as the coordinator does.
     pub rules: Vec<baton_core::notify::Rule>,
-    /// Every notification event appended to the history, in order.
+    /// Every notification event recorded, in order.
     pub events: Vec<baton_core::notify::Event>,
+    /// Every history entry written, as written.
+    pub entries: Vec<baton_core::Finished>,
 }
 
 impl World {
@@ -65,6 +67,7 @@ impl World {
             reads_segments: true,
             rules: Vec::new(),
             events: Vec::new(),
+            entries: Vec::new(),
         }
     }
 
@@ -106,6 +109,7 @@ impl World {
         if let Some(out) = &applied.segment_out {
             self.records.insert(out.record_name(), out.encode());
         }
+        self.entries.extend(applied.finished.iter().cloned());
         for f in &applied.finished {
             self.finished.push((f.id.clone(), f.outcome));
             // A job's run that ended with the job queued again is not the job's end.
