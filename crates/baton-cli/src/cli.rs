@@ -121,7 +121,7 @@ pub enum Command {
 const NOTIFY_HELP: &str = "\
 Events: granted, released (with its outcome), failed, recovered (a success after failures: the
 \"fixed\" message), expired (a holder's lease ran out and the key went on without it),
-superseded, cancelled (by an operator; forced releases say so), dead (a job's or a run-once key's
+superseded, cancelled (by `baton cancel`: `forced` when it held, `reason` says who), dead (a job's or a run-once key's
 attempts are spent), waited (a ticket waited longer than --after).
 
   baton notify add deploy/ --url https://hooks.slack.com/services/… --on failed,recovered,expired
@@ -734,6 +734,10 @@ pub struct CancelArgs {
     /// Cancel every queued ticket of the key
     #[arg(long)]
     pub queued: bool,
+    /// Who cancels, for the history (`baton log`) and the `cancelled` notification
+    /// [default: from the CI's variables, else user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
 }
 
 /// `baton submit`.

@@ -219,7 +219,9 @@ fn each_event_kind_reaches_the_receiver_with_its_facts() {
         std::thread::sleep(Duration::from_millis(1200));
         ctx.baton(["notify", "deliver"]).run().assert_code(0);
         let id = ctx.key_view(&key).holders()[0].id.clone();
-        ctx.baton(["cancel", &key, &id]).run().assert_code(0);
+        ctx.baton(["cancel", &key, &id, "--context", "alice on call"])
+            .run()
+            .assert_code(0);
         drop(holder);
         second.wait(PROMPT).assert_code(0);
         // dead: a run-once key whose only attempt fails.
@@ -277,6 +279,10 @@ fn each_event_kind_reaches_the_receiver_with_its_facts() {
         let cancelled = bodies.iter().find(|b| b["event"] == "cancelled").unwrap();
         assert_eq!(cancelled["forced"], true);
         assert_eq!(cancelled["context"], "holder");
+        assert_eq!(
+            cancelled["reason"], "force-released by alice on call",
+            "by whom"
+        );
         let dead = bodies.iter().find(|b| b["event"] == "dead").unwrap();
         assert_eq!(dead["key"], once_key.as_str());
         // Every POST carries its delivery id in a header too.

@@ -1009,10 +1009,11 @@ fn live_or_marked(doc: &Doc, id: &str) -> Option<JobStanding> {
         // taken in.
         let fate = match backlog.tail_job(id) {
             Some(ticket) => backlog.fate(ticket),
-            None if backlog.dropped.iter().any(|d| d == id) => {
-                Some((Outcome::Cancelled, "cancelled by an operator".into()))
-            }
-            None => None,
+            None => backlog
+                .dropped
+                .iter()
+                .find(|d| d.id == id)
+                .map(|d| (Outcome::Cancelled, d.reason())),
         };
         if let Some((outcome, reason)) = fate {
             return Some(ended_in_backlog(outcome, reason));
@@ -1104,6 +1105,7 @@ pub async fn cancel_in_backlog(
     coord: &Coordinator,
     key: &str,
     id: &str,
+    by: &str,
 ) -> Result<Option<Executed>, ClientError> {
     let snapshot = coord.read(key).await?;
     let Some(doc) = &snapshot.doc else {
@@ -1116,6 +1118,7 @@ pub async fn cancel_in_backlog(
         id: id.to_owned(),
         generation: found.generation,
         segment: found.number,
+        by: by.to_owned(),
     };
     let mut request = Request::new(ids::new_attempt_id(), op);
     coord.execute(key, &mut request).await.map(Some)

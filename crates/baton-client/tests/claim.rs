@@ -156,6 +156,7 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
         attempt: "operator".into(),
         op: Op::Cancel {
             id: leases[0].id.clone(),
+            by: String::new(),
         },
     };
     holder.execute("k", &mut cancel).await.unwrap();

@@ -317,6 +317,7 @@ async fn the_heartbeat_keeps_a_lease_and_signals_its_loss() {
         attempt: "op".into(),
         op: baton_core::Op::Cancel {
             id: lease.id.clone(),
+            by: String::new(),
         },
     };
     coord.execute("k", &mut request).await.unwrap();

@@ -326,13 +326,14 @@ impl Work<'_> {
                 };
                 Ok((Reply::Ticket(view), None))
             }
-            Op::Cancel { id } => self.cancel(id, None),
+            Op::Cancel { id, by } => self.cancel(id, None, by),
             Op::CancelInBacklog {
                 id,
                 generation,
                 segment,
-            } => self.cancel(id, Some((*generation, *segment))),
-            Op::CancelQueued => {
+                by,
+            } => self.cancel(id, Some((*generation, *segment)), by),
+            Op::CancelQueued { by } => {
                 // A retry whose window the marks no longer cover may have ended more tickets
                 // than the marks still show (or none they show): refused, not half-answered.
                 if !self.marks_cover_retry() {
@@ -358,7 +359,7 @@ impl Work<'_> {
                         below: next_arrival,
                         outcome: Outcome::Cancelled,
                         spares_keep: false,
-                        reason: "cancelled by an operator".into(),
+                        reason: crate::op::cancel_reason(false, by),
                     });
                 }
                 let mut ids = Vec::new();
@@ -372,7 +373,7 @@ impl Work<'_> {
                         self.doc.tickets[idx].id.clone(),
                         false,
                     ));
-                    let reason = Some("cancelled by an operator".into());
+                    let reason = Some(crate::op::cancel_reason(false, by));
                     let attempt = Some(self.attempt.to_string());
                     self.finish(idx, Outcome::Cancelled, false, reason, attempt);
                 }

@@ -57,9 +57,9 @@ pub struct Backlog {
     /// in.
     #[serde(default)]
     pub tail: Vec<Ticket>,
-    /// Ids of backlog jobs an operator cancelled: they end when taken in.
+    /// Backlog jobs an operator cancelled: they end when taken in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub dropped: Vec<String>,
+    pub dropped: Vec<Dropped>,
     /// Backlog jobs that a supersede or a cancel of the queue ended: they end when taken in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cuts: Vec<Cut>,
@@ -71,6 +71,48 @@ pub struct Backlog {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// A backlog job an operator cancelled, and who (their context; empty: unknown).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "DroppedForm")]
+pub struct Dropped {
+    /// The job's id.
+    pub id: String,
+    /// Who cancelled it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub by: String,
+}
+
+impl Dropped {
+    /// Why the job ended, for its history entry.
+    pub fn reason(&self) -> String {
+        crate::op::cancel_reason(false, &self.by)
+    }
+}
+
+/// How a [`Dropped`] is read: documents written before cancels said who hold the bare id.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DroppedForm {
+    Id(String),
+    Full {
+        id: String,
+        #[serde(default)]
+        by: String,
+    },
+}
+
+impl From<DroppedForm> for Dropped {
+    fn from(form: DroppedForm) -> Dropped {
+        match form {
+            DroppedForm::Id(id) => Dropped {
+                id,
+                by: String::new(),
+            },
+            DroppedForm::Full { id, by } => Dropped { id, by },
+        }
+    }
 }
 
 /// Backlog jobs that arrived before `below` end with `outcome` when taken in (those with
@@ -169,8 +211,8 @@ impl Backlog {
     /// How a backlog job ends when taken in, if an operator's cancel or a cut ended it: its
     /// outcome and why.
     pub fn fate(&self, ticket: &Ticket) -> Option<(Outcome, String)> {
-        if self.dropped.iter().any(|id| id == &ticket.id) {
-            return Some((Outcome::Cancelled, "cancelled by an operator".into()));
+        if let Some(dropped) = self.dropped.iter().find(|d| d.id == ticket.id) {
+            return Some((Outcome::Cancelled, dropped.reason()));
         }
         self.cuts
             .iter()
@@ -194,7 +236,7 @@ impl Backlog {
 
     /// Forgets the cancels and cuts that name no job left in it.
     pub fn forget_settled(&mut self, taken: &[String]) {
-        self.dropped.retain(|id| !taken.contains(id));
+        self.dropped.retain(|d| !taken.contains(&d.id));
         let through = self.taken_through;
         self.cuts
             .retain(|cut| cut.below > through.saturating_add(1));

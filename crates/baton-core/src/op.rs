@@ -72,6 +72,8 @@ pub enum Op {
     Cancel {
         /// The ticket's public id.
         id: String,
+        /// Who cancels (their context), for the history and notifications; empty: unknown.
+        by: String,
     },
     /// An operator cancels a job of the key's backlog, which the caller found in written
     /// segment `segment` of backlog `generation` ([`crate::backlog`]); it ends when taken in.
@@ -82,9 +84,14 @@ pub enum Op {
         generation: u64,
         /// The segment's number.
         segment: u64,
+        /// Who cancels (their context); empty: unknown.
+        by: String,
     },
     /// An operator cancels every queued ticket of the key.
-    CancelQueued,
+    CancelQueued {
+        /// Who cancels (their context); empty: unknown.
+        by: String,
+    },
     /// Queue a job: a ticket with no waiting process, for a worker to claim.
     Submit(Submit),
     /// A worker takes the head of the queue if it is a job that is ready and fits beside the
@@ -225,6 +232,18 @@ pub struct CancelledTicket {
     pub id: String,
     /// It held the key (force-released) rather than waited (cancelled).
     pub forced: bool,
+}
+
+/// Why an operator's cancel ended a ticket, in words that say who: `force-released by …` for a
+/// held one, `cancelled by …` for a queued one.
+pub fn cancel_reason(forced: bool, by: &str) -> String {
+    let verb = if forced {
+        "force-released"
+    } else {
+        "cancelled"
+    };
+    let who = if by.is_empty() { "an operator" } else { by };
+    format!("{verb} by {who}")
 }
 
 impl CancelledTicket {

@@ -340,11 +340,17 @@ fn operators_cancel_and_force_release() {
     w.run(Op::Enqueue(enqueue(3))).expect("3");
     // The reply says which were held (force-released) and which waited.
     assert_eq!(
-        w.run(Op::Cancel { id: "t3".into() }),
+        w.run(Op::Cancel {
+            id: "t3".into(),
+            by: String::new()
+        }),
         Ok(Reply::Cancelled(vec![CancelledTicket::new("t3", false)]))
     );
     assert_eq!(
-        w.run(Op::Cancel { id: "t1".into() }),
+        w.run(Op::Cancel {
+            id: "t1".into(),
+            by: String::new()
+        }),
         Ok(Reply::Cancelled(vec![CancelledTicket::new("t1", true)]))
     );
     assert_eq!(w.holders(), vec!["t2"]);
@@ -357,14 +363,19 @@ fn operators_cancel_and_force_release() {
     assert!(matches!(err, Refusal::Ended { forced: true, .. }));
     w.run(Op::Enqueue(enqueue(4))).expect("4");
     w.run(Op::Enqueue(enqueue(5))).expect("5");
-    let reply = w.run(Op::CancelQueued).expect("cancel queued");
+    let reply = w
+        .run(Op::CancelQueued { by: String::new() })
+        .expect("cancel queued");
     let withdrawn = |id: &str| CancelledTicket::new(id, false);
     assert_eq!(
         reply,
         Reply::Cancelled(vec![withdrawn("t4"), withdrawn("t5")])
     );
     assert_eq!(
-        w.run(Op::Cancel { id: "nope".into() }),
+        w.run(Op::Cancel {
+            id: "nope".into(),
+            by: String::new()
+        }),
         Err(Refusal::UnknownId { id: "nope".into() })
     );
 }

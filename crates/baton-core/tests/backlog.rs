@@ -191,6 +191,7 @@ fn cancels_and_supersedes_reach_jobs_in_the_backlog() {
         id: "j100".into(),
         generation: backlog.generation,
         segment,
+        by: "ops lead".into(),
     };
     let reply = w.run(cancel.clone()).expect("cancel");
     assert!(
@@ -202,7 +203,12 @@ fn cancels_and_supersedes_reach_jobs_in_the_backlog() {
         "again: same"
     );
     // j120 is in the tail: a plain cancel finds it.
-    let reply = w.run(Op::Cancel { id: "j120".into() }).expect("cancel");
+    let reply = w
+        .run(Op::Cancel {
+            id: "j120".into(),
+            by: String::new(),
+        })
+        .expect("cancel");
     assert!(matches!(reply, Reply::Cancelled(_)), "{reply:?}");
     let again = w.run(Op::Submit(submit("j120"))).expect("submit again");
     assert!(
@@ -234,6 +240,19 @@ fn cancels_and_supersedes_reach_jobs_in_the_backlog() {
     ids.sort_unstable();
     ids.dedup();
     assert_eq!(ids.len(), 121, "each job ended exactly once");
+    // The job cancelled deep in the backlog says who cancelled it when its entry is written.
+    let j100 = w
+        .entries
+        .iter()
+        .find(|f| f.id == "j100")
+        .expect("j100's entry");
+    assert_eq!(j100.reason.as_deref(), Some("cancelled by ops lead"));
+    let j120 = w
+        .entries
+        .iter()
+        .find(|f| f.id == "j120")
+        .expect("j120's entry");
+    assert_eq!(j120.reason.as_deref(), Some("cancelled by an operator"));
 }
 
 #[test]
@@ -250,7 +269,8 @@ fn a_retried_submit_finds_its_job_in_the_tail_and_cancel_queued_reaches_the_back
             .map(|b| b.tail.len())
     };
     assert_eq!(tail(&w), Some(40 - WINDOW_JOBS), "not queued twice");
-    w.run(Op::CancelQueued).expect("cancel queued");
+    w.run(Op::CancelQueued { by: String::new() })
+        .expect("cancel queued");
     let mut n = 0;
     assert_eq!(run_next(&mut w, &mut n), None);
     assert!(w.doc.as_ref().expect("doc").backlog.is_none());

@@ -129,7 +129,11 @@ fn the_reader_before_jobs_reads_a_lock_key_and_writes_it_back_unchanged() {
     })
     .expect("t2 granted");
     docs.push(bytes_of(&w));
-    w.run(Op::Cancel { id: "t2".into() }).expect("forced");
+    w.run(Op::Cancel {
+        id: "t2".into(),
+        by: String::new(),
+    })
+    .expect("forced");
     docs.push(bytes_of(&w));
     for bytes in docs {
         let as_written: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");

@@ -253,7 +253,10 @@ impl Key {
                 }
                 let id = self.arrived[i % self.arrived.len()].clone();
                 // An id in the backlog is not in the document: the client finds its segment.
-                let _ = self.w.run(Op::Cancel { id: id.clone() });
+                let _ = self.w.run(Op::Cancel {
+                    id: id.clone(),
+                    by: String::new(),
+                });
                 self.running.retain(|(running, _)| *running != id);
             }
             Step::Wait(ms) => {

@@ -289,13 +289,23 @@ fn not_before_delays_the_head_and_operators_cancel_jobs() {
         Reply::NoJob { ready_at_ms } => assert_eq!(ready_at_ms, Some(w.now_ms + 60_000)),
         other => panic!("claimed a job not yet ready: {other:?}"),
     }
-    let reply = w.run(Op::Cancel { id: "j1".into() }).expect("cancel");
+    let reply = w
+        .run(Op::Cancel {
+            id: "j1".into(),
+            by: String::new(),
+        })
+        .expect("cancel");
     assert_eq!(
         reply,
         Reply::Cancelled(vec![CancelledTicket::new("j1", false)])
     );
     claimed(w.run(claim(2)).expect("claim")).expect("j2");
-    let reply = w.run(Op::Cancel { id: "j2".into() }).expect("force");
+    let reply = w
+        .run(Op::Cancel {
+            id: "j2".into(),
+            by: String::new(),
+        })
+        .expect("force");
     assert_eq!(
         reply,
         Reply::Cancelled(vec![CancelledTicket::new("j2", true)])

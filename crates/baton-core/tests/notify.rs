@@ -214,9 +214,33 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
         vec![(Expired, "t1".into(), Some(Outcome::Expired))]
     );
     w.run(Op::Enqueue(enqueue(2))).unwrap();
-    w.run(Op::Cancel { id: "t2".into() }).unwrap();
+    w.run(Op::Cancel {
+        id: "t2".into(),
+        by: "alice on call".into(),
+    })
+    .unwrap();
     assert_eq!(w.events[1].kind, Cancelled);
     assert!(w.events[1].forced);
+    let reason = w.events[1].reason.as_deref();
+    assert_eq!(
+        reason,
+        Some("force-released by alice on call"),
+        "who forced it"
+    );
+    // A queued ticket cancelled by someone unknown says so.
+    w.run(Op::Enqueue(enqueue(8))).unwrap();
+    w.run(Op::Enqueue(enqueue(9))).unwrap();
+    w.run(Op::Cancel {
+        id: "t9".into(),
+        by: String::new(),
+    })
+    .unwrap();
+    assert_eq!(
+        w.events[2].reason.as_deref(),
+        Some("cancelled by an operator")
+    );
+    assert!(!w.events[2].forced);
+    w.run(release(8, Outcome::Succeeded)).unwrap();
     w.run(Op::Enqueue(enqueue(3))).unwrap();
     w.run(Op::Enqueue(baton_core::Enqueue {
         order: Some("1".into()),
@@ -229,7 +253,7 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
         ..enqueue(5)
     }))
     .unwrap();
-    assert_eq!(kinds(&w), vec![Expired, Cancelled, Superseded]);
+    assert_eq!(kinds(&w), vec![Expired, Cancelled, Cancelled, Superseded]);
 }
 
 #[test]
@@ -500,7 +524,10 @@ mod owed_events {
                         w.now_ms += ms;
                         w.run(Op::Tick)
                     }
-                    Step::Cancel(n) => w.run(Op::Cancel { id: format!("t{n}") }),
+                    Step::Cancel(n) => w.run(Op::Cancel {
+                        id: format!("t{n}"),
+                        by: "ops".into(),
+                    }),
                     Step::Ack { through, failed } => {
                         let rule = if through % 2 == 0 { "all" } else { "ends" };
                         let last = w.doc.as_ref().and_then(|d| d.outbox.as_ref());

@@ -606,8 +606,8 @@ fn describe(request: &Request) -> String {
         Op::Refresh { token } => format!("refresh {}", short(token)),
         Op::Renew { token, ttl_ms } => format!("renew {} ttl {ttl_ms:?}", short(token)),
         Op::Release { token, outcome, .. } => format!("release {} {outcome}", short(token)),
-        Op::Cancel { id } => format!("cancel {id:?}"),
-        Op::CancelQueued => "cancel-queued".into(),
+        Op::Cancel { id, .. } => format!("cancel {id:?}"),
+        Op::CancelQueued { .. } => "cancel-queued".into(),
         Op::Tick => "tick".into(),
         other => format!("{other:?}"),
     };
@@ -864,9 +864,10 @@ impl World {
                     .collect();
                 Op::Cancel {
                     id: all[*pick as usize % all.len()].clone(),
+                    by: String::new(),
                 }
             }
-            OpSeed::CancelQueued => Op::CancelQueued,
+            OpSeed::CancelQueued => Op::CancelQueued { by: String::new() },
             OpSeed::Tick => Op::Tick,
             OpSeed::Steal { pick } => {
                 // Ids are unique among the tickets the core knows: a forgotten ticket's id may
@@ -1027,6 +1028,7 @@ impl World {
             },
             11 => Op::Cancel {
                 id: "no such".into(),
+                by: String::new(),
             },
             12 => Op::Refresh {
                 token: "f".repeat(129),
@@ -1043,7 +1045,10 @@ impl World {
                 ttl_ms: WEEK_MS + 1,
                 ..base
             }),
-            _ => Op::Cancel { id: String::new() },
+            _ => Op::Cancel {
+                id: String::new(),
+                by: String::new(),
+            },
         };
         let request = Request {
             finishes_seen: None,
@@ -1272,7 +1277,7 @@ impl World {
                 }
                 x.result = Ok(Want::Ticket(i));
             }
-            Op::Cancel { id } => {
+            Op::Cancel { id, .. } => {
                 if !valid_id(id) {
                     return invalid();
                 }
@@ -1289,7 +1294,7 @@ impl World {
                 }
                 x.result = Ok(Want::Cancelled(vec![i]));
             }
-            Op::CancelQueued => {
+            Op::CancelQueued { .. } => {
                 if b.uncovered(request) {
                     return refuse(Refusal::Uncertain);
                 }
@@ -1767,7 +1772,9 @@ impl World {
                 first.reply,
                 self.at()
             );
-        } else if !(request.op == Op::CancelQueued && applied.reply == Reply::Cancelled(vec![])) {
+        } else if !(matches!(request.op, Op::CancelQueued { .. })
+            && applied.reply == Reply::Cancelled(vec![]))
+        {
             // (A cancel-queued that ended nothing left no trace and had no effect: its retry
             // is a first delivery, late, like that of a lost request.)
             self.landed.insert(
@@ -2041,7 +2048,7 @@ fn a_retried_cancel_queued_is_recognised() {
     let cancel = Request {
         finishes_seen: None,
         attempt: "operator-1".into(),
-        op: Op::CancelQueued,
+        op: Op::CancelQueued { by: String::new() },
     };
     // Applied, but the operator's reply is lost.
     let first = run(Some(&doc), &cancel);

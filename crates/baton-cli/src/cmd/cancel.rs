@@ -12,9 +12,17 @@ use crate::Opened;
 pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
     baton_core::limits::check_key(&args.key)
         .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    let by = args
+        .context
+        .clone()
+        .unwrap_or_else(crate::context::default_context);
+    baton_core::limits::check_context(&by).map_err(|e| Failure::usage(e.to_string()))?;
     let op = match (&args.id, args.queued) {
-        (Some(id), false) => Op::Cancel { id: id.clone() },
-        (None, true) => Op::CancelQueued,
+        (Some(id), false) => Op::Cancel {
+            id: id.clone(),
+            by: by.clone(),
+        },
+        (None, true) => Op::CancelQueued { by: by.clone() },
         _ => return Err(Failure::usage("give a ticket ID or --queued, not both")),
     };
     let mut request = Request::new(new_attempt_id(), op);
@@ -28,7 +36,7 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
             },
         ) => {
             let id = args.id.as_deref().unwrap_or_default();
-            match jobs::cancel_in_backlog(&opened.coord, &args.key, id).await? {
+            match jobs::cancel_in_backlog(&opened.coord, &args.key, id, &by).await? {
                 Some(executed) => executed,
                 None => return Err(error.into()),
             }

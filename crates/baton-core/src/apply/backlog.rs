@@ -3,7 +3,7 @@
 //! backlog job.
 
 use super::Work;
-use crate::backlog::{Backlog, Segment, PENDING_MAX, REFILL_BELOW, SEGMENT_JOBS};
+use crate::backlog::{Backlog, Dropped, Segment, PENDING_MAX, REFILL_BELOW, SEGMENT_JOBS};
 use crate::doc::{Outcome, Ticket, TicketState};
 use crate::op::{CancelledTicket, Refusal, Reply, TicketView};
 
@@ -113,19 +113,18 @@ impl Work<'_> {
     /// An operator cancels ticket or job `id`: queued, it ends; held, it is force-released. A
     /// job in the backlog's tail, or in written segment `in_segment` (`(generation, number)`,
     /// found there by the caller), ends when it is taken in.
-    pub(super) fn cancel(&mut self, id: &str, in_segment: Option<(u64, u64)>) -> Answer {
+    pub(super) fn cancel(&mut self, id: &str, in_segment: Option<(u64, u64)>, by: &str) -> Answer {
         crate::limits::check_id(id)?;
+        crate::limits::check_context(by)?;
         if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == id) {
-            let (forced, reason) = match self.doc.tickets[idx].state {
-                TicketState::Held => (true, Some("force-released by an operator".into())),
-                TicketState::Queued => (false, Some("cancelled by an operator".into())),
-            };
+            let forced = self.doc.tickets[idx].state == TicketState::Held;
+            let reason = Some(crate::op::cancel_reason(forced, by));
             let attempt = Some(self.attempt.to_string());
             self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
             let ended = CancelledTicket::new(id.to_owned(), forced);
             return Ok((Reply::Cancelled(vec![ended]), None));
         }
-        if let Some(answer) = self.cancel_in_backlog(id, in_segment) {
+        if let Some(answer) = self.cancel_in_backlog(id, in_segment, by) {
             return answer;
         }
         match self.doc.finished.iter().find(|m| m.id == id) {
@@ -145,13 +144,18 @@ impl Work<'_> {
     /// The cancel of a job that waits in the backlog, if `id` is one: it joins the backlog's
     /// cancelled ids. A job already cancelled there answers as cancelled (a retry), one a cut
     /// ended answers as that ended it.
-    fn cancel_in_backlog(&mut self, id: &str, in_segment: Option<(u64, u64)>) -> Option<Answer> {
+    fn cancel_in_backlog(
+        &mut self,
+        id: &str,
+        in_segment: Option<(u64, u64)>,
+        by: &str,
+    ) -> Option<Answer> {
         let backlog = self.doc.backlog.as_mut()?;
         let cancelled = || {
             let ended = CancelledTicket::new(id.to_owned(), false);
             Ok((Reply::Cancelled(vec![ended]), None))
         };
-        if backlog.dropped.iter().any(|d| d == id) {
+        if backlog.dropped.iter().any(|d| d.id == id) {
             return Some(cancelled());
         }
         let in_tail = backlog.tail.iter().find(|t| t.id == id);
@@ -171,7 +175,10 @@ impl Work<'_> {
         if backlog.dropped.len() >= PENDING_MAX {
             return Some(Err(Refusal::BacklogBusy));
         }
-        backlog.dropped.push(id.to_owned());
+        backlog.dropped.push(Dropped {
+            id: id.to_owned(),
+            by: by.to_owned(),
+        });
         Some(cancelled())
     }
 
@@ -180,7 +187,7 @@ impl Work<'_> {
         let backlog = self.doc.backlog.as_ref()?;
         let outcome = match backlog.tail_job(id) {
             Some(ticket) => backlog.fate(ticket)?.0,
-            None if backlog.dropped.iter().any(|d| d == id) => Outcome::Cancelled,
+            None if backlog.dropped.iter().any(|d| d.id == id) => Outcome::Cancelled,
             None => return None,
         };
         Some(TicketView::Finished {

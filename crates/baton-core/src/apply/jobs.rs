@@ -33,7 +33,7 @@ impl Work<'_> {
             return Ok((Reply::Ticket(self.view(&s.id)), None));
         }
         if let Some(backlog) = &self.doc.backlog {
-            if backlog.tail_job(&s.id).is_some() || backlog.dropped.contains(&s.id) {
+            if backlog.tail_job(&s.id).is_some() || backlog.dropped.iter().any(|d| d.id == s.id) {
                 return Ok((Reply::Ticket(self.view(&s.id)), None));
             }
         }
