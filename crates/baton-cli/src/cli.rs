@@ -116,6 +116,63 @@ pub enum Command {
     /// Post events of keys (granted, released, failed, recovered, …) to a webhook or Slack
     #[command(subcommand, after_help = NOTIFY_HELP)]
     Notify(NotifyCommand),
+    /// Serve the store over HTTP: an API for every command, for runners without store credentials
+    #[command(after_help = SERVE_HELP)]
+    Serve(ServeArgs),
+    /// Tokens for `baton serve`: `baton tokens new ci --scope lock:deploy/`
+    #[command(subcommand)]
+    Tokens(TokensCommand),
+}
+
+const SERVE_HELP: &str = "\
+  baton serve --store postgres://… --listen 127.0.0.1:7878
+  baton tokens new ci --scope lock:deploy/ --scope read: >> ci.token   # prints the token
+  baton serve --store postgres://… --listen 0.0.0.0:7878 --tokens tokens.json
+
+Without --tokens every caller may do everything, so the server listens on loopback only (unless
+--insecure: a proxy in front checks callers). With a tokens file, every request needs
+`Authorization: Bearer TOKEN` (401 without a known token) with a scope on its key (403 without):
+read (status, log, values), lock (acquire, renew and release one's own tickets, jobs, kv set),
+admin (cancel, force-release, retry, kv delete, notification rules). The file keeps SHA-256
+hashes only. Keys are one path segment in the API: send / as %2F.
+
+Routes: GET /healthz (the process), GET /readyz (the store answers), GET /v1/whoami,
+GET /v1/keys/KEY/log?n=20. SIGTERM or Ctrl-C: stop accepting, finish the requests under way.";
+
+/// `baton serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen (port 0: any free port; the address is printed on stderr)
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
+    pub listen: std::net::SocketAddr,
+    /// The tokens file (JSON; `baton tokens new` prints an entry for it)
+    #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
+    pub tokens: Option<std::path::PathBuf>,
+    /// Listen beyond loopback without a tokens file (when a proxy in front checks callers)
+    #[arg(long)]
+    pub insecure: bool,
+}
+
+/// `baton tokens`.
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Make a token: prints it on stdout, and on stderr the entry to add to the tokens file
+    New(TokensNewArgs),
+}
+
+/// `baton tokens new`.
+#[derive(Debug, Args)]
+pub struct TokensNewArgs {
+    /// Its name, shown in the server's log and the dashboard (letters, digits, -, _, .)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// SCOPE:PREFIX, repeatable: read, lock or admin on the keys that start with PREFIX
+    /// (empty: every key), as lock:deploy/ or read:
+    #[arg(long = "scope", value_name = "SCOPE:PREFIX", required = true)]
+    pub scopes: Vec<String>,
+    /// Print one JSON object: {"token", "entry"}
+    #[arg(long)]
+    pub json: bool,
 }
 
 const NOTIFY_HELP: &str = "\

@@ -106,6 +106,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
         Command::Kv(command) => cmd::kv::kv(&open(store_url).await?, command).await,
         Command::Notify(command) => cmd::notify::notify(&open(store_url).await?, command).await,
+        Command::Serve(args) => cmd::serve::serve(&open(store_url).await?, args).await,
+        Command::Tokens(command) => cmd::serve::tokens(command),
     }
 }
 

@@ -12,6 +12,7 @@ pub mod log;
 pub mod notify;
 pub mod once;
 pub mod run;
+pub mod serve;
 pub mod status;
 pub mod token;
 pub mod why;

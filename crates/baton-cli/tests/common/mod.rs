@@ -20,6 +20,8 @@
 //! fall back to the per-user default store).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod http;
+
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Write;

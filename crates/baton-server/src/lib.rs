@@ -1,0 +1,117 @@
+//! `baton serve`: a thin, stateless HTTP service in front of any baton store.
+//!
+//! The server holds no state a client depends on: every request runs the same coordinator the
+//! CLI runs (load, `core::apply`, CAS) against the store, so several servers can share one
+//! store and a client can retry on another. What it adds is who may do what ([`tokens`],
+//! [`auth`]), an HTTP API for every client operation ([`routes`]), and, later, push for waiters,
+//! a dashboard and metrics.
+//!
+//! - [`tokens`]: the tokens file, hashes and scopes.
+//! - [`auth`]: the `Authorization` header to a [`auth::Caller`], 401 and 403.
+//! - [`error`]: the JSON error every route answers with; [`extract`]: extractors that answer
+//!   with it too.
+//! - [`routes`]: the routes.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod routes;
+pub mod tokens;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use baton_store::Store;
+
+use crate::tokens::Tokens;
+
+/// The largest request body a route reads: a job's parameters (256 KiB) with room for the rest.
+pub const BODY_MAX_BYTES: usize = 512 * 1024;
+
+/// How `baton serve` was asked to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where to listen (port 0: any free port, reported by `on_listening`).
+    pub listen: SocketAddr,
+    /// The tokens file; without one every request may do everything, so the server listens on
+    /// loopback only unless `insecure`.
+    pub tokens: Option<PathBuf>,
+    /// Listen beyond loopback without tokens.
+    pub insecure: bool,
+}
+
+/// What every request handler shares.
+#[derive(Debug)]
+pub struct State {
+    /// The store behind the server.
+    pub store: Arc<dyn Store>,
+    /// The tokens it accepts; `None`: everyone may do everything.
+    pub tokens: Option<Tokens>,
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A setting is wrong: nothing was started.
+    #[error("{0}")]
+    Refused(String),
+    /// Listening or serving failed.
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Checks the options and reads the tokens file: the state to serve with.
+pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeError> {
+    let tokens = match &options.tokens {
+        Some(path) => Some(Tokens::read(path).map_err(ServeError::Refused)?),
+        None => None,
+    };
+    if tokens.is_none() && !options.listen.ip().is_loopback() && !options.insecure {
+        return Err(ServeError::Refused(format!(
+            "without --tokens FILE every caller may do everything, so baton serve listens on \
+             loopback only; {} is not: give --tokens FILE (`baton token new` makes one), or \
+             --insecure if a proxy in front checks callers",
+            options.listen
+        )));
+    }
+    Ok(State { store, tokens })
+}
+
+/// Serves until SIGTERM or Ctrl-C: then stops accepting and finishes the requests under way.
+/// Calls `on_listening` with the address once it listens.
+pub async fn serve(
+    options: &Options,
+    state: State,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", options.listen)))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| ServeError::Io(format!("cannot read the address listened on: {e}")))?;
+    on_listening(address);
+    let app = routes::router(Arc::new(state));
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(|e| ServeError::Io(format!("serving failed: {e}")))
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("stopping: no new connections; finishing the requests under way");
+}
