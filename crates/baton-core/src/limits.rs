@@ -70,6 +70,16 @@ pub fn check_key(key: &str) -> Result<(), InvalidInput> {
     Ok(())
 }
 
+/// Whether `name` is a plain name (a notification rule's, a server token's): 1..=64 letters,
+/// digits, `-`, `_` and `.`, safe in a log line, a URL and a shell word.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
 /// Checks a context: at most 1 KiB.
 pub fn check_context(context: &str) -> Result<(), InvalidInput> {
     if context.len() > CONTEXT_MAX_BYTES {

@@ -149,13 +149,7 @@ impl Rule {
 
     /// Checks a rule's input.
     pub fn check(&self) -> Result<(), InvalidInput> {
-        let name_ok = !self.name.is_empty()
-            && self.name.len() <= 64
-            && self
-                .name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !name_ok {
+        if !crate::limits::is_plain_name(&self.name) {
             return Err(InvalidInput(format!(
                 "the rule name {:?} must be 1..=64 characters of letters, digits, -, _ and .",
                 self.name

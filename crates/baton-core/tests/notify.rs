@@ -41,6 +41,17 @@ fn events(w: &World) -> Vec<(EventKind, String, Option<Outcome>)> {
         .collect()
 }
 
+/// A deliverer's report: `rule` has every event through `through`, and the next one failed.
+fn ack(w: &mut World, rule: &str, through: u64, failed: bool) {
+    w.run(Op::Notified(Delivered {
+        rule: rule.into(),
+        through,
+        failed,
+        ..Delivered::default()
+    }))
+    .unwrap();
+}
+
 fn kinds(w: &World) -> Vec<EventKind> {
     w.events.iter().map(|e| e.kind).collect()
 }
@@ -153,12 +164,7 @@ fn delivered_notes_are_forgotten_and_entries_carry_only_what_is_owed() {
         live_holds_all_after(&outbox(&w), 0),
         "no history to read for the grant"
     );
-    w.run(Op::Notified(Delivered {
-        rule: "g".into(),
-        through: 1,
-        ..Delivered::default()
-    }))
-    .unwrap();
+    ack(&mut w, "g", 1, false);
     let o = outbox(&w);
     assert!(o.live.is_empty() && o.cursors.is_empty(), "{o:?}");
     // The grant was delivered: t1's entry carries only its release.
@@ -364,19 +370,8 @@ fn acknowledgements_move_cursors_back_off_failures_and_give_up_after_a_day() {
     w.run(release(2, Outcome::Succeeded)).unwrap();
     assert!(outbox(&w).deliverable(wall(&w)));
     // Rule a got events 1 and 2, then event 3 failed. Rule b got everything.
-    w.run(Op::Notified(Delivered {
-        rule: "a".into(),
-        through: 2,
-        failed: true,
-        ..Delivered::default()
-    }))
-    .unwrap();
-    w.run(Op::Notified(Delivered {
-        rule: "b".into(),
-        through: 4,
-        ..Delivered::default()
-    }))
-    .unwrap();
+    ack(&mut w, "a", 2, true);
+    ack(&mut w, "b", 4, false);
     let o = outbox(&w);
     assert_eq!(o.cursors.len(), 1, "b has everything: its cursor goes");
     assert_eq!((o.cursors[0].through, o.cursors[0].tries), (2, 1));
@@ -385,13 +380,7 @@ fn acknowledgements_move_cursors_back_off_failures_and_give_up_after_a_day() {
     assert!(outbox(&w).deliverable(wall(&w)));
     // Failing for a day: what it has is skipped, counted.
     w.now_ms += 25 * 3600 * 1000;
-    w.run(Op::Notified(Delivered {
-        rule: "a".into(),
-        through: 2,
-        failed: true,
-        ..Delivered::default()
-    }))
-    .unwrap();
+    ack(&mut w, "a", 2, true);
     let o = outbox(&w);
     assert!(o.cursors.is_empty());
     assert_eq!(o.dropped, 2);

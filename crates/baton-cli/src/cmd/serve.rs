@@ -47,13 +47,7 @@ pub fn tokens(command: TokensCommand) -> Result<i32, Failure> {
 }
 
 fn new(args: TokensNewArgs) -> Result<i32, Failure> {
-    let name_ok = !args.name.is_empty()
-        && args.name.len() <= 64
-        && args
-            .name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !name_ok {
+    if !baton_core::limits::is_plain_name(&args.name) {
         return Err(Failure::usage(format!(
             "the token name {:?} must be 1..=64 letters, digits, -, _ or .",
             args.name
