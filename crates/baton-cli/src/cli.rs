@@ -137,7 +137,12 @@ admin (cancel, force-release, retry, kv delete, notification rules). The file ke
 hashes only. Keys are one path segment in the API: send / as %2F.
 
 Routes: GET /healthz (the process), GET /readyz (the store answers), GET /v1/whoami,
-GET /v1/keys/KEY/log?n=20. SIGTERM or Ctrl-C: stop accepting, finish the requests under way.";
+GET /v1/keys/KEY/log?n=20, POST /v1/keys/KEY/ops (an operation, as the client library makes
+it: {\"attempt\", \"op\": {\"op\": \"enqueue\", …}}; a refusal is 409 with the refusal), and the reads
+the client library makes: GET /v1/keys/KEY/document, /v1/keys/KEY/history?tail=N (or
+?after=SEQ&limit=N), /v1/keys/KEY/records/NAME, /v1/keys?prefix=P, /v1/clock. Errors are JSON:
+{\"error\": {\"code\", \"message\"}}. SIGTERM or Ctrl-C: stop accepting, finish the requests under
+way.";
 
 /// `baton serve`.
 #[derive(Debug, Args)]

@@ -221,3 +221,229 @@ fn sigterm_stops_the_server_cleanly() {
         );
     });
 }
+
+/// An enqueue of ticket `n` of `key`, as the client library makes it.
+fn enqueue(n: u32, context: &str) -> baton_core::Request {
+    let op = baton_core::Op::Enqueue(baton_core::Enqueue {
+        id: format!("t-{n:016x}"),
+        token: format!("{n:032x}"),
+        mode: baton_core::Mode::Normal,
+        limit: 1,
+        context: context.into(),
+        order: None,
+        supersede: false,
+        keep: false,
+        ttl_ms: 60_000,
+        waiter_ttl_ms: 60_000,
+        claim_ms: 3_000,
+        max_live: 1000,
+        once: None,
+    });
+    baton_core::Request::new(format!("a{n}"), op)
+}
+
+fn release(n: u32, token: &str) -> baton_core::Request {
+    let op = baton_core::Op::Release {
+        token: token.into(),
+        outcome: baton_core::Outcome::Succeeded,
+        reason: None,
+    };
+    baton_core::Request::new(format!("r{n}"), op)
+}
+
+fn post(
+    server: &Server,
+    path: &str,
+    token: Option<&str>,
+    body: &impl serde::Serialize,
+) -> common::http::Answer {
+    let body = serde_json::to_vec(body).expect("encode");
+    request(server.address, "POST", path, token, Some(&body))
+}
+
+#[test]
+fn operations_and_store_reads_through_the_server_act_as_direct_ones() {
+    with_fresh_sqlite(|ctx| {
+        let server = serve(ctx, &[]);
+        let key = ctx.key("deploy/prod");
+        let ops = format!("/v1/keys/{}/ops", segment(&key));
+        // An enqueue on a free key is granted, with a fence.
+        let granted = post(&server, &ops, None, &enqueue(1, "through http"));
+        assert_eq!(granted.status, 200, "{granted:?}");
+        let live = &granted.body["reply"]["Ticket"]["Live"];
+        assert_eq!(live["state"], "held", "{granted:?}");
+        let fence = live["fence"].as_u64().expect("a fence");
+        assert!(fence > 0);
+        assert!(
+            granted.body["behind_ms"].is_u64(),
+            "a deadline may be derived"
+        );
+        assert_eq!(granted.body["granted"][0][1], fence);
+        // The same attempt again (a lost answer, retried) is recognised: one ticket.
+        let again = post(&server, &ops, None, &enqueue(1, "through http"));
+        assert_eq!(again.body["reply"], granted.body["reply"], "{again:?}");
+        let holders = ctx.key_view(&key).holders();
+        assert_eq!(holders.len(), 1);
+        assert_eq!(holders[0].context, "through http");
+        // A second ticket queues behind it.
+        let queued = post(&server, &ops, None, &enqueue(2, "second"));
+        assert_eq!(queued.body["reply"]["Ticket"]["Live"]["state"], "queued");
+        // A wrong token is the core's refusal, as a 409 with the refusal itself.
+        let wrong = post(
+            &server,
+            &ops,
+            None,
+            &release(9, "0123456789abcdef0123456789abcdef"),
+        );
+        assert_error(&wrong, 409, "refused");
+        assert_eq!(
+            wrong.body["error"]["refusal"]["kind"], "unknown_token",
+            "{wrong:?}"
+        );
+        // Bad input is a 400 that changes nothing.
+        let bad = post(&server, &ops, None, &release(9, ""));
+        assert_error(&bad, 400, "refused");
+        // The holder releases; the next is granted, with a higher fence.
+        let released = post(&server, &ops, None, &release(1, &format!("{:032x}", 1)));
+        assert_eq!(released.status, 200, "{released:?}");
+        let next = &released.body["document"]["tickets"][0];
+        assert_eq!(next["state"], "held", "{released:?}");
+        assert!(next["fence"].as_u64().expect("fence") > fence);
+        let log = ctx.baton(["log", &key, "--json"]).run();
+        log.assert_code(0);
+        assert!(log.stdout.contains("through http") && log.stdout.contains("succeeded"));
+        // The store-level reads a client makes through the server.
+        let document = get(
+            server.address,
+            &format!("/v1/keys/{}/document", segment(&key)),
+            None,
+        );
+        let bytes = document.body["bytes"]
+            .as_str()
+            .expect("the document's bytes");
+        let doc = baton_core::decode(bytes.as_bytes()).expect("a document the core reads");
+        assert_eq!(doc.tickets.len(), 1);
+        assert!(document.body["version"].is_string());
+        assert!(
+            !bytes.contains(&format!("{:032x}", 2)),
+            "tokens are kept as hashes"
+        );
+        let tail = get(
+            server.address,
+            &format!("/v1/keys/{}/history?tail=5", segment(&key)),
+            None,
+        );
+        assert_eq!(
+            tail.body["records"].as_array().map(Vec::len),
+            Some(1),
+            "{tail:?}"
+        );
+        let after = format!("/v1/keys/{}/history?after=1&limit=5", segment(&key));
+        assert_eq!(
+            get(server.address, &after, None).body["records"],
+            Value::Array(vec![])
+        );
+        let listed = get(
+            server.address,
+            &format!("/v1/keys?prefix={}", ctx.prefix),
+            None,
+        );
+        assert_eq!(listed.body["keys"], serde_json::json!([key]));
+        let clock = get(server.address, "/v1/clock", None);
+        assert_eq!(clock.body["kind"], "time", "SQLite has a clock: {clock:?}");
+        let none = get(
+            server.address,
+            &format!("/v1/keys/{}/document", segment(&ctx.key("none"))),
+            None,
+        );
+        assert_eq!(none.body["bytes"], Value::Null);
+    });
+}
+
+#[test]
+fn each_operation_needs_its_scope() {
+    with_fresh_sqlite(|ctx| {
+        let prefix = ctx.key("");
+        let (reader, reader_entry) = new_token(ctx, "reader", &[&format!("read:{prefix}")]);
+        let (ci, ci_entry) = new_token(ctx, "ci", &[&format!("lock:{prefix}")]);
+        let (ops, ops_entry) = new_token(ctx, "ops", &[&format!("admin:{prefix}")]);
+        let file = serde_json::json!({ "tokens": [reader_entry, ci_entry, ops_entry] });
+        std::fs::write(ctx.path("tokens.json"), file.to_string()).expect("write");
+        let tokens = ctx.path("tokens.json");
+        let server = serve(ctx, &["--tokens", tokens.to_str().expect("path")]);
+        let key = ctx.key("k");
+        let path = format!("/v1/keys/{}/ops", segment(&key));
+        assert_error(
+            &post(&server, &path, Some(&reader), &enqueue(1, "r")),
+            403,
+            "forbidden",
+        );
+        assert_eq!(
+            post(&server, &path, Some(&ci), &enqueue(1, "ci")).status,
+            200
+        );
+        let cancel = baton_core::Request::new(
+            "c1".to_owned(),
+            baton_core::Op::Cancel {
+                id: format!("t-{:016x}", 1),
+                by: "ops".into(),
+            },
+        );
+        assert_error(&post(&server, &path, Some(&ci), &cancel), 403, "forbidden");
+        let forced = post(&server, &path, Some(&ops), &cancel);
+        assert_eq!(forced.status, 200, "{forced:?}");
+        // Another prefix is out of every token's reach.
+        let elsewhere = format!("/v1/keys/{}/ops", segment("elsewhere/k"));
+        assert_error(
+            &post(&server, &elsewhere, Some(&ops), &enqueue(3, "x")),
+            403,
+            "forbidden",
+        );
+        // A reader lists only what it may read, and reads documents.
+        let document = format!("/v1/keys/{}/document", segment(&key));
+        assert_eq!(get(server.address, &document, Some(&reader)).status, 200);
+        // The notification rules' document (its name starts with the control character 1).
+        let notify = "/v1/keys/%01notify/document";
+        assert_error(
+            &get(server.address, notify, Some(&reader)),
+            403,
+            "forbidden",
+        );
+        // Admin on a prefix is not enough: the rules (webhook URLs are secrets) are the
+        // whole store's.
+        assert_error(&get(server.address, notify, Some(&ops)), 403, "forbidden");
+    });
+}
+
+#[test]
+fn malformed_operations_get_a_json_error_and_change_nothing() {
+    with_fresh_sqlite(|ctx| {
+        let server = serve(ctx, &[]);
+        let key = ctx.key("k");
+        let path = format!("/v1/keys/{}/ops", segment(&key));
+        let send = |body: &[u8]| request(server.address, "POST", &path, None, Some(body));
+        assert_error(&send(b"{"), 400, "bad_request");
+        assert_error(&send(b"[]"), 400, "bad_request");
+        assert_error(
+            &send(br#"{"attempt":"a","op":{"op":"launch"}}"#),
+            400,
+            "bad_request",
+        );
+        assert_error(
+            &send(br#"{"attempt":"a","op":{"op":"tick"},"extra":1}"#),
+            400,
+            "bad_request",
+        );
+        assert_error(
+            &send(br#"{"attempt":7,"op":{"op":"tick"}}"#),
+            400,
+            "bad_request",
+        );
+        let mut oversize = br#"{"attempt":"a","op":{"op":"tick"},"pad":""#.to_vec();
+        oversize.extend(std::iter::repeat_n(b'x', 600 * 1024));
+        oversize.extend(b"\"}");
+        assert_error(&send(&oversize), 413, "too_large");
+        assert!(ctx.key_status(&key).is_none(), "nothing was written");
+        assert_eq!(get(server.address, "/healthz", None).status, 200);
+    });
+}

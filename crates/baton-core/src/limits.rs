@@ -44,7 +44,7 @@ pub const FINISHED_REMEMBERED: usize = 8;
 pub const HOLD_SAMPLES: usize = 16;
 
 /// Input that breaks a limit or a format rule.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[error("{0}")]
 pub struct InvalidInput(pub String);
 

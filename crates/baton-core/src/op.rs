@@ -12,6 +12,7 @@ use crate::once::OnceSpec;
 /// The attempt id is made before the first try and reused by every retry of the same
 /// operation, so a retry after an ambiguous failure is recognised instead of repeated.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Request {
     /// Unique per logical operation.
     pub attempt: String,
@@ -40,7 +41,7 @@ impl Request {
 
 /// What to do to a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Op {
     /// Join the queue.
     Enqueue(Enqueue),
@@ -125,6 +126,7 @@ pub enum Op {
 
 /// Arguments of [`Op::Enqueue`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Enqueue {
     /// The new ticket's public id, made by the client.
     pub id: String,
@@ -159,6 +161,7 @@ pub struct Enqueue {
 
 /// Arguments of [`Op::Submit`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Submit {
     /// The job's id: made by the client, or given by the submitter (`--id`). A submit naming a
     /// job that is live, or remembered as finished, changes nothing.
@@ -272,8 +275,10 @@ pub enum Reply {
     Nothing,
 }
 
-/// Why an operation was refused. A refused operation changes nothing.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why an operation was refused. A refused operation changes nothing. Serialised (for
+/// `baton serve`'s answers) as `{"kind": "unknown_token"}`, with the fields in `detail`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum Refusal {
     /// Input breaks a limit or a format rule.
     #[error(transparent)]

@@ -15,6 +15,9 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong and what to do, for people.
     pub message: String,
+    /// For a refused operation: the core's refusal (`{"kind", "detail"}`), so that a client
+    /// acts on it as on a direct one.
+    pub refusal: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -24,6 +27,7 @@ impl ApiError {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
             message: message.into(),
+            refusal: None,
         }
     }
 
@@ -33,6 +37,7 @@ impl ApiError {
             status: StatusCode::FORBIDDEN,
             code: "forbidden",
             message: message.into(),
+            refusal: None,
         }
     }
 
@@ -42,6 +47,7 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "bad_request",
             message: message.into(),
+            refusal: None,
         }
     }
 
@@ -51,13 +57,18 @@ impl ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "store_unavailable",
             message: message.into(),
+            refusal: None,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "code": self.code, "message": self.message } });
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if let Some(refusal) = self.refusal {
+            error["refusal"] = refusal;
+        }
+        let body = json!({ "error": error });
         (self.status, Json(body)).into_response()
     }
 }

@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use baton_client::Coordinator;
 use baton_store::Store;
 
 use crate::tokens::Tokens;
@@ -46,6 +47,8 @@ pub struct Options {
 pub struct State {
     /// The store behind the server.
     pub store: Arc<dyn Store>,
+    /// Runs operations on it.
+    pub coord: Arc<Coordinator>,
     /// The tokens it accepts; `None`: everyone may do everything.
     pub tokens: Option<Tokens>,
 }
@@ -62,7 +65,7 @@ pub enum ServeError {
 }
 
 /// Checks the options and reads the tokens file: the state to serve with.
-pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeError> {
+pub fn prepare(options: &Options, coord: Arc<Coordinator>) -> Result<State, ServeError> {
     let tokens = match &options.tokens {
         Some(path) => Some(Tokens::read(path).map_err(ServeError::Refused)?),
         None => None,
@@ -75,7 +78,11 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
             options.listen
         )));
     }
-    Ok(State { store, tokens })
+    Ok(State {
+        store: coord.store().clone(),
+        coord,
+        tokens,
+    })
 }
 
 /// Serves until SIGTERM or Ctrl-C: then stops accepting and finishes the requests under way.

@@ -15,9 +15,8 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         tokens: args.tokens,
         insecure: args.insecure,
     };
-    let store = opened.coord.store().clone();
-    let described = store.describe();
-    let state = baton_server::prepare(&options, store).map_err(failure)?;
+    let described = opened.coord.store().describe();
+    let state = baton_server::prepare(&options, opened.coord.clone()).map_err(failure)?;
     let who = match &state.tokens {
         Some(tokens) => format!("{} tokens", tokens.len()),
         None => "no tokens file: every caller may do everything".to_owned(),

@@ -1,21 +1,25 @@
 //! The routes. Keys are one path segment each: a key's `/` is sent as `%2F`
 //! (`/v1/keys/deploy%2Fprod/log`), as every HTTP client's path-segment encoding does.
+//!
+//! - this module: the router, health and readiness, the JSON 404 and 405;
+//! - [`keys`]: reads of a key (its log, and the store-level reads the client library's HTTP
+//!   transport makes: document, history, records, the list of keys, the store's clock);
+//! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them.
+
+mod keys;
+mod ops;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State as Shared;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use baton_core::{names, Finished};
-use serde::Deserialize;
+use baton_core::names;
 use serde_json::{json, Value};
-use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::extract::{ApiPath, ApiQuery};
-use crate::tokens::Scope;
 use crate::{State, BODY_MAX_BYTES};
 
 /// How long `/readyz` waits for the store.
@@ -27,11 +31,16 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/whoami", get(whoami))
-        .route("/v1/keys/{key}/log", get(log))
+        .route("/v1/keys/{key}/log", get(keys::log))
+        .route("/v1/keys/{key}/document", get(keys::document))
+        .route("/v1/keys/{key}/history", get(keys::history))
+        .route("/v1/keys/{key}/records/{name}", get(keys::record))
+        .route("/v1/keys", get(keys::list))
+        .route("/v1/clock", get(keys::clock))
+        .route("/v1/keys/{key}/ops", post(ops::execute))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_MAX_BYTES))
-        .layer(RequestBodyLimitLayer::new(BODY_MAX_BYTES))
         .with_state(state)
 }
 
@@ -43,6 +52,7 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
             "no route {}; the API is under /v1 (see `baton serve --help`)",
             uri.path()
         ),
+        refusal: None,
     }
 }
 
@@ -51,6 +61,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
         status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
         code: "method_not_allowed",
         message: format!("{} does not take {method}", uri.path()),
+        refusal: None,
     }
 }
 
@@ -78,55 +89,7 @@ async fn whoami(caller: Caller) -> Json<Value> {
     Json(json!({ "name": caller.0.name, "scopes": scopes }))
 }
 
+/// Refuses a malformed key (400).
 fn checked_key(key: &str) -> Result<(), ApiError> {
     baton_core::limits::check_key(key).map_err(|e| ApiError::bad_request(format!("bad key: {e}")))
-}
-
-/// `?n=`: how many entries.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct LogQuery {
-    #[serde(default = "twenty")]
-    n: usize,
-}
-
-fn twenty() -> usize {
-    20
-}
-
-/// The most entries one request returns.
-const LOG_MAX: usize = 1000;
-
-/// The newest `n` entries of a key's history, newest first: as `baton log --json`.
-async fn log(
-    Shared(state): Shared<Arc<State>>,
-    caller: Caller,
-    ApiPath(key): ApiPath<String>,
-    ApiQuery(query): ApiQuery<LogQuery>,
-) -> Result<Json<Value>, ApiError> {
-    checked_key(&key)?;
-    caller.require(Scope::Read, &key)?;
-    if query.n == 0 || query.n > LOG_MAX {
-        return Err(ApiError::bad_request(format!("n must be 1..={LOG_MAX}")));
-    }
-    let records = state.store.history_tail(&key, query.n).await?;
-    let entries: Vec<Value> = records
-        .iter()
-        .map(|record| match Finished::decode(&record.bytes) {
-            Ok(finished) => entry_json(record.seq, &finished),
-            Err(error) => json!({ "seq": record.seq, "error": error }),
-        })
-        .collect();
-    Ok(Json(json!({ "key": key, "entries": entries })))
-}
-
-/// A history entry as the API shows it: the record, without the notification notes it carries
-/// for deliverers.
-fn entry_json(seq: u64, finished: &Finished) -> Value {
-    let mut value = serde_json::to_value(finished).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut value {
-        map.remove("events");
-        map.insert("seq".into(), json!(seq));
-    }
-    value
 }
