@@ -50,10 +50,21 @@ state directory, which gives no exclusion across machines or CI runners) or `mem
 #[command(name = "baton", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// Where keys live: `sqlite:PATH`, `postgres://USER@HOST/DB`, `redis://HOST:PORT`,
-    /// `etcd://HOST:PORT/PREFIX`, `s3://BUCKET/PREFIX` or `dynamodb://TABLE`. Default:
-    /// $XDG_STATE_HOME/baton/baton.db
+    /// `etcd://HOST:PORT/PREFIX`, `s3://BUCKET/PREFIX`, `dynamodb://TABLE`, or
+    /// `http://HOST:PORT[,HOST:PORT]` through `baton serve` (reads only, in this build).
+    /// Default: $XDG_STATE_HOME/baton/baton.db
     #[arg(long, global = true, env = "BATON_STORE", value_name = "URL")]
     pub store: Option<String>,
+
+    /// The token for a store reached through `baton serve` (`--store http://HOST:PORT`)
+    #[arg(
+        long,
+        global = true,
+        env = "BATON_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
 
     /// Log what baton does (to stderr); repeat for more detail
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -33,6 +33,11 @@ fn main() {
         }
     };
     setup_tracing(cli.verbose);
+    // `--token` reaches the transport (and the commands `baton run` starts) as BATON_TOKEN; set
+    // before any thread starts.
+    if let Some(token) = &cli.token {
+        std::env::set_var("BATON_TOKEN", token);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -188,9 +193,17 @@ async fn open(url: Option<String>) -> Result<Opened, OpenError> {
             format!("sqlite:{}", path.display())
         }
     };
-    let store = baton_store::url::open(&url)
-        .await
-        .map_err(OpenError::Store)?;
+    let store = if baton_client::remote::is_remote(&url) {
+        let token = std::env::var("BATON_TOKEN").ok().filter(|t| !t.is_empty());
+        let remote = baton_client::remote::RemoteStore::open(&url, token)
+            .await
+            .map_err(OpenError::Store)?;
+        Arc::new(remote) as Arc<dyn baton_store::Store>
+    } else {
+        baton_store::url::open(&url)
+            .await
+            .map_err(OpenError::Store)?
+    };
     Ok(Opened {
         coord: Arc::new(baton_client::Coordinator::new(store)),
         url,

@@ -447,3 +447,69 @@ fn malformed_operations_get_a_json_error_and_change_nothing() {
         assert_eq!(get(server.address, "/healthz", None).status, 200);
     });
 }
+
+#[test]
+fn status_and_log_read_through_the_server_with_a_token() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("deploy/prod");
+        ctx.baton(["run", &key, "--context", "direct run", "--", "true"])
+            .run()
+            .assert_code(0);
+        let holder = ctx
+            .baton(["run", &key, "--context", "holding", "--", "sleep", "30"])
+            .name("holder")
+            .spawn();
+        ctx.wait_holding(&key, "holding");
+        let (reader, entry) = new_token(ctx, "reader", &[&format!("read:{}", ctx.prefix)]);
+        let file = serde_json::json!({ "tokens": [entry] }).to_string();
+        std::fs::write(ctx.path("tokens.json"), file).expect("write");
+        let tokens = ctx.path("tokens.json");
+        let server = serve(ctx, &["--tokens", tokens.to_str().expect("path")]);
+        let url = format!("http://{}", server.address);
+        let through = |args: &[&str]| {
+            ctx.baton(args)
+                .env("BATON_STORE", &url)
+                .env("BATON_TOKEN", &reader)
+                .run()
+        };
+        // status and log through the server say what they say directly.
+        let status = through(&["status", &key, "--json"]);
+        status.assert_code(0);
+        assert!(status.stdout.contains("holding"), "{}", status.describe());
+        let log = through(&["log", &key]);
+        log.assert_code(0);
+        assert!(log.stdout.contains("direct run"), "{}", log.describe());
+        // A second server address that refuses connections is passed over.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let dead_address = dead.local_addr().expect("address");
+        drop(dead);
+        let both = format!("http://{dead_address},{}", server.address);
+        let via_second = ctx
+            .baton(["status", &key, "--json"])
+            .env("BATON_STORE", &both)
+            .env("BATON_TOKEN", &reader)
+            .run();
+        via_second.assert_code(0);
+        // Without a token: refused, saying what to do.
+        let anonymous = ctx.baton(["status", &key]).env("BATON_STORE", &url).run();
+        anonymous.assert_refused(&[1, 2, 3]);
+        assert!(
+            anonymous.stderr.contains("BATON_TOKEN"),
+            "{}",
+            anonymous.describe()
+        );
+        // A write through a server is refused, clearly, until the transport sends operations.
+        let write = ctx
+            .baton(["run", &key, "--", "true"])
+            .env("BATON_STORE", &url)
+            .env("BATON_TOKEN", &reader)
+            .run();
+        write.assert_code(1);
+        assert!(
+            write.stderr.contains("does not write through it yet"),
+            "{}",
+            write.describe()
+        );
+        drop(holder);
+    });
+}

@@ -138,6 +138,14 @@ impl Coordinator {
             key: key.to_string(),
             refusal: e.into(),
         })?;
+        if self.store.capabilities().operations_only {
+            // A server runs operations itself; sending them there is the next step of the
+            // HTTP transport ([`crate::remote`]). Refused before anything is read.
+            return Err(ClientError::Store(StoreError::Incompatible {
+                store: self.store.describe(),
+                reason: crate::remote::WRITES_NOT_SENT.into(),
+            }));
+        }
         self.settings.prefetch(&self.store, mono_ms());
         let mut current = self.cached(key);
         let mut fresh = false;

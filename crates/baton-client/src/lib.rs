@@ -12,6 +12,8 @@
 //! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
 //! - [`notify`]: notification rules, their cache, and delivery of keys' outboxes.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
+//! - [`remote`]: `--store http://…`, a store read through `baton serve` (writes through a
+//!   server are not sent yet: they are refused with an error that says so).
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
@@ -31,6 +33,7 @@ pub mod kv;
 pub mod notify;
 pub mod once;
 pub mod poll;
+pub mod remote;
 pub mod time;
 mod waiter;
 

@@ -206,21 +206,25 @@ fn slack_text(key: &str, event: &Event, ci_url: Option<&str>) -> String {
     text
 }
 
+/// An HTTP client whose requests time out after `timeout` (deliveries; the transport to
+/// `baton serve`).
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    // rustls needs a crypto provider; ring is already in the tree.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+}
+
 /// The HTTP client every delivery of the process shares.
 fn http() -> Result<&'static reqwest::Client, String> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
     CLIENT
-        .get_or_init(|| {
-            // rustls needs a crypto provider; ring is already in the tree.
-            if rustls::crypto::CryptoProvider::get_default().is_none() {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
-            reqwest::Client::builder()
-                .timeout(POST_TIMEOUT)
-                .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .map_err(|e| format!("cannot make an HTTP client: {e}"))
-        })
+        .get_or_init(|| http_client(POST_TIMEOUT))
         .as_ref()
         .map_err(Clone::clone)
 }
@@ -242,7 +246,7 @@ pub async fn post(url: &str, delivery_id: &str, body: &serde_json::Value) -> Res
     }
 }
 
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {

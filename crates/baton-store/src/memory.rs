@@ -143,6 +143,7 @@ impl Store for MemoryStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            operations_only: false,
         }
     }
 

@@ -107,6 +107,10 @@ pub struct Capabilities {
     pub clock_uncertain_ms: u64,
     /// [`Store::cas_due`] keeps a due index and [`Store::due_keys`] reads it.
     pub due_index: bool,
+    /// Writes are not bytes but operations: the store is a `baton serve` that runs them with
+    /// its own coordinator (a caller may not write documents it computed). A coordinator over
+    /// it sends its requests instead of computing and writing documents.
+    pub operations_only: bool,
 }
 
 /// A key in the due index: when it next needs a worker ([`Store::cas_due`]).

@@ -201,3 +201,14 @@ pub(super) async fn clock(
         StoreClock::None => json!({ "kind": "none" }),
     }))
 }
+
+/// Which store the server serves, and what a client needs to know of it: `{"store", "clock",
+/// "clock_uncertain_ms"}`. Any known token may ask (the description holds no secret).
+pub(super) async fn store(Shared(state): Shared<Arc<State>>, _caller: Caller) -> Json<Value> {
+    let capabilities = state.store.capabilities();
+    Json(json!({
+        "store": state.store.describe(),
+        "clock": capabilities.clock,
+        "clock_uncertain_ms": capabilities.clock_uncertain_ms,
+    }))
+}

@@ -37,6 +37,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/v1/keys/{key}/records/{name}", get(keys::record))
         .route("/v1/keys", get(keys::list))
         .route("/v1/clock", get(keys::clock))
+        .route("/v1/store", get(keys::store))
         .route("/v1/keys/{key}/ops", post(ops::execute))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

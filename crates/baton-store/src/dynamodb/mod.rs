@@ -509,6 +509,7 @@ impl Store for DynamoStore {
             clock: false,
             clock_uncertain_ms: 0,
             due_index: false,
+            operations_only: false,
         }
     }
 

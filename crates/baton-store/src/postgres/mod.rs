@@ -360,6 +360,7 @@ impl Store for PostgresStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            operations_only: false,
         }
     }
 

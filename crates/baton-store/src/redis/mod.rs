@@ -406,6 +406,7 @@ impl Store for RedisStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            operations_only: false,
         }
     }
 

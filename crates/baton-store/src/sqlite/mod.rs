@@ -180,6 +180,7 @@ impl Store for SqliteStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            operations_only: false,
         }
     }
 
