@@ -8,8 +8,9 @@
 # Environment:
 #   CARGO_TARGET_DIR     honoured (cargo reads it).
 #   BATON_TEST_STORES    comma-separated store URLs the CLI tests run against (`fresh-sqlite`:
-#                        a new SQLite file per test, the default when unset). The server
-#                        functions below append their URLs to it.
+#                        a new SQLite file per test, the default when unset; `serve+URL`:
+#                        through a `baton serve` in front of URL). The server functions below
+#                        append their URLs to it.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,6 +20,12 @@ baton_root=$(pwd)
 source scripts/lib/servers.sh
 install_missing
 start_test_servers
+# The CLI tests run through `baton serve` too: each test starts a server of its own in front of
+# a fresh SQLite file, and of PostgreSQL when it runs.
+add_test_store "serve+fresh-sqlite"
+if [ -n "${BATON_TEST_POSTGRES_URL:-}" ]; then
+    add_test_store "serve+$BATON_TEST_POSTGRES_URL"
+fi
 if [ -n "${BATON_TEST_STORES:-}" ]; then
     echo "CLI tests run against: $BATON_TEST_STORES"
 fi

@@ -51,7 +51,7 @@ state directory, which gives no exclusion across machines or CI runners) or `mem
 pub struct Cli {
     /// Where keys live: `sqlite:PATH`, `postgres://USER@HOST/DB`, `redis://HOST:PORT`,
     /// `etcd://HOST:PORT/PREFIX`, `s3://BUCKET/PREFIX`, `dynamodb://TABLE`, or
-    /// `http://HOST:PORT[,HOST:PORT]` through `baton serve` (reads only, in this build).
+    /// `http://HOST:PORT[,HOST:PORT]` through `baton serve` (tried in turn).
     /// Default: $XDG_STATE_HOME/baton/baton.db
     #[arg(long, global = true, env = "BATON_STORE", value_name = "URL")]
     pub store: Option<String>,

@@ -193,19 +193,20 @@ async fn open(url: Option<String>) -> Result<Opened, OpenError> {
             format!("sqlite:{}", path.display())
         }
     };
-    let store = if baton_client::remote::is_remote(&url) {
+    let coord = if baton_client::remote::is_remote(&url) {
         let token = std::env::var("BATON_TOKEN").ok().filter(|t| !t.is_empty());
         let remote = baton_client::remote::RemoteStore::open(&url, token)
             .await
             .map_err(OpenError::Store)?;
-        Arc::new(remote) as Arc<dyn baton_store::Store>
+        baton_client::Coordinator::through_server(Arc::new(remote))
     } else {
-        baton_store::url::open(&url)
+        let store = baton_store::url::open(&url)
             .await
-            .map_err(OpenError::Store)?
+            .map_err(OpenError::Store)?;
+        baton_client::Coordinator::new(store)
     };
     Ok(Opened {
-        coord: Arc::new(baton_client::Coordinator::new(store)),
+        coord: Arc::new(coord),
         url,
     })
 }

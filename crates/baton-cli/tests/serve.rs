@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::http::{get, request};
-use common::{wait_for, with_fresh_sqlite, Ctx, Proc, PROMPT};
+use common::{with_fresh_sqlite, Ctx, Proc, PROMPT};
 use serde_json::Value;
 
 /// A started `baton serve` and the address it listens on.
@@ -19,18 +19,7 @@ struct Server {
 
 /// Starts `baton serve --listen 127.0.0.1:0` with `extra` arguments; waits for its address.
 fn serve(ctx: &Ctx, extra: &[&str]) -> Server {
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let mut proc = ctx.baton(&args).name("serve").spawn();
-    let address = wait_for("the server's address", PROMPT, || {
-        if proc.has_exited() {
-            panic!("baton serve exited:\n{}", proc.stderr());
-        }
-        let stderr = proc.stderr();
-        let line = stderr.lines().find(|l| l.contains(" on http://"))?;
-        let rest = line.split(" on http://").nth(1)?;
-        rest.split_whitespace().next()?.parse().ok()
-    });
+    let (proc, address) = ctx.serve(extra);
     Server { proc, address }
 }
 
@@ -275,7 +264,7 @@ fn operations_and_store_reads_through_the_server_act_as_direct_ones() {
         let fence = live["fence"].as_u64().expect("a fence");
         assert!(fence > 0);
         assert!(
-            granted.body["behind_ms"].is_u64(),
+            granted.body["started_before_ms"].is_u64(),
             "a deadline may be derived"
         );
         assert_eq!(granted.body["granted"][0][1], fence);
@@ -412,6 +401,48 @@ fn each_operation_needs_its_scope() {
         // Admin on a prefix is not enough: the rules (webhook URLs are secrets) are the
         // whole store's.
         assert_error(&get(server.address, notify, Some(&ops)), 403, "forbidden");
+        let rules = serde_json::json!({ "expected": null, "bytes": "{\"rules\":[]}" });
+        assert_error(
+            &post(&server, "/v1/settings/notify", Some(&ops), &rules),
+            403,
+            "forbidden",
+        );
+        // Shared values: lock sets, admin deletes.
+        let value = format!("/v1/values/{}", segment(&ctx.key("v")));
+        let set = |id: &str| {
+            serde_json::json!({ "id": id, "value": "1", "json": false, "condition": "any",
+                "ttl_ms": null, "fence": null, "context": "t" })
+        };
+        assert_error(
+            &post(&server, &value, Some(&reader), &set("w1")),
+            403,
+            "forbidden",
+        );
+        let written = post(&server, &value, Some(&ci), &set("w1"));
+        assert_eq!(written.body["version"], 1, "{written:?}");
+        // The same write again (its answer lost) is recognised, not written twice.
+        let again = post(&server, &value, Some(&ci), &set("w1"));
+        assert_eq!(again.body["version"], 1, "{again:?}");
+        let mut del = set("w2");
+        del["value"] = Value::Null;
+        assert_error(&post(&server, &value, Some(&ci), &del), 403, "forbidden");
+        assert_eq!(post(&server, &value, Some(&ops), &del).status, 200);
+        // Records: a job's, with lock; never a backlog segment, which the server writes.
+        let record = |name: &str| format!("/v1/keys/{}/records/{}", segment(&key), segment(name));
+        let bytes = serde_json::json!({ "bytes": "{}" });
+        let put = |name: &str, token: &str| {
+            let body = bytes.to_string();
+            request(
+                server.address,
+                "PUT",
+                &record(name),
+                Some(token),
+                Some(body.as_bytes()),
+            )
+        };
+        assert_error(&put("job/j-1", &reader), 403, "forbidden");
+        assert_eq!(put("job/j-1", &ci).status, 200);
+        assert_error(&put("backlog/1/1", &ops), 400, "bad_request");
     });
 }
 
@@ -498,18 +529,19 @@ fn status_and_log_read_through_the_server_with_a_token() {
             "{}",
             anonymous.describe()
         );
-        // A write through a server is refused, clearly, until the transport sends operations.
+        // A write with a read token is refused (403), saying what to do.
         let write = ctx
-            .baton(["run", &key, "--", "true"])
+            .baton(["run", &key, "--timeout", "0", "--", "true"])
             .env("BATON_STORE", &url)
             .env("BATON_TOKEN", &reader)
             .run();
-        write.assert_code(1);
+        write.assert_refused(&[1, 2, 3]);
         assert!(
-            write.stderr.contains("does not write through it yet"),
+            write.stderr.contains("scope") && write.stderr.contains("BATON_TOKEN"),
             "{}",
             write.describe()
         );
+        assert_eq!(ctx.key_view(&key).queue().len(), 0, "nothing was queued");
         drop(holder);
     });
 }

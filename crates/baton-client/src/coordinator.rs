@@ -18,6 +18,7 @@ use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned}
 
 use crate::error::ClientError;
 use crate::notify::{spawn_delivery, SettingsCache};
+use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
 
 /// How many conflicting writes in a row before giving up.
@@ -76,6 +77,9 @@ pub struct Coordinator {
     /// Whether a write that leaves events due starts their delivery (not in the coordinator
     /// of a delivery itself).
     delivers: bool,
+    /// The servers that run this coordinator's operations, when its store is reached through
+    /// `baton serve` ([`Coordinator::through_server`]).
+    server: Option<Arc<RemoteStore>>,
 }
 
 impl Coordinator {
@@ -94,7 +98,23 @@ impl Coordinator {
             local,
             settings: Arc::default(),
             delivers: true,
+            server: None,
         }
+    }
+
+    /// A coordinator whose operations `server` runs: it reads through the server as from any
+    /// store, and sends each operation there instead of writing documents
+    /// ([`Coordinator::execute`]).
+    pub fn through_server(server: Arc<RemoteStore>) -> Coordinator {
+        Coordinator {
+            server: Some(server.clone()),
+            ..Coordinator::new(server)
+        }
+    }
+
+    /// The servers that run this coordinator's writes, if its store is reached through them.
+    pub fn server(&self) -> Option<&RemoteStore> {
+        self.server.as_deref()
     }
 
     /// Now on the local clock that safety deadlines are kept on ([`LocalClock`]): the
@@ -138,12 +158,15 @@ impl Coordinator {
             key: key.to_string(),
             refusal: e.into(),
         })?;
+        if let Some(server) = &self.server {
+            return self.execute_through(server, key, request).await;
+        }
         if self.store.capabilities().operations_only {
-            // A server runs operations itself; sending them there is the next step of the
-            // HTTP transport ([`crate::remote`]). Refused before anything is read.
+            // Bytes cannot be written through a server: only a coordinator made by
+            // `through_server` can send operations there. Refused before anything is read.
             return Err(ClientError::Store(StoreError::Incompatible {
                 store: self.store.describe(),
-                reason: crate::remote::WRITES_NOT_SENT.into(),
+                reason: "operations through baton serve need Coordinator::through_server".into(),
             }));
         }
         self.settings.prefetch(&self.store, mono_ms());
@@ -288,6 +311,85 @@ impl Coordinator {
                 Err(e) => {
                     self.forget(key);
                     return Err(e.into());
+                }
+            }
+        }
+    }
+
+    /// [`Coordinator::execute`] through a server, which runs the request with its own
+    /// coordinator. The same rules hold on this side of the wire:
+    ///
+    /// - the phases a write set are counted from before the request was sent, less how long
+    ///   before the server received it they may have started ([`crate::remote::Ran::started_before_ms`]);
+    /// - a request whose answer was lost may have run: it is sent again with
+    ///   [`Request::finishes_seen`] from before the first attempt (this key's finish count,
+    ///   read first when this coordinator has never seen the key), and its answer is then
+    ///   dated by the first attempt's send, with no grants of its own.
+    async fn execute_through(
+        &self,
+        server: &RemoteStore,
+        key: &str,
+        request: &mut Request,
+    ) -> Result<Executed, ClientError> {
+        let retried_from_earlier_call = request.finishes_seen.is_some();
+        let mut maybe_landed: Option<Basis> = None;
+        let mut lost = 0u32;
+        loop {
+            let finishes = match self.cached(key) {
+                _ if request.finishes_seen.is_some() => None,
+                Some(Cached { doc, .. }) => Some(doc.map_or(0, |doc| doc.finishes)),
+                None => Some(self.load(key).await?.doc.map_or(0, |doc| doc.finishes)),
+            };
+            let sent = Basis {
+                basis_local_ms: self.local_ms(),
+                behind_ms: 0,
+            };
+            match server.run(key, request).await {
+                Ok(ran) => {
+                    self.remember(key, None, Some(ran.doc.clone()));
+                    let (basis, granted) = match ran.started_before_ms {
+                        Some(behind_ms) => (Some(Basis { behind_ms, ..sent }), ran.granted),
+                        None if retried_from_earlier_call => (None, Vec::new()),
+                        None => (maybe_landed, ran.granted),
+                    };
+                    return Ok(Executed {
+                        reply: ran.reply,
+                        doc: ran.doc,
+                        granted,
+                        basis,
+                    });
+                }
+                Err(RunError::Ambiguous {
+                    error,
+                    finishes_seen,
+                }) => {
+                    // The server's own count was taken after this call's first attempt may
+                    // have landed: this side's, from before it, comes first.
+                    if request.finishes_seen.is_none() {
+                        request.finishes_seen = finishes.or(finishes_seen);
+                    }
+                    maybe_landed = Some(earlier(maybe_landed, sent));
+                    self.forget(key);
+                    lost += 1;
+                    if lost >= MAX_LOST_ANSWERS {
+                        return Err(error.into());
+                    }
+                }
+                Err(RunError::Refused(refusal)) => {
+                    return Err(ClientError::Refused {
+                        key: key.to_string(),
+                        refusal,
+                    })
+                }
+                Err(RunError::ValueRefused(refused)) => {
+                    return Err(ClientError::ValueRefused {
+                        name: key.to_string(),
+                        refusal: refused,
+                    })
+                }
+                Err(RunError::Failed(error)) => {
+                    self.forget(key);
+                    return Err(error.into());
                 }
             }
         }

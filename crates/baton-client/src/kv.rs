@@ -13,6 +13,7 @@ use baton_core::names;
 use baton_store::{CasOutcome, StoreError, Versioned};
 
 use crate::ids::new_attempt_id;
+use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::wall_ms;
 use crate::{ClientError, Coordinator};
 
@@ -149,20 +150,31 @@ pub async fn list(coord: &Coordinator, prefix: &str) -> Result<Vec<Value>, Clien
 /// ambiguous answer.
 async fn write(coord: &Coordinator, name: &str, write: Write) -> Result<u64, ClientError> {
     kv::check_write(name, &write).map_err(|e| refused(name, e.into()))?;
+    if let Some(server) = coord.server() {
+        return write_through(server, name, &write).await;
+    }
+    write_directly(coord, name, &write).await
+}
+
+/// Writes `write` to `name` in the store by CAS. A write id found among the value's last
+/// writes is this write's own (ids are made fresh for each), landed earlier unseen: its
+/// version is the answer, whether or not this call saw an attempt's answer lost (a server
+/// runs a client's retry as a first attempt of its own).
+pub async fn write_directly(
+    coord: &Coordinator,
+    name: &str,
+    write: &Write,
+) -> Result<u64, ClientError> {
+    kv::check_write(name, write).map_err(|e| refused(name, e.into()))?;
     let store = coord.store();
     let key = names::value_key(name);
     let mut read = store.load(&key).await?;
-    let mut uncertain = false;
     for conflicts in 0..MAX_CONFLICTS {
         let doc = decoded(name, read.as_ref())?;
-        if let Some(version) = doc
-            .as_ref()
-            .and_then(|doc| doc.written_by(&write.id))
-            .filter(|_| uncertain)
-        {
+        if let Some(version) = doc.as_ref().and_then(|doc| doc.written_by(&write.id)) {
             return Ok(version);
         }
-        let next = kv::write(doc.as_ref(), &write, wall_ms()).map_err(|refusal| {
+        let next = kv::write(doc.as_ref(), write, wall_ms()).map_err(|refusal| {
             ClientError::ValueRefused {
                 name: name.to_owned(),
                 refusal,
@@ -184,10 +196,7 @@ async fn write(coord: &Coordinator, name: &str, write: Write) -> Result<u64, Cli
                     };
                 }
             }
-            Err(StoreError::Ambiguous { .. }) => {
-                uncertain = true;
-                read = store.load(&key).await?;
-            }
+            Err(StoreError::Ambiguous { .. }) => read = store.load(&key).await?,
             Err(error) => return Err(error.into()),
         }
     }
@@ -195,6 +204,35 @@ async fn write(coord: &Coordinator, name: &str, write: Write) -> Result<u64, Cli
         key: name.to_owned(),
         attempts: MAX_CONFLICTS,
     })
+}
+
+/// Sends `write` to a server, again when its answer is lost: the server recognises the id of
+/// an attempt that ran.
+async fn write_through(
+    server: &RemoteStore,
+    name: &str,
+    write: &Write,
+) -> Result<u64, ClientError> {
+    let mut lost = 0;
+    loop {
+        match server.write_value(name, write).await {
+            Ok(version) => return Ok(version),
+            Err(RunError::Ambiguous { error, .. }) => {
+                lost += 1;
+                if lost >= MAX_LOST_ANSWERS {
+                    return Err(error.into());
+                }
+            }
+            Err(RunError::ValueRefused(refusal)) => {
+                return Err(ClientError::ValueRefused {
+                    name: name.to_owned(),
+                    refusal,
+                })
+            }
+            Err(RunError::Refused(refusal)) => return Err(refused(name, refusal)),
+            Err(RunError::Failed(error)) => return Err(error.into()),
+        }
+    }
 }
 
 fn check(name: &str) -> Result<(), ClientError> {

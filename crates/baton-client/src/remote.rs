@@ -4,29 +4,37 @@
 //! Reads go to the server's store-level routes (document, history, records, list, clock) and
 //! come back as the store wrote them, so everything the library does with a document read
 //! directly it does with one read through a server. Writes cannot be handed to a server as
-//! bytes (a `lock` token could then write any document): they go as operations, which the
-//! server runs with its own coordinator; until the coordinator sends them so, a write through
-//! a server is refused with an error that says so.
+//! bytes (a `lock` token could then write any document): they go as operations
+//! ([`RemoteStore::run`], which [`crate::Coordinator`] sends), as shared-value writes
+//! ([`RemoteStore::write_value`]), and as the records beside a key that jobs keep; the server
+//! runs them with its own coordinator. The notification rules, which only an `admin` of every
+//! key may touch, are written by CAS as with any store.
 //!
-//! Several servers (`http://a:7878,b:7878`) are tried in turn: a server that cannot be reached
-//! or answers 503 passes the request to the next. The token (`BATON_TOKEN`) goes in every
-//! request's `Authorization` header and nowhere else.
+//! Several servers (`http://a:7878,b:7878`) are tried in turn: a server that cannot be reached,
+//! or that answers 503 for a request it did not run, passes the request to the next. A request
+//! that was sent and whose answer was lost is *ambiguous*: it may have run. Operations and
+//! value writes carry ids that let the next attempt recognise an earlier one that ran, as
+//! direct writes do. The token (`BATON_TOKEN`) goes in every request's `Authorization` header
+//! and nowhere else.
 
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use baton_core::{kv, names, Doc, Refusal, Request};
 use baton_store::{
     Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
     WatchHandle,
 };
-use serde_json::Value;
-
-/// Why a write through a server is refused, for now.
-pub(crate) const WRITES_NOT_SENT: &str = "this build reads through baton serve but does not \
-     write through it yet; run this command with the server's store URL";
+use reqwest::Method;
+use serde_json::{json, Value};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many answers in a row to one write sent through a server may be lost before the loss
+/// is reported (each is retried at once: a server that cannot be reached at all is reported
+/// as unavailable without a retry, since nothing was sent).
+pub(crate) const MAX_LOST_ANSWERS: u32 = 5;
 
 /// A store reached through one or more `baton serve` processes.
 pub struct RemoteStore {
@@ -50,6 +58,50 @@ impl std::fmt::Debug for RemoteStore {
 /// Whether `url` names a store through `baton serve`.
 pub fn is_remote(url: &str) -> bool {
     baton_store::url::has_scheme(url, &["http", "https"])
+}
+
+/// What a server answered to an operation ([`RemoteStore::run`]).
+#[derive(Clone, Debug)]
+pub struct Ran {
+    /// What the operation did.
+    pub reply: baton_core::Reply,
+    /// The key's document after it.
+    pub doc: Doc,
+    /// Grants it made: (ticket id, fence).
+    pub granted: Vec<(String, u64)>,
+    /// How long before the server received the request the phases the write set may have
+    /// started counting (`None`: no deadline may be derived from the answer). A client counts
+    /// them from the moment it sent the request, less this.
+    pub started_before_ms: Option<u64>,
+}
+
+/// Why an operation or a value write through a server did not answer.
+#[derive(Debug)]
+pub enum RunError {
+    /// The core refused the operation; nothing changed.
+    Refused(Refusal),
+    /// The shared value's write was refused; nothing changed.
+    ValueRefused(kv::Refused),
+    /// It may have run: the answer was lost, or the server's own write was. The server says
+    /// what it had seen of the key's finishes before its attempt, when it knows.
+    Ambiguous {
+        /// What happened.
+        error: StoreError,
+        /// [`Request::finishes_seen`] for the retry, from the server's attempt.
+        finishes_seen: Option<u64>,
+    },
+    /// Anything else; nothing changed.
+    Failed(StoreError),
+}
+
+/// How a request ended, before its body is judged.
+enum Sent {
+    /// A server answered with a status other than 503.
+    Answered(reqwest::StatusCode, Value),
+    /// No server ran it: each could not be reached or said it did not (503).
+    NotRun(StoreError),
+    /// A server may have run it and its answer was lost (`Value`: a 503 body that says so).
+    Lost(StoreError, Value),
 }
 
 impl RemoteStore {
@@ -85,26 +137,109 @@ impl RemoteStore {
         Ok(store)
     }
 
+    /// Runs `request` on `key` on the first server that takes it.
+    pub async fn run(&self, key: &str, request: &Request) -> Result<Ran, RunError> {
+        let body = serde_json::to_value(request).map_err(|e| RunError::Failed(self.bug(&e)))?;
+        let path = format!("/v1/keys/{}/ops", segment(key));
+        let answer = self.judged(Method::POST, &path, Some(&body)).await?;
+        let decoded = (|| {
+            Some(Ran {
+                reply: serde_json::from_value(answer.get("reply")?.clone()).ok()?,
+                doc: serde_json::from_value(answer.get("document")?.clone()).ok()?,
+                granted: serde_json::from_value(answer.get("granted")?.clone()).ok()?,
+                started_before_ms: answer.get("started_before_ms")?.as_u64(),
+            })
+        })();
+        decoded.ok_or_else(|| {
+            RunError::Failed(self.backend(format!("the server's answer is not one: {answer}")))
+        })
+    }
+
+    /// Writes shared value `name` (`write.value: None` deletes it): the version written.
+    pub async fn write_value(&self, name: &str, write: &kv::Write) -> Result<u64, RunError> {
+        let body = serde_json::to_value(write).map_err(|e| RunError::Failed(self.bug(&e)))?;
+        let path = format!("/v1/values/{}", segment(name));
+        let answer = self.judged(Method::POST, &path, Some(&body)).await?;
+        answer["version"].as_u64().ok_or_else(|| {
+            RunError::Failed(self.backend(format!("the server's answer is not one: {answer}")))
+        })
+    }
+
+    /// Sends a request that changes something, and sorts its answer: the body of a success,
+    /// or why not.
+    async fn judged(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, RunError> {
+        match self.send(method, path, body).await {
+            Sent::Answered(status, body) if status.is_success() => Ok(body),
+            Sent::Answered(status, body) => {
+                let refusal = &body["error"]["refusal"];
+                if let Ok(refusal) = serde_json::from_value::<Refusal>(refusal.clone()) {
+                    return Err(RunError::Refused(refusal));
+                }
+                if let Ok(refused) = serde_json::from_value::<kv::Refused>(refusal.clone()) {
+                    return Err(RunError::ValueRefused(refused));
+                }
+                Err(RunError::Failed(self.error_of(status, &body)))
+            }
+            Sent::NotRun(error) => Err(RunError::Failed(error)),
+            Sent::Lost(error, body) => Err(RunError::Ambiguous {
+                error,
+                finishes_seen: body["error"]["finishes_seen"].as_u64(),
+            }),
+        }
+    }
+
     /// GET `path` from the first server that answers; the body.
     async fn get(&self, path: &str) -> Result<Value, StoreError> {
-        let mut last = None;
+        match self.send(Method::GET, path, None).await {
+            Sent::Answered(status, body) if status.is_success() => Ok(body),
+            Sent::Answered(status, body) => Err(self.error_of(status, &body)),
+            Sent::NotRun(error) | Sent::Lost(error, _) => Err(error),
+        }
+    }
+
+    /// Sends to each server in turn until one answers for itself.
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Sent {
+        let mut not_run = None;
         for server in &self.servers {
-            let mut request = self.http.get(format!("{server}{path}"));
+            let mut request = self.http.request(method.clone(), format!("{server}{path}"));
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
-            match request.send().await {
-                Ok(response) if response.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                    last = Some(self.answer_error(response).await);
-                }
-                Ok(response) if response.status().is_success() => {
-                    return response.json().await.map_err(|e| self.unavailable(&e));
-                }
-                Ok(response) => return Err(self.answer_error(response).await),
-                Err(error) => last = Some(self.unavailable(&error)),
+            if let Some(body) = body {
+                request = request.json(body);
             }
+            let response = match request.send().await {
+                Ok(response) => response,
+                // Never connected: nothing was sent, the next server may take it.
+                Err(error) if error.is_connect() => {
+                    not_run = Some(self.unavailable(&error));
+                    continue;
+                }
+                Err(error) => return Sent::Lost(self.ambiguous(&error), Value::Null),
+            };
+            let status = response.status();
+            let body: Value = match response.json().await {
+                Ok(body) => body,
+                Err(error) if status.is_success() => {
+                    return Sent::Lost(self.ambiguous(&error), Value::Null)
+                }
+                Err(_) => Value::Null,
+            };
+            if status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
+                return Sent::Answered(status, body);
+            }
+            let error = self.error_of(status, &body);
+            if body["error"]["code"] == "ambiguous" {
+                return Sent::Lost(error, body);
+            }
+            not_run = Some(error);
         }
-        Err(last.unwrap_or_else(|| StoreError::Unavailable {
+        Sent::NotRun(not_run.unwrap_or_else(|| StoreError::Unavailable {
             store: self.described.clone(),
             reason: "no server to ask".into(),
         }))
@@ -117,10 +252,29 @@ impl RemoteStore {
         }
     }
 
+    fn ambiguous(&self, error: &reqwest::Error) -> StoreError {
+        StoreError::Ambiguous {
+            store: self.described.clone(),
+            reason: format!(
+                "the request was sent and its answer lost ({}): it may have run",
+                crate::notify::error_chain(error)
+            ),
+        }
+    }
+
+    fn backend(&self, message: String) -> StoreError {
+        StoreError::Backend {
+            store: self.described.clone(),
+            source: message.into(),
+        }
+    }
+
+    fn bug(&self, error: &serde_json::Error) -> StoreError {
+        self.backend(format!("could not encode the request: {error}"))
+    }
+
     /// A server's error answer (`{"error": {"code", "message"}}`) as a store error.
-    async fn answer_error(&self, response: reqwest::Response) -> StoreError {
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
+    fn error_of(&self, status: reqwest::StatusCode, body: &Value) -> StoreError {
         let message = body["error"]["message"]
             .as_str()
             .unwrap_or("no message")
@@ -131,6 +285,10 @@ impl RemoteStore {
                 store,
                 action: if status == 401 { "a token" } else { "a scope" }.into(),
                 resource: "this key (set BATON_TOKEN to a token with the scope)".into(),
+                reason: message,
+            },
+            503 if body["error"]["code"] == "ambiguous" => StoreError::Ambiguous {
+                store,
                 reason: message,
             },
             503 => StoreError::Unavailable {
@@ -144,12 +302,14 @@ impl RemoteStore {
         }
     }
 
-    /// The refusal of a write: what the coordinator answers before computing one, and what
-    /// `cas` answers to anyone who tries.
-    pub fn refuse_write(&self) -> StoreError {
+    /// The refusal of a write the server takes only as an operation.
+    fn refuse_write(&self, what: &str) -> StoreError {
         StoreError::Incompatible {
             store: self.described.clone(),
-            reason: WRITES_NOT_SENT.into(),
+            reason: format!(
+                "{what} is written through baton serve as an operation, not as bytes (a bug of \
+                 the caller: use the client library's operations)"
+            ),
         }
     }
 }
@@ -189,6 +349,17 @@ fn segment(name: &str) -> String {
     out
 }
 
+/// `{"version", "bytes"}` as a document read (`None`: no document).
+fn versioned(body: &Value) -> Option<Versioned> {
+    match (body["version"].as_str(), body["bytes"].as_str()) {
+        (Some(version), Some(bytes)) => Some(Versioned {
+            version: Version(version.to_owned()),
+            bytes: bytes.as_bytes().to_vec(),
+        }),
+        _ => None,
+    }
+}
+
 fn records_of(body: &Value) -> Vec<HistoryRecord> {
     body["records"]
         .as_array()
@@ -220,24 +391,43 @@ impl Store for RemoteStore {
         let body = self
             .get(&format!("/v1/keys/{}/document", segment(key)))
             .await?;
-        match (body["version"].as_str(), body["bytes"].as_str()) {
-            (Some(version), Some(bytes)) => Ok(Some(Versioned {
-                version: Version(version.to_owned()),
-                bytes: bytes.as_bytes().to_vec(),
-            })),
-            _ => Ok(None),
-        }
+        Ok(versioned(&body))
     }
 
     async fn cas_due(
         &self,
-        _key: &str,
-        _expected: Option<&Version>,
-        _bytes: &[u8],
-        _history: &[Vec<u8>],
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
         _due_ms: Option<u64>,
     ) -> Result<CasOutcome, StoreError> {
-        Err(self.refuse_write())
+        // Only the notification rules are written as bytes: their writer needs `admin` on
+        // every key, who could change anything anyway.
+        if key != names::NOTIFY_SETTINGS || !history.is_empty() {
+            return Err(self.refuse_write(&format!("{key:?}")));
+        }
+        let body = json!({
+            "expected": expected.map(|v| v.0.clone()),
+            "bytes": String::from_utf8_lossy(bytes),
+        });
+        let answer = match self
+            .judged(Method::POST, "/v1/settings/notify", Some(&body))
+            .await
+        {
+            Ok(answer) => answer,
+            Err(RunError::Ambiguous { error, .. } | RunError::Failed(error)) => return Err(error),
+            Err(other) => return Err(self.backend(format!("{other:?}"))),
+        };
+        match (answer["outcome"].as_str(), answer["version"].as_str()) {
+            (Some("written"), Some(version)) => Ok(CasOutcome::Written {
+                version: Version(version.to_owned()),
+            }),
+            (Some("conflict"), _) => Ok(CasOutcome::Conflict {
+                current: versioned(&answer["current"]),
+            }),
+            _ => Err(self.backend(format!("the server's answer is not one: {answer}"))),
+        }
     }
 
     async fn history(
@@ -303,8 +493,15 @@ impl Store for RemoteStore {
         }
     }
 
-    async fn put_record(&self, _key: &str, _name: &str, _bytes: &[u8]) -> Result<(), StoreError> {
-        Err(self.refuse_write())
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = format!("/v1/keys/{}/records/{}", segment(key), segment(name));
+        let body = json!({ "bytes": String::from_utf8_lossy(bytes) });
+        // The same bytes again are harmless: a lost answer is retried as any other.
+        match self.judged(Method::PUT, &path, Some(&body)).await {
+            Ok(_) => Ok(()),
+            Err(RunError::Ambiguous { error, .. } | RunError::Failed(error)) => Err(error),
+            Err(other) => Err(self.backend(format!("{other:?}"))),
+        }
     }
 
     async fn get_record(&self, key: &str, name: &str) -> Result<Option<Vec<u8>>, StoreError> {

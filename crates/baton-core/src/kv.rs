@@ -113,8 +113,10 @@ impl ValueDoc {
     }
 }
 
-/// When a write may happen.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// When a write may happen. Serialised (for `baton serve`) as `"any"`, `"absent"` or
+/// `{"version": 3}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Condition {
     /// Always.
     #[default]
@@ -126,7 +128,8 @@ pub enum Condition {
 }
 
 /// A set (`value: Some`) or a delete (`value: None`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Write {
     /// Made by the client before its first attempt; the same for every retry.
     pub id: String,
@@ -144,8 +147,10 @@ pub struct Write {
     pub context: String,
 }
 
-/// Why a write was refused. Nothing was written.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+/// Why a write was refused. Nothing was written. Serialised (for `baton serve`'s answers) as
+/// `{"kind": "lost", "detail": {...}}`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum Refused {
     /// `--if-version` or `--if-absent` did not hold.
     #[error("{}", lost_message(*.condition, *.current))]

@@ -15,19 +15,26 @@ pub struct ApiError {
     pub code: &'static str,
     /// What went wrong and what to do, for people.
     pub message: String,
-    /// For a refused operation: the core's refusal (`{"kind", "detail"}`), so that a client
-    /// acts on it as on a direct one.
-    pub refusal: Option<serde_json::Value>,
+    /// More fields of the error object, for clients: a refused operation's `refusal` (the
+    /// core's, `{"kind", "detail"}`, so that a client acts on it as on a direct one), an
+    /// ambiguous write's `finishes_seen`.
+    pub more: Vec<(&'static str, serde_json::Value)>,
 }
 
 impl ApiError {
+    /// This error with field `name` added to its error object.
+    pub fn with(mut self, name: &'static str, value: serde_json::Value) -> ApiError {
+        self.more.push((name, value));
+        self
+    }
+
     /// No token, or one the server does not know (401).
     pub fn unauthorized(message: impl Into<String>) -> ApiError {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
             message: message.into(),
-            refusal: None,
+            more: Vec::new(),
         }
     }
 
@@ -37,7 +44,7 @@ impl ApiError {
             status: StatusCode::FORBIDDEN,
             code: "forbidden",
             message: message.into(),
-            refusal: None,
+            more: Vec::new(),
         }
     }
 
@@ -47,7 +54,7 @@ impl ApiError {
             status: StatusCode::BAD_REQUEST,
             code: "bad_request",
             message: message.into(),
-            refusal: None,
+            more: Vec::new(),
         }
     }
 
@@ -57,7 +64,7 @@ impl ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "store_unavailable",
             message: message.into(),
-            refusal: None,
+            more: Vec::new(),
         }
     }
 }
@@ -65,8 +72,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut error = json!({ "code": self.code, "message": self.message });
-        if let Some(refusal) = self.refusal {
-            error["refusal"] = refusal;
+        for (name, value) in self.more {
+            error[name] = value;
         }
         let body = json!({ "error": error });
         (self.status, Json(body)).into_response()

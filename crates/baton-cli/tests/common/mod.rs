@@ -4,9 +4,11 @@
 //!
 //! - [`for_each_store`]: runs a test once per store under test. `BATON_TEST_STORES` (comma-separated
 //!   URLs) names shared servers; the entry `fresh-sqlite`, and the default when the variable is
-//!   unset, gives each test its own `sqlite:<tempdir>/baton.db`. Every run gets a fresh random key
-//!   prefix, so runs never collide on a shared server. A `dynamodb://` store is prepared with
-//!   `baton init` once per test process, before its first use.
+//!   unset, gives each test its own `sqlite:<tempdir>/baton.db`. An entry `serve+URL` (or
+//!   `serve+fresh-sqlite`) runs the test through a `baton serve` of its own in front of that
+//!   store: every command then goes through `--store http://127.0.0.1:PORT`. Every run gets a
+//!   fresh random key prefix, so runs never collide on a shared server. A `dynamodb://` store is
+//!   prepared with `baton init` once per test process, before its first use.
 //! - [`Ctx`]: one test's store, key prefix and scratch directory, and the processes it started.
 //!   Dropping it (also while unwinding from a failed assertion) kills every process that carries
 //!   its scratch directory in its environment, so no test leaves processes behind.
@@ -72,6 +74,9 @@ pub fn with_store(url: &str, test: impl Fn(&Ctx)) {
 /// The `BATON_TEST_STORES` entry for "a fresh SQLite file in the test's own directory".
 pub const FRESH_SQLITE: &str = "fresh-sqlite";
 
+/// The prefix of a `BATON_TEST_STORES` entry for "through a server of the test's own".
+pub const SERVE: &str = "serve+";
+
 /// `None` stands for "a fresh SQLite file in the test's own directory".
 fn stores_under_test() -> Vec<Option<String>> {
     match std::env::var("BATON_TEST_STORES") {
@@ -106,6 +111,8 @@ pub fn random_hex() -> String {
 pub struct Ctx {
     /// The store URL every process of this test uses.
     pub store: String,
+    /// With a `serve+` entry: the store behind the test's own server, and the server.
+    pub behind_server: Option<(String, Proc)>,
     /// `t<random>/`: every key of this test starts with it.
     pub prefix: String,
     dir: Option<tempfile::TempDir>,
@@ -120,15 +127,50 @@ impl Ctx {
             .prefix("baton-cli-test-")
             .tempdir()
             .expect("create a scratch directory");
+        let (through_server, store) = match store.as_deref().and_then(|s| s.strip_prefix(SERVE)) {
+            Some(FRESH_SQLITE) => (true, None),
+            Some(behind) => (true, Some(behind.to_owned())),
+            None => (false, store),
+        };
         let store = store.unwrap_or_else(|| format!("sqlite:{}/baton.db", dir.path().display()));
         init_once(&store);
-        Ctx {
+        let mut ctx = Ctx {
             store,
+            behind_server: None,
             prefix: format!("t{}/", random_hex()),
             dir: Some(dir),
             extra_groups: Mutex::new(Vec::new()),
             n_invocations: AtomicUsize::new(0),
+        };
+        if through_server {
+            let (proc, address) = ctx.serve(&[]);
+            let behind = std::mem::replace(&mut ctx.store, format!("http://{address}"));
+            ctx.behind_server = Some((behind, proc));
         }
+        ctx
+    }
+
+    /// Starts `baton serve --listen 127.0.0.1:0` on this test's store with `extra` arguments;
+    /// waits for the address it listens on.
+    pub fn serve(&self, extra: &[&str]) -> (Proc, std::net::SocketAddr) {
+        let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        let mut proc = self.baton(&args).name("serve").spawn();
+        let address = wait_for("the server's address", PROMPT, || {
+            if proc.has_exited() {
+                panic!("baton serve exited:\n{}", proc.stderr());
+            }
+            let stderr = proc.stderr();
+            let line = stderr.lines().find(|l| l.contains(" on http://"))?;
+            let rest = line.split(" on http://").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        });
+        (proc, address)
+    }
+
+    /// Whether this test runs through a `baton serve` of its own (a `serve+` entry).
+    pub fn through_server(&self) -> bool {
+        self.behind_server.is_some()
     }
 
     /// The scratch directory (children see it as `$TEST_DIR`).

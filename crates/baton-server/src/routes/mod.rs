@@ -4,10 +4,12 @@
 //! - this module: the router, health and readiness, the JSON 404 and 405;
 //! - [`keys`]: reads of a key (its log, and the store-level reads the client library's HTTP
 //!   transport makes: document, history, records, the list of keys, the store's clock);
-//! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them.
+//! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them;
+//! - [`writes`]: shared values, a job's records, the notification rules.
 
 mod keys;
 mod ops;
+mod writes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,11 +36,16 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/v1/keys/{key}/log", get(keys::log))
         .route("/v1/keys/{key}/document", get(keys::document))
         .route("/v1/keys/{key}/history", get(keys::history))
-        .route("/v1/keys/{key}/records/{name}", get(keys::record))
+        .route(
+            "/v1/keys/{key}/records/{name}",
+            get(keys::record).put(writes::put_record),
+        )
         .route("/v1/keys", get(keys::list))
         .route("/v1/clock", get(keys::clock))
         .route("/v1/store", get(keys::store))
         .route("/v1/keys/{key}/ops", post(ops::execute))
+        .route("/v1/values/{name}", post(writes::write_value))
+        .route("/v1/settings/notify", post(writes::write_settings))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_MAX_BYTES))
@@ -53,7 +60,7 @@ async fn not_found(uri: axum::http::Uri) -> ApiError {
             "no route {}; the API is under /v1 (see `baton serve --help`)",
             uri.path()
         ),
-        refusal: None,
+        more: Vec::new(),
     }
 }
 
@@ -62,7 +69,7 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
         status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
         code: "method_not_allowed",
         message: format!("{} does not take {method}", uri.path()),
-        refusal: None,
+        more: Vec::new(),
     }
 }
 

@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use baton_client::ClientError;
 use baton_core::{Op, Refusal, Request};
+use baton_store::StoreError;
 use serde_json::{json, Value};
 
 use super::checked_key;
@@ -40,10 +41,17 @@ pub fn scope_of(op: &Op) -> Scope {
     }
 }
 
-/// Runs an operation: `{"reply", "document", "granted": [[id, fence]], "behind_ms"}`, where
-/// `behind_ms` (null when no deadline may be derived from the answer) is how far the store's
-/// time may have been ahead of the reading the write was computed with: a client counts the
-/// phases the write set from before it sent the request, less this.
+/// Runs an operation: `{"reply", "document", "granted": [[id, fence]],
+/// "started_before_ms"}`.
+///
+/// `started_before_ms` says when the phases the write set (a lease, a claim) began counting:
+/// at most this long before the server received the request. A client counts them from
+/// before it sent the request, less this, which is never later than the truth: the server
+/// received the request after it was sent. It is null when no deadline may be derived from
+/// the answer (it describes what an earlier write did, at a time the server cannot know).
+///
+/// A write whose own answer the server lost (the store's) is 503 `ambiguous`, with the
+/// key's finish count the server's attempt had seen (`finishes_seen`), for the retry.
 pub(super) async fn execute(
     Shared(state): Shared<Arc<State>>,
     caller: Caller,
@@ -52,22 +60,34 @@ pub(super) async fn execute(
 ) -> Result<Json<Value>, ApiError> {
     checked_key(&key)?;
     caller.require(scope_of(&request.op), &key)?;
-    let executed = state
-        .coord
-        .execute(&key, &mut request)
-        .await
-        .map_err(refused)?;
+    let received_ms = state.coord.local_ms();
+    let executed = match state.coord.execute(&key, &mut request).await {
+        Ok(executed) => executed,
+        Err(ClientError::Store(error @ StoreError::Ambiguous { .. })) => {
+            return Err(ApiError {
+                code: "ambiguous",
+                message: error.to_string(),
+                ..ApiError::unavailable("")
+            }
+            .with("finishes_seen", json!(request.finishes_seen)))
+        }
+        Err(error) => return Err(refused(error)),
+    };
+    let started_before_ms = executed.basis.map(|basis| {
+        let started_ms = basis.basis_local_ms.saturating_sub(basis.behind_ms);
+        received_ms.saturating_sub(started_ms)
+    });
     Ok(Json(json!({
         "reply": executed.reply,
         "document": executed.doc,
         "granted": executed.granted,
-        "behind_ms": executed.basis.map(|basis| basis.behind_ms),
+        "started_before_ms": started_before_ms,
     })))
 }
 
 /// A client error as an answer: a refusal is 400 (bad input) or 409 (the key's state), with
 /// the refusal itself so that a client can act on it as on a direct one.
-fn refused(error: ClientError) -> ApiError {
+pub(super) fn refused(error: ClientError) -> ApiError {
     match error {
         ClientError::Refused { refusal, .. } => {
             let status = match refusal {
@@ -78,7 +98,7 @@ fn refused(error: ClientError) -> ApiError {
                 status,
                 code: "refused",
                 message: refusal.to_string(),
-                refusal: Some(json!(refusal)),
+                more: vec![("refusal", json!(refusal))],
             }
         }
         ClientError::Store(error) => ApiError::from(error),
@@ -86,7 +106,7 @@ fn refused(error: ClientError) -> ApiError {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             code: "too_large",
             message: error.to_string(),
-            refusal: None,
+            more: Vec::new(),
         },
         ClientError::Contention { .. } => ApiError {
             code: "contention",
@@ -96,7 +116,7 @@ fn refused(error: ClientError) -> ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "error",
             message: other.to_string(),
-            refusal: None,
+            more: Vec::new(),
         },
     }
 }
