@@ -151,9 +151,10 @@ Routes: GET /healthz (the process), GET /readyz (the store answers), GET /v1/who
 GET /v1/keys/KEY/log?n=20, POST /v1/keys/KEY/ops (an operation, as the client library makes
 it: {\"attempt\", \"op\": {\"op\": \"enqueue\", …}}; a refusal is 409 with the refusal), and the reads
 the client library makes: GET /v1/keys/KEY/document, /v1/keys/KEY/history?tail=N (or
-?after=SEQ&limit=N), /v1/keys/KEY/records/NAME, /v1/keys?prefix=P, /v1/clock. Errors are JSON:
-{\"error\": {\"code\", \"message\"}}. SIGTERM or Ctrl-C: stop accepting, finish the requests under
-way.";
+?after=SEQ&limit=N), /v1/keys/KEY/records/NAME, /v1/keys?prefix=P, /v1/clock. GET
+/v1/keys/KEY/watch is a key's feed (server-sent events: its document at each change). Errors are
+JSON: {\"error\": {\"code\", \"message\"}}. SIGTERM or Ctrl-C: stop accepting, end every feed
+(clients follow another server), finish the requests under way.";
 
 /// `baton serve`.
 #[derive(Debug, Args)]
@@ -167,6 +168,11 @@ pub struct ServeArgs {
     /// Listen beyond loopback without a tokens file (when a proxy in front checks callers)
     #[arg(long)]
     pub insecure: bool,
+    /// How often the server reads a key that clients wait on, on a store that cannot push
+    /// (S3, DynamoDB): once per key, however many wait (stores that push are read every
+    /// second besides)
+    #[arg(long, value_parser = parse_duration, default_value = "250ms", value_name = "DUR")]
+    pub poll: Duration,
 }
 
 /// `baton tokens`.

@@ -545,3 +545,83 @@ fn status_and_log_read_through_the_server_with_a_token() {
         drop(holder);
     });
 }
+
+/// A holder through `holder_url` and a waiter through `waiter_url`: the waiter refreshes only
+/// every 200 s (`--waiter-ttl 10m`) and would read by timer hourly (`--poll 1h..1h`; through a
+/// server, never), so only a push can hand it its turn within the test's bound.
+fn holder_and_pushed_waiter(
+    ctx: &Ctx,
+    key: &str,
+    holder_url: &str,
+    waiter_url: &str,
+) -> (String, Proc) {
+    let held = ctx
+        .baton(["acquire", key, "--ttl", "15m", "--context", "holder"])
+        .env("BATON_STORE", holder_url)
+        .run();
+    held.assert_code(0);
+    let waiter = ctx
+        .baton([
+            "acquire",
+            key,
+            "--waiter-ttl",
+            "10m",
+            "--poll",
+            "1h..1h",
+            "--context",
+            "waiter",
+            "--json",
+        ])
+        .env("BATON_STORE", waiter_url)
+        .name("waiter")
+        .spawn();
+    ctx.wait_queued(key, "waiter");
+    (held.stdout.trim().to_owned(), waiter)
+}
+
+#[test]
+fn a_release_through_one_server_is_pushed_to_a_waiter_on_another() {
+    with_fresh_sqlite(|ctx| {
+        let a = serve(ctx, &["--poll", "1h"]);
+        let b = serve(ctx, &["--poll", "1h"]);
+        let (url_a, url_b) = (
+            format!("http://{}", a.address),
+            format!("http://{}", b.address),
+        );
+        for (name, holder_url) in [("same", &url_a), ("other", &url_b)] {
+            let key = ctx.key(name);
+            let (token, mut waiter) = holder_and_pushed_waiter(ctx, &key, holder_url, &url_a);
+            ctx.baton(["release", &key, &token])
+                .env("BATON_STORE", holder_url)
+                .run()
+                .assert_code(0);
+            let done = waiter.wait(PROMPT);
+            done.assert_code(0);
+            let turn: Value = serde_json::from_str(done.stdout.trim()).expect("acquire --json");
+            let fence = turn["fence"].as_u64().expect("a fence");
+            assert_eq!(ctx.key_view(&key).fence(), Some(fence), "{name}");
+        }
+    });
+}
+
+#[test]
+fn sigterm_hands_waits_to_the_next_server() {
+    with_fresh_sqlite(|ctx| {
+        let mut a = serve(ctx, &[]);
+        let b = serve(ctx, &[]);
+        let both = format!("http://{},{}", a.address, b.address);
+        let key = ctx.key("handed");
+        let (token, mut waiter) = holder_and_pushed_waiter(ctx, &key, &both, &both);
+        // The first server stops with a waiter following its feed: it ends the feed, and
+        // stops (a feed left open would keep it from finishing).
+        common::send_signal(a.proc.pid(), libc::SIGTERM);
+        a.proc.wait(PROMPT).assert_code(0);
+        ctx.baton(["release", &key, &token])
+            .env("BATON_STORE", &both)
+            .run()
+            .assert_code(0);
+        waiter.wait(PROMPT).assert_code(0);
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["waiter"]);
+        drop(b);
+    });
+}

@@ -31,6 +31,8 @@ pub struct Executed {
     pub reply: Reply,
     /// The key's document after it.
     pub doc: Doc,
+    /// The version this operation wrote (`None`: it wrote nothing, or a server wrote it).
+    pub version: Option<Version>,
     /// Grants made by it, in order: (ticket id, fence). When the answer needed no write (a
     /// retry recognised), the grants of this call's attempts that may have landed unseen.
     pub granted: Vec<(String, u64)>,
@@ -227,6 +229,7 @@ impl Coordinator {
                 return Ok(Executed {
                     reply: applied.reply,
                     doc: applied.doc,
+                    version: None,
                     granted: maybe_granted,
                     basis: maybe_landed,
                 });
@@ -251,7 +254,7 @@ impl Coordinator {
                 .await
             {
                 Ok(CasOutcome::Written { version }) => {
-                    self.remember(key, Some(version), Some(applied.doc.clone()));
+                    self.remember(key, Some(version.clone()), Some(applied.doc.clone()));
                     let due = applied
                         .doc
                         .outbox
@@ -263,6 +266,7 @@ impl Coordinator {
                     return Ok(Executed {
                         reply: applied.reply,
                         doc: applied.doc,
+                        version: Some(version),
                         granted: applied.granted,
                         basis: Some(basis),
                     });
@@ -355,6 +359,7 @@ impl Coordinator {
                     return Ok(Executed {
                         reply: ran.reply,
                         doc: ran.doc,
+                        version: None,
                         granted,
                         basis,
                     });

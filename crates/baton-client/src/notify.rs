@@ -209,15 +209,19 @@ fn slack_text(key: &str, event: &Event, ci_url: Option<&str>) -> String {
 /// An HTTP client whose requests time out after `timeout` (deliveries; the transport to
 /// `baton serve`).
 pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    http_builder()
+        .timeout(timeout)
+        .build()
+        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+}
+
+/// An HTTP client's settings before its timeouts: baton's user agent, rustls.
+pub(crate) fn http_builder() -> reqwest::ClientBuilder {
     // rustls needs a crypto provider; ring is already in the tree.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("cannot make an HTTP client: {e}"))
+    reqwest::Client::builder().user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
 }
 
 /// The HTTP client every delivery of the process shares.

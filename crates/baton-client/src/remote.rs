@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use baton_core::{kv, names, Doc, Refusal, Request};
 use baton_store::{
     Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
-    WatchHandle,
+    Wake, WatchHandle,
 };
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -36,12 +36,21 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// as unavailable without a retry, since nothing was sent).
 pub(crate) const MAX_LOST_ANSWERS: u32 = 5;
 
+/// How long a server may take to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a feed may stay silent before its server is taken for gone (it says it is alive
+/// every 15 seconds).
+const FEED_SILENCE: Duration = Duration::from_secs(45);
+
 /// A store reached through one or more `baton serve` processes.
 pub struct RemoteStore {
     /// Base URLs (`http://host:port`), tried in order.
     servers: Vec<String>,
     token: Option<String>,
     http: reqwest::Client,
+    /// For feeds, which last as long as their watch: no overall timeout.
+    streaming: reqwest::Client,
     described: String,
     capabilities: Capabilities,
 }
@@ -109,17 +118,22 @@ impl RemoteStore {
     /// answers which store it serves.
     pub async fn open(url: &str, token: Option<String>) -> Result<RemoteStore, StoreError> {
         let servers = parse_servers(url)?;
-        let http = crate::notify::http_client(REQUEST_TIMEOUT).map_err(|reason| {
-            StoreError::Unavailable {
-                store: url.to_owned(),
-                reason,
-            }
-        })?;
+        let unavailable = |reason: String| StoreError::Unavailable {
+            store: url.to_owned(),
+            reason,
+        };
+        let http = crate::notify::http_client(REQUEST_TIMEOUT).map_err(unavailable)?;
+        let streaming = crate::notify::http_builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(FEED_SILENCE)
+            .build()
+            .map_err(|e| unavailable(format!("cannot make an HTTP client: {e}")))?;
         let mut store = RemoteStore {
             described: format!("baton serve at {}", servers.join(",")),
             servers,
             token,
             http,
+            streaming,
             capabilities: Capabilities::default(),
         };
         let about = store.get("/v1/store").await?;
@@ -132,6 +146,9 @@ impl RemoteStore {
             clock: about["clock"].as_bool().unwrap_or(false),
             clock_uncertain_ms: about["clock_uncertain_ms"].as_u64().unwrap_or(1000),
             operations_only: true,
+            watch: true,
+            watch_documents: true,
+            watch_complete: true,
             ..Capabilities::default()
         };
         Ok(store)
@@ -349,6 +366,118 @@ fn segment(name: &str) -> String {
     out
 }
 
+/// A key's feed on the servers (`GET /v1/keys/{key}/watch`, server-sent events), followed
+/// for as long as its watch lives.
+struct Feed {
+    servers: Vec<String>,
+    token: Option<String>,
+    http: reqwest::Client,
+    path: String,
+}
+
+/// How one server's feed ended.
+enum FeedEnd {
+    /// The server said it is stopping: the next server at once.
+    Closing,
+    /// It could not be reached, refused, or broke off.
+    Failed,
+    /// Nobody watches any more.
+    Unwatched,
+}
+
+impl Feed {
+    /// Follows the feed on each server in turn. Whenever one ends, the watcher is told to
+    /// read again (a change may have gone untold in between): the feed misses nothing.
+    async fn follow(self, wakes: tokio::sync::watch::Sender<Wake>) {
+        let mut failures = 0u32;
+        for server in self.servers.iter().cycle() {
+            let end = tokio::select! {
+                end = self.follow_one(server, &wakes) => end,
+                _ = wakes.closed() => FeedEnd::Unwatched,
+            };
+            let pause = match end {
+                FeedEnd::Unwatched => return,
+                FeedEnd::Closing => {
+                    failures = 0;
+                    Duration::ZERO
+                }
+                FeedEnd::Failed => {
+                    failures = failures.saturating_add(1);
+                    crate::acquire::retry_pause(Duration::from_millis(200) * failures.min(40))
+                }
+            };
+            wakes.send_replace(Wake::read_again());
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = wakes.closed() => return,
+            }
+        }
+    }
+
+    /// Follows the feed on `server` until it ends.
+    async fn follow_one(&self, server: &str, wakes: &tokio::sync::watch::Sender<Wake>) -> FeedEnd {
+        let mut request = self.http.get(format!("{server}{}", self.path));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let mut response = match request.send().await {
+            Ok(response) if response.status().is_success() => response,
+            _ => return FeedEnd::Failed,
+        };
+        let mut events = EventReader::default();
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) | Err(_) => return FeedEnd::Failed,
+            };
+            for (event, data) in events.push(&chunk) {
+                match event.as_str() {
+                    "document" => {
+                        let body: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                        let wake = versioned(&body).map_or_else(Wake::read_again, Wake::with);
+                        wakes.send_replace(wake);
+                    }
+                    "closing" => return FeedEnd::Closing,
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Server-sent events from a byte stream: `(event, data)` for each complete event.
+#[derive(Default)]
+struct EventReader {
+    pending: Vec<u8>,
+}
+
+impl EventReader {
+    fn push(&mut self, bytes: &[u8]) -> Vec<(String, String)> {
+        self.pending.extend_from_slice(bytes);
+        let mut events = Vec::new();
+        while let Some(end) = find(&self.pending, b"\n\n") {
+            let block: Vec<u8> = self.pending.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&block);
+            let (mut event, mut data) = (String::from("message"), Vec::new());
+            for line in text.lines() {
+                if let Some(value) = line.strip_prefix("event:") {
+                    event = value.trim().to_owned();
+                } else if let Some(value) = line.strip_prefix("data:") {
+                    data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
+                }
+            }
+            if !data.is_empty() {
+                events.push((event, data.join("\n")));
+            }
+        }
+        events
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 /// `{"version", "bytes"}` as a document read (`None`: no document).
 fn versioned(body: &Value) -> Option<Versioned> {
     match (body["version"].as_str(), body["bytes"].as_str()) {
@@ -471,8 +600,16 @@ impl Store for RemoteStore {
             .unwrap_or_default())
     }
 
-    async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>, StoreError> {
-        Ok(None)
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>, StoreError> {
+        let (sender, receiver) = tokio::sync::watch::channel(Wake::read_again());
+        let feed = Feed {
+            servers: self.servers.clone(),
+            token: self.token.clone(),
+            http: self.streaming.clone(),
+            path: format!("/v1/keys/{}/watch", segment(key)),
+        };
+        tokio::spawn(feed.follow(sender));
+        Ok(Some(WatchHandle::new(receiver)))
     }
 
     async fn clock(&self) -> Result<StoreClock, StoreError> {
@@ -527,5 +664,19 @@ mod tests {
         assert_eq!(segment("deploy/prod 1"), "deploy%2Fprod%201");
         assert_eq!(segment("\u{1}kv/x"), "%01kv%2Fx");
         assert!(is_remote("HTTPS://x:1") && !is_remote("sqlite:x"));
+    }
+
+    #[test]
+    fn server_sent_events_are_read_across_chunks() {
+        let mut reader = EventReader::default();
+        assert!(reader.push(b"event: document\ndata: {\"a\"").is_empty());
+        let events = reader.push(b":1}\n\n: alive\n\nevent: closing\ndata: {}\n\n");
+        assert_eq!(
+            events,
+            vec![
+                ("document".to_owned(), "{\"a\":1}".to_owned()),
+                ("closing".to_owned(), "{}".to_owned())
+            ]
+        );
     }
 }

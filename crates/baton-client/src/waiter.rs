@@ -293,6 +293,10 @@ impl<'a> Waiter<'a> {
             pause
         } else if self.look_now {
             Duration::ZERO
+        } else if self.coord.store().capabilities().watch_complete {
+            // A watch that misses nothing needs no timed reads: only the refresh, the
+            // expiries and the timeout below wake this waiter, besides the watch.
+            self.refresh_every()
         } else {
             let interval = self.options.poll.interval(self.position(), pushes);
             PollBounds::jittered(interval, rand::random::<f64>())

@@ -3,10 +3,11 @@
 //! The server holds no state a client depends on: every request runs the same coordinator the
 //! CLI runs (load, `core::apply`, CAS) against the store, so several servers can share one
 //! store and a client can retry on another. What it adds is who may do what ([`tokens`],
-//! [`auth`]), an HTTP API for every client operation ([`routes`]), and, later, push for waiters,
-//! a dashboard and metrics.
+//! [`auth`]), an HTTP API for every client operation ([`routes`]), push for waiters
+//! ([`feeds`]: one follower per key, however many wait), and, later, a dashboard and metrics.
 //!
 //! - [`tokens`]: the tokens file, hashes and scopes.
+//! - [`feeds`]: the watched keys' feeds.
 //! - [`auth`]: the `Authorization` header to a [`auth::Caller`], 401 and 403.
 //! - [`error`]: the JSON error every route answers with; [`extract`]: extractors that answer
 //!   with it too.
@@ -15,6 +16,7 @@
 pub mod auth;
 pub mod error;
 pub mod extract;
+pub mod feeds;
 pub mod routes;
 pub mod tokens;
 
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use baton_client::Coordinator;
 use baton_store::Store;
 
+use crate::feeds::Feeds;
 use crate::tokens::Tokens;
 
 /// The largest request body a route reads: a job's parameters (256 KiB) with room for the rest.
@@ -40,6 +43,8 @@ pub struct Options {
     pub tokens: Option<PathBuf>,
     /// Listen beyond loopback without tokens.
     pub insecure: bool,
+    /// How often a watched key is read on a store that cannot push ([`feeds`]).
+    pub poll: std::time::Duration,
 }
 
 /// What every request handler shares.
@@ -51,6 +56,8 @@ pub struct State {
     pub coord: Arc<Coordinator>,
     /// The tokens it accepts; `None`: everyone may do everything.
     pub tokens: Option<Tokens>,
+    /// The watched keys' feeds.
+    pub feeds: Arc<Feeds>,
 }
 
 /// Why the server could not start or stopped.
@@ -80,6 +87,7 @@ pub fn prepare(options: &Options, coord: Arc<Coordinator>) -> Result<State, Serv
     }
     Ok(State {
         store: coord.store().clone(),
+        feeds: Arc::new(Feeds::new(coord.store().clone(), options.poll)),
         coord,
         tokens,
     })
@@ -99,9 +107,15 @@ pub async fn serve(
         .local_addr()
         .map_err(|e| ServeError::Io(format!("cannot read the address listened on: {e}")))?;
     on_listening(address);
+    let feeds = state.feeds.clone();
     let app = routes::router(Arc::new(state));
+    let stopping = async move {
+        shutdown_signal().await;
+        // Waits are handed back: every feed ends, and its client follows another server.
+        feeds.close();
+    };
     axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(stopping)
         .await
         .map_err(|e| ServeError::Io(format!("serving failed: {e}")))
 }

@@ -30,6 +30,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         listen: "127.0.0.1:0".parse().unwrap(),
         tokens: None,
         insecure: false,
+        poll: Duration::from_millis(250),
     };
     let state = baton_server::prepare(&options, Arc::new(Coordinator::new(store.clone()))).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -144,6 +144,7 @@ impl Store for MemoryStore {
             clock_uncertain_ms: 0,
             due_index: true,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

@@ -94,6 +94,11 @@ pub enum StoreClock {
 pub struct Capabilities {
     /// [`Store::watch`] pushes wake-ups.
     pub watch: bool,
+    /// A watch misses nothing: after any gap in which a change may have gone untold (a lost
+    /// connection), it wakes its watcher to read again. A waiter then needs no timed reads to
+    /// catch a missed wake-up (`baton serve`'s feeds; a store's own pushes are only trusted
+    /// to be prompt).
+    pub watch_complete: bool,
     /// Wake-ups carry the document each change wrote (up to the size the store's channel
     /// takes: larger documents wake with [`Wake::read_again`]).
     pub watch_documents: bool,

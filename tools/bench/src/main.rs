@@ -26,6 +26,7 @@ mod jobs;
 mod notify_kv;
 mod polling;
 mod process;
+mod serve_polling;
 mod setup;
 mod stats;
 mod throughput;
@@ -125,6 +126,21 @@ enum Command {
         /// How long the waiters are measured
         #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
         duration: Duration,
+    },
+    /// Store calls per minute of N waiters on one key, directly next to through `baton serve`
+    /// (an in-process server on loopback in front of the same store)
+    ServePolling {
+        #[command(flatten)]
+        common: Common,
+        /// Waiters queued behind the holder
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        waiters: u32,
+        /// How long each way is measured
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+        /// The server's `--poll`
+        #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
+        poll: Duration,
     },
     /// Jobs per second through library workers, each key strictly one run at a time (checked:
     /// the run fails if two runs of a key overlap or its fences do not rise)
@@ -342,6 +358,15 @@ async fn dispatch(command: Command) -> Result<()> {
         } => {
             let report = polling::run(&common, waiters as usize, duration).await?;
             output(&common, &report, polling::print)
+        }
+        Command::ServePolling {
+            common,
+            waiters,
+            duration,
+            poll,
+        } => {
+            let report = serve_polling::run(&common, waiters as usize, duration, poll).await?;
+            output(&common, &report, serve_polling::print)
         }
         Command::JobsThroughput {
             common,

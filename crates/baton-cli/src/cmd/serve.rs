@@ -14,6 +14,7 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         listen: args.listen,
         tokens: args.tokens,
         insecure: args.insecure,
+        poll: args.poll,
     };
     let described = opened.coord.store().describe();
     let state = baton_server::prepare(&options, opened.coord.clone()).map_err(failure)?;

@@ -5,10 +5,12 @@
 //! - [`keys`]: reads of a key (its log, and the store-level reads the client library's HTTP
 //!   transport makes: document, history, records, the list of keys, the store's clock);
 //! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them;
-//! - [`writes`]: shared values, a job's records, the notification rules.
+//! - [`writes`]: shared values, a job's records, the notification rules;
+//! - [`watch`]: a key's feed, as server-sent events.
 
 mod keys;
 mod ops;
+mod watch;
 mod writes;
 
 use std::sync::Arc;
@@ -43,6 +45,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/v1/keys", get(keys::list))
         .route("/v1/clock", get(keys::clock))
         .route("/v1/store", get(keys::store))
+        .route("/v1/keys/{key}/watch", get(watch::watch))
         .route("/v1/keys/{key}/ops", post(ops::execute))
         .route("/v1/values/{name}", post(writes::write_value))
         .route("/v1/settings/notify", post(writes::write_settings))

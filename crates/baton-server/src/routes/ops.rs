@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use baton_client::ClientError;
 use baton_core::{Op, Refusal, Request};
-use baton_store::StoreError;
+use baton_store::{StoreError, Versioned};
 use serde_json::{json, Value};
 
 use super::checked_key;
@@ -73,6 +73,10 @@ pub(super) async fn execute(
         }
         Err(error) => return Err(refused(error)),
     };
+    if let Some(version) = executed.version.clone() {
+        let bytes = baton_core::encode(&executed.doc).unwrap_or_default();
+        state.feeds.publish(&key, Versioned { version, bytes });
+    }
     let started_before_ms = executed.basis.map(|basis| {
         let started_ms = basis.basis_local_ms.saturating_sub(basis.behind_ms);
         received_ms.saturating_sub(started_ms)

@@ -510,6 +510,7 @@ impl Store for DynamoStore {
             clock_uncertain_ms: 0,
             due_index: false,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

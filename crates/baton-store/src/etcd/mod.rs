@@ -362,6 +362,7 @@ impl Store for EtcdStore {
             clock_uncertain_ms: 0,
             due_index: true,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

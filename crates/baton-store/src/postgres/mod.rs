@@ -361,6 +361,7 @@ impl Store for PostgresStore {
             clock_uncertain_ms: 0,
             due_index: true,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

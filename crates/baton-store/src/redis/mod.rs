@@ -407,6 +407,7 @@ impl Store for RedisStore {
             clock_uncertain_ms: 0,
             due_index: true,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

@@ -618,6 +618,7 @@ impl Store for S3Store {
             clock_uncertain_ms: clock::UNCERTAIN_MS,
             due_index: false,
             operations_only: false,
+            watch_complete: false,
         }
     }
 

@@ -181,6 +181,7 @@ impl Store for SqliteStore {
             clock_uncertain_ms: 0,
             due_index: true,
             operations_only: false,
+            watch_complete: false,
         }
     }
 
