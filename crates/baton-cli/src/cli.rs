@@ -57,14 +57,16 @@ pub struct Cli {
     pub store: Option<String>,
 
     /// The token for a store reached through `baton serve` (`--store http://HOST:PORT`)
+    // Its own id: a subcommand's ticket token (`baton release KEY TOKEN`) is another value.
     #[arg(
-        long,
+        id = "server_token",
+        long = "token",
         global = true,
         env = "BATON_TOKEN",
         value_name = "TOKEN",
         hide_env_values = true
     )]
-    pub token: Option<String>,
+    pub server_token: Option<String>,
 
     /// Log what baton does (to stderr); repeat for more detail
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -107,7 +109,7 @@ pub enum Command {
     /// Queue a job for KEY: work a `baton worker` runs when the key has room
     #[command(after_help = SUBMIT_HELP)]
     Submit(SubmitArgs),
-    /// End a job's run held under --async: `baton complete KEY JOB_ID --token TOKEN`
+    /// End a job's run held under --async: `baton complete KEY JOB_ID --job-token TOKEN`
     Complete(CompleteArgs),
     /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
     Wait(WaitJobArgs),
@@ -888,8 +890,13 @@ pub struct CompleteArgs {
     /// The job's id
     #[arg(value_name = "JOB_ID")]
     pub id: String,
-    /// The run's token (BATON_JOB_TOKEN in the worker's command)
-    #[arg(long, value_name = "TOKEN")]
+    /// The run's token (BATON_JOB_TOKEN in the worker's command, read from there by default)
+    #[arg(
+        long = "job-token",
+        env = "BATON_JOB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
     pub token: String,
     /// How the run went
     #[arg(long, value_enum, default_value = "succeeded")]
@@ -936,7 +943,7 @@ pub struct WorkerArgs {
     #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
     pub grace: Duration,
     /// Do not complete a job when CMD exits 0: it stays held under its lease until
-    /// `baton complete KEY JOB_ID --token TOKEN` (from any process or machine)
+    /// `baton complete KEY JOB_ID --job-token TOKEN` (from any process or machine)
     #[arg(long = "async")]
     pub asynchronous: bool,
     /// How often an idle worker looks for jobs

@@ -35,7 +35,7 @@ fn main() {
     setup_tracing(cli.verbose);
     // `--token` reaches the transport (and the commands `baton run` starts) as BATON_TOKEN; set
     // before any thread starts.
-    if let Some(token) = &cli.token {
+    if let Some(token) = &cli.server_token {
         std::env::set_var("BATON_TOKEN", token);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()

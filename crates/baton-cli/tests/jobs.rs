@@ -311,7 +311,7 @@ fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
             "complete",
             key.as_str(),
             id.as_str(),
-            "--token",
+            "--job-token",
             "0123456789abcdef0123456789abcdef",
         ])
         .run()
@@ -320,7 +320,7 @@ fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
             "complete",
             key.as_str(),
             id.as_str(),
-            "--token",
+            "--job-token",
             token.as_str(),
         ])
         .run()

@@ -625,3 +625,43 @@ fn sigterm_hands_waits_to_the_next_server() {
         drop(b);
     });
 }
+
+/// `release` and `renew` take the ticket's token as an argument, beside the server's token in
+/// `BATON_TOKEN`: the two never mix (the ticket's token is never sent as the server's).
+#[test]
+fn ticket_tokens_and_the_server_token_stay_apart() {
+    with_fresh_sqlite(|ctx| {
+        let (ci, entry) = new_token(ctx, "ci", &[&format!("lock:{}", ctx.prefix)]);
+        let file = serde_json::json!({ "tokens": [entry] }).to_string();
+        std::fs::write(ctx.path("tokens.json"), file).expect("write");
+        let tokens = ctx.path("tokens.json");
+        let server = serve(ctx, &["--tokens", tokens.to_str().expect("path")]);
+        let url = format!("http://{}", server.address);
+        let key = ctx.key("apart");
+        let through = |args: &[&str]| {
+            ctx.baton(args)
+                .env("BATON_STORE", &url)
+                .env("BATON_TOKEN", &ci)
+                .run()
+        };
+        let acquired = through(&["acquire", &key, "--ttl", "10m"]);
+        acquired.assert_code(0);
+        let ticket = acquired.stdout.trim();
+        through(&["renew", &key, ticket]).assert_code(0);
+        through(&["release", &key, ticket]).assert_code(0);
+        assert_eq!(
+            ctx.key_view(&key).last_outcome().as_deref(),
+            Some("succeeded")
+        );
+        // And with --token instead of the variable.
+        let acquired = ctx
+            .baton(["acquire", &key, "--token", &ci])
+            .env("BATON_STORE", &url)
+            .run();
+        acquired.assert_code(0);
+        ctx.baton(["release", &key, acquired.stdout.trim(), "--token", &ci])
+            .env("BATON_STORE", &url)
+            .run()
+            .assert_code(0);
+    });
+}

@@ -34,6 +34,7 @@ pub mod notify;
 pub mod once;
 pub mod poll;
 pub mod remote;
+pub mod status;
 pub mod time;
 mod waiter;
 

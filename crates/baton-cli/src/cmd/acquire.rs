@@ -1,7 +1,7 @@
 //! `baton acquire KEY`: wait for a turn and print its token.
 
 use std::io::Write;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use crate::cli::AcquireArgs;
 use crate::exit::{self, Failure};
@@ -87,11 +87,7 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     Ok(exit::OK)
 }
 
-/// RFC 3339 with milliseconds, UTC.
-pub fn rfc3339(wall_ms: u64) -> String {
-    let time = UNIX_EPOCH + Duration::from_millis(wall_ms);
-    humantime::format_rfc3339_millis(time.max(UNIX_EPOCH)).to_string()
-}
+pub use baton_client::status::rfc3339;
 
 /// Now, for output.
 pub fn now_rfc3339() -> String {

@@ -228,7 +228,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
             // Left held under its lease for `baton complete` (or `baton renew`).
             job.heartbeat.stop_all();
             format!(
-                "command exited 0 after {took}; held for `baton complete {key} {id} --token …` \
+                "command exited 0 after {took}; held for `baton complete {key} {id} --job-token …` \
                  until its lease ends"
             )
         }

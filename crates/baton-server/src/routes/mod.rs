@@ -6,8 +6,10 @@
 //!   transport makes: document, history, records, the list of keys, the store's clock);
 //! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them;
 //! - [`writes`]: shared values, a job's records, the notification rules;
-//! - [`watch`]: a key's feed, as server-sent events.
+//! - [`watch`]: a key's feed, as server-sent events;
+//! - [`dashboard`]: the page at `/` and the overview it shows.
 
+mod dashboard;
 mod keys;
 mod ops;
 mod watch;
@@ -32,6 +34,11 @@ const READY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Every route.
 pub fn router(state: Arc<State>) -> Router {
     Router::new()
+        .route("/", get(dashboard::page))
+        .route("/dashboard.js", get(dashboard::script))
+        .route("/dashboard.css", get(dashboard::style))
+        .route("/v1/overview", get(dashboard::overview))
+        .route("/v1/overview/watch", get(dashboard::watch))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/v1/whoami", get(whoami))

@@ -1,0 +1,271 @@
+//! A key's standing as people read it: holders, the queue, how turns have ended. One
+//! [`KeyStatus`] per key is the source of `baton status` (its table, its JSON, its watch) and
+//! of the server's dashboard.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use baton_core::doc::FinishedMark;
+use baton_core::{Doc, Mode, Outcome, TicketState};
+use baton_store::StoreClock;
+use serde_json::{json, Value};
+
+use crate::{ClientError, Coordinator};
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(wall_ms: u64) -> String {
+    let time = UNIX_EPOCH + Duration::from_millis(wall_ms);
+    humantime::format_rfc3339_millis(time.max(UNIX_EPOCH)).to_string()
+}
+
+/// A ticket's mode as a word.
+pub fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Normal => "normal",
+        Mode::Shared => "shared",
+    }
+}
+
+/// One key as read: the source of every form of output.
+#[derive(Clone, Debug)]
+pub struct KeyStatus {
+    /// The key.
+    pub key: String,
+    /// Its limit (1: a mutex).
+    pub limit: u32,
+    /// The last fence granted.
+    pub fence: u64,
+    /// Holders, in queue order.
+    pub holders: Vec<TicketStatus>,
+    /// The queue, in grant order (the window's tickets: the backlog's jobs are counted only).
+    pub queue: Vec<TicketStatus>,
+    /// Jobs waiting in the key's backlog, outside its document (listed by `baton jobs`).
+    pub backlog: u64,
+    /// Whether the key had live tickets (before any filtering): a key without shows a `free` row.
+    pub busy: bool,
+    /// How the last turn ended.
+    pub last_outcome: Option<Outcome>,
+    /// When it ended (wall clock ms; 0: never).
+    pub last_finished_wall_ms: u64,
+    /// Failed turns in a row.
+    pub consecutive_failures: u32,
+    /// The mean of the recent hold times.
+    pub mean_hold_ms: Option<u64>,
+    /// The reader's wall clock at the read.
+    pub wall_ms: u64,
+    /// The document's recently finished tickets: how a ticket that left ended.
+    pub finished: Vec<FinishedMark>,
+    /// What the key remembers of its run-once runs.
+    pub once: Option<baton_core::OnceRecord>,
+    /// Notification events not yet delivered, and those dropped undelivered.
+    pub outbox: (u64, u64),
+}
+
+/// One live ticket as read.
+#[derive(Clone, Debug)]
+pub struct TicketStatus {
+    /// Its public id.
+    pub id: String,
+    /// Whether it holds the key.
+    pub held: bool,
+    /// Normal or shared.
+    pub mode: Mode,
+    /// Who and why.
+    pub context: String,
+    /// Its sort value.
+    pub order: Option<String>,
+    /// Immune to supersede.
+    pub keep: bool,
+    /// A holder that has claimed its grant.
+    pub claimed: bool,
+    /// Its fence (holders).
+    pub fence: u64,
+    /// 1.. in the queue; 0 for holders.
+    pub position: usize,
+    /// When it was granted (holders) or enqueued (queued).
+    pub since_wall_ms: u64,
+    /// How long it has held or waited.
+    pub for_ms: u64,
+    /// Lease left on the store's clock; `None` when the store has none.
+    pub lease_left_ms: Option<u64>,
+    /// A job (submitted with `baton submit`), not a turn someone waits for.
+    pub job: bool,
+    /// For a queued ticket: the estimated wait until it is granted
+    /// ([`baton_core::estimate`]), when the key has recent hold times.
+    pub estimate_ms: Option<u64>,
+}
+
+impl KeyStatus {
+    /// `uncertain_ms`: the store's `clock_uncertain_ms`.
+    pub fn of(
+        key: &str,
+        doc: &Doc,
+        clock: &StoreClock,
+        uncertain_ms: u64,
+        wall_ms: u64,
+    ) -> KeyStatus {
+        let holders = doc
+            .in_queue_order()
+            .into_iter()
+            .filter(|t| t.state == TicketState::Held)
+            .map(|t| TicketStatus {
+                id: t.id.clone(),
+                held: true,
+                mode: t.mode,
+                context: t.context.clone(),
+                order: t.order.clone(),
+                keep: t.keep,
+                claimed: t.claimed,
+                fence: t.fence,
+                position: 0,
+                since_wall_ms: t.granted_wall_ms,
+                for_ms: wall_ms.saturating_sub(t.granted_wall_ms),
+                // Until the store's clock, as read, ends the lease (the core's rule).
+                lease_left_ms: match (clock, t.deadline_ms) {
+                    (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
+                        let ends = baton_core::lease::phase_ends_store_ms(deadline, uncertain_ms);
+                        Some(ends.saturating_sub(*now_ms))
+                    }
+                    _ => None,
+                },
+                job: t.job.is_some(),
+                estimate_ms: None,
+            })
+            .collect::<Vec<_>>();
+        let backlog = doc.backlog.as_ref().map_or(0, |b| b.len());
+        let queue = doc
+            .queued()
+            .into_iter()
+            .enumerate()
+            .map(|(index, t)| TicketStatus {
+                id: t.id.clone(),
+                held: false,
+                mode: t.mode,
+                context: t.context.clone(),
+                order: t.order.clone(),
+                keep: t.keep,
+                claimed: false,
+                fence: 0,
+                // Behind the backlog's jobs, if it arrived after them.
+                position: index
+                    + 1
+                    + if doc.behind_backlog(t) {
+                        usize::try_from(backlog).unwrap_or(usize::MAX)
+                    } else {
+                        0
+                    },
+                since_wall_ms: t.enqueued_wall_ms,
+                for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
+                lease_left_ms: None,
+                job: t.job.is_some(),
+                estimate_ms: baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms),
+            })
+            .collect::<Vec<_>>();
+        KeyStatus {
+            key: key.to_string(),
+            limit: doc.limit,
+            fence: doc.fence,
+            busy: !holders.is_empty() || !queue.is_empty() || backlog > 0,
+            holders,
+            queue,
+            backlog,
+            last_outcome: doc.summary.last_outcome,
+            last_finished_wall_ms: doc.summary.last_finished_wall_ms,
+            consecutive_failures: doc.summary.consecutive_failures,
+            mean_hold_ms: doc.summary.mean_hold_ms(),
+            wall_ms,
+            finished: doc.finished.clone(),
+            once: doc.once.clone(),
+            outbox: doc
+                .outbox
+                .as_ref()
+                .map_or((0, 0), |o| (o.undelivered(), o.dropped)),
+        }
+    }
+
+    /// As `baton status --json` shows it.
+    pub fn json(&self) -> Value {
+        let holders: Vec<Value> = self
+            .holders
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "mode": mode_name(t.mode),
+                    "context": t.context,
+                    "fence": t.fence,
+                    "acquired_at": rfc3339(t.since_wall_ms),
+                    "held_ms": t.for_ms,
+                    "lease_left_ms": t.lease_left_ms,
+                    "claimed": t.claimed,
+                    "job": t.job,
+                })
+            })
+            .collect();
+        let queue: Vec<Value> = self
+            .queue
+            .iter()
+            .map(|t| {
+                json!({
+                    "id": t.id,
+                    "position": t.position,
+                    "mode": mode_name(t.mode),
+                    "context": t.context,
+                    "order": t.order,
+                    "keep": t.keep,
+                    "enqueued_at": rfc3339(t.since_wall_ms),
+                    "waiting_ms": t.for_ms,
+                    "job": t.job,
+                    "wait_estimate_ms": t.estimate_ms,
+                })
+            })
+            .collect();
+        json!({
+            "key": self.key,
+            "limit": self.limit,
+            "fence": self.fence,
+            "holders": holders,
+            "queue": queue,
+            "backlog": self.backlog,
+            "last_outcome": self.last_outcome.map(Outcome::as_str),
+            "last_finished_at": (self.last_finished_wall_ms > 0)
+                .then(|| rfc3339(self.last_finished_wall_ms)),
+            "consecutive_failures": self.consecutive_failures,
+            "mean_hold_ms": self.mean_hold_ms,
+            "once": self.once.as_ref().map(|r| self.once_json(r)),
+            "notifications": json!({
+                "undelivered": self.outbox.0,
+                "dropped": self.outbox.1,
+            }),
+        })
+    }
+
+    fn once_json(&self, r: &baton_core::OnceRecord) -> Value {
+        let at = |ms: u64| (ms > 0).then(|| rfc3339(ms));
+        let done_seq = r.done_seq_at(self.wall_ms);
+        json!({
+            "state": if r.dead { "dead" } else if done_seq > 0 { "done" } else { "not_done" },
+            "done_seq": done_seq,
+            "done_at": at(r.done_wall_ms).filter(|_| done_seq > 0),
+            "forget_at": at(r.forget_wall_ms).filter(|_| done_seq > 0),
+            "failures": r.failures,
+            "dead": r.dead,
+            "last_outcome": r.last.map(Outcome::as_str),
+            "last_at": at(r.last_wall_ms),
+            "runs": r.runs,
+        })
+    }
+}
+
+/// Reads every key under `prefix` that has a document.
+pub async fn read_all(coord: &Coordinator, prefix: &str) -> Result<Vec<KeyStatus>, ClientError> {
+    let keys = coord.keys(prefix).await?;
+    let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
+    let mut statuses = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let snapshot = coord.read(key).await?;
+        let Some(doc) = snapshot.doc else { continue };
+        let (clock, wall_ms) = (&snapshot.clock, snapshot.wall_ms);
+        statuses.push(KeyStatus::of(key, &doc, clock, uncertain_ms, wall_ms));
+    }
+    Ok(statuses)
+}

@@ -1,0 +1,150 @@
+// The dashboard, end to end, in a real headless Chromium (Debian's /usr/bin/chromium, driven by
+// playwright-core): a key acquired from the CLI appears, the queue moves on a release without
+// shifting the page, a waiter is cancelled with the button (by keyboard), a holder is
+// force-released with the button (and the history says forced), and the page reads on a
+// phone. Screenshots go to $ARTIFACTS.
+//
+// Run by crates/baton-cli/tests/dashboard.rs, which starts `baton serve` with a tokens file and
+// passes: BATON_BIN (the CLI), BATON_URL (the server), ADMIN_TOKEN, PREFIX (this run's keys),
+// ARTIFACTS (a directory), CHROMIUM (the browser). Every CLI call goes through the server.
+import { spawn, execFile } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`${name} must be set (crates/baton-cli/tests/dashboard.rs sets it)`);
+  return value;
+};
+const BIN = env("BATON_BIN");
+const URL = env("BATON_URL");
+const TOKEN = env("ADMIN_TOKEN");
+const PREFIX = env("PREFIX");
+const ARTIFACTS = env("ARTIFACTS");
+const CHROMIUM = env("CHROMIUM");
+const TIMEOUT = 20_000;
+mkdirSync(ARTIFACTS, { recursive: true });
+
+const cliEnv = { ...process.env, BATON_STORE: URL, BATON_TOKEN: TOKEN, NO_COLOR: "1" };
+
+function baton(args) {
+  return new Promise((resolve, reject) => {
+    execFile(BIN, args, { env: cliEnv, timeout: TIMEOUT }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`baton ${args.join(" ")} failed: ${error.message}\n${stderr}`));
+      else resolve(stdout.trim());
+    });
+  });
+}
+
+// A `baton acquire` left waiting; resolves its exit code when it ends.
+function waiter(key, context) {
+  const child = spawn(BIN, ["acquire", key, "--context", context, "--quiet"], { env: cliEnv, stdio: "ignore" });
+  const exited = new Promise((resolve) => child.on("exit", (code) => resolve(code)));
+  return { child, exited };
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+const key = PREFIX + "deploy/prod";
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+});
+const children = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  page.setDefaultTimeout(TIMEOUT);
+
+  // Layout shifts, as Chromium measures them (the Cumulative Layout Shift's entries).
+  await page.addInitScript(() => {
+    window.__shifts = [];
+    new PerformanceObserver((list) => {
+      for (const entry of list.getEntries()) {
+        if (!entry.hadRecentInput) window.__shifts.push(entry.value);
+      }
+    }).observe({ type: "layout-shift", buffered: true });
+  });
+
+  // The server has a tokens file: the page asks for a token.
+  await page.goto(URL + "/");
+  await page.locator("#token-dialog[open]").waitFor();
+  await page.fill("#token-input", TOKEN);
+  await page.click("#token-save");
+  await page.locator("#live.on").waitFor();
+  // Before the token, the page's requests were refused (401): that is how it learnt to ask.
+  errors.length = 0;
+
+  // 1. A key acquired from the CLI appears, with its holder.
+  const held = await baton(["acquire", key, "--ttl", "10m", "--context", "holder from the CLI"]);
+  const card = page.locator(`article[data-key="${key}"]`);
+  await card.locator(".holders li", { hasText: "holder from the CLI" }).waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, "1-held.png"), fullPage: true });
+
+  // 2. Two waiters queue, in order.
+  const first = waiter(key, "first waiter");
+  children.push(first.child);
+  await card.locator(".queue li", { hasText: "first waiter" }).waitFor();
+  const second = waiter(key, "second waiter");
+  children.push(second.child);
+  await card.locator(".queue li", { hasText: "second waiter" }).waitFor();
+  const queued = await card.locator(".queue li:not(.blank) .who").allTextContents();
+  check(JSON.stringify(queued) === JSON.stringify(["first waiter", "second waiter"]), `queue order: ${queued}`);
+  await page.screenshot({ path: join(ARTIFACTS, "2-queue.png"), fullPage: true });
+  const shiftsBefore = await page.evaluate(() => window.__shifts.reduce((a, b) => a + b, 0));
+
+  // 3. A release from the CLI moves the queue: the first waiter holds, the second is next.
+  await baton(["release", key, held]);
+  await card.locator(".holders li", { hasText: "first waiter" }).waitFor();
+  await card.locator(".queue li", { hasText: "second waiter" }).locator(".pos", { hasText: "#1" }).waitFor();
+  const shifts = await page.evaluate(() => window.__shifts.reduce((a, b) => a + b, 0));
+  check(shifts - shiftsBefore < 0.001, `the page shifted as the queue moved: ${shifts - shiftsBefore}`);
+  await page.screenshot({ path: join(ARTIFACTS, "3-moved.png"), fullPage: true });
+
+  // 4. The second waiter is cancelled with its button, by keyboard: Enter on the button, Tab
+  // past "Keep it" (focused first), Enter on "Cancel it". Its `baton acquire` exits 77.
+  const cancel = card.locator(".queue li", { hasText: "second waiter" }).getByRole("button", { name: /^Cancel/ });
+  await cancel.focus();
+  await page.keyboard.press("Enter");
+  await page.locator("#confirm[open]").waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, "4-confirm.png") });
+  await page.keyboard.press("Tab");
+  await page.keyboard.press("Enter");
+  const cancelled = await Promise.race([second.exited, new Promise((r) => setTimeout(() => r("still waiting"), TIMEOUT))]);
+  check(cancelled === 77, `the cancelled waiter exits 77, not ${cancelled}`);
+  await card.locator(".queue li", { hasText: "second waiter" }).waitFor({ state: "detached" });
+
+  // 5. The holder is force-released with its button; the history records it as forced.
+  await card.locator(".holders li", { hasText: "first waiter" }).getByRole("button", { name: /Force-release/ }).click();
+  await page.click("#confirm-ok");
+  await card.locator(".badge.free").waitFor();
+  await page.click(`article[data-key="${key}"] .card-head a`);
+  await page.locator("#key-page:not([hidden])").waitFor();
+  await page.locator("#history tbody tr", { hasText: "first waiter" }).locator("td", { hasText: "(forced)" }).waitFor();
+  const reason = await page.locator("#history tbody tr", { hasText: "first waiter" }).textContent();
+  check(/force-released by the dashboard/.test(reason), `the history says who: ${reason}`);
+  await page.screenshot({ path: join(ARTIFACTS, "5-history.png"), fullPage: true });
+  const forced = await Promise.race([first.exited, new Promise((r) => setTimeout(() => r("still holding"), TIMEOUT))]);
+  check(forced !== "still holding", "the force-released holder's process learns of it");
+
+  // 6. On a phone: the overview fits the width (no sideways scrolling).
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.keyboard.press("Escape");
+  await page.locator("#overview:not([hidden])").waitFor();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  check(overflow <= 0, `the overview is wider than a phone by ${overflow}px`);
+  await page.screenshot({ path: join(ARTIFACTS, "6-phone.png"), fullPage: true });
+
+  check(errors.length === 0, `the page logged errors: ${errors.join("; ")}`);
+  console.log("dashboard: every step passed; screenshots in " + ARTIFACTS);
+} finally {
+  for (const child of children) child.kill("SIGKILL");
+  await browser.close();
+}
