@@ -665,3 +665,81 @@ fn ticket_tokens_and_the_server_token_stay_apart() {
             .assert_code(0);
     });
 }
+
+/// The value of the series `series` (name and labels, exactly as printed) in a scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[test]
+fn metrics_exist_at_zero_and_count_what_the_server_did() {
+    with_fresh_sqlite(|ctx| {
+        let server = serve(ctx, &[]);
+        let url = format!("http://{}", server.address);
+        let scrape = || {
+            let answer = get(server.address, "/metrics", None);
+            assert_eq!(answer.status, 200);
+            assert!(answer.headers.contains("text/plain"), "{}", answer.headers);
+            answer.raw
+        };
+        let before = scrape();
+        for series in [
+            r#"baton_operations_total{op="enqueue",outcome="ok"}"#,
+            r#"baton_operations_total{op="cancel",outcome="refused"}"#,
+            r#"baton_operations_total{op="kv_delete",outcome="error"}"#,
+            "baton_wait_seconds_count",
+            "baton_hold_seconds_count",
+            "baton_lease_expirations_total",
+            "baton_cas_conflicts_total",
+            r#"baton_store_request_seconds_count{call="cas"}"#,
+            r#"baton_notifications_total{outcome="delivered"}"#,
+            "baton_watchers",
+        ] {
+            assert_eq!(
+                metric(&before, series),
+                Some(0.0),
+                "{series} at zero:\n{before}"
+            );
+        }
+        // A holder whose lease runs out (it never renews), and a waiter that takes over.
+        let key = ctx.key("metered");
+        let through = |args: &[&str]| ctx.baton(args).env("BATON_STORE", &url);
+        through(&["acquire", &key, "--ttl", "1s"])
+            .run()
+            .assert_code(0);
+        let mut waiter = through(&["run", &key, "--context", "waiter", "--", "true"])
+            .name("waiter")
+            .spawn();
+        ctx.wait_queued(&key, "waiter");
+        let prefix = ctx.prefix.clone();
+        let queued = format!("baton_queue_length{{prefix=\"{prefix}\"}}");
+        common::wait_until("the queue gauge", PROMPT, || {
+            metric(&scrape(), &queued) == Some(1.0)
+        });
+        waiter.wait(PROMPT).assert_code(0);
+        let after = scrape();
+        let at_least = |series: &str, n: f64| {
+            let value = metric(&after, series).unwrap_or(-1.0);
+            assert!(
+                value >= n,
+                "{series} is {value}, expected at least {n}:\n{after}"
+            );
+        };
+        at_least(r#"baton_operations_total{op="enqueue",outcome="ok"}"#, 2.0);
+        at_least(r#"baton_operations_total{op="release",outcome="ok"}"#, 1.0);
+        at_least("baton_wait_seconds_count", 1.0);
+        at_least("baton_hold_seconds_count", 2.0);
+        at_least("baton_lease_expirations_total", 1.0);
+        at_least(r#"baton_store_request_seconds_count{call="cas"}"#, 3.0);
+        assert_eq!(
+            metric(&after, &queued),
+            None,
+            "an empty queue leaves no series"
+        );
+        // The process and the store.
+        assert_eq!(get(server.address, "/healthz", None).status, 200);
+        assert_eq!(get(server.address, "/readyz", None).status, 200);
+    });
+}

@@ -7,6 +7,7 @@
 //! document is recomputed from a fresh read before it is reported.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +34,9 @@ pub struct Executed {
     pub doc: Doc,
     /// The version this operation wrote (`None`: it wrote nothing, or a server wrote it).
     pub version: Option<Version>,
+    /// The tickets this operation's write ended, as its history entries record them (empty
+    /// when it wrote nothing, or a server wrote it).
+    pub ended: Vec<baton_core::Finished>,
     /// Grants made by it, in order: (ticket id, fence). When the answer needed no write (a
     /// retry recognised), the grants of this call's attempts that may have landed unseen.
     pub granted: Vec<(String, u64)>,
@@ -82,6 +86,8 @@ pub struct Coordinator {
     /// The servers that run this coordinator's operations, when its store is reached through
     /// `baton serve` ([`Coordinator::through_server`]).
     server: Option<Arc<RemoteStore>>,
+    /// CAS conflicts so far (a server's metrics).
+    conflicts: AtomicU64,
 }
 
 impl Coordinator {
@@ -101,6 +107,7 @@ impl Coordinator {
             settings: Arc::default(),
             delivers: true,
             server: None,
+            conflicts: AtomicU64::new(0),
         }
     }
 
@@ -133,6 +140,12 @@ impl Coordinator {
             delivers: false,
             ..Coordinator::new(store)
         }
+    }
+
+    /// How many of this coordinator's writes lost to a concurrent one (each was computed
+    /// again and retried).
+    pub fn conflicts(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
     }
 
     /// The store this coordinator writes to.
@@ -230,6 +243,7 @@ impl Coordinator {
                     reply: applied.reply,
                     doc: applied.doc,
                     version: None,
+                    ended: Vec::new(),
                     granted: maybe_granted,
                     basis: maybe_landed,
                 });
@@ -267,12 +281,14 @@ impl Coordinator {
                         reply: applied.reply,
                         doc: applied.doc,
                         version: Some(version),
+                        ended: applied.finished,
                         granted: applied.granted,
                         basis: Some(basis),
                     });
                 }
                 Ok(CasOutcome::Conflict { current: now }) => {
                     conflicts += 1;
+                    self.conflicts.fetch_add(1, Ordering::Relaxed);
                     if conflicts >= MAX_CONFLICTS {
                         return Err(ClientError::Contention {
                             key: key.to_string(),
@@ -360,6 +376,7 @@ impl Coordinator {
                         reply: ran.reply,
                         doc: ran.doc,
                         version: None,
+                        ended: Vec::new(),
                         granted,
                         basis,
                     });

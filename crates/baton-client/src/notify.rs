@@ -17,6 +17,7 @@
 //! acknowledgement posts again later: at least once, with the same delivery id.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -224,6 +225,17 @@ pub(crate) fn http_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder().user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
 }
 
+/// POSTs this process made: (answered 2xx, failed), for `baton serve`'s metrics.
+static DELIVERIES: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
+
+/// How many notification POSTs this process has made: (delivered, failed).
+pub fn posts_made() -> (u64, u64) {
+    (
+        DELIVERIES.0.load(Ordering::Relaxed),
+        DELIVERIES.1.load(Ordering::Relaxed),
+    )
+}
+
 /// The HTTP client every delivery of the process shares.
 fn http() -> Result<&'static reqwest::Client, String> {
     static CLIENT: OnceLock<Result<reqwest::Client, String>> = OnceLock::new();
@@ -363,8 +375,10 @@ pub async fn deliver_key(
                     Ok(_) => {
                         ack.through = event.seq;
                         report.delivered += 1;
+                        DELIVERIES.0.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(error) => {
+                        DELIVERIES.1.fetch_add(1, Ordering::Relaxed);
                         report.failures.push(format!("rule {}: {error}", rule.name));
                         ack.failed = true;
                         break;

@@ -259,6 +259,44 @@ impl CancelledTicket {
     }
 }
 
+impl Op {
+    /// The operation's name, as its JSON form's `op` tag says it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Enqueue(_) => "enqueue",
+            Op::Refresh { .. } => "refresh",
+            Op::Renew { .. } => "renew",
+            Op::Release { .. } => "release",
+            Op::Cancel { .. } => "cancel",
+            Op::CancelInBacklog { .. } => "cancel_in_backlog",
+            Op::CancelQueued { .. } => "cancel_queued",
+            Op::Submit(_) => "submit",
+            Op::Claim { .. } => "claim",
+            Op::Complete { .. } => "complete",
+            Op::RetryOnce => "retry_once",
+            Op::Tick => "tick",
+            Op::Notified(_) => "notified",
+        }
+    }
+
+    /// Every operation's name ([`Op::name`]).
+    pub const NAMES: [&'static str; 13] = [
+        "enqueue",
+        "refresh",
+        "renew",
+        "release",
+        "cancel",
+        "cancel_in_backlog",
+        "cancel_queued",
+        "submit",
+        "claim",
+        "complete",
+        "retry_once",
+        "tick",
+        "notified",
+    ];
+}
+
 /// What an operation did.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {

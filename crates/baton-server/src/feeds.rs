@@ -85,6 +85,27 @@ impl Feeds {
         self.keys.lock().map(|keys| keys.len()).unwrap_or(0)
     }
 
+    /// The latest document of every followed key.
+    pub fn latest(&self) -> Vec<(String, Arc<Versioned>)> {
+        let Ok(keys) = self.keys.lock() else {
+            return Vec::new();
+        };
+        keys.iter()
+            .filter_map(|(key, sender)| {
+                let read = sender.borrow().read.clone().flatten()?;
+                Some((key.clone(), read))
+            })
+            .collect()
+    }
+
+    /// How many watches are open on the followed keys.
+    pub fn watchers(&self) -> usize {
+        self.keys
+            .lock()
+            .map(|keys| keys.values().map(watch::Sender::receiver_count).sum())
+            .unwrap_or(0)
+    }
+
     /// Reads the followers have made so far.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)

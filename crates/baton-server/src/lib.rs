@@ -8,6 +8,7 @@
 //!
 //! - [`tokens`]: the tokens file, hashes and scopes.
 //! - [`feeds`]: the watched keys' feeds.
+//! - [`metrics`]: `/metrics`, and the store wrapper that times every call.
 //! - [`auth`]: the `Authorization` header to a [`auth::Caller`], 401 and 403.
 //! - [`error`]: the JSON error every route answers with; [`extract`]: extractors that answer
 //!   with it too.
@@ -17,6 +18,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod feeds;
+pub mod metrics;
 pub mod routes;
 pub mod tokens;
 
@@ -28,6 +30,7 @@ use baton_client::Coordinator;
 use baton_store::Store;
 
 use crate::feeds::Feeds;
+use crate::metrics::{Measured, Metrics};
 use crate::tokens::Tokens;
 
 /// The largest request body a route reads: a job's parameters (256 KiB) with room for the rest.
@@ -58,6 +61,8 @@ pub struct State {
     pub tokens: Option<Tokens>,
     /// The watched keys' feeds.
     pub feeds: Arc<Feeds>,
+    /// What `/metrics` shows.
+    pub metrics: Arc<Metrics>,
 }
 
 /// Why the server could not start or stopped.
@@ -71,8 +76,9 @@ pub enum ServeError {
     Io(String),
 }
 
-/// Checks the options and reads the tokens file: the state to serve with.
-pub fn prepare(options: &Options, coord: Arc<Coordinator>) -> Result<State, ServeError> {
+/// Checks the options and reads the tokens file: the state to serve `store` with (every call
+/// to it timed for `/metrics`).
+pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeError> {
     let tokens = match &options.tokens {
         Some(path) => Some(Tokens::read(path).map_err(ServeError::Refused)?),
         None => None,
@@ -85,11 +91,14 @@ pub fn prepare(options: &Options, coord: Arc<Coordinator>) -> Result<State, Serv
             options.listen
         )));
     }
+    let metrics = Arc::new(Metrics::new());
+    let store: Arc<dyn Store> = Arc::new(Measured::new(store, metrics.clone()));
     Ok(State {
-        store: coord.store().clone(),
-        feeds: Arc::new(Feeds::new(coord.store().clone(), options.poll)),
-        coord,
+        feeds: Arc::new(Feeds::new(store.clone(), options.poll)),
+        coord: Arc::new(Coordinator::new(store.clone())),
+        store,
         tokens,
+        metrics,
     })
 }
 

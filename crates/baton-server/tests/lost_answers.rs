@@ -32,7 +32,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         insecure: false,
         poll: Duration::from_millis(250),
     };
-    let state = baton_server::prepare(&options, Arc::new(Coordinator::new(store.clone()))).unwrap();
+    let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         baton_server::serve(&options, state, |address| {

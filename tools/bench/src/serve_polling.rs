@@ -89,14 +89,14 @@ pub async fn run(
     // Through a server: the server's store connection, counted; the waiters reach it over
     // HTTP on loopback.
     let counting = Arc::new(CountingStore::new(open().await?));
-    let server_coord = Arc::new(Coordinator::new(counting.clone() as Arc<dyn Store>));
     let options = baton_server::Options {
         listen: "127.0.0.1:0".parse().context("an address")?,
         tokens: None,
         insecure: false,
         poll,
     };
-    let state = baton_server::prepare(&options, server_coord).context("cannot prepare")?;
+    let state = baton_server::prepare(&options, counting.clone() as Arc<dyn Store>)
+        .context("cannot prepare")?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
         baton_server::serve(&options, state, |address| {

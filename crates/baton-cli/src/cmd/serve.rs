@@ -17,7 +17,8 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         poll: args.poll,
     };
     let described = opened.coord.store().describe();
-    let state = baton_server::prepare(&options, opened.coord.clone()).map_err(failure)?;
+    let store = opened.coord.store().clone();
+    let state = baton_server::prepare(&options, store).map_err(failure)?;
     let who = match &state.tokens {
         Some(tokens) => format!("{} tokens", tokens.len()),
         None => "no tokens file: every caller may do everything".to_owned(),

@@ -41,6 +41,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/v1/overview/watch", get(dashboard::watch))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/v1/whoami", get(whoami))
         .route("/v1/keys/{key}/log", get(keys::log))
         .route("/v1/keys/{key}/document", get(keys::document))
@@ -99,6 +100,29 @@ async fn readyz(Shared(state): Shared<Arc<State>>) -> Result<Json<Value>, ApiErr
             READY_TIMEOUT.as_secs()
         ))),
     }
+}
+
+/// The metrics, in Prometheus' text format. With a tokens file, a token that may read some
+/// key (the queue gauges name key prefixes).
+async fn metrics(
+    Shared(state): Shared<Arc<State>>,
+    caller: Caller,
+) -> Result<impl axum::response::IntoResponse, ApiError> {
+    caller.require_somewhere(crate::tokens::Scope::Read)?;
+    for (key, read) in state.feeds.latest() {
+        if let Ok(doc) = baton_core::decode(&read.bytes) {
+            state.metrics.saw(&key, &doc);
+        }
+    }
+    let feeds = (state.feeds.followed(), state.feeds.watchers());
+    let text = state.metrics.render(state.coord.conflicts(), feeds);
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    ))
 }
 
 /// The caller's token: its name and scopes (never the token).

@@ -61,7 +61,15 @@ pub(super) async fn execute(
     checked_key(&key)?;
     caller.require(scope_of(&request.op), &key)?;
     let received_ms = state.coord.local_ms();
-    let executed = match state.coord.execute(&key, &mut request).await {
+    let op = request.op.name();
+    let result = state.coord.execute(&key, &mut request).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(ClientError::Refused { .. }) => "refused",
+        Err(_) => "error",
+    };
+    state.metrics.operation(op, outcome);
+    let executed = match result {
         Ok(executed) => executed,
         Err(ClientError::Store(error @ StoreError::Ambiguous { .. })) => {
             return Err(ApiError {
@@ -74,7 +82,11 @@ pub(super) async fn execute(
         Err(error) => return Err(refused(error)),
     };
     if let Some(version) = executed.version.clone() {
-        let bytes = baton_core::encode(&executed.doc).unwrap_or_default();
+        let doc = &executed.doc;
+        state
+            .metrics
+            .wrote(&key, doc, &executed.granted, &executed.ended);
+        let bytes = baton_core::encode(doc).unwrap_or_default();
         state.feeds.publish(&key, Versioned { version, bytes });
     }
     let started_before_ms = executed.basis.map(|basis| {

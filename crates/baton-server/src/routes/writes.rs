@@ -40,7 +40,19 @@ pub(super) async fn write_value(
         None => Scope::Admin,
     };
     caller.require(scope, &name)?;
-    match baton_client::kv::write_directly(&state.coord, &name, &write).await {
+    let op = if write.value.is_some() {
+        "kv_set"
+    } else {
+        "kv_delete"
+    };
+    let result = baton_client::kv::write_directly(&state.coord, &name, &write).await;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(ClientError::ValueRefused { .. } | ClientError::Refused { .. }) => "refused",
+        Err(_) => "error",
+    };
+    state.metrics.operation(op, outcome);
+    match result {
         Ok(version) => Ok(Json(json!({ "version": version }))),
         Err(ClientError::ValueRefused { refusal, .. }) => Err(ApiError {
             status: StatusCode::CONFLICT,
