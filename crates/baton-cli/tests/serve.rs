@@ -470,6 +470,23 @@ fn malformed_operations_get_a_json_error_and_change_nothing() {
             400,
             "bad_request",
         );
+        // Unknown fields anywhere (found by the schema-driven fuzz run): an operation without
+        // fields, a job's spec, a value's write.
+        assert_error(
+            &send(br#"{"attempt":"a","op":{"op":"tick","x":42}}"#),
+            400,
+            "bad_request",
+        );
+        let submit = serde_json::json!({ "attempt": "a", "op": {
+            "op": "submit", "id": "j-1", "limit": 1, "context": "", "order": null,
+            "supersede": false, "keep": false, "max_live": 100,
+            "spec": { "max_attempts": 1, "backoff_ms": 1000, "x": 1 } } });
+        assert_error(&send(submit.to_string().as_bytes()), 400, "bad_request");
+        let value = format!("/v1/values/{}", segment(&ctx.key("v")));
+        let write = br#"{"id":"w","value":"1","json":false,"condition":"any","ttl_ms":null,
+            "fence":null,"context":"","extra":true}"#;
+        let answer = request(server.address, "POST", &value, None, Some(write));
+        assert_error(&answer, 400, "bad_request");
         let mut oversize = br#"{"attempt":"a","op":{"op":"tick"},"pad":""#.to_vec();
         oversize.extend(std::iter::repeat_n(b'x', 600 * 1024));
         oversize.extend(b"\"}");

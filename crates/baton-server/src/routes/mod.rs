@@ -19,7 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State as Shared;
-use axum::routing::{get, post};
+use axum::handler::Handler;
+use axum::routing;
 use axum::{Json, Router};
 use baton_core::names;
 use serde_json::{json, Value};
@@ -31,36 +32,101 @@ use crate::{State, BODY_MAX_BYTES};
 /// How long `/readyz` waits for the store.
 const READY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The API's description (OpenAPI 3.1), served at `/v1/openapi.json`. A test checks that it
+/// names exactly the routes of [`Routes::api`].
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
 /// Every route.
 pub fn router(state: Arc<State>) -> Router {
-    Router::new()
-        .route("/", get(dashboard::page))
-        .route("/dashboard.js", get(dashboard::script))
-        .route("/dashboard.css", get(dashboard::style))
-        .route("/v1/overview", get(dashboard::overview))
-        .route("/v1/overview/watch", get(dashboard::watch))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/whoami", get(whoami))
-        .route("/v1/keys/{key}/log", get(keys::log))
-        .route("/v1/keys/{key}/document", get(keys::document))
-        .route("/v1/keys/{key}/history", get(keys::history))
-        .route(
-            "/v1/keys/{key}/records/{name}",
-            get(keys::record).put(writes::put_record),
-        )
-        .route("/v1/keys", get(keys::list))
-        .route("/v1/clock", get(keys::clock))
-        .route("/v1/store", get(keys::store))
-        .route("/v1/keys/{key}/watch", get(watch::watch))
-        .route("/v1/keys/{key}/ops", post(ops::execute))
-        .route("/v1/values/{name}", post(writes::write_value))
-        .route("/v1/settings/notify", post(writes::write_settings))
+    Routes::api()
+        .get("/", dashboard::page)
+        .get("/dashboard.js", dashboard::script)
+        .get("/dashboard.css", dashboard::style)
+        .router
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_MAX_BYTES))
         .with_state(state)
+}
+
+/// The routes, each added with its method, and the list of them (for the test that holds the
+/// OpenAPI document to them).
+pub struct Routes {
+    router: Router<Arc<State>>,
+    /// `(method, path)`, in lower case, as OpenAPI writes them.
+    pub listed: Vec<(&'static str, &'static str)>,
+}
+
+impl Routes {
+    /// The API: every route but the dashboard's page and assets.
+    pub fn api() -> Routes {
+        Routes {
+            router: Router::new(),
+            listed: Vec::new(),
+        }
+        .get("/healthz", healthz)
+        .get("/readyz", readyz)
+        .get("/metrics", metrics)
+        .get("/v1/openapi.json", openapi)
+        .get("/v1/whoami", whoami)
+        .get("/v1/store", keys::store)
+        .get("/v1/clock", keys::clock)
+        .get("/v1/keys", keys::list)
+        .get("/v1/keys/{key}/log", keys::log)
+        .get("/v1/keys/{key}/document", keys::document)
+        .get("/v1/keys/{key}/history", keys::history)
+        .get("/v1/keys/{key}/records/{name}", keys::record)
+        .put("/v1/keys/{key}/records/{name}", writes::put_record)
+        .post("/v1/keys/{key}/ops", ops::execute)
+        .get("/v1/keys/{key}/watch", watch::watch)
+        .post("/v1/values/{name}", writes::write_value)
+        .post("/v1/settings/notify", writes::write_settings)
+        .get("/v1/overview", dashboard::overview)
+        .get("/v1/overview/watch", dashboard::watch)
+    }
+
+    fn get<H, T>(self, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, Arc<State>>,
+        T: 'static,
+    {
+        self.add("get", path, routing::get(handler))
+    }
+
+    fn put<H, T>(self, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, Arc<State>>,
+        T: 'static,
+    {
+        self.add("put", path, routing::put(handler))
+    }
+
+    fn post<H, T>(self, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, Arc<State>>,
+        T: 'static,
+    {
+        self.add("post", path, routing::post(handler))
+    }
+
+    fn add(
+        mut self,
+        method: &'static str,
+        path: &'static str,
+        route: routing::MethodRouter<Arc<State>>,
+    ) -> Routes {
+        self.listed.push((method, path));
+        self.router = self.router.route(path, route);
+        self
+    }
+}
+
+/// This API's OpenAPI document.
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
 }
 
 async fn not_found(uri: axum::http::Uri) -> ApiError {
@@ -134,4 +200,46 @@ async fn whoami(caller: Caller) -> Json<Value> {
 /// Refuses a malformed key (400).
 fn checked_key(key: &str) -> Result<(), ApiError> {
     baton_core::limits::check_key(key).map_err(|e| ApiError::bad_request(format!("bad key: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The OpenAPI document names every route of the API with its method, and nothing else.
+    #[test]
+    fn the_openapi_document_names_exactly_the_routes() {
+        let document: Value = serde_json::from_str(OPENAPI).expect("the document is JSON");
+        assert_eq!(document["openapi"], "3.1.0");
+        let mut documented: Vec<(String, String)> = Vec::new();
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for method in item.as_object().expect("a path item").keys() {
+                documented.push((method.clone(), path.clone()));
+            }
+        }
+        let mut routed: Vec<(String, String)> = Routes::api()
+            .listed
+            .iter()
+            .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+            .collect();
+        documented.sort();
+        routed.sort();
+        assert_eq!(documented, routed);
+        // Every path parameter is described.
+        for (path, item) in document["paths"].as_object().expect("paths") {
+            for (method, operation) in item.as_object().expect("a path item") {
+                let names: Vec<&str> = operation["parameters"]
+                    .as_array()
+                    .map(|ps| ps.iter().filter_map(|p| p["name"].as_str()).collect())
+                    .unwrap_or_default();
+                for segment in path.split('/').filter(|s| s.starts_with('{')) {
+                    let name = segment.trim_matches(|c| c == '{' || c == '}');
+                    assert!(
+                        names.contains(&name),
+                        "{method} {path} describes {{{name}}}"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -15,7 +15,7 @@ use axum::Json;
 use baton_client::ClientError;
 use baton_core::{kv, names};
 use baton_store::{CasOutcome, Version};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::checked_key;
@@ -65,7 +65,7 @@ pub(super) async fn write_value(
 }
 
 /// A record's bytes (baton's own records are UTF-8 JSON).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RecordBody {
     bytes: String,
@@ -106,7 +106,7 @@ fn writable_record(name: &str) -> bool {
 
 /// A CAS of the notification rules: the version expected (`null`: none yet) and the new
 /// bytes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SettingsWrite {
     expected: Option<String>,
