@@ -49,6 +49,7 @@ need_tool sleep coreutils  # ... which use sleep, mkdir, ls, wc, env
 need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
 need_tool awk mawk        # ... which reads /proc/PID/stat
 need_tool python3 python3 # free_port
+need_tool openssl openssl # the certificates of the TLS test (crates/baton-cli/tests/serve.rs)
 need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffers when it builds
 # ... and they import protobuf's own descriptor.proto, which Debian ships in libprotobuf-dev (a
 # recommendation of protobuf-compiler that --no-install-recommends leaves out)

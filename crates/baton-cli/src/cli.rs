@@ -140,23 +140,25 @@ pub enum Command {
 const SERVE_HELP: &str = "\
   baton serve --store postgres://… --listen 127.0.0.1:7878
   baton tokens new ci --scope lock:deploy/ --scope read: >> ci.token   # prints the token
-  baton serve --store postgres://… --listen 0.0.0.0:7878 --tokens tokens.json
+  baton serve --store s3://… --listen 0.0.0.0:7878 --tokens tokens.json \\
+              --tls-cert server.pem --tls-key server.key
+  BATON_STORE=https://ci-lock.example:7878 BATON_TOKEN=… baton run deploy/prod -- ./deploy.sh
+
+Clients use --store http(s)://HOST:PORT[,HOST:PORT] (tried in turn) with BATON_TOKEN or --token:
+every command works through a server as directly. Several servers may share one store. The
+dashboard is at / (live; cancel and force-release with an admin token); metrics at /metrics
+(Prometheus); the API is described at /v1/openapi.json.
 
 Without --tokens every caller may do everything, so the server listens on loopback only (unless
 --insecure: a proxy in front checks callers). With a tokens file, every request needs
 `Authorization: Bearer TOKEN` (401 without a known token) with a scope on its key (403 without):
-read (status, log, values), lock (acquire, renew and release one's own tickets, jobs, kv set),
-admin (cancel, force-release, retry, kv delete, notification rules). The file keeps SHA-256
-hashes only. Keys are one path segment in the API: send / as %2F.
+read (status, log, values, the dashboard), lock (acquire, renew and release one's own tickets,
+jobs, kv set), admin (cancel, force-release, retry, kv delete, notification rules). The file
+keeps SHA-256 hashes only.
 
-Routes: GET /healthz (the process), GET /readyz (the store answers), GET /v1/whoami,
-GET /v1/keys/KEY/log?n=20, POST /v1/keys/KEY/ops (an operation, as the client library makes
-it: {\"attempt\", \"op\": {\"op\": \"enqueue\", …}}; a refusal is 409 with the refusal), and the reads
-the client library makes: GET /v1/keys/KEY/document, /v1/keys/KEY/history?tail=N (or
-?after=SEQ&limit=N), /v1/keys/KEY/records/NAME, /v1/keys?prefix=P, /v1/clock. GET
-/v1/keys/KEY/watch is a key's feed (server-sent events: its document at each change). Errors are
-JSON: {\"error\": {\"code\", \"message\"}}. SIGTERM or Ctrl-C: stop accepting, end every feed
-(clients follow another server), finish the requests under way.";
+Waiters are pushed their turn: the server follows each waited-on key once (reading it every
+--poll on S3 and DynamoDB, however many wait) and streams its changes. SIGTERM or Ctrl-C: stop
+accepting, end every stream (clients follow another server), finish the requests under way.";
 
 /// `baton serve`.
 #[derive(Debug, Args)]
@@ -175,6 +177,12 @@ pub struct ServeArgs {
     /// second besides)
     #[arg(long, value_parser = parse_duration, default_value = "250ms", value_name = "DUR")]
     pub poll: Duration,
+    /// Serve HTTPS with this certificate chain (PEM), and --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 /// `baton tokens`.

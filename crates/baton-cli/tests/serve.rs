@@ -760,3 +760,110 @@ fn metrics_exist_at_zero_and_count_what_the_server_did() {
         assert_eq!(get(server.address, "/readyz", None).status, 200);
     });
 }
+
+/// Makes a CA and a certificate for 127.0.0.1 signed by it, with `openssl`: (ca, cert, key).
+fn certificates(ctx: &Ctx) -> (String, String, String) {
+    let path = |name: &str| ctx.path(name).to_str().expect("a path").to_owned();
+    let (ca_key, ca, key, csr, cert, ext) = (
+        path("ca.key"),
+        path("ca.pem"),
+        path("server.key"),
+        path("server.csr"),
+        path("server.pem"),
+        path("server.ext"),
+    );
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").expect("write");
+    let openssl = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("run openssl");
+        assert!(output.status.success(), "openssl {args:?}: {output:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &ca_key,
+        "-out",
+        &ca,
+        "-days",
+        "2",
+        "-subj",
+        "/CN=baton test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &cert,
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+    ]);
+    (ca, cert, key)
+}
+
+#[test]
+fn tls_with_a_certificate_and_key() {
+    with_fresh_sqlite(|ctx| {
+        let (ca, cert, key) = certificates(ctx);
+        let server = serve(ctx, &["--tls-cert", &cert, "--tls-key", &key]);
+        let url = format!("https://{}", server.address);
+        let name = ctx.key("over-tls");
+        let through = |args: &[&str]| {
+            ctx.baton(args)
+                .env("BATON_STORE", &url)
+                .env("SSL_CERT_FILE", &ca)
+                .run()
+        };
+        let acquired = through(&["acquire", &name]);
+        acquired.assert_code(0);
+        through(&["release", &name, acquired.stdout.trim()]).assert_code(0);
+        assert_eq!(
+            ctx.key_view(&name).last_outcome().as_deref(),
+            Some("succeeded")
+        );
+        // A client that does not trust the certificate is refused, and says why.
+        let untrusted = ctx
+            .baton(["status", &name])
+            .env("BATON_STORE", &url)
+            .env("SSL_CERT_FILE", &cert)
+            .run();
+        untrusted.assert_refused(&[1]);
+        assert!(
+            untrusted.stderr.to_lowercase().contains("certificate"),
+            "{}",
+            untrusted.describe()
+        );
+        // Plain HTTP to the TLS port gets no answer a client could take for one.
+        let plain = std::panic::catch_unwind(|| get(server.address, "/healthz", None));
+        assert!(
+            plain.map(|answer| answer.status != 200).unwrap_or(true),
+            "no plain-text answer"
+        );
+    });
+}

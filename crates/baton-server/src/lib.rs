@@ -9,6 +9,7 @@
 //! - [`tokens`]: the tokens file, hashes and scopes.
 //! - [`feeds`]: the watched keys' feeds.
 //! - [`metrics`]: `/metrics`, and the store wrapper that times every call.
+//! - [`tls`]: TLS with rustls.
 //! - [`auth`]: the `Authorization` header to a [`auth::Caller`], 401 and 403.
 //! - [`error`]: the JSON error every route answers with; [`extract`]: extractors that answer
 //!   with it too.
@@ -20,6 +21,7 @@ pub mod extract;
 pub mod feeds;
 pub mod metrics;
 pub mod routes;
+pub mod tls;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -48,6 +50,8 @@ pub struct Options {
     pub insecure: bool,
     /// How often a watched key is read on a store that cannot push ([`feeds`]).
     pub poll: std::time::Duration,
+    /// A PEM certificate chain and its private key: serve HTTPS ([`tls`]).
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// What every request handler shares.
@@ -103,19 +107,23 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
 }
 
 /// Serves until SIGTERM or Ctrl-C: then stops accepting and finishes the requests under way.
-/// Calls `on_listening` with the address once it listens.
+/// Calls `on_listening` with the address, and whether it serves HTTPS, once it listens.
 pub async fn serve(
     options: &Options,
     state: State,
-    on_listening: impl FnOnce(SocketAddr),
+    on_listening: impl FnOnce(SocketAddr, bool),
 ) -> Result<(), ServeError> {
+    let acceptor = match &options.tls {
+        Some((cert, key)) => Some(tls::acceptor(cert, key).map_err(ServeError::Refused)?),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|e| ServeError::Io(format!("cannot listen on {}: {e}", options.listen)))?;
     let address = listener
         .local_addr()
         .map_err(|e| ServeError::Io(format!("cannot read the address listened on: {e}")))?;
-    on_listening(address);
+    on_listening(address, acceptor.is_some());
     let feeds = state.feeds.clone();
     let app = routes::router(Arc::new(state));
     let stopping = async move {
@@ -123,10 +131,21 @@ pub async fn serve(
         // Waits are handed back: every feed ends, and its client follows another server.
         feeds.close();
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stopping)
-        .await
-        .map_err(|e| ServeError::Io(format!("serving failed: {e}")))
+    let served = match acceptor {
+        Some(acceptor) => {
+            let listener = tls::TlsListener::new(listener, acceptor)
+                .map_err(|e| ServeError::Io(format!("cannot listen: {e}")))?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+        }
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopping)
+                .await
+        }
+    };
+    served.map_err(|e| ServeError::Io(format!("serving failed: {e}")))
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -31,11 +31,12 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         tokens: None,
         insecure: false,
         poll: Duration::from_millis(250),
+        tls: None,
     };
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        baton_server::serve(&options, state, |address| {
+        baton_server::serve(&options, state, |address, _| {
             let _ = tx.send(address);
         })
         .await

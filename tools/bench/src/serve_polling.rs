@@ -94,12 +94,13 @@ pub async fn run(
         tokens: None,
         insecure: false,
         poll,
+        tls: None,
     };
     let state = baton_server::prepare(&options, counting.clone() as Arc<dyn Store>)
         .context("cannot prepare")?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
-        baton_server::serve(&options, state, |address| {
+        baton_server::serve(&options, state, |address, _| {
             let _ = tx.send(address);
         })
         .await

@@ -15,6 +15,7 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         tokens: args.tokens,
         insecure: args.insecure,
         poll: args.poll,
+        tls: args.tls_cert.zip(args.tls_key),
     };
     let described = opened.coord.store().describe();
     let store = opened.coord.store().clone();
@@ -23,9 +24,10 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         Some(tokens) => format!("{} tokens", tokens.len()),
         None => "no tokens file: every caller may do everything".to_owned(),
     };
-    baton_server::serve(&options, state, |address| {
+    baton_server::serve(&options, state, |address, tls| {
         // Scripts and tests read the address from this line (with --listen …:0, the port).
-        eprintln!("baton: serving {described} on http://{address} ({who})");
+        let scheme = if tls { "https" } else { "http" };
+        eprintln!("baton: serving {described} on {scheme}://{address} ({who})");
     })
     .await
     .map_err(failure)?;

@@ -161,8 +161,12 @@ impl Ctx {
                 panic!("baton serve exited:\n{}", proc.stderr());
             }
             let stderr = proc.stderr();
-            let line = stderr.lines().find(|l| l.contains(" on http://"))?;
-            let rest = line.split(" on http://").nth(1)?;
+            let rest = stderr.lines().find_map(|line| {
+                let (_, rest) = line
+                    .split_once(" on http://")
+                    .or_else(|| line.split_once(" on https://"))?;
+                Some(rest)
+            })?;
             rest.split_whitespace().next()?.parse().ok()
         });
         (proc, address)
