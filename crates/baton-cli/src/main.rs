@@ -193,18 +193,10 @@ async fn open(url: Option<String>) -> Result<Opened, OpenError> {
             format!("sqlite:{}", path.display())
         }
     };
-    let coord = if baton_client::remote::is_remote(&url) {
-        let token = std::env::var("BATON_TOKEN").ok().filter(|t| !t.is_empty());
-        let remote = baton_client::remote::RemoteStore::open(&url, token)
-            .await
-            .map_err(OpenError::Store)?;
-        baton_client::Coordinator::through_server(Arc::new(remote))
-    } else {
-        let store = baton_store::url::open(&url)
-            .await
-            .map_err(OpenError::Store)?;
-        baton_client::Coordinator::new(store)
-    };
+    let token = std::env::var("BATON_TOKEN").ok().filter(|t| !t.is_empty());
+    let coord = baton_client::Coordinator::open(&url, token)
+        .await
+        .map_err(OpenError::Store)?;
     Ok(Opened {
         coord: Arc::new(coord),
         url,

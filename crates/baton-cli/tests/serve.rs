@@ -596,29 +596,35 @@ fn holder_and_pushed_waiter(
     (held.stdout.trim().to_owned(), waiter)
 }
 
+/// Two servers on one store, on SQLite and (when the test scripts started it) PostgreSQL.
 #[test]
 fn a_release_through_one_server_is_pushed_to_a_waiter_on_another() {
-    with_fresh_sqlite(|ctx| {
-        let a = serve(ctx, &["--poll", "1h"]);
-        let b = serve(ctx, &["--poll", "1h"]);
-        let (url_a, url_b) = (
-            format!("http://{}", a.address),
-            format!("http://{}", b.address),
-        );
-        for (name, holder_url) in [("same", &url_a), ("other", &url_b)] {
-            let key = ctx.key(name);
-            let (token, mut waiter) = holder_and_pushed_waiter(ctx, &key, holder_url, &url_a);
-            ctx.baton(["release", &key, &token])
-                .env("BATON_STORE", holder_url)
-                .run()
-                .assert_code(0);
-            let done = waiter.wait(PROMPT);
-            done.assert_code(0);
-            let turn: Value = serde_json::from_str(done.stdout.trim()).expect("acquire --json");
-            let fence = turn["fence"].as_u64().expect("a fence");
-            assert_eq!(ctx.key_view(&key).fence(), Some(fence), "{name}");
-        }
-    });
+    with_fresh_sqlite(release_pushed_across_servers);
+    if let Ok(url) = std::env::var("BATON_TEST_POSTGRES_URL") {
+        common::with_store(&url, release_pushed_across_servers);
+    }
+}
+
+fn release_pushed_across_servers(ctx: &Ctx) {
+    let a = serve(ctx, &["--poll", "1h"]);
+    let b = serve(ctx, &["--poll", "1h"]);
+    let (url_a, url_b) = (
+        format!("http://{}", a.address),
+        format!("http://{}", b.address),
+    );
+    for (name, holder_url) in [("same", &url_a), ("other", &url_b)] {
+        let key = ctx.key(name);
+        let (token, mut waiter) = holder_and_pushed_waiter(ctx, &key, holder_url, &url_a);
+        ctx.baton(["release", &key, &token])
+            .env("BATON_STORE", holder_url)
+            .run()
+            .assert_code(0);
+        let done = waiter.wait(PROMPT);
+        done.assert_code(0);
+        let turn: Value = serde_json::from_str(done.stdout.trim()).expect("acquire --json");
+        let fence = turn["fence"].as_u64().expect("a fence");
+        assert_eq!(ctx.key_view(&key).fence(), Some(fence), "{name}");
+    }
 }
 
 #[test]

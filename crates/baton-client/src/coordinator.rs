@@ -111,6 +111,16 @@ impl Coordinator {
         }
     }
 
+    /// A coordinator for the store at `url`: through `baton serve` for `http(s)://…` (with
+    /// `token`, the server's), else the store itself.
+    pub async fn open(url: &str, token: Option<String>) -> Result<Coordinator, StoreError> {
+        if crate::remote::is_remote(url) {
+            let server = RemoteStore::open(url, token).await?;
+            return Ok(Coordinator::through_server(Arc::new(server)));
+        }
+        Ok(Coordinator::new(baton_store::url::open(url).await?))
+    }
+
     /// A coordinator whose operations `server` runs: it reads through the server as from any
     /// store, and sends each operation there instead of writing documents
     /// ([`Coordinator::execute`]).

@@ -57,10 +57,11 @@ pub fn run(turn: Turn) -> Result<ExitCode, String> {
 
 async fn take(turn: Turn) -> Result<ExitCode, String> {
     let mut session = Session::connect(&turn.resource, &turn.who)?;
-    let store = baton_store::url::open(&turn.store)
+    let token = std::env::var("BATON_TOKEN").ok();
+    let coord = Coordinator::open(&turn.store, token)
         .await
         .map_err(|e| format!("cannot open the store {}: {e}", turn.store))?;
-    let coord = Arc::new(Coordinator::new(store));
+    let coord = Arc::new(coord);
     let heartbeat = Heartbeat::start(coord.clone());
     let options = AcquireOptions {
         mode: if turn.shared {

@@ -131,7 +131,7 @@ impl ClientPlan {
         proxy: Option<&ProxiedStore>,
         env: &mut Vec<(String, String)>,
     ) -> Vec<String> {
-        let store = proxy.map_or(config.store.clone(), |p| p.url.clone());
+        let store = spread(&proxy.map_or(config.store.clone(), |p| p.url.clone()), c);
         let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
         let library = match config.client {
             ClientKind::Cli => false,
@@ -280,4 +280,16 @@ pub(super) fn libfaketime() -> Option<std::path::PathBuf> {
     lib.flatten()
         .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
         .find(|path| path.is_file())
+}
+
+/// Client `c`'s store URL: through servers (`http://a,b`), every other client asks the second
+/// first, so the clients are spread over both.
+fn spread(store: &str, c: usize) -> String {
+    let Some(hosts) = store.strip_prefix("http://") else {
+        return store.to_owned();
+    };
+    let mut hosts: Vec<&str> = hosts.split(',').collect();
+    let n = hosts.len();
+    hosts.rotate_left(c % n.max(1));
+    format!("http://{}", hosts.join(","))
 }
