@@ -105,8 +105,9 @@ pub enum RunError {
 
 /// How a request ended, before its body is judged.
 enum Sent {
-    /// A server answered with a status other than 503.
-    Answered(reqwest::StatusCode, Value),
+    /// A server answered with a status other than 503: its body (a success's as sent, to be
+    /// parsed into what the caller expects; an error's as JSON).
+    Answered(reqwest::StatusCode, Body),
     /// No server ran it: each could not be reached or said it did not (503).
     NotRun(StoreError),
     /// A server may have run it and its answer was lost (`Value`: a 503 body that says so).
@@ -122,7 +123,14 @@ impl RemoteStore {
             store: url.to_owned(),
             reason,
         };
-        let http = crate::notify::http_client(REQUEST_TIMEOUT).map_err(unavailable)?;
+        // A couple of kept connections serve a process's every wait, and a server holding many
+        // waiters holds few idle ones. (A shorter idle timeout than hyper's cost 0.9 ms a
+        // request here: measured with serve-overhead, BENCHMARKS.md.)
+        let http = crate::notify::http_builder()
+            .timeout(REQUEST_TIMEOUT)
+            .pool_max_idle_per_host(2)
+            .build()
+            .map_err(|e| unavailable(format!("cannot make an HTTP client: {e}")))?;
         let streaming = crate::notify::http_builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(FEED_SILENCE)
@@ -159,16 +167,12 @@ impl RemoteStore {
         let body = serde_json::to_value(request).map_err(|e| RunError::Failed(self.bug(&e)))?;
         let path = format!("/v1/keys/{}/ops", segment(key));
         let answer = self.judged(Method::POST, &path, Some(&body)).await?;
-        let decoded = (|| {
-            Some(Ran {
-                reply: serde_json::from_value(answer.get("reply")?.clone()).ok()?,
-                doc: serde_json::from_value(answer.get("document")?.clone()).ok()?,
-                granted: serde_json::from_value(answer.get("granted")?.clone()).ok()?,
-                started_before_ms: answer.get("started_before_ms")?.as_u64(),
-            })
-        })();
-        decoded.ok_or_else(|| {
-            RunError::Failed(self.backend(format!("the server's answer is not one: {answer}")))
+        let ran: RanAnswer = self.parsed(&answer).map_err(RunError::Failed)?;
+        Ok(Ran {
+            reply: ran.reply,
+            doc: ran.document,
+            granted: ran.granted,
+            started_before_ms: ran.started_before_ms,
         })
     }
 
@@ -177,8 +181,19 @@ impl RemoteStore {
         let body = serde_json::to_value(write).map_err(|e| RunError::Failed(self.bug(&e)))?;
         let path = format!("/v1/values/{}", segment(name));
         let answer = self.judged(Method::POST, &path, Some(&body)).await?;
-        answer["version"].as_u64().ok_or_else(|| {
-            RunError::Failed(self.backend(format!("the server's answer is not one: {answer}")))
+        let written: Value = self.parsed(&answer).map_err(RunError::Failed)?;
+        written["version"].as_u64().ok_or_else(|| {
+            RunError::Failed(self.backend(format!("the server's answer is not one: {written}")))
+        })
+    }
+
+    /// A success's body as `T`.
+    fn parsed<T: serde::de::DeserializeOwned>(&self, body: &[u8]) -> Result<T, StoreError> {
+        serde_json::from_slice(body).map_err(|e| {
+            self.backend(format!(
+                "the server's answer is not one ({e}): {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ))
         })
     }
 
@@ -189,10 +204,11 @@ impl RemoteStore {
         method: Method,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<Value, RunError> {
+    ) -> Result<Body, RunError> {
         match self.send(method, path, body).await {
             Sent::Answered(status, body) if status.is_success() => Ok(body),
             Sent::Answered(status, body) => {
+                let body = error_body(&body);
                 let refusal = &body["error"]["refusal"];
                 if let Ok(refusal) = serde_json::from_value::<Refusal>(refusal.clone()) {
                     return Err(RunError::Refused(refusal));
@@ -213,8 +229,8 @@ impl RemoteStore {
     /// GET `path` from the first server that answers; the body.
     async fn get(&self, path: &str) -> Result<Value, StoreError> {
         match self.send(Method::GET, path, None).await {
-            Sent::Answered(status, body) if status.is_success() => Ok(body),
-            Sent::Answered(status, body) => Err(self.error_of(status, &body)),
+            Sent::Answered(status, body) if status.is_success() => self.parsed(&body),
+            Sent::Answered(status, body) => Err(self.error_of(status, &error_body(&body))),
             Sent::NotRun(error) | Sent::Lost(error, _) => Err(error),
         }
     }
@@ -240,16 +256,17 @@ impl RemoteStore {
                 Err(error) => return Sent::Lost(self.ambiguous(&error), Value::Null),
             };
             let status = response.status();
-            let body: Value = match response.json().await {
-                Ok(body) => body,
+            let body = match response.bytes().await {
+                Ok(body) => body.to_vec(),
                 Err(error) if status.is_success() => {
                     return Sent::Lost(self.ambiguous(&error), Value::Null)
                 }
-                Err(_) => Value::Null,
+                Err(_) => Body::new(),
             };
             if status != reqwest::StatusCode::SERVICE_UNAVAILABLE {
                 return Sent::Answered(status, body);
             }
+            let body = error_body(&body);
             let error = self.error_of(status, &body);
             if body["error"]["code"] == "ambiguous" {
                 return Sent::Lost(error, body);
@@ -478,6 +495,23 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// A body as received.
+type Body = Vec<u8>;
+
+/// An error answer's body as JSON (null when it is not JSON).
+fn error_body(body: &[u8]) -> Value {
+    serde_json::from_slice(body).unwrap_or(Value::Null)
+}
+
+/// The answer to an operation, as the server writes it.
+#[derive(serde::Deserialize)]
+struct RanAnswer {
+    reply: baton_core::Reply,
+    document: Doc,
+    granted: Vec<(String, u64)>,
+    started_before_ms: Option<u64>,
+}
+
 /// `{"version", "bytes"}` as a document read (`None`: no document).
 fn versioned(body: &Value) -> Option<Versioned> {
     match (body["version"].as_str(), body["bytes"].as_str()) {
@@ -544,7 +578,7 @@ impl Store for RemoteStore {
             .judged(Method::POST, "/v1/settings/notify", Some(&body))
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => self.parsed::<Value>(&answer)?,
             Err(RunError::Ambiguous { error, .. } | RunError::Failed(error)) => return Err(error),
             Err(other) => return Err(self.backend(format!("{other:?}"))),
         };

@@ -72,8 +72,8 @@ where
         let axum::Json(sent) = axum::Json::<Value>::from_request(request, state)
             .await
             .map_err(rejected)?;
-        let parsed: T = serde_json::from_value(sent.clone())
-            .map_err(|e| ApiError::bad_request(format!("bad body: {e}")))?;
+        let parsed =
+            T::deserialize(&sent).map_err(|e| ApiError::bad_request(format!("bad body: {e}")))?;
         let kept = serde_json::to_value(&parsed).unwrap_or(Value::Null);
         if let Some(path) = unknown_field(&sent, &kept, "") {
             return Err(ApiError::bad_request(format!(

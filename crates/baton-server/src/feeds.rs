@@ -72,11 +72,14 @@ impl Feeds {
         receiver
     }
 
-    /// Tells `key`'s subscribers of a document this server wrote, if anyone watches it.
-    pub fn publish(&self, key: &str, written: Versioned) {
+    /// Tells `key`'s subscribers of a document this server wrote, if anyone watches it
+    /// (`written` makes its bytes only then).
+    pub fn publish(&self, key: &str, written: impl FnOnce() -> Option<Versioned>) {
         let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(sender) = keys.get(key) {
-            offer(sender, Some(written));
+            if let Some(written) = written() {
+                offer(sender, Some(written));
+            }
         }
     }
 

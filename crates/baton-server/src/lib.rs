@@ -28,6 +28,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use baton_client::Coordinator;
 use baton_store::Store;
 
@@ -140,6 +141,10 @@ pub async fn serve(
                 .await
         }
         None => {
+            // Answers are small and come one per request: no Nagle delay on them.
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app)
                 .with_graceful_shutdown(stopping)
                 .await

@@ -71,6 +71,7 @@ impl TlsListener {
                     },
                     _ = done.closed() => return,
                 };
+                let _ = stream.set_nodelay(true);
                 let (acceptor, done) = (acceptor.clone(), done.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {

@@ -26,6 +26,7 @@ mod jobs;
 mod notify_kv;
 mod polling;
 mod process;
+mod serve_bench;
 mod serve_polling;
 mod setup;
 mod stats;
@@ -141,6 +142,42 @@ enum Command {
         /// The server's `--poll`
         #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
         poll: Duration,
+    },
+    /// Acquire + release through `baton serve` next to direct, on the same store, alternating
+    ServeOverhead {
+        #[command(flatten)]
+        common: Common,
+        /// Measured cycles each way
+        #[arg(long, default_value_t = 500, value_parser = rounds)]
+        rounds: usize,
+        /// Unmeasured cycles first
+        #[arg(long, default_value_t = 50)]
+        warmup: usize,
+    },
+    /// A release to a waiter's turn, both through one `baton serve`, next to both direct
+    ServeHandoff {
+        #[command(flatten)]
+        common: Common,
+        /// Measured handoffs each way
+        #[arg(long, default_value_t = 50, value_parser = rounds)]
+        rounds: usize,
+        /// How long the waiter waits before the release
+        #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+        settle: Duration,
+    },
+    /// How many idle waiters one `baton serve` holds, and their memory
+    ServeIdle {
+        #[command(flatten)]
+        common: Common,
+        /// Waiters
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        waiters: u32,
+        /// Keys they are spread over (one holder each; a key's queue is bounded)
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        keys: u32,
+        /// How long the holders hold (the run must end before)
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        hold: Duration,
     },
     /// Jobs per second through library workers, each key strictly one run at a time (checked:
     /// the run fails if two runs of a key overlap or its fences do not rise)
@@ -358,6 +395,31 @@ async fn dispatch(command: Command) -> Result<()> {
         } => {
             let report = polling::run(&common, waiters as usize, duration).await?;
             output(&common, &report, polling::print)
+        }
+        Command::ServeOverhead {
+            common,
+            rounds,
+            warmup,
+        } => {
+            let report = serve_bench::overhead(&common, rounds, warmup).await?;
+            output(&common, &report, serve_bench::print_overhead)
+        }
+        Command::ServeHandoff {
+            common,
+            rounds,
+            settle,
+        } => {
+            let report = serve_bench::handoff(&common, rounds, settle).await?;
+            output(&common, &report, serve_bench::print_handoff)
+        }
+        Command::ServeIdle {
+            common,
+            waiters,
+            keys,
+            hold,
+        } => {
+            let report = serve_bench::idle(&common, waiters as usize, keys as usize, hold).await?;
+            output(&common, &report, serve_bench::print_idle)
         }
         Command::ServePolling {
             common,

@@ -128,7 +128,8 @@ pub async fn notify_overhead(
     })
 }
 
-async fn cycle(coord: &Coordinator, key: &str, options: &AcquireOptions) -> Result<Duration> {
+/// One acquire + release of `key`: how long it took.
+pub async fn cycle(coord: &Coordinator, key: &str, options: &AcquireOptions) -> Result<Duration> {
     let started = Instant::now();
     let lease = acquire(coord, &Pending::new(key), options)
         .await

@@ -86,8 +86,10 @@ pub(super) async fn execute(
         state
             .metrics
             .wrote(&key, doc, &executed.granted, &executed.ended);
-        let bytes = baton_core::encode(doc).unwrap_or_default();
-        state.feeds.publish(&key, Versioned { version, bytes });
+        state.feeds.publish(&key, || {
+            let bytes = baton_core::encode(doc).ok()?;
+            Some(Versioned { version, bytes })
+        });
     }
     let started_before_ms = executed.basis.map(|basis| {
         let started_ms = basis.basis_local_ms.saturating_sub(basis.behind_ms);
