@@ -214,7 +214,9 @@ start_one() {
         >>"$DIR/serve-$1.log" 2>&1 </dev/null &
     echo $! >"$DIR/serve-$1.pid"
     for _ in $(seq 200); do
-        "$BATON" --store "http://127.0.0.1:$1" status --json >/dev/null 2>&1 && return 0
+        # A prefix no key has: the probe lists nothing, however many keys the store holds.
+        "$BATON" --store "http://127.0.0.1:$1" status baton-torture-probe/ --json \
+            >/dev/null 2>&1 && return 0
         sleep 0.05
     done
     echo "baton serve on port $1 did not start" >&2

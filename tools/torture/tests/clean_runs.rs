@@ -36,14 +36,16 @@ fn report(output: &Output) -> String {
     )
 }
 
-/// A fresh SQLite file, then every server URL in `BATON_TEST_STORES`.
+/// A fresh SQLite file, then every server URL in `BATON_TEST_STORES` (not its `serve+`
+/// entries, which ask the CLI tests to start a `baton serve` of their own: the harness meets
+/// servers in the matrix, `fault_runs.rs`).
 fn stores(dir: &std::path::Path) -> Vec<String> {
     let mut stores = vec![format!("sqlite:{}", dir.join("torture.db").display())];
     if let Ok(listed) = std::env::var("BATON_TEST_STORES") {
         stores.extend(
             listed
                 .split(',')
-                .filter(|s| !s.is_empty() && *s != "fresh-sqlite")
+                .filter(|s| !s.is_empty() && *s != "fresh-sqlite" && !s.starts_with("serve+"))
                 .map(str::to_owned),
         );
     }
