@@ -226,6 +226,12 @@ impl RemoteStore {
         }
     }
 
+    /// Asks the first server that answers whether it is up (`GET /healthz`): the cost of the
+    /// HTTP hop alone, with no store behind it.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.get("/healthz").await.map(|_| ())
+    }
+
     /// GET `path` from the first server that answers; the body.
     async fn get(&self, path: &str) -> Result<Value, StoreError> {
         match self.send(Method::GET, path, None).await {

@@ -21,6 +21,7 @@
 
 mod backlog;
 mod counting;
+mod delay_proxy;
 mod handoff;
 mod jobs;
 mod notify_kv;
@@ -153,6 +154,10 @@ enum Command {
         /// Unmeasured cycles first
         #[arg(long, default_value_t = 50)]
         warmup: usize,
+        /// Put the store this round trip away (a proxy on loopback delays its bytes), for the
+        /// direct client and the server alike: a store over the network, as in most deployments
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DUR")]
+        store_rtt: Option<Duration>,
     },
     /// A release to a waiter's turn, both through one `baton serve`, next to both direct
     ServeHandoff {
@@ -400,8 +405,9 @@ async fn dispatch(command: Command) -> Result<()> {
             common,
             rounds,
             warmup,
+            store_rtt,
         } => {
-            let report = serve_bench::overhead(&common, rounds, warmup).await?;
+            let report = serve_bench::overhead(&common, rounds, warmup, store_rtt).await?;
             output(&common, &report, serve_bench::print_overhead)
         }
         Command::ServeHandoff {

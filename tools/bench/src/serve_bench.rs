@@ -18,6 +18,7 @@ use baton_client::Coordinator;
 use baton_core::Outcome;
 use serde::Serialize;
 
+use crate::delay_proxy::{split_address, DelayProxy};
 use crate::notify_kv::cycle;
 use crate::setup::{baton_path, describe_load, fresh_key, load_average_1m, Workdir};
 use crate::stats::Summary;
@@ -100,6 +101,8 @@ pub struct OverheadReport {
     pub load_average_1m: Option<f64>,
     /// The store.
     pub store: String,
+    /// The round trip added in front of the store (`--store-rtt`), for both ways.
+    pub store_rtt_ms: Option<f64>,
     /// Measured cycles each way.
     pub rounds: usize,
     /// Acquire + release directly.
@@ -108,16 +111,33 @@ pub struct OverheadReport {
     pub through_server_ms: Summary,
     /// Through over direct, p50.
     pub ratio_p50: f64,
+    /// `GET /healthz` through the same kind of client: the HTTP hop alone, with no store and
+    /// no work behind it. An acquire + release is two such hops.
+    pub empty_request_ms: Summary,
 }
 
 /// Runs `serve-overhead`: rounds alternate which way goes first.
-pub async fn overhead(common: &Common, rounds: usize, warmup: usize) -> Result<OverheadReport> {
+pub async fn overhead(
+    common: &Common,
+    rounds: usize,
+    warmup: usize,
+    store_rtt: Option<Duration>,
+) -> Result<OverheadReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
     workdir.require_shared_store("serve-overhead")?;
-    let server = Server::start(common, &workdir.store_url, &[])?;
-    let direct = Coordinator::open(&workdir.store_url, None).await?;
+    let store_url = match store_rtt {
+        None => workdir.store_url.clone(),
+        Some(rtt) => {
+            let (before, address, after) = split_address(&workdir.store_url)?;
+            let proxy = DelayProxy::start(address, rtt)?;
+            format!("{before}{}{after}", proxy.address)
+        }
+    };
+    let server = Server::start(common, &store_url, &[])?;
+    let direct = Coordinator::open(&store_url, None).await?;
     let remote = through(&server).await?;
+    let pinged = RemoteStore::open(&server.url, None).await?;
     let (key_direct, key_through) = (fresh_key("serve/direct"), fresh_key("serve/through"));
     let options = AcquireOptions {
         timeout: Some(Duration::from_secs(60)),
@@ -125,7 +145,13 @@ pub async fn overhead(common: &Common, rounds: usize, warmup: usize) -> Result<O
         ..AcquireOptions::default()
     };
     let (mut direct_times, mut through_times) = (Vec::new(), Vec::new());
+    let mut empty_times = Vec::new();
     for round in 0..warmup + rounds {
+        let started = Instant::now();
+        pinged.ping().await?;
+        if round >= warmup {
+            empty_times.push(started.elapsed());
+        }
         let first_direct = round % 2 == 0;
         for direct_now in [first_direct, !first_direct] {
             let (coord, key) = if direct_now {
@@ -148,10 +174,12 @@ pub async fn overhead(common: &Common, rounds: usize, warmup: usize) -> Result<O
     Ok(OverheadReport {
         load_average_1m,
         store: workdir.store_url.clone(),
+        store_rtt_ms: store_rtt.map(|rtt| rtt.as_secs_f64() * 1000.0),
         rounds,
         ratio_p50: through_server_ms.p50_ms / direct_ms.p50_ms,
         direct_ms,
         through_server_ms,
+        empty_request_ms: Summary::of(&empty_times).context("no rounds")?,
     })
 }
 
@@ -161,11 +189,15 @@ pub fn print_overhead(r: &OverheadReport) {
         r.rounds
     );
     println!("store: {}", r.store);
+    if let Some(rtt) = r.store_rtt_ms {
+        println!("store round trip added: {rtt} ms (direct and server alike)");
+    }
     println!("load average (1 min): {}", describe_load(r.load_average_1m));
     println!("{:<22} {:>9} {:>9} {:>9}", "", "p50 ms", "p90 ms", "p99 ms");
     for (name, s) in [
         ("direct", &r.direct_ms),
         ("through baton serve", &r.through_server_ms),
+        ("GET /healthz alone", &r.empty_request_ms),
     ] {
         println!(
             "{name:<22} {:>9.2} {:>9.2} {:>9.2}",
