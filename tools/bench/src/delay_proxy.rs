@@ -103,6 +103,7 @@ fn forward(mut from: TcpStream, mut to: TcpStream, delay: Duration) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
     use super::*;
 
