@@ -484,7 +484,9 @@ baton exits with CMD's exit code.";
 
 const ACQUIRE_HELP: &str = "\
 Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
-appends key=, ticket=, fence= and acquired-at= lines to it, for later steps and jobs.
+appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it,
+for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
+queued ahead when the wait began.
 
 Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
 call `baton renew KEY TOKEN` from the work itself.";
@@ -641,8 +643,8 @@ pub struct AcquireArgs {
     #[arg(value_name = "KEY")]
     pub key: String,
 
-    /// Print a JSON object (key, id, token, fence, acquired_at, lease_until) instead of the
-    /// token alone
+    /// Print a JSON object (key, id, token, fence, acquired_at, lease_until, waited_ms,
+    /// position_at_start) instead of the token alone
     #[arg(long)]
     pub json: bool,
 }

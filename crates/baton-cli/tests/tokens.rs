@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx};
+use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT};
 
 /// `baton acquire KEY --timeout 0 [extra]`: exit 0, the token alone on stdout.
 fn acquire(ctx: &Ctx, key: &str, extra: &[&str]) -> String {
@@ -76,6 +76,9 @@ fn acquire_in_one_process_and_release_in_another() {
         for name in ["acquired_at", "lease_until"] {
             assert!(!field(name).is_null(), "`{name}` is set: {json}");
         }
+        // Granted at the first look: it waited behind nobody.
+        assert_eq!(field("position_at_start").as_u64(), Some(0), "{json}");
+        assert!(field("waited_ms").as_u64().is_some(), "{json}");
 
         let lines: Vec<String> = std::fs::read_to_string(&github_output)
             .expect("read GITHUB_OUTPUT")
@@ -95,6 +98,16 @@ fn acquire_in_one_process_and_release_in_another() {
             outputs
                 .get("acquired-at")
                 .is_some_and(|value| !value.is_empty()),
+            "{lines:?}"
+        );
+        assert_eq!(
+            outputs.get("position-at-start").map(String::as_str),
+            Some("0")
+        );
+        assert!(
+            outputs
+                .get("waited-seconds")
+                .is_some_and(|value| value.parse::<f64>().is_ok()),
             "{lines:?}"
         );
 
@@ -192,6 +205,43 @@ fn acquire_in_one_process_and_release_in_another() {
             "{}",
             view.raw
         );
+    });
+}
+
+#[test]
+fn acquire_says_where_its_wait_began_and_how_long_it_lasted() {
+    for_each_store(|ctx| {
+        let key = ctx.key("line");
+        let first = acquire(ctx, &key, &[]);
+        let mut waiters = Vec::new();
+        for (place, context) in [(1, "second"), (2, "third")] {
+            let waiter = ctx
+                .baton(["acquire", &key, "--json", "--context", context])
+                .name(context)
+                .spawn();
+            let view = ctx.wait_queued(&key, context);
+            assert_eq!(view.queue().len(), place, "{}", view.raw);
+            waiters.push(waiter);
+        }
+        let mut token = first;
+        for (place, waiter) in waiters.iter_mut().enumerate() {
+            ctx.baton(["release", &key, &token]).run().assert_code(0);
+            let done = waiter.wait(PROMPT);
+            done.assert_code(0);
+            let json: Value = serde_json::from_str(&done.stdout).expect("one JSON object");
+            assert_eq!(
+                json["position_at_start"].as_u64(),
+                Some(place as u64 + 1),
+                "1 + the tickets queued ahead when it began: {json}"
+            );
+            // It waited at least from being seen queued to the release that came after.
+            assert!(
+                json["waited_ms"].as_u64().is_some_and(|ms| ms > 0),
+                "{json}"
+            );
+            token = json["token"].as_str().expect("a token").to_owned();
+        }
+        ctx.baton(["release", &key, &token]).run().assert_code(0);
     });
 }
 

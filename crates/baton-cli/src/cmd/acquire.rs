@@ -1,7 +1,10 @@
 //! `baton acquire KEY`: wait for a turn and print its token.
 
 use std::io::Write;
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use baton_client::acquire::WaitProgress;
 
 use crate::cli::AcquireArgs;
 use crate::exit::{self, Failure};
@@ -10,7 +13,9 @@ use crate::{wait, Opened};
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
     let line = (!args.wait.waiting.quiet).then(wait::WaitLine::new);
-    let options = wait::options(&args.wait, Duration::from_secs(15 * 60), line.clone())?;
+    let mut options = wait::options(&args.wait, Duration::from_secs(15 * 60), line.clone())?;
+    let started = Instant::now();
+    let position_at_start = first_position(&mut options);
     let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
     let coord = &opened.coord;
     let Some(pending) = pendings.first() else {
@@ -29,6 +34,9 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     };
     wait::finish(&line);
     let lease = acquired?;
+    let waited_ms = started.elapsed().as_millis();
+    // Never reported: granted at the first look.
+    let position_at_start = position_at_start.get().copied().unwrap_or(0);
     let acquired_at = rfc3339(lease.acquired_wall_ms);
     let lease_until = rfc3339(lease.lease_until_wall_ms);
     let mut stdout = std::io::stdout().lock();
@@ -40,6 +48,8 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
             "fence": lease.fence,
             "acquired_at": acquired_at,
             "lease_until": lease_until,
+            "waited_ms": waited_ms,
+            "position_at_start": position_at_start,
         });
         writeln!(stdout, "{value}")
     } else {
@@ -61,8 +71,13 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     }
     if let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) {
         let lines = format!(
-            "key={}\nticket={}\nfence={}\nacquired-at={}\n",
-            lease.key, lease.token, lease.fence, acquired_at
+            "key={}\nticket={}\nfence={}\nacquired-at={}\nwaited-seconds={:.1}\nposition-at-start={}\n",
+            lease.key,
+            lease.token,
+            lease.fence,
+            acquired_at,
+            waited_ms as f64 / 1000.0,
+            position_at_start
         );
         let appended = std::fs::OpenOptions::new()
             .create(true)
@@ -85,6 +100,22 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
         );
     }
     Ok(exit::OK)
+}
+
+/// Where the wait began: set by the first report of the wait (1 + the tickets queued ahead, so
+/// 1 is next in line), never when the turn is granted at the first look (then 0). Wraps the
+/// waiting line's report, if any.
+fn first_position(options: &mut baton_client::acquire::AcquireOptions) -> Arc<OnceLock<usize>> {
+    let first = Arc::new(OnceLock::new());
+    let line = options.on_progress.take();
+    let seen = first.clone();
+    options.on_progress = Some(Arc::new(move |progress: &WaitProgress| {
+        let _ = seen.set(progress.position + 1);
+        if let Some(line) = &line {
+            line(progress);
+        }
+    }));
+    first
 }
 
 pub use baton_client::status::rfc3339;
