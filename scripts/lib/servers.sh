@@ -50,6 +50,11 @@ need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
 need_tool awk mawk        # ... which reads /proc/PID/stat
 need_tool python3 python3 # free_port
 need_tool openssl openssl # the certificates of the TLS test (crates/baton-cli/tests/serve.rs)
+need_tool curl curl         # install.sh's downloads (crates/baton-cli/tests/install.rs)
+need_tool wget wget         # ... and its fallback when curl is missing
+need_tool shasum perl       # ... and its digest tool when sha256sum is missing
+need_tool strip binutils    # the tests pack a stripped baton with scripts/dist.sh
+need_tool git git           # the CircleCI orb's tests order workflows by commit time
 need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffers when it builds
 # ... and they import protobuf's own descriptor.proto, which Debian ships in libprotobuf-dev (a
 # recommendation of protobuf-compiler that --no-install-recommends leaves out)

@@ -22,6 +22,7 @@
 //! fall back to the per-user default store).
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod dist;
 pub mod http;
 
 use std::ffi::{OsStr, OsString};
@@ -234,6 +235,25 @@ impl Ctx {
             ctx: self,
             program: PathBuf::from("sh"),
             args: vec!["-c".into(), script.into()],
+            envs: Vec::new(),
+            name: name.to_owned(),
+            current_dir: None,
+        }
+    }
+
+    /// `program ARGS…` run directly (no shell between: a shell drops environment variables whose
+    /// names are not its own kind, such as the runner's `INPUT_TIMEOUT-POLL`), with the same
+    /// environment as [`Ctx::sh`].
+    pub fn program<S: AsRef<OsStr>>(
+        &self,
+        name: &str,
+        program: impl AsRef<Path>,
+        args: impl IntoIterator<Item = S>,
+    ) -> Cmd<'_> {
+        Cmd {
+            ctx: self,
+            program: program.as_ref().to_owned(),
+            args: args.into_iter().map(|a| a.as_ref().to_owned()).collect(),
             envs: Vec::new(),
             name: name.to_owned(),
             current_dir: None,
