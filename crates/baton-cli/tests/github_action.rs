@@ -1,0 +1,780 @@
+//! The GitHub Action (`integrations/github`) run as GitHub's runner runs it: `node` on the
+//! committed bundles in `dist/`, with the inputs in `INPUT_*` variables, the outputs and the
+//! state written to the files `GITHUB_OUTPUT` and `GITHUB_STATE` name, and the state read back
+//! into `STATE_*` variables for the post step, against the `baton` this crate built (on `PATH`)
+//! and a real store: a fresh SQLite file, and the S3 store (moto) when `BATON_TEST_S3_URL` is
+//! set, as `scripts/test.sh` sets it.
+//!
+//! It needs `node` (`scripts/test.sh` installs Debian's `nodejs`).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::dist::{dist_command, run_checked, stripped_baton};
+use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, with_store, Ctx, Done, Proc, PROMPT};
+
+/// The action's folder in the repository.
+fn action_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integrations/github")
+}
+
+/// Runs `test` on a fresh SQLite store and, when the test servers run, on S3 (moto).
+fn on_sqlite_and_s3(test: impl Fn(&Ctx)) {
+    eprintln!("--- store: a fresh SQLite file");
+    with_fresh_sqlite(&test);
+    match std::env::var("BATON_TEST_S3_URL") {
+        Ok(url) if !url.is_empty() => {
+            eprintln!("--- store: {url}");
+            with_store(&url, &test);
+        }
+        _ => eprintln!("--- S3 not tested: BATON_TEST_S3_URL is not set (scripts/test.sh sets it)"),
+    }
+}
+
+/// What the runner knows of one job: its number (for file names) and its variables.
+struct Job<'c> {
+    ctx: &'c Ctx,
+    name: String,
+    /// A directory holding only a `baton` link to the binary under test, first on `PATH`;
+    /// `None`: no `baton` on `PATH` (the action must install one).
+    bin_dir: Option<PathBuf>,
+    /// `RUNNER_TOOL_CACHE`, where the action installs baton (unset: under `RUNNER_TEMP`).
+    tool_cache: Option<PathBuf>,
+}
+
+/// The files and output of one step (main, post, or a sub-action's only step).
+struct Step {
+    done: Done,
+    outputs: BTreeMap<String, String>,
+    state: BTreeMap<String, String>,
+}
+
+impl<'c> Job<'c> {
+    fn new(ctx: &'c Ctx, name: &str) -> Job<'c> {
+        let bin_dir = ctx.path("bin");
+        if !bin_dir.exists() {
+            std::fs::create_dir_all(&bin_dir).expect("create the bin directory");
+            std::os::unix::fs::symlink(baton_bin(), bin_dir.join("baton"))
+                .expect("link baton into the bin directory");
+        }
+        Job {
+            ctx,
+            name: name.to_owned(),
+            bin_dir: Some(bin_dir),
+            tool_cache: None,
+        }
+    }
+
+    /// A job on a runner without `baton` (`PATH` as the test's, which has none) and with a
+    /// tool cache.
+    fn without_baton(ctx: &'c Ctx, name: &str, tool_cache: &Path) -> Job<'c> {
+        Job {
+            ctx,
+            name: name.to_owned(),
+            bin_dir: None,
+            tool_cache: Some(tool_cache.to_owned()),
+        }
+    }
+
+    /// `node dist/ENTRY.js` with the runner's variables, `inputs` as `INPUT_*` and `state` as
+    /// `STATE_*`, started (not waited for).
+    fn spawn(
+        &self,
+        step: &str,
+        entry: &str,
+        inputs: &[(&str, &str)],
+        state: &BTreeMap<String, String>,
+    ) -> Proc {
+        let tag = format!("{}-{step}", self.name);
+        let output_file = self.ctx.path(&format!("{tag}.output"));
+        let state_file = self.ctx.path(&format!("{tag}.state"));
+        let path_file = self.ctx.path(&format!("{tag}.path"));
+        for file in [&output_file, &state_file, &path_file] {
+            std::fs::write(file, b"").expect("create a runner file");
+        }
+        let outer_path = std::env::var("PATH").unwrap_or_default();
+        let path = match &self.bin_dir {
+            Some(dir) => format!("{}:{outer_path}", dir.display()),
+            None => outer_path,
+        };
+        let script = action_dir().join("dist").join(format!("{entry}.js"));
+        let mut cmd = self
+            .ctx
+            .program(&tag, "node", [&script])
+            .env("PATH", path)
+            .env("GITHUB_ACTIONS", "true")
+            .env("CI", "true")
+            .env("GITHUB_WORKFLOW", "deploy")
+            .env("GITHUB_JOB", &self.name)
+            .env("GITHUB_RUN_NUMBER", "7")
+            .env("GITHUB_RUN_ID", "1234567")
+            .env("GITHUB_REPOSITORY", "acme/app")
+            .env("GITHUB_SHA", "0123456789abcdef0123456789abcdef01234567")
+            .env("GITHUB_ACTOR", "octocat")
+            .env("GITHUB_SERVER_URL", "https://github.example")
+            .env("GITHUB_OUTPUT", &output_file)
+            .env("GITHUB_STATE", &state_file)
+            .env("GITHUB_PATH", &path_file)
+            .env("RUNNER_TEMP", self.ctx.dir())
+            .name(&tag);
+        if let Some(cache) = &self.tool_cache {
+            cmd = cmd.env("RUNNER_TOOL_CACHE", cache);
+        }
+        for (name, value) in inputs {
+            // The runner's rule: upper case, spaces to underscores, dashes kept.
+            cmd = cmd.env(
+                format!("INPUT_{}", name.replace(' ', "_").to_uppercase()),
+                value,
+            );
+        }
+        for (name, value) in state {
+            cmd = cmd.env(format!("STATE_{name}"), value);
+        }
+        cmd.spawn()
+    }
+
+    /// Runs a step to its end and reads back what it left for the runner.
+    fn run(
+        &self,
+        step: &str,
+        entry: &str,
+        inputs: &[(&str, &str)],
+        state: &BTreeMap<String, String>,
+    ) -> Step {
+        let mut proc = self.spawn(step, entry, inputs, state);
+        self.finish(step, &mut proc)
+    }
+
+    fn finish(&self, step: &str, proc: &mut Proc) -> Step {
+        let done = proc.wait(PROMPT);
+        let tag = format!("{}-{step}", self.name);
+        Step {
+            outputs: file_commands(&self.ctx.path(&format!("{tag}.output"))),
+            state: file_commands(&self.ctx.path(&format!("{tag}.state"))),
+            done,
+        }
+    }
+}
+
+/// The `NAME=VALUE` and `NAME<<DELIMITER` … `DELIMITER` entries of a runner file
+/// (`GITHUB_OUTPUT`, `GITHUB_STATE`), read as the runner reads them.
+fn file_commands(path: &Path) -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(path).expect("read a runner file");
+    let mut entries = BTreeMap::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some((name, delimiter)) = line.split_once("<<") {
+            let mut value = Vec::new();
+            loop {
+                let next = lines
+                    .next()
+                    .unwrap_or_else(|| panic!("{name}: no closing {delimiter} in:\n{text}"));
+                if next == delimiter {
+                    break;
+                }
+                value.push(next);
+            }
+            entries.insert(name.to_owned(), value.join("\n"));
+        } else if let Some((name, value)) = line.split_once('=') {
+            entries.insert(name.to_owned(), value.to_owned());
+        } else {
+            panic!("a line the runner cannot read: {line:?} in:\n{text}");
+        }
+    }
+    entries
+}
+
+/// The step succeeded (exit 0, no `::error::` workflow command).
+fn assert_step_ok(step: &Step) {
+    step.done.assert_code(0);
+    assert!(
+        !step.done.stdout.contains("::error::"),
+        "the step reported an error:\n{}",
+        step.done.describe()
+    );
+}
+
+/// The step failed the way an action fails: exit 1 and an `::error::` line saying `why`.
+fn assert_step_failed(step: &Step, why: &str) {
+    step.done.assert_code(1);
+    let error = step
+        .done
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("::error::"))
+        .unwrap_or_else(|| panic!("no ::error:: line:\n{}", step.done.describe()));
+    assert!(
+        error.contains(why),
+        "the error does not say {why:?}: {error}\n{}",
+        step.done.describe()
+    );
+}
+
+/// The ticket is masked (`::add-mask::`) before anything else prints it, and nothing but the
+/// runner's files hold it in clear.
+fn assert_ticket_masked(step: &Step, ticket: &str) {
+    let stdout = &step.done.stdout;
+    let mask = format!("::add-mask::{ticket}");
+    let masked_at = stdout
+        .find(&mask)
+        .unwrap_or_else(|| panic!("the ticket is not masked:\n{}", step.done.describe()));
+    let first_seen = stdout.find(ticket).expect("the mask line holds it");
+    assert!(
+        first_seen >= masked_at + "::add-mask::".len(),
+        "the ticket is printed before it is masked:\n{stdout}"
+    );
+    assert_eq!(
+        stdout.matches(ticket).count(),
+        1,
+        "the ticket is printed besides its mask line:\n{stdout}"
+    );
+    assert!(
+        !step.done.stderr.contains(ticket),
+        "the ticket is in the step's stderr:\n{}",
+        step.done.stderr
+    );
+}
+
+fn fence_of(step: &Step) -> u64 {
+    step.outputs
+        .get("fence")
+        .and_then(|fence| fence.parse().ok())
+        .unwrap_or_else(|| panic!("no numeric fence output: {:?}", step.outputs))
+}
+
+/// The main step's inputs for `key`, as the runner passes them: every input of action.yml that
+/// the workflow does not set arrives with its default.
+fn main_inputs<'a>(key: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut inputs = vec![
+        ("name", key),
+        ("expires", "2m"),
+        ("timeout", ""),
+        ("timeout-poll", "200ms"),
+        ("context", ""),
+        ("store", ""),
+        ("limit", ""),
+        ("shared", "false"),
+        ("order", ""),
+        ("supersede", "false"),
+        ("keep", "false"),
+        ("mask-ticket", "true"),
+        ("baton-version", ""),
+        ("baton-url", ""),
+        ("token", ""),
+    ];
+    for (name, value) in extra {
+        match inputs.iter_mut().find(|(known, _)| known == name) {
+            Some(entry) => entry.1 = value,
+            None => inputs.push((name, value)),
+        }
+    }
+    inputs
+}
+
+#[test]
+fn main_holds_the_key_for_the_job_and_post_releases_it_with_the_jobs_status() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let job = Job::new(ctx, "ship");
+        let main = job.run("main", "main", &main_inputs(&key, &[]), &BTreeMap::new());
+        assert_step_ok(&main);
+
+        let ticket = main.outputs.get("ticket").expect("a ticket output").clone();
+        assert_ticket_masked(&main, &ticket);
+        assert_eq!(main.outputs.get("key"), Some(&key));
+        assert!(fence_of(&main) >= 1);
+        assert_eq!(
+            main.outputs.get("position-at-start").map(String::as_str),
+            Some("0")
+        );
+        let waited: f64 = main.outputs["waited-seconds"].parse().expect("seconds");
+        assert!(waited >= 0.0, "waited-seconds: {waited}");
+        for time in ["acquired-at", "lease-until"] {
+            assert!(
+                main.outputs.get(time).is_some_and(|t| t.contains('T')),
+                "{time} is RFC 3339: {:?}",
+                main.outputs
+            );
+        }
+        // baton's own GitHub context: "{workflow} #{run}" and the rest.
+        let view = ctx.key_view(&key);
+        let holders = view.holder_contexts();
+        assert_eq!(holders.len(), 1, "one holder: {}", view.raw);
+        assert!(
+            holders[0].starts_with("deploy #7, job ship, commit 0123456"),
+            "the context: {holders:?}"
+        );
+        assert_eq!(
+            main.state.get("ticket"),
+            Some(&ticket),
+            "the post step gets the ticket through the state"
+        );
+
+        // The job's later steps failed: the runner evaluates `${{ job.status }}` again for the
+        // post step's `outcome` input.
+        let post = job.run("post", "post", &[("outcome", "failure")], &main.state);
+        assert_step_ok(&post);
+        assert_ticket_masked(&post, &ticket);
+        let view = ctx.key_view(&key);
+        assert!(view.holders().is_empty(), "released: {}", view.raw);
+        assert_eq!(
+            view.last_outcome().as_deref(),
+            Some("failed"),
+            "{}",
+            view.raw
+        );
+
+        // Another run of the job, which succeeds: a higher fence, recorded as succeeded.
+        let job = Job::new(ctx, "ship-again");
+        let main_again = job.run("main", "main", &main_inputs(&key, &[]), &BTreeMap::new());
+        assert_step_ok(&main_again);
+        assert!(fence_of(&main_again) > fence_of(&main));
+        let post = job.run("post", "post", &[("outcome", "success")], &main_again.state);
+        assert_step_ok(&post);
+        assert_eq!(
+            ctx.key_view(&key).last_outcome().as_deref(),
+            Some("succeeded")
+        );
+    });
+}
+
+#[test]
+fn a_main_step_that_gets_no_turn_fails_and_its_post_step_releases_nothing() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let holder = ctx
+            .baton(["acquire", &key, "--ttl", "2m", "--context", "someone else"])
+            .run();
+        holder.assert_code(0);
+
+        let job = Job::new(ctx, "late");
+        let main = job.run(
+            "main",
+            "main",
+            &main_inputs(&key, &[("timeout", "1s")]),
+            &BTreeMap::new(),
+        );
+        assert_step_failed(&main, "timed out after 1s");
+        assert!(
+            main.done.stdout.contains("someone else") || main.done.stderr.contains("someone else"),
+            "the failure (or the waiting line) names the holder:\n{}",
+            main.done.describe()
+        );
+        assert!(!main.state.contains_key("ticket"), "no turn, no state");
+        assert!(!main.outputs.contains_key("ticket"), "no turn, no outputs");
+
+        let post = job.run("post", "post", &[("outcome", "failure")], &main.state);
+        assert_step_ok(&post);
+        assert!(
+            post.done.stdout.contains("nothing to release"),
+            "{}",
+            post.done.describe()
+        );
+        let view = ctx.key_view(&key);
+        assert_eq!(
+            view.holder_contexts(),
+            ["someone else"],
+            "the holder is untouched and nobody waits: {}",
+            view.raw
+        );
+        assert!(
+            view.queue().is_empty(),
+            "the timed-out ticket left the queue: {}",
+            view.raw
+        );
+
+        // A typo in a boolean input is refused before anything is queued.
+        let typo = Job::new(ctx, "typo").run(
+            "main",
+            "main",
+            &main_inputs(&key, &[("supersede", "ture")]),
+            &BTreeMap::new(),
+        );
+        assert_step_failed(&typo, "input 'supersede' must be \"true\" or \"false\"");
+        assert!(ctx.key_view(&key).queue().is_empty());
+    });
+}
+
+#[test]
+fn two_jobs_contending_take_turns_in_order_with_rising_fences() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let first = Job::new(ctx, "first");
+        let first_main = first.run("main", "main", &main_inputs(&key, &[]), &BTreeMap::new());
+        assert_step_ok(&first_main);
+
+        let second = Job::new(ctx, "second");
+        let mut second_main = second.spawn(
+            "main",
+            "main",
+            // Inputs whose names hold a dash reach the action as the runner names them
+            // (`INPUT_MASK-TICKET`).
+            &main_inputs(&key, &[("context", "second job"), ("mask-ticket", "false")]),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "second job");
+        assert!(!second_main.has_exited(), "the second job waits its turn");
+        // The waiting line shows in the job's log while it waits.
+        common::wait_until("the waiting line in the second job's log", PROMPT, || {
+            second_main.stderr().contains("waiting for")
+        });
+
+        let first_post = first.run("post", "post", &[("outcome", "success")], &first_main.state);
+        assert_step_ok(&first_post);
+
+        let second_main = second.finish("main", &mut second_main);
+        assert_step_ok(&second_main);
+        assert!(
+            !second_main.done.stdout.contains("::add-mask::"),
+            "mask-ticket: false is obeyed:\n{}",
+            second_main.done.stdout
+        );
+        assert!(fence_of(&second_main) > fence_of(&first_main));
+        assert_eq!(
+            second_main
+                .outputs
+                .get("position-at-start")
+                .map(String::as_str),
+            Some("1"),
+            "it was next in line when its wait began"
+        );
+        let waited: f64 = second_main.outputs["waited-seconds"]
+            .parse()
+            .expect("seconds");
+        assert!(waited > 0.0, "it waited: {waited}");
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["second job"]);
+
+        let second_post = second.run(
+            "post",
+            "post",
+            &[("outcome", "success")],
+            &second_main.state,
+        );
+        assert_step_ok(&second_post);
+        assert!(ctx.key_view(&key).holders().is_empty());
+    });
+}
+
+#[test]
+fn the_acquire_and_release_sub_actions_hold_a_turn_across_jobs() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let lock_job = Job::new(ctx, "lock");
+        // acquire/action.yml's default for mask-ticket is "false".
+        let inputs = main_inputs(&key, &[("mask-ticket", "false")]);
+        let acquired = lock_job.run("main", "acquire", &inputs, &BTreeMap::new());
+        assert_step_ok(&acquired);
+        let ticket = acquired
+            .outputs
+            .get("ticket")
+            .expect("a ticket output")
+            .clone();
+        assert!(
+            !acquired.done.stdout.contains("::add-mask::"),
+            "the multi-job ticket is not masked (a masked job output is dropped):\n{}",
+            acquired.done.stdout
+        );
+        assert!(
+            acquired.state.is_empty(),
+            "no post step, no state: {:?}",
+            acquired.state
+        );
+        assert_eq!(ctx.key_view(&key).holders().len(), 1);
+
+        // A job in between sees the key held.
+        let view = ctx.key_view(&key);
+        assert_eq!(
+            as_u64_lenient(&view.holders()[0].raw["fence"]),
+            Some(fence_of(&acquired))
+        );
+
+        let unlock_job = Job::new(ctx, "unlock");
+        let released = unlock_job.run(
+            "main",
+            "release",
+            &[
+                ("key", &key),
+                ("ticket", &ticket),
+                ("store", ""),
+                ("outcome", "success"),
+                ("baton-version", ""),
+                ("baton-url", ""),
+                ("token", ""),
+            ],
+            &BTreeMap::new(),
+        );
+        assert_step_ok(&released);
+        assert_ticket_masked(&released, &ticket);
+        let view = ctx.key_view(&key);
+        assert!(view.holders().is_empty(), "released: {}", view.raw);
+        assert_eq!(view.last_outcome().as_deref(), Some("succeeded"));
+
+        // The lock job failed (empty outputs): the release job, under `if: always()`, does
+        // nothing and succeeds.
+        let empty = unlock_job.run(
+            "again",
+            "release",
+            &[("key", ""), ("ticket", ""), ("outcome", "skipped")],
+            &BTreeMap::new(),
+        );
+        assert_step_ok(&empty);
+        assert!(empty.done.stdout.contains("nothing to release"));
+
+        // Releasing twice is a warning, not a failed job.
+        let twice = unlock_job.run(
+            "twice",
+            "release",
+            &[("key", &key), ("ticket", &ticket), ("outcome", "success")],
+            &BTreeMap::new(),
+        );
+        assert_step_ok(&twice);
+        assert!(
+            twice.done.stdout.contains("::warning::"),
+            "a second release warns:\n{}",
+            twice.done.describe()
+        );
+    });
+}
+
+#[test]
+fn a_runner_that_dies_after_main_frees_the_key_when_the_lease_ends() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let dead = Job::new(ctx, "dead");
+        let main = dead.run(
+            "main",
+            "main",
+            &main_inputs(&key, &[("expires", "3s"), ("context", "dead runner")]),
+            &BTreeMap::new(),
+        );
+        assert_step_ok(&main);
+        // The runner is gone: no post step ever runs. The next job waits for the lease.
+        let next = Job::new(ctx, "next");
+        let mut next_main = next.spawn(
+            "main",
+            "main",
+            &main_inputs(&key, &[("context", "next job"), ("timeout", "1m")]),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "next job");
+        let next_main = next.finish("main", &mut next_main);
+        assert_step_ok(&next_main);
+        assert!(fence_of(&next_main) > fence_of(&main));
+        let waited: f64 = next_main.outputs["waited-seconds"]
+            .parse()
+            .expect("seconds");
+        assert!(
+            waited >= 1.0,
+            "the next job waited for the dead runner's lease to run out: {waited}s"
+        );
+        let log = ctx.baton(["log", &key]).run();
+        log.assert_code(0);
+        assert!(
+            log.stdout.contains("expired"),
+            "the dead runner's turn ended by its lease:\n{}",
+            log.stdout
+        );
+
+        // A post step that comes late (a runner back from the dead) only warns.
+        let late = dead.run("post", "post", &[("outcome", "success")], &main.state);
+        assert_step_ok(&late);
+        assert!(
+            late.done.stdout.contains("::warning::"),
+            "{}",
+            late.done.describe()
+        );
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["next job"]);
+        let post = next.run("post", "post", &[("outcome", "success")], &next_main.state);
+        assert_step_ok(&post);
+    });
+}
+
+#[test]
+fn the_committed_bundles_are_what_the_sources_build_to() {
+    // The bundles run as committed; a change to src/ without a rebuild would ship old code.
+    // scripts/build.sh --check needs esbuild (npm ci); the sources' own checks are above.
+    let node_modules = action_dir().join("node_modules");
+    if !node_modules.join(".bin/esbuild").exists() {
+        let installed = std::process::Command::new("npm")
+            .args(["ci", "--ignore-scripts", "--no-audit", "--no-fund"])
+            .current_dir(action_dir())
+            .output()
+            .expect("run npm ci");
+        assert!(
+            installed.status.success(),
+            "npm ci in integrations/github failed:\n{}",
+            String::from_utf8_lossy(&installed.stderr)
+        );
+    }
+    let output = std::process::Command::new("sh")
+        .args(["scripts/build.sh", "--check"])
+        .current_dir(action_dir())
+        .output()
+        .expect("run scripts/build.sh --check");
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn a_waiting_step_superseded_by_a_newer_one_fails_and_says_so_unless_kept() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let holder = Job::new(ctx, "holder");
+        let held = holder.run("main", "main", &main_inputs(&key, &[]), &BTreeMap::new());
+        assert_step_ok(&held);
+
+        let older = Job::new(ctx, "older");
+        let mut older_main = older.spawn(
+            "main",
+            "main",
+            &main_inputs(&key, &[("context", "older"), ("order", "0001")]),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "older");
+        let kept = Job::new(ctx, "kept");
+        let mut kept_main = kept.spawn(
+            "main",
+            "main",
+            &main_inputs(
+                &key,
+                &[("context", "kept"), ("order", "0002"), ("keep", "true")],
+            ),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "kept");
+        let newer = Job::new(ctx, "newer");
+        let mut newer_main = newer.spawn(
+            "main",
+            "main",
+            &main_inputs(
+                &key,
+                &[
+                    ("context", "newer"),
+                    ("order", "0003"),
+                    ("supersede", "true"),
+                ],
+            ),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "newer");
+
+        let older_main = older.finish("main", &mut older_main);
+        assert_step_failed(&older_main, "superseded");
+        assert!(!older_main.state.contains_key("ticket"));
+        assert_eq!(
+            ctx.key_view(&key).queue_contexts(),
+            ["kept", "newer"],
+            "the kept ticket stays ahead of the one that superseded the older"
+        );
+
+        assert_step_ok(&holder.run("post", "post", &[("outcome", "success")], &held.state));
+        let kept_main = kept.finish("main", &mut kept_main);
+        assert_step_ok(&kept_main);
+        assert_step_ok(&kept.run("post", "post", &[("outcome", "success")], &kept_main.state));
+        let newer_main = newer.finish("main", &mut newer_main);
+        assert_step_ok(&newer_main);
+        assert!(fence_of(&newer_main) > fence_of(&kept_main));
+        assert_step_ok(&newer.run("post", "post", &[("outcome", "success")], &newer_main.state));
+    });
+}
+
+#[test]
+fn a_job_cancelled_while_its_step_waits_withdraws_its_ticket() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let holder = ctx
+            .baton(["acquire", &key, "--ttl", "2m", "--context", "holder"])
+            .run();
+        holder.assert_code(0);
+        let job = Job::new(ctx, "cancelled");
+        let mut main = job.spawn(
+            "main",
+            "main",
+            &main_inputs(&key, &[("context", "to be cancelled")]),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "to be cancelled");
+        // The runner cancels a job by sending SIGINT to the step's process (node).
+        common::send_signal(main.pid(), libc::SIGINT);
+        let main = job.finish("main", &mut main);
+        assert_step_failed(&main, "cancelled while waiting for a turn");
+        assert!(!main.state.contains_key("ticket"));
+        ctx.wait_status("the cancelled ticket to leave", &key, PROMPT, |view| {
+            view.queue().is_empty()
+        });
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["holder"]);
+    });
+}
+
+#[test]
+fn without_baton_on_path_the_action_installs_it_with_install_sh_and_the_post_step_reuses_it() {
+    let on_path = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("baton"))
+        .find(|candidate| candidate.exists());
+    assert!(
+        on_path.is_none(),
+        "this test needs a PATH without baton, and found {on_path:?}"
+    );
+    with_fresh_sqlite(|ctx| {
+        // The release archive scripts/dist.sh makes of this build, reached by a file:// URL
+        // (install.sh's HTTP downloads are tested in tests/install.rs).
+        let packed = ctx.path("packed");
+        std::fs::create_dir_all(&packed).expect("create a directory");
+        let binary = stripped_baton(&packed);
+        let out = ctx.path("release");
+        let made = run_checked(&mut dist_command(&binary, &out, None), "dist.sh");
+        let archive = String::from_utf8_lossy(&made.stdout).trim().to_owned();
+        let url = format!("file://{archive}");
+
+        let key = ctx.key("deploy/production");
+        let tool_cache = ctx.path("tool-cache");
+        let job = Job::without_baton(ctx, "fresh-runner", &tool_cache);
+        let inputs = main_inputs(&key, &[("baton-url", &url), ("store", &ctx.store)]);
+        let main = job.run("main", "main", &inputs, &BTreeMap::new());
+        assert_step_ok(&main);
+        let installed = tool_cache.join("baton").join("baton");
+        assert!(installed.is_file(), "installed into the tool cache");
+        assert!(
+            main.done.stdout.contains("installing with sh"),
+            "{}",
+            main.done.describe()
+        );
+        assert_eq!(
+            main.state.get("baton").map(PathBuf::from),
+            Some(installed.clone()),
+            "the post step is told which baton took the turn"
+        );
+        // Later steps of the job find it on PATH (the runner reads GITHUB_PATH).
+        let added =
+            std::fs::read_to_string(ctx.path("fresh-runner-main.path")).expect("read GITHUB_PATH");
+        assert_eq!(added.trim(), tool_cache.join("baton").display().to_string());
+        assert_eq!(ctx.key_view(&key).holders().len(), 1);
+
+        // The post step gets the main step's state, and with it the installed binary.
+        let post = job.run(
+            "post",
+            "post",
+            &[("outcome", "success"), ("baton-url", &url)],
+            &main.state,
+        );
+        assert_step_ok(&post);
+        assert!(
+            !post.done.stdout.contains("installing with sh"),
+            "the post step reuses the installed baton:\n{}",
+            post.done.describe()
+        );
+        assert_eq!(
+            ctx.key_view(&key).last_outcome().as_deref(),
+            Some("succeeded")
+        );
+    });
+}
