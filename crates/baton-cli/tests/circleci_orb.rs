@@ -1062,6 +1062,18 @@ const PARAMETER_TYPES: [&str; 7] = [
     "executor",
 ];
 
+/// The keys of a job's invocation in a workflow, besides its parameters.
+const WORKFLOW_JOB_KEYS: [&str; 8] = [
+    "requires",
+    "context",
+    "filters",
+    "name",
+    "matrix",
+    "type",
+    "pre-steps",
+    "post-steps",
+];
+
 /// Checks a `parameters:` mapping; returns the declared names with their types and enum lists.
 fn check_parameters(owner: &str, parameters: &Yaml, executors: &BTreeSet<String>) -> Parameters {
     let mut declared = BTreeMap::new();
@@ -1406,6 +1418,14 @@ fn orb_yml_has_the_structure_circleci_requires() {
             .count();
         assert_eq!(kinds, 1, "{owner}: an executor (or docker, machine, macos)");
         let declared = check_parameters(&owner, &job["parameters"], &executors);
+        // A job's invocation in a workflow takes these keys itself: a parameter of the same
+        // name could never be passed (`context: deploy` names a CircleCI context).
+        for reserved in WORKFLOW_JOB_KEYS {
+            assert!(
+                !declared.contains_key(reserved),
+                "{owner}: a parameter named {reserved}, a key of the job's invocation"
+            );
+        }
         if let Some(executor) = job["executor"].as_str() {
             let named = match references(executor).as_slice() {
                 [reference] => {
@@ -1539,18 +1559,8 @@ fn orb_yml_has_the_structure_circleci_requires() {
                     .unwrap_or_else(|| panic!("{owner}: the orb has no job {orb_job}"));
                 for (arg, _) in args.as_hash().into_iter().flatten() {
                     let arg = arg.as_str().unwrap();
-                    let workflow_keys = [
-                        "requires",
-                        "context",
-                        "filters",
-                        "name",
-                        "matrix",
-                        "type",
-                        "pre-steps",
-                        "post-steps",
-                    ];
                     assert!(
-                        workflow_keys.contains(&arg) || declared.contains_key(arg),
+                        WORKFLOW_JOB_KEYS.contains(&arg) || declared.contains_key(arg),
                         "{owner}: job {orb_job} has no parameter {arg}"
                     );
                 }
