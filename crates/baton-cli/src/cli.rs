@@ -19,7 +19,8 @@ Exit codes:
   75   the wait for a turn timed out (--timeout)
   76   the ticket (or job) was superseded by a newer one while queued (--supersede)
   77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
-  78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost
+  78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost;
+       for `check`: the turn with that fence no longer holds the key (or has too little left)
   79   `run --max-hold`: CMD held the keys too long and was stopped
   80   `once --seq N`: step N-1 has not completed (a gap); nothing ran
   130  interrupted by SIGINT while waiting (143 for SIGTERM)";
@@ -94,6 +95,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Cancel a queued ticket, or force-release a held one (recorded as forced)
     Cancel(CancelArgs),
+    /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not (advisory)
+    #[command(after_help = CHECK_HELP)]
+    Check(CheckArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
     Completions(CompletionsArgs),
     /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
@@ -830,6 +834,45 @@ pub struct CancelArgs {
     #[arg(long, value_name = "TEXT")]
     pub context: Option<String>,
 }
+
+/// `baton check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The turn's fence ($BATON_FENCE in `baton run`'s command, `fence` of `acquire --json`)
+    #[arg(long, value_name = "F", env = "BATON_FENCE")]
+    pub fence: u64,
+    /// Pass only with at least DUR of the lease left (on stores with a clock: SQLite,
+    /// PostgreSQL, Redis, S3)
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub min_left: Option<Duration>,
+    /// Write one JSON object to stdout: key, fence, holds, lease_left_ms, why
+    #[arg(long)]
+    pub json: bool,
+}
+
+const CHECK_HELP: &str = "\
+Before each irreversible step of a deploy script, stop if the turn is already gone:
+
+  baton run deploy/production -- sh -c '
+      ./migrate.sh
+      baton check deploy/production --min-left 10s || exit 1  # run sets BATON_FENCE
+      ./switch-traffic.sh'
+
+  baton acquire --ttl 30m deploy/production --json > turn.json   # in one job; in a later one:
+  baton check deploy/production --fence \"$(jq -r .fence turn.json)\" --min-left 5m
+
+Exit 0: the turn with fence F holds KEY (with at least --min-left of its lease left); 78: it
+does not, and stderr says why (released, its lease ran out, another turn holds the key, too
+little left); 1: the store could not be read; 2: bad usage, or --min-left on a store without a
+clock (etcd, DynamoDB), where a lease's time left cannot be told from one read. Under
+`baton run` the lease is renewed every TTL/3 (30s by default): --min-left there is at most the
+TTL.
+
+The check is advisory: the lease can end right after it. What protects a resource is the
+resource refusing a lower fence itself, or `baton kv set --fence`.";
 
 /// `baton submit`.
 #[derive(Debug, Args)]

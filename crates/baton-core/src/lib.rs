@@ -23,10 +23,12 @@
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
+//! - [`check`]: fence checks for scripts: does the turn with fence F still hold the key?
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod backlog;
+pub mod check;
 pub mod clock;
 pub mod doc;
 pub mod estimate;

@@ -2,6 +2,7 @@
 
 pub mod acquire;
 pub mod cancel;
+pub mod check;
 pub mod child;
 pub mod docs;
 pub mod init;

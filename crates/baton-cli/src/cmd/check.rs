@@ -1,0 +1,114 @@
+//! `baton check KEY --fence F [--min-left DUR]`: does the turn with fence F still hold KEY?
+//! One read of the key and the store's clock; the verdict is `baton_core::check`'s.
+
+use std::io::Write;
+
+use baton_core::check::{check_fence, FenceCheck};
+use baton_store::StoreClock;
+use serde_json::json;
+
+use crate::cli::CheckArgs;
+use crate::exit::{self, Failure};
+use crate::render::duration_ms;
+use crate::Opened;
+
+/// Runs the `check` subcommand.
+pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
+    baton_core::limits::check_key(&args.key)
+        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    let snapshot = opened.coord.read(&args.key).await?;
+    let uncertain_ms = opened.coord.store().capabilities().clock_uncertain_ms;
+    let store_now_ms = match &snapshot.clock {
+        StoreClock::Time { now_ms, .. } => Some(*now_ms),
+        StoreClock::None => None,
+    };
+    let min_left_ms = args.min_left.map(|d| d.as_millis() as u64);
+    let verdict = check_fence(
+        snapshot.doc.as_ref(),
+        args.fence,
+        store_now_ms,
+        uncertain_ms,
+        min_left_ms,
+    );
+    if verdict == FenceCheck::NoClock {
+        return Err(Failure::usage(format!(
+            "--min-left cannot be judged on this store: it has no clock, so a lease's time left \
+             cannot be told from one read (leases are judged by watching heartbeats). Check \
+             without --min-left (store: {})",
+            opened.coord.store().describe()
+        )));
+    }
+    let why = why(&args.key, args.fence, &verdict);
+    if args.json {
+        let lease_left_ms = match &verdict {
+            FenceCheck::Holds { lease_left_ms, .. } => *lease_left_ms,
+            FenceCheck::TooLittleLeft { lease_left_ms, .. } => Some(*lease_left_ms),
+            _ => None,
+        };
+        let value = json!({
+            "key": args.key,
+            "fence": args.fence,
+            "holds": verdict.holds(),
+            "lease_left_ms": lease_left_ms,
+            "why": why,
+        });
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{value}")
+            .map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))?;
+    }
+    eprintln!("baton: {why}");
+    Ok(if verdict.holds() {
+        exit::OK
+    } else {
+        exit::LOST
+    })
+}
+
+/// One line saying what the check found.
+fn why(key: &str, fence: u64, verdict: &FenceCheck) -> String {
+    match verdict {
+        FenceCheck::Holds {
+            id,
+            lease_left_ms: Some(left),
+            ..
+        } => format!(
+            "fence {fence} holds {key} (ticket {id}, {} of its lease left)",
+            duration_ms(*left)
+        ),
+        FenceCheck::Holds { id, .. } => format!("fence {fence} holds {key} (ticket {id})"),
+        FenceCheck::TooLittleLeft { id, lease_left_ms } => format!(
+            "fence {fence} holds {key} (ticket {id}) with only {} of its lease left: less than \
+             --min-left",
+            duration_ms(*lease_left_ms)
+        ),
+        FenceCheck::LeaseEnded { id } => format!(
+            "fence {fence} no longer holds {key}: the lease of ticket {id} ran out (the next \
+             write to the key ends it)"
+        ),
+        FenceCheck::NotHeld {
+            last_fence: 0,
+            holders,
+        } if holders.is_empty() => {
+            format!("fence {fence} does not hold {key}: it was never granted")
+        }
+        FenceCheck::NotHeld {
+            last_fence,
+            holders,
+        } => {
+            let now = if holders.is_empty() {
+                "nobody holds it now".to_owned()
+            } else {
+                let named: Vec<String> = holders
+                    .iter()
+                    .map(|(f, context)| format!("fence {f}, {context}"))
+                    .collect();
+                format!("held now by {}", named.join("; "))
+            };
+            format!(
+                "fence {fence} does not hold {key}: its turn ended or was never granted (the \
+                 key's last fence is {last_fence}; {now})"
+            )
+        }
+        FenceCheck::NoClock => "a minimum lease left cannot be told on this store".to_owned(),
+    }
+}
