@@ -17,7 +17,8 @@ Exit codes:
   4    `kv set`, `kv del`: a compare-and-swap was lost (--if-version, --if-absent) or a higher
        --fence wrote the value; nothing was written
   75   the wait for a turn timed out (--timeout)
-  76   the ticket (or job) was superseded by a newer one while queued (--supersede)
+  76   the ticket (or job) was superseded by a newer one while queued (--supersede); for
+       `run`: a newer ticket asked it to stop (--cancel-running), and CMD was stopped
   77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
   78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost;
        for `check`: the turn with that fence no longer holds the key (or has too little left)
@@ -520,9 +521,16 @@ pub struct WaitArgs {
     #[arg(long)]
     pub supersede: bool,
 
-    /// Never be superseded
+    /// Never be superseded, and never asked to stop by --cancel-running
     #[arg(long)]
     pub keep: bool,
+
+    /// Ask the key's holders to stop when this ticket is queued (GitHub's cancel-in-progress):
+    /// a `baton run` holding the key stops its command (SIGTERM, then SIGKILL 10s later), exits
+    /// 76 and is recorded superseded; it hears at its next renewal (every TTL/3). Holders
+    /// started with --keep are not asked. This ticket then waits its turn as usual
+    #[arg(long)]
+    pub cancel_running: bool,
 
     /// How to wait.
     #[command(flatten)]
@@ -898,9 +906,14 @@ pub struct SubmitArgs {
     /// superseded), unless it was queued with --keep
     #[arg(long)]
     pub supersede: bool,
-    /// Never be superseded
+    /// Never be superseded, and never asked to stop by --cancel-running
     #[arg(long)]
     pub keep: bool,
+    /// Ask the key's `baton run` holders to stop when this job is queued (they stop their
+    /// command, exit 76 and are recorded superseded; see `baton run --help`). Jobs already
+    /// running under a worker are not asked
+    #[arg(long)]
+    pub cancel_running: bool,
     /// Attempts before the job is dead (1..=1000)
     #[arg(long, default_value_t = baton_core::job::ATTEMPTS_DEFAULT, value_name = "N")]
     pub max_attempts: u32,

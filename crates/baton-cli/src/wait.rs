@@ -56,6 +56,7 @@ pub fn options(
         on_progress,
         store_retry: args.waiting.store_retry,
         once: None,
+        cancel_running: args.cancel_running,
     })
 }
 

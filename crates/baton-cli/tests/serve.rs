@@ -227,6 +227,7 @@ fn enqueue(n: u32, context: &str) -> baton_core::Request {
         claim_ms: 3_000,
         max_live: 1000,
         once: None,
+        cancel_running: false,
     });
     baton_core::Request::new(format!("a{n}"), op)
 }

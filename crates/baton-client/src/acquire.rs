@@ -67,6 +67,9 @@ pub struct AcquireOptions {
     pub store_retry: Duration,
     /// A run-once turn ([`crate::once`]): granted only when the key's verdict is to run.
     pub once: Option<baton_core::OnceSpec>,
+    /// Ask the key's holders that were not queued with `keep` to stop when this ticket is
+    /// queued ([`baton_core::Enqueue::cancel_running`]).
+    pub cancel_running: bool,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -98,6 +101,7 @@ impl Default for AcquireOptions {
             on_progress: None,
             store_retry: Duration::from_secs(60),
             once: None,
+            cancel_running: false,
         }
     }
 }
@@ -312,7 +316,7 @@ pub(crate) fn release_request(token: &str, outcome: Outcome, reason: Option<Stri
 }
 
 /// A renewal confirmed by the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Renewed {
     /// The lease's duration from now on.
     pub ttl_ms: u64,
@@ -321,6 +325,8 @@ pub struct Renewed {
     pub holds_until_ms: u64,
     /// When it ends unless renewed again, on this machine's wall clock (for display).
     pub lease_until_wall_ms: u64,
+    /// A newer ticket asked this holder to stop (`--cancel-running`): who.
+    pub stop_asked: Option<String>,
 }
 
 /// Renews a held ticket by its token (the first renewal of a grant claims it), with a new
@@ -344,6 +350,7 @@ pub async fn renew(
             ttl_ms: status.phase_ms,
             holds_until_ms: basis.holds_until_local_ms(status.phase_ms),
             lease_until_wall_ms: wall_at(coord, basis.phase_stands_until_local_ms(status.phase_ms)),
+            stop_asked: status.stop_asked.clone(),
         }),
         // A renewal always writes (it moves the heartbeat): an answer without a write is not
         // a confirmation.

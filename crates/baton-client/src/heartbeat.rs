@@ -59,6 +59,16 @@ impl Lost {
     }
 }
 
+/// A holder asked to stop by a newer ticket ([`baton_core::Enqueue::cancel_running`]), as its
+/// renewal answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopAsked {
+    /// The key whose holder was asked.
+    pub key: String,
+    /// Who asked: the newer ticket's id and context.
+    pub by: String,
+}
+
 struct Tracked {
     lease: Lease,
     /// When to send the next renewal, on the local clock.
@@ -79,6 +89,7 @@ pub struct Heartbeat {
     coord: Arc<Coordinator>,
     tracked: Arc<Mutex<Vec<Tracked>>>,
     lost_rx: watch::Receiver<Option<Lost>>,
+    stop_rx: watch::Receiver<Option<StopAsked>>,
     wake: Arc<tokio::sync::Notify>,
     task: JoinHandle<()>,
 }
@@ -94,12 +105,15 @@ impl Heartbeat {
     pub fn start(coord: Arc<Coordinator>) -> Heartbeat {
         let tracked: Arc<Mutex<Vec<Tracked>>> = Arc::new(Mutex::new(Vec::new()));
         let (lost_tx, lost_rx) = watch::channel(None);
+        let (stop_tx, stop_rx) = watch::channel(None);
         let wake = Arc::new(tokio::sync::Notify::new());
-        let task = tokio::spawn(run(coord.clone(), tracked.clone(), lost_tx, wake.clone()));
+        let signals = Signals { lost_tx, stop_tx };
+        let task = tokio::spawn(run(coord.clone(), tracked.clone(), signals, wake.clone()));
         Heartbeat {
             coord,
             tracked,
             lost_rx,
+            stop_rx,
             wake,
             task,
         }
@@ -134,6 +148,13 @@ impl Heartbeat {
     /// A receiver that changes to `Some` when a lease is lost.
     pub fn lost(&self) -> watch::Receiver<Option<Lost>> {
         self.lost_rx.clone()
+    }
+
+    /// A receiver that changes to `Some` when a renewal answers that a newer ticket asked this
+    /// holder to stop (`--cancel-running`). The leases are still renewed meanwhile: they stand
+    /// until the holder releases them.
+    pub fn stop_asked(&self) -> watch::Receiver<Option<StopAsked>> {
+        self.stop_rx.clone()
     }
 
     /// Whether every lease still stands right now, by the local clock (not waiting for the
@@ -179,12 +200,19 @@ type Renewal = (
     Result<Result<Renewed, ClientError>, tokio::time::error::Elapsed>,
 );
 
+/// What the heartbeat tells its owner.
+struct Signals {
+    lost_tx: watch::Sender<Option<Lost>>,
+    stop_tx: watch::Sender<Option<StopAsked>>,
+}
+
 async fn run(
     coord: Arc<Coordinator>,
     tracked: Arc<Mutex<Vec<Tracked>>>,
-    lost_tx: watch::Sender<Option<Lost>>,
+    signals: Signals,
     wake: Arc<tokio::sync::Notify>,
 ) {
+    let lost_tx = &signals.lost_tx;
     // Dropped with this task: renewals under way are abandoned with it.
     let mut renewals: JoinSet<Renewal> = JoinSet::new();
     loop {
@@ -226,7 +254,7 @@ async fn run(
             _ = wake.notified() => {}
             Some(done) = renewals.join_next(), if !renewals.is_empty() => {
                 let Ok((id, result)) = done else { continue };
-                if let Some(lost) = confirm(&coord, &tracked, &id, result) {
+                if let Some(lost) = confirm(&coord, &tracked, &id, result, &signals.stop_tx) {
                     let _ = lost_tx.send(Some(lost));
                     return;
                 }
@@ -242,6 +270,7 @@ fn confirm(
     tracked: &Mutex<Vec<Tracked>>,
     id: &str,
     result: Result<Result<Renewed, ClientError>, tokio::time::error::Elapsed>,
+    stop_tx: &watch::Sender<Option<StopAsked>>,
 ) -> Option<Lost> {
     let Ok(mut list) = tracked.lock() else {
         return None;
@@ -256,6 +285,15 @@ fn confirm(
             t.lease.ttl_ms = renewed.ttl_ms;
             t.lease.claimed = true;
             t.next_try_ms = renew_at_ms(renewed.holds_until_ms, renewed.ttl_ms);
+            if let Some(by) = renewed.stop_asked {
+                let key = t.lease.key.clone();
+                // The first ask is the one told; later renewals repeat it.
+                stop_tx.send_if_modified(|asked| {
+                    let first = asked.is_none();
+                    asked.get_or_insert(StopAsked { key, by });
+                    first
+                });
+            }
             None
         }
         Ok(Err(ClientError::Refused { refusal, .. }))
@@ -321,6 +359,12 @@ impl LeaseGuard {
         self.heartbeat.lost()
     }
 
+    /// A receiver that changes to `Some` when a newer ticket asks a holder to stop
+    /// ([`Heartbeat::stop_asked`]).
+    pub fn stop_asked(&self) -> watch::Receiver<Option<StopAsked>> {
+        self.heartbeat.stop_asked()
+    }
+
     /// Whether every lease still stands right now ([`Heartbeat::standing`]): check it just
     /// before acting on the leases.
     pub fn standing(&self) -> Result<(), Lost> {
@@ -335,15 +379,26 @@ impl LeaseGuard {
 
     /// [`LeaseGuard::release`] with a reason recorded in each key's history.
     pub async fn release_with_reason(
-        mut self,
+        self,
         outcome: baton_core::Outcome,
         reason: Option<String>,
+    ) -> Result<(), ClientError> {
+        self.release_each(|_| (outcome, reason.clone())).await
+    }
+
+    /// Stops renewing and releases every lease with the outcome and reason `how` gives it
+    /// (a holder asked to stop releases that key as superseded, the others as cancelled).
+    /// Returns the first error; every lease is attempted.
+    pub async fn release_each(
+        mut self,
+        how: impl Fn(&Lease) -> (baton_core::Outcome, Option<String>),
     ) -> Result<(), ClientError> {
         self.released = true;
         self.heartbeat.stop_all();
         let mut first_error = None;
         for lease in &self.leases {
-            let released = release_retrying(&self.coord, lease, outcome, reason.clone()).await;
+            let (outcome, reason) = how(lease);
+            let released = release_retrying(&self.coord, lease, outcome, reason).await;
             if let Err(e) = released {
                 first_error.get_or_insert(e);
             }

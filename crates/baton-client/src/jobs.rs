@@ -78,6 +78,8 @@ pub struct SubmitOptions {
     pub context: String,
     /// Bound on the key's live tickets.
     pub max_live: u32,
+    /// Ask the key's lock holders not queued with `keep` to stop (`--cancel-running`).
+    pub cancel_running: bool,
 }
 
 impl Default for SubmitOptions {
@@ -91,6 +93,7 @@ impl Default for SubmitOptions {
             spec: JobSpec::default(),
             context: String::new(),
             max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
+            cancel_running: false,
         }
     }
 }
@@ -162,6 +165,7 @@ async fn submit_op(
         max_live: options.max_live,
         revive: false,
         runs_before: 0,
+        cancel_running: options.cancel_running,
     };
     // The record first: a submit that dies before its document write leaves an orphan record,
     // never a job without parameters.

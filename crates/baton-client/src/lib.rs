@@ -41,7 +41,7 @@ mod waiter;
 pub use acquire::{AcquireOptions, Lease, WaitProgress};
 pub use coordinator::{Coordinator, Executed, KeySnapshot};
 pub use error::ClientError;
-pub use heartbeat::{Heartbeat, LeaseGuard, Lost};
+pub use heartbeat::{Heartbeat, LeaseGuard, Lost, StopAsked};
 pub use jobs::{
     ClaimOptions, Job, JobEnd, JobStanding, KeyPatterns, ReadyKey, RunReport, SubmitOptions,
 };

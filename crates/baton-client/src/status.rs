@@ -92,6 +92,8 @@ pub struct TicketStatus {
     /// For a queued ticket: the estimated wait until it is granted
     /// ([`baton_core::estimate`]), when the key has recent hold times.
     pub estimate_ms: Option<u64>,
+    /// A holder asked to stop by a newer ticket (`--cancel-running`): who asked.
+    pub stop_asked: Option<String>,
 }
 
 impl KeyStatus {
@@ -129,6 +131,7 @@ impl KeyStatus {
                 },
                 job: t.job.is_some(),
                 estimate_ms: None,
+                stop_asked: t.stop_asked.clone(),
             })
             .collect::<Vec<_>>();
         let backlog = doc.backlog.as_ref().map_or(0, |b| b.len());
@@ -158,6 +161,7 @@ impl KeyStatus {
                 lease_left_ms: None,
                 job: t.job.is_some(),
                 estimate_ms: baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms),
+                stop_asked: None,
             })
             .collect::<Vec<_>>();
         KeyStatus {
@@ -198,6 +202,7 @@ impl KeyStatus {
                     "lease_left_ms": t.lease_left_ms,
                     "claimed": t.claimed,
                     "job": t.job,
+                    "stop_asked": t.stop_asked,
                 })
             })
             .collect();

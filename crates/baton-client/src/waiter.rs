@@ -137,6 +137,7 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
         claim_ms: options.claim().as_millis() as u64,
         max_live: options.max_live,
         once: options.once,
+        cancel_running: options.cancel_running,
     }
 }
 

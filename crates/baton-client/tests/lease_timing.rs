@@ -66,6 +66,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
             claim_ms: 4_000,
             max_live: 100,
             once: None,
+            cancel_running: false,
         }),
     )
 }

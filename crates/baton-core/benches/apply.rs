@@ -41,6 +41,7 @@ fn enqueue(n: u64) -> Request {
             claim_ms: 4_000,
             max_live: 1_000,
             once: None,
+            cancel_running: false,
         }),
     }
 }

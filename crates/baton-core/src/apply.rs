@@ -139,6 +139,7 @@ pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
         phase_ms: ticket.phase_ms(),
         granted_wall_ms: ticket.granted_wall_ms,
         job: ticket.job.clone(),
+        stop_asked: ticket.stop_asked.clone(),
     })
 }
 
@@ -154,8 +155,12 @@ pub fn waiting_status(ticket: &Ticket) -> TicketStatus {
         phase_ms: ticket.phase_ms(),
         granted_wall_ms: 0,
         job: ticket.job.clone(),
+        stop_asked: None,
     }
 }
+
+/// Longest "who asked" a holder asked to stop is told ([`Ticket::stop_asked`]).
+pub const STOP_ASKED_MAX_BYTES: usize = 160;
 
 struct Work<'a> {
     doc: Doc,
@@ -302,10 +307,13 @@ impl Work<'_> {
                 }
                 let state = self.doc.tickets[idx].state;
                 let fits = match state {
-                    TicketState::Held => matches!(
-                        outcome,
-                        Outcome::Succeeded | Outcome::Failed | Outcome::Cancelled
-                    ),
+                    TicketState::Held => {
+                        matches!(
+                            outcome,
+                            Outcome::Succeeded | Outcome::Failed | Outcome::Cancelled
+                        ) || (*outcome == Outcome::Superseded
+                            && self.doc.tickets[idx].stop_asked.is_some())
+                    }
                     TicketState::Queued => {
                         matches!(outcome, Outcome::Cancelled | Outcome::TimedOut)
                     }
@@ -480,15 +488,50 @@ impl Work<'_> {
             granted_wall_ms: 0,
             job: None,
             once: e.once,
+            stop_asked: None,
         };
         self.doc.next_arrival += 1;
         self.doc.tickets.push(ticket);
         if e.supersede {
             self.supersede_before(&e.id);
         }
+        if e.cancel_running {
+            self.ask_holders_to_stop(&e.id, &e.context);
+        }
         let idx = self.doc.tickets.len() - 1;
         let reply = self.live_reply(idx);
         Ok(reply)
+    }
+
+    /// `--cancel-running`: marks every holder not queued with `keep` as asked to stop by the
+    /// ticket (or job) `id` just queued. Nothing ends here: each holder stops its command and releases
+    /// (as superseded), or its lease runs out, and only then is the next ticket granted.
+    pub(crate) fn ask_holders_to_stop(&mut self, id: &str, context: &str) {
+        let mut by = if context.is_empty() {
+            format!("ticket {id}")
+        } else {
+            format!("ticket {id} ({context})")
+        };
+        // Short enough that the holder's release can carry it in its reason
+        // ([`limits::REASON_MAX_BYTES`]) with words around it.
+        if by.len() > STOP_ASKED_MAX_BYTES {
+            let mut end = STOP_ASKED_MAX_BYTES - "…".len();
+            while !by.is_char_boundary(end) {
+                end -= 1;
+            }
+            by.truncate(end);
+            by.push('…');
+        }
+        for ticket in self
+            .doc
+            .tickets
+            .iter_mut()
+            .filter(|t| t.state == TicketState::Held && !t.keep && t.stop_asked.is_none())
+            // A running job's worker does not watch for the mark yet: it is asked nothing.
+            .filter(|t| t.job.is_none())
+        {
+            ticket.stop_asked = Some(by.clone());
+        }
     }
 
     /// Checks that a new ticket expecting `limit` may join (the key's limit, the bound on live

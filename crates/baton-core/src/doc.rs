@@ -219,6 +219,10 @@ pub struct Ticket {
     /// Set for a run-once ticket ([`crate::once`]): granted only if its verdict is to run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub once: Option<OnceSpec>,
+    /// A holder asked to stop by a newer ticket (`--cancel-running`): who asked, for the
+    /// holder's message and the history. Only such a holder may release as `superseded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_asked: Option<String>,
 }
 
 impl Ticket {

@@ -100,6 +100,7 @@ mod tests {
             granted_wall_ms,
             job: None,
             once: None,
+            stop_asked: None,
         }
     }
 

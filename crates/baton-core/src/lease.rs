@@ -331,6 +331,7 @@ mod tests {
             claim_ms: 4_000,
             max_live: 100,
             once: None,
+            cancel_running: false,
         });
         let granted = |ids: &[&str]| -> Vec<(String, u64)> {
             ids.iter().map(|id| (id.to_string(), 7)).collect()

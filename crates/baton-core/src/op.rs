@@ -157,6 +157,12 @@ pub struct Enqueue {
     /// of order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub once: Option<OnceSpec>,
+    /// Ask the key's holders that were not queued with `keep` to stop (`baton run
+    /// --cancel-running`): each learns it at its next renewal ([`TicketStatus::stop_asked`]),
+    /// stops its command and releases as superseded. This ticket waits its turn as any other:
+    /// nobody is granted beside a holder that has not stopped yet.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_running: bool,
 }
 
 /// Arguments of [`Op::Submit`].
@@ -187,6 +193,10 @@ pub struct Submit {
     /// on from them instead of over them.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub runs_before: u32,
+    /// Ask the key's lock holders not queued with `keep` to stop, as
+    /// [`Enqueue::cancel_running`] does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_running: bool,
 }
 
 /// A live ticket's standing, as returned to its owner.
@@ -210,6 +220,9 @@ pub struct TicketStatus {
     pub granted_wall_ms: u64,
     /// A job's state (attempts, readiness), for jobs.
     pub job: Option<Box<JobState>>,
+    /// A held ticket asked to stop by a newer one ([`Enqueue::cancel_running`]): who asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_asked: Option<String>,
 }
 
 /// A ticket's standing: live, or ended.

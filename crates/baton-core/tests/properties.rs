@@ -838,6 +838,7 @@ impl World {
                     claim_ms: CLAIMS[e.claim as usize],
                     max_live: if e.small_queue { 3 } else { 1000 },
                     once: None,
+                    cancel_running: false,
                 })
             }
             OpSeed::Refresh { pick } => Op::Refresh {
@@ -899,6 +900,7 @@ impl World {
                     claim_ms: 100,
                     max_live: 1000,
                     once: None,
+                    cancel_running: false,
                 })
             }
         }
@@ -984,6 +986,7 @@ impl World {
             claim_ms: 100,
             max_live: 1000,
             once: None,
+            cancel_running: false,
         };
         let own = self.own_token(c, kind);
         let op = match kind % 17 {
@@ -2040,6 +2043,7 @@ fn a_retried_cancel_queued_is_recognised() {
             claim_ms: 3_000,
             max_live: 1000,
             once: None,
+            cancel_running: false,
         }),
     };
     let run = |doc: Option<&Doc>, request: &Request| apply(doc, request, &clock).expect("accepted");

@@ -138,6 +138,7 @@ fn enqueue(pending: &Pending) -> Request {
             claim_ms: 4_000,
             max_live: 100,
             once: None,
+            cancel_running: false,
         }),
     )
 }

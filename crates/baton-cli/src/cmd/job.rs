@@ -47,6 +47,7 @@ pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
             .clone()
             .unwrap_or_else(crate::context::default_context),
         max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
+        cancel_running: args.cancel_running,
     };
     let (id, view) = jobs::submit(&opened.coord, &args.key, &params, &options).await?;
     if args.json {

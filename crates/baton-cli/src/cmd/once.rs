@@ -96,6 +96,7 @@ fn wait_args(args: &OnceArgs) -> WaitArgs {
         order: None,
         supersede: false,
         keep: false,
+        cancel_running: false,
         waiting: args.waiting.clone(),
     }
 }

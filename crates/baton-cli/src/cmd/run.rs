@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use baton_client::acquire::Lease;
-use baton_client::{Heartbeat, LeaseGuard};
+use baton_client::{Heartbeat, LeaseGuard, StopAsked};
 use baton_core::Outcome;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -112,6 +112,7 @@ pub async fn hold_and_run(
         }
     };
     let mut lost = guard.lost();
+    let mut stop = guard.stop_asked();
     let (Ok(mut sigint), Ok(mut sigterm)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -122,16 +123,38 @@ pub async fn hold_and_run(
     };
     let max_hold_at = max_hold.map(|d| Instant::now() + d);
     let mut overran_at: Option<Instant> = None;
+    let mut asked: Option<(StopAsked, Instant)> = None;
     let mut killed = false;
     let status = loop {
-        let stop_at = if overran_at.is_none() {
+        let stop_at = if overran_at.is_none() && asked.is_none() {
             max_hold_at
         } else {
             None
         };
-        let kill_at = overran_at.filter(|_| !killed).map(|t| t + MAX_HOLD_GRACE);
+        let kill_at = [
+            overran_at.map(|t| t + MAX_HOLD_GRACE),
+            asked.as_ref().map(|(_, t)| *t + STOP_GRACE),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .filter(|_| !killed);
         tokio::select! {
             status = running.child.wait() => break status,
+            changed = stop.changed(), if asked.is_none() && overran_at.is_none() => {
+                let Some(by) = changed.ok().and(stop.borrow().clone()) else {
+                    continue;
+                };
+                eprintln!(
+                    "baton: {}: asked to stop by {} (--cancel-running): stopping the command \
+                     (SIGTERM, then SIGKILL after {}s)",
+                    by.key,
+                    by.by,
+                    STOP_GRACE.as_secs()
+                );
+                asked = Some((by, Instant::now()));
+                running.signal_group(libc::SIGTERM);
+            }
             _ = sleep_until(stop_at) => {
                 eprintln!(
                     "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
@@ -182,6 +205,9 @@ pub async fn hold_and_run(
             ));
         }
     };
+    if let Some((by, _)) = asked {
+        return Err(stopped_for(guard, &by).await);
+    }
     if let Some(max_hold) = max_hold.filter(|_| overran_at.is_some()) {
         let reason = format!(
             "held longer than --max-hold {}; the command was stopped",
@@ -212,6 +238,38 @@ pub async fn hold_and_run(
 
 /// How long a command stopped for `--max-hold` gets between SIGTERM and SIGKILL.
 const MAX_HOLD_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a command asked to stop by `--cancel-running` gets between SIGTERM and SIGKILL:
+/// long enough for a deploy to leave a consistent state, short enough that the newer one does
+/// not wait long.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// After a command stopped because a newer ticket asked (`--cancel-running`): the key it was
+/// asked about is released as superseded, any other key held with it as cancelled, both with
+/// the reason; exit 76.
+async fn stopped_for(guard: LeaseGuard, by: &StopAsked) -> Failure {
+    let reason = format!("asked to stop by {} (--cancel-running)", by.by);
+    let released = guard
+        .release_each(|lease| {
+            let outcome = if lease.key == by.key {
+                Outcome::Superseded
+            } else {
+                Outcome::Cancelled
+            };
+            (outcome, Some(reason.clone()))
+        })
+        .await;
+    if let Err(error) = released {
+        eprintln!("baton: the release failed: {error}");
+    }
+    Failure::new(
+        exit::SUPERSEDED,
+        format!(
+            "superseded at {}: the command was stopped, {reason}",
+            by.key
+        ),
+    )
+}
 
 /// Sleeps until `at`, or forever when there is no `at`.
 async fn sleep_until(at: Option<Instant>) {

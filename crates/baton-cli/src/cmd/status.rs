@@ -830,6 +830,7 @@ mod tests {
             lease_left_ms: None,
             job: false,
             estimate_ms: None,
+            stop_asked: None,
         }
     }
 

@@ -95,6 +95,7 @@ impl Work<'_> {
                 ..JobState::new(&s.spec, ready_at_ms)
             })),
             once: None,
+            stop_asked: None,
         };
         self.doc.next_arrival += 1;
         if to_backlog {
@@ -104,6 +105,9 @@ impl Work<'_> {
         }
         if s.supersede {
             self.supersede_before(&s.id);
+        }
+        if s.cancel_running {
+            self.ask_holders_to_stop(&s.id, &s.context);
         }
         Ok((Reply::Ticket(self.view(&s.id)), None))
     }

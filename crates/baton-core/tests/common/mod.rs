@@ -29,6 +29,7 @@ pub fn enqueue(n: u32) -> Enqueue {
         claim_ms: 3_000,
         max_live: 1000,
         once: None,
+        cancel_running: false,
     }
 }
 
@@ -153,5 +154,6 @@ pub fn submit(id: &str) -> Submit {
         max_live: 1000,
         revive: false,
         runs_before: 0,
+        cancel_running: false,
     }
 }

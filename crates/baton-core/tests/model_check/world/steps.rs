@@ -687,5 +687,6 @@ fn enqueue_op(id: String, token: String, mode: Mode, limit: u32) -> Op {
         claim_ms: CLAIM,
         max_live: 1000,
         once: None,
+        cancel_running: false,
     })
 }

@@ -1,0 +1,174 @@
+//! `baton run --cancel-running` with real processes: a running `baton run` holding the key is
+//! asked to stop, stops its command (SIGTERM; SIGKILL after the grace when it ignores it), exits
+//! 76 and is recorded superseded, and only then does the newer run start, with a higher fence.
+//! A holder started with `--keep` is not asked and finishes its work first.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT};
+use serde_json::Value;
+
+/// The key's history, newest first (`baton log --json`).
+fn history(ctx: &Ctx, key: &str) -> Vec<Value> {
+    let done = ctx.baton(["log", key, "--json"]).run();
+    done.assert_code(0);
+    done.stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// Spawns `baton run KEY --cancel-running --context NAME -- (log NAME start, fence)`.
+fn spawn_canceller(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::Proc {
+    let script = format!(
+        r#"echo "{name} start" >> "$TEST_DIR/log"; echo "$BATON_FENCE" > "$TEST_DIR/{name}.fence""#
+    );
+    let mut args = vec!["run", key, "--cancel-running", "--context", name];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    ctx.baton(args).name(name).spawn()
+}
+
+fn fence(ctx: &Ctx, name: &str) -> u64 {
+    ctx.read(&format!("{name}.fence"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} wrote no fence"))
+}
+
+#[test]
+fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        // Renewed every second, so it hears the ask within about a second.
+        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "3s"]);
+        ctx.wait_started("H");
+        let mut newer = spawn_canceller(ctx, "N", &key, &[]);
+        ctx.wait_queued(&key, "N");
+
+        let stopped = holder.wait(PROMPT);
+        stopped.assert_code(76);
+        assert!(
+            stopped.stderr.contains("asked to stop by ticket")
+                && stopped.stderr.contains("(N)")
+                && stopped.stderr.contains("--cancel-running"),
+            "the holder says who asked it to stop:\n{}",
+            stopped.describe()
+        );
+        newer.wait(PROMPT).assert_code(0);
+        assert_eq!(
+            ctx.log(),
+            ["H start", "N start"],
+            "the command was stopped before its end, and the newer one ran after it"
+        );
+        assert!(fence(ctx, "N") > fence(ctx, "H"));
+
+        let entries = history(ctx, &key);
+        let of = |context: &str| {
+            entries
+                .iter()
+                .find(|e| e["context"] == context)
+                .unwrap_or_else(|| panic!("no entry of {context}: {entries:?}"))
+        };
+        assert_eq!(of("H")["outcome"], "superseded", "{entries:?}");
+        let reason = of("H")["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("asked to stop by ticket"), "{reason}");
+        assert_eq!(of("N")["outcome"], "succeeded");
+        assert_eq!(
+            as_u64_lenient(&of("H")["fence"]),
+            Some(fence(ctx, "H")),
+            "the entry is the stopped turn's"
+        );
+    });
+}
+
+#[test]
+fn a_holder_started_with_keep_is_not_asked_and_finishes_first() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let mut holder = ctx.spawn_gated("K", &key, &["--ttl", "3s", "--keep"]);
+        ctx.wait_started("K");
+        let mut newer = spawn_canceller(ctx, "N", &key, &[]);
+        ctx.wait_queued(&key, "N");
+        // Several renewals pass: nobody asks a kept holder to stop.
+        std::thread::sleep(Duration::from_millis(2_500));
+        assert!(!holder.has_exited(), "the kept holder still runs");
+        assert_eq!(ctx.log(), ["K start"]);
+        ctx.open_gate("K");
+        holder.wait(PROMPT).assert_code(0);
+        newer.wait(PROMPT).assert_code(0);
+        assert_eq!(ctx.log(), ["K start", "K end", "N start"]);
+        let entries = history(ctx, &key);
+        assert!(
+            entries
+                .iter()
+                .any(|e| e["context"] == "K" && e["outcome"] == "succeeded"),
+            "{entries:?}"
+        );
+    });
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("deploy");
+        let script = r#"trap "" TERM
+echo "S start" >> "$TEST_DIR/log"
+echo $$ > "$TEST_DIR/S.pid"
+while :; do sleep 0.1; done"#;
+        let mut stubborn = ctx
+            .baton([
+                "run",
+                &key,
+                "--ttl",
+                "3s",
+                "--context",
+                "S",
+                "--",
+                "sh",
+                "-c",
+                script,
+            ])
+            .name("S")
+            .spawn();
+        ctx.wait_started("S");
+        let mut newer = spawn_canceller(ctx, "N", &key, &[]);
+        ctx.wait_queued(&key, "N");
+        let stopped = stubborn.wait(PROMPT);
+        stopped.assert_code(76);
+        assert!(
+            stopped.elapsed >= Duration::from_secs(10),
+            "SIGKILL only after the 10 s grace: {:?}",
+            stopped.elapsed
+        );
+        assert!(
+            !common::pid_alive(ctx.wait_pid("S.pid", PROMPT)),
+            "the command is gone"
+        );
+        newer.wait(PROMPT).assert_code(0);
+        assert_eq!(ctx.log(), ["S start", "N start"]);
+    });
+}
+
+#[test]
+fn a_job_submitted_with_cancel_running_stops_the_running_holder() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "3s"]);
+        ctx.wait_started("H");
+        let submitted = ctx
+            .baton(["submit", &key, "--cancel-running", "--context", "J"])
+            .run();
+        submitted.assert_code(0);
+        let stopped = holder.wait(PROMPT);
+        stopped.assert_code(76);
+        assert!(stopped.stderr.contains("(J)"), "{}", stopped.describe());
+        // The job waits for a worker; the key is free of the stopped holder.
+        let view = ctx.wait_status("the holder to leave", &key, PROMPT, |view| {
+            view.holders().is_empty()
+        });
+        assert_eq!(view.queue_contexts(), ["J"], "{}", view.raw);
+    });
+}
