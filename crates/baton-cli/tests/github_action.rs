@@ -262,6 +262,7 @@ fn main_inputs<'a>(key: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, 
         ("order", ""),
         ("supersede", "false"),
         ("keep", "false"),
+        ("cancel-running", "false"),
         ("mask-ticket", "true"),
         ("baton-version", ""),
         ("baton-url", ""),
@@ -776,5 +777,34 @@ fn without_baton_on_path_the_action_installs_it_with_install_sh_and_the_post_ste
             ctx.key_view(&key).last_outcome().as_deref(),
             Some("succeeded")
         );
+    });
+}
+
+#[test]
+fn cancel_running_stops_a_running_deploy_and_takes_the_turn_after_it() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        // A deploy running under `baton run` (renewed every second).
+        let mut running = ctx.spawn_gated("deploy", &key, &["--ttl", "3s"]);
+        ctx.wait_started("deploy");
+        let job = Job::new(ctx, "newer");
+        let main = job.run(
+            "main",
+            "main",
+            &main_inputs(&key, &[("cancel-running", "true"), ("context", "newer")]),
+            &BTreeMap::new(),
+        );
+        assert_step_ok(&main);
+        let stopped = running.wait(PROMPT);
+        stopped.assert_code(76);
+        assert_eq!(
+            ctx.log(),
+            ["deploy start"],
+            "the running deploy was stopped"
+        );
+        let stopped_fence: u64 = ctx.read("deploy.fence").trim().parse().expect("a fence");
+        assert!(fence_of(&main) > stopped_fence);
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["newer"]);
+        assert_step_ok(&job.run("post", "post", &[("outcome", "success")], &main.state));
     });
 }

@@ -618,6 +618,7 @@ function acquireArgs(options) {
   if (options.order) args.push("--order", options.order);
   if (options.supersede) args.push("--supersede");
   if (options.keep) args.push("--keep");
+  if (options.cancelRunning) args.push("--cancel-running");
   return args;
 }
 function readAcquireInputs({ maskTicketByDefault }) {
@@ -639,6 +640,7 @@ function readAcquireInputs({ maskTicketByDefault }) {
     order: input("order"),
     supersede: booleanInput("supersede"),
     keep: booleanInput("keep"),
+    cancelRunning: booleanInput("cancel-running"),
     maskTicket: input("mask-ticket") === "" ? maskTicketByDefault : booleanInput("mask-ticket"),
     version: input("baton-version"),
     url: input("baton-url"),

@@ -228,6 +228,7 @@ export function acquireArgs(options) {
   if (options.order) args.push('--order', options.order);
   if (options.supersede) args.push('--supersede');
   if (options.keep) args.push('--keep');
+  if (options.cancelRunning) args.push('--cancel-running');
   return args;
 }
 
@@ -255,6 +256,7 @@ export function readAcquireInputs({ maskTicketByDefault }) {
     order: input('order'),
     supersede: booleanInput('supersede'),
     keep: booleanInput('keep'),
+    cancelRunning: booleanInput('cancel-running'),
     maskTicket: input('mask-ticket') === '' ? maskTicketByDefault : booleanInput('mask-ticket'),
     version: input('baton-version'),
     url: input('baton-url'),
