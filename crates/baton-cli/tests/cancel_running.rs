@@ -31,13 +31,6 @@ fn spawn_canceller(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::
     ctx.baton(args).name(name).spawn()
 }
 
-fn fence(ctx: &Ctx, name: &str) -> u64 {
-    ctx.read(&format!("{name}.fence"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name} wrote no fence"))
-}
-
 #[test]
 fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
     for_each_store(|ctx| {
@@ -63,7 +56,7 @@ fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
             ["H start", "N start"],
             "the command was stopped before its end, and the newer one ran after it"
         );
-        assert!(fence(ctx, "N") > fence(ctx, "H"));
+        assert!(ctx.written_fence("N") > ctx.written_fence("H"));
 
         let entries = history(ctx, &key);
         let of = |context: &str| {
@@ -78,7 +71,7 @@ fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
         assert_eq!(of("N")["outcome"], "succeeded");
         assert_eq!(
             as_u64_lenient(&of("H")["fence"]),
-            Some(fence(ctx, "H")),
+            Some(ctx.written_fence("H")),
             "the entry is the stopped turn's"
         );
     });

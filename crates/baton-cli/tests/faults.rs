@@ -58,13 +58,6 @@ fn spawn_marked_waiter(ctx: &Ctx, key: &str) -> Proc {
     .spawn()
 }
 
-fn fence(ctx: &Ctx, name: &str) -> u64 {
-    ctx.read(&format!("{name}.fence"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name}.fence holds a decimal fence"))
-}
-
 /// The holder's baton is killed with SIGKILL: its command dies with it (parent-death signal), and
 /// the waiter is granted within the TTL plus a little.
 #[test]
@@ -117,7 +110,7 @@ fn killed_holder_is_taken_over_within_its_ttl() {
         );
         waiter.wait(PROMPT).assert_code(0);
         assert!(
-            fence(ctx, "W") > fence(ctx, "H"),
+            ctx.written_fence("W") > ctx.written_fence("H"),
             "the new holder has a larger fence"
         );
         drop(holder);
@@ -167,7 +160,7 @@ fn paused_holder_loses_its_lease_and_kills_its_command_on_resume() {
         );
         waiter.wait(PROMPT).assert_code(0);
         assert!(
-            fence(ctx, "W") > fence(ctx, "H"),
+            ctx.written_fence("W") > ctx.written_fence("H"),
             "the new holder has a larger fence"
         );
         // Paused baton cannot act: its command still runs (only fences protect now).
@@ -374,7 +367,7 @@ fn run_renews_its_lease_while_the_command_runs() {
         ctx.open_gate("H");
         holder.wait(PROMPT).assert_code(0);
         waiter.wait(PROMPT).assert_code(0);
-        assert!(fence(ctx, "W") > fence(ctx, "H"));
+        assert!(ctx.written_fence("W") > ctx.written_fence("H"));
     });
 }
 

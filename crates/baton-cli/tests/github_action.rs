@@ -802,8 +802,7 @@ fn cancel_running_stops_a_running_deploy_and_takes_the_turn_after_it() {
             ["deploy start"],
             "the running deploy was stopped"
         );
-        let stopped_fence: u64 = ctx.read("deploy.fence").trim().parse().expect("a fence");
-        assert!(fence_of(&main) > stopped_fence);
+        assert!(fence_of(&main) > ctx.written_fence("deploy"));
         assert_eq!(ctx.key_view(&key).holder_contexts(), ["newer"]);
         assert_step_ok(&job.run("post", "post", &[("outcome", "success")], &main.state));
     });

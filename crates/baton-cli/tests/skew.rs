@@ -105,13 +105,6 @@ fn require_faketime() {
     );
 }
 
-fn fence(ctx: &Ctx, name: &str) -> u64 {
-    ctx.read(&format!("{name}.fence"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name}.fence holds a decimal fence"))
-}
-
 /// A command that logs its start and end, records its fence and pid, checks that nobody else
 /// holds the resource (an atomic `mkdir`), and runs for `seconds`.
 fn exclusive_command(name: &str, seconds: u32) -> String {
@@ -212,7 +205,7 @@ fn exclusion_between(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
         "the waiter's command must start only after the holder's ended"
     );
     assert!(
-        fence(ctx, "W") > fence(ctx, "H"),
+        ctx.written_fence("W") > ctx.written_fence("H"),
         "fences increase whatever the granting clients' clocks say"
     );
 }
@@ -311,7 +304,7 @@ fn takeover(ctx: &Ctx, store: &SkewedStore) {
     );
     waiter.wait(PROMPT).assert_code(0);
     assert!(
-        fence(ctx, "W") > fence(ctx, "H"),
+        ctx.written_fence("W") > ctx.written_fence("H"),
         "the new holder has a larger fence"
     );
 }

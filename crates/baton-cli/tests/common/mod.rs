@@ -438,6 +438,14 @@ echo "{name} end" >> "$TEST_DIR/log""#
         pid
     }
 
+    /// The fence gated run `name` wrote to `NAME.fence` ([`Ctx::gate_script`]).
+    pub fn written_fence(&self, name: &str) -> u64 {
+        self.read(&format!("{name}.fence"))
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}.fence holds no decimal fence"))
+    }
+
     /// Lets gated run `name` finish.
     pub fn open_gate(&self, name: &str) {
         self.touch(&format!("{name}.go"));
