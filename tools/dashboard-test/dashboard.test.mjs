@@ -1,8 +1,8 @@
 // The dashboard, end to end, in a real headless Chromium (Debian's /usr/bin/chromium, driven by
 // playwright-core): a key acquired from the CLI appears, the queue moves on a release without
 // shifting the page, a waiter is cancelled with the button (by keyboard), a holder is
-// force-released with the button (and the history says forced), and the page reads on a
-// phone. Screenshots go to $ARTIFACTS.
+// force-released with the button (and the history says forced), a holder asked to stop by
+// `--cancel-running` shows "stopping", and the page reads on a phone. Screenshots go to $ARTIFACTS.
 //
 // Run by crates/baton-cli/tests/dashboard.rs, which starts `baton serve` with a tokens file and
 // passes: BATON_BIN (the CLI), BATON_URL (the server), ADMIN_TOKEN, PREFIX (this run's keys),
@@ -134,13 +134,29 @@ try {
   const forced = await Promise.race([first.exited, new Promise((r) => setTimeout(() => r("still holding"), TIMEOUT))]);
   check(forced !== "still holding", "the force-released holder's process learns of it");
 
-  // 6. On a phone: the overview fits the width (no sideways scrolling).
-  await page.setViewportSize({ width: 390, height: 844 });
+  // 6. A running deploy asked to stop by a newer one (`--cancel-running`) shows "stopping" until
+  // its command is gone (this one ignores SIGTERM: killed 10 s later); its `baton run` exits 76
+  // and the newer one holds.
   await page.keyboard.press("Escape");
   await page.locator("#overview:not([hidden])").waitFor();
+  const running = spawn(BIN, ["run", key, "--ttl", "3s", "--context", "running deploy", "--quiet",
+    "--", "sh", "-c", 'trap "" TERM; sleep 60'], { env: cliEnv, stdio: "ignore" });
+  children.push(running);
+  const runningExited = new Promise((resolve) => running.on("exit", (code) => resolve(code)));
+  await card.locator(".holders li", { hasText: "running deploy" }).waitFor();
+  const newer = baton(["acquire", key, "--cancel-running", "--ttl", "10m", "--context", "newer deploy", "--quiet"]);
+  await card.locator(".holders li", { hasText: "running deploy" }).locator(".stopping").waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, "6-stopping.png"), fullPage: true });
+  const newerToken = await newer;
+  check(await runningExited === 76, "the stopped deploy's baton run exits 76");
+  await card.locator(".holders li", { hasText: "newer deploy" }).waitFor();
+  await baton(["release", key, newerToken]);
+
+  // 7. On a phone: the overview fits the width (no sideways scrolling).
+  await page.setViewportSize({ width: 390, height: 844 });
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 0, `the overview is wider than a phone by ${overflow}px`);
-  await page.screenshot({ path: join(ARTIFACTS, "6-phone.png"), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, "7-phone.png"), fullPage: true });
 
   check(errors.length === 0, `the page logged errors: ${errors.join("; ")}`);
   console.log("dashboard: every step passed; screenshots in " + ARTIFACTS);

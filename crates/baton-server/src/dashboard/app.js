@@ -236,10 +236,11 @@ function card(key, large) {
     el("span", { class: "pos", text: "▶", title: "holds the key" }),
     el("span", { class: "who", text: t.context || t.id, title: t.id + (t.job ? " (a job)" : "") }),
     el("span", { class: "times" },
+      t.stop_asked ? el("span", { class: "stopping", text: "stopping · ", title: "asked to stop by " + t.stop_asked + " (--cancel-running)" }) : null,
       "held ", counting(t.held_ms, 1, at, "", { title: "since " + t.acquired_at }),
       t.lease_left_ms === null ? null : " · lease ",
       t.lease_left_ms === null ? null : counting(t.lease_left_ms, -1, at, " left", { title: "on the store's clock" }),
-      " · fence ", el("span", { class: "t", text: String(t.fence) })),
+      " · fence ", el("span", { class: "t", text: String(t.fence) }),),
     action("Force release", "Force-release " + key + " held by " + (t.context || t.id), () => cancel(key, t, true))));
   // Room for as many holders as the key allows (up to three), so a grant does not move the page.
   if (holderRows.length === 0) holderRows.push(el("li", { class: "none" }, el("span", { class: "who", text: "free: nobody holds it" })));
