@@ -129,6 +129,24 @@ while :; do sleep 0.1; done"#;
         ctx.wait_started("S");
         let mut newer = spawn_canceller(ctx, "N", &key, &[]);
         ctx.wait_queued(&key, "N");
+        // Until its command is gone, status shows the holder on its way out, and who asked.
+        let view = ctx.wait_status("the holder to be asked", &key, PROMPT, |view| {
+            view.holders()
+                .first()
+                .is_some_and(|t| t.raw["stop_asked"].is_string())
+        });
+        let asked = view.holders()[0].raw["stop_asked"].to_string();
+        assert!(asked.contains("(N)"), "{asked}");
+        let table = ctx.baton(["status", &ctx.prefix]).run();
+        table.assert_code(0);
+        assert!(
+            table
+                .stdout
+                .lines()
+                .any(|line| line.contains("stopping") && line.contains('S')),
+            "{}",
+            table.stdout
+        );
         let stopped = stubborn.wait(PROMPT);
         stopped.assert_code(76);
         assert!(

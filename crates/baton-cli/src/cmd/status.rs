@@ -291,10 +291,11 @@ impl View {
             .map(|column| match (column, ticket) {
                 (Column::Key, _) => Cell::plain(&key.key),
                 (Column::State, Some(t)) => {
-                    let (name, paint) = if t.held {
-                        ("held", Paint::Green)
-                    } else {
-                        ("queued", Paint::Yellow)
+                    let (name, paint) = match (t.held, t.stop_asked.is_some()) {
+                        // Asked to stop by --cancel-running: still holding, on its way out.
+                        (true, true) => ("stopping", Paint::Yellow),
+                        (true, false) => ("held", Paint::Green),
+                        (false, _) => ("queued", Paint::Yellow),
                     };
                     let shared = if t.mode == Mode::Shared {
                         " shared"
