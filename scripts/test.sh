@@ -47,4 +47,19 @@ if [ "$status" -ne 0 ]; then
     section "tests FAILED (cargo test exited $status): see the failures above"
     exit "$status"
 fi
+# The stores are cargo features: a build with some of them must compile and refuse the others
+# by URL, naming the feature. After the tests, since it replaces the `baton` they ran.
+section "a build with two stores (cargo build -p baton-cli --no-default-features --features sqlite,postgres)"
+cargo build -p baton-cli --no-default-features --features sqlite,postgres
+few_stores="${CARGO_TARGET_DIR:-target}/debug/baton"
+refusal=$("$few_stores" status --store redis://127.0.0.1:9 2>&1) && status=0 || status=$?
+if [ "$status" -ne 2 ] || [[ "$refusal" != *"cargo feature \`redis\`"* ]]; then
+    section "tests FAILED: the two-store build did not refuse a Redis URL naming its feature"
+    echo "exit $status: $refusal"
+    exit 1
+fi
+scratch=$(mktemp -d)
+"$few_stores" status --store "sqlite:$scratch/baton.db" >/dev/null
+rm -rf "$scratch"
+echo "the two-store build refuses redis:// (exit 2, naming the feature) and opens SQLite"
 section "all tests passed"
