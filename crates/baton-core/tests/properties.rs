@@ -140,6 +140,7 @@ struct EnqueueSeed {
     claim: u8,
     wrong_limit: bool,
     small_queue: bool,
+    cancel_running: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -250,9 +251,21 @@ fn op_seed() -> impl Strategy<Value = OpSeed> {
         0u8..3,
         prop::bool::weighted(0.04),
         prop::bool::weighted(0.1),
+        prop::bool::weighted(0.15),
     )
         .prop_map(
-            |(shared, order, supersede, keep, ttl, waiter, claim, wrong_limit, small_queue)| {
+            |(
+                shared,
+                order,
+                supersede,
+                keep,
+                ttl,
+                waiter,
+                claim,
+                wrong_limit,
+                small_queue,
+                cancel_running,
+            )| {
                 OpSeed::Enqueue(EnqueueSeed {
                     shared,
                     order,
@@ -263,6 +276,7 @@ fn op_seed() -> impl Strategy<Value = OpSeed> {
                     claim,
                     wrong_limit,
                     small_queue,
+                    cancel_running,
                 })
             },
         );
@@ -338,6 +352,9 @@ struct MTicket {
     end: Option<End>,
     /// Its number among the key's finishes (1 is the first ticket that ended; 0 while live).
     end_no: u64,
+    /// A holder asked to stop by a later `cancel_running` enqueue: it alone may release as
+    /// superseded.
+    asked: bool,
 }
 
 impl MTicket {
@@ -838,7 +855,7 @@ impl World {
                     claim_ms: CLAIMS[e.claim as usize],
                     max_live: if e.small_queue { 3 } else { 1000 },
                     once: None,
-                    cancel_running: false,
+                    cancel_running: e.cancel_running,
                 })
             }
             OpSeed::Refresh { pick } => Op::Refresh {
@@ -1200,8 +1217,18 @@ impl World {
                     seen: None,
                     end: None,
                     end_no: 0,
+                    asked: false,
                 });
                 b.next_seq += 1;
+                if e.cancel_running {
+                    for t in b
+                        .tickets
+                        .iter_mut()
+                        .filter(|t| t.live() && t.held && !t.keep)
+                    {
+                        t.asked = true;
+                    }
+                }
                 if e.supersede {
                     let key = b.tickets[i].queue_key();
                     for j in 0..i {
@@ -1259,7 +1286,7 @@ impl World {
                             matches!(
                                 outcome,
                                 Outcome::Succeeded | Outcome::Failed | Outcome::Cancelled
-                            )
+                            ) || (*outcome == Outcome::Superseded && b.tickets[i].asked)
                         } else {
                             matches!(outcome, Outcome::Cancelled | Outcome::TimedOut)
                         };
@@ -1897,7 +1924,8 @@ impl World {
                         && s.fence == t.fence
                         && s.claimed == t.claimed
                         && s.deadline_ms == deadline
-                        && s.phase_ms == t.phase_ms(),
+                        && s.phase_ms == t.phase_ms()
+                        && s.stop_asked.is_some() == t.asked,
                     "status {s:?}, model {t:?} (position {position}){}",
                     self.at()
                 );
