@@ -18,7 +18,8 @@ Exit codes:
        --fence wrote the value; nothing was written
   75   the wait for a turn timed out (--timeout)
   76   the ticket (or job) was superseded by a newer one while queued (--supersede); for
-       `run`: a newer ticket asked it to stop (--cancel-running), and CMD was stopped
+       `run`: a newer ticket asked it to stop (--cancel-running), and CMD was stopped; for
+       `check`: the turn holds, but a newer ticket asked it to stop
   77   the ticket (or job) was cancelled or force-released by an operator (baton cancel)
   78   the lease was lost (a holder paused or cut off past its TTL), or the turn was lost;
        for `check`: the turn with that fence no longer holds the key (or has too little left)
@@ -96,7 +97,7 @@ pub enum Command {
     Status(StatusArgs),
     /// Cancel a queued ticket, or force-release a held one (recorded as forced)
     Cancel(CancelArgs),
-    /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not (advisory)
+    /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not, 76 if asked to stop
     #[command(after_help = CHECK_HELP)]
     Check(CheckArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
@@ -670,6 +671,9 @@ pub enum ReleaseOutcome {
     Failed,
     /// The work was not done.
     Cancelled,
+    /// The work was stopped because a newer ticket asked (`--cancel-running`); refused for a
+    /// turn nobody asked to stop
+    Superseded,
 }
 
 /// `baton release`.
@@ -874,8 +878,10 @@ Before each irreversible step of a deploy script, stop if the turn is already go
 
 Exit 0: the turn with fence F holds KEY (with at least --min-left of its lease left); 78: it
 does not, and stderr says why (released, its lease ran out, another turn holds the key, too
-little left); 1: the store could not be read; 2: bad usage, or --min-left on a store without a
-clock (etcd, DynamoDB), where a lease's time left cannot be told from one read. Under
+little left); 76: it holds, but a newer ticket asked it to stop (--cancel-running): stop, and
+give the turn back (`baton release --outcome superseded`; `baton run` does this by itself);
+1: the store could not be read; 2: bad usage, or --min-left on a store without a clock (etcd,
+DynamoDB), where a lease's time left cannot be told from one read. Under
 `baton run` the lease is renewed every TTL/3 (30s by default): --min-left there is at most the
 TTL.
 

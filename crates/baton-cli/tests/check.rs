@@ -184,3 +184,45 @@ fn bad_use_is_refused_with_exit_2() {
         }
     });
 }
+
+#[test]
+fn a_turn_taken_with_acquire_hears_a_cancel_running_ask_through_check() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let (token, fence) = acquire(ctx, &key, &["--ttl", "5m", "--context", "ci job"]);
+        let mut newer = ctx
+            .baton(["acquire", &key, "--cancel-running", "--context", "newer"])
+            .name("newer")
+            .spawn();
+        ctx.wait_queued(&key, "newer");
+        let (asked, json) = check(ctx, &key, fence, &[]);
+        asked.assert_code(76);
+        assert_eq!(json["holds"], true, "{json}");
+        assert!(
+            json["stop_asked"]
+                .as_str()
+                .is_some_and(|by| by.contains("(newer)")),
+            "{json}"
+        );
+        assert!(
+            asked.stderr.contains("asked it to stop"),
+            "{}",
+            asked.describe()
+        );
+        // The script stops and gives the turn back, as superseded; the newer one holds.
+        ctx.baton(["release", &key, &token, "--outcome", "superseded"])
+            .run()
+            .assert_code(0);
+        let newer_token = newer.wait(PROMPT).assert_code(0).stdout.trim().to_owned();
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["newer"]);
+        check(ctx, &key, fence, &[]).0.assert_code(78);
+        // Nobody asked the newer turn: it cannot claim superseded.
+        let newer_fence = ctx.key_view(&key).fence().expect("a fence");
+        check(ctx, &key, newer_fence, &[]).0.assert_code(0);
+        let refused = ctx
+            .baton(["release", &key, &newer_token, "--outcome", "superseded"])
+            .run();
+        refused.assert_refused(&[1]);
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["newer"]);
+    });
+}

@@ -7,6 +7,10 @@
 //! before an irreversible step when its turn is already gone, which is most of the time enough
 //! to avoid the damage and always enough to say why.
 //!
+//! A holder that a newer ticket asked to stop (`--cancel-running`) still holds, but the check
+//! says so apart ([`FenceCheck::StopAsked`]): the script's cue to stop, which is how a turn
+//! taken with `baton acquire` (a CI job, with no `baton run` to stop its command) hears it.
+//!
 //! The lease left is judged as every other participant judges it ([`lease::phase_ends_store_ms`]
 //! on the store's clock). A store without a clock judges leases by observation, which one read
 //! cannot do: there the document's word is taken (the holder holds until someone has watched its
@@ -26,6 +30,14 @@ pub enum FenceCheck {
         context: String,
         /// Lease left on the store's clock; `None` on a store without a clock.
         lease_left_ms: Option<u64>,
+    },
+    /// It holds, but a newer ticket asked it to stop (`--cancel-running`): the script should
+    /// stop and give the turn back.
+    StopAsked {
+        /// The ticket's public id.
+        id: String,
+        /// Who asked.
+        by: String,
     },
     /// It holds, with less of its lease left than asked for.
     TooLittleLeft {
@@ -52,9 +64,12 @@ pub enum FenceCheck {
 }
 
 impl FenceCheck {
-    /// Whether the check passed.
+    /// Whether the turn holds the key (asked to stop or not) with the lease left asked for.
     pub fn holds(&self) -> bool {
-        matches!(self, FenceCheck::Holds { .. })
+        matches!(
+            self,
+            FenceCheck::Holds { .. } | FenceCheck::StopAsked { .. }
+        )
     }
 }
 
@@ -98,6 +113,12 @@ pub fn check_fence(
     let lease_left_ms = on_store_clock.map(|(now_ms, deadline_ms)| {
         lease::phase_ends_store_ms(deadline_ms, uncertain_ms).saturating_sub(now_ms)
     });
+    if let Some(by) = &holder.stop_asked {
+        return FenceCheck::StopAsked {
+            id: holder.id.clone(),
+            by: by.clone(),
+        };
+    }
     match (lease_left_ms, min_left_ms) {
         (None, Some(_)) => FenceCheck::NoClock,
         (Some(left), Some(min)) if left < min => FenceCheck::TooLittleLeft {

@@ -108,3 +108,22 @@ fn without_a_store_clock_the_document_decides_and_a_minimum_left_cannot_be_told(
         FenceCheck::NotHeld { .. }
     ));
 }
+
+#[test]
+fn a_holder_asked_to_stop_still_holds_and_the_check_says_who_asked() {
+    let (mut w, fence) = held();
+    w.run(Op::Enqueue(baton_core::Enqueue {
+        cancel_running: true,
+        ..common::enqueue(3)
+    }))
+    .expect("a newer ticket asks");
+    let check = check_fence(w.doc.as_ref(), fence, Some(w.now_ms), 0, None);
+    assert_eq!(
+        check,
+        FenceCheck::StopAsked {
+            id: "t1".into(),
+            by: "ticket t3 (client 3)".into(),
+        }
+    );
+    assert!(check.holds(), "it still holds: nobody is granted beside it");
+}

@@ -45,10 +45,15 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
             FenceCheck::TooLittleLeft { lease_left_ms, .. } => Some(*lease_left_ms),
             _ => None,
         };
+        let stop_asked = match &verdict {
+            FenceCheck::StopAsked { by, .. } => Some(by.clone()),
+            _ => None,
+        };
         let value = json!({
             "key": args.key,
             "fence": args.fence,
             "holds": verdict.holds(),
+            "stop_asked": stop_asked,
             "lease_left_ms": lease_left_ms,
             "why": why,
         });
@@ -57,10 +62,10 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
             .map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))?;
     }
     eprintln!("baton: {why}");
-    Ok(if verdict.holds() {
-        exit::OK
-    } else {
-        exit::LOST
+    Ok(match verdict {
+        FenceCheck::Holds { .. } => exit::OK,
+        FenceCheck::StopAsked { .. } => exit::SUPERSEDED,
+        _ => exit::LOST,
     })
 }
 
@@ -76,6 +81,10 @@ fn why(key: &str, fence: u64, verdict: &FenceCheck) -> String {
             duration_ms(*left)
         ),
         FenceCheck::Holds { id, .. } => format!("fence {fence} holds {key} (ticket {id})"),
+        FenceCheck::StopAsked { id, by } => format!(
+            "fence {fence} holds {key} (ticket {id}), but {by} asked it to stop \
+             (--cancel-running): stop, and give the turn back (release it as superseded)"
+        ),
         FenceCheck::TooLittleLeft { id, lease_left_ms } => format!(
             "fence {fence} holds {key} (ticket {id}) with only {} of its lease left: less than \
              --min-left",

@@ -17,6 +17,7 @@ pub async fn release(opened: &Opened, args: ReleaseArgs) -> Result<i32, Failure>
         ReleaseOutcome::Succeeded => Outcome::Succeeded,
         ReleaseOutcome::Failed => Outcome::Failed,
         ReleaseOutcome::Cancelled => Outcome::Cancelled,
+        ReleaseOutcome::Superseded => Outcome::Superseded,
     };
     baton_client::acquire::release(&opened.coord, &args.key, &args.token, outcome)
         .await
