@@ -528,8 +528,10 @@ pub struct WaitArgs {
 
     /// Ask the key's holders to stop when this ticket is queued (GitHub's cancel-in-progress):
     /// a `baton run` holding the key stops its command (SIGTERM, then SIGKILL 10s later), exits
-    /// 76 and is recorded superseded; it hears at its next renewal (every TTL/3). Holders
-    /// started with --keep are not asked. This ticket then waits its turn as usual
+    /// 76 and is recorded superseded; a job a worker runs is stopped and ends superseded; a turn
+    /// taken with `acquire` sees it in `baton check` (exit 76). Each hears at its next renewal
+    /// (every TTL/3). Holders started with --keep are not asked. This ticket then waits its
+    /// turn as usual
     #[arg(long)]
     pub cancel_running: bool,
 
@@ -915,9 +917,9 @@ pub struct SubmitArgs {
     /// Never be superseded, and never asked to stop by --cancel-running
     #[arg(long)]
     pub keep: bool,
-    /// Ask the key's `baton run` holders to stop when this job is queued (they stop their
-    /// command, exit 76 and are recorded superseded; see `baton run --help`). Jobs already
-    /// running under a worker are not asked
+    /// Ask the key's holders to stop when this job is queued: a `baton run` stops its command
+    /// and exits 76, a job a worker runs is stopped; both are recorded superseded (see `baton
+    /// run --help`)
     #[arg(long)]
     pub cancel_running: bool,
     /// Attempts before the job is dead (1..=1000)

@@ -183,3 +183,42 @@ fn a_job_submitted_with_cancel_running_stops_the_running_holder() {
         assert_eq!(view.queue_contexts(), ["J"], "{}", view.raw);
     });
 }
+
+#[test]
+fn a_job_running_under_a_worker_is_stopped_and_ends_superseded() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let submitted = ctx
+            .baton(["submit", &key, "--id", "j1", "--context", "J"])
+            .run();
+        submitted.assert_code(0);
+        let script = r#"echo "job start" >> "$TEST_DIR/log"; echo $$ > "$TEST_DIR/J.pid"; while :; do sleep 0.05; done"#;
+        let mut worker = ctx
+            .baton([
+                "worker", "--poll", "100ms", "--ttl", "3s", &key, "--", "sh", "-c", script,
+            ])
+            .name("worker")
+            .spawn();
+        let job_pid = ctx.wait_pid("J.pid", PROMPT);
+        ctx.kill_group_on_drop(job_pid);
+        let mut newer = spawn_canceller(ctx, "N", &key, &[]);
+        // The job ends superseded (its `baton wait` says 76), and the newer run follows.
+        ctx.baton(["wait", &key, "j1"])
+            .run_within(PROMPT)
+            .assert_code(76);
+        newer.wait(PROMPT).assert_code(0);
+        assert_eq!(ctx.log(), ["job start", "N start"]);
+        assert!(!common::pid_alive(job_pid), "the job's command was stopped");
+        common::send_signal(worker.pid(), libc::SIGTERM);
+        worker.wait(PROMPT).assert_code(0);
+        let entries = history(ctx, &key);
+        assert!(
+            entries.iter().any(|e| e["id"] == "j1"
+                && e["outcome"] == "superseded"
+                && e["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("asked to stop by ticket"))),
+            "{entries:?}"
+        );
+    });
+}

@@ -503,8 +503,8 @@ impl Work<'_> {
         Ok(reply)
     }
 
-    /// `--cancel-running`: marks every holder not queued with `keep` as asked to stop by the
-    /// ticket (or job) `id` just queued. Nothing ends here: each holder stops its command and releases
+    /// `--cancel-running`: marks every holder (a `baton run`, or a job a worker runs) not
+    /// queued with `keep` as asked to stop by the ticket (or job) `id` just queued. Nothing ends here: each holder stops its command and releases
     /// (as superseded), or its lease runs out, and only then is the next ticket granted.
     pub(crate) fn ask_holders_to_stop(&mut self, id: &str, context: &str) {
         let mut by = if context.is_empty() {
@@ -527,8 +527,6 @@ impl Work<'_> {
             .tickets
             .iter_mut()
             .filter(|t| t.state == TicketState::Held && !t.keep && t.stop_asked.is_none())
-            // A running job's worker does not watch for the mark yet: it is asked nothing.
-            .filter(|t| t.job.is_none())
         {
             ticket.stop_asked = Some(by.clone());
         }

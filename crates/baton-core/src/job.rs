@@ -289,6 +289,13 @@ pub enum JobResult {
         /// How long until it is ready again.
         delay_ms: u64,
     },
+    /// Stopped because a newer ticket or job asked (`--cancel-running`): the job ends
+    /// `superseded`, spending nothing and never retried. Refused for a run nobody asked.
+    Superseded {
+        /// Why, for the history (`asked to stop by …`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// `text` cut to at most `max` bytes on a character boundary, marked with `…` when cut.

@@ -157,3 +157,42 @@ fn a_job_submitted_with_cancel_running_asks_the_lock_holders() {
         "the lock holder is asked"
     );
 }
+
+#[test]
+fn a_running_job_is_asked_too_and_ends_superseded_when_its_worker_stops_it() {
+    use baton_core::job::JobResult;
+    let mut w = World::new();
+    w.run(Op::Submit(common::submit("j1"))).expect("submit");
+    w.run(Op::Claim {
+        token: token(7),
+        ttl_ms: 30_000,
+    })
+    .expect("a worker claims j1");
+    let complete = |result| Op::Complete {
+        token: token(7),
+        id: None,
+        result,
+    };
+    // Nobody asked yet: superseded is refused, and nothing changes.
+    let refused = w
+        .run(complete(JobResult::Superseded { reason: None }))
+        .expect_err("not asked");
+    assert!(matches!(refused, Refusal::BadOutcome { .. }), "{refused:?}");
+    assert_eq!(w.holders(), ["j1"]);
+
+    w.run(Op::Enqueue(cancelling(2))).expect("a run asks");
+    assert_eq!(
+        stop_asked(&w, "j1").as_deref(),
+        Some("ticket t2 (client 2)")
+    );
+    w.run(complete(JobResult::Superseded {
+        reason: Some("asked to stop by ticket t2 (client 2) (--cancel-running)".into()),
+    }))
+    .expect("the worker stopped it");
+    assert!(
+        w.ended.contains(&("j1".into(), Outcome::Superseded)),
+        "the job ends, never retried: {:?}",
+        w.ended
+    );
+    assert_eq!(w.holders(), ["t2"]);
+}

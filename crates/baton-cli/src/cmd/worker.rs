@@ -179,6 +179,9 @@ enum Ended {
     LeaseLost(String),
     /// The worker is stopping: the command was stopped and the job goes back unspent.
     GivenBack,
+    /// A newer ticket or job asked it to stop (`--cancel-running`): the command was stopped and
+    /// the job ends superseded. Who asked.
+    Superseded(String),
     /// It could not be started.
     NotStarted(String),
 }
@@ -202,6 +205,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
                 JobResult::Succeeded => "succeeded",
                 JobResult::Failed { .. } => "failed",
                 JobResult::ReleasedBack { .. } => "released_back",
+                JobResult::Superseded { .. } => "superseded",
             })
             .to_owned(),
         exit_code,
@@ -283,6 +287,16 @@ fn judge(ended: &Ended, ctx: &Ctx) -> (Option<JobResult>, Option<i32>, Option<St
             None,
             Some("given back: the worker was stopping".into()),
         ),
+        Ended::Superseded(by) => {
+            let reason = format!("asked to stop by {by} (--cancel-running)");
+            (
+                Some(JobResult::Superseded {
+                    reason: Some(reason.clone()),
+                }),
+                None,
+                Some(reason),
+            )
+        }
         Ended::NotStarted(why) => {
             let error = Some(why.clone());
             (
@@ -344,6 +358,7 @@ async fn run_command(
         .take()
         .map(|err| tokio::task::spawn_local(pump(err, Box::new(std::io::stderr()))));
     let mut lost = job.heartbeat.lost();
+    let mut asked = job.heartbeat.stop_asked();
     let max_run_at = job.max_run.map(|d| Instant::now() + d);
     let mut stopping: Option<(Instant, Ended)> = None;
     let ended = loop {
@@ -364,6 +379,13 @@ async fn run_command(
                     running.signal_group(libc::SIGTERM);
                     stopping = Some((Instant::now(), Ended::GivenBack));
                 }
+            }
+            changed = asked.changed(), if stopping.is_none() => {
+                let Some(by) = changed.ok().and(asked.borrow().clone()) else {
+                    continue;
+                };
+                running.signal_group(libc::SIGTERM);
+                stopping = Some((Instant::now(), Ended::Superseded(by.by)));
             }
             changed = lost.changed() => {
                 let Some(why) = changed.ok().and(lost.borrow().clone()) else {

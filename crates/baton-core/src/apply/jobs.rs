@@ -209,6 +209,24 @@ impl Work<'_> {
             JobResult::ReleasedBack { delay_ms } => {
                 self.end_run(idx, RunEnd::ReleasedBack, None, Some(&attempt), *delay_ms);
             }
+            JobResult::Superseded { reason } => {
+                if let Some(reason) = reason {
+                    limits::check_reason(reason)?;
+                }
+                if self.doc.tickets[idx].stop_asked.is_none() {
+                    return Err(Refusal::BadOutcome {
+                        state: self.doc.tickets[idx].state,
+                        outcome: Outcome::Superseded,
+                    });
+                }
+                self.finish(
+                    idx,
+                    Outcome::Superseded,
+                    false,
+                    reason.clone(),
+                    Some(attempt),
+                );
+            }
         }
         Ok((Reply::Ticket(self.view(&id)), None))
     }
