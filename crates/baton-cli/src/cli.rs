@@ -100,6 +100,11 @@ pub enum Command {
     /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not, 76 if asked to stop
     #[command(after_help = CHECK_HELP)]
     Check(CheckArgs),
+    /// Stop new grants on KEY or PREFIX/ for a while (holders finish, waiters keep their places)
+    #[command(after_help = PAUSE_HELP)]
+    Pause(PauseArgs),
+    /// End the freezes set on KEY or PREFIX/ with `baton pause`
+    Resume(ResumeArgs),
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
     Completions(CompletionsArgs),
     /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
@@ -535,6 +540,12 @@ pub struct WaitArgs {
     #[arg(long)]
     pub cancel_running: bool,
 
+    /// Be granted even while the key is paused (`baton pause`): the queue up to and including
+    /// this ticket is granted in order as if it were not (nobody barges). The reason is
+    /// recorded in the history
+    #[arg(long, value_name = "REASON")]
+    pub override_freeze: Option<String>,
+
     /// How to wait.
     #[command(flatten)]
     pub waiting: WaitingArgs,
@@ -849,6 +860,69 @@ pub struct CancelArgs {
     pub context: Option<String>,
 }
 
+/// `baton pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// A key, a prefix ending in `/` (every key under it), or `*` (every key)
+    #[arg(value_name = "KEY|PREFIX/", required_unless_present = "list")]
+    pub target: Option<String>,
+    /// Why: shown on every waiting line, in `baton status`, `baton log` and notifications
+    #[arg(long, value_name = "TEXT", required_unless_present = "list")]
+    pub reason: Option<String>,
+    /// Start later: a time (`2026-12-24T16:00:00Z`, `2026-12-24 16:00` in UTC) or a
+    /// duration from now (`2h`) [default: now]
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub from: Option<u64>,
+    /// End by itself at a time or after a duration, as --from [default: at `baton resume`]
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub until: Option<u64>,
+    /// Only inside this window of every week: "fri 16:00..mon 08:00", in UTC unless
+    /// followed by an offset ("fri 16:00..mon 08:00 +01:00"; no time-zone names)
+    #[arg(long, value_name = "WINDOW")]
+    pub weekly: Option<String>,
+    /// Who pauses, for the log [default: user@host, or the CI job]
+    #[arg(long, value_name = "TEXT")]
+    pub by: Option<String>,
+    /// List the store's freezes instead (with --json: one JSON object per line)
+    #[arg(long, conflicts_with_all = ["target", "reason", "from", "until", "weekly", "by"])]
+    pub list: bool,
+    /// Write JSON to stdout: what was paused, or with --list the freezes
+    #[arg(long)]
+    pub json: bool,
+}
+
+const PAUSE_HELP: &str = "\
+While a key is paused no new turn is granted and no job is claimed on it: holders finish,
+waiters keep their places, and their waiting line says why and until when.
+
+  baton pause deploy/ --reason \"audit, ask #ops\"            every key under deploy/, until resumed
+  baton pause deploy/prod --reason \"release freeze\" --until 2026-12-28T08:00:00Z
+  baton pause db/ --reason \"maintenance\" --from 2026-12-24T22:00:00Z --until 2026-12-25T02:00:00Z
+  baton pause deploy/ --reason \"no Friday deploys\" --weekly \"fri 16:00..mon 08:00 +01:00\"
+  baton resume deploy/                                     ends the freezes set on deploy/
+  baton pause --list                                       every freeze, and when it holds
+
+An emergency: `baton run --override-freeze \"hotfix INC-42\" deploy/prod -- ./deploy.sh` is
+granted through the freeze in its turn (those queued before it go first), recorded with the
+reason. When `baton pause` returns, every baton process has seen the freeze (a process reads
+freezes at most 1 s old), and the keys under it show it. Times are UTC; a weekly window takes a
+fixed offset, so a zone with summer time needs it moved twice a year. Needs admin on every
+key through `baton serve`.";
+
+/// `baton resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The target given to `baton pause`: a key, a prefix ending in `/`, or `*`
+    #[arg(value_name = "KEY|PREFIX/")]
+    pub target: String,
+    /// Who resumes, for the log [default: user@host, or the CI job]
+    #[arg(long, value_name = "TEXT")]
+    pub by: Option<String>,
+    /// Write one JSON object to stdout: the freezes ended and the keys written
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// `baton check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -1109,6 +1183,35 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| {
         format!("`{text}` is not a duration ({e}); write it like 500ms, 5s, 15m or 1h30m")
     })
+}
+
+/// Parses a time for `--from`/`--until`: RFC 3339 (`2026-12-24T16:00:00Z`, `2026-12-24
+/// 16:00:00` in UTC, fractions allowed) or a duration from now (`2h`); as wall ms.
+pub fn parse_time(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if let Ok(after) = humantime::parse_duration(text) {
+        let at = std::time::SystemTime::now() + after;
+        return Ok(wall_ms_of(at));
+    }
+    let with_seconds = |t: &str| {
+        if t.len() == 16 {
+            format!("{t}:00")
+        } else {
+            t.to_owned()
+        }
+    };
+    humantime::parse_rfc3339_weak(&with_seconds(text))
+        .map(wall_ms_of)
+        .map_err(|_| {
+            format!(
+                "`{text}` is not a time; write it as 2026-12-24T16:00:00Z (UTC),                  2026-12-24 16:00 (UTC), or a duration from now such as 2h"
+            )
+        })
+}
+
+fn wall_ms_of(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Parses `--poll`: `MIN..MAX` (`250ms..5s`) or just `MAX` (the shortest interval then

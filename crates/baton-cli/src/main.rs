@@ -99,6 +99,8 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Status(args) => cmd::status::status(&open(store_url).await?, args).await,
         Command::Cancel(args) => cmd::cancel::cancel(&open(store_url).await?, args).await,
         Command::Check(args) => cmd::check::check(&open(store_url).await?, args).await,
+        Command::Pause(args) => cmd::pause::pause(&open(store_url).await?, args).await,
+        Command::Resume(args) => cmd::pause::resume(&open(store_url).await?, args).await,
         Command::Completions(args) => cmd::docs::completions(args.shell),
         Command::Man(args) => cmd::docs::man(args.subcommand.as_deref()),
         Command::Log(args) => cmd::log::log(&open(store_url).await?, args).await,

@@ -30,6 +30,10 @@ pub fn options(
         baton_core::limits::check_order(order).map_err(|e| Failure::usage(e.to_string()))?;
     }
     baton_core::limits::check_limit(args.limit).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(reason) = &args.override_freeze {
+        baton_core::limits::check_reason(reason)
+            .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
+    }
     let ttl = args.ttl.unwrap_or(default_ttl);
     baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -57,6 +61,7 @@ pub fn options(
         store_retry: args.waiting.store_retry,
         once: None,
         cancel_running: args.cancel_running,
+        override_freeze: args.override_freeze.clone(),
     })
 }
 
@@ -91,6 +96,8 @@ struct LineState {
     last_position: Option<usize>,
     /// Whether the store was failing at the last line.
     last_trouble: bool,
+    /// Whether the key was paused at the last line.
+    last_paused: bool,
     last_print: Option<Instant>,
     drawn: bool,
 }
@@ -116,7 +123,8 @@ impl WaitLine {
         let now = Instant::now();
         let changed = state.last_position != Some(p.position)
             || state.last_key != p.key
-            || state.last_trouble != p.store_trouble.is_some();
+            || state.last_trouble != p.store_trouble.is_some()
+            || state.last_paused != p.paused.is_some();
         let since = state.last_print.map(|t| now.duration_since(t));
         let due = if self.tty {
             changed || since.is_none_or(|s| s >= REDRAW_EVERY)
@@ -141,6 +149,7 @@ impl WaitLine {
         state.last_key = p.key.clone();
         state.last_position = Some(p.position);
         state.last_trouble = p.store_trouble.is_some();
+        state.last_paused = p.paused.is_some();
         state.last_print = Some(now);
     }
 
@@ -164,10 +173,22 @@ pub fn finish(line: &Option<Arc<WaitLine>>) {
 
 /// `waiting for KEY: 2 ahead; held by t-… (context) for 1m02s; about 3m left; waited 45s`.
 pub fn describe(p: &WaitProgress) -> String {
-    let mut parts = vec![match p.position {
+    let mut parts = Vec::new();
+    if let Some(paused) = &p.paused {
+        let until = match paused.until_ms {
+            Some(until) => format!("until {}", render::rfc3339_seconds(until)),
+            None => "until resumed".to_owned(),
+        };
+        parts.push(format!(
+            "paused {until} by {}: {}",
+            render::one_line(&paused.by),
+            render::one_line(&paused.reason)
+        ));
+    }
+    parts.push(match p.position {
         0 => "next in line".to_string(),
         n => format!("{n} ahead"),
-    }];
+    });
     let holders: Vec<String> = p
         .holders
         .iter()
@@ -183,7 +204,7 @@ pub fn describe(p: &WaitProgress) -> String {
     if !holders.is_empty() {
         parts.push(format!("held by {}", holders.join(", ")));
     }
-    if let Some(estimate) = p.estimate {
+    if let Some(estimate) = p.estimate.filter(|_| p.paused.is_none()) {
         parts.push(format!(
             "about {} left",
             render::duration_ms(estimate.as_millis() as u64)
@@ -255,6 +276,7 @@ mod tests {
             waited: Duration::from_secs(45),
             estimate: Some(Duration::from_secs(180)),
             store_trouble: None,
+            paused: None,
         };
         assert_eq!(
             describe(&p),

@@ -228,6 +228,7 @@ fn enqueue(n: u32, context: &str) -> baton_core::Request {
         max_live: 1000,
         once: None,
         cancel_running: false,
+        override_freeze: None,
     });
     baton_core::Request::new(format!("a{n}"), op)
 }

@@ -70,6 +70,9 @@ pub struct AcquireOptions {
     /// Ask the key's holders that were not queued with `keep` to stop when this ticket is
     /// queued ([`baton_core::Enqueue::cancel_running`]).
     pub cancel_running: bool,
+    /// Be granted through a freeze of the key, with this reason
+    /// ([`baton_core::Enqueue::override_freeze`]).
+    pub override_freeze: Option<String>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -102,6 +105,7 @@ impl Default for AcquireOptions {
             store_retry: Duration::from_secs(60),
             once: None,
             cancel_running: false,
+            override_freeze: None,
         }
     }
 }
@@ -192,6 +196,8 @@ pub struct WaitProgress {
     pub estimate: Option<Duration>,
     /// The store failed on the last look and the wait is retrying: the error.
     pub store_trouble: Option<String>,
+    /// The key is paused ([`baton_core::freeze`]): why, by whom, until when.
+    pub paused: Option<baton_core::freeze::Paused>,
 }
 
 /// Waits for a turn at `pending.key`. The lease returned is claimed, and stands until its

@@ -14,11 +14,11 @@ use std::time::Duration;
 use baton_core::backlog::Segment;
 use baton_core::lease::Basis;
 use baton_core::notify::{self, Rule};
-use baton_core::{apply_with, decode, encode, Clock, Doc, Observer, Reply, Request};
+use baton_core::{apply_with, decode, encode, Clock, Doc, Inputs, Observer, Reply, Request};
 use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
-use crate::notify::{spawn_delivery, SettingsCache};
+use crate::notify::{spawn_delivery, SettingsCache, SETTINGS_FRESH_MS};
 use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
 
@@ -152,6 +152,11 @@ impl Coordinator {
         }
     }
 
+    /// Drops the cached settings: the next write reads them (after this process changed them).
+    pub fn forget_settings(&self) {
+        self.settings.forget();
+    }
+
     /// How many of this coordinator's writes lost to a concurrent one (each was computed
     /// again and retried).
     pub fn conflicts(&self) -> u64 {
@@ -227,20 +232,28 @@ impl Coordinator {
             let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
             let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
             let segment = self.wanted_segment(key, cached.doc.as_ref()).await?;
-            let mut applied =
-                match apply_with(cached.doc.as_ref(), request, &clock, segment.as_ref()) {
-                    Ok(applied) => applied,
-                    Err(_) if !fresh => continue,
-                    Err(refusal) => {
-                        return Err(ClientError::Refused {
-                            key: key.to_string(),
-                            refusal,
-                        })
-                    }
-                };
+            // The rules and freezes, from a copy at most `SETTINGS_FRESH_MS` old.
+            let settings = self
+                .settings
+                .settings(&self.store, mono_ms(), SETTINGS_FRESH_MS)
+                .await?;
+            let paused = baton_core::freeze::in_force(&settings.freezes, key, wall);
+            let inputs = Inputs {
+                segment: segment.as_ref(),
+                paused: paused.as_ref(),
+            };
+            let mut applied = match apply_with(cached.doc.as_ref(), request, &clock, inputs) {
+                Ok(applied) => applied,
+                Err(_) if !fresh => continue,
+                Err(refusal) => {
+                    return Err(ClientError::Refused {
+                        key: key.to_string(),
+                        refusal,
+                    })
+                }
+            };
             // The change's events are noted on their tickets, in this very write.
-            let rules = self.settings.rules_for(&self.store, key, mono_ms()).await?;
-            let rules: Vec<&Rule> = rules.iter().collect();
+            let rules: Vec<&Rule> = settings.watching(key).collect();
             notify::record(cached.doc.as_ref(), &mut applied, &rules, wall);
             if !applied.changed {
                 if !fresh {

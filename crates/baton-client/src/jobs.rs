@@ -410,7 +410,7 @@ pub async fn claim(
     // written: a worker that found the key through the due index has its document, so the
     // claim is one round trip, not two, in the common case. A wrong guess costs a read.
     let likely = coord.cached_doc(key).and_then(|doc| {
-        baton_core::job::claimable_head(&doc, u64::MAX)
+        baton_core::job::claimable_head(&doc, u64::MAX, crate::time::wall_ms())
             .ok()
             .map(|t| t.id.clone())
     });
@@ -713,7 +713,7 @@ pub async fn ready_keys(
             baton_store::StoreClock::Time { now_ms, .. } => now_ms,
             baton_store::StoreClock::None => snapshot.wall_ms,
         };
-        let head = match baton_core::job::claimable_head(&doc, now_ms) {
+        let head = match baton_core::job::claimable_head(&doc, now_ms, snapshot.wall_ms) {
             Ok(head) => head,
             // Nothing to claim, but a run ran out of lease: a claim's write ends it (and
             // starts its backoff), or it would hold its key until someone wrote.
@@ -765,7 +765,12 @@ fn as_expired_now(coord: &Coordinator, key: &str, snapshot: &KeySnapshot) -> Opt
         snapshot.wall_ms,
     );
     let tick = Request::new(String::new(), Op::Tick);
-    match baton_core::apply(Some(doc), &tick, &clock) {
+    // The freeze the document last recorded stands (a writer's copy of the settings decides).
+    let inputs = baton_core::Inputs {
+        paused: doc.paused.as_ref(),
+        ..Default::default()
+    };
+    match baton_core::apply_with(Some(doc), &tick, &clock, inputs) {
         Ok(applied) => Some((applied.doc, applied.changed)),
         Err(_) => Some((doc.clone(), false)),
     }

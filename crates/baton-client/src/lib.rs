@@ -9,6 +9,7 @@
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
+//! - [`freeze`](mod@freeze): `baton pause` and `resume`: the freezes, and writing the keys they cover.
 //! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
 //! - [`notify`]: notification rules, their cache, and delivery of keys' outboxes.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
@@ -26,6 +27,7 @@
 pub mod acquire;
 pub mod coordinator;
 pub mod error;
+pub mod freeze;
 pub mod heartbeat;
 pub mod ids;
 pub mod jobs;

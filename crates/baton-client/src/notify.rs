@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use baton_core::notify::{self, Delivered, Event, Outbox, Rule, Settings};
+use baton_core::notify::{self, Delivered, Event, EventKind, Outbox, Rule, Settings};
 use baton_core::{names, Doc, Finished, Op, Outcome, Request};
 use baton_store::{CasOutcome, Store};
 use serde_json::json;
@@ -64,15 +64,11 @@ impl SettingsCache {
         }
     }
 
-    /// The rules that watch `key`, from a copy at most [`SETTINGS_FRESH_MS`] old.
-    pub(crate) async fn rules_for(
-        &self,
-        store: &Arc<dyn Store>,
-        key: &str,
-        mono_ms: u64,
-    ) -> Result<Vec<Rule>, ClientError> {
-        let settings = self.settings(store, mono_ms, SETTINGS_FRESH_MS).await?;
-        Ok(settings.watching(key).cloned().collect())
+    /// Drops the copy (when it is not being read): the next use reads the settings.
+    pub(crate) fn forget(&self) {
+        if let Ok(mut state) = self.state.try_lock() {
+            *state = None;
+        }
     }
 
     /// The settings, read again when the copy is older than `max_age_ms`.
@@ -139,13 +135,16 @@ pub fn body(key: &str, rule: &Rule, event: &Event) -> serde_json::Value {
     if rule.is_slack() {
         return json!({ "text": slack_text(key, event, ci_url.as_deref()) });
     }
+    let about_key = matches!(event.kind, EventKind::Paused | EventKind::Resumed);
     json!({
         "delivery_id": event.delivery_id(key, &rule.name),
         "rule": rule.name,
         "event": event.kind.as_str(),
         "key": key,
         "seq": event.seq,
-        "ticket": (!event.job).then_some(&event.id),
+        "freeze_target": about_key.then_some(&event.id),
+        "until": event.until_wall_ms.map(at),
+        "ticket": (!event.job && !about_key).then_some(&event.id),
         "job": event.job.then_some(&event.id),
         "outcome": event.outcome.map(Outcome::as_str),
         "forced": event.forced,
@@ -195,6 +194,10 @@ fn slack_text(key: &str, event: &Event, ci_url: Option<&str>) -> String {
         (kind, _) => kind.as_str().to_owned(),
     };
     let mut text = format!("baton: `{key}`: {who} {what}");
+    if let Some(until) = event.until_wall_ms {
+        let until = humantime::format_rfc3339_seconds(to_time(until));
+        text.push_str(&format!(" until {until}"));
+    }
     if let Some(fence) = event.fence {
         text.push_str(&format!(" (fence {fence})"));
     }

@@ -5,6 +5,7 @@
 use std::time::{Duration, UNIX_EPOCH};
 
 use baton_core::doc::FinishedMark;
+use baton_core::freeze::{Freeze, Paused};
 use baton_core::{Doc, Mode, Outcome, TicketState};
 use baton_store::StoreClock;
 use serde_json::{json, Value};
@@ -58,6 +59,8 @@ pub struct KeyStatus {
     pub once: Option<baton_core::OnceRecord>,
     /// Notification events not yet delivered, and those dropped undelivered.
     pub outbox: (u64, u64),
+    /// The freeze in force (`baton pause`): no new grant but through an override.
+    pub paused: Option<Paused>,
 }
 
 /// One live ticket as read.
@@ -183,7 +186,15 @@ impl KeyStatus {
                 .outbox
                 .as_ref()
                 .map_or((0, 0), |o| (o.undelivered(), o.dropped)),
+            paused: doc.paused.clone().filter(|p| p.holds_at(wall_ms)),
         }
+    }
+
+    /// The freeze in force by the store's settings rather than the document's last write (a
+    /// scheduled window may have opened or closed since).
+    pub fn with_freezes(mut self, freezes: &[Freeze]) -> KeyStatus {
+        self.paused = baton_core::freeze::in_force(freezes, &self.key, self.wall_ms);
+        self
     }
 
     /// As `baton status --json` shows it.
@@ -241,6 +252,13 @@ impl KeyStatus {
                 "undelivered": self.outbox.0,
                 "dropped": self.outbox.1,
             }),
+            "paused": self.paused.as_ref().map(|p| json!({
+                "target": p.target,
+                "reason": p.reason,
+                "by": p.by,
+                "since": rfc3339(p.since_ms),
+                "until": p.until_ms.map(rfc3339),
+            })),
         })
     }
 
@@ -265,12 +283,21 @@ impl KeyStatus {
 pub async fn read_all(coord: &Coordinator, prefix: &str) -> Result<Vec<KeyStatus>, ClientError> {
     let keys = coord.keys(prefix).await?;
     let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
+    // Through a server the settings need admin on every key: then the documents' word stands.
+    let freezes = crate::notify::read_settings(coord.store().as_ref())
+        .await
+        .ok()
+        .map(|settings| settings.freezes);
     let mut statuses = Vec::with_capacity(keys.len());
     for key in &keys {
         let snapshot = coord.read(key).await?;
         let Some(doc) = snapshot.doc else { continue };
         let (clock, wall_ms) = (&snapshot.clock, snapshot.wall_ms);
-        statuses.push(KeyStatus::of(key, &doc, clock, uncertain_ms, wall_ms));
+        let status = KeyStatus::of(key, &doc, clock, uncertain_ms, wall_ms);
+        statuses.push(match &freezes {
+            Some(freezes) => status.with_freezes(freezes),
+            None => status,
+        });
     }
     Ok(statuses)
 }

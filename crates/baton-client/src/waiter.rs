@@ -138,6 +138,7 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
         max_live: options.max_live,
         once: options.once,
         cancel_running: options.cancel_running,
+        override_freeze: options.override_freeze.clone(),
     }
 }
 
@@ -307,6 +308,9 @@ impl<'a> Waiter<'a> {
         if let Some(until) = self.next_expiry() {
             sleep = sleep.min(until + Duration::from_millis(2));
         }
+        if let Some(until) = self.freeze_ends_in() {
+            sleep = sleep.min(until + Duration::from_millis(2));
+        }
         if !pushes {
             sleep = sleep.max(self.options.poll.floor());
         }
@@ -326,6 +330,21 @@ impl<'a> Waiter<'a> {
                 Ok(None)
             }
         }
+    }
+
+    /// How long until the freeze the document records ends by itself, if it does: the write
+    /// that follows grants the next in line (nobody else may write the key then).
+    fn freeze_ends_in(&self) -> Option<Duration> {
+        let until = self.doc.paused.as_ref()?.until_ms?;
+        Some(Duration::from_millis(until.saturating_sub(wall_ms())))
+    }
+
+    /// Whether the document records a freeze that has ended since it was written.
+    fn freeze_ended(&self) -> bool {
+        self.doc
+            .paused
+            .as_ref()
+            .is_some_and(|paused| !paused.holds_at(wall_ms()))
     }
 
     /// How long until the earliest phase of another ticket of the key ends, if known.
@@ -371,7 +390,11 @@ impl<'a> Waiter<'a> {
             }
         }
         let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
-        if mine.state == TicketState::Held || self.something_expired(&snapshot) || refresh_due {
+        if mine.state == TicketState::Held
+            || self.something_expired(&snapshot)
+            || self.freeze_ended()
+            || refresh_due
+        {
             return self.refresh().await;
         }
         Ok(Next::Wait)
@@ -606,6 +629,7 @@ fn progress_of(key: &str, id: &str, doc: &Doc, position: usize, waited: Duration
         waited,
         estimate: baton_core::estimate::estimate_wait_ms(doc, id, now).map(Duration::from_millis),
         store_trouble: None,
+        paused: doc.paused.clone().filter(|paused| paused.holds_at(now)),
     }
 }
 

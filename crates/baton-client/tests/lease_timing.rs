@@ -67,6 +67,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
             max_live: 100,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         }),
     )
 }

@@ -42,6 +42,7 @@ fn enqueue(n: u64) -> Request {
             max_live: 1_000,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         }),
     }
 }

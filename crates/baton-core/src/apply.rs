@@ -15,6 +15,7 @@ mod jobs;
 use crate::backlog::{Cut, Segment};
 use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, FinishedMark, Mode, Outcome, Ticket, TicketState};
+use crate::freeze::Paused;
 use crate::history::{Finished, OnceRun};
 use crate::invariants;
 use crate::job::RunEnd;
@@ -43,17 +44,28 @@ pub struct Applied {
 
 /// Applies `request` to `doc` (`None`: the key has no document yet) at `clock`.
 pub fn apply(doc: Option<&Doc>, request: &Request, clock: &Clock<'_>) -> Result<Applied, Refusal> {
-    apply_with(doc, request, clock, None)
+    apply_with(doc, request, clock, Inputs::default())
 }
 
-/// [`apply`], with the backlog segment the document asked for ([`Doc::segment_wanted`]), read
-/// by the caller: its jobs are taken into the window first. A segment that is not the one the
-/// document waits for is ignored.
+/// What a writer read beside the key's document and hands to [`apply_with`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Inputs<'a> {
+    /// The backlog segment the document asked for ([`Doc::segment_wanted`]): its jobs are
+    /// taken into the window first. A segment that is not the one the document waits for is
+    /// ignored.
+    pub segment: Option<&'a Segment>,
+    /// The freeze in force on the key at the clock's wall time ([`crate::freeze::in_force`]),
+    /// from the writer's copy of the settings: recorded in the document, and no grant is made
+    /// while it holds but up to an override.
+    pub paused: Option<&'a Paused>,
+}
+
+/// [`apply`], with what the writer read beside the document ([`Inputs`]).
 pub fn apply_with(
     doc: Option<&Doc>,
     request: &Request,
     clock: &Clock<'_>,
-    segment: Option<&Segment>,
+    inputs: Inputs<'_>,
 ) -> Result<Applied, Refusal> {
     let original = doc.cloned().unwrap_or_default();
     let mut work = Work {
@@ -65,8 +77,9 @@ pub fn apply_with(
         granted: Vec::new(),
         segment_out: None,
     };
+    work.doc.paused = inputs.paused.cloned();
     work.expire();
-    work.take_in(segment);
+    work.take_in(inputs.segment);
     let (reply, looking) = work.op(&request.op)?;
     work.take_in(None);
     work.grant(looking.as_deref())?;
@@ -489,6 +502,7 @@ impl Work<'_> {
             job: None,
             once: e.once,
             stop_asked: None,
+            override_freeze: e.override_freeze.clone(),
         };
         self.doc.next_arrival += 1;
         self.doc.tickets.push(ticket);
@@ -631,7 +645,12 @@ impl Work<'_> {
                 Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
                 Mode::Shared => n_normal == 0,
             };
-            if !fits {
+            // Paused: waiters keep their places; only the queue up to an override moves.
+            if !fits
+                || self
+                    .doc
+                    .frozen_for(&self.doc.tickets[idx], self.clock.wall_ms())
+            {
                 break;
             }
             let fence = self.next_fence()?;

@@ -223,6 +223,11 @@ pub struct Ticket {
     /// holder's message and the history. Only such a holder may release as `superseded`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_asked: Option<String>,
+    /// Granted through a freeze (`baton run --override-freeze REASON`): the queue up to and
+    /// including this ticket is granted in order as if the key were not paused. The reason is
+    /// kept in its history entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub override_freeze: Option<String>,
 }
 
 impl Ticket {
@@ -461,6 +466,10 @@ pub struct Doc {
     /// Events recorded for notification rules and not yet delivered ([`crate::notify`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbox: Option<crate::notify::Outbox>,
+    /// The freeze in force at the last write ([`crate::freeze`]): while it holds no ticket is
+    /// granted (and no job claimed) but those up to an override ([`Doc::frozen_for`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<crate::freeze::Paused>,
 }
 
 impl Default for Doc {
@@ -478,6 +487,7 @@ impl Default for Doc {
             backlog: None,
             once: None,
             outbox: None,
+            paused: None,
         }
     }
 }
@@ -511,6 +521,22 @@ impl Doc {
     /// The live ticket with this id.
     pub fn by_id(&self, id: &str) -> Option<&Ticket> {
         self.tickets.iter().find(|t| t.id == id)
+    }
+
+    /// Whether the freeze the document records holds `ticket` (queued) back at `wall_ms`: it
+    /// is in force, and no ticket at or behind it in the queue overrides it
+    /// ([`Ticket::override_freeze`]).
+    pub fn frozen_for(&self, ticket: &Ticket, wall_ms: u64) -> bool {
+        let Some(paused) = &self.paused else {
+            return false;
+        };
+        if !paused.holds_at(wall_ms) {
+            return false;
+        }
+        let place = ticket.queue_key();
+        !self.tickets.iter().any(|t| {
+            t.state == TicketState::Queued && t.override_freeze.is_some() && t.queue_key() >= place
+        })
     }
 
     /// The earliest store-clock deadline among live tickets: when something may next expire.

@@ -101,6 +101,7 @@ mod tests {
             job: None,
             once: None,
             stop_asked: None,
+            override_freeze: None,
         }
     }
 

@@ -50,6 +50,9 @@ pub struct Finished {
     /// ([`crate::notify`]): a key's events live on the tickets they are about.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub events: Vec<crate::notify::Note>,
+    /// Granted through a freeze (`--override-freeze`): the reason given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub override_freeze: Option<String>,
 }
 
 /// What a history entry says of a run-once ticket ([`crate::once`]).
@@ -123,6 +126,7 @@ impl Finished {
                 dead: false,
             }),
             events: Vec::new(),
+            override_freeze: ticket.override_freeze.clone().filter(|_| granted),
         }
     }
 
@@ -160,6 +164,7 @@ mod tests {
             job: None,
             once: None,
             events: Vec::new(),
+            override_freeze: None,
         };
         let bytes = record.encode();
         assert!(!String::from_utf8_lossy(&bytes).contains("forced"));

@@ -110,7 +110,7 @@ fn check_backlog<'a>(
 }
 
 /// After an apply, nothing that could be granted is left waiting: the head of the queue is
-/// incompatible with the holders, or is a job, which waits for a worker's claim (so a later
+/// incompatible with the holders, held back by a freeze, or is a job, which waits for a worker's claim (so a later
 /// ticket was never granted past it: no barging).
 pub fn check_settled(doc: &Doc) -> Result<(), String> {
     let Some(head) = doc.queued().first().copied() else {
@@ -118,6 +118,12 @@ pub fn check_settled(doc: &Doc) -> Result<(), String> {
     };
     if head.job.is_some() || doc.behind_backlog(head) {
         return Ok(());
+    }
+    // A freeze holds it back (judged when the freeze's stretch began, when it surely held).
+    if let Some(paused) = &doc.paused {
+        if doc.frozen_for(head, paused.since_ms) {
+            return Ok(());
+        }
     }
     let holders: Vec<_> = doc.holders().collect();
     let n_normal = holders.iter().filter(|t| t.mode == Mode::Normal).count() as u64;

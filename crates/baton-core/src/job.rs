@@ -314,12 +314,15 @@ pub fn cut_text(text: &str, max: usize) -> String {
 /// and fitting beside the holders. Else `Err` with when the head job will be ready, if that is
 /// what it waits for (`None`: the key is full, the head is a lock ticket, or nothing waits).
 /// Only the head: a later job never overtakes an earlier one.
-pub fn claimable_head(doc: &Doc, now_ms: u64) -> Result<&Ticket, Option<u64>> {
+pub fn claimable_head(doc: &Doc, now_ms: u64, wall_ms: u64) -> Result<&Ticket, Option<u64>> {
     let queued = doc.queued();
     let head = *queued.first().ok_or(None)?;
     let job = head.job.as_deref().ok_or(None)?;
     if doc.behind_backlog(head) {
         return Err(None);
+    }
+    if doc.frozen_for(head, wall_ms) {
+        return Err(frozen_until(doc, now_ms, wall_ms));
     }
     if !job.is_ready(now_ms) {
         return Err(job.ready_at_ms);
@@ -364,6 +367,10 @@ pub fn due_ms(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
         .min();
     let head = doc.queued().first().copied();
     let head_due = match head {
+        // Paused: no worker is needed before the freeze ends by itself (a resume writes).
+        Some(head) if !doc.behind_backlog(head) && doc.frozen_for(head, wall_ms) => {
+            frozen_until(doc, now_ms, wall_ms)
+        }
         // The backlog's next jobs must be taken in first: whoever looks takes them.
         Some(head) if doc.behind_backlog(head) => backlog_due(doc, now_ms, phase_end),
         None if doc.backlog.is_some() => backlog_due(doc, now_ms, phase_end),
@@ -373,6 +380,13 @@ pub fn due_ms(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// When the freeze the document records ends by itself, in job time (`now_ms` and `wall_ms`
+/// are the same instant on the job clock and the wall clock).
+fn frozen_until(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
+    let until = doc.paused.as_ref()?.until_ms?;
+    Some(now_ms.saturating_add(until.saturating_sub(wall_ms)))
 }
 
 /// When a key whose backlog must be taken in next needs a worker: now if a job fits.

@@ -332,6 +332,7 @@ mod tests {
             max_live: 100,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         });
         let granted = |ids: &[&str]| -> Vec<(String, u64)> {
             ids.iter().map(|id| (id.to_string(), 7)).collect()

@@ -23,6 +23,7 @@
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
+//! - [`freeze`]: freeze windows (`baton pause`): which freeze holds a key back, and when.
 //! - [`check`]: fence checks for scripts: does the turn with fence F still hold the key?
 #![deny(missing_docs)]
 
@@ -32,6 +33,7 @@ pub mod check;
 pub mod clock;
 pub mod doc;
 pub mod estimate;
+pub mod freeze;
 pub mod history;
 pub mod invariants;
 pub mod job;
@@ -43,7 +45,7 @@ pub mod notify;
 pub mod once;
 pub mod op;
 
-pub use apply::{apply, apply_with, Applied};
+pub use apply::{apply, apply_with, Applied, Inputs};
 pub use clock::{Clock, Observer};
 pub use doc::{decode, encode, token_hash, DecodeError, Doc, Mode, Outcome, Ticket, TicketState};
 pub use history::Finished;

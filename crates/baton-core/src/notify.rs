@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::apply::Applied;
 use crate::doc::{Doc, Outcome, Ticket, TicketState};
+use crate::freeze::{Freeze, Paused, Resumed};
 use crate::history::Finished;
 use crate::limits::InvalidInput;
 
@@ -69,11 +70,15 @@ pub enum EventKind {
     Dead,
     /// A ticket has waited longer than the rule's `after`.
     Waited,
+    /// A freeze began to hold the key back (`baton pause`, or a scheduled window opening).
+    Paused,
+    /// The freeze ended (`baton resume`, or its window closing).
+    Resumed,
 }
 
 impl EventKind {
     /// Every kind, in the order help texts list them.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 11] = [
         EventKind::Granted,
         EventKind::Released,
         EventKind::Failed,
@@ -83,6 +88,8 @@ impl EventKind {
         EventKind::Cancelled,
         EventKind::Dead,
         EventKind::Waited,
+        EventKind::Paused,
+        EventKind::Resumed,
     ];
 
     /// Its name.
@@ -97,6 +104,8 @@ impl EventKind {
             EventKind::Cancelled => "cancelled",
             EventKind::Dead => "dead",
             EventKind::Waited => "waited",
+            EventKind::Paused => "paused",
+            EventKind::Resumed => "resumed",
         }
     }
 
@@ -179,13 +188,21 @@ impl Rule {
     }
 }
 
-/// The settings document: every rule.
+/// The store's settings document: every notification rule and every freeze
+/// ([`crate::freeze`]), read together by each writer from one cached copy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Settings {
     /// [`SETTINGS_FORMAT`].
     pub format: u64,
     /// The rules, by name.
     pub rules: Vec<Rule>,
+    /// The freezes (`baton pause`), in the order they were set.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freezes: Vec<Freeze>,
+    /// Freezes that ended by `baton resume`, newest last, at most
+    /// [`crate::freeze::FREEZES_REMEMBERED`]: `baton log` shows who paused and who resumed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<Resumed>,
 }
 
 impl Settings {
@@ -212,6 +229,52 @@ impl Settings {
         Ok(())
     }
 
+    /// Adds `freeze` (one with the same target and window replaces it); forgets freezes that
+    /// can never be in force again after `wall_ms`.
+    pub fn pause(&mut self, freeze: Freeze, wall_ms: u64) -> Result<(), InvalidInput> {
+        freeze.check()?;
+        self.format = SETTINGS_FORMAT;
+        self.freezes.retain(|f| !f.is_over(wall_ms));
+        let same = |f: &Freeze| {
+            f.target == freeze.target
+                && f.from_ms == freeze.from_ms
+                && f.until_ms == freeze.until_ms
+                && f.weekly == freeze.weekly
+        };
+        self.freezes.retain(|f| !same(f));
+        if self.freezes.len() >= crate::freeze::FREEZES_MAX {
+            return Err(InvalidInput(format!(
+                "a store keeps at most {} freezes; resume some first",
+                crate::freeze::FREEZES_MAX
+            )));
+        }
+        self.freezes.push(freeze);
+        Ok(())
+    }
+
+    /// Removes every freeze whose target is `target`, remembering them as resumed `by` at
+    /// `wall_ms`; returns them.
+    pub fn resume(&mut self, target: &str, by: &str, wall_ms: u64) -> Vec<Freeze> {
+        let (ended, kept): (Vec<Freeze>, Vec<Freeze>) = std::mem::take(&mut self.freezes)
+            .into_iter()
+            .partition(|f| f.target == target);
+        self.freezes = kept;
+        self.freezes.retain(|f| !f.is_over(wall_ms));
+        for freeze in &ended {
+            self.resumed.push(Resumed {
+                freeze: freeze.clone(),
+                by: by.to_owned(),
+                at_ms: wall_ms,
+            });
+        }
+        let excess = self
+            .resumed
+            .len()
+            .saturating_sub(crate::freeze::FREEZES_REMEMBERED);
+        self.resumed.drain(..excess);
+        ended
+    }
+
     /// Removes the rule `name`; whether there was one.
     pub fn remove(&mut self, name: &str) -> bool {
         let before = self.rules.len();
@@ -226,11 +289,14 @@ impl Settings {
 
     /// Decodes the document.
     pub fn decode(bytes: &[u8]) -> Result<Settings, InvalidInput> {
-        let settings: Settings = serde_json::from_slice(bytes)
-            .map_err(|e| InvalidInput(format!("the notification settings are corrupt: {e}")))?;
+        let settings: Settings = serde_json::from_slice(bytes).map_err(|e| {
+            InvalidInput(format!(
+                "the store's settings (notification rules, freezes) are corrupt: {e}"
+            ))
+        })?;
         if settings.format > SETTINGS_FORMAT {
             return Err(InvalidInput(
-                "the notification settings were written by a newer baton; upgrade baton".into(),
+                "the store's settings were written by a newer baton; upgrade baton".into(),
             ));
         }
         Ok(settings)
@@ -274,6 +340,9 @@ pub struct Event {
     pub granted_wall_ms: Option<u64>,
     /// When the event happened (wall ms of the client that recorded it).
     pub at_wall_ms: u64,
+    /// For `paused`: when the freeze ends by itself (none: at a resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_wall_ms: Option<u64>,
 }
 
 /// An event as the key keeps it: a note on the ticket it is about. While the ticket is in the
@@ -292,6 +361,19 @@ pub struct Note {
     /// When (wall ms of the client that recorded it).
     pub at: u64,
 }
+
+/// A note about the key itself (a freeze beginning or ending), kept in the outbox until every
+/// rule has it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyNote {
+    /// The freeze it is about.
+    pub paused: Paused,
+    /// The note.
+    pub note: Note,
+}
+
+/// Key notes an outbox keeps undelivered; older ones are dropped and counted.
+pub const KEY_NOTES_MAX: usize = 16;
 
 /// A note about a ticket still in the document.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -328,6 +410,28 @@ impl Event {
             enqueued_wall_ms: ticket.enqueued_wall_ms,
             granted_wall_ms: granted.then_some(ticket.granted_wall_ms),
             at_wall_ms: note.at,
+            until_wall_ms: None,
+        }
+    }
+
+    /// The event `note` says of the key's freeze `paused` (it began, or it ended): its target
+    /// in place of a ticket, who paused it as the context, since when as the enqueue time.
+    pub fn of_freeze(paused: &Paused, note: &Note) -> Event {
+        Event {
+            seq: note.seq,
+            kind: note.kind,
+            rules: note.rules.clone(),
+            id: paused.target.clone(),
+            job: false,
+            outcome: None,
+            forced: false,
+            reason: Some(paused.reason.clone()),
+            context: paused.by.clone(),
+            fence: None,
+            enqueued_wall_ms: paused.since_ms,
+            granted_wall_ms: None,
+            at_wall_ms: note.at,
+            until_wall_ms: paused.until_ms.filter(|_| note.kind == EventKind::Paused),
         }
     }
 
@@ -354,6 +458,7 @@ impl Event {
             enqueued_wall_ms: finished.enqueued_wall_ms,
             granted_wall_ms: finished.granted_wall_ms.filter(|_| held),
             at_wall_ms: note.at,
+            until_wall_ms: None,
         }
     }
 }
@@ -424,6 +529,9 @@ pub struct Outbox {
     /// receiver went down.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<(u64, u64)>,
+    /// Events about the key itself some rule has yet to get: a freeze began or ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_notes: Vec<KeyNote>,
 }
 
 /// Events between two position marks.
@@ -575,6 +683,14 @@ pub fn record(
         wall_ms,
         after,
     );
+    note_freeze(
+        &mut outbox,
+        &mut events,
+        before.and_then(|d| d.paused.as_ref()),
+        applied.doc.paused.as_ref(),
+        rules,
+        (wall_ms, after),
+    );
     follow_new(&mut outbox, &events);
     outbox.appended = after;
     bound(&mut outbox);
@@ -596,6 +712,38 @@ pub fn record(
     applied.changed |= !events.is_empty();
     applied.doc.outbox = Some(outbox);
     events.into_iter().map(|(_, event)| event).collect()
+}
+
+/// Notes `resumed` and `paused` when the freeze the document records changed from `was` to
+/// `now` (another freeze, or another stretch of a weekly one, is a resume and a pause). `at`:
+/// the wall time and the history position of the events.
+fn note_freeze(
+    outbox: &mut Outbox,
+    events: &mut Vec<(u64, Event)>,
+    was: Option<&Paused>,
+    now: Option<&Paused>,
+    rules: &[&Rule],
+    (wall_ms, position): (u64, u64),
+) {
+    let stretch = |p: &Paused| (p.target.clone(), p.since_ms);
+    if was.map(stretch) == now.map(stretch) {
+        return;
+    }
+    let changes = [(EventKind::Resumed, was), (EventKind::Paused, now)];
+    for (kind, paused) in changes {
+        let Some(paused) = paused else { continue };
+        let Some(note) = note(outbox, kind, rules, wall_ms) else {
+            continue;
+        };
+        events.push((position, Event::of_freeze(paused, &note)));
+        outbox.key_notes.push(KeyNote {
+            paused: paused.clone(),
+            note,
+        });
+    }
+    let excess = outbox.key_notes.len().saturating_sub(KEY_NOTES_MAX);
+    outbox.key_notes.drain(..excess);
+    outbox.dropped += excess as u64;
 }
 
 /// Numbers an event of `kind` for the rules that want it; `None` when none does.
@@ -668,6 +816,7 @@ fn forget_delivered(outbox: &mut Outbox, finished: &mut [Finished]) {
     let through = outbox.cursors.iter().map(|c| c.through).min();
     let delivered = |note: &Note| through.is_none_or(|through| note.seq <= through);
     outbox.live.retain(|live| !delivered(&live.note));
+    outbox.key_notes.retain(|key| !delivered(&key.note));
     for entry in finished {
         entry.events.retain(|note| !delivered(note));
     }
@@ -757,7 +906,10 @@ fn end_kinds(finished: &Finished, failures: &mut u32) -> Vec<EventKind> {
 /// Whether the outbox's live notes hold every event after `after`: then a deliverer needs no
 /// history at all (the usual case: a grant delivered right after the write that made it).
 pub fn live_holds_all_after(outbox: &Outbox, after: u64) -> bool {
-    (after + 1..=outbox.last_seq).all(|seq| outbox.live.iter().any(|l| l.note.seq == seq))
+    (after + 1..=outbox.last_seq).all(|seq| {
+        outbox.live.iter().any(|l| l.note.seq == seq)
+            || outbox.key_notes.iter().any(|k| k.note.seq == seq)
+    })
 }
 
 /// The key's events after `after`, oldest first, each with a position at or before the
@@ -777,6 +929,9 @@ pub fn events_after(doc: &Doc, tail: &[(u64, Finished)], after: u64) -> Vec<(u64
         if let Some(ticket) = doc.tickets.iter().find(|t| t.id == live.ticket) {
             events.push((outbox.appended, Event::of_ticket(ticket, &live.note)));
         }
+    }
+    for key in outbox.key_notes.iter().filter(|k| k.note.seq > after) {
+        events.push((outbox.appended, Event::of_freeze(&key.paused, &key.note)));
     }
     events.sort_by_key(|(_, event)| event.seq);
     events.dedup_by_key(|(_, event)| event.seq);

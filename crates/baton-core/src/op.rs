@@ -163,6 +163,11 @@ pub struct Enqueue {
     /// nobody is granted beside a holder that has not stopped yet.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_running: bool,
+    /// Granted through a freeze of the key (`baton run --override-freeze REASON`): the queue up
+    /// to and including this ticket is granted in order as if the key were not paused (nobody
+    /// barges), and the reason is recorded in its history entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub override_freeze: Option<String>,
 }
 
 /// Arguments of [`Op::Submit`].

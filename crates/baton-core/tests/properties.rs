@@ -856,6 +856,7 @@ impl World {
                     max_live: if e.small_queue { 3 } else { 1000 },
                     once: None,
                     cancel_running: e.cancel_running,
+                    override_freeze: None,
                 })
             }
             OpSeed::Refresh { pick } => Op::Refresh {
@@ -918,6 +919,7 @@ impl World {
                     max_live: 1000,
                     once: None,
                     cancel_running: false,
+                    override_freeze: None,
                 })
             }
         }
@@ -1004,6 +1006,7 @@ impl World {
             max_live: 1000,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         };
         let own = self.own_token(c, kind);
         let op = match kind % 17 {
@@ -2072,6 +2075,7 @@ fn a_retried_cancel_queued_is_recognised() {
             max_live: 1000,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         }),
     };
     let run = |doc: Option<&Doc>, request: &Request| apply(doc, request, &clock).expect("accepted");

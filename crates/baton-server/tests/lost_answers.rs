@@ -139,6 +139,7 @@ fn enqueue(pending: &Pending) -> Request {
             max_live: 100,
             once: None,
             cancel_running: false,
+            override_freeze: None,
         }),
     )
 }

@@ -28,7 +28,8 @@ pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
         .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
     let store = opened.coord.store();
     let mut records = store.history_tail(&args.key, args.n as usize).await?;
-    if records.is_empty() {
+    let freezes = freeze_lines(opened, &args.key, &records, args.n as usize).await;
+    if records.is_empty() && freezes.is_empty() {
         eprintln!("baton: no history for {} yet", render::one_line(&args.key));
         if !args.follow {
             return Ok(exit::OK);
@@ -38,7 +39,7 @@ pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
         records.reverse();
     }
     let mut printer = Printer::new(&args);
-    let mut written = printer.first(&records);
+    let mut written = printer.first(&records, freezes, args.follow);
     if written.is_ok() && args.follow {
         written = follow(opened, &args, &mut printer, &records).await;
     }
@@ -106,6 +107,102 @@ async fn next_change(watch: &mut Option<WatchHandle>) {
     }
 }
 
+/// A freeze of the key, as a line of its log: paused (or resumed) when, by whom, why.
+struct FreezeLine {
+    at_ms: u64,
+    resumed: bool,
+    target: String,
+    by: String,
+    reason: String,
+}
+
+impl FreezeLine {
+    fn json(&self, key: &str) -> Value {
+        json!({
+            "key": key,
+            "freeze": if self.resumed { "resumed" } else { "paused" },
+            "target": self.target,
+            "by": self.by,
+            "reason": self.reason,
+            "at": rfc3339(self.at_ms),
+        })
+    }
+
+    fn cells(&self) -> Vec<Cell> {
+        let (word, paint) = if self.resumed {
+            ("resumed", Some(render::Paint::Green))
+        } else {
+            ("paused", Some(render::Paint::Yellow))
+        };
+        vec![
+            Cell::plain(render::rfc3339_seconds(self.at_ms)),
+            Cell::painted(word, paint),
+            Cell::plain(&self.target),
+            Cell::default(),
+            Cell::default(),
+            Cell::default(),
+            Cell::plain(&self.by),
+            Cell::plain(&self.reason),
+        ]
+    }
+}
+
+/// The freezes of the store's settings that cover `key` (set, and ended by a resume), as log
+/// lines no older than the oldest entry shown when the log is cut at `n` entries. Through a
+/// server without admin on every key the settings cannot be read: then none.
+async fn freeze_lines(
+    opened: &Opened,
+    key: &str,
+    records: &[HistoryRecord],
+    n: usize,
+) -> Vec<FreezeLine> {
+    let Ok(settings) = baton_client::notify::read_settings(opened.coord.store().as_ref()).await
+    else {
+        return Vec::new();
+    };
+    let mut lines = Vec::new();
+    let paused = |f: &baton_core::freeze::Freeze| {
+        let mut reason = f.reason.clone();
+        if let Some(weekly) = &f.weekly {
+            reason.push_str(&format!(" (every week {})", weekly.describe()));
+        }
+        if let Some(until) = f.until_ms {
+            reason.push_str(&format!(" (until {})", rfc3339(until)));
+        }
+        FreezeLine {
+            at_ms: f.from_ms.unwrap_or(f.set_wall_ms).max(f.set_wall_ms),
+            resumed: false,
+            target: f.target.clone(),
+            by: f.by.clone(),
+            reason,
+        }
+    };
+    for f in settings.freezes.iter().filter(|f| f.covers(key)) {
+        lines.push(paused(f));
+    }
+    for r in settings.resumed.iter().filter(|r| r.freeze.covers(key)) {
+        lines.push(paused(&r.freeze));
+        lines.push(FreezeLine {
+            at_ms: r.at_ms,
+            resumed: true,
+            target: r.freeze.target.clone(),
+            by: r.by.clone(),
+            reason: r.freeze.reason.clone(),
+        });
+    }
+    if records.len() >= n {
+        let oldest = records
+            .iter()
+            .filter_map(|r| Finished::decode(&r.bytes).ok())
+            .map(|f| f.finished_wall_ms)
+            .min();
+        if let Some(oldest) = oldest {
+            lines.retain(|l| l.at_ms >= oldest);
+        }
+    }
+    lines
+}
+
 /// One history entry, decoded or not.
 struct Entry<'a> {
     seq: u64,
@@ -133,7 +230,15 @@ impl<'a> Entry<'a> {
 
     /// Why it ended; for a run-once run, which attempt (and step) it was.
     fn reason(f: &Finished) -> String {
-        let reason = f.reason.clone().unwrap_or_default();
+        let mut reason = f.reason.clone().unwrap_or_default();
+        if let Some(why) = &f.override_freeze {
+            let through = format!("granted through a freeze: {why}");
+            reason = if reason.is_empty() {
+                through
+            } else {
+                format!("{through}; {reason}")
+            };
+        }
         match &f.once {
             Some(run) if run.attempt > 0 => {
                 let step = run.seq.map(|n| format!(" of step {n}")).unwrap_or_default();
@@ -184,6 +289,7 @@ impl<'a> Entry<'a> {
                 "wait_ms": Entry::wait_ms(f),
                 "hold_ms": Entry::hold_ms(f),
                 "once": f.once,
+                "override_freeze": f.override_freeze,
             }),
             Err(error) => json!({ "seq": self.seq, "key": self.key, "error": error }),
         }
@@ -223,6 +329,62 @@ impl<'a> Entry<'a> {
     }
 }
 
+/// A line of the log: a history entry, or a freeze of the key.
+enum Row<'a> {
+    Entry(Entry<'a>),
+    Freeze(FreezeLine),
+}
+
+impl Row<'_> {
+    fn json(&self, key: &str) -> Value {
+        match self {
+            Row::Entry(entry) => entry.json(),
+            Row::Freeze(line) => line.json(key),
+        }
+    }
+
+    fn cells(&self) -> Vec<Cell> {
+        match self {
+            Row::Entry(entry) => entry.cells(),
+            Row::Freeze(line) => line.cells(),
+        }
+    }
+}
+
+/// The entries in their order (newest first, or oldest first when following) with the
+/// freeze lines placed among them by time (an entry that cannot be decoded keeps its place).
+fn merged<'a>(
+    key: &'a str,
+    records: &[HistoryRecord],
+    mut freezes: Vec<FreezeLine>,
+    oldest_first: bool,
+) -> Vec<Row<'a>> {
+    freezes.sort_by_key(|l| l.at_ms);
+    if !oldest_first {
+        freezes.reverse();
+    }
+    let mut freezes = freezes.into_iter().peekable();
+    let mut rows = Vec::new();
+    for record in records {
+        let entry = Entry::of(key, record);
+        if let Ok(f) = &entry.finished {
+            let at = f.finished_wall_ms;
+            while let Some(line) = freezes.next_if(|l| {
+                if oldest_first {
+                    l.at_ms <= at
+                } else {
+                    l.at_ms >= at
+                }
+            }) {
+                rows.push(Row::Freeze(line));
+            }
+        }
+        rows.push(Row::Entry(entry));
+    }
+    rows.extend(freezes.map(Row::Freeze));
+    rows
+}
+
 const HEADERS: [&str; 8] = [
     "WHEN", "OUTCOME", "ID", "FENCE", "WAITED", "HELD", "CONTEXT", "REASON",
 ];
@@ -256,19 +418,25 @@ impl Printer {
 
     /// The first entries, with the header (printed even with no entries when following, so
     /// later lines have it).
-    fn first(&mut self, records: &[HistoryRecord]) -> std::io::Result<()> {
+    fn first(
+        &mut self,
+        records: &[HistoryRecord],
+        freezes: Vec<FreezeLine>,
+        oldest_first: bool,
+    ) -> std::io::Result<()> {
+        let rows = merged(&self.key, records, freezes, oldest_first);
         let mut out = std::io::stdout().lock();
         if self.json {
-            for record in records {
-                writeln!(out, "{}", Entry::of(&self.key, record).json())?;
+            for row in &rows {
+                writeln!(out, "{}", row.json(&self.key))?;
             }
             return out.flush();
         }
         let mut table = Table::new(HEADERS.iter().map(|h| h.to_string()).collect())
             .flexible(Some(CONTEXT_COLUMN))
             .min_widths(&MIN_WIDTHS);
-        for record in records {
-            table.push(Entry::of(&self.key, record).cells());
+        for row in &rows {
+            table.push(row.cells());
         }
         self.widths = table.widths(self.width);
         if table.len() > 0 {
@@ -321,6 +489,7 @@ mod tests {
             job: None,
             once: None,
             events: Vec::new(),
+            override_freeze: None,
         }
     }
 

@@ -12,6 +12,7 @@ pub mod kv;
 pub mod log;
 pub mod notify;
 pub mod once;
+pub mod pause;
 pub mod run;
 pub mod serve;
 pub mod status;

@@ -137,6 +137,7 @@ async fn test(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
         enqueued_wall_ms: now,
         granted_wall_ms: None,
         at_wall_ms: now,
+        until_wall_ms: None,
     };
     let key = if rule.prefix.is_empty() {
         "test".to_owned()

@@ -97,6 +97,7 @@ fn wait_args(args: &OnceArgs) -> WaitArgs {
         supersede: false,
         keep: false,
         cancel_running: false,
+        override_freeze: None,
         waiting: args.waiting.clone(),
     }
 }

@@ -852,6 +852,7 @@ mod tests {
             finished: Vec::new(),
             once: None,
             outbox: (0, 0),
+            paused: None,
         }
     }
 

@@ -96,6 +96,7 @@ impl Work<'_> {
             })),
             once: None,
             stop_asked: None,
+            override_freeze: None,
         };
         self.doc.next_arrival += 1;
         if to_backlog {
@@ -164,7 +165,7 @@ impl Work<'_> {
 
     /// The index of the queue's head if a worker may claim it now ([`claimable_head`]).
     fn claimable_head(&self, now_ms: u64) -> Result<usize, Option<u64>> {
-        let id = &claimable_head(&self.doc, now_ms)?.id;
+        let id = &claimable_head(&self.doc, now_ms, self.clock.wall_ms())?.id;
         self.doc
             .tickets
             .iter()

@@ -30,6 +30,7 @@ pub fn enqueue(n: u32) -> Enqueue {
         max_live: 1000,
         once: None,
         cancel_running: false,
+        override_freeze: None,
     }
 }
 
@@ -54,6 +55,17 @@ pub struct World {
     pub events: Vec<baton_core::notify::Event>,
     /// Every history entry written, as written.
     pub entries: Vec<baton_core::Finished>,
+    /// The store's freezes: the one in force on [`KEY`] is handed to each apply, as the
+    /// coordinator does.
+    pub freezes: Vec<baton_core::freeze::Freeze>,
+}
+
+/// The key a [`World`] is (for freezes).
+pub const KEY: &str = "deploy/prod";
+
+/// The wall clock of a [`World`] at its store time `now_ms`.
+pub fn wall_at(now_ms: u64) -> u64 {
+    1_700_000_000_000 + now_ms
 }
 
 impl World {
@@ -69,6 +81,7 @@ impl World {
             rules: Vec::new(),
             events: Vec::new(),
             entries: Vec::new(),
+            freezes: Vec::new(),
         }
     }
 
@@ -87,7 +100,7 @@ impl World {
             uncertain_ms: 0,
             now_ms: self.now_ms,
             epoch: EPOCH,
-            wall_ms: 1_700_000_000_000 + self.now_ms,
+            wall_ms: wall_at(self.now_ms),
         };
         // As the coordinator does: the segment the document asks for, read first; a segment to
         // write out, written before the document.
@@ -101,8 +114,12 @@ impl World {
                 .expect("a counted segment is written");
             baton_core::backlog::Segment::decode(bytes, generation, number).expect("segment")
         });
-        let mut applied =
-            baton_core::apply_with(self.doc.as_ref(), request, &clock, segment.as_ref())?;
+        let paused = baton_core::freeze::in_force(&self.freezes, KEY, clock.wall_ms());
+        let inputs = baton_core::Inputs {
+            segment: segment.as_ref(),
+            paused: paused.as_ref(),
+        };
+        let mut applied = baton_core::apply_with(self.doc.as_ref(), request, &clock, inputs)?;
         let rules: Vec<&baton_core::notify::Rule> = self.rules.iter().collect();
         let events =
             baton_core::notify::record(self.doc.as_ref(), &mut applied, &rules, clock.wall_ms());

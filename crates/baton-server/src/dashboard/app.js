@@ -219,7 +219,9 @@ function card(key, large) {
   const at = entry.at;
   const holders = s.holders || [];
   const queue = s.queue || [];
-  const badge = holders.length === 0
+  const badge = s.paused
+    ? el("span", { class: "badge paused", text: "paused", title: "baton pause " + s.paused.target })
+    : holders.length === 0
     ? el("span", { class: "badge free", text: "free" })
     : queue.length + s.backlog > 0
       ? el("span", { class: "badge wait", text: (queue.length + s.backlog) + " waiting" })
@@ -268,8 +270,14 @@ function card(key, large) {
     s.mean_hold_ms ? el("span", { class: "t", text: "mean hold " + duration(s.mean_hold_ms) }) : null,
     (s.jobs && (s.jobs.queued || s.jobs.running)) ? el("span", { text: "jobs: " + s.jobs.running + " running, " + s.jobs.queued + " queued" }) : null,
     s.consecutive_failures > 1 ? el("span", { class: "outcome-failed", text: s.consecutive_failures + " failures in a row" }) : null);
+  // A freeze: no new grant until it ends (holders finish; the queue keeps its places).
+  const paused = s.paused ? el("p", { class: "paused-line", role: "status" },
+    el("span", { class: "paused-word", text: "Paused" }),
+    " by " + s.paused.by + ": " + s.paused.reason + " · " +
+      (s.paused.until ? "until " + s.paused.until : "until resumed")) : null;
   return el("article", { class: "card", "data-key": key, "aria-label": key },
     head,
+    paused,
     el("p", { class: "section-label" }, el("span", { text: "Holding" })),
     el("ul", { class: "rows holders" }, ...holderRows),
     el("p", { class: "section-label" }, el("span", { text: "Queue" }), el("span", { class: "t", text: queue.length + (s.backlog || 0) ? String(queue.length + (s.backlog || 0)) : "" })),

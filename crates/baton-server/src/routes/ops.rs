@@ -22,9 +22,12 @@ use crate::State;
 
 /// The scope an operation needs on its key: `lock` for what a holder, a waiter or a worker
 /// does with its own tickets (every such operation names its ticket by its secret token, or
-/// makes a new ticket), `admin` for what acts on other people's tickets.
+/// makes a new ticket), `admin` for what acts on other people's tickets, and for an enqueue
+/// that gets through a freeze (`--override-freeze`).
 pub fn scope_of(op: &Op) -> Scope {
     match op {
+        // A freeze is an operator's: getting through one is too.
+        Op::Enqueue(e) if e.override_freeze.is_some() => Scope::Admin,
         Op::Enqueue(_)
         | Op::Refresh { .. }
         | Op::Renew { .. }

@@ -688,5 +688,6 @@ fn enqueue_op(id: String, token: String, mode: Mode, limit: u32) -> Op {
         max_live: 1000,
         once: None,
         cancel_running: false,
+        override_freeze: None,
     })
 }
