@@ -339,6 +339,9 @@ impl View {
 
 /// How the key's last turn ended, for a free row: `last turn failed (2 failures in a row)`.
 fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
+    if let Some(words) = paused_words(key) {
+        return (words, Some(Paint::Yellow));
+    }
     let Some(outcome) = key.last_outcome else {
         return ("no turn has ended yet".into(), None);
     };
@@ -353,6 +356,25 @@ fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
         text.push_str(&format!("; {words}"));
     }
     (text, render::outcome_paint(outcome.as_str()))
+}
+
+/// The freeze in force, in words: `paused until resumed by alice: audit (deploy/)`.
+fn paused_words(key: &KeyStatus) -> Option<String> {
+    let paused = key.paused.as_ref()?;
+    let until = match paused.until_ms {
+        Some(until) => format!("until {}", render::rfc3339_seconds(until)),
+        None => "until resumed".to_owned(),
+    };
+    let target = if paused.target == key.key {
+        String::new()
+    } else {
+        format!(" (baton pause {})", render::one_line(&paused.target))
+    };
+    Some(format!(
+        "paused {until} by {}: {}{target}",
+        render::one_line(&paused.by),
+        render::one_line(&paused.reason)
+    ))
 }
 
 /// Undelivered and dropped notification events, when there are any.
@@ -398,6 +420,9 @@ fn once_words(key: &KeyStatus) -> Option<String> {
 /// The line under the table for a busy key: limit, last outcome, failures in a row, mean hold.
 fn key_line(key: &KeyStatus, colour: bool) -> String {
     let mut parts = vec![format!("limit {}", key.limit)];
+    if let Some(words) = paused_words(key) {
+        parts.push(render::paint(&words, Some(Paint::Yellow), colour));
+    }
     match key.last_outcome {
         Some(outcome) => {
             let ago = render::duration_ms(key.wall_ms.saturating_sub(key.last_finished_wall_ms));
