@@ -2,7 +2,8 @@
 // playwright-core): a key acquired from the CLI appears, the queue moves on a release without
 // shifting the page, a waiter is cancelled with the button (by keyboard), a holder is
 // force-released with the button (and the history says forced), a holder asked to stop by
-// `--cancel-running` shows "stopping", and the page reads on a phone. Screenshots go to $ARTIFACTS.
+// `--cancel-running` shows "stopping", a paused key says who paused it and why until it is
+// resumed, and the page reads on a phone. Screenshots go to $ARTIFACTS.
 //
 // Run by crates/baton-cli/tests/dashboard.rs, which starts `baton serve` with a tokens file and
 // passes: BATON_BIN (the CLI), BATON_URL (the server), ADMIN_TOKEN, PREFIX (this run's keys),
@@ -152,11 +153,27 @@ try {
   await card.locator(".holders li", { hasText: "newer deploy" }).waitFor();
   await baton(["release", key, newerToken]);
 
-  // 7. On a phone: the overview fits the width (no sideways scrolling).
+  // 7. A paused key says so, with who and why, while its waiter keeps its place; resumed, the
+  // waiter holds and the card no longer says paused.
+  await baton(["pause", key, "--reason", "audit, ask #ops", "--by", "ops on call"]);
+  await card.locator(".badge.paused").waitFor();
+  const pausedLine = await card.locator(".paused-line").textContent();
+  check(/Paused by ops on call: audit, ask #ops · until resumed/.test(pausedLine),
+    `the card says who paused and why: ${pausedLine}`);
+  const afterFreeze = waiter(key, "after the freeze");
+  children.push(afterFreeze.child);
+  await card.locator(".queue li", { hasText: "after the freeze" }).waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, "7-paused.png"), fullPage: true });
+  await baton(["resume", key]);
+  await card.locator(".holders li", { hasText: "after the freeze" }).waitFor();
+  await card.locator(".paused-line").waitFor({ state: "detached" });
+  check(await afterFreeze.exited === 0, "the waiter held by the freeze is granted after the resume");
+
+  // 8. On a phone: the overview fits the width (no sideways scrolling).
   await page.setViewportSize({ width: 390, height: 844 });
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 0, `the overview is wider than a phone by ${overflow}px`);
-  await page.screenshot({ path: join(ARTIFACTS, "7-phone.png"), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, "8-phone.png"), fullPage: true });
 
   check(errors.length === 0, `the page logged errors: ${errors.join("; ")}`);
   console.log("dashboard: every step passed; screenshots in " + ARTIFACTS);

@@ -446,3 +446,48 @@ fn a_slack_url_gets_slack_text_and_rules_are_listed_tested_and_removed() {
         ctx.baton(["notify", "rm", &rule]).run().assert_code(3);
     });
 }
+
+#[test]
+fn paused_and_resumed_reach_the_receiver_with_who_and_why() {
+    let receiver = Receiver::start();
+    for_each_store(|ctx| {
+        let rule = format!("freeze{}", &ctx.prefix[1..9]);
+        let path = format!("/{rule}");
+        add_rule(ctx, &rule, &receiver.url(&path), "paused,resumed", &[]);
+        let key = ctx.key("deploy");
+        run(ctx, &key, 0);
+        ctx.baton([
+            "pause",
+            &key,
+            "--reason",
+            "audit",
+            "--by",
+            "alice@ops",
+            "--until",
+            "1h",
+        ])
+        .run_within(PROMPT)
+        .assert_code(0);
+        ctx.baton(["resume", &key, "--by", "bob@ops"])
+            .run_within(PROMPT)
+            .assert_code(0);
+        let bodies = wait_for("the paused and resumed events", PROMPT, || {
+            ctx.baton(["notify", "deliver"]).run();
+            let bodies = receiver.first_of_each(&path);
+            (bodies.len() >= 2).then_some(bodies)
+        });
+        assert_eq!(
+            events_of(&bodies, &key),
+            ["paused", "resumed"],
+            "{bodies:?}"
+        );
+        let paused = &bodies[0];
+        assert_eq!(paused["freeze_target"], key.as_str());
+        assert_eq!(paused["context"], "alice@ops");
+        assert_eq!(paused["reason"], "audit");
+        assert!(paused["until"].is_string(), "{paused}");
+        assert_eq!(paused["ticket"], Value::Null);
+        assert_eq!(bodies[1]["until"], Value::Null, "{}", bodies[1]);
+        remove_rule(ctx, &rule);
+    });
+}

@@ -875,3 +875,54 @@ fn tls_with_a_certificate_and_key() {
         );
     });
 }
+
+#[test]
+fn pausing_needs_admin_on_the_target_and_so_does_an_override() {
+    with_fresh_sqlite(|ctx| {
+        let prefix = ctx.key("");
+        let (reader, reader_entry) = new_token(ctx, "reader", &[&format!("read:{prefix}")]);
+        let (ci, ci_entry) = new_token(ctx, "ci", &[&format!("lock:{prefix}")]);
+        let (ops, ops_entry) = new_token(ctx, "ops", &[&format!("admin:{prefix}")]);
+        let file = serde_json::json!({ "tokens": [reader_entry, ci_entry, ops_entry] });
+        std::fs::write(ctx.path("tokens.json"), file.to_string()).expect("write");
+        let tokens = ctx.path("tokens.json");
+        let server = serve(ctx, &["--tokens", tokens.to_str().expect("path")]);
+        let url = format!("http://{}", server.address);
+        let key = ctx.key("deploy");
+        let as_token = |token: &str, args: &[&str]| {
+            ctx.baton(args)
+                .env("BATON_STORE", &url)
+                .env("BATON_TOKEN", token)
+                .run_within(PROMPT)
+        };
+        let pause_args = ["pause", key.as_str(), "--reason", "audit"];
+        let refused = as_token(&ci, &pause_args);
+        refused.assert_refused(&[1]);
+        assert!(refused.stderr.contains("admin"), "{}", refused.describe());
+        // Admin on the prefix pauses keys under it, not every key.
+        as_token(&ops, &["pause", "*", "--reason", "audit"]).assert_refused(&[1]);
+        as_token(&ops, &pause_args).assert_code(0);
+        // Anyone who may read the key sees the freeze; nobody outside its prefix does.
+        let list = as_token(&reader, &["pause", "--list", "--json"]);
+        list.assert_code(0);
+        assert!(list.stdout.contains("audit"), "{}", list.describe());
+        let freezes = get(server.address, "/v1/freezes", Some(&reader));
+        assert_eq!(freezes.status, 200, "{freezes:?}");
+        assert_eq!(freezes.body["freezes"][0]["target"], key.as_str());
+        // Getting through a freeze is an operator's act too.
+        let mut through = enqueue(7, "hotfix");
+        if let baton_core::Op::Enqueue(e) = &mut through.op {
+            e.override_freeze = Some("INC-42".into());
+        }
+        let path = format!("/v1/keys/{}/ops", segment(&key));
+        assert_error(&post(&server, &path, Some(&ci), &through), 403, "forbidden");
+        let granted = post(&server, &path, Some(&ops), &through);
+        assert_eq!(granted.status, 200, "{granted:?}");
+        assert_eq!(
+            granted.body["granted"][0][0], "t-0000000000000007",
+            "{granted:?}"
+        );
+        as_token(&ci, &["resume", &key]).assert_refused(&[1]);
+        as_token(&ops, &["resume", &key]).assert_code(0);
+    });
+}

@@ -11,17 +11,20 @@
 
 use std::time::Duration;
 
-use baton_core::freeze::{self, Freeze};
+use baton_core::freeze::{self, Freeze, Resumed};
 use baton_core::limits::InvalidInput;
 use baton_core::{Op, Request};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
 use crate::ids::new_attempt_id;
 use crate::notify::{change_settings, read_settings, SETTINGS_FRESH_MS};
+use crate::remote::RunError;
 use crate::time::wall_ms;
 use crate::{ClientError, Coordinator};
 
 /// What a pause or a resume did.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Touched {
     /// The keys the freeze covers that have a document (each was written).
     pub keys: Vec<String>,
@@ -35,6 +38,10 @@ pub struct Touched {
 /// each key it covers. A freeze with the same target and window replaces the earlier one.
 pub async fn pause(coord: &Coordinator, freeze: Freeze) -> Result<Touched, ClientError> {
     let target = freeze.target.clone();
+    if let Some(server) = coord.server() {
+        let answer = through(server, &target, json!({ "pause": freeze })).await?;
+        return parsed(&answer["touched"]);
+    }
     change_settings(coord.store().as_ref(), |settings| {
         settings
             .pause(freeze.clone(), wall_ms())
@@ -55,6 +62,11 @@ pub async fn resume(
     by: &str,
 ) -> Result<(Vec<Freeze>, Touched), ClientError> {
     freeze::check_target(target).map_err(|e| refused(target, e))?;
+    if let Some(server) = coord.server() {
+        let change = json!({ "resume": { "target": target, "by": by } });
+        let answer = through(server, target, change).await?;
+        return Ok((parsed(&answer["ended"])?, parsed(&answer["touched"])?));
+    }
     let ended = change_settings(coord.store().as_ref(), |settings| {
         Ok(settings.resume(target, by, wall_ms()))
     })
@@ -86,12 +98,65 @@ pub async fn covering(coord: &Coordinator, target: &str) -> Result<Vec<Freeze>, 
         .collect())
 }
 
-/// The store's freezes (those that may still be in force), and those ended by a resume.
-pub async fn list(coord: &Coordinator) -> Result<baton_core::notify::Settings, ClientError> {
-    let mut settings = read_settings(coord.store().as_ref()).await?;
+/// The store's freezes that may still be in force, and those ended by a resume (through a
+/// server: those the caller may read).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Freezes {
+    /// Set, in the order they were set.
+    pub freezes: Vec<Freeze>,
+    /// Ended by `baton resume`, newest last.
+    pub resumed: Vec<Resumed>,
+}
+
+/// The store's freezes ([`Freezes`]).
+pub async fn list(coord: &Coordinator) -> Result<Freezes, ClientError> {
+    let mut list = match coord.server() {
+        Some(server) => parsed(&server.freezes().await?)?,
+        None => {
+            let settings = read_settings(coord.store().as_ref()).await?;
+            Freezes {
+                freezes: settings.freezes,
+                resumed: settings.resumed,
+            }
+        }
+    };
     let now = wall_ms();
-    settings.freezes.retain(|f| !f.is_over(now));
-    Ok(settings)
+    list.freezes.retain(|f| !f.is_over(now));
+    Ok(list)
+}
+
+/// Sends a pause or a resume of `target` to the server: its answer.
+async fn through(
+    server: &crate::remote::RemoteStore,
+    target: &str,
+    change: Value,
+) -> Result<Value, ClientError> {
+    match server.change_freezes(&change).await {
+        Ok(answer) => Ok(answer),
+        Err(RunError::Refused(refusal)) => Err(ClientError::Refused {
+            key: target.to_owned(),
+            refusal,
+        }),
+        Err(RunError::Ambiguous { error, .. } | RunError::Failed(error)) => Err(error.into()),
+        Err(RunError::ValueRefused(refused)) => Err(odd_answer(format!(
+            "the server answered a freeze with a value's refusal: {refused}"
+        ))),
+    }
+}
+
+fn parsed<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, ClientError> {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        odd_answer(format!(
+            "the server's answer about freezes is not one ({e}): {value}"
+        ))
+    })
+}
+
+fn odd_answer(message: String) -> ClientError {
+    ClientError::Store(baton_store::StoreError::Backend {
+        store: "baton serve".into(),
+        source: message.into(),
+    })
 }
 
 /// Long enough for every writer's copy of the settings to be read again.

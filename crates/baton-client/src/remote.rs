@@ -187,6 +187,20 @@ impl RemoteStore {
         })
     }
 
+    /// Pauses or resumes through the server (`POST /v1/freezes`, [`crate::freeze`]): the
+    /// server's answer.
+    pub async fn change_freezes(&self, change: &Value) -> Result<Value, RunError> {
+        let answer = self
+            .judged(Method::POST, "/v1/freezes", Some(change))
+            .await?;
+        self.parsed(&answer).map_err(RunError::Failed)
+    }
+
+    /// The freezes the caller may read (`GET /v1/freezes`): `{"freezes", "resumed"}`.
+    pub async fn freezes(&self) -> Result<Value, StoreError> {
+        self.get("/v1/freezes").await
+    }
+
     /// A success's body as `T`.
     fn parsed<T: serde::de::DeserializeOwned>(&self, body: &[u8]) -> Result<T, StoreError> {
         serde_json::from_slice(body).map_err(|e| {

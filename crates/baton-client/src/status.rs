@@ -138,6 +138,7 @@ impl KeyStatus {
             })
             .collect::<Vec<_>>();
         let backlog = doc.backlog.as_ref().map_or(0, |b| b.len());
+        let paused = doc.paused.clone().filter(|p| p.holds_at(wall_ms));
         let queue = doc
             .queued()
             .into_iter()
@@ -163,7 +164,9 @@ impl KeyStatus {
                 for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
                 lease_left_ms: None,
                 job: t.job.is_some(),
-                estimate_ms: baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms),
+                // No estimate while paused: nobody is granted until the freeze ends.
+                estimate_ms: baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms)
+                    .filter(|_| paused.is_none()),
                 stop_asked: None,
             })
             .collect::<Vec<_>>();
@@ -186,7 +189,7 @@ impl KeyStatus {
                 .outbox
                 .as_ref()
                 .map_or((0, 0), |o| (o.undelivered(), o.dropped)),
-            paused: doc.paused.clone().filter(|p| p.holds_at(wall_ms)),
+            paused,
         }
     }
 
@@ -194,6 +197,11 @@ impl KeyStatus {
     /// scheduled window may have opened or closed since).
     pub fn with_freezes(mut self, freezes: &[Freeze]) -> KeyStatus {
         self.paused = baton_core::freeze::in_force(freezes, &self.key, self.wall_ms);
+        if self.paused.is_some() {
+            for ticket in &mut self.queue {
+                ticket.estimate_ms = None;
+            }
+        }
         self
     }
 
@@ -283,11 +291,12 @@ impl KeyStatus {
 pub async fn read_all(coord: &Coordinator, prefix: &str) -> Result<Vec<KeyStatus>, ClientError> {
     let keys = coord.keys(prefix).await?;
     let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
-    // Through a server the settings need admin on every key: then the documents' word stands.
-    let freezes = crate::notify::read_settings(coord.store().as_ref())
+    // Through a server, those the caller may read; if they cannot be read, the documents'
+    // word stands.
+    let freezes = crate::freeze::list(coord)
         .await
         .ok()
-        .map(|settings| settings.freezes);
+        .map(|list| list.freezes);
     let mut statuses = Vec::with_capacity(keys.len());
     for key in &keys {
         let snapshot = coord.read(key).await?;

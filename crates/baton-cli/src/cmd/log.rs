@@ -148,16 +148,15 @@ impl FreezeLine {
 }
 
 /// The freezes of the store's settings that cover `key` (set, and ended by a resume), as log
-/// lines no older than the oldest entry shown when the log is cut at `n` entries. Through a
-/// server without admin on every key the settings cannot be read: then none.
+/// lines no older than the oldest entry shown when the log is cut at `n` entries (through a
+/// server, those the caller may read; none if they cannot be read).
 async fn freeze_lines(
     opened: &Opened,
     key: &str,
     records: &[HistoryRecord],
     n: usize,
 ) -> Vec<FreezeLine> {
-    let Ok(settings) = baton_client::notify::read_settings(opened.coord.store().as_ref()).await
-    else {
+    let Ok(settings) = baton_client::freeze::list(&opened.coord).await else {
         return Vec::new();
     };
     let mut lines = Vec::new();

@@ -10,6 +10,7 @@
 //! - [`dashboard`]: the page at `/` and the overview it shows.
 
 mod dashboard;
+mod freezes;
 mod keys;
 mod ops;
 mod watch;
@@ -81,6 +82,8 @@ impl Routes {
         .get("/v1/keys/{key}/watch", watch::watch)
         .post("/v1/values/{name}", writes::write_value)
         .post("/v1/settings/notify", writes::write_settings)
+        .get("/v1/freezes", freezes::list)
+        .post("/v1/freezes", freezes::change)
         .get("/v1/overview", dashboard::overview)
         .get("/v1/overview/watch", dashboard::watch)
     }
