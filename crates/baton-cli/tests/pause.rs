@@ -300,3 +300,38 @@ fn a_prefix_freeze_is_listed_and_wrong_resumes_say_what_to_resume() {
         }
     });
 }
+
+#[test]
+fn a_worker_claims_no_job_on_a_paused_key_until_it_is_resumed() {
+    for_each_store(|ctx| {
+        let key = ctx.key("jobs");
+        pause(ctx, &[&key, "--reason", "audit"]);
+        let id = {
+            let done = ctx.baton(["submit", &key, "--id", "deploy-1"]).run();
+            done.assert_code(0);
+            done.stdout.trim().to_owned()
+        };
+        let script = r#"echo "job $BATON_JOB_ID" >> "$TEST_DIR/log""#;
+        let mut worker = ctx
+            .baton(["worker", "--poll", "100ms", &key, "--", "sh", "-c", script])
+            .name("worker")
+            .spawn();
+        std::thread::sleep(Duration::from_millis(1_500));
+        assert!(!ctx.exists("log"), "no job runs on a paused key");
+        let why = ctx.baton(["why", &key, &id]).run();
+        why.assert_code(0);
+        assert!(
+            why.stdout.contains("the key is paused") && why.stdout.contains("audit"),
+            "{}",
+            why.describe()
+        );
+        ctx.baton(["resume", &key])
+            .run_within(PROMPT)
+            .assert_code(0);
+        wait_until("the job to run after the resume", PROMPT, || {
+            ctx.exists("log") && ctx.log() == [format!("job {id}")]
+        });
+        common::send_signal(worker.pid(), libc::SIGTERM);
+        worker.wait(PROMPT).assert_code(0);
+    });
+}

@@ -310,10 +310,12 @@ pub fn cut_text(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
-/// The head of `doc`'s queue if a worker may claim it at `now_ms` of job time: a job, ready,
-/// and fitting beside the holders. Else `Err` with when the head job will be ready, if that is
-/// what it waits for (`None`: the key is full, the head is a lock ticket, or nothing waits).
-/// Only the head: a later job never overtakes an earlier one.
+/// The head of `doc`'s queue if a worker may claim it at `now_ms` of job time (`wall_ms` on
+/// the wall clock, for a freeze the document records: [`Doc::frozen_for`]): a job, ready, not
+/// held back by a freeze, and fitting beside the holders. Else `Err` with when the head job
+/// will be ready, if that is what it waits for (its time, or the end of a freeze that ends by
+/// itself; `None`: the key is full, the head is a lock ticket, or nothing waits). Only the
+/// head: a later job never overtakes an earlier one.
 pub fn claimable_head(doc: &Doc, now_ms: u64, wall_ms: u64) -> Result<&Ticket, Option<u64>> {
     let queued = doc.queued();
     let head = *queued.first().ok_or(None)?;

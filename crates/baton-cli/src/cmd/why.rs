@@ -80,6 +80,17 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
             render::duration_ms(at_wall.saturating_sub(wall_ms()))
         ));
     }
+    if let Some(paused) = doc.paused.as_ref().filter(|p| p.holds_at(snapshot.wall_ms)) {
+        let until = match paused.until_ms {
+            Some(until) => format!("until {}", rfc3339(until)),
+            None => format!("until `baton resume {}`", render::one_line(&paused.target)),
+        };
+        lines.push(format!(
+            "  the key is paused {until}, by {}: {} (no job is claimed meanwhile)",
+            render::one_line(&paused.by),
+            render::one_line(&paused.reason)
+        ));
+    }
     if position > 0 {
         lines.push(format!(
             "  {position} ahead of it on the key (jobs and `baton run` turns run in order)"
