@@ -527,10 +527,13 @@ impl Doc {
     /// is in force, and no ticket at or behind it in the queue overrides it
     /// ([`Ticket::override_freeze`]).
     pub fn frozen_for(&self, ticket: &Ticket, wall_ms: u64) -> bool {
-        let Some(paused) = &self.paused else {
-            return false;
-        };
-        if !paused.holds_at(wall_ms) {
+        self.paused.as_ref().is_some_and(|p| p.holds_at(wall_ms)) && self.held_back(ticket)
+    }
+
+    /// Whether the freeze the document records, while it holds, holds `ticket` back: no ticket
+    /// at or behind it in the queue overrides it.
+    pub fn held_back(&self, ticket: &Ticket) -> bool {
+        if self.paused.is_none() {
             return false;
         }
         let place = ticket.queue_key();

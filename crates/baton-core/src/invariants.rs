@@ -119,11 +119,9 @@ pub fn check_settled(doc: &Doc) -> Result<(), String> {
     if head.job.is_some() || doc.behind_backlog(head) {
         return Ok(());
     }
-    // A freeze holds it back (judged when the freeze's stretch began, when it surely held).
-    if let Some(paused) = &doc.paused {
-        if doc.frozen_for(head, paused.since_ms) {
-            return Ok(());
-        }
+    // A freeze holds it back (`apply` records only a freeze in force at its clock).
+    if doc.held_back(head) {
+        return Ok(());
     }
     let holders: Vec<_> = doc.holders().collect();
     let n_normal = holders.iter().filter(|t| t.mode == Mode::Normal).count() as u64;
