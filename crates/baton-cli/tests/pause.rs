@@ -135,9 +135,9 @@ fn a_scheduled_window_starts_and_ends_by_itself() {
                 "--reason",
                 "maintenance",
                 "--from",
-                "4s",
+                "3s",
                 "--until",
-                "8s",
+                "5s",
             ],
         );
         let (from, until) = (
