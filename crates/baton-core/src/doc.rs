@@ -16,9 +16,10 @@ use crate::once::{OnceRecord, OnceSpec};
 
 /// The newest document format this code writes and understands.
 ///
-/// Format 3 has jobs ([`Ticket::job`]) and run-once records ([`Doc::once`]); a document
-/// without either is still written in format 2, so an older baton keeps working on every key
-/// that has none. Format 2 stores finished-ticket
+/// Format 3 has jobs ([`Ticket::job`]), run-once records ([`Doc::once`]), notification
+/// outboxes and freezes ([`Doc::paused`], [`Ticket::override_freeze`]); a document without any
+/// is still written in format 2, so an older baton keeps working on every key that has none.
+/// An older baton refuses a paused key rather than grant it through the freeze it cannot see. Format 2 stores finished-ticket
 /// marks as short strings ([`FinishedMark`]); a format 1 document is still read.
 pub const FORMAT: u32 = 3;
 
@@ -568,17 +569,17 @@ pub enum DecodeError {
 
 /// Reads a document, checking its format and its invariants.
 pub fn decode(bytes: &[u8]) -> Result<Doc, DecodeError> {
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| DecodeError::Corrupt(format!("not JSON: {e}")))?;
-    let format = value
-        .get("format")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| DecodeError::Corrupt("no format number".into()))?;
+    // Straight into the document: through a `serde_json::Value` first, a decode cost five
+    // times an encode (BENCHMARKS.md, `codec/*`). Only a document that does not fit the shape
+    // is read again, for its format alone: a newer baton's is refused as newer, not corrupt.
+    let mut doc: Doc = match serde_json::from_slice(bytes) {
+        Ok(doc) => doc,
+        Err(error) => return Err(undecodable(bytes, &error)),
+    };
+    let format = u64::from(doc.format);
     if format > u64::from(FORMAT) {
         return Err(DecodeError::NewerFormat { found: format });
     }
-    let mut doc: Doc =
-        serde_json::from_value(value).map_err(|e| DecodeError::Corrupt(e.to_string()))?;
     if format < 2 {
         // Format 1 remembered more marks and did not count finishes: keep the newest marks, and
         // count those as the finishes so far (a retry compares differences of the count).
@@ -596,6 +597,25 @@ pub fn decode(bytes: &[u8]) -> Result<Doc, DecodeError> {
     Ok(doc)
 }
 
+/// Why `bytes` are no document: written by a newer baton (its format number says so), not
+/// JSON, or JSON of another shape.
+fn undecodable(bytes: &[u8], error: &serde_json::Error) -> DecodeError {
+    #[derive(Deserialize)]
+    struct FormatOnly {
+        format: Option<u64>,
+    }
+    match serde_json::from_slice::<FormatOnly>(bytes) {
+        Ok(FormatOnly {
+            format: Some(found),
+        }) if found > u64::from(FORMAT) => DecodeError::NewerFormat { found },
+        Ok(FormatOnly { format: Some(_) }) => DecodeError::Corrupt(error.to_string()),
+        Ok(FormatOnly { format: None }) => DecodeError::Corrupt("no format number".into()),
+        Err(e) if e.is_syntax() || e.is_eof() => DecodeError::Corrupt(format!("not JSON: {e}")),
+        // JSON, but no object with a format number.
+        Err(_) => DecodeError::Corrupt("no format number".into()),
+    }
+}
+
 /// The encoded document is larger than [`DOC_MAX_BYTES`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -609,16 +629,18 @@ pub struct TooLarge {
 
 /// Writes a document, refusing one over [`DOC_MAX_BYTES`].
 ///
-/// A document without jobs is written in [`FORMAT_LOCKS`], which an older baton reads.
+/// A document with nothing of [`FORMAT`]'s is written in [`FORMAT_LOCKS`], which an older baton
+/// reads.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
     let format = if doc.backlog.is_some()
         || doc.once.is_some()
         || doc.outbox.is_some()
+        || doc.paused.is_some()
         || doc
             .tickets
             .iter()
-            .any(|t| t.job.is_some() || t.once.is_some())
+            .any(|t| t.job.is_some() || t.once.is_some() || t.override_freeze.is_some())
     {
         FORMAT
     } else {
@@ -664,6 +686,27 @@ mod tests {
         let doc = Doc::default();
         let bytes = encode(&doc).expect("small");
         assert_eq!(decode(&bytes), Ok(doc));
+    }
+
+    #[test]
+    fn a_paused_document_is_written_in_the_format_older_batons_refuse() {
+        let format_of = |doc: &Doc| {
+            let bytes = encode(doc).expect("encode");
+            let value: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+            value["format"].as_u64()
+        };
+        let mut doc = Doc::default();
+        assert_eq!(format_of(&doc), Some(u64::from(FORMAT_LOCKS)));
+        doc.paused = Some(crate::freeze::Paused {
+            target: "deploy/".into(),
+            reason: "audit".into(),
+            by: "ops".into(),
+            since_ms: 1,
+            until_ms: None,
+        });
+        assert_eq!(format_of(&doc), Some(u64::from(FORMAT)));
+        let back = decode(&encode(&doc).expect("encode")).expect("decode");
+        assert_eq!(back.paused, doc.paused);
     }
 
     #[test]
