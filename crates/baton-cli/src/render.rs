@@ -263,6 +263,20 @@ fn line(cells: &[Cell], widths: &[usize], colour: bool, cut_column: Option<usize
     out
 }
 
+/// A freeze in force, in words (the waiting line, `status`): `paused until resumed by alice:
+/// audit` or `paused until 2026-12-28T08:00:00Z by …`.
+pub fn paused(paused: &baton_core::freeze::Paused) -> String {
+    let until = match paused.until_ms {
+        Some(until) => format!("until {}", rfc3339_seconds(until)),
+        None => "until resumed".to_owned(),
+    };
+    format!(
+        "paused {until} by {}: {}",
+        one_line(&paused.by),
+        one_line(&paused.reason)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

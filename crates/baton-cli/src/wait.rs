@@ -175,15 +175,7 @@ pub fn finish(line: &Option<Arc<WaitLine>>) {
 pub fn describe(p: &WaitProgress) -> String {
     let mut parts = Vec::new();
     if let Some(paused) = &p.paused {
-        let until = match paused.until_ms {
-            Some(until) => format!("until {}", render::rfc3339_seconds(until)),
-            None => "until resumed".to_owned(),
-        };
-        parts.push(format!(
-            "paused {until} by {}: {}",
-            render::one_line(&paused.by),
-            render::one_line(&paused.reason)
-        ));
+        parts.push(render::paused(paused));
     }
     parts.push(match p.position {
         0 => "next in line".to_string(),

@@ -8,17 +8,6 @@ mod common;
 use std::time::Duration;
 
 use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT};
-use serde_json::Value;
-
-/// The key's history, newest first (`baton log --json`).
-fn history(ctx: &Ctx, key: &str) -> Vec<Value> {
-    let done = ctx.baton(["log", key, "--json"]).run();
-    done.assert_code(0);
-    done.stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
 
 /// Spawns `baton run KEY --cancel-running --context NAME -- (log NAME start, fence)`.
 fn spawn_canceller(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::Proc {
@@ -58,7 +47,7 @@ fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
         );
         assert!(ctx.written_fence("N") > ctx.written_fence("H"));
 
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         let of = |context: &str| {
             entries
                 .iter()
@@ -93,7 +82,7 @@ fn a_holder_started_with_keep_is_not_asked_and_finishes_first() {
         holder.wait(PROMPT).assert_code(0);
         newer.wait(PROMPT).assert_code(0);
         assert_eq!(ctx.log(), ["K start", "K end", "N start"]);
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         assert!(
             entries
                 .iter()
@@ -211,7 +200,7 @@ fn a_job_running_under_a_worker_is_stopped_and_ends_superseded() {
         assert!(!common::pid_alive(job_pid), "the job's command was stopped");
         common::send_signal(worker.pid(), libc::SIGTERM);
         worker.wait(PROMPT).assert_code(0);
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         assert!(
             entries.iter().any(|e| e["id"] == "j1"
                 && e["outcome"] == "superseded"

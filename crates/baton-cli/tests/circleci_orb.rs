@@ -227,18 +227,8 @@ fn outer_path() -> String {
     std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".to_owned())
 }
 
-/// `baton log KEY --json`, newest first.
-fn history(ctx: &Ctx, key: &str) -> Vec<Value> {
-    let done = ctx.baton(["log", key, "--json"]).run();
-    done.assert_code(0);
-    done.stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
 fn outcomes(ctx: &Ctx, key: &str) -> Vec<String> {
-    history(ctx, key)
+    ctx.history(key)
         .iter()
         .map(|entry| entry["outcome"].as_str().unwrap_or("?").to_owned())
         .collect()
@@ -409,7 +399,7 @@ fn a_workflow_takes_its_turn_keeps_it_on_a_rerun_and_ends_it_once() {
         let ended = workflow.exit("on_success", &[]);
         ended.assert_code(0);
         assert_stderr(&ended, "succeeded (on_success)");
-        let log = history(ctx, &key);
+        let log = ctx.history(&key);
         assert_eq!(log.len(), 1, "{log:#?}");
         assert_eq!(log[0]["outcome"], "succeeded");
         assert_eq!(log[0]["id"], holder[0].id.as_str());
@@ -427,7 +417,7 @@ fn a_workflow_takes_its_turn_keeps_it_on_a_rerun_and_ends_it_once() {
         let again = workflow.exit("on_success", &[]);
         again.assert_code(0);
         assert_stderr(&again, "Nothing to do");
-        assert_eq!(history(ctx, &key).len(), 1);
+        assert_eq!(ctx.history(&key).len(), 1);
     });
 }
 
@@ -572,7 +562,8 @@ fn workflows_queue_in_the_order_of_their_commits_times() {
         newer_wait.wait(PROMPT).assert_code(0);
         newer.exit("on_success", &[]).assert_code(0);
 
-        let orders: Vec<String> = history(ctx, &key)
+        let orders: Vec<String> = ctx
+            .history(&key)
             .iter()
             .rev()
             .map(|entry| entry["order"].as_str().unwrap().to_owned())
@@ -675,7 +666,7 @@ fn a_newer_commit_squashes_older_queued_workflows_unless_forced() {
         newest_wait.wait(PROMPT).assert_code(0);
         newest.exit("on_success", &[]).assert_code(0);
 
-        let log = history(ctx, &key);
+        let log = ctx.history(&key);
         let outcome_of = |workflow: &Workflow| -> String {
             let entry = log
                 .iter()

@@ -44,16 +44,6 @@ fn record(ctx: &Ctx, key: &str) -> Value {
     found.map(|k| k["once"].clone()).unwrap_or(Value::Null)
 }
 
-/// The key's history, newest first, as `baton log --json` prints it.
-fn history(ctx: &Ctx, key: &str) -> Vec<Value> {
-    let done = ctx.baton(["log", key, "--json"]).run();
-    done.assert_code(0);
-    done.stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
-
 #[test]
 fn ten_concurrent_duplicates_run_cmd_exactly_once() {
     for_each_store(|ctx| {
@@ -84,7 +74,7 @@ fn ten_concurrent_duplicates_run_cmd_exactly_once() {
             .nth(2)
             .and_then(|f| f.parse().ok())
             .expect("fence");
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         let succeeded: Vec<&Value> = entries
             .iter()
             .filter(|e| e["outcome"] == "succeeded")
@@ -192,7 +182,7 @@ fn a_killed_run_is_recorded_expired_and_the_next_caller_runs_it_after_the_lease(
             "fences rise: {ran:?}"
         );
         // The killed run's entry says expired, and that it was attempt 1.
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         let expired: Vec<&Value> = entries
             .iter()
             .filter(|e| e["outcome"] == "expired")

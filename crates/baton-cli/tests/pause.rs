@@ -21,16 +21,6 @@ fn spawn_logged(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::Pro
     ctx.baton(args).name(name).spawn()
 }
 
-/// The key's history, newest first, freeze lines included (`baton log --json`).
-fn history(ctx: &Ctx, key: &str) -> Vec<Value> {
-    let done = ctx.baton(["log", key, "--json"]).run();
-    done.assert_code(0);
-    done.stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
-}
-
 fn pause(ctx: &Ctx, args: &[&str]) -> Value {
     let mut all = vec!["pause", "--json", "--by", "alice@ops"];
     all.extend_from_slice(args);
@@ -100,7 +90,7 @@ fn a_pause_holds_the_next_waiter_with_its_reason_until_a_resume() {
         assert_eq!(ctx.log(), ["H start", "H end", "W start"]);
 
         // The log says who paused, when and why, and who resumed.
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         let freeze = |word: &str| {
             entries
                 .iter()
@@ -198,7 +188,7 @@ fn an_override_is_granted_in_its_turn_and_recorded_with_its_reason() {
         assert_eq!(ctx.log(), ["first start", "A start", "A end", "O start"]);
         std::thread::sleep(Duration::from_millis(1_000));
         assert!(!b.has_exited(), "behind the override, the freeze holds");
-        let entries = history(ctx, &key);
+        let entries = ctx.history(&key);
         let o = entries
             .iter()
             .find(|e| e["context"] == "O")

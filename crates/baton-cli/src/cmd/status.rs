@@ -361,20 +361,12 @@ fn last_turn(key: &KeyStatus) -> (String, Option<Paint>) {
 /// The freeze in force, in words: `paused until resumed by alice: audit (deploy/)`.
 fn paused_words(key: &KeyStatus) -> Option<String> {
     let paused = key.paused.as_ref()?;
-    let until = match paused.until_ms {
-        Some(until) => format!("until {}", render::rfc3339_seconds(until)),
-        None => "until resumed".to_owned(),
-    };
     let target = if paused.target == key.key {
         String::new()
     } else {
         format!(" (baton pause {})", render::one_line(&paused.target))
     };
-    Some(format!(
-        "paused {until} by {}: {}{target}",
-        render::one_line(&paused.by),
-        render::one_line(&paused.reason)
-    ))
+    Some(format!("{}{target}", render::paused(paused)))
 }
 
 /// Undelivered and dropped notification events, when there are any.

@@ -456,6 +456,16 @@ echo "{name} end" >> "$TEST_DIR/log""#
         self.lines("log")
     }
 
+    /// `key`'s history as `baton log KEY --json` prints it, newest first (freeze lines too).
+    pub fn history(&self, key: &str) -> Vec<Value> {
+        let done = self.baton(["log", key, "--json"]).run();
+        done.assert_code(0);
+        done.stdout
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+            .collect()
+    }
+
     fn next_invocation(&self) -> usize {
         self.n_invocations.fetch_add(1, Ordering::Relaxed)
     }
