@@ -14,6 +14,8 @@
 //! - [`jobs`]: job queues through library workers: jobs per second with each key strictly one
 //!   run at a time (checked), an idle worker's claim latency after a submit, and what an idle
 //!   worker costs next to many keys whose jobs are done.
+//! - [`peers`]: baton next to flock, Redis `SET NX`, PostgreSQL advisory locks, etcd's lock,
+//!   the seed S3 list lock and DynamoDB conditional puts, on the same stores in one run.
 //! - [`counting`]: a `Store` wrapper that counts calls, for the round trips.
 //! - [`stats`]: percentiles; [`setup`]: the store, the temporary directory and the clocks.
 //!
@@ -25,6 +27,7 @@ mod delay_proxy;
 mod handoff;
 mod jobs;
 mod notify_kv;
+mod peers;
 mod polling;
 mod process;
 mod serve_bench;
@@ -285,6 +288,19 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         warmup: usize,
     },
+    /// baton next to the peers users would otherwise use, on the same stores in alternating
+    /// rounds: a Markdown table of medians, p99s, ratios and goals (scripts/bench-peers.sh
+    /// starts the servers and runs it)
+    Peers(Box<peers::PeersArgs>),
+    /// Holds a key through a peer until killed (B5's holder, started by `peers`)
+    #[command(hide = true)]
+    PeerHold {
+        /// The peer, as JSON
+        #[arg(long)]
+        spec: String,
+        #[arg(long)]
+        key: String,
+    },
     /// Writes the current CLOCK_REALTIME in ns to FILE (the handoff's waiting command)
     #[command(hide = true)]
     Stamp { file: PathBuf },
@@ -516,6 +532,20 @@ async fn dispatch(command: Command) -> Result<()> {
         } => {
             let report = notify_kv::kv_latency(&common, rounds, warmup).await?;
             output(&common, &report, notify_kv::print_kv)
+        }
+        Command::Peers(args) => {
+            let report = peers::run(&args).await?;
+            output(&args.common, &report, peers::print)?;
+            anyhow::ensure!(
+                peers::goals_met(&report),
+                "some goals were not met (see the table)"
+            );
+            Ok(())
+        }
+        Command::PeerHold { spec, key } => {
+            let spec: peers::Spec =
+                serde_json::from_str(&spec).context("--spec is not a peer's description")?;
+            peers::takeover::hold(&spec, &key).await
         }
         Command::Worker(args) => throughput::worker(args).await,
         Command::GrantStamp { store, key, file } => handoff::grant_stamp(&store, &key, &file).await,

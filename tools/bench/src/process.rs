@@ -150,7 +150,7 @@ pub async fn run(common: &Common, rounds: usize, warmup: usize) -> Result<Proces
 }
 
 /// Runs `program args` to completion and returns how long it took; fails unless it exits 0.
-fn time_command(program: &Path, args: &[String]) -> Result<Duration> {
+pub fn time_command(program: &Path, args: &[String]) -> Result<Duration> {
     let mut command = Command::new(program);
     command
         .args(args)

@@ -1,0 +1,401 @@
+//! The rows of `peers`, the goals of issue 19 each row is held to, and the Markdown table.
+
+use serde::Serialize;
+
+use super::scenarios::{Handoff, HotKey, Latency, Throughput};
+use super::takeover::Takeover;
+use super::whole::{Loops, Process};
+use super::PeersReport;
+use crate::setup::describe_load;
+
+/// A figure: the median, and the p99 where the figure is a distribution of samples.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Fig {
+    /// Median.
+    pub median: f64,
+    /// 99th percentile (nearest rank), where there are samples.
+    pub p99: Option<f64>,
+}
+
+/// A goal and whether the run met it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Goal {
+    /// The goal in words (`≤ 1.5x`).
+    pub text: String,
+    /// Met in this run.
+    pub met: bool,
+}
+
+impl Goal {
+    fn at_most(ratio: f64, limit: f64) -> Goal {
+        Goal {
+            text: format!("≤ {limit}x"),
+            met: ratio <= limit,
+        }
+    }
+
+    fn at_least(ratio: f64, limit: f64) -> Goal {
+        Goal {
+            text: format!("≥ {limit}x"),
+            met: ratio >= limit,
+        }
+    }
+
+    /// Several goals of one row: all must hold.
+    fn all(goals: Vec<Goal>) -> Option<Goal> {
+        if goals.is_empty() {
+            return None;
+        }
+        Some(Goal {
+            text: goals
+                .iter()
+                .map(|g| g.text.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+            met: goals.iter().all(|g| g.met),
+        })
+    }
+}
+
+/// One line of the table: a scenario on a store, baton next to one peer.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// B1 … B8.
+    pub scenario: &'static str,
+    /// The store.
+    pub store: String,
+    /// What is measured, with its unit.
+    pub measure: String,
+    /// baton's figure.
+    pub baton: Fig,
+    /// The peer.
+    pub peer: String,
+    /// The peer's figure.
+    pub peer_fig: Fig,
+    /// baton's median / the peer's.
+    pub ratio: f64,
+    /// What the ratio (or a note) must be, where issue 19 sets a goal.
+    pub goal: Option<Goal>,
+    /// The other figures of the scenario.
+    pub notes: String,
+}
+
+/// The median of some values (the mean of the middle two when even); 0 when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+fn rate(values: &[f64]) -> Fig {
+    Fig {
+        median: median(values),
+        p99: None,
+    }
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b == 0.0 {
+        f64::INFINITY
+    } else {
+        a / b
+    }
+}
+
+/// B1: one client, uncontended. Goal on Redis and PostgreSQL: within 1.5x of the primitive.
+pub fn b1(store: &str, peer: &str, baton: &Latency, other: &Latency) -> Row {
+    let r = ratio(baton.cycle_ms.p50_ms, other.cycle_ms.p50_ms);
+    Row {
+        scenario: "B1",
+        store: store.into(),
+        measure: "acquire + release, 1 client, ms".into(),
+        baton: Fig {
+            median: baton.cycle_ms.p50_ms,
+            p99: Some(baton.cycle_ms.p99_ms),
+        },
+        peer: peer.into(),
+        peer_fig: Fig {
+            median: other.cycle_ms.p50_ms,
+            p99: Some(other.cycle_ms.p99_ms),
+        },
+        ratio: r,
+        goal: matches!(store, "Redis" | "PostgreSQL").then(|| Goal::at_most(r, 1.5)),
+        notes: format!(
+            "requests/cycle: baton {:.2}, peer {:.2}",
+            baton.requests_per_cycle, other.requests_per_cycle
+        ),
+    }
+}
+
+/// B2: N clients on N keys.
+pub fn b2(store: &str, peer: &str, baton: &Throughput, other: &Throughput) -> Row {
+    let (b, p) = (rate(&baton.per_round), rate(&other.per_round));
+    Row {
+        scenario: "B2",
+        store: store.into(),
+        measure: format!("cycles/s, {} clients on own keys", baton.clients),
+        baton: b,
+        peer: peer.into(),
+        peer_fig: p,
+        ratio: ratio(b.median, p.median),
+        goal: None,
+        notes: String::new(),
+    }
+}
+
+/// B3: 16 clients on one key. Goals: no collapse (at least one lone client's rate, 0.8x of it
+/// where waiters poll), at most 3 requests per grant where the store pushes, no FIFO violation
+/// and no overlap for baton.
+pub fn b3(
+    store: &str,
+    peer: &str,
+    baton: &HotKey,
+    other: &HotKey,
+    single_rate: Option<f64>,
+    pushes: bool,
+) -> Row {
+    let (b, p) = (rate(&baton.per_round), rate(&other.per_round));
+    let mut goals = Vec::new();
+    let mut notes = Vec::new();
+    if let Some(single) = single_rate {
+        let collapse = ratio(b.median, single);
+        let floor = if pushes { 1.0 } else { 0.8 };
+        let mut goal = Goal::at_least(collapse, floor);
+        goal.text = format!("16 vs 1 client {}", goal.text);
+        goals.push(goal);
+        notes.push(format!("16 vs 1 client: {collapse:.2}x"));
+    }
+    if pushes {
+        goals.push(Goal {
+            text: "≤ 3 requests/grant".into(),
+            met: baton.requests_per_grant <= 3.0,
+        });
+    }
+    goals.push(Goal {
+        text: "0 FIFO violations, 0 overlaps".into(),
+        met: baton.fifo_violations == 0 && baton.overlaps == 0,
+    });
+    notes.push(format!(
+        "requests/grant {:.1} vs {:.1}; FIFO violations {}{} vs {}{}; Jain {:.2} vs {:.2}; \
+         overlaps {} vs {}; wait p99 {:.0} vs {:.0} ms",
+        baton.requests_per_grant,
+        other.requests_per_grant,
+        baton.fifo_violations,
+        if baton.fifo_exact { "" } else { " (by time)" },
+        other.fifo_violations,
+        if other.fifo_exact { "" } else { " (by time)" },
+        baton.fairness,
+        other.fairness,
+        baton.overlaps,
+        other.overlaps,
+        baton.wait_ms.p99_ms,
+        other.wait_ms.p99_ms
+    ));
+    Row {
+        scenario: "B3",
+        store: store.into(),
+        measure: "grants/s, 16 clients on 1 key".into(),
+        baton: b,
+        peer: peer.into(),
+        peer_fig: p,
+        ratio: ratio(b.median, p.median),
+        goal: Goal::all(goals),
+        notes: notes.join("; "),
+    }
+}
+
+/// B4: release to the next holder. Goal where the peer is the store's own wake-up: 2x.
+pub fn b4(store: &str, peer: &str, baton: &Handoff, other: &Handoff, own_wake_up: bool) -> Row {
+    let r = ratio(baton.handoff_ms.p50_ms, other.handoff_ms.p50_ms);
+    Row {
+        scenario: "B4",
+        store: store.into(),
+        measure: "handoff, release → next holder, ms".into(),
+        baton: Fig {
+            median: baton.handoff_ms.p50_ms,
+            p99: Some(baton.handoff_ms.p99_ms),
+        },
+        peer: peer.into(),
+        peer_fig: Fig {
+            median: other.handoff_ms.p50_ms,
+            p99: Some(other.handoff_ms.p99_ms),
+        },
+        ratio: r,
+        goal: own_wake_up.then(|| Goal::at_most(r, 2.0)),
+        notes: String::new(),
+    }
+}
+
+/// B5: takeover after SIGKILL of the holder.
+pub fn b5(
+    store: &str,
+    peer: &str,
+    baton: &Takeover,
+    other: &Takeover,
+    ttl: std::time::Duration,
+) -> Row {
+    Row {
+        scenario: "B5",
+        store: store.into(),
+        measure: "takeover after kill -9 of the holder, ms".into(),
+        baton: Fig {
+            median: baton.takeover_ms.p50_ms,
+            p99: Some(baton.takeover_ms.max_ms),
+        },
+        peer: peer.into(),
+        peer_fig: Fig {
+            median: other.takeover_ms.p50_ms,
+            p99: Some(other.takeover_ms.max_ms),
+        },
+        ratio: ratio(baton.takeover_ms.p50_ms, other.takeover_ms.p50_ms),
+        goal: None,
+        notes: format!(
+            "leases {}; p99 column: the largest of {}",
+            humantime::format_duration(ttl),
+            baton.takeover_ms.n
+        ),
+    }
+}
+
+/// B7: one whole process. Goals: within 2x of `flock`, at most 0.3x of `etcdctl lock`.
+pub fn b7(figures: &[Process]) -> Vec<Row> {
+    let Some((baton, others)) = figures.split_first() else {
+        return Vec::new();
+    };
+    others
+        .iter()
+        .map(|other| {
+            let r = ratio(baton.ms.p50_ms, other.ms.p50_ms);
+            let etcdctl = other.command.contains("etcdctl");
+            Row {
+                scenario: "B7",
+                store: "SQLite".into(),
+                measure: "whole process, `… -- true`, ms".into(),
+                baton: Fig {
+                    median: baton.ms.p50_ms,
+                    p99: Some(baton.ms.p99_ms),
+                },
+                peer: if etcdctl { "etcdctl lock" } else { "flock(1)" }.into(),
+                peer_fig: Fig {
+                    median: other.ms.p50_ms,
+                    p99: Some(other.ms.p99_ms),
+                },
+                ratio: r,
+                goal: Some(Goal::at_most(r, if etcdctl { 0.3 } else { 2.0 })),
+                notes: String::new(),
+            }
+        })
+        .collect()
+}
+
+/// B8: loops of whole processes on one hot key: 16 loops of baton against one loop of it
+/// (≥ 1x) and against 16 loops of `flock` (≥ 0.5x).
+pub fn b8(figures: &[Loops]) -> Vec<Row> {
+    let [sixteen, one, flock] = figures else {
+        return Vec::new();
+    };
+    let b = rate(&sixteen.per_round);
+    [
+        (one, "baton run, 1 loop", 1.0),
+        (flock, "flock(1), 16 loops", 0.5),
+    ]
+    .into_iter()
+    .map(|(other, name, goal)| {
+        let p = rate(&other.per_round);
+        let r = ratio(b.median, p.median);
+        Row {
+            scenario: "B8",
+            store: "SQLite".into(),
+            measure: "turns/s, 16 loops of `baton run hk -- true`".into(),
+            baton: b,
+            peer: name.into(),
+            peer_fig: p,
+            ratio: r,
+            goal: Some(Goal::at_least(r, goal)),
+            notes: String::new(),
+        }
+    })
+    .collect()
+}
+
+/// CPUs and model, from /proc (a virtual machine's model name is what its host says).
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("model name"))
+        .and_then(|rest| rest.split(':').nth(1))
+        .map_or("unknown", str::trim)
+        .to_string();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpus} CPUs, {model}")
+}
+
+fn cell(value: Option<f64>) -> String {
+    match value {
+        None => "–".into(),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) if v >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+/// Prints the report as a Markdown table.
+pub fn print(report: &PeersReport) {
+    println!(
+        "Machine: {}; load average (1 min) {} at the start, {} at the end.\n",
+        report.machine,
+        describe_load(report.load_average_1m.0),
+        describe_load(report.load_average_1m.1)
+    );
+    println!(
+        "| | store | measure | baton p50 | baton p99 | peer | peer p50 | peer p99 | baton/peer | goal | notes |"
+    );
+    println!("|---|---|---|---:|---:|---|---:|---:|---:|---|---|");
+    for row in &report.rows {
+        let goal = row.goal.as_ref().map_or(String::new(), |g| {
+            format!("{} {}", g.text, if g.met { "met" } else { "**not met**" })
+        });
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2}x | {} | {} |",
+            row.scenario,
+            row.store,
+            row.measure,
+            cell(Some(row.baton.median)),
+            cell(row.baton.p99),
+            row.peer,
+            cell(Some(row.peer_fig.median)),
+            cell(row.peer_fig.p99),
+            row.ratio,
+            goal,
+            row.notes
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(median(&[]), 0.0);
+    }
+
+    #[test]
+    fn goals() {
+        assert!(Goal::at_most(1.4, 1.5).met);
+        assert!(!Goal::at_most(1.6, 1.5).met);
+        assert!(Goal::at_least(0.5, 0.5).met);
+        let both =
+            Goal::all(vec![Goal::at_most(1.0, 2.0), Goal::at_least(0.1, 0.5)]).expect("two goals");
+        assert!(!both.met);
+        assert_eq!(both.text, "≤ 2x; ≥ 0.5x");
+    }
+}
