@@ -17,6 +17,13 @@
 //!
 //! That bounds the reads of one waiter: [`PollBounds::reads_per_minute_at_most`] is the
 //! documented bound (README, *Waiting*), and the tests hold the code to it.
+//!
+//! On a store that pushes, a wake-up says that the key (on SQLite: the file) was written, not
+//! what changed, so every waiter that looks at every wake-up reads once per write: with N
+//! waiters on a key, N reads for each grant. A waiter far back does not need to:
+//! [`wakes_before_look`] lets it skip the bare wake-ups that cannot yet have brought its turn.
+//! (A wake-up that carries the document, as PostgreSQL's, Redis's and etcd's do below a size,
+//! costs no read and is always looked at.)
 
 use std::time::Duration;
 
@@ -44,6 +51,26 @@ impl Default for PollBounds {
             max: DEFAULT_MAX,
         }
     }
+}
+
+/// How many bare wake-ups (with no document: a read to look) a waiter lets pass before it
+/// looks, `ahead` places behind the front of a
+/// key with `limit` permits (`always`: a ticket that must look at every one: held, or shared,
+/// which a single write may grant together with the run of shared tickets ahead of it).
+///
+/// Each write grants at most one normal ticket of a key whose holders stay below its limit, so
+/// a waiter with `ahead` tickets in front cannot be granted before `ahead − limit + 1` writes
+/// have gone by: it looks at that many wake-ups, learns its new place, and counts again. The
+/// waiters that the next write may grant look at every wake-up. A write that moves the queue
+/// by several places at once (a supersede, several expiries, an operator's cancel) can leave a
+/// waiter's count behind: it then looks at its timer, the longest poll interval, which is
+/// shorter than the claim window ([`crate::acquire`]), so a grant is claimed later, never lost.
+pub fn wakes_before_look(ahead: usize, limit: u32, always: bool) -> usize {
+    if always {
+        return 1;
+    }
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    (ahead + 1).saturating_sub(limit).max(1)
 }
 
 impl PollBounds {
@@ -104,6 +131,26 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn only_a_waiter_the_next_write_may_grant_looks_at_every_wake_up() {
+        // A mutex: the next in line and the one behind it look at every wake-up (the one
+        // behind becomes next when the next is granted); further back, one look per place.
+        let mutex: Vec<_> = (0..5)
+            .map(|ahead| wakes_before_look(ahead, 1, false))
+            .collect();
+        assert_eq!(mutex, [1, 1, 2, 3, 4]);
+        // Three permits: the first three places may be granted by the next write.
+        let three: Vec<_> = (0..5)
+            .map(|ahead| wakes_before_look(ahead, 3, false))
+            .collect();
+        assert_eq!(three, [1, 1, 1, 1, 2]);
+        // Held and shared tickets look at every one, wherever they are.
+        assert_eq!(wakes_before_look(40, 1, true), 1);
+        // Never zero, even for a limit of zero or a huge one.
+        assert_eq!(wakes_before_look(0, 0, false), 1);
+        assert_eq!(wakes_before_look(3, u32::MAX, false), 1);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use baton_core::lease;
 use baton_core::op::{Enqueue, TicketView};
-use baton_core::{apply, Doc, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
+use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
 use baton_store::{StoreClock, Versioned, WatchHandle};
 
 use crate::acquire::{
@@ -318,11 +318,25 @@ impl<'a> Waiter<'a> {
             sleep = sleep.min(d.saturating_duration_since(now));
         }
         self.look_now = false;
+        let wakes_before_look = self.wakes_before_look();
         match self.watch.as_mut() {
             Some(watch) if !retrying => {
-                tokio::select! {
-                    _ = tokio::time::sleep(sleep) => Ok(None),
-                    changed = watch.changed() => Ok(changed?),
+                let until = tokio::time::Instant::now() + sleep;
+                let mut woken = 0;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(until) => return Ok(None),
+                        changed = watch.changed() => {
+                            // A wake-up that carries the document costs no read: taken at
+                            // once. A bare one costs a read: only the waiters whose turn it
+                            // may bring look.
+                            let pushed = changed?;
+                            woken += 1;
+                            if pushed.is_some() || woken >= wakes_before_look {
+                                return Ok(pushed);
+                            }
+                        }
+                    }
                 }
             }
             _ => {
@@ -330,6 +344,16 @@ impl<'a> Waiter<'a> {
                 Ok(None)
             }
         }
+    }
+
+    /// How many wake-ups to let pass before looking ([`crate::poll::wakes_before_look`]), by
+    /// this ticket's place in the document as last seen.
+    fn wakes_before_look(&self) -> usize {
+        let always = self
+            .doc
+            .by_id(&self.pending.id)
+            .is_none_or(|t| t.mode == Mode::Shared || t.state == TicketState::Held);
+        crate::poll::wakes_before_look(self.position(), self.doc.limit, always)
     }
 
     /// How long until the freeze the document records ends by itself, if it does: the write

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_client::acquire::{acquire, AcquireOptions, Pending};
+use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
 use baton_client::poll::PollBounds;
 use baton_client::Coordinator;
 use baton_store::memory::MemoryStore;
@@ -135,5 +135,77 @@ async fn a_waiter_woken_with_the_document_does_not_read() {
         store.loads(),
         loads_before,
         "the waiter read the store after its wake-up, which carried the document"
+    );
+}
+
+/// A queue of waiters whose wake-ups are bare (SQLite's only say that the file changed): the
+/// holder releases, and each waiter, granted in turn, releases at once. A waiter looks at a bare
+/// wake-up only when it could bring its turn ([`baton_client::poll::wakes_before_look`]), so the
+/// queue drains with far fewer reads than one per waiter and write, in queue order, and no
+/// waiter falls back on its timer (paused time: the drain takes none unless a timer fires).
+#[tokio::test(start_paused = true)]
+async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
+    const WAITERS: usize = 12;
+    let shared = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(shared.clone());
+    let lease = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    let mut stores = Vec::new();
+    let mut waits = Vec::new();
+    for n in 0..WAITERS {
+        let store = Probe::bare(shared.clone());
+        let coord = Coordinator::new(store.clone());
+        stores.push(store);
+        waits.push(tokio::spawn(async move {
+            let lease = acquire(&coord, &Pending::new("k"), &options())
+                .await
+                .unwrap();
+            // Each await below may let another task run: the writes do not all come in pairs.
+            tokio::task::yield_now().await;
+            release(&coord, "k", &lease.token, baton_core::Outcome::Succeeded)
+                .await
+                .unwrap();
+            lease.fence
+        }));
+        // Enqueued in order: this one before the next starts.
+        while shared
+            .load("k")
+            .await
+            .unwrap()
+            .is_some_and(|v| baton_core::decode(&v.bytes).unwrap().tickets.len() < n + 2)
+        {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Every waiter asleep on its watch.
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let loads_before: u64 = stores.iter().map(|s| s.loads()).sum();
+    let started = tokio::time::Instant::now();
+    release(&holder, "k", &lease.token, baton_core::Outcome::Succeeded)
+        .await
+        .unwrap();
+    let mut fences = Vec::new();
+    for wait in waits {
+        fences.push(wait.await.unwrap());
+    }
+    let loads: u64 = stores.iter().map(|s| s.loads()).sum::<u64>() - loads_before;
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "granted out of queue order: fences {fences:?}"
+    );
+    assert!(
+        started.elapsed() < PollBounds::default().max,
+        "a waiter waited for its timer: {:?}",
+        started.elapsed()
+    );
+    // Looking at every wake-up costs a read per waiter still queued at each of the ~2 writes
+    // per turn (the release that grants, the claim): 2 * (12 + 11 + ... + 1) = 156 here.
+    let every_wake_up = 2 * (WAITERS * (WAITERS + 1) / 2) as u64;
+    assert!(
+        loads * 2 <= every_wake_up,
+        "{loads} reads to drain {WAITERS} waiters; looking at every wake-up costs {every_wake_up}"
     );
 }

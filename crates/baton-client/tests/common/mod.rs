@@ -25,6 +25,9 @@ pub struct Probe {
     pub cases: AtomicU64,
     /// Whether `watch` pushes (false: as S3 and DynamoDB, waiters poll).
     push: bool,
+    /// Whether its wake-ups leave the document out (as SQLite's, and PostgreSQL's and Redis's
+    /// above a size): a waiter must read to look.
+    bare: bool,
     /// While set, every CAS fails as `Unavailable`.
     pub down: AtomicBool,
     /// While set, every load, CAS and clock reading fails as `Unavailable` (a store restarting).
@@ -49,11 +52,21 @@ pub struct Probe {
 impl Probe {
     /// A view of `inner`, pushing wake-ups or not.
     pub fn new(inner: Arc<MemoryStore>, push: bool) -> Arc<Probe> {
+        Self::with_wakes(inner, push, false)
+    }
+
+    /// A view of `inner` whose wake-ups carry no document.
+    pub fn bare(inner: Arc<MemoryStore>) -> Arc<Probe> {
+        Self::with_wakes(inner, true, true)
+    }
+
+    fn with_wakes(inner: Arc<MemoryStore>, push: bool, bare: bool) -> Arc<Probe> {
         Arc::new(Probe {
             inner,
             loads: AtomicU64::new(0),
             cases: AtomicU64::new(0),
             push,
+            bare,
             down: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
             vanish_after_cas: AtomicBool::new(false),
@@ -175,11 +188,25 @@ impl Store for Probe {
         self.inner.list(prefix).await
     }
     async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
-        if self.push {
-            self.inner.watch(key).await
-        } else {
-            Ok(None)
+        if !self.push {
+            return Ok(None);
         }
+        let Some(mut inner) = self.inner.watch(key).await? else {
+            return Ok(None);
+        };
+        if !self.bare {
+            return Ok(Some(inner));
+        }
+        // Each wake-up passed on without its document.
+        let (tx, rx) = tokio::sync::watch::channel(baton_store::Wake::read_again());
+        tokio::spawn(async move {
+            while inner.changed().await.is_ok() {
+                if tx.send(baton_store::Wake::read_again()).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(WatchHandle::new(rx)))
     }
     async fn clock(&self) -> baton_store::Result<StoreClock> {
         self.reach()?;
