@@ -33,6 +33,11 @@ pub trait Locker: Send {
     fn last_grant(&self) -> Option<Ticketed> {
         None
     }
+    /// Of the requests, the reads of a whole document, where the lock tells them apart (baton:
+    /// loads; the rest are CASes).
+    fn loads(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A grant's arrival number (its place in the key's queue) and fence.
@@ -81,8 +86,6 @@ struct BatonLocker {
     counting: Arc<CountingStore>,
     options: AcquireOptions,
     tokens: HashMap<String, String>,
-    /// Whether `Store::clock` is a request (the server's clock) or free (SQLite: the host's).
-    clock_is_request: bool,
 }
 
 #[async_trait]
@@ -107,7 +110,6 @@ impl Contender for Baton {
                 ..AcquireOptions::default()
             },
             tokens: HashMap::new(),
-            clock_is_request: !self.url.to_ascii_lowercase().starts_with("sqlite:"),
         }))
     }
 }
@@ -146,14 +148,14 @@ impl Locker for BatonLocker {
         Ok(())
     }
 
+    /// Loads and CASes. `Store::clock` is not counted: every store answers it from the time
+    /// its last reply carried (or has no clock), without a request of its own.
     fn requests(&self) -> u64 {
-        let counts = self.counting.counts();
-        counts.round_trips()
-            + if self.clock_is_request {
-                counts.clock
-            } else {
-                0
-            }
+        self.counting.counts().round_trips()
+    }
+
+    fn loads(&self) -> Option<u64> {
+        Some(self.counting.counts().load)
     }
 }
 

@@ -9,11 +9,13 @@
 //! - [`contenders`]: baton and the peers, each a client counting its store requests.
 //! - [`cloud`]: the S3 list lock of the seed Action and DynamoDB's conditional put.
 //! - [`scenarios`]: B1 to B4, in this process; [`takeover`]: B5, with real holder processes;
-//!   [`whole`]: B7 and B8, whole processes as a shell runs them.
+//!   [`growth`]: B6, baton against itself as queues, history and keys grow; [`whole`]: B7 and
+//!   B8, whole processes as a shell runs them.
 //! - [`table`]: the rows, the goals and the Markdown.
 
 pub mod cloud;
 pub mod contenders;
+pub mod growth;
 pub mod scenarios;
 pub mod table;
 pub mod takeover;
@@ -44,6 +46,8 @@ pub enum Scenario {
     B4,
     /// Takeover after SIGKILL of the holder.
     B5,
+    /// Cost growth: queue length, queued jobs, history length, number of keys.
+    B6,
     /// One whole process: `baton run k -- true` next to `flock f true`, `etcdctl lock k true`.
     B7,
     /// Loops of whole processes on one hot key.
@@ -96,6 +100,12 @@ pub struct PeersArgs {
     /// B5: kills per side
     #[arg(long, default_value_t = 3)]
     pub kills: usize,
+    /// B6: operations per case (alternating small and large)
+    #[arg(long, default_value_t = 50)]
+    pub growth_rounds: usize,
+    /// B6: history entries of the long key, and keys of the large store (SQLite)
+    #[arg(long, default_value_t = 100_000)]
+    pub growth_size: usize,
     /// B7: whole processes per command
     #[arg(long, default_value_t = 30)]
     pub processes: usize,
@@ -437,6 +447,34 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 rows.push(table::b5(target.name, &peer_name, &b, &p, args.ttl));
                 detail("B5", target.name, &peer_name, serde_json::json!([b, p]));
             }
+        }
+        if wants(Scenario::B6) {
+            eprintln!("  B6: queue");
+            let mut growth = growth::queue(&target.url, args.growth_rounds)
+                .await
+                .with_context(|| format!("B6 (queue) on {}", target.name))?;
+            eprintln!("  B6: jobs");
+            growth.push(
+                growth::jobs(&target.url, args.growth_rounds)
+                    .await
+                    .with_context(|| format!("B6 (jobs) on {}", target.name))?,
+            );
+            if target.name == "SQLite" {
+                let n = args.growth_size;
+                eprintln!("  B6: history, {n} entries");
+                let url = format!(
+                    "sqlite:{}?history_keep={}",
+                    workdir.path("b6-history.db").display(),
+                    n * 2
+                );
+                growth.push(growth::history(&url, n, args.growth_rounds).await?);
+                eprintln!("  B6: keys, {n} keys");
+                let small = format!("sqlite:{}", workdir.path("b6-few-keys.db").display());
+                let large = format!("sqlite:{}", workdir.path("b6-many-keys.db").display());
+                growth.extend(growth::keys(&small, &large, n, args.growth_rounds).await?);
+            }
+            rows.extend(growth.iter().map(|g| table::b6(target.name, g)));
+            detail("B6", target.name, "", serde_json::json!(growth));
         }
         if wants(Scenario::B4) {
             for spec in &target.handoff_peers {

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::growth::Growth;
 use super::scenarios::{Handoff, HotKey, Latency, Throughput};
 use super::takeover::Takeover;
 use super::whole::{Loops, Process};
@@ -180,9 +181,12 @@ pub fn b3(
         met: baton.fifo_violations == 0 && baton.overlaps == 0,
     });
     notes.push(format!(
-        "requests/grant {:.1} vs {:.1}; FIFO violations {}{} vs {}{}; Jain {:.2} vs {:.2}; \
+        "requests/grant {:.1}{} vs {:.1}; FIFO violations {}{} vs {}{}; Jain {:.2} vs {:.2}; \
          overlaps {} vs {}; wait p99 {:.0} vs {:.0} ms",
         baton.requests_per_grant,
+        baton
+            .loads_per_grant
+            .map_or(String::new(), |loads| format!(" ({loads:.1} loads)")),
         other.requests_per_grant,
         baton.fifo_violations,
         if baton.fifo_exact { "" } else { " (by time)" },
@@ -258,6 +262,38 @@ pub fn b5(
             humantime::format_duration(ttl),
             baton.takeover_ms.n
         ),
+    }
+}
+
+/// B6: baton against itself, large case / small case. Goals: a 1,000-ticket queue at most 3x
+/// a 10-ticket one (held here to the longest queue that fits, [`super::growth::LONG_QUEUE`]); history length and the number of keys change nothing measurable (taken
+/// here as at most 1.25x: the medians of two alternating samples differ by noise alone).
+pub fn b6(store: &str, growth: &Growth) -> Row {
+    let r = ratio(growth.large_ms.p50_ms, growth.small_ms.p50_ms);
+    let longest = format!("{} tickets", super::growth::LONG_QUEUE);
+    let goal = if growth.what.contains(&longest) {
+        Some(Goal::at_most(r, 3.0))
+    } else if growth.what.contains("history") || growth.what.contains("keys in the store") {
+        Some(Goal::at_most(r, 1.25))
+    } else {
+        None
+    };
+    Row {
+        scenario: "B6",
+        store: store.into(),
+        measure: format!("{}, ms", growth.what),
+        baton: Fig {
+            median: growth.large_ms.p50_ms,
+            p99: Some(growth.large_ms.p99_ms),
+        },
+        peer: format!("baton, {}", growth.small),
+        peer_fig: Fig {
+            median: growth.small_ms.p50_ms,
+            p99: Some(growth.small_ms.p99_ms),
+        },
+        ratio: r,
+        goal,
+        notes: String::new(),
     }
 }
 
