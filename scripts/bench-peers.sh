@@ -6,9 +6,9 @@
 #   baton-bench peers [ARGS...]
 #
 # which prints a Markdown table: per scenario and store, baton's and the peer's median and p99,
-# their ratio, and the goal it is held to. It exits 1 when a goal is not met. Run it on a
-# machine doing nothing else; the table says the load average at its start and end. Takes
-# about 15 minutes; `--scenarios b1,b3` (for instance) runs fewer.
+# their ratio, and the goal it is held to. It exits 3 when a goal is not met, 1 on an error.
+# Run it on a machine doing nothing else; the table says the load average at its start and
+# end. Takes about 20 minutes; `--scenarios b1,b3` (for instance) runs fewer.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,6 +18,4 @@ if [ -z "${BATON_BENCH_INNER:-}" ]; then
     BATON_BENCH_INNER=1 exec scripts/with-servers.sh --only postgres,redis,etcd,moto "$0" "$@"
 fi
 
-target=${CARGO_TARGET_DIR:-target}/release
-"$target/baton" init --store "$BATON_TEST_DYNAMODB_URL" >/dev/null
-exec "$target/baton-bench" peers "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/baton-bench" peers "$@"

@@ -79,7 +79,7 @@ pub struct PeersArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "b1,b2,b3,b4,b5,b7,b8"
+        default_value = "b1,b2,b3,b4,b5,b6,b7,b8"
     )]
     pub scenarios: Vec<Scenario>,
     /// B1: rounds per side (alternating)
@@ -362,6 +362,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         let baton_spec = target.baton(args.ttl);
         let baton = baton_spec.contender();
         eprintln!("peers: {} ({})", target.name, target.url);
+        prepare(&target.url).await?;
         let mut single_rate = None;
         for spec in &target.peers {
             let peer = spec.contender();
@@ -527,6 +528,18 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         rows,
         details,
     })
+}
+
+/// Prepares a store as `baton init` does (DynamoDB's table; idempotent).
+async fn prepare(url: &str) -> Result<()> {
+    let store = baton_store::url::open(url)
+        .await
+        .with_context(|| format!("cannot open the store `{url}`"))?;
+    store
+        .init()
+        .await
+        .with_context(|| format!("cannot prepare the store `{url}` (as `baton init` would)"))?;
+    Ok(())
 }
 
 /// Prints the table (Markdown).
