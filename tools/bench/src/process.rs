@@ -35,16 +35,11 @@ enum Baseline {
 impl Baseline {
     /// `etcdctl lock` for an `etcd://host:port[,host:port]/prefix` store, else `flock`.
     fn for_store(url: &str) -> Result<Baseline> {
-        let Some(rest) = url.strip_prefix("etcd://") else {
+        if !url.starts_with("etcd://") {
             return Ok(Baseline::Flock);
-        };
-        let hosts = rest.split('/').next().unwrap_or_default();
-        let authority = hosts.rsplit('@').next().unwrap_or_default();
-        if authority.is_empty() {
-            bail!("cannot read the endpoints of {url}");
         }
         Ok(Baseline::Etcdctl {
-            endpoints: authority.to_string(),
+            endpoints: crate::peers::contenders::etcd_endpoints(url)?,
         })
     }
 }

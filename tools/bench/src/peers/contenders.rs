@@ -583,18 +583,24 @@ impl Locker for EtcdLocker {
     }
 }
 
-/// `host:port` of an `etcd://[user:pass@]host:port[,…]/prefix` URL (the first endpoint).
-pub fn etcd_endpoint(url: &str) -> Result<String> {
+/// The endpoints of an `etcd://[user:pass@]host:port[,host:port…]/prefix` URL, as etcdctl's
+/// `--endpoints` takes them.
+pub fn etcd_endpoints(url: &str) -> Result<String> {
     let rest = url
         .strip_prefix("etcd://")
         .with_context(|| format!("{url} is not an etcd:// URL"))?;
     let hosts = rest.split('/').next().unwrap_or_default();
     let authority = hosts.rsplit('@').next().unwrap_or_default();
-    let first = authority.split(',').next().unwrap_or_default();
-    if first.is_empty() {
-        bail!("cannot read the endpoint of {url}");
+    if authority.is_empty() {
+        bail!("cannot read the endpoints of {url}");
     }
-    Ok(first.to_string())
+    Ok(authority.to_string())
+}
+
+/// The first endpoint of an etcd URL ([`etcd_endpoints`]).
+pub fn etcd_endpoint(url: &str) -> Result<String> {
+    let endpoints = etcd_endpoints(url)?;
+    Ok(endpoints.split(',').next().unwrap_or_default().to_string())
 }
 
 #[cfg(test)]
@@ -608,12 +614,17 @@ mod tests {
     }
 
     #[test]
-    fn etcd_endpoints() {
+    fn etcd_urls() {
         assert_eq!(
             etcd_endpoint("etcd://127.0.0.1:2379/baton").expect("url"),
             "127.0.0.1:2379"
         );
         assert_eq!(etcd_endpoint("etcd://u:p@h:1,h2:2/x").expect("url"), "h:1");
+        assert_eq!(
+            etcd_endpoints("etcd://u:p@h:1,h2:2/x").expect("url"),
+            "h:1,h2:2"
+        );
         assert!(etcd_endpoint("redis://h").is_err());
+        assert!(etcd_endpoints("etcd:///x").is_err());
     }
 }

@@ -129,7 +129,7 @@ pub struct PeersArgs {
 }
 
 /// A contender, as data: what the hidden `peer-hold` process is told to hold with.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Spec {
     /// baton through the library.
@@ -553,10 +553,4 @@ pub fn goals_met(report: &PeersReport) -> bool {
         .rows
         .iter()
         .all(|row| row.goal.as_ref().is_none_or(|goal| goal.met))
-}
-
-impl PartialEq for Spec {
-    fn eq(&self, other: &Spec) -> bool {
-        serde_json::to_value(self).ok() == serde_json::to_value(other).ok()
-    }
 }
