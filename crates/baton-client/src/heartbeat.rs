@@ -16,13 +16,15 @@
 //! before anything else.
 //!
 //! A lease may arrive unclaimed (a grant the waiter saw but left to the heartbeat to claim,
-//! [`Lease::claimed`] false): its first renewal is sent at once and is the claim; until it is
-//! confirmed, the lease stands only until the bound the waiter proved for the grant.
+//! [`Lease::claimed`] false): its first renewal is the claim, sent a third into the time the
+//! grant surely stands ([`lease::claim_unclaimed_at_local_ms`]), so a turn shorter than that
+//! is released unclaimed and costs no claim write; until the claim is confirmed, the lease
+//! stands only until the bound the waiter proved for the grant.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use baton_core::lease::safety_margin_ms;
+use baton_core::lease::{self, safety_margin_ms};
 use baton_core::Refusal;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -119,14 +121,14 @@ impl Heartbeat {
         }
     }
 
-    /// Starts renewing `lease`: at a third of its TTL from the write that set it, or at once
-    /// when it is unclaimed (that renewal claims it). It stands until its `holds_until_ms`
+    /// Starts renewing `lease`: at a third of its TTL from the write that set it, or, when it
+    /// is unclaimed, a third into the time the grant surely stands (that renewal claims it). It stands until its `holds_until_ms`
     /// unless a renewal is confirmed before.
     pub fn add(&self, lease: &Lease) {
         let next_try_ms = if lease.claimed {
             renew_at_ms(lease.holds_until_ms, lease.ttl_ms)
         } else {
-            self.coord.local_ms()
+            lease::claim_unclaimed_at_local_ms(self.coord.local_ms(), lease.holds_until_ms)
         };
         if let Ok(mut tracked) = self.tracked.lock() {
             tracked.push(Tracked {

@@ -1,6 +1,7 @@
 //! A grant handed to the heartbeat unclaimed: `acquire_many` (whose leases a heartbeat takes at
 //! once, as `baton run`'s do) returns as soon as it sees a fresh grant, and the heartbeat's
-//! first renewal claims it; a claim that is refused or does not land in time is a lost lease.
+//! first renewal claims it, a third into the time the grant stands (a shorter turn is released
+//! unclaimed); a claim that is refused or does not land in time is a lost lease.
 //!
 //! On the in-memory store, whose wake-ups carry the document as PostgreSQL's, Redis's and
 //! etcd's do. Counted and ordered; real time (the heartbeat keeps `std::time::Instant`s), with
@@ -111,8 +112,14 @@ async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
     assert_eq!(mine.fence, leases[0].fence);
     assert!(leases[0].fence > held.fence);
 
-    // ...and the heartbeat claims it with its first renewal, at once.
-    let asked = Instant::now();
+    // ...and the heartbeat claims it with its first renewal, a third into the time the grant
+    // stands (so a shorter turn never writes a claim), well before that time is up.
+    let returned = Instant::now();
+    let stands = Duration::from_millis(
+        leases[0]
+            .lease_until_wall_ms
+            .saturating_sub(baton_client::wall_ms()),
+    );
     while !doc_of(&shared, "k")
         .await
         .by_id(&leases[0].id)
@@ -120,11 +127,20 @@ async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
         .claimed
     {
         assert!(
-            asked.elapsed() < Duration::from_secs(5),
-            "the heartbeat did not claim the grant"
+            returned.elapsed() < stands,
+            "the heartbeat did not claim the grant while it stood ({stands:?})"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+    let claimed_after = returned.elapsed();
+    assert!(
+        claimed_after >= stands / 3 - Duration::from_millis(50),
+        "claimed {claimed_after:?} after the grant, which stands {stands:?}: a third in is due"
+    );
+    assert!(
+        claimed_after <= stands / 2,
+        "claimed {claimed_after:?} after the grant, which stands {stands:?}: too late for retries"
+    );
     assert!(heartbeat.lost().borrow().is_none());
 
     // It then holds like any lease: renewed past its TTL, never lost.
@@ -132,6 +148,35 @@ async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
     assert!(heartbeat.lost().borrow().is_none());
     let doc = doc_of(&shared, "k").await;
     assert_eq!(doc.holders().count(), 1, "{doc:?}");
+}
+
+/// A turn shorter than a third of the time its grant stands is given back unclaimed: the
+/// waiter writes its enqueue and its release, nothing else (issue 19: a contended grant cost a
+/// claim write more than it needs).
+#[tokio::test]
+async fn a_short_turn_is_released_without_a_claim_write() {
+    let shared = Arc::new(MemoryStore::new());
+    let waiter = Probe::new(shared.clone(), true);
+    let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
+    let writes_while_waiting = waiter.cases();
+    assert_eq!(writes_while_waiting, 1, "the enqueue alone");
+    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let Returned {
+        leases,
+        heartbeat,
+        cases,
+        ..
+    } = wait.await.unwrap();
+    assert_eq!(cases, writes_while_waiting);
+    let coord = Coordinator::new(waiter.clone());
+    let guard = baton_client::LeaseGuard::new(Arc::new(coord), leases.clone(), heartbeat);
+    guard.release(Outcome::Succeeded).await.unwrap();
+    assert_eq!(waiter.cases(), 2, "enqueue and release, no claim");
+    let doc = doc_of(&shared, "k").await;
+    assert!(doc.by_id(&leases[0].id).is_none(), "{doc:?}");
+    assert_eq!(doc.holders().count(), 0);
 }
 
 #[tokio::test]

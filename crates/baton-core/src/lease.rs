@@ -161,6 +161,19 @@ pub fn fresh_grant_until_local_ms(
     (until.saturating_sub(now_local_ms) >= claim_ms / 2 && until > now_local_ms).then_some(until)
 }
 
+/// When (local clock) a heartbeat sends the claim of a grant started unclaimed, standing until
+/// `holds_until_local_ms` ([`fresh_grant_until_local_ms`]), given it was started at
+/// `started_local_ms`: after a third of the time it surely stands, so two more tries fit
+/// before it runs out (as a renewal is sent a third into its TTL). Not at once: a holder that
+/// is done sooner releases an unclaimed grant and never writes a claim, so a short turn on a
+/// contended key costs two writes (enqueue, release), not three. The claim is a liveness
+/// matter only: until it is confirmed the holder acts on `holds_until_local_ms` alone, which
+/// [`fresh_grant_until_local_ms`] proved whenever the claim lands or is lost.
+pub fn claim_unclaimed_at_local_ms(started_local_ms: u64, holds_until_local_ms: u64) -> u64 {
+    let stands_ms = holds_until_local_ms.saturating_sub(started_local_ms);
+    started_local_ms.saturating_add(stands_ms / 3)
+}
+
 /// The deadline a beat of a live ticket leaves (a refresh, a claim, a renewal): the later of
 /// the current one and `new_store_ms` (the store's time as read, plus the phase). Never
 /// earlier: a reading may lag the last one (its reply was slower), a renewal may ask for a
@@ -242,6 +255,16 @@ mod tests {
         };
         assert_eq!(lagging.phase_stands_until_local_ms(3_000), 0);
         assert_eq!(lagging.holds_until_local_ms(3_000), 0);
+    }
+
+    #[test]
+    fn an_unclaimed_grant_is_claimed_a_third_into_the_time_it_stands() {
+        // Fresh grants stand at least half a claim window (3 s of 6 s): the claim goes 1 s in,
+        // leaving 2 s for it and its retries; a longer standing waits longer.
+        assert_eq!(claim_unclaimed_at_local_ms(10_000, 13_000), 11_000);
+        assert_eq!(claim_unclaimed_at_local_ms(10_000, 15_400), 11_800);
+        // Never before it started, whatever the bound says.
+        assert_eq!(claim_unclaimed_at_local_ms(10_000, 9_000), 10_000);
     }
 
     #[test]

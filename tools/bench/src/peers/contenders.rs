@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
-use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
-use baton_client::Coordinator;
+use baton_client::acquire::{acquire_many, AcquireOptions, Pending};
+use baton_client::{Coordinator, Heartbeat, LeaseGuard};
 use baton_core::Outcome;
 
 use crate::counting::CountingStore;
@@ -72,7 +72,9 @@ pub fn token() -> String {
 
 // ---- baton ----------------------------------------------------------------------------------
 
-/// baton through the library: one coordinator and one store connection per client.
+/// baton through the library: one coordinator and one store connection per client, each turn
+/// taken as `baton run` takes it (`acquire_many` with a heartbeat, held by a [`LeaseGuard`]),
+/// so a turn costs what a real holder's does.
 pub struct Baton {
     /// The store URL.
     pub url: String,
@@ -81,11 +83,11 @@ pub struct Baton {
 }
 
 struct BatonLocker {
-    coord: Coordinator,
+    coord: Arc<Coordinator>,
     last_grant: Option<Ticketed>,
     counting: Arc<CountingStore>,
     options: AcquireOptions,
-    tokens: HashMap<String, String>,
+    held: HashMap<String, LeaseGuard>,
 }
 
 #[async_trait]
@@ -100,7 +102,7 @@ impl Contender for Baton {
             .with_context(|| format!("cannot open the store `{}`", self.url))?;
         let counting = Arc::new(CountingStore::new(store));
         Ok(Box::new(BatonLocker {
-            coord: Coordinator::new(counting.clone()),
+            coord: Arc::new(Coordinator::new(counting.clone())),
             last_grant: None,
             counting,
             options: AcquireOptions {
@@ -109,7 +111,7 @@ impl Contender for Baton {
                 context: "baton-bench peers".into(),
                 ..AcquireOptions::default()
             },
-            tokens: HashMap::new(),
+            held: HashMap::new(),
         }))
     }
 }
@@ -117,9 +119,14 @@ impl Contender for Baton {
 #[async_trait]
 impl Locker for BatonLocker {
     async fn lock(&mut self, key: &str) -> Result<()> {
-        let lease = acquire(&self.coord, &Pending::new(key), &self.options)
+        let heartbeat = Heartbeat::start(self.coord.clone());
+        let leases = acquire_many(&self.coord, &[Pending::new(key)], &self.options, &heartbeat)
             .await
             .with_context(|| format!("baton: cannot acquire {key}"))?;
+        let lease = leases
+            .first()
+            .cloned()
+            .with_context(|| format!("baton: no lease for {key}"))?;
         // The document the grant was seen in, as the coordinator keeps it: no request.
         self.last_grant = self
             .coord
@@ -129,7 +136,8 @@ impl Locker for BatonLocker {
                 arrival,
                 fence: lease.fence,
             });
-        self.tokens.insert(key.to_string(), lease.token);
+        let guard = LeaseGuard::new(self.coord.clone(), leases, heartbeat);
+        self.held.insert(key.to_string(), guard);
         Ok(())
     }
 
@@ -138,11 +146,12 @@ impl Locker for BatonLocker {
     }
 
     async fn unlock(&mut self, key: &str) -> Result<()> {
-        let token = self
-            .tokens
+        let guard = self
+            .held
             .remove(key)
             .with_context(|| format!("baton: {key} is not held"))?;
-        release(&self.coord, key, &token, Outcome::Succeeded)
+        guard
+            .release(Outcome::Succeeded)
             .await
             .with_context(|| format!("baton: cannot release {key}"))?;
         Ok(())
