@@ -557,6 +557,71 @@ async fn a_write_through_another_store_wakes_a_watcher() {
         .unwrap();
 }
 
+/// A wake-up carries a document of up to `PUSHED_DOCUMENT_MAX` bytes, any bytes, under the
+/// longest key and beside a large version: `NOTIFY`'s 8,000-byte limit holds (base64, its line
+/// breaks taken out). One byte more wakes the watcher without the document. (Issue 19: in hex,
+/// a key with 16 queued tickets woke every waiter to read.)
+#[tokio::test]
+async fn a_wake_up_carries_documents_up_to_the_limit_under_the_longest_key() {
+    let store = shared_store().await;
+    let mut key = prefix("pushed-max");
+    while key.len() < baton_store::conformance::KEY_MAX_BYTES {
+        key.push('k');
+    }
+    let mut handle = store.watch(&key).await.unwrap().expect("LISTEN works");
+    let first = store.cas(&key, None, b"1", &[]).await.unwrap();
+    let mut version = written_version(first);
+    // Many writes make a long version; each is delivered, so the handle keeps up.
+    for n in 0..20 {
+        let bytes = format!("{n}").into_bytes();
+        let outcome = store.cas(&key, Some(&version), &bytes, &[]).await.unwrap();
+        version = written_version(outcome);
+    }
+    let limit = baton_store::postgres::PUSHED_DOCUMENT_MAX;
+    let largest: Vec<u8> = (0..limit).map(|i| (i * 7 % 256) as u8).collect();
+    let outcome = store
+        .cas(&key, Some(&version), &largest, &[])
+        .await
+        .unwrap();
+    version = written_version(outcome);
+    assert_eq!(
+        next_pushed(&mut handle, &version).await.as_deref(),
+        Some(&largest[..]),
+        "a document of {limit} bytes rides with its wake-up"
+    );
+    let over: Vec<u8> = vec![b'x'; limit + 1];
+    let outcome = store.cas(&key, Some(&version), &over, &[]).await.unwrap();
+    version = written_version(outcome);
+    assert_eq!(
+        next_pushed(&mut handle, &version).await,
+        None,
+        "a larger one wakes without it"
+    );
+}
+
+fn written_version(outcome: CasOutcome) -> Version {
+    match outcome {
+        CasOutcome::Written { version, .. } => version,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+/// The first wake-up that is `version`'s write or carries no document (any write's, a
+/// reconnection's), skipping those of earlier writes: its document, or `None`.
+async fn next_pushed(handle: &mut baton_store::WatchHandle, version: &Version) -> Option<Vec<u8>> {
+    loop {
+        let woken = tokio::time::timeout(Duration::from_secs(5), handle.changed())
+            .await
+            .expect("woken within 5 s of the commit")
+            .unwrap();
+        match woken {
+            Some(pushed) if &pushed.version == version => return Some(pushed.bytes),
+            Some(_) => continue,
+            None => return None,
+        }
+    }
+}
+
 /// The listening connection is killed: its waiters are woken (whatever happened while it was
 /// down is for them to read), and it comes back and delivers later changes.
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Wake-ups for the PostgreSQL store: one `LISTEN` connection per store.
 //!
-//! Every CAS that writes sends `pg_notify('baton_changed', KEY \n VERSION \n HEX(DOCUMENT))` in
+//! Every CAS that writes sends `pg_notify('baton_changed', KEY \n VERSION \n b64,BASE64(DOCUMENT))` in
 //! its own statement, delivered when it commits (the document only when it fits the payload:
 //! see [`super::PUSHED_DOCUMENT_MAX`]).
 //! The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
@@ -16,6 +16,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::task::JoinHandle;
 
@@ -222,25 +224,29 @@ fn wake_all(counters: &Counters) {
 
 /// The key a notification names and what its watchers learn: the version and document when the
 /// payload carries them whole, else only that the key changed (an older baton's payload is the
-/// bare key; a large document's hex is left empty).
+/// bare key, or carries the document in hex; a large document is left out).
 fn parse_payload(payload: &str) -> (&str, Wake) {
     let mut parts = payload.splitn(3, '\n');
     let key = parts.next().unwrap_or_default();
-    let (Some(version), Some(hex_document)) = (parts.next(), parts.next()) else {
+    let (Some(version), Some(document)) = (parts.next(), parts.next()) else {
         return (key, Wake::read_again());
     };
-    if version.is_empty() || hex_document.is_empty() {
+    if version.is_empty() || document.is_empty() {
         return (key, Wake::read_again());
     }
-    match hex::decode(hex_document) {
-        Ok(bytes) => (
+    let bytes = match document.strip_prefix(super::layout::BASE64_MARK) {
+        Some(base64) => BASE64.decode(base64).ok(),
+        None => hex::decode(document).ok(),
+    };
+    match bytes {
+        Some(bytes) => (
             key,
             Wake::with(Versioned {
                 version: Version(version.to_owned()),
                 bytes,
             }),
         ),
-        Err(_) => (key, Wake::read_again()),
+        None => (key, Wake::read_again()),
     }
 }
 
@@ -255,8 +261,15 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_with_a_document_delivers_it() {
+    fn an_older_batons_payload_in_hex_still_delivers_its_document() {
         let (key, wake) = parse_payload("deploy/prod\n42\n7b2261223a317d");
+        assert_eq!(key, "deploy/prod");
+        assert_eq!(document(&wake), Some(("42", &b"{\"a\":1}"[..])));
+    }
+
+    #[test]
+    fn a_payload_in_base64_delivers_its_document() {
+        let (key, wake) = parse_payload("deploy/prod\n42\nb64,eyJhIjoxfQ==");
         assert_eq!(key, "deploy/prod");
         assert_eq!(document(&wake), Some(("42", &b"{\"a\":1}"[..])));
     }
@@ -264,6 +277,9 @@ mod tests {
     #[test]
     fn keys_may_hold_spaces_and_unicode() {
         let (key, wake) = parse_payload("a b/ключ\n7\n00ff");
+        assert_eq!(key, "a b/ключ");
+        assert_eq!(document(&wake), Some(("7", &[0u8, 255][..])));
+        let (key, wake) = parse_payload("a b/ключ\n7\nb64,AP8=");
         assert_eq!(key, "a b/ключ");
         assert_eq!(document(&wake), Some(("7", &[0u8, 255][..])));
     }
@@ -275,7 +291,8 @@ mod tests {
             ("k\n9\n", "k"),        // a document too large to carry
             ("k\n\n00", "k"),       // no version
             ("k\n9\nnot hex", "k"), // not written by baton
-            ("", ""),               // the listener's own test notification
+            ("k\n9\nb64,not base64!", "k"),
+            ("", ""), // the listener's own test notification
         ] {
             let (key, wake) = parse_payload(payload);
             assert_eq!(key, expected_key, "{payload:?}");
