@@ -32,6 +32,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::acquire::{release, release_request, renew, Lease, Renewed};
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
+use crate::follow::{follow, Follower};
 
 /// The longest the heartbeat goes without looking at the local clock: how late after a resume
 /// from suspend a lost lease may be noticed (plus the scheduler's delay).
@@ -73,6 +74,9 @@ pub struct StopAsked {
 
 struct Tracked {
     lease: Lease,
+    /// The key followed while held, so the release is one CAS ([`crate::follow`]); stops when
+    /// this is dropped.
+    _follower: Option<Follower>,
     /// When to send the next renewal, on the local clock.
     next_try_ms: u64,
     /// A renewal of it is under way.
@@ -133,6 +137,7 @@ impl Heartbeat {
         if let Ok(mut tracked) = self.tracked.lock() {
             tracked.push(Tracked {
                 lease: lease.clone(),
+                _follower: follow(&self.coord, &lease.key),
                 next_try_ms,
                 renewing: false,
             });

@@ -19,6 +19,8 @@
 //!   with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
 //!   counts suspended time, and the lost-lease signal.
+//! - `follow`: a holder on a store that pushes documents keeps its key's cached document
+//!   current, so its release is one CAS.
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.
@@ -27,6 +29,7 @@
 pub mod acquire;
 pub mod coordinator;
 pub mod error;
+mod follow;
 pub mod freeze;
 pub mod heartbeat;
 pub mod ids;
