@@ -235,7 +235,8 @@ fn parse_payload(payload: &str) -> (&str, Wake) {
         return (key, Wake::read_again());
     }
     let bytes = match document.strip_prefix(super::layout::BASE64_MARK) {
-        Some(base64) => BASE64.decode(base64).ok(),
+        // PostgreSQL's base64 breaks its lines every 76 characters.
+        Some(base64) => BASE64.decode(base64.replace('\n', "")).ok(),
         None => hex::decode(document).ok(),
     };
     match bytes {
@@ -279,7 +280,7 @@ mod tests {
         let (key, wake) = parse_payload("a b/ключ\n7\n00ff");
         assert_eq!(key, "a b/ключ");
         assert_eq!(document(&wake), Some(("7", &[0u8, 255][..])));
-        let (key, wake) = parse_payload("a b/ключ\n7\nb64,AP8=");
+        let (key, wake) = parse_payload("a b/ключ\n7\nb64,A\nP8=");
         assert_eq!(key, "a b/ключ");
         assert_eq!(document(&wake), Some(("7", &[0u8, 255][..])));
     }
