@@ -88,6 +88,18 @@ async fn holder_on_and_waiter(
     (holder, held, wait)
 }
 
+/// The holder releases; the waiter's task returns what it saw at its turn.
+async fn handed_over(
+    holder: &Coordinator,
+    held: &Lease,
+    wait: tokio::task::JoinHandle<Returned>,
+) -> Returned {
+    baton_client::acquire::release(holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    wait.await.unwrap()
+}
+
 #[tokio::test]
 async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
     let shared = Arc::new(MemoryStore::new());
@@ -95,15 +107,12 @@ async fn a_fresh_grant_is_returned_at_once_and_claimed_by_the_heartbeat() {
     let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
     let writes_while_waiting = waiter.cases();
 
-    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
-        .await
-        .unwrap();
     let Returned {
         leases,
         heartbeat,
         doc,
         cases,
-    } = wait.await.unwrap();
+    } = handed_over(&holder, &held, wait).await;
     // Returned before writing anything: the grant is still unclaimed in the store...
     assert_eq!(cases, writes_while_waiting);
     let mine = doc.by_id(&leases[0].id).unwrap();
@@ -160,15 +169,12 @@ async fn a_short_turn_is_released_without_a_claim_write() {
     let (holder, held, wait) = holder_and_waiter(&shared, &waiter).await;
     let writes_while_waiting = waiter.cases();
     assert_eq!(writes_while_waiting, 1, "the enqueue alone");
-    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
-        .await
-        .unwrap();
     let Returned {
         leases,
         heartbeat,
         cases,
         ..
-    } = wait.await.unwrap();
+    } = handed_over(&holder, &held, wait).await;
     assert_eq!(cases, writes_while_waiting);
     let coord = Coordinator::new(waiter.clone());
     let guard = baton_client::LeaseGuard::new(Arc::new(coord), leases.clone(), heartbeat);
@@ -261,12 +267,9 @@ async fn a_grant_written_late_with_an_old_clock_reading_is_bounded_by_its_deadli
     let lag = Duration::from_secs(1);
     late.clock_lag_ms
         .store(lag.as_millis() as u64, Ordering::SeqCst);
-    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
-        .await
-        .unwrap();
     let Returned {
         leases, heartbeat, ..
-    } = wait.await.unwrap();
+    } = handed_over(&holder, &held, wait).await;
     let returned_wall_ms = baton_client::wall_ms();
     let trusted = Duration::from_millis(leases[0].lease_until_wall_ms - returned_wall_ms);
     assert!(
@@ -287,12 +290,9 @@ async fn a_grant_written_late_with_an_old_clock_reading_is_bounded_by_its_deadli
     let writes_while_waiting = waiter.cases();
     late.clock_lag_ms
         .store((claim / 2).as_millis() as u64 + 1_000, Ordering::SeqCst);
-    baton_client::acquire::release(&holder, "k", &held.token, Outcome::Succeeded)
-        .await
-        .unwrap();
     let Returned {
         leases, doc, cases, ..
-    } = wait.await.unwrap();
+    } = handed_over(&holder, &held, wait).await;
     assert!(cases > writes_while_waiting, "returned without claiming");
     assert!(doc.by_id(&leases[0].id).unwrap().claimed);
 }
