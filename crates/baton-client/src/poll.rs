@@ -53,8 +53,8 @@ impl Default for PollBounds {
     }
 }
 
-/// How many bare wake-ups (with no document: a read to look) a waiter lets pass before it
-/// looks, `ahead` places behind the front of a
+/// How many wake-ups a waiter lets pass before it looks (a read where the wake-up is bare, a
+/// decode of the pushed document where it carries one), `ahead` places behind the front of a
 /// key with `limit` permits (`always`: a ticket that must look at every one: held, or shared,
 /// which a single write may grant together with the run of shared tickets ahead of it).
 ///

@@ -325,14 +325,17 @@ impl<'a> Waiter<'a> {
                 let mut woken = 0;
                 loop {
                     tokio::select! {
+                        // The timer is the safety net for a lost wake-up: it reads.
                         _ = tokio::time::sleep_until(until) => return Ok(None),
                         changed = watch.changed() => {
-                            // A wake-up that carries the document costs no read: taken at
-                            // once. A bare one costs a read: only the waiters whose turn it
-                            // may bring look.
+                            // Only the waiters whose turn a wake-up may bring look: a bare
+                            // one costs them a read, one that carries the document a decode
+                            // (every waiter decoding every write was most of a hot key's
+                            // CPU). Only the latest document can matter: an older one is
+                            // dropped, and a bare wake-up after it means a newer change.
                             let pushed = changed?;
                             woken += 1;
-                            if pushed.is_some() || woken >= wakes_before_look {
+                            if woken >= wakes_before_look {
                                 return Ok(pushed);
                             }
                         }

@@ -78,7 +78,7 @@ pub mod aws;
 pub mod boot_clock;
 pub mod deferred;
 pub mod server_clock;
-#[cfg(any(feature = "postgres", feature = "redis"))]
+#[cfg(any(feature = "postgres", feature = "redis", feature = "sqlite"))]
 mod wakes;
 
 pub use error::StoreError;

@@ -41,6 +41,13 @@ impl WakeRouter {
         receiver
     }
 
+    /// Whether anyone watches `key` (a receiver of its channel is alive).
+    pub(crate) fn watches_key(&self, key: &str) -> bool {
+        self.keys
+            .get(key)
+            .is_some_and(|sender| sender.receiver_count() > 0)
+    }
+
     /// Tells `key`'s watchers, and those of every prefix of it, that it changed.
     pub(crate) fn wake(&self, key: &str, wake: Wake) {
         for (prefix, sender) in &self.prefixes {

@@ -386,10 +386,12 @@ async fn a_file_system_where_wal_cannot_work_is_refused() {
     assert!(message.contains("local disk"), "{message}");
 }
 
-/// A write by another connection to the file (another process, in real use) wakes a watcher:
-/// the wake-up comes from the file, not from the writer's own store object.
+/// A write by another connection to the file (another process, in real use) wakes a watcher of
+/// its key with the document it wrote, and a write to another key wakes nobody: the wake-up is
+/// addressed by the writer (`doorbell.rs`), not read off the file, where every waiter of every
+/// key would wake and read at each commit.
 #[tokio::test]
-async fn a_write_from_another_connection_wakes_a_watcher() {
+async fn a_write_wakes_the_watchers_of_its_key_only_with_the_document() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("baton.db");
     let watching = SqliteStore::open(&path).await.unwrap();
@@ -398,12 +400,142 @@ async fn a_write_from_another_connection_wakes_a_watcher() {
         .watch("k")
         .await
         .unwrap()
-        .expect("inotify is available on Linux");
+        .expect("the store pushes");
+    writer.cas("other", None, b"o", &[]).await.unwrap();
     writer.cas("k", None, b"1", &[]).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(2), handle.changed())
+    let pushed = tokio::time::timeout(Duration::from_secs(2), handle.changed())
         .await
         .expect("woken within 2 s of the other connection's commit")
+        .unwrap()
+        .expect("the first wake-up is k's, and carries its document");
+    assert_eq!(
+        (pushed.version.0.as_str(), pushed.bytes.as_slice()),
+        ("1", &b"1"[..])
+    );
+}
+
+/// Set in the environment of a child process of the doorbell tests: the store file.
+const CHILD_BELL_DB_ENV: &str = "BATON_STORE_TEST_CHILD_BELL_DB";
+/// Set in the environment of a child process of the doorbell tests: what it does (`write`: write
+/// `bell/k` once; `watch`: watch `bell/k` and exit).
+const CHILD_BELL_DO_ENV: &str = "BATON_STORE_TEST_CHILD_BELL_DO";
+
+/// The child of the doorbell tests. Without the environment variables (a normal test run) it
+/// has nothing to do.
+#[test]
+fn child_process_rings_or_watches() {
+    let (Some(path), Ok(what)) = (
+        std::env::var_os(CHILD_BELL_DB_ENV),
+        std::env::var(CHILD_BELL_DO_ENV),
+    ) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
         .unwrap();
+    runtime.block_on(async {
+        let store = SqliteStore::open(Path::new(&path)).await.unwrap();
+        match what.as_str() {
+            "write" => {
+                let current = store.load("bell/k").await.unwrap().map(|v| v.version);
+                let outcome = store
+                    .cas("bell/k", current.as_ref(), b"from the child", &[])
+                    .await
+                    .unwrap();
+                assert!(matches!(outcome, CasOutcome::Written { .. }));
+            }
+            "watch" => {
+                store.watch("bell/k").await.unwrap().unwrap();
+            }
+            other => panic!("unknown child task {other}"),
+        }
+    });
+}
+
+/// Runs [`child_process_rings_or_watches`] in a process of its own, to its end.
+fn run_bell_child(path: &Path, what: &str) {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_rings_or_watches",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_BELL_DB_ENV, path)
+        .env(CHILD_BELL_DO_ENV, what)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Another process's write reaches a watcher with its document.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_in_another_process_wakes_a_watcher_with_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let watching = SqliteStore::open(&path).await.unwrap();
+    let mut handle = watching.watch("bell/k").await.unwrap().unwrap();
+    let child_path = path.clone();
+    tokio::task::spawn_blocking(move || run_bell_child(&child_path, "write"))
+        .await
+        .unwrap();
+    let pushed = tokio::time::timeout(Duration::from_secs(2), handle.changed())
+        .await
+        .expect("woken within 2 s of the child's commit")
+        .unwrap()
+        .expect("the wake-up carries the document");
+    assert_eq!(pushed.bytes, b"from the child");
+}
+
+/// A watcher whose process is gone (killed, or exited without a word) is removed by the writes
+/// that follow: the first finds its name held by nobody, the next removes its entry. Nothing
+/// is left to grow in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_whose_process_is_gone_is_removed_by_the_next_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let child_path = path.clone();
+    tokio::task::spawn_blocking(move || run_bell_child(&child_path, "watch"))
+        .await
+        .unwrap();
+    assert_eq!(store.watcher_names("bell/k").await.unwrap().len(), 1);
+    let version = match store.cas("bell/k", None, b"1", &[]).await.unwrap() {
+        CasOutcome::Written { version } => version,
+        other => panic!("create must write: {other:?}"),
+    };
+    store
+        .cas("bell/k", Some(&version), b"2", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.watcher_names("bell/k").await.unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+/// A store that no longer watches a key removes its entry at its next watch, so a long-lived
+/// process (`baton serve`) is not sent every key it ever watched.
+#[tokio::test]
+async fn a_key_nobody_watches_any_more_is_removed_at_the_next_watch() {
+    let (_dir, store) = fresh_store().await;
+    let first = store.watch("first").await.unwrap().unwrap();
+    assert_eq!(store.watcher_names("first").await.unwrap().len(), 1);
+    drop(first);
+    let _second = store.watch("second").await.unwrap().unwrap();
+    assert_eq!(
+        store.watcher_names("first").await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.watcher_names("second").await.unwrap().len(), 1);
 }
 
 /// With `history_max_age`, the CAS that appends trims the entries older than the age (by the

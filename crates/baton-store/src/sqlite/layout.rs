@@ -1,11 +1,12 @@
-//! How documents, history and records lie in the file: three tables (created and migrated by
-//! `schema.rs`) and the statements that read and write them.
+//! How documents, history, records and watchers lie in the file: four tables (created and
+//! migrated by `schema.rs`) and the statements that read and write them.
 //!
 //! | table | key | holds |
 //! |---|---|---|
 //! | `baton_docs` | `key` | `version` (counts writes from 1), `doc`, `due_ms` (the due index) |
 //! | `baton_history` | `key`, `seq` | `entry`, `written_ms`; seqs count from 1 per key |
 //! | `baton_records` | `key`, `name` | `bytes` |
+//! | `baton_watchers` | `key`, `socket` | who to wake when the key changes (`doorbell.rs`) |
 //!
 //! Keys are TEXT compared with memcmp, which for UTF-8 is code point order: `list` is a range
 //! on the primary key up to [`crate::key_range::successor_text`], never `LIKE` (so `%` and `_`
@@ -69,6 +70,16 @@ pub const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUE
 
 /// Reads a record: `?1` key, `?2` name.
 pub const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = ?1 AND name = ?2";
+
+/// The abstract socket names watching `?1` (`doorbell.rs`), read by a CAS under its write lock.
+pub const WATCHERS_OF: &str = "SELECT socket FROM baton_watchers WHERE key = ?1";
+
+/// Enters `?2` as a watcher of `?1`.
+pub const ENTER_WATCHER: &str =
+    "INSERT INTO baton_watchers (key, socket) VALUES (?1, ?2) ON CONFLICT DO NOTHING";
+
+/// Removes `?2` as a watcher of `?1`.
+pub const REMOVE_WATCHER: &str = "DELETE FROM baton_watchers WHERE key = ?1 AND socket = ?2";
 
 /// The version and bytes of `key`'s document.
 pub fn read_row(connection: &Connection, key: &str) -> rusqlite::Result<Option<(i64, Vec<u8>)>> {

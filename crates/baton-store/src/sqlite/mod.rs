@@ -10,6 +10,7 @@
 //! rusqlite is blocking: the store keeps one connection behind a mutex and runs every operation
 //! on tokio's blocking pool, never on the async workers.
 
+mod doorbell;
 mod errors;
 mod layout;
 mod schema;
@@ -50,8 +51,16 @@ struct Inner {
     /// hold the lock inside `spawn_blocking`, never across an `.await`.
     connection: Mutex<Connection>,
     path: PathBuf,
-    /// Wake-ups from inotify, started by the first `watch`.
+    /// Wake-ups for any write to the file, from inotify, started by the first `watch_prefix`
+    /// (or `watch`, where no doorbell can be bound).
     watcher: Mutex<Option<watch::Watcher>>,
+    /// Wake-ups for one key, with its document, from its writers (`doorbell.rs`), started by
+    /// the first `watch`.
+    doorbell: std::sync::OnceLock<Option<doorbell::Doorbell>>,
+    /// Sends this store's writes to their keys' watchers.
+    ringer: doorbell::Ringer,
+    /// Watchers whose names nobody holds any more, removed by this store's next write.
+    gone_watchers: Mutex<Vec<(String, String)>>,
     /// `sqlite:<absolute path>`, computed once.
     description: String,
     /// How much history each CAS leaves per key.
@@ -124,6 +133,9 @@ impl SqliteStore {
                 connection: Mutex::new(connection),
                 path,
                 watcher: Mutex::new(None),
+                doorbell: std::sync::OnceLock::new(),
+                ringer: doorbell::Ringer::default(),
+                gone_watchers: Mutex::new(Vec::new()),
                 description,
                 retention,
             }),
@@ -133,6 +145,39 @@ impl SqliteStore {
     /// The absolute path of the store's file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The socket names entered as watchers of `key` (`doorbell.rs`), for tests.
+    #[doc(hidden)]
+    pub async fn watcher_names(&self, key: &str) -> Result<Vec<String>> {
+        let key = key.to_owned();
+        self.run(move |connection| {
+            connection
+                .prepare_cached(layout::WATCHERS_OF)?
+                .query_map([&key], |row| row.get(0))?
+                .collect()
+        })
+        .await
+    }
+
+    /// A wake-up at every write to the file, from inotify: one watcher per store, started on
+    /// first use. Where inotify is not available (or runs out of watches), `None`: waiters poll.
+    fn watch_file(&self) -> Option<WatchHandle> {
+        let mut watcher = self
+            .inner
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if watcher.is_none() {
+            match watch::Watcher::start(&self.inner.path) {
+                Ok(started) => *watcher = Some(started),
+                Err(error) => {
+                    tracing::debug!(%error, "no inotify watch; waiters poll");
+                    return None;
+                }
+            }
+        }
+        watcher.as_ref().map(|w| WatchHandle::new(w.subscribe()))
     }
 
     /// Runs `operation` on the connection on tokio's blocking pool.
@@ -175,7 +220,7 @@ impl Store for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: true,
-            watch_documents: false,
+            watch_documents: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
@@ -206,6 +251,7 @@ impl Store for SqliteStore {
         let bytes = bytes.to_vec();
         let history = history.to_vec();
         let retention = self.inner.retention;
+        let inner = Arc::clone(&self.inner);
         self.run(move |connection| {
             // IMMEDIATE: take the write lock before reading the version, so the version read is
             // the one the write replaces (a DEFERRED read upgraded to a write can fail instead).
@@ -261,7 +307,19 @@ impl Store for SqliteStore {
                         .execute((&key, cut_ms))?;
                 }
             }
+            let gone = std::mem::take(&mut *lock(&inner.gone_watchers));
+            let watchers = match watchers_of(&transaction, &key, &gone) {
+                Ok(watchers) => watchers,
+                Err(error) => {
+                    lock(&inner.gone_watchers).extend(gone);
+                    return Err(error);
+                }
+            };
             transaction.commit()?;
+            if !watchers.is_empty() {
+                let gone = inner.ringer.ring(&watchers, &key, new_version, &bytes);
+                lock(&inner.gone_watchers).extend(gone.into_iter().map(|name| (key.clone(), name)));
+            }
             Ok(CasOutcome::Written {
                 version: Version(new_version.to_string()),
             })
@@ -354,29 +412,48 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
+    async fn watch_prefix(&self, _prefix: &str) -> Result<Option<WatchHandle>> {
         // The file's watcher wakes at every commit, for any key: a prefix is all keys.
-        self.watch(prefix).await
+        Ok(self.watch_file())
     }
 
-    async fn watch(&self, _key: &str) -> Result<Option<WatchHandle>> {
-        // One inotify watcher per store, started on first use; where inotify is not available
-        // (or runs out of watches), waiters poll instead.
-        let mut watcher = self
-            .inner
-            .watcher
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if watcher.is_none() {
-            match watch::Watcher::start(&self.inner.path) {
-                Ok(started) => *watcher = Some(started),
-                Err(error) => {
-                    tracing::debug!(%error, "no inotify watch; waiters poll");
-                    return Ok(None);
+    async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
+        let bell = self.inner.doorbell.get_or_init(|| {
+            doorbell::Doorbell::start()
+                .inspect_err(|error| {
+                    tracing::debug!(%error, "no wake-up socket; waiters follow the file instead");
+                })
+                .ok()
+        });
+        let Some(bell) = bell else {
+            return Ok(self.watch_file());
+        };
+        let mut entered = bell.entries().await;
+        let receiver = bell.subscribe(key);
+        let unwatched = bell.unwatched(&entered);
+        if !entered.contains(key) || !unwatched.is_empty() {
+            let (owned_key, name, removed) =
+                (key.to_owned(), bell.name().to_owned(), unwatched.clone());
+            self.run(move |connection| {
+                let transaction =
+                    connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                for gone in &removed {
+                    transaction
+                        .prepare_cached(layout::REMOVE_WATCHER)?
+                        .execute((gone, &name))?;
                 }
+                transaction
+                    .prepare_cached(layout::ENTER_WATCHER)?
+                    .execute((&owned_key, &name))?;
+                transaction.commit()
+            })
+            .await?;
+            for gone in &unwatched {
+                entered.remove(gone);
             }
+            entered.insert(key.to_owned());
         }
-        Ok(watcher.as_ref().map(|w| WatchHandle::new(w.subscribe())))
+        Ok(Some(WatchHandle::new(receiver)))
     }
 
     async fn clock(&self) -> Result<StoreClock> {
@@ -413,6 +490,28 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
+
+/// The watchers of `key` a write must wake, read under the write lock; first removes the
+/// `gone` ones (names whose sends were refused).
+fn watchers_of(
+    transaction: &rusqlite::Transaction<'_>,
+    key: &str,
+    gone: &[(String, String)],
+) -> rusqlite::Result<Vec<String>> {
+    for (key, name) in gone {
+        transaction
+            .prepare_cached(layout::REMOVE_WATCHER)?
+            .execute((key, name))?;
+    }
+    transaction
+        .prepare_cached(layout::WATCHERS_OF)?
+        .query_map([key], |row| row.get(0))?
+        .collect()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// This host's wall clock in ms since the Unix epoch, as history entries record when they were

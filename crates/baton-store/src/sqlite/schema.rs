@@ -68,6 +68,18 @@ const HISTORY_WRITTEN_V4: &str = "
     ALTER TABLE baton_history ADD COLUMN written_ms INTEGER;
 ";
 
+/// Who to wake when a key changes (`doorbell.rs`). Not a schema version of its own: an older
+/// baton must keep opening the file (it neither reads nor writes this table, and only its
+/// wake-ups are slower for a newer watcher, which then reads by timer). `IF NOT EXISTS` on a
+/// table that exists takes no write lock, so opening an existing file writes nothing.
+const CREATE_WATCHERS: &str = "
+    CREATE TABLE IF NOT EXISTS baton_watchers (
+        key TEXT NOT NULL,
+        socket TEXT NOT NULL,
+        PRIMARY KEY (key, socket)
+    ) WITHOUT ROWID;
+";
+
 /// The step to each version from the one before it: `MIGRATIONS[n]` brings a file at version
 /// `n` (0: never set up) to `n + 1`. All the steps a file needs run in one transaction with the
 /// version's update, under the write lock, after the version was read again under it: each
@@ -124,6 +136,11 @@ pub(super) fn open_connection(
         .pragma_update(None, "synchronous", "NORMAL")
         .map_err(|error| sqlite_error(description, path, error))?;
     retry_while_busy(|| migrate(&mut connection, description), description, path)?;
+    retry_while_busy(
+        || Ok(connection.execute_batch(CREATE_WATCHERS)?),
+        description,
+        path,
+    )?;
     Ok(connection)
 }
 

@@ -1,12 +1,14 @@
-//! Wake-ups for the SQLite store: inotify on the file's directory.
+//! Wake-ups for the SQLite store's idle workers: inotify on the file's directory.
 //!
-//! SQLite cannot tell another process that a row changed, but every commit writes the file's
-//! write-ahead log, and the kernel can tell us that. One watcher per store follows the
-//! directory (the `-wal` file comes and goes, the directory stays) and bumps a counter at each
-//! write to the database or its log; every [`WatchHandle`] of the store follows that counter.
-//! Wake-ups are for any key of the file, so most are spurious for a given waiter — allowed by
-//! the contract, and a waiter's re-read costs microseconds — but none is missed, so a waiter
-//! learns of its turn right after the release commits instead of at its next poll.
+//! Every commit writes the file's write-ahead log, and the kernel can tell us that. One watcher
+//! per store follows the directory (the `-wal` file comes and goes, the directory stays) and
+//! bumps a counter at each write to the database or its log; every [`WatchHandle`] of the store
+//! follows that counter. Wake-ups are for any key of the file: right for a worker watching a
+//! prefix (`watch_prefix`), which reads the due index when something changed. A waiter on one
+//! key is woken by its key's writers instead (`doorbell.rs`), and comes here only where no
+//! socket could be bound.
+//!
+//! [`WatchHandle`]: crate::WatchHandle
 
 use std::ffi::OsString;
 use std::io;

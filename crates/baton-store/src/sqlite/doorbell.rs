@@ -1,0 +1,504 @@
+//! Wake-ups for one key, carrying its document: a datagram from the writer to each watcher.
+//!
+//! SQLite cannot tell another process that a row changed. The file's inotify events
+//! (`watch.rs`) say only that *something* in the file changed, so every waiter of every key
+//! would read at every commit: on one hot key with 16 processes, 8 reads per grant (issue 19's
+//! B3). Instead, each store object that watches a key binds a datagram socket in Linux's
+//! abstract namespace (a random name: it exists exactly as long as its process, nothing to
+//! clean up on disk) and enters `(key, name)` in the file's `baton_watchers` table. A CAS reads
+//! the key's watchers in its write transaction and, once committed, sends each a datagram with
+//! the key, the new version and, up to [`PUSHED_DOCUMENT_MAX`] bytes, the document itself: a
+//! waiter then learns of its turn without reading, as on PostgreSQL and Redis.
+//!
+//! Nothing is missed that a watcher subscribed for: the entry commits before `watch` returns,
+//! and a writer reads the entries under the write lock, so every write that commits after the
+//! watch began reads the entry. A datagram can still be lost: the writer dies between its
+//! commit and its sends, a receiver's queue is full, an older baton wrote. So the store does not
+//! claim a complete watch, and waiters keep their timed reads at the longest poll interval.
+//! Where a receiver finds its queue was full (it drained [`queue_limit`] datagrams or more in
+//! one go: the kernel refuses or holds sends beyond that), it wakes every watcher to read.
+//!
+//! Datagrams from different writers may arrive out of order; SQLite versions count up, so the
+//! receiver drops a document older than one it already delivered for the key.
+//!
+//! Entries of a process that is gone are removed by the first writer whose send is refused
+//! (in its next write transaction); a store object removes the entries of keys it no longer
+//! watches at its next `watch`.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::wakes::WakeRouter;
+use crate::{Version, Versioned, Wake};
+
+/// The largest document a datagram carries; a larger one is announced by version only, and its
+/// watchers read it. Sized for a queue of ~50 tickets; a writer sends to every watcher before it
+/// returns, and a socket's send buffer (~200 KiB by default) holds about ten of these at once.
+pub(super) const PUSHED_DOCUMENT_MAX: usize = 16 * 1024;
+
+/// The longest key a datagram names (longer keys are refused by the core long before).
+const KEY_MAX: usize = 4096;
+
+/// The largest datagram: a header, the key, the version and the document.
+const DATAGRAM_MAX: usize = HEADER_BYTES + KEY_MAX + PUSHED_DOCUMENT_MAX;
+
+/// A datagram's fixed part: its format (1 byte), the key's length (2), the version (8), whether
+/// the document follows (1).
+const HEADER_BYTES: usize = 12;
+
+/// The format of the datagrams this code sends; a receiver ignores others (a newer baton's).
+const FORMAT: u8 = 1;
+
+/// How long a send waits for room (a full receiver queue, a full send buffer) before giving that
+/// watcher up. The writer's transaction has committed; only its caller waits.
+const SEND_WAIT: Duration = Duration::from_millis(1);
+
+/// The prefix of every socket name, after the abstract namespace's leading NUL.
+const NAME_PREFIX: &str = "baton-wake/";
+
+/// A store object's receiving end: its socket's name, the watchers it feeds, and the task that
+/// reads the socket (aborted on drop).
+pub(super) struct Doorbell {
+    name: String,
+    router: Arc<Mutex<WakeRouter>>,
+    /// Keys entered in `baton_watchers` under this name.
+    registered: tokio::sync::Mutex<HashSet<String>>,
+    task: JoinHandle<()>,
+}
+
+impl Doorbell {
+    /// Binds a socket under a fresh random name and starts reading it. Needs a tokio runtime
+    /// with I/O enabled.
+    pub(super) fn start() -> io::Result<Doorbell> {
+        let name = fresh_name()?;
+        let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+        let socket = UnixDatagram::bind_addr(&address)?;
+        socket.set_nonblocking(true)?;
+        let socket = tokio::net::UnixDatagram::from_std(socket)?;
+        let router = Arc::new(Mutex::new(WakeRouter::default()));
+        let task = tokio::spawn(receive(socket, Arc::clone(&router), queue_limit()));
+        Ok(Doorbell {
+            name,
+            router,
+            registered: tokio::sync::Mutex::new(HashSet::new()),
+            task,
+        })
+    }
+
+    /// The socket's name, as entered in `baton_watchers`.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The keys entered in `baton_watchers` under this name, locked while a watch changes
+    /// them: a key found unwatched and removed must not be a key another watch of this store
+    /// is subscribing to meanwhile.
+    pub(super) async fn entries(&self) -> tokio::sync::MutexGuard<'_, HashSet<String>> {
+        self.registered.lock().await
+    }
+
+    /// A receiver for `key`'s wake-ups. Subscribe before entering the key, so nothing sent after
+    /// the entry commits is missed.
+    pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<Wake> {
+        lock(&self.router).subscribe_key(key)
+    }
+
+    /// The keys of `entered` nobody here watches any more.
+    pub(super) fn unwatched(&self, entered: &HashSet<String>) -> Vec<String> {
+        let router = lock(&self.router);
+        entered
+            .iter()
+            .filter(|k| !router.watches_key(k))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Doorbell {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A writer's sending end: unbound sockets made at the first send, one that waits up to
+/// [`SEND_WAIT`] for room and one that does not, for the watchers that recently had none (a
+/// stopped process whose queue stays full would otherwise cost every write the wait).
+#[derive(Default)]
+pub(super) struct Ringer {
+    sockets: Mutex<Option<Sockets>>,
+}
+
+struct Sockets {
+    waiting: UnixDatagram,
+    not_waiting: UnixDatagram,
+    /// Watchers whose last send found no room in time, and when.
+    slow: HashMap<String, Instant>,
+}
+
+/// How long a watcher that had no room is sent to without waiting.
+const SLOW_FOR: Duration = Duration::from_secs(1);
+
+impl Ringer {
+    /// Sends `key`'s new version (and its document, when small enough) to each watcher name.
+    /// Returns the names nobody holds any more (their process is gone), for the writer to
+    /// remove. Blocking, by at most [`SEND_WAIT`] per watcher that has no room.
+    pub(super) fn ring(
+        &self,
+        watchers: &[String],
+        key: &str,
+        version: i64,
+        doc: &[u8],
+    ) -> Vec<String> {
+        let Some(datagram) = encode(key, version, doc) else {
+            return Vec::new();
+        };
+        let mut sockets = lock(&self.sockets);
+        if sockets.is_none() {
+            match Sockets::new() {
+                Ok(made) => *sockets = Some(made),
+                Err(error) => {
+                    tracing::debug!(%error, "cannot make a socket to send wake-ups; waiters poll");
+                    return Vec::new();
+                }
+            }
+        }
+        let Some(sockets) = sockets.as_mut() else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        sockets
+            .slow
+            .retain(|_, since| now.duration_since(*since) < SLOW_FOR);
+        let mut gone = Vec::new();
+        for name in watchers {
+            let socket = if sockets.slow.contains_key(name) {
+                &sockets.not_waiting
+            } else {
+                &sockets.waiting
+            };
+            match send(socket, name, &datagram) {
+                Ok(()) => {}
+                Err(error) if is_gone(&error) => gone.push(name.clone()),
+                // No room in time: the receiver's queue was full, which it notices and answers
+                // by waking every watcher to read.
+                Err(error) => {
+                    tracing::debug!(%error, watcher = %name, "a wake-up was not sent");
+                    sockets.slow.insert(name.clone(), now);
+                }
+            }
+        }
+        gone
+    }
+}
+
+impl Sockets {
+    fn new() -> io::Result<Sockets> {
+        let waiting = UnixDatagram::unbound()?;
+        waiting.set_write_timeout(Some(SEND_WAIT))?;
+        let not_waiting = UnixDatagram::unbound()?;
+        not_waiting.set_nonblocking(true)?;
+        Ok(Sockets {
+            waiting,
+            not_waiting,
+            slow: HashMap::new(),
+        })
+    }
+}
+
+fn send(socket: &UnixDatagram, name: &str, datagram: &[u8]) -> io::Result<()> {
+    let address = SocketAddr::from_abstract_name(name.as_bytes())?;
+    socket.send_to_addr(datagram, &address).map(|_| ())
+}
+
+/// Whether a send failed because nobody holds the name: the watcher's process is gone (or lives
+/// in another network namespace, where it could never hear this writer anyway).
+fn is_gone(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+    )
+}
+
+/// A name nobody else holds: 128 random bits. Binding it proves it free.
+fn fresh_name() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: the pointer and length describe `rest`, a live, writable buffer.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+            continue;
+        }
+        filled += n.unsigned_abs();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{NAME_PREFIX}{hex}"))
+}
+
+/// How many datagrams the kernel queues for a receiver before refusing more
+/// (`net.unix.max_dgram_qlen`, 10 unless changed).
+fn queue_limit() -> usize {
+    std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .unwrap_or(10)
+        .max(1)
+}
+
+/// A wake-up as sent: `None` for a key too long to name.
+fn encode(key: &str, version: i64, doc: &[u8]) -> Option<Vec<u8>> {
+    let key_len = u16::try_from(key.len())
+        .ok()
+        .filter(|&n| usize::from(n) <= KEY_MAX)?;
+    let carries = doc.len() <= PUSHED_DOCUMENT_MAX;
+    let mut datagram =
+        Vec::with_capacity(HEADER_BYTES + key.len() + if carries { doc.len() } else { 0 });
+    datagram.push(FORMAT);
+    datagram.extend_from_slice(&key_len.to_be_bytes());
+    datagram.extend_from_slice(&version.to_be_bytes());
+    datagram.push(u8::from(carries));
+    datagram.extend_from_slice(key.as_bytes());
+    if carries {
+        datagram.extend_from_slice(doc);
+    }
+    Some(datagram)
+}
+
+/// A wake-up as received.
+#[derive(Debug, PartialEq, Eq)]
+struct Rung {
+    key: String,
+    version: i64,
+    doc: Option<Vec<u8>>,
+}
+
+/// Reads a datagram; `None` for anything this code did not send (a newer format, garbage).
+fn decode(datagram: &[u8]) -> Option<Rung> {
+    let (&format, rest) = datagram.split_first()?;
+    if format != FORMAT {
+        return None;
+    }
+    let (key_len, rest) = rest.split_first_chunk::<2>()?;
+    let (version, rest) = rest.split_first_chunk::<8>()?;
+    let (&carries, rest) = rest.split_first()?;
+    let key_len = usize::from(u16::from_be_bytes(*key_len));
+    let (key, doc) = (rest.get(..key_len)?, rest.get(key_len..)?);
+    let key = std::str::from_utf8(key).ok()?.to_owned();
+    let doc = match carries {
+        0 if doc.is_empty() => None,
+        1 => Some(doc.to_vec()),
+        _ => return None,
+    };
+    Some(Rung {
+        key,
+        version: i64::from_be_bytes(*version),
+        doc,
+    })
+}
+
+/// The newest version delivered per key, so that a datagram overtaken by a newer one is dropped.
+#[derive(Default)]
+struct Latest {
+    versions: HashMap<String, i64>,
+}
+
+impl Latest {
+    /// Forgetting is safe (an old document then costs the waiter at most a conflict); this
+    /// bounds the map for a process that watches ever new keys.
+    const KEEP_AT_MOST: usize = 4096;
+
+    /// Whether `rung` is newer than everything delivered for its key (and remembers it).
+    fn is_newest(&mut self, rung: &Rung) -> bool {
+        if self.versions.len() >= Self::KEEP_AT_MOST && !self.versions.contains_key(&rung.key) {
+            self.versions.clear();
+        }
+        match self.versions.get_mut(&rung.key) {
+            Some(seen) if *seen >= rung.version => false,
+            Some(seen) => {
+                *seen = rung.version;
+                true
+            }
+            None => {
+                self.versions.insert(rung.key.clone(), rung.version);
+                true
+            }
+        }
+    }
+}
+
+/// Reads the socket until the store object is dropped, waking each datagram's key.
+async fn receive(
+    socket: tokio::net::UnixDatagram,
+    router: Arc<Mutex<WakeRouter>>,
+    queue_limit: usize,
+) {
+    let mut buffer = vec![0u8; DATAGRAM_MAX];
+    let mut latest = Latest::default();
+    loop {
+        if let Err(error) = socket.readable().await {
+            tracing::debug!(%error, "the wake-up socket failed; waiters poll");
+            return;
+        }
+        let mut drained = 0usize;
+        loop {
+            match socket.try_recv(&mut buffer) {
+                Ok(n) => {
+                    drained += 1;
+                    if let Some(rung) = buffer.get(..n).and_then(decode) {
+                        deliver(&router, &mut latest, rung);
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) => {
+                    tracing::debug!(%error, "the wake-up socket failed; waiters poll");
+                    return;
+                }
+            }
+        }
+        if drained >= queue_limit {
+            // The queue may have been full: a sender may have given up. Everyone reads.
+            lock(&router).wake_all();
+        }
+    }
+}
+
+fn deliver(router: &Mutex<WakeRouter>, latest: &mut Latest, rung: Rung) {
+    if !latest.is_newest(&rung) {
+        return;
+    }
+    let wake = match rung.doc {
+        Some(bytes) => Wake::with(Versioned {
+            version: Version(rung.version.to_string()),
+            bytes,
+        }),
+        None => Wake::read_again(),
+    };
+    lock(router).wake(&rung.key, wake);
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datagram_round_trips_with_and_without_its_document() {
+        let sent = encode("deploy/prod", 42, b"{\"a\":\n1}\x00\xff").unwrap();
+        assert_eq!(
+            decode(&sent),
+            Some(Rung {
+                key: "deploy/prod".into(),
+                version: 42,
+                doc: Some(b"{\"a\":\n1}\x00\xff".to_vec()),
+            })
+        );
+        let large = vec![7u8; PUSHED_DOCUMENT_MAX + 1];
+        let sent = encode("k", 7, &large).unwrap();
+        assert!(
+            sent.len() < 64,
+            "a large document is announced by version only"
+        );
+        assert_eq!(
+            decode(&sent),
+            Some(Rung {
+                key: "k".into(),
+                version: 7,
+                doc: None
+            })
+        );
+        assert!(encode("k", 1, &vec![0u8; PUSHED_DOCUMENT_MAX])
+            .is_some_and(|d| d.len() <= DATAGRAM_MAX));
+    }
+
+    #[test]
+    fn garbage_and_other_formats_are_ignored() {
+        for bytes in [
+            &b""[..],
+            b"\x02\x00\x01",
+            b"\x01\x00\x05\x00",
+            b"\x01\x00\x09\0\0\0\0\0\0\0\x01\x00k",
+        ] {
+            assert_eq!(decode(bytes), None, "{bytes:?}");
+        }
+        let mut sent = encode("k", 1, b"doc").unwrap();
+        sent[0] = 2;
+        assert_eq!(decode(&sent), None);
+    }
+
+    #[test]
+    fn a_document_overtaken_by_a_newer_one_is_dropped() {
+        let mut latest = Latest::default();
+        let rung = |key: &str, version| Rung {
+            key: key.into(),
+            version,
+            doc: None,
+        };
+        assert!(latest.is_newest(&rung("a", 5)));
+        assert!(!latest.is_newest(&rung("a", 4)));
+        assert!(!latest.is_newest(&rung("a", 5)));
+        assert!(latest.is_newest(&rung("b", 1)));
+        assert!(latest.is_newest(&rung("a", 6)));
+    }
+
+    #[test]
+    fn a_watcher_with_a_full_queue_is_sent_to_without_waiting_for_a_while() {
+        // A watcher that never reads (a stopped process): its queue fills, a send then finds no
+        // room in time, and the next sends to it do not wait.
+        let name = fresh_name().unwrap();
+        let stuck =
+            UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+                .unwrap();
+        let ringer = Ringer::default();
+        let watchers = [name.clone()];
+        for version in 0..=i64::try_from(queue_limit()).unwrap() + 1 {
+            assert!(ringer.ring(&watchers, "k", version, b"doc").is_empty());
+        }
+        let sockets = lock(&ringer.sockets);
+        assert!(
+            sockets.as_ref().unwrap().slow.contains_key(&name),
+            "the watcher whose queue was full is marked slow"
+        );
+        drop(stuck);
+    }
+
+    #[tokio::test]
+    async fn a_ring_reaches_the_watcher_and_a_dead_name_is_reported_gone() {
+        let bell = Doorbell::start().unwrap();
+        let mut receiver = bell.subscribe("k");
+        let gone_name = {
+            let dead = Doorbell::start().unwrap();
+            dead.name().to_owned()
+        };
+        // The aborted task drops its socket when the runtime next runs it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let ringer = Ringer::default();
+        let gone = ringer.ring(&[bell.name().to_owned(), gone_name.clone()], "k", 3, b"doc");
+        assert_eq!(gone, [gone_name]);
+        tokio::time::timeout(Duration::from_secs(2), receiver.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        let woken = receiver.borrow_and_update().clone();
+        let doc = woken.document.expect("a small document is carried");
+        assert_eq!(
+            (doc.version.0.as_str(), doc.bytes.as_slice()),
+            ("3", &b"doc"[..])
+        );
+    }
+}
