@@ -18,6 +18,13 @@
 //! Where a receiver finds its queue was full (it drained [`queue_limit`] datagrams or more in
 //! one go: the kernel refuses or holds sends beyond that), it wakes every watcher to read.
 //!
+//! A pushed document can start a turn without another read (a fresh grant), so it must come
+//! from a writer of the file: abstract sockets have no permissions, and any local user can list
+//! their names. The receiver asks the kernel for each datagram's sender
+//! (`SO_PASSCRED`) and takes only those of its own user, root and the file's owner; anything
+//! else is dropped unread. (Another user who can write the file can already write any document;
+//! one who cannot must not be able to push one.)
+//!
 //! Datagrams from different writers may arrive out of order; SQLite versions count up, so the
 //! receiver drops a document older than one it already delivered for the key.
 //!
@@ -27,8 +34,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -74,16 +83,18 @@ pub(super) struct Doorbell {
 }
 
 impl Doorbell {
-    /// Binds a socket under a fresh random name and starts reading it. Needs a tokio runtime
-    /// with I/O enabled.
-    pub(super) fn start() -> io::Result<Doorbell> {
+    /// Binds a socket under a fresh random name and starts reading it, taking datagrams from
+    /// the writers `store_file` may have. Needs a tokio runtime with I/O enabled.
+    pub(super) fn start(store_file: &Path) -> io::Result<Doorbell> {
+        let senders = Senders::of(store_file)?;
         let name = fresh_name()?;
         let address = SocketAddr::from_abstract_name(name.as_bytes())?;
         let socket = UnixDatagram::bind_addr(&address)?;
         socket.set_nonblocking(true)?;
+        pass_credentials(&socket)?;
         let socket = tokio::net::UnixDatagram::from_std(socket)?;
         let router = Arc::new(Mutex::new(WakeRouter::default()));
-        let task = tokio::spawn(receive(socket, Arc::clone(&router), queue_limit()));
+        let task = tokio::spawn(receive(socket, Arc::clone(&router), senders, queue_limit()));
         Ok(Doorbell {
             name,
             router,
@@ -247,6 +258,96 @@ fn fresh_name() -> io::Result<String> {
     Ok(format!("{NAME_PREFIX}{hex}"))
 }
 
+/// The users whose datagrams a receiver takes: its own, root, and the store file's owner.
+#[derive(Clone, Copy, Debug)]
+struct Senders {
+    own: libc::uid_t,
+    file_owner: libc::uid_t,
+}
+
+impl Senders {
+    fn of(store_file: &Path) -> io::Result<Senders> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let own = unsafe { libc::geteuid() };
+        let file_owner = std::fs::metadata(store_file).map_or(own, |m| m.uid());
+        Ok(Senders { own, file_owner })
+    }
+
+    fn allows(self, sender: libc::uid_t) -> bool {
+        sender == self.own || sender == 0 || sender == self.file_owner
+    }
+}
+
+/// Has the kernel attach each datagram's sender to it (`SO_PASSCRED`).
+fn pass_credentials(socket: &UnixDatagram) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    // SAFETY: the descriptor is the socket's, open for the call; the option value is a c_int
+    // that lives across it, and its size is passed.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PASSCRED,
+            std::ptr::from_ref(&on).cast(),
+            socklen_of::<libc::c_int>(),
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn socklen_of<T>() -> libc::socklen_t {
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(libc::socklen_t::MAX)
+}
+
+/// Receives one datagram without waiting: its length (`None` when it did not fit the buffer)
+/// and the user who sent it, as the kernel vouches (`None` when it said nothing).
+fn recv_with_sender(
+    fd: std::os::fd::RawFd,
+    buffer: &mut [u8],
+) -> io::Result<(Option<usize>, Option<libc::uid_t>)> {
+    let mut part = libc::iovec {
+        iov_base: buffer.as_mut_ptr().cast(),
+        iov_len: buffer.len(),
+    };
+    // Room for one SCM_CREDENTIALS message, aligned as cmsghdr needs.
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all-zero is a valid empty header, filled in below.
+    let mut header: libc::msghdr = unsafe { std::mem::zeroed() };
+    header.msg_iov = &mut part;
+    header.msg_iovlen = 1;
+    header.msg_control = control.as_mut_ptr().cast();
+    header.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: the header points at `part` (which points at `buffer`) and at `control`, all
+    // live and writable for the call, with their true lengths.
+    let received = unsafe { libc::recvmsg(fd, &mut header, libc::MSG_DONTWAIT) };
+    let Ok(length) = usize::try_from(received) else {
+        return Err(io::Error::last_os_error());
+    };
+    let mut sender = None;
+    // SAFETY: the header was filled in by recvmsg; CMSG_FIRSTHDR/CMSG_NXTHDR stay within
+    // `msg_controllen` bytes of `control`, and a credentials message's data is a ucred (read
+    // unaligned: CMSG_DATA need not be aligned for it).
+    unsafe {
+        let mut message = libc::CMSG_FIRSTHDR(&header);
+        while !message.is_null() {
+            let m = &*message;
+            if m.cmsg_level == libc::SOL_SOCKET && m.cmsg_type == libc::SCM_CREDENTIALS {
+                let credentials: libc::ucred =
+                    std::ptr::read_unaligned(libc::CMSG_DATA(message).cast());
+                sender = Some(credentials.uid);
+            }
+            message = libc::CMSG_NXTHDR(&header, message);
+        }
+    }
+    let whole = header.msg_flags & libc::MSG_TRUNC == 0;
+    Ok((whole.then_some(length), sender))
+}
+
 /// How many datagrams the kernel queues for a receiver before refusing more
 /// (`net.unix.max_dgram_qlen`, 10 unless changed).
 fn queue_limit() -> usize {
@@ -342,6 +443,7 @@ impl Latest {
 async fn receive(
     socket: tokio::net::UnixDatagram,
     router: Arc<Mutex<WakeRouter>>,
+    senders: Senders,
     queue_limit: usize,
 ) {
     let mut buffer = vec![0u8; DATAGRAM_MAX];
@@ -353,10 +455,20 @@ async fn receive(
         }
         let mut drained = 0usize;
         loop {
-            match socket.try_recv(&mut buffer) {
-                Ok(n) => {
+            let received = socket.try_io(tokio::io::Interest::READABLE, || {
+                recv_with_sender(socket.as_raw_fd(), &mut buffer)
+            });
+            match received {
+                Ok((length, sender)) => {
                     drained += 1;
-                    if let Some(rung) = buffer.get(..n).and_then(decode) {
+                    if !sender.is_some_and(|uid| senders.allows(uid)) {
+                        tracing::debug!(
+                            ?sender,
+                            "a wake-up from a user who may not write the store was dropped"
+                        );
+                        continue;
+                    }
+                    if let Some(rung) = length.and_then(|n| buffer.get(..n)).and_then(decode) {
                         deliver(&router, &mut latest, rung);
                     }
                 }
@@ -477,12 +589,88 @@ mod tests {
         drop(stuck);
     }
 
+    /// Sends `datagram` to the socket `name` from a child process running as `uid`. The child
+    /// makes only system calls between fork and exit.
+    fn send_as(uid: libc::uid_t, name: &str, datagram: &[u8]) {
+        // SAFETY: sockaddr_un is plain data; all-zero is valid, filled in below.
+        let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        address.sun_family = libc::sa_family_t::try_from(libc::AF_UNIX).unwrap();
+        // sun_path[0] stays 0: the abstract namespace.
+        for (slot, byte) in address.sun_path[1..].iter_mut().zip(name.bytes()) {
+            *slot = byte as libc::c_char;
+        }
+        let length = std::mem::offset_of!(libc::sockaddr_un, sun_path) + 1 + name.len();
+        let length = libc::socklen_t::try_from(length).unwrap();
+        // SAFETY: the child calls only setuid, socket, sendto and _exit, on memory prepared
+        // before the fork; the parent waits for it.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                if libc::setuid(uid) != 0 {
+                    libc::_exit(2);
+                }
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0);
+                if fd < 0 {
+                    libc::_exit(3);
+                }
+                let sent = libc::sendto(
+                    fd,
+                    datagram.as_ptr().cast(),
+                    datagram.len(),
+                    0,
+                    std::ptr::from_ref(&address).cast(),
+                    length,
+                );
+                libc::_exit(if sent < 0 { 4 } else { 0 });
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "the sending child failed: {status:#x}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wake_up_from_a_user_who_may_not_write_the_store_is_dropped() {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        assert!(
+            root,
+            "this test sends as another user: run it as root, as scripts/test.sh does"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("baton.db");
+        std::fs::write(&file, b"").unwrap();
+        let bell = Doorbell::start(&file).unwrap();
+        let mut receiver = bell.subscribe("k");
+        // A forged grant, newer than the real write that follows: had it been taken, the real
+        // one would be dropped as older.
+        send_as(65534, bell.name(), &encode("k", 11, b"forged").unwrap());
+        let gone = Ringer::default().ring(&[bell.name().to_owned()], "k", 10, b"genuine");
+        assert!(gone.is_empty());
+        tokio::time::timeout(Duration::from_secs(2), receiver.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        let woken = receiver.borrow_and_update().clone();
+        let doc = woken
+            .document
+            .expect("the genuine write carries its document");
+        assert_eq!(
+            (doc.version.0.as_str(), doc.bytes.as_slice()),
+            ("10", &b"genuine"[..])
+        );
+    }
+
     #[tokio::test]
     async fn a_ring_reaches_the_watcher_and_a_dead_name_is_reported_gone() {
-        let bell = Doorbell::start().unwrap();
+        let bell = Doorbell::start(Path::new("/nonexistent")).unwrap();
         let mut receiver = bell.subscribe("k");
         let gone_name = {
-            let dead = Doorbell::start().unwrap();
+            let dead = Doorbell::start(Path::new("/nonexistent")).unwrap();
             dead.name().to_owned()
         };
         // The aborted task drops its socket when the runtime next runs it.

@@ -419,7 +419,7 @@ impl Store for SqliteStore {
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
         let bell = self.inner.doorbell.get_or_init(|| {
-            doorbell::Doorbell::start()
+            doorbell::Doorbell::start(&self.inner.path)
                 .inspect_err(|error| {
                     tracing::debug!(%error, "no wake-up socket; waiters follow the file instead");
                 })
