@@ -5,6 +5,7 @@
 //! takes no time, and the counts do not depend on the machine's load.
 #![allow(clippy::unwrap_used)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -138,29 +139,23 @@ async fn a_waiter_woken_with_the_document_does_not_read() {
     );
 }
 
-/// A queue of waiters whose wake-ups are bare (SQLite's only say that the file changed): the
-/// holder releases, and each waiter, granted in turn, releases at once. A waiter looks at a bare
-/// wake-up only when it could bring its turn ([`baton_client::poll::wakes_before_look`]), so the
-/// queue drains with far fewer reads than one per waiter and write, in queue order, and no
-/// waiter falls back on its timer (paused time: the drain takes none unless a timer fires).
-#[tokio::test(start_paused = true)]
-async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
-    const WAITERS: usize = 12;
-    let shared = Arc::new(MemoryStore::new());
+/// Drains a queue: a holder takes `k` on `shared`, `waiters` enqueue behind it in order, each
+/// releasing at once when granted, and the holder releases. Checks that the grants came in
+/// queue order and that no waiter fell back on its timer (paused time: the drain takes none
+/// unless a timer fires). Returns how much `count` grew during the drain.
+async fn drain(
+    shared: &Arc<MemoryStore>,
+    waiters: Vec<(Coordinator, AcquireOptions)>,
+    count: impl Fn() -> u64,
+) -> u64 {
     let holder = Coordinator::new(shared.clone());
     let lease = acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
-    let mut stores = Vec::new();
     let mut waits = Vec::new();
-    for n in 0..WAITERS {
-        let store = Probe::bare(shared.clone());
-        let coord = Coordinator::new(store.clone());
-        stores.push(store);
+    for (n, (coord, options)) in waiters.into_iter().enumerate() {
         waits.push(tokio::spawn(async move {
-            let lease = acquire(&coord, &Pending::new("k"), &options())
-                .await
-                .unwrap();
+            let lease = acquire(&coord, &Pending::new("k"), &options).await.unwrap();
             // Each await below may let another task run: the writes do not all come in pairs.
             tokio::task::yield_now().await;
             release(&coord, "k", &lease.token, baton_core::Outcome::Succeeded)
@@ -182,7 +177,7 @@ async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
-    let loads_before: u64 = stores.iter().map(|s| s.loads()).sum();
+    let before = count();
     let started = tokio::time::Instant::now();
     release(&holder, "k", &lease.token, baton_core::Outcome::Succeeded)
         .await
@@ -191,7 +186,6 @@ async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
     for wait in waits {
         fences.push(wait.await.unwrap());
     }
-    let loads: u64 = stores.iter().map(|s| s.loads()).sum::<u64>() - loads_before;
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "granted out of queue order: fences {fences:?}"
@@ -201,6 +195,23 @@ async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
         "a waiter waited for its timer: {:?}",
         started.elapsed()
     );
+    count() - before
+}
+
+/// A queue of waiters whose wake-ups are bare (SQLite's file watcher only says that the file
+/// changed): a waiter looks at a bare wake-up only when it could bring its turn
+/// ([`baton_client::poll::wakes_before_look`]), so the queue drains with far fewer reads than
+/// one per waiter and write, in queue order, and no waiter falls back on its timer.
+#[tokio::test(start_paused = true)]
+async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
+    const WAITERS: usize = 12;
+    let shared = Arc::new(MemoryStore::new());
+    let stores: Vec<_> = (0..WAITERS).map(|_| Probe::bare(shared.clone())).collect();
+    let waiters = stores
+        .iter()
+        .map(|store| (Coordinator::new(store.clone()), options()))
+        .collect();
+    let loads = drain(&shared, waiters, || stores.iter().map(|s| s.loads()).sum()).await;
     // Looking at every wake-up costs a read per waiter still queued at each of the ~2 writes
     // per turn (the release that grants, the claim): 2 * (12 + 11 + ... + 1) = 156 here.
     let every_wake_up = 2 * (WAITERS * (WAITERS + 1) / 2) as u64;
@@ -220,60 +231,20 @@ async fn with_bare_wake_ups_waiters_far_back_do_not_read_at_every_write() {
 async fn with_pushed_documents_waiters_far_back_do_not_look_at_every_write() {
     const WAITERS: usize = 12;
     let shared = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(shared.clone());
-    let lease = acquire(&holder, &Pending::new("k"), &options())
-        .await
-        .unwrap();
-    let looks = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut waits = Vec::new();
-    for n in 0..WAITERS {
-        let coord = Coordinator::new(Probe::new(shared.clone(), true));
-        let counted = looks.clone();
-        let options = AcquireOptions {
-            on_progress: Some(Arc::new(move |_: &_| {
-                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            })),
-            ..options()
-        };
-        waits.push(tokio::spawn(async move {
-            let lease = acquire(&coord, &Pending::new("k"), &options).await.unwrap();
-            tokio::task::yield_now().await;
-            release(&coord, "k", &lease.token, baton_core::Outcome::Succeeded)
-                .await
-                .unwrap();
-            lease.fence
-        }));
-        while shared
-            .load("k")
-            .await
-            .unwrap()
-            .is_some_and(|v| baton_core::decode(&v.bytes).unwrap().tickets.len() < n + 2)
-        {
-            tokio::task::yield_now().await;
-        }
-    }
-    for _ in 0..100 {
-        tokio::task::yield_now().await;
-    }
-    let looks_before = looks.load(std::sync::atomic::Ordering::Relaxed);
-    let started = tokio::time::Instant::now();
-    release(&holder, "k", &lease.token, baton_core::Outcome::Succeeded)
-        .await
-        .unwrap();
-    let mut fences = Vec::new();
-    for wait in waits {
-        fences.push(wait.await.unwrap());
-    }
-    let looks = looks.load(std::sync::atomic::Ordering::Relaxed) - looks_before;
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "granted out of queue order: fences {fences:?}"
-    );
-    assert!(
-        started.elapsed() < PollBounds::default().max,
-        "a waiter waited for its timer: {:?}",
-        started.elapsed()
-    );
+    let looks = Arc::new(AtomicU64::new(0));
+    let waiters = (0..WAITERS)
+        .map(|_| {
+            let counted = looks.clone();
+            let options = AcquireOptions {
+                on_progress: Some(Arc::new(move |_: &_| {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                })),
+                ..options()
+            };
+            (Coordinator::new(Probe::new(shared.clone(), true)), options)
+        })
+        .collect();
+    let looks = drain(&shared, waiters, || looks.load(Ordering::Relaxed)).await;
     let every_wake_up = 2 * (WAITERS * (WAITERS + 1) / 2) as u64;
     assert!(
         looks * 2 <= every_wake_up,

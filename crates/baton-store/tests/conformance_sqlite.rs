@@ -291,6 +291,14 @@ const N_CHILD_PROCESSES: usize = 12;
 const INCREMENTS_PER_CHILD: usize = 10;
 const CHILD_COUNTER_KEY: &str = "processes/counter";
 
+/// The runtime a child process of these tests runs its store on.
+fn child_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// The child of [`many_processes_open_one_fresh_file`]: opens the store and increments the
 /// counter. Without the environment variable (a normal test run) it has nothing to do.
 #[test]
@@ -303,11 +311,7 @@ fn child_process_increments() {
         .parse()
         .unwrap();
     std::thread::sleep(Duration::from_millis(start_at_ms.saturating_sub(wall_ms())));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    child_runtime().block_on(async {
         let store = SqliteStore::open(Path::new(&path)).await.unwrap();
         conformance::increment(&store, CHILD_COUNTER_KEY, INCREMENTS_PER_CHILD).await;
     });
@@ -430,11 +434,7 @@ fn child_process_rings_or_watches() {
     ) else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    child_runtime().block_on(async {
         let store = SqliteStore::open(Path::new(&path)).await.unwrap();
         match what.as_str() {
             "write" => {

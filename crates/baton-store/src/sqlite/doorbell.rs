@@ -86,7 +86,7 @@ impl Doorbell {
     /// Binds a socket under a fresh random name and starts reading it, taking datagrams from
     /// the writers `store_file` may have. Needs a tokio runtime with I/O enabled.
     pub(super) fn start(store_file: &Path) -> io::Result<Doorbell> {
-        let senders = Senders::of(store_file)?;
+        let senders = Senders::of(store_file);
         let name = fresh_name()?;
         let address = SocketAddr::from_abstract_name(name.as_bytes())?;
         let socket = UnixDatagram::bind_addr(&address)?;
@@ -266,12 +266,12 @@ struct Senders {
 }
 
 impl Senders {
-    fn of(store_file: &Path) -> io::Result<Senders> {
+    fn of(store_file: &Path) -> Senders {
         use std::os::unix::fs::MetadataExt;
         // SAFETY: geteuid has no preconditions and cannot fail.
         let own = unsafe { libc::geteuid() };
         let file_owner = std::fs::metadata(store_file).map_or(own, |m| m.uid());
-        Ok(Senders { own, file_owner })
+        Senders { own, file_owner }
     }
 
     fn allows(self, sender: libc::uid_t) -> bool {
