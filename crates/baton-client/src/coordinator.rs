@@ -12,15 +12,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use baton_core::backlog::Segment;
+use baton_core::freeze::Paused;
 use baton_core::lease::Basis;
-use baton_core::notify::{self, Rule};
-use baton_core::{apply_with, decode, encode, Clock, Doc, Inputs, Observer, Reply, Request};
-use baton_store::{CasOutcome, Store, StoreClock, StoreError, Version, Versioned};
+use baton_core::notify::{self, Rule, Settings};
+use baton_core::op::Refusal;
+use baton_core::{
+    apply_with, decode, encode, Applied, Clock, Doc, Inputs, Observer, Reply, Request,
+};
+use baton_store::{CasOutcome, Replacement, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
 use crate::notify::{spawn_delivery, SettingsCache, SETTINGS_FRESH_MS};
 use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
+use locked::Locked;
+
+mod locked;
 
 /// How many conflicting writes in a row before giving up.
 const MAX_CONFLICTS: u32 = 200;
@@ -65,10 +72,131 @@ pub struct KeySnapshot {
     pub read_from_ms: u64,
 }
 
+/// A key's document as this coordinator last saw it.
 #[derive(Clone, Debug)]
 struct Cached {
     version: Option<Version>,
     doc: Option<Doc>,
+}
+
+/// What a write read besides the key's document ([`Coordinator::prepare`]): owned, so that a
+/// locked update can carry it into the store's lock.
+struct Prepared {
+    /// When the document this write computes was computed, on the local clock.
+    basis: Basis,
+    store_clock: StoreClock,
+    uncertain_ms: u64,
+    observer: Observer,
+    mono_ms: u64,
+    wall: u64,
+    /// The backlog segment the document read asked for, and that segment.
+    wanted: Option<(u64, u64)>,
+    segment: Option<Segment>,
+    settings: Arc<Settings>,
+    paused: Option<Paused>,
+}
+
+impl Prepared {
+    /// The core's answer to `request` on `doc`, with its events noted on their tickets in the
+    /// very write that makes them.
+    fn apply(&self, key: &str, doc: Option<&Doc>, request: &Request) -> Result<Applied, Refusal> {
+        let clock = core_clock(
+            &self.store_clock,
+            self.uncertain_ms,
+            &self.observer,
+            self.mono_ms,
+            self.wall,
+        );
+        let inputs = Inputs {
+            segment: self.segment.as_ref(),
+            paused: self.paused.as_ref(),
+        };
+        let mut applied = apply_with(doc, request, &clock, inputs)?;
+        let rules: Vec<&Rule> = self.settings.watching(key).collect();
+        notify::record(doc, &mut applied, &rules, self.wall);
+        Ok(applied)
+    }
+
+    /// The bytes that carry `applied`: the document, its history entries, its place in the due
+    /// index and the backlog segment it spilled (written before the document that counts it).
+    fn replacement(&self, key: &str, applied: &Applied) -> Result<Replacement, ClientError> {
+        let bytes = encode(&applied.doc).map_err(|source| ClientError::TooLarge {
+            key: key.to_string(),
+            source,
+        })?;
+        let clock = core_clock(
+            &self.store_clock,
+            self.uncertain_ms,
+            &self.observer,
+            self.mono_ms,
+            self.wall,
+        );
+        Ok(Replacement {
+            bytes,
+            history: applied.finished.iter().map(|f| f.encode()).collect(),
+            due_ms: baton_core::job::due_ms(&applied.doc, clock.job_now_ms(), self.wall),
+            records: applied
+                .segment_out
+                .iter()
+                .map(|segment| (segment.record_name(), segment.encode()))
+                .collect(),
+        })
+    }
+}
+
+/// What an operation's attempts whose writes may have landed unseen leave for its answer.
+#[derive(Debug, Default)]
+struct Lost {
+    /// The request came already marked as a retry: an earlier call's attempt may have landed,
+    /// at a time this call cannot know.
+    retried_from_earlier_call: bool,
+    /// The earliest basis of this call's attempts that may have landed.
+    maybe_landed: Option<Basis>,
+    /// The grants those attempts made.
+    maybe_granted: Vec<(String, u64)>,
+}
+
+impl Lost {
+    fn of(request: &Request) -> Lost {
+        Lost {
+            retried_from_earlier_call: request.finishes_seen.is_some(),
+            ..Lost::default()
+        }
+    }
+
+    /// A write that may have landed: the request is retried marked with what it saw
+    /// (`doc`'s finish count), so that the core recognises its own attempt, or refuses it as
+    /// uncertain if more tickets ended since than it remembers.
+    fn ambiguous(
+        &mut self,
+        request: &mut Request,
+        doc: Option<&Doc>,
+        basis: Basis,
+        granted: Vec<(String, u64)>,
+    ) {
+        if request.finishes_seen.is_none() {
+            request.finishes_seen = Some(doc.map_or(0, |doc| doc.finishes));
+        }
+        self.maybe_landed = Some(earlier(self.maybe_landed, basis));
+        self.maybe_granted.extend(granted);
+    }
+
+    /// The answer of an operation that needed no write, computed from a fresh document.
+    fn unchanged(self, applied: Applied) -> Executed {
+        let (basis, granted) = if self.retried_from_earlier_call {
+            (None, Vec::new())
+        } else {
+            (self.maybe_landed, self.maybe_granted)
+        };
+        Executed {
+            reply: applied.reply,
+            doc: applied.doc,
+            version: None,
+            ended: Vec::new(),
+            granted,
+            basis,
+        }
+    }
 }
 
 /// Runs operations on keys of one store.
@@ -201,14 +329,31 @@ impl Coordinator {
         }
         self.settings.prefetch(&self.store, mono_ms());
         let mut current = self.cached(key);
+        let mut lost = Lost::of(request);
         let mut fresh = false;
+        if self.store.capabilities().locked_update {
+            match self
+                .execute_locked(key, request, current.take(), &mut lost)
+                .await?
+            {
+                Locked::Done(executed) => return Ok(executed),
+                Locked::Fallback { seen, read } => (current, fresh) = (seen, read),
+            }
+        }
+        self.execute_cas(key, request, current, fresh, lost).await
+    }
+
+    /// [`Coordinator::execute`] by optimistic writes: apply to the cached (or a fresh)
+    /// document, CAS, and on a conflict apply again to the document the conflict returned.
+    async fn execute_cas(
+        &self,
+        key: &str,
+        request: &mut Request,
+        mut current: Option<Cached>,
+        mut fresh: bool,
+        mut lost: Lost,
+    ) -> Result<Executed, ClientError> {
         let mut conflicts = 0u32;
-        // An earlier call's attempt may have landed unseen, at a time this call cannot know.
-        let retried_from_earlier_call = request.finishes_seen.is_some();
-        // The earliest basis of an attempt whose write may have landed unseen (ambiguous), and
-        // the grants such attempts made.
-        let mut maybe_landed: Option<Basis> = None;
-        let mut maybe_granted: Vec<(String, u64)> = Vec::new();
         loop {
             let cached = match current.take() {
                 Some(cached) => cached,
@@ -217,32 +362,8 @@ impl Coordinator {
                     self.load(key).await?
                 }
             };
-            // Taken before the clock is read: the deadlines this write sets count from here.
-            let basis_local_ms = self.local_ms();
-            let store_clock = self.store.clock().await?;
-            let basis = Basis {
-                basis_local_ms,
-                behind_ms: match &store_clock {
-                    StoreClock::Time { behind_ms, .. } => *behind_ms,
-                    StoreClock::None => 0,
-                },
-            };
-            let observer = self.observer(key);
-            let wall = wall_ms();
-            let uncertain_ms = self.store.capabilities().clock_uncertain_ms;
-            let clock = core_clock(&store_clock, uncertain_ms, &observer, mono_ms(), wall);
-            let segment = self.wanted_segment(key, cached.doc.as_ref()).await?;
-            // The rules and freezes, from a copy at most `SETTINGS_FRESH_MS` old.
-            let settings = self
-                .settings
-                .settings(&self.store, mono_ms(), SETTINGS_FRESH_MS)
-                .await?;
-            let paused = baton_core::freeze::in_force(&settings.freezes, key, wall);
-            let inputs = Inputs {
-                segment: segment.as_ref(),
-                paused: paused.as_ref(),
-            };
-            let mut applied = match apply_with(cached.doc.as_ref(), request, &clock, inputs) {
+            let prepared = self.prepare(key, cached.doc.as_ref()).await?;
+            let applied = match prepared.apply(key, cached.doc.as_ref(), request) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
                 Err(refusal) => {
@@ -252,62 +373,33 @@ impl Coordinator {
                     })
                 }
             };
-            // The change's events are noted on their tickets, in this very write.
-            let rules: Vec<&Rule> = settings.watching(key).collect();
-            notify::record(cached.doc.as_ref(), &mut applied, &rules, wall);
             if !applied.changed {
                 if !fresh {
                     continue;
                 }
-                if retried_from_earlier_call {
-                    (maybe_landed, maybe_granted) = (None, Vec::new());
-                }
-                return Ok(Executed {
-                    reply: applied.reply,
-                    doc: applied.doc,
-                    version: None,
-                    ended: Vec::new(),
-                    granted: maybe_granted,
-                    basis: maybe_landed,
-                });
+                return Ok(lost.unchanged(applied));
             }
-            let bytes = encode(&applied.doc).map_err(|source| ClientError::TooLarge {
-                key: key.to_string(),
-                source,
-            })?;
-            let history: Vec<Vec<u8>> = applied.finished.iter().map(|f| f.encode()).collect();
+            let replacement = prepared.replacement(key, &applied)?;
             // A backlog segment before the document that counts it: a writer that dies in
             // between leaves a segment the document never counts, or the very bytes a later
             // writer writes again (`baton_core::backlog`).
-            if let Some(segment) = &applied.segment_out {
-                let name = segment.record_name();
-                self.store.put_record(key, &name, &segment.encode()).await?;
+            for (name, record) in &replacement.records {
+                self.store.put_record(key, name, record).await?;
             }
             // The due index moves with the document, in the same write.
-            let due_ms = baton_core::job::due_ms(&applied.doc, clock.job_now_ms(), wall);
             match self
                 .store
-                .cas_due(key, cached.version.as_ref(), &bytes, &history, due_ms)
+                .cas_due(
+                    key,
+                    cached.version.as_ref(),
+                    &replacement.bytes,
+                    &replacement.history,
+                    replacement.due_ms,
+                )
                 .await
             {
                 Ok(CasOutcome::Written { version }) => {
-                    self.remember(key, Some(version.clone()), Some(applied.doc.clone()));
-                    let due = applied
-                        .doc
-                        .outbox
-                        .as_ref()
-                        .is_some_and(|o| o.deliverable(wall));
-                    if due && self.delivers {
-                        spawn_delivery(self.store.clone(), self.settings.clone(), key);
-                    }
-                    return Ok(Executed {
-                        reply: applied.reply,
-                        doc: applied.doc,
-                        version: Some(version),
-                        ended: applied.finished,
-                        granted: applied.granted,
-                        basis: Some(basis),
-                    });
+                    return Ok(self.written(key, applied, version, &prepared));
                 }
                 Ok(CasOutcome::Conflict { current: now }) => {
                     conflicts += 1;
@@ -339,15 +431,12 @@ impl Coordinator {
                     }
                 }
                 Err(StoreError::Ambiguous { .. }) => {
-                    // The write may have landed. Re-read and apply the same request again: the
-                    // core recognises its own attempt (by ticket and attempt ids), or refuses
-                    // it as uncertain if more tickets ended since than it remembers.
-                    if request.finishes_seen.is_none() {
-                        let seen = cached.doc.as_ref().map_or(0, |doc| doc.finishes);
-                        request.finishes_seen = Some(seen);
-                    }
-                    maybe_landed = Some(earlier(maybe_landed, basis));
-                    maybe_granted.extend(applied.granted);
+                    lost.ambiguous(
+                        request,
+                        cached.doc.as_ref(),
+                        prepared.basis,
+                        applied.granted,
+                    );
                     self.forget(key);
                     current = None;
                 }
@@ -356,6 +445,71 @@ impl Coordinator {
                     return Err(e.into());
                 }
             }
+        }
+    }
+
+    /// What a write reads besides the key's document before it computes (`doc`: the document
+    /// it will compute from, or the one it expects to find): the clocks, the backlog segment the
+    /// document asks for, the settings.
+    async fn prepare(&self, key: &str, doc: Option<&Doc>) -> Result<Prepared, ClientError> {
+        // Taken before the clock is read: the deadlines this write sets count from here.
+        let basis_local_ms = self.local_ms();
+        let store_clock = self.store.clock().await?;
+        let basis = Basis {
+            basis_local_ms,
+            behind_ms: match &store_clock {
+                StoreClock::Time { behind_ms, .. } => *behind_ms,
+                StoreClock::None => 0,
+            },
+        };
+        let wall = wall_ms();
+        let wanted = doc.and_then(Doc::segment_wanted);
+        let segment = self.wanted_segment(key, doc).await?;
+        // The rules and freezes, from a copy at most `SETTINGS_FRESH_MS` old.
+        let settings = self
+            .settings
+            .settings(&self.store, mono_ms(), SETTINGS_FRESH_MS)
+            .await?;
+        let paused = baton_core::freeze::in_force(&settings.freezes, key, wall);
+        Ok(Prepared {
+            basis,
+            store_clock,
+            uncertain_ms: self.store.capabilities().clock_uncertain_ms,
+            observer: self.observer(key),
+            mono_ms: mono_ms(),
+            wall,
+            wanted,
+            segment,
+            settings,
+            paused,
+        })
+    }
+
+    /// The answer of a write that landed at `version`: remembered as the key's latest, with
+    /// the delivery of the events it left due started.
+    fn written(
+        &self,
+        key: &str,
+        applied: Applied,
+        version: Version,
+        prepared: &Prepared,
+    ) -> Executed {
+        self.remember(key, Some(version.clone()), Some(applied.doc.clone()));
+        let due = applied
+            .doc
+            .outbox
+            .as_ref()
+            .is_some_and(|o| o.deliverable(prepared.wall));
+        if due && self.delivers {
+            spawn_delivery(self.store.clone(), self.settings.clone(), key);
+        }
+        Executed {
+            reply: applied.reply,
+            doc: applied.doc,
+            version: Some(version),
+            ended: applied.finished,
+            granted: applied.granted,
+            basis: Some(prepared.basis),
         }
     }
 
@@ -485,6 +639,26 @@ impl Coordinator {
     /// so trusting it costs at most a conflict, never a wrong write.
     pub async fn adopt(&self, key: &str, pushed: Versioned) -> Result<KeySnapshot, ClientError> {
         let cached = self.decode(key, pushed)?;
+        self.taken(key, cached).await
+    }
+
+    /// [`Coordinator::adopt`], unless `skip` says the document tells nothing (then it is not
+    /// taken, and `None`).
+    pub async fn adopt_unless(
+        &self,
+        key: &str,
+        pushed: Versioned,
+        skip: impl FnOnce(&Doc) -> bool,
+    ) -> Result<Option<KeySnapshot>, ClientError> {
+        let cached = self.decode(key, pushed)?;
+        if cached.doc.as_ref().is_some_and(skip) {
+            return Ok(None);
+        }
+        self.taken(key, cached).await.map(Some)
+    }
+
+    /// A pushed document taken as the key's latest: cached, with the store clock read now.
+    async fn taken(&self, key: &str, cached: Cached) -> Result<KeySnapshot, ClientError> {
         self.remember(key, cached.version.clone(), cached.doc.clone());
         let read_from_ms = self.local_ms();
         let clock = self.store.clock().await?;

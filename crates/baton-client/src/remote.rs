@@ -443,7 +443,8 @@ impl Feed {
                     crate::acquire::retry_pause(Duration::from_millis(200) * failures.min(40))
                 }
             };
-            wakes.send_replace(Wake::read_again());
+            // The feed ended: what changed until the next one starts is not told.
+            Wake::untold().send(&wakes);
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = wakes.closed() => return,
@@ -472,7 +473,7 @@ impl Feed {
                     "document" => {
                         let body: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
                         let wake = versioned(&body).map_or_else(Wake::read_again, Wake::with);
-                        wakes.send_replace(wake);
+                        wake.send(wakes);
                     }
                     "closing" => return FeedEnd::Closing,
                     _ => {}

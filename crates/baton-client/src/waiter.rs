@@ -44,11 +44,22 @@ pub(crate) async fn wait_for_turn(
     heartbeat_claims: bool,
 ) -> Result<Lease, ClientError> {
     let started = Instant::now();
+    // On a key that others held or waited for when last seen, the watch starts before the
+    // enqueue: every write after the enqueue is then told, and the wait needs no first read.
+    // On a key seen free the enqueue likely grants, and a watch would be paid for nothing.
+    let watched_before = if coord
+        .cached_doc(&pending.key)
+        .is_some_and(|doc| !doc.tickets.is_empty())
+    {
+        coord.store().watch(&pending.key).await?
+    } else {
+        None
+    };
     let enqueued = enqueue(coord, pending, options).await?;
     if let Some(lease) = turn_from_write(coord, pending, &enqueued.op, &enqueued.executed)? {
         return Ok(lease);
     }
-    let mut waiter = Waiter::start(coord, pending, options, enqueued).await?;
+    let mut waiter = Waiter::start(coord, pending, options, enqueued, watched_before).await?;
     waiter.deadline = deadline;
     waiter.heartbeat_claims = heartbeat_claims;
     waiter.started = started;
@@ -215,6 +226,8 @@ struct Waiter<'a> {
     last_refresh: Instant,
     /// The key's document as last seen.
     doc: Doc,
+    /// This ticket's place in the key's arrivals ([`Doc::next_arrival`] before its enqueue).
+    arrival: u64,
     /// The last reading of the store's clock, and when it was taken (for the next expiry).
     clock_reading: (StoreClock, Instant),
     /// While the store fails with transient errors: since when, and the last error.
@@ -229,10 +242,20 @@ impl<'a> Waiter<'a> {
         pending: &'a Pending,
         options: &'a AcquireOptions,
         enqueued: Enqueued,
+        watched_before: Option<WatchHandle>,
     ) -> Result<Waiter<'a>, ClientError> {
         let key = pending.key.as_str();
-        let watch = coord.store().watch(key).await?;
+        // A watch started after the enqueue may have missed a change in between: look first.
+        let (watch, missed) = match watched_before {
+            Some(watch) => (Some(watch), false),
+            None => (coord.store().watch(key).await?, true),
+        };
         let held = !is_queued(&enqueued.executed.doc, &pending.id);
+        let arrival = enqueued
+            .executed
+            .doc
+            .by_id(&pending.id)
+            .map_or(0, |ticket| ticket.arrival);
         let clock = coord.store().clock().await?;
         Ok(Waiter {
             coord,
@@ -241,11 +264,12 @@ impl<'a> Waiter<'a> {
             deadline: None,
             heartbeat_claims: false,
             started: Instant::now(),
-            look_now: watch.is_some() || held,
+            look_now: (watch.is_some() && missed) || held,
             watch,
             queued_at_ms: enqueued.queued_at_ms,
             last_refresh: Instant::now(),
             doc: enqueued.executed.doc,
+            arrival,
             clock_reading: (clock, Instant::now()),
             trouble: None,
             retry_in: None,
@@ -322,7 +346,9 @@ impl<'a> Waiter<'a> {
         match self.watch.as_mut() {
             Some(watch) if !retrying => {
                 let until = tokio::time::Instant::now() + sleep;
-                let mut woken = 0;
+                // Counted in changes, not wake-ups: a watch keeps only the latest wake-up, so
+                // one can stand for several writes that came while this task slept.
+                let told_before = watch.told();
                 loop {
                     tokio::select! {
                         // The timer is the safety net for a lost wake-up: it reads.
@@ -334,8 +360,8 @@ impl<'a> Waiter<'a> {
                             // CPU). Only the latest document can matter: an older one is
                             // dropped, and a bare wake-up after it means a newer change.
                             let pushed = changed?;
-                            woken += 1;
-                            if woken >= wakes_before_look {
+                            let woken = watch.told().wrapping_sub(told_before);
+                            if woken >= u64::try_from(wakes_before_look).unwrap_or(u64::MAX) {
                                 return Ok(pushed);
                             }
                         }
@@ -399,7 +425,9 @@ impl<'a> Waiter<'a> {
 
     /// One look at the key, and what follows from it.
     async fn look(&mut self, pushed: Option<Versioned>) -> Result<Next, ClientError> {
-        let snapshot = self.snapshot(pushed).await?;
+        let Some(snapshot) = self.snapshot(pushed).await? else {
+            return Ok(Next::Wait);
+        };
         if self.trouble.take().is_some() {
             tracing::info!(key = self.key(), "the store answers again");
         }
@@ -427,18 +455,25 @@ impl<'a> Waiter<'a> {
         Ok(Next::Wait)
     }
 
-    /// The key as a push delivered it, or as read now. A pushed document without this ticket
-    /// may predate it (a wake-up sent before the enqueue, delivered after): only a read can say
-    /// the ticket is gone.
-    async fn snapshot(&mut self, pushed: Option<Versioned>) -> Result<KeySnapshot, ClientError> {
+    /// The key as a push delivered it, or as read now; `None` when the push has no news. A
+    /// pushed document without this ticket may predate it (a wake-up sent before the enqueue,
+    /// delivered after): one whose arrivals stop short of this ticket's surely does, and tells
+    /// nothing; of any other, only a read can say whether the ticket is gone.
+    async fn snapshot(
+        &mut self,
+        pushed: Option<Versioned>,
+    ) -> Result<Option<KeySnapshot>, ClientError> {
         if let Some(pushed) = pushed {
-            let snapshot = self.coord.adopt(self.key(), pushed).await?;
-            let mine = snapshot
-                .doc
-                .as_ref()
-                .and_then(|d| d.by_id(&self.pending.id));
-            if mine.is_some() {
-                return Ok(snapshot);
+            let (id, arrival) = (&self.pending.id, self.arrival);
+            let older = |doc: &Doc| doc.by_id(id).is_none() && doc.next_arrival <= arrival;
+            match self.coord.adopt_unless(self.key(), pushed, older).await? {
+                None => return Ok(None),
+                Some(snapshot) => {
+                    let doc = snapshot.doc.as_ref();
+                    if doc.and_then(|d| d.by_id(&self.pending.id)).is_some() {
+                        return Ok(Some(snapshot));
+                    }
+                }
             }
         }
         let snapshot = self.coord.read(self.key()).await?;
@@ -446,7 +481,7 @@ impl<'a> Waiter<'a> {
         if doc.is_some_and(|doc| is_queued(doc, &self.pending.id)) {
             self.queued_at_ms = snapshot.read_from_ms;
         }
-        Ok(snapshot)
+        Ok(Some(snapshot))
     }
 
     /// A grant seen unclaimed, as a lease to start at once, if it surely stands long enough

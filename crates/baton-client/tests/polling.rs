@@ -251,3 +251,58 @@ async fn with_pushed_documents_waiters_far_back_do_not_look_at_every_write() {
         "{looks} looks to drain {WAITERS} waiters; looking at every wake-up costs {every_wake_up}"
     );
 }
+
+/// Clients cycling on one key, each back at the end of the queue right after its release, some
+/// taking their wake-ups late (a busy process; a watch keeps only the latest): one wake-up then
+/// stands for the writes of several grants. A waiter counts the writes
+/// its wake-ups tell of, not the wake-ups, so none sleeps on its timer through its own turn
+/// while the whole queue waits for it.
+#[tokio::test(start_paused = true)]
+async fn waiters_count_the_writes_a_late_wake_up_stands_for() {
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 4;
+    // A timer wait would take at least half of this.
+    let timer = Duration::from_secs(60);
+    let shared = Arc::new(MemoryStore::new());
+    let started = tokio::time::Instant::now();
+    let mut clients = Vec::new();
+    for n in 0..CLIENTS {
+        // Some take their wake-ups far later than others: several grants go by meanwhile.
+        let late = Duration::from_millis(if n % 2 == 0 { 1 } else { 15 });
+        let store = Probe::slow_wakes(shared.clone(), late);
+        let coord = Coordinator::new(store);
+        let options = AcquireOptions {
+            poll: PollBounds::up_to(timer),
+            ..options()
+        };
+        clients.push(tokio::spawn(async move {
+            let mut fences = Vec::new();
+            for _ in 0..ROUNDS {
+                let lease = acquire(&coord, &Pending::new("k"), &options).await.unwrap();
+                fences.push(lease.fence);
+                tokio::task::yield_now().await;
+                release(&coord, "k", &lease.token, baton_core::Outcome::Succeeded)
+                    .await
+                    .unwrap();
+            }
+            fences
+        }));
+    }
+    let mut fences = Vec::new();
+    for client in clients {
+        fences.extend(client.await.unwrap());
+    }
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        CLIENTS * ROUNDS,
+        "every grant has a fence of its own"
+    );
+    assert!(
+        started.elapsed() < timer / 4,
+        "{} grants took {:?}: a waiter slept on its timer through its turn",
+        CLIENTS * ROUNDS,
+        started.elapsed()
+    );
+}

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use baton_core::{Doc, Finished, Outcome, TicketState};
 use baton_store::{
-    Capabilities, CasOutcome, DueKey, HistoryRecord, Store, StoreClock, StoreError, Version,
-    Versioned, WatchHandle, WithDocs,
+    Capabilities, CasOutcome, DueKey, HistoryRecord, Store, StoreClock, StoreError, Updated,
+    Version, Versioned, WatchHandle, WithDocs,
 };
 use prometheus::{
     Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
@@ -400,6 +400,14 @@ impl Store for Measured {
     ) -> Result<CasOutcome, StoreError> {
         let work = self.inner.cas_due(key, expected, bytes, history, due_ms);
         self.time("cas", work).await
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        compute: baton_store::Compute,
+    ) -> Result<Option<Updated>, StoreError> {
+        self.time("cas", self.inner.update(key, compute)).await
     }
 
     async fn due_keys(

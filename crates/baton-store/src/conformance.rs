@@ -19,9 +19,12 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::{
-    CasOutcome, HistoryRecord, Store, StoreClock, Version, Versioned, WatchHandle, WithDocs,
-    RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
+    CasOutcome, Change, HistoryRecord, Replacement, Store, StoreClock, Updated, Version, Versioned,
+    WatchHandle, WithDocs, RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
 };
 
 /// The largest hot document the design allows (256 KiB); every store must hold one.
@@ -64,6 +67,8 @@ pub async fn run_all(store: &dyn Store, prefix: &str) {
     bad_records_refused(store, prefix).await;
     due_index(store, prefix).await;
     watch_prefix_wakes(store, prefix).await;
+    locked_update(store, prefix).await;
+    concurrent_updates(store, prefix).await;
 }
 
 /// A key never written loads as `None`, has no history, and is not listed.
@@ -309,8 +314,9 @@ async fn check_counter(store: &dyn Store, key: &str, expected: usize, what: &str
 }
 
 /// Four stores from `open`, as four processes would have them (connections and caches of their
-/// own), race `per_store` increments each on one counter: it ends at four times that, and its log
-/// holds each increment once, in commit order, numbered from 1 upwards.
+/// own), race `per_store` increments each on one counter (half of them by [`Store::update`]
+/// where the store has it): it ends at four times that, and its log holds each increment once,
+/// in commit order, numbered from 1 upwards.
 pub async fn increments_through_separate_stores<S, F, Fut>(open: F, prefix: &str, per_store: usize)
 where
     S: Store + 'static,
@@ -320,10 +326,19 @@ where
     const N_STORES: usize = 4;
     let key = format!("{prefix}separate_stores/counter");
     let mut tasks = tokio::task::JoinSet::new();
-    for _ in 0..N_STORES {
+    for n in 0..N_STORES {
         let store = open().await;
         let key = key.clone();
-        tasks.spawn(async move { increment(&store, &key, per_store).await });
+        // Where the store has locked updates, half the writers use them: a CAS and an update
+        // racing on one key must not lose each other's writes.
+        let by_update = n % 2 == 1 && store.capabilities().locked_update;
+        tasks.spawn(async move {
+            if by_update {
+                increment_by_update(&store, &key, per_store).await;
+            } else {
+                increment(&store, &key, per_store).await;
+            }
+        });
     }
     while let Some(joined) = tasks.join_next().await {
         if let Err(error) = joined {
@@ -384,18 +399,20 @@ macro_rules! conformance_tests {
             list_by_prefix, keys_round_trip, largest_document, watch_wakes, watch_delivers_documents,
             clock_readings, record_round_trip, record_absent, record_replaced,
             records_of_keys_apart, record_names, records_apart_from_documents, bad_records_refused,
-            due_index, watch_prefix_wakes, run_all);
+            due_index, watch_prefix_wakes, locked_update, run_all);
 
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn concurrent_increments() {
-            let fixture = $open.await;
-            let prefix = ($prefix)("concurrent_increments");
-            $crate::conformance::concurrent_increments(
-                $crate::conformance::Fixture::store(&fixture),
-                &prefix,
-            )
-            .await;
-        }
+        $crate::conformance_tests!(@threads $open, $prefix; concurrent_increments, concurrent_updates);
+    };
+    (@threads $open:expr, $prefix:expr; $($name:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $name() {
+                let fixture = $open.await;
+                let prefix = ($prefix)(stringify!($name));
+                $crate::conformance::$name($crate::conformance::Fixture::store(&fixture), &prefix)
+                    .await;
+            }
+        )*
     };
     (@each $open:expr, $prefix:expr; $($name:ident),*) => {
         $(
@@ -1363,6 +1380,192 @@ pub async fn due_index(store: &dyn Store, prefix: &str) {
             key.key
         );
         assert_eq!(Some(doc), ok("load", store.load(&key.key).await));
+    }
+}
+
+/// A store with [`crate::Capabilities::locked_update`] shows an update's computation the
+/// key's current document and writes what it returns in the same transaction: the document
+/// under a new version a CAS can name, its history, its due time and its records; `Keep` and a
+/// refused write leave everything as it was; watchers wake as after a CAS. A store without the
+/// capability never runs the computation and answers `None`.
+pub async fn locked_update(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}locked_update/key");
+    let ran = Arc::new(AtomicBool::new(false));
+    let first = {
+        let ran = ran.clone();
+        Box::new(move |current: Option<&Versioned>| {
+            ran.store(true, Ordering::SeqCst);
+            assert_eq!(current, None, "a key never written shows no document");
+            Change::Write(Replacement {
+                bytes: b"one".to_vec(),
+                history: vec![b"h1".to_vec()],
+                due_ms: Some(700),
+                records: vec![("r/first".to_owned(), b"record".to_vec())],
+            })
+        })
+    };
+    let outcome = ok("update", store.update(&key, first).await);
+    if !store.capabilities().locked_update {
+        assert_eq!(outcome, None, "no locked_update: update says so");
+        assert!(!ran.load(Ordering::SeqCst), "and runs nothing");
+        assert_eq!(
+            ok("load", store.load(&key).await),
+            None,
+            "and writes nothing"
+        );
+        return;
+    }
+    let Some(Updated::Written { version: v1 }) = outcome else {
+        panic!("the update must write, got {outcome:?}");
+    };
+    let loaded = ok("load", store.load(&key).await);
+    assert_eq!(
+        loaded,
+        Some(Versioned {
+            version: v1.clone(),
+            bytes: b"one".to_vec()
+        })
+    );
+    assert_eq!(
+        entries(&ok("history", store.history(&key, 0, 10).await)),
+        vec![b"h1".to_vec()]
+    );
+    assert_eq!(
+        ok("get_record", store.get_record(&key, "r/first").await),
+        Some(b"record".to_vec())
+    );
+    if store.capabilities().due_index {
+        let due = ok("due_keys", store.due_keys(&key, 10, WithDocs::NONE).await);
+        let due: Vec<(String, u64)> = due
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| (d.key, d.due_ms))
+            .collect();
+        assert_eq!(
+            due,
+            vec![(key.clone(), 700)],
+            "an update moves the due index"
+        );
+    }
+
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let keep = {
+        let seen = seen.clone();
+        Box::new(move |current: Option<&Versioned>| {
+            *seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = current.cloned();
+            Change::Keep
+        })
+    };
+    assert_eq!(
+        ok("update", store.update(&key, keep).await),
+        Some(Updated::Kept)
+    );
+    assert_eq!(
+        *seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        loaded,
+        "an update sees the current document"
+    );
+    assert_eq!(
+        ok("load", store.load(&key).await),
+        loaded,
+        "Keep writes nothing"
+    );
+
+    let bad = Box::new(|_: Option<&Versioned>| {
+        Change::Write(Replacement {
+            bytes: b"bad".to_vec(),
+            records: vec![("../bad".to_owned(), Vec::new())],
+            ..Replacement::default()
+        })
+    });
+    assert!(
+        store.update(&key, bad).await.is_err(),
+        "a bad record refuses the update"
+    );
+    assert_eq!(
+        ok("load", store.load(&key).await),
+        loaded,
+        "a refused update writes nothing"
+    );
+
+    let mut handle = if store.capabilities().watch {
+        ok("watch", store.watch(&key).await)
+    } else {
+        None
+    };
+    let second = Box::new(|_: Option<&Versioned>| {
+        Change::Write(Replacement {
+            bytes: b"two".to_vec(),
+            ..Replacement::default()
+        })
+    });
+    let Some(Updated::Written { version: v2 }) = ok("update", store.update(&key, second).await)
+    else {
+        panic!("the second update must write");
+    };
+    assert_ne!(v1, v2);
+    if let Some(handle) = handle.as_mut() {
+        if store.capabilities().watch_documents {
+            expect_pushed(handle, &v2, b"two", "an update").await;
+        } else {
+            let woken = tokio::time::timeout(WATCH_WAKE_WITHIN, handle.changed()).await;
+            assert!(
+                matches!(woken, Ok(Ok(_))),
+                "an update wakes the key's watchers"
+            );
+        }
+    }
+    assert_eq!(
+        entries(&ok("history", store.history(&key, 0, 10).await)),
+        vec![b"h1".to_vec()],
+        "an update with no history appends none"
+    );
+    written(
+        store.cas(&key, Some(&v2), b"three", &[]).await,
+        "a CAS naming the version an update wrote",
+    );
+}
+
+/// Tasks racing updates that increment a counter lose none of them, and the log holds one
+/// entry per increment in commit order (a store without the capability is not asked).
+pub async fn concurrent_updates(store: &dyn Store, prefix: &str) {
+    const N_TASKS: usize = 16;
+    const INCREMENTS_PER_TASK: usize = 25;
+    if !store.capabilities().locked_update {
+        return;
+    }
+    let key = format!("{prefix}concurrent_updates/counter");
+    let tasks: Vec<_> = (0..N_TASKS)
+        .map(|_| increment_by_update(store, &key, INCREMENTS_PER_TASK))
+        .collect();
+    join_all(tasks).await;
+    let what = format!("{N_TASKS} tasks × {INCREMENTS_PER_TASK} updates");
+    check_counter(store, &key, N_TASKS * INCREMENTS_PER_TASK, &what).await;
+}
+
+/// Does `n_increments` increments of the decimal counter at `key` by [`Store::update`], each
+/// appending the new value to the log. Public so that tests of several processes sharing a
+/// store can use the same loop.
+pub async fn increment_by_update(store: &dyn Store, key: &str, n_increments: usize) {
+    for _ in 0..n_increments {
+        let add_one = Box::new(|current: Option<&Versioned>| {
+            let count = current.map_or(0, |current| parse_counter(&current.bytes));
+            let next = (count + 1).to_string().into_bytes();
+            Change::Write(Replacement {
+                bytes: next.clone(),
+                history: vec![next],
+                ..Replacement::default()
+            })
+        });
+        let updated = ok("update", store.update(key, add_one).await);
+        assert!(
+            matches!(updated, Some(Updated::Written { .. })),
+            "{key}: an increment must write, got {updated:?}"
+        );
     }
 }
 

@@ -83,9 +83,9 @@ mod wakes;
 
 pub use error::StoreError;
 pub use store::{
-    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Store,
-    StoreClock, Version, Versioned, Wake, WatchHandle, WithDocs, RECORD_MAX_BYTES,
-    RECORD_NAME_MAX_BYTES,
+    check_record, check_record_name, Capabilities, CasOutcome, Change, Compute, DueKey,
+    HistoryRecord, Replacement, Store, StoreClock, Updated, Version, Versioned, Wake, WatchHandle,
+    WithDocs, RECORD_MAX_BYTES, RECORD_NAME_MAX_BYTES,
 };
 
 /// The result type of every store operation.

@@ -143,6 +143,7 @@ impl Store for MemoryStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }
@@ -196,10 +197,11 @@ impl Store for MemoryStore {
         let keep = usize::try_from(self.history_keep).unwrap_or(usize::MAX);
         let n_over = entry.history.len().saturating_sub(keep);
         entry.history.drain(..n_over);
-        entry.changes.send_replace(Wake::with(Versioned {
+        Wake::with(Versioned {
             version: Version(new_version.to_string()),
             bytes: bytes.to_vec(),
-        }));
+        })
+        .send(&entry.changes);
         Ok(CasOutcome::Written {
             version: Version(new_version.to_string()),
         })

@@ -112,10 +112,54 @@ pub struct Capabilities {
     pub clock_uncertain_ms: u64,
     /// [`Store::cas_due`] keeps a due index and [`Store::due_keys`] reads it.
     pub due_index: bool,
+    /// [`Store::update`] runs a computation under the store's write lock: a writer reads,
+    /// computes and writes with no other writer in between, so it never loses a CAS. Where
+    /// the lock is local (SQLite's file lock, taken in microseconds), this spares a hot key the
+    /// conflicts, retries and backoffs that optimistic writers pay.
+    pub locked_update: bool,
     /// Writes are not bytes but operations: the store is a `baton serve` that runs them with
     /// its own coordinator (a caller may not write documents it computed). A coordinator over
     /// it sends its requests instead of computing and writing documents.
     pub operations_only: bool,
+}
+
+/// What a [`Store::update`] writes: as [`Store::cas_due`] does, and the records first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replacement {
+    /// The new document.
+    pub bytes: Vec<u8>,
+    /// Entries appended to the key's log.
+    pub history: Vec<Vec<u8>>,
+    /// The key's place in the due index ([`Store::cas_due`]).
+    pub due_ms: Option<u64>,
+    /// Records written (as [`Store::put_record`] would) in the same transaction.
+    pub records: Vec<(String, Vec<u8>)>,
+}
+
+/// What the computation of a [`Store::update`] decided, from the document it was shown.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Write this, in the same transaction as the read.
+    Write(Replacement),
+    /// Leave the key as it is.
+    Keep,
+}
+
+/// The computation a [`Store::update`] runs under the store's write lock: given the key's
+/// current document (`None`: it has none), what to write. Every writer of the store waits for
+/// it, so it must be quick and must not block. It runs at most once.
+pub type Compute = Box<dyn FnOnce(Option<&Versioned>) -> Change + Send>;
+
+/// What a [`Store::update`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Updated {
+    /// The computation's document was written: this is its version.
+    Written {
+        /// The version of the document just written.
+        version: Version,
+    },
+    /// The computation kept the key as it was (or never ran: see [`Store::update`]).
+    Kept,
 }
 
 /// A key in the due index: when it next needs a worker ([`Store::cas_due`]).
@@ -162,19 +206,58 @@ impl WithDocs {
 pub struct Wake {
     /// The document the change wrote, as [`Store::load`] would have returned it right then.
     pub document: Option<Arc<Versioned>>,
+    /// How many changes of the key this wake-up tells of: 1, more where the store knows that
+    /// some went by untold (a SQLite waiter sees the gap in the versions), [`Wake::UNTOLD`]
+    /// where it cannot know.
+    pub changes: u64,
+    /// How many changes the channel has told of so far, this wake-up's included (counted by
+    /// [`Wake::send`], modulo 2^64). A watch channel keeps only the latest wake-up; a waiter
+    /// that must let a number of writes go by counts those that came while it slept from this.
+    pub told: u64,
 }
 
 impl Wake {
+    /// The count of a wake-up after which an unknown number of changes may have gone untold
+    /// (a reconnection, a full queue): more than any waiter waits for, so every waiter looks.
+    pub const UNTOLD: u64 = 1 << 32;
+
     /// A wake-up that only says "something changed".
     pub fn read_again() -> Wake {
-        Wake { document: None }
+        Wake {
+            document: None,
+            changes: 1,
+            told: 0,
+        }
     }
 
     /// A wake-up carrying the document written.
     pub fn with(document: Versioned) -> Wake {
         Wake {
             document: Some(Arc::new(document)),
+            changes: 1,
+            told: 0,
         }
+    }
+
+    /// A wake-up after which changes may have gone untold: every waiter reads.
+    pub fn untold() -> Wake {
+        Wake {
+            changes: Wake::UNTOLD,
+            ..Wake::read_again()
+        }
+    }
+
+    /// This wake-up, telling of `changes` changes.
+    pub fn of_changes(self, changes: u64) -> Wake {
+        Wake { changes, ..self }
+    }
+
+    /// Sends this wake-up on `sender`, adding its changes to those the channel told before.
+    pub fn send(self, sender: &tokio::sync::watch::Sender<Wake>) {
+        sender.send_modify(|latest| {
+            let told = latest.told.wrapping_add(self.changes);
+            *latest = Wake { told, ..self };
+        });
     }
 }
 
@@ -182,13 +265,17 @@ impl Wake {
 /// document changes. Spurious wake-ups are allowed; missed ones are not.
 pub struct WatchHandle {
     receiver: tokio::sync::watch::Receiver<Wake>,
+    /// [`Wake::told`] of the last wake-up taken.
+    told: u64,
 }
 
 impl WatchHandle {
     /// Wraps a receiver to which the store sends a [`Wake`] at every change of the key (only
-    /// the latest is kept: a slow watcher sees the newest document, never a backlog).
+    /// the latest is kept: a slow watcher sees the newest document, never a backlog), with
+    /// [`Wake::send`].
     pub fn new(receiver: tokio::sync::watch::Receiver<Wake>) -> Self {
-        Self { receiver }
+        let told = receiver.borrow().told;
+        Self { receiver, told }
     }
 
     /// Waits for the next change, and returns the document it wrote when the store delivered
@@ -201,7 +288,14 @@ impl WatchHandle {
             .await
             .map_err(|_| crate::StoreError::Closed)?;
         let wake = self.receiver.borrow_and_update();
+        self.told = wake.told;
         Ok(wake.document.as_deref().cloned())
+    }
+
+    /// How many changes the store has told this handle of, modulo 2^64, as of the last
+    /// [`WatchHandle::changed`]: one wake-up may stand for several ([`Wake::told`]).
+    pub fn told(&self) -> u64 {
+        self.told
     }
 }
 
@@ -253,6 +347,16 @@ pub trait Store: Send + Sync + fmt::Debug {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome>;
+
+    /// Reads `key`'s document, runs `compute` on it and writes what it returns, all in one
+    /// transaction under the store's write lock ([`Capabilities::locked_update`]): no other
+    /// write to the key comes between the read and the write. Watchers are woken as by a CAS.
+    ///
+    /// A store without the capability runs nothing and answers `Ok(None)`: use [`Store::cas`].
+    /// On an error the computation may or may not have run, and nothing was written.
+    async fn update(&self, _key: &str, _compute: Compute) -> Result<Option<Updated>> {
+        Ok(None)
+    }
 
     /// Up to `limit` keys whose names start with `prefix` that have a due time, earliest first
     /// (ties by key), or `None` when this store keeps no due index: then a caller must read

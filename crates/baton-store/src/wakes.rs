@@ -52,23 +52,35 @@ impl WakeRouter {
     pub(crate) fn wake(&self, key: &str, wake: Wake) {
         for (prefix, sender) in &self.prefixes {
             if key.starts_with(prefix.as_str()) {
-                sender.send_replace(Wake::read_again());
+                Wake::read_again().send(sender);
             }
         }
         if let Some(sender) = self.keys.get(key) {
-            sender.send_replace(wake);
+            wake.send(sender);
         }
     }
 
     /// Wakes every watcher once, to read again (after a reconnection, say: what changed in
-    /// between was not told).
+    /// between was not told, so every waiter looks).
     pub(crate) fn wake_all(&self) {
+        self.send_all(Wake::untold);
+    }
+
+    /// Wakes every watcher once, telling of one change that went untold: the waiters that
+    /// the next write may grant look; those further back count it and wait for the writes
+    /// told later, whose versions say how many went by (SQLite's wake-ups).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn nudge_all(&self) {
+        self.send_all(Wake::read_again);
+    }
+
+    fn send_all(&self, wake: fn() -> Wake) {
         let senders = self
             .keys
             .values()
             .chain(self.prefixes.iter().map(|(_, s)| s));
         for sender in senders {
-            sender.send_replace(Wake::read_again());
+            wake().send(sender);
         }
     }
 

@@ -156,6 +156,15 @@ impl Store for CountingStore {
         self.inner.history_tail(key, limit).await
     }
 
+    async fn update(
+        &self,
+        key: &str,
+        compute: baton_store::Compute,
+    ) -> baton_store::Result<Option<baton_store::Updated>> {
+        bump(&self.cas);
+        self.inner.update(key, compute).await
+    }
+
     async fn due_keys(
         &self,
         prefix: &str,

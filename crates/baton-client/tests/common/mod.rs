@@ -28,6 +28,9 @@ pub struct Probe {
     /// Whether its wake-ups leave the document out (as SQLite's, and PostgreSQL's and Redis's
     /// above a size): a waiter must read to look.
     bare: bool,
+    /// Wake-ups pass on at most once per this long (as a busy process takes them), each
+    /// standing for every change since the last: several writes in one wake-up.
+    wake_every: Option<Duration>,
     /// While set, every CAS fails as `Unavailable`.
     pub down: AtomicBool,
     /// While set, every load, CAS and clock reading fails as `Unavailable` (a store restarting).
@@ -60,6 +63,15 @@ impl Probe {
         Self::with_wakes(inner, true, true)
     }
 
+    /// A view of `inner` whose wake-ups, with their documents, pass on at most once per `every`.
+    pub fn slow_wakes(inner: Arc<MemoryStore>, every: Duration) -> Arc<Probe> {
+        let mut probe = Self::with_wakes(inner, true, false);
+        if let Some(probe) = Arc::get_mut(&mut probe) {
+            probe.wake_every = Some(every);
+        }
+        probe
+    }
+
     fn with_wakes(inner: Arc<MemoryStore>, push: bool, bare: bool) -> Arc<Probe> {
         Arc::new(Probe {
             inner,
@@ -67,6 +79,7 @@ impl Probe {
             cases: AtomicU64::new(0),
             push,
             bare,
+            wake_every: None,
             down: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
             vanish_after_cas: AtomicBool::new(false),
@@ -194,16 +207,31 @@ impl Store for Probe {
         let Some(mut inner) = self.inner.watch(key).await? else {
             return Ok(None);
         };
-        if !self.bare {
+        if !self.bare && self.wake_every.is_none() {
             return Ok(Some(inner));
         }
-        // Each wake-up passed on without its document.
+        // Each wake-up passed on without its document, or late, counting the changes it
+        // stands for.
         let (tx, rx) = tokio::sync::watch::channel(baton_store::Wake::read_again());
+        let (bare, every) = (self.bare, self.wake_every);
         tokio::spawn(async move {
-            while inner.changed().await.is_ok() {
-                if tx.send(baton_store::Wake::read_again()).is_err() {
+            let mut told = inner.told();
+            loop {
+                if let Some(every) = every {
+                    tokio::time::sleep(every).await;
+                }
+                let Ok(document) = inner.changed().await else {
+                    return;
+                };
+                if tx.is_closed() {
                     return;
                 }
+                let wake = match document {
+                    Some(document) if !bare => baton_store::Wake::with(document),
+                    _ => baton_store::Wake::read_again(),
+                };
+                wake.of_changes(inner.told().wrapping_sub(told)).send(&tx);
+                told = inner.told();
             }
         });
         Ok(Some(WatchHandle::new(rx)))

@@ -509,6 +509,7 @@ impl Store for DynamoStore {
             clock: false,
             clock_uncertain_ms: 0,
             due_index: false,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }

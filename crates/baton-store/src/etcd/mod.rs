@@ -361,6 +361,7 @@ impl Store for EtcdStore {
             clock: false,
             clock_uncertain_ms: 0,
             due_index: true,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }

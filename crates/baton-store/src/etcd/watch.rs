@@ -82,14 +82,15 @@ struct Watched {
 }
 
 impl Watched {
-    /// Wakes the key's handles without a document: they read.
+    /// Wakes the key's handles without a document, after a gap in which changes may have gone
+    /// untold: they read.
     fn bump(&self) {
-        self.wake(Wake::read_again());
+        self.wake(Wake::untold());
     }
 
     fn wake(&self, wake: Wake) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
-        self.wakes.send_replace(wake);
+        wake.send(&self.wakes);
     }
 
     fn is_unused(&self) -> bool {
@@ -376,7 +377,7 @@ impl Stream {
 
 /// What the last event of a response tells the key's handles: the document it put, as a load
 /// would return it (version: the mod revision), or "read again" for a delete (baton never deletes
-/// documents; someone did by hand).
+/// documents; someone did by hand); counting every event of the response.
 fn latest_document(response: &WatchResponse) -> Wake {
     let put = response.events().last().and_then(|event| {
         let kv = event.kv()?;
@@ -385,7 +386,9 @@ fn latest_document(response: &WatchResponse) -> Wake {
             bytes: kv.value().to_vec(),
         })
     });
+    let changes = u64::try_from(response.events().len()).unwrap_or(1).max(1);
     put.map_or_else(Wake::read_again, Wake::with)
+        .of_changes(changes)
 }
 
 /// Every watch: the key's document from now on, large revisions split into fragments.

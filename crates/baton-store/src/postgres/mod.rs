@@ -360,6 +360,7 @@ impl Store for PostgresStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }

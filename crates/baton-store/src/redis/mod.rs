@@ -406,6 +406,7 @@ impl Store for RedisStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }

@@ -617,6 +617,7 @@ impl Store for S3Store {
             // A `Date` has whole seconds (see the module documentation).
             clock_uncertain_ms: clock::UNCERTAIN_MS,
             due_index: false,
+            locked_update: false,
             operations_only: false,
             watch_complete: false,
         }

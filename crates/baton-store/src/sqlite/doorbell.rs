@@ -420,20 +420,24 @@ impl Latest {
     /// bounds the map for a process that watches ever new keys.
     const KEEP_AT_MOST: usize = 4096;
 
-    /// Whether `rung` is newer than everything delivered for its key (and remembers it).
-    fn is_newest(&mut self, rung: &Rung) -> bool {
+    /// How many writes `rung` tells of, if it is newer than everything delivered for its key
+    /// (and remembers it): versions count a key's writes, so the gap since the last delivered
+    /// is how many went by, those whose datagrams were lost or overtaken included. `None`: it
+    /// is not newer.
+    fn writes_told(&mut self, rung: &Rung) -> Option<u64> {
         if self.versions.len() >= Self::KEEP_AT_MOST && !self.versions.contains_key(&rung.key) {
             self.versions.clear();
         }
         match self.versions.get_mut(&rung.key) {
-            Some(seen) if *seen >= rung.version => false,
+            Some(seen) if *seen >= rung.version => None,
             Some(seen) => {
+                let gap = rung.version.abs_diff(*seen);
                 *seen = rung.version;
-                true
+                Some(gap)
             }
             None => {
                 self.versions.insert(rung.key.clone(), rung.version);
-                true
+                Some(1)
             }
         }
     }
@@ -480,16 +484,18 @@ async fn receive(
             }
         }
         if drained >= queue_limit {
-            // The queue may have been full: a sender may have given up. Everyone reads.
-            lock(&router).wake_all();
+            // The queue may have been full: a sender may have given up, on the last write so
+            // far. The waiters that write may have granted look; the later writes' versions
+            // tell the others how many went by.
+            lock(&router).nudge_all();
         }
     }
 }
 
 fn deliver(router: &Mutex<WakeRouter>, latest: &mut Latest, rung: Rung) {
-    if !latest.is_newest(&rung) {
+    let Some(writes) = latest.writes_told(&rung) else {
         return;
-    }
+    };
     let wake = match rung.doc {
         Some(bytes) => Wake::with(Versioned {
             version: Version(rung.version.to_string()),
@@ -497,7 +503,7 @@ fn deliver(router: &Mutex<WakeRouter>, latest: &mut Latest, rung: Rung) {
         }),
         None => Wake::read_again(),
     };
-    lock(router).wake(&rung.key, wake);
+    lock(router).wake(&rung.key, wake.of_changes(writes));
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -554,18 +560,21 @@ mod tests {
     }
 
     #[test]
-    fn a_document_overtaken_by_a_newer_one_is_dropped() {
+    fn a_document_overtaken_by_a_newer_one_is_dropped_and_gaps_count_as_writes() {
         let mut latest = Latest::default();
         let rung = |key: &str, version| Rung {
             key: key.into(),
             version,
             doc: None,
         };
-        assert!(latest.is_newest(&rung("a", 5)));
-        assert!(!latest.is_newest(&rung("a", 4)));
-        assert!(!latest.is_newest(&rung("a", 5)));
-        assert!(latest.is_newest(&rung("b", 1)));
-        assert!(latest.is_newest(&rung("a", 6)));
+        assert_eq!(latest.writes_told(&rung("a", 5)), Some(1));
+        assert_eq!(latest.writes_told(&rung("a", 4)), None);
+        assert_eq!(latest.writes_told(&rung("a", 5)), None);
+        assert_eq!(latest.writes_told(&rung("b", 1)), Some(1));
+        assert_eq!(latest.writes_told(&rung("a", 6)), Some(1));
+        // Versions 7 and 8 were lost or are still on their way: this one tells of three writes.
+        assert_eq!(latest.writes_told(&rung("a", 9)), Some(3));
+        assert_eq!(latest.writes_told(&rung("a", 8)), None);
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //!
 //! Every CAS is one `BEGIN IMMEDIATE` transaction (read the version, write the document, append
 //! the history), so it costs one round trip to the file and two processes can never both win.
+//! An [`Store::update`] is the same transaction with the caller's computation between the read
+//! and the write: the lock is the file's, held for microseconds, so writers of a hot key queue
+//! on it (the busy handler, `schema.rs`) instead of losing CASes and retrying.
 //! The file runs in WAL mode so readers never wait for the writer; a writer waits for another
 //! up to [`BUSY_TIMEOUT`]. Records are rows of a table of their own (`baton_records`, keyed by
 //! key and name), written by one upsert outside any CAS. The clock is the host's boot-time clock ([`crate::boot_clock`]): every
@@ -29,8 +32,9 @@ use crate::boot_clock::{boot_id, boot_time_ms};
 use crate::history_retention::HistoryRetention;
 use crate::key_range::successor_text;
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
+    check_record, check_record_name, Capabilities, CasOutcome, Change, Compute, DueKey,
+    HistoryRecord, Replacement, Result, Store, StoreClock, StoreError, Updated, Version, Versioned,
+    WatchHandle, WithDocs,
 };
 use errors::sqlite_error;
 use layout::{history_record, read_row, versioned};
@@ -225,6 +229,7 @@ impl Store for SqliteStore {
             clock: true,
             clock_uncertain_ms: 0,
             due_index: true,
+            locked_update: true,
             operations_only: false,
             watch_complete: false,
         }
@@ -244,13 +249,14 @@ impl Store for SqliteStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        // SQLite's integers are i64; a due time past that is "never" for any real clock.
-        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
         let key = key.to_owned();
         let expected = expected.cloned();
-        let bytes = bytes.to_vec();
-        let history = history.to_vec();
-        let retention = self.inner.retention;
+        let replacement = Replacement {
+            bytes: bytes.to_vec(),
+            history: history.to_vec(),
+            due_ms,
+            records: Vec::new(),
+        };
         let inner = Arc::clone(&self.inner);
         self.run(move |connection| {
             // IMMEDIATE: take the write lock before reading the version, so the version read is
@@ -269,62 +275,30 @@ impl Store for SqliteStore {
                     current: current.map(versioned),
                 });
             }
-            let new_version = match &current {
-                None => 1,
-                Some((version, _)) => version
-                    .checked_add(1)
-                    .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, *version))?,
-            };
-            transaction.prepare_cached(layout::WRITE_DOC)?.execute((
-                &key,
-                new_version,
-                &bytes,
-                due_ms,
-            ))?;
-            if !history.is_empty() {
-                let last_seq: i64 = transaction
-                    .prepare_cached(layout::LAST_SEQ)?
-                    .query_row([&key], |row| row.get(0))?;
-                let mut insert = transaction.prepare_cached(layout::APPEND_HISTORY)?;
-                let written_ms = wall_ms();
-                let mut seq = last_seq;
-                for entry in &history {
-                    seq = seq
-                        .checked_add(1)
-                        .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, seq))?;
-                    insert.execute((&key, seq, entry, written_ms))?;
-                }
-                // Trimmed in the transaction that appends: the oldest go, seqs stay.
-                let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
-                transaction
-                    .prepare_cached(layout::TRIM_HISTORY_BY_COUNT)?
-                    .execute((&key, seq.saturating_sub(keep)))?;
-                if let Some(max_age_ms) = retention.max_age_ms() {
-                    let cut_ms =
-                        written_ms.saturating_sub(i64::try_from(max_age_ms).unwrap_or(i64::MAX));
-                    transaction
-                        .prepare_cached(layout::TRIM_HISTORY_BY_AGE)?
-                        .execute((&key, cut_ms))?;
-                }
-            }
-            let gone = std::mem::take(&mut *lock(&inner.gone_watchers));
-            let watchers = match watchers_of(&transaction, &key, &gone) {
-                Ok(watchers) => watchers,
-                Err(error) => {
-                    lock(&inner.gone_watchers).extend(gone);
-                    return Err(error);
-                }
-            };
-            transaction.commit()?;
-            if !watchers.is_empty() {
-                let gone = inner.ringer.ring(&watchers, &key, new_version, &bytes);
-                lock(&inner.gone_watchers).extend(gone.into_iter().map(|name| (key.clone(), name)));
-            }
-            Ok(CasOutcome::Written {
-                version: Version(new_version.to_string()),
-            })
+            let current_version = current.map(|(version, _)| version);
+            let version = replace(&inner, transaction, &key, current_version, replacement)?;
+            Ok(CasOutcome::Written { version })
         })
         .await
+    }
+
+    async fn update(&self, key: &str, compute: Compute) -> Result<Option<Updated>> {
+        let key = key.to_owned();
+        let inner = Arc::clone(&self.inner);
+        let updated = self.run(move |connection| {
+            let transaction =
+                connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let row = read_row(&transaction, &key)?;
+            let current_version = row.as_ref().map(|(version, _)| *version);
+            match compute(row.map(versioned).as_ref()) {
+                Change::Keep => Ok(Updated::Kept),
+                Change::Write(replacement) => {
+                    let version = replace(&inner, transaction, &key, current_version, replacement)?;
+                    Ok(Updated::Written { version })
+                }
+            }
+        });
+        Ok(Some(updated.await?))
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
@@ -490,6 +464,94 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
+
+/// Writes `replacement` over the key's document at `current_version` (as read in `transaction`,
+/// which holds the write lock), commits, and wakes the key's watchers with the new document: the one write
+/// path of [`Store::cas_due`] and [`Store::update`].
+fn replace(
+    inner: &Inner,
+    transaction: rusqlite::Transaction<'_>,
+    key: &str,
+    current_version: Option<i64>,
+    replacement: Replacement,
+) -> rusqlite::Result<Version> {
+    let Replacement {
+        bytes,
+        history,
+        due_ms,
+        records,
+    } = replacement;
+    // SQLite's integers are i64; a due time past that is "never" for any real clock.
+    let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
+    let new_version = match current_version {
+        None => 1,
+        Some(version) => version
+            .checked_add(1)
+            .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, version))?,
+    };
+    for (name, record) in &records {
+        // Records a caller computed under the lock are checked here, as `put_record` checks
+        // them: a bad one is a bug, and the whole write is refused.
+        check_record(name, record)
+            .map_err(|error| rusqlite::Error::ToSqlConversionFailure(Box::new(error)))?;
+        transaction
+            .prepare_cached(layout::PUT_RECORD)?
+            .execute((key, name, record))?;
+    }
+    transaction
+        .prepare_cached(layout::WRITE_DOC)?
+        .execute((key, new_version, &bytes, due_ms))?;
+    if !history.is_empty() {
+        append_history(&transaction, key, &history, inner.retention)?;
+    }
+    let gone = std::mem::take(&mut *lock(&inner.gone_watchers));
+    let watchers = match watchers_of(&transaction, key, &gone) {
+        Ok(watchers) => watchers,
+        Err(error) => {
+            lock(&inner.gone_watchers).extend(gone);
+            return Err(error);
+        }
+    };
+    transaction.commit()?;
+    if !watchers.is_empty() {
+        let gone = inner.ringer.ring(&watchers, key, new_version, &bytes);
+        lock(&inner.gone_watchers).extend(gone.into_iter().map(|name| (key.to_owned(), name)));
+    }
+    Ok(Version(new_version.to_string()))
+}
+
+/// Appends `history` to `key`'s log and trims it as `retention` says, in the transaction that
+/// appends: the oldest go, seqs stay.
+fn append_history(
+    transaction: &rusqlite::Transaction<'_>,
+    key: &str,
+    history: &[Vec<u8>],
+    retention: HistoryRetention,
+) -> rusqlite::Result<()> {
+    let last_seq: i64 = transaction
+        .prepare_cached(layout::LAST_SEQ)?
+        .query_row([key], |row| row.get(0))?;
+    let mut insert = transaction.prepare_cached(layout::APPEND_HISTORY)?;
+    let written_ms = wall_ms();
+    let mut seq = last_seq;
+    for entry in history {
+        seq = seq
+            .checked_add(1)
+            .ok_or(rusqlite::Error::IntegralValueOutOfRange(1, seq))?;
+        insert.execute((key, seq, entry, written_ms))?;
+    }
+    let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
+    transaction
+        .prepare_cached(layout::TRIM_HISTORY_BY_COUNT)?
+        .execute((key, seq.saturating_sub(keep)))?;
+    if let Some(max_age_ms) = retention.max_age_ms() {
+        let cut_ms = written_ms.saturating_sub(i64::try_from(max_age_ms).unwrap_or(i64::MAX));
+        transaction
+            .prepare_cached(layout::TRIM_HISTORY_BY_AGE)?
+            .execute((key, cut_ms))?;
+    }
+    Ok(())
 }
 
 /// The watchers of `key` a write must wake, read under the write lock; first removes the

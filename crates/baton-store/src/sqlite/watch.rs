@@ -83,7 +83,7 @@ async fn follow(mut fd: AsyncFd<Inotify>, names: [OsString; 2], counter: watch::
             Ok(Ok(0)) => {}
             // inotify says the file changed, not what it holds: waiters read.
             Ok(Ok(_)) => {
-                counter.send_replace(Wake::read_again());
+                Wake::read_again().send(&counter);
             }
             Ok(Err(error)) => {
                 tracing::debug!(%error, "inotify read failed; waiters fall back to polling");
