@@ -97,16 +97,21 @@ struct Prepared {
 }
 
 impl Prepared {
-    /// The core's answer to `request` on `doc`, with its events noted on their tickets in the
-    /// very write that makes them.
-    fn apply(&self, key: &str, doc: Option<&Doc>, request: &Request) -> Result<Applied, Refusal> {
-        let clock = core_clock(
+    /// The core's clock, as read for this write.
+    fn clock(&self) -> Clock<'_> {
+        core_clock(
             &self.store_clock,
             self.uncertain_ms,
             &self.observer,
             self.mono_ms,
             self.wall,
-        );
+        )
+    }
+
+    /// The core's answer to `request` on `doc`, with its events noted on their tickets in the
+    /// very write that makes them.
+    fn apply(&self, key: &str, doc: Option<&Doc>, request: &Request) -> Result<Applied, Refusal> {
+        let clock = self.clock();
         let inputs = Inputs {
             segment: self.segment.as_ref(),
             paused: self.paused.as_ref(),
@@ -124,13 +129,7 @@ impl Prepared {
             key: key.to_string(),
             source,
         })?;
-        let clock = core_clock(
-            &self.store_clock,
-            self.uncertain_ms,
-            &self.observer,
-            self.mono_ms,
-            self.wall,
-        );
+        let clock = self.clock();
         Ok(Replacement {
             bytes,
             history: applied.finished.iter().map(|f| f.encode()).collect(),

@@ -30,6 +30,7 @@ impl WakeRouter {
 
     /// A receiver that changes after each write to any key starting with `prefix` (it learns
     /// that something changed, not what: read again).
+    #[cfg(any(feature = "postgres", feature = "redis"))]
     pub(crate) fn subscribe_prefix(&mut self, prefix: &str) -> watch::Receiver<Wake> {
         self.forget_unwatched();
         if let Some((_, sender)) = self.prefixes.iter().find(|(p, _)| p == prefix) {
@@ -62,6 +63,7 @@ impl WakeRouter {
 
     /// Wakes every watcher once, to read again (after a reconnection, say: what changed in
     /// between was not told, so every waiter looks).
+    #[cfg(any(feature = "postgres", feature = "redis"))]
     pub(crate) fn wake_all(&self) {
         self.send_all(Wake::untold);
     }
@@ -94,7 +96,7 @@ impl WakeRouter {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, any(feature = "postgres", feature = "redis")))]
 mod tests {
     use super::*;
 
