@@ -489,6 +489,157 @@ impl Locker for PgAdvisoryLocker {
     }
 }
 
+// ---- a floor on PostgreSQL: durable writes that notify, and no lock ---------------------------
+
+/// The channel of [`PgFloor`] (also its table's name, written out in its statements).
+const FLOOR_NAME: &str = "baton_bench_floor";
+
+/// Not a lock: the least a lock pays on PostgreSQL when its state is a row and its waiters are
+/// woken by LISTEN/NOTIFY, as baton's is. Taking a free key and giving it back are each one
+/// autocommit upsert of the key's row that also calls `pg_notify` (a write the server makes
+/// durable, as baton's CAS); taking a key another client holds waits for the notification of
+/// its release and writes nothing (as a baton waiter granted by that release). Who holds is
+/// kept in this process, shared by the clients of one `PgFloor`: only B1 and B4 use it, whose
+/// clients are tasks of one process, to show how far the store's own costs leave baton from
+/// `pg_advisory_lock`, which writes nothing and wakes its waiter from a semaphore.
+pub struct PgFloor {
+    /// `postgres://…`.
+    pub url: String,
+    /// Per key: held, and how many releases so far.
+    state: Arc<std::sync::Mutex<HashMap<String, FloorKey>>>,
+    /// The table is created once per contender.
+    created: tokio::sync::OnceCell<()>,
+}
+
+#[derive(Default)]
+struct FloorKey {
+    held: bool,
+    releases: u64,
+}
+
+impl PgFloor {
+    pub fn new(url: String) -> PgFloor {
+        PgFloor {
+            url,
+            state: Arc::default(),
+            created: tokio::sync::OnceCell::new(),
+        }
+    }
+}
+
+struct PgFloorLocker {
+    conn: sqlx::PgConnection,
+    listener: sqlx::postgres::PgListener,
+    state: Arc<std::sync::Mutex<HashMap<String, FloorKey>>>,
+    requests: u64,
+}
+
+#[async_trait]
+impl Contender for PgFloor {
+    fn name(&self) -> String {
+        "floor: upsert + pg_notify, no lock".into()
+    }
+
+    async fn client(&self) -> Result<Box<dyn Locker>> {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&self.url)
+            .await
+            .with_context(|| format!("cannot connect to {}", self.url))?;
+        self.created
+            .get_or_try_init(|| async {
+                sqlx::query(
+                    "CREATE TABLE IF NOT EXISTS baton_bench_floor \
+                     (k text PRIMARY KEY, n bigint NOT NULL)",
+                )
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+            })
+            .await
+            .with_context(|| format!("cannot create {FLOOR_NAME}"))?;
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
+            .await
+            .with_context(|| format!("cannot connect to {}", self.url))?;
+        listener.listen(FLOOR_NAME).await.context("LISTEN")?;
+        Ok(Box::new(PgFloorLocker {
+            conn,
+            listener,
+            state: self.state.clone(),
+            requests: 0,
+        }))
+    }
+}
+
+impl PgFloorLocker {
+    /// One durable write of the key's row, notifying `KEY RELEASES`.
+    async fn write(&mut self, key: &str, releases: u64) -> Result<()> {
+        self.requests += 1;
+        sqlx::query(
+            "INSERT INTO baton_bench_floor (k, n) VALUES ($1, 1) \
+             ON CONFLICT (k) DO UPDATE SET n = baton_bench_floor.n + 1 \
+             RETURNING pg_notify('baton_bench_floor', $2)",
+        )
+        .bind(key)
+        .bind(format!("{key} {releases}"))
+        .execute(&mut self.conn)
+        .await
+        .context("the floor's upsert")?;
+        Ok(())
+    }
+
+    fn with_key<T>(&self, key: &str, f: impl FnOnce(&mut FloorKey) -> T) -> T {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(state.entry(key.to_string()).or_default())
+    }
+}
+
+#[async_trait]
+impl Locker for PgFloorLocker {
+    async fn lock(&mut self, key: &str) -> Result<()> {
+        let held_after = self.with_key(key, |k| {
+            if k.held {
+                Some(k.releases)
+            } else {
+                k.held = true;
+                None
+            }
+        });
+        let Some(seen) = held_after else {
+            let releases = self.with_key(key, |k| k.releases);
+            return self.write(key, releases).await;
+        };
+        // Notifications of earlier releases may still be queued: wait for a later one.
+        loop {
+            let notification = self.listener.recv().await.context("LISTEN")?;
+            let released = notification
+                .payload()
+                .rsplit_once(' ')
+                .filter(|(k, _)| *k == key)
+                .and_then(|(_, n)| n.parse::<u64>().ok());
+            if released.is_some_and(|n| n > seen) {
+                self.with_key(key, |k| k.held = true);
+                return Ok(());
+            }
+        }
+    }
+
+    async fn unlock(&mut self, key: &str) -> Result<()> {
+        let releases = self.with_key(key, |k| {
+            k.held = false;
+            k.releases += 1;
+            k.releases
+        });
+        self.write(key, releases).await
+    }
+
+    fn requests(&self) -> u64 {
+        self.requests
+    }
+}
+
 // ---- etcd's lock ----------------------------------------------------------------------------
 
 /// etcd's lock service through the `etcd-client` crate: one lease per client (granted once,

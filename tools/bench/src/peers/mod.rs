@@ -146,6 +146,8 @@ pub enum Spec {
     RedisBlpop { url: String },
     /// pg_advisory_lock.
     PgAdvisory { url: String },
+    /// Not a lock: PostgreSQL's floor for a lock kept in a row and woken by NOTIFY.
+    PgFloor { url: String },
     /// etcd's lock service.
     EtcdLock { endpoint: String, ttl_ms: u64 },
     /// The seed Action's S3 list lock.
@@ -188,6 +190,7 @@ impl Spec {
             }),
             Spec::RedisBlpop { url } => Arc::new(contenders::RedisBlpop { url }),
             Spec::PgAdvisory { url } => Arc::new(contenders::PgAdvisory { url }),
+            Spec::PgFloor { url } => Arc::new(contenders::PgFloor::new(url)),
             Spec::EtcdLock { endpoint, ttl_ms } => Arc::new(contenders::EtcdLock {
                 endpoint,
                 ttl: d(ttl_ms),
@@ -228,6 +231,9 @@ struct Target {
     handoff_peers: Vec<Spec>,
     /// Whether the store pushes wake-ups (S3 and DynamoDB: waiters poll).
     pushes: bool,
+    /// What the store's own costs allow, each next to the peer it is compared with, in B1 and
+    /// B4: not locks, so never in B2, B3 or B5.
+    floors: Vec<(Spec, Spec)>,
 }
 
 impl Target {
@@ -251,6 +257,7 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
         peers: vec![flock.clone()],
         handoff_peers: vec![flock],
         pushes: true,
+        floors: Vec::new(),
     }];
     if let Some(url) = &args.postgres {
         let pg = Spec::PgAdvisory { url: url.clone() };
@@ -258,8 +265,9 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             name: "PostgreSQL",
             url: url.clone(),
             peers: vec![pg.clone()],
-            handoff_peers: vec![pg],
+            handoff_peers: vec![pg.clone()],
             pushes: true,
+            floors: vec![(Spec::PgFloor { url: url.clone() }, pg)],
         });
     }
     if let Some(url) = &args.redis {
@@ -274,6 +282,7 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             peers: vec![set_nx.clone()],
             handoff_peers: vec![Spec::RedisBlpop { url: url.clone() }, set_nx],
             pushes: true,
+            floors: Vec::new(),
         });
     }
     if let Some(url) = &args.etcd {
@@ -287,6 +296,7 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             peers: vec![lock.clone()],
             handoff_peers: vec![lock],
             pushes: true,
+            floors: Vec::new(),
         });
     }
     if let Some(url) = &args.s3 {
@@ -306,6 +316,7 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             peers: vec![list(Duration::from_secs(5)), list(args.s3_poll)],
             handoff_peers: vec![list(args.s3_poll)],
             pushes: false,
+            floors: Vec::new(),
         });
     }
     if let Some(url) = &args.dynamodb {
@@ -327,6 +338,7 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             peers: vec![put.clone()],
             handoff_peers: vec![put],
             pushes: false,
+            floors: Vec::new(),
         });
     }
     Ok(targets)
@@ -447,6 +459,42 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 .with_context(|| format!("B5 ({peer_name}) on {}", target.name))?;
                 rows.push(table::b5(target.name, &peer_name, &b, &p, args.ttl));
                 detail("B5", target.name, &peer_name, serde_json::json!([b, p]));
+            }
+        }
+        for (floor_spec, against_spec) in &target.floors {
+            let (floor, against) = (floor_spec.contender(), against_spec.contender());
+            let (floor_name, against_name) = (floor.name(), against.name());
+            if wants(Scenario::B1) {
+                eprintln!("  B1: {floor_name} vs {against_name}");
+                let [f, a] = scenarios::uncontended(
+                    floor.as_ref(),
+                    against.as_ref(),
+                    args.rounds,
+                    args.cycles,
+                )
+                .await
+                .with_context(|| format!("B1 (floor) on {}", target.name))?;
+                rows.push(table::floor(
+                    table::b1(target.name, &against_name, &f, &a),
+                    &floor_name,
+                ));
+                detail("B1", target.name, &floor_name, serde_json::json!([f, a]));
+            }
+            if wants(Scenario::B4) {
+                eprintln!("  B4: {floor_name} vs {against_name}");
+                let [f, a] = scenarios::handoff(
+                    floor.as_ref(),
+                    against.as_ref(),
+                    args.handoffs,
+                    Duration::from_millis(300),
+                )
+                .await
+                .with_context(|| format!("B4 (floor) on {}", target.name))?;
+                rows.push(table::floor(
+                    table::b4(target.name, &against_name, &f, &a, false),
+                    &floor_name,
+                ));
+                detail("B4", target.name, &floor_name, serde_json::json!([f, a]));
             }
         }
         if wants(Scenario::B6) {

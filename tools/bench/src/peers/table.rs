@@ -132,6 +132,20 @@ pub fn b1(store: &str, peer: &str, baton: &Latency, other: &Latency) -> Row {
     }
 }
 
+/// A row of B1 or B4 whose baton columns hold a floor (`floor`, not a lock: what the store's own
+/// costs allow a lock built as baton's is), next to the row's peer. No goal: it shows how much
+/// of a goal the store leaves reachable.
+pub fn floor(row: Row, floor: &str) -> Row {
+    Row {
+        measure: format!("{}; the baton columns: {floor}", row.measure),
+        goal: None,
+        notes: row
+            .notes
+            .replace("requests/cycle: baton", "requests/cycle: floor"),
+        ..row
+    }
+}
+
 /// B2: N clients on N keys.
 pub fn b2(store: &str, peer: &str, baton: &Throughput, other: &Throughput) -> Row {
     let (b, p) = (rate(&baton.per_round), rate(&other.per_round));
