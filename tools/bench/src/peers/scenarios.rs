@@ -365,6 +365,9 @@ fn jain(grants: &[Grant], clients: usize) -> f64 {
 pub struct Handoff {
     /// From the holder's `unlock` being called to the waiter's `lock` returning.
     pub handoff_ms: Summary,
+    /// The holder's `unlock` call alone: the part of the handoff before the waiter can know
+    /// (where the waiter holds before `unlock` returns, the whole handoff).
+    pub release_ms: Summary,
 }
 
 /// B4: a holder, a waiter queued behind it for `settle`; the time from the holder's release to
@@ -377,6 +380,7 @@ pub async fn handoff(
 ) -> Result<[Handoff; 2]> {
     let mut sides = [clients(baton, 2).await?, clients(peer, 2).await?];
     let mut samples: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut releases: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for round in 0..rounds {
         for side in order(round, 0, 1) {
             let key = fresh_key(&format!("b4-{side}"));
@@ -395,8 +399,10 @@ pub async fn handoff(
             }
             let released = Instant::now();
             holder.unlock(&key).await?;
+            let unlocked = Instant::now();
             let (mut waiter, held) = waiting.await.context("the waiter panicked")??;
             samples[side].push(held.saturating_duration_since(released));
+            releases[side].push(unlocked.min(held).saturating_duration_since(released));
             waiter.unlock(&key).await?;
             sides[side].push(waiter);
         }
@@ -404,9 +410,11 @@ pub async fn handoff(
     Ok([
         Handoff {
             handoff_ms: Summary::of(&samples[0]).context("no handoffs")?,
+            release_ms: Summary::of(&releases[0]).context("no handoffs")?,
         },
         Handoff {
             handoff_ms: Summary::of(&samples[1]).context("no handoffs")?,
+            release_ms: Summary::of(&releases[1]).context("no handoffs")?,
         },
     ])
 }

@@ -244,7 +244,10 @@ pub fn b4(store: &str, peer: &str, baton: &Handoff, other: &Handoff, own_wake_up
         },
         ratio: r,
         goal: own_wake_up.then(|| Goal::at_most(r, 2.0)),
-        notes: String::new(),
+        notes: format!(
+            "of which the release call: {:.2} vs {:.2} ms",
+            baton.release_ms.p50_ms, other.release_ms.p50_ms
+        ),
     }
 }
 
