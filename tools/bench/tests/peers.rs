@@ -1,8 +1,8 @@
 //! `baton-bench peers` on every store the environment offers (`scripts/test.sh` starts them and
 //! exports their URLs): a run far too short for its figures to mean anything, but whose checks
-//! do. Each store gets its rows; every peer connects and takes its lock; and in B3, 16 clients on
-//! one key, baton's holds never overlap and no ticket passes one that arrived before it
-//! (counted exactly, by arrival number and fence).
+//! do. Each store gets its rows (PostgreSQL's floor too); every peer connects and takes its lock;
+//! and in B3, 16 clients on one key, baton's holds never overlap and no ticket passes one that
+//! arrived before it (counted exactly, by arrival number and fence).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -58,6 +58,18 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
                 rows.iter()
                     .any(|r| r["store"] == *store && r["scenario"] == scenario),
                 "no {scenario} row for {store}: {stderr}"
+            );
+        }
+    }
+    // PostgreSQL's floor (not a lock: an upsert with pg_notify, a waiter woken by LISTEN) takes
+    // its turn beside the advisory lock in B1 and B4, its waiter woken by the release.
+    if stores.contains(&"PostgreSQL") {
+        for scenario in ["B1", "B4"] {
+            assert!(
+                rows.iter().any(|r| r["store"] == "PostgreSQL"
+                    && r["scenario"] == scenario
+                    && r["measure"].as_str().is_some_and(|m| m.contains("floor"))),
+                "no {scenario} floor row for PostgreSQL: {stderr}"
             );
         }
     }
