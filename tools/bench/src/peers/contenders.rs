@@ -599,18 +599,14 @@ impl PgFloorLocker {
 #[async_trait]
 impl Locker for PgFloorLocker {
     async fn lock(&mut self, key: &str) -> Result<()> {
-        let held_after = self.with_key(key, |k| {
-            if k.held {
-                Some(k.releases)
-            } else {
-                k.held = true;
-                None
-            }
+        // Free: take it and write. Held: the releases so far, to wait for the next one.
+        let (was_held, releases) = self.with_key(key, |k| {
+            let was_held = std::mem::replace(&mut k.held, true);
+            (was_held, k.releases)
         });
-        let Some(seen) = held_after else {
-            let releases = self.with_key(key, |k| k.releases);
+        if !was_held {
             return self.write(key, releases).await;
-        };
+        }
         // Notifications of earlier releases may still be queued: wait for a later one.
         loop {
             let notification = self.listener.recv().await.context("LISTEN")?;
@@ -619,7 +615,8 @@ impl Locker for PgFloorLocker {
                 .rsplit_once(' ')
                 .filter(|(k, _)| *k == key)
                 .and_then(|(_, n)| n.parse::<u64>().ok());
-            if released.is_some_and(|n| n > seen) {
+            if released.is_some_and(|n| n > releases) {
+                // The release marked the key free: it is this client's now.
                 self.with_key(key, |k| k.held = true);
                 return Ok(());
             }

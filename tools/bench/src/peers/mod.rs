@@ -219,6 +219,9 @@ impl Spec {
     }
 }
 
+/// How long B4's waiter waits behind the holder before the release (it is queued and watching).
+const HANDOFF_SETTLE: Duration = Duration::from_millis(300);
+
 /// One store and what baton is compared with on it.
 struct Target {
     /// What the table calls the store.
@@ -486,7 +489,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                     floor.as_ref(),
                     against.as_ref(),
                     args.handoffs,
-                    Duration::from_millis(300),
+                    HANDOFF_SETTLE,
                 )
                 .await
                 .with_context(|| format!("B4 (floor) on {}", target.name))?;
@@ -534,7 +537,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                     baton.as_ref(),
                     peer.as_ref(),
                     args.handoffs,
-                    Duration::from_millis(300),
+                    HANDOFF_SETTLE,
                 )
                 .await
                 .with_context(|| format!("B4 on {}", target.name))?;
