@@ -91,46 +91,66 @@ impl Clock<'_> {
 
 /// What one client has seen of one key: for each live ticket, the heartbeat it last saw and
 /// when (on the client's monotonic clock) it first saw that heartbeat.
+///
+/// A sighting belongs to one life of a ticket, its id *and its arrival*, never to its id
+/// alone: a job's id comes back when a dead job is revived (`baton retry`) or submitted again,
+/// and the new ticket's heartbeat starts over. An observer that saw the old ticket at
+/// heartbeat 1 and did not read the document between its end and the new one's claim would
+/// otherwise take the new run, at heartbeat 1 again, for one it had watched for a whole lease,
+/// and end it at once. Arrivals are handed out by the key's document, strictly increasing, so
+/// an id that comes back comes back with a new arrival; a job put back in the queue after a
+/// run keeps its arrival, and its heartbeat goes on rising.
 #[derive(Clone, Debug, Default)]
 pub struct Observer {
-    seen: HashMap<String, (u64, u64)>,
+    /// By ticket id (unique among a document's tickets).
+    seen: HashMap<String, Sighting>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sighting {
+    arrival: u64,
+    heartbeat: u64,
+    since_ms: u64,
 }
 
 impl Observer {
     /// Records a reading of the key's document taken at `mono_ms`.
     pub fn observe(&mut self, doc: &Doc, mono_ms: u64) {
-        self.seen
-            .retain(|id, _| doc.tickets.iter().any(|t| &t.id == id));
+        self.seen.retain(|id, _| doc.by_id(id).is_some());
         for ticket in &doc.tickets {
-            let entry = self
-                .seen
-                .entry(ticket.id.clone())
-                .or_insert((ticket.heartbeat, mono_ms));
-            if entry.0 != ticket.heartbeat {
-                *entry = (ticket.heartbeat, mono_ms);
+            let now = Sighting {
+                arrival: ticket.arrival,
+                heartbeat: ticket.heartbeat,
+                since_ms: mono_ms,
+            };
+            let entry = self.seen.entry(ticket.id.clone()).or_insert(now);
+            if entry.arrival != now.arrival || entry.heartbeat != now.heartbeat {
+                *entry = now;
             }
         }
+    }
+
+    /// When, on the observer's monotonic clock, it first saw `ticket` as it is now: this life
+    /// of it, at its current heartbeat.
+    fn seen_since_ms(&self, ticket: &Ticket) -> Option<u64> {
+        self.seen
+            .get(&ticket.id)
+            .filter(|s| s.arrival == ticket.arrival && s.heartbeat == ticket.heartbeat)
+            .map(|s| s.since_ms)
     }
 
     /// Whether this observer has seen `ticket` at its current heartbeat, unchanged, for the
     /// whole of its current phase.
     pub fn has_expired(&self, ticket: &Ticket, mono_ms: u64) -> bool {
-        match self.seen.get(&ticket.id) {
-            Some(&(heartbeat, since_ms)) if heartbeat == ticket.heartbeat => {
-                lease::phase_ended_by_observation(since_ms, mono_ms, ticket.phase_ms())
-            }
-            _ => false,
-        }
+        self.seen_since_ms(ticket).is_some_and(|since_ms| {
+            lease::phase_ended_by_observation(since_ms, mono_ms, ticket.phase_ms())
+        })
     }
 
     /// When, on the observer's monotonic clock, `ticket`'s phase will have been seen unchanged
     /// for its whole duration (if it has been seen at its current heartbeat).
     pub fn expires_at_mono_ms(&self, ticket: &Ticket) -> Option<u64> {
-        match self.seen.get(&ticket.id) {
-            Some(&(heartbeat, since_ms)) if heartbeat == ticket.heartbeat => Some(
-                lease::observed_phase_ends_local_ms(since_ms, ticket.phase_ms()),
-            ),
-            _ => None,
-        }
+        self.seen_since_ms(ticket)
+            .map(|since_ms| lease::observed_phase_ends_local_ms(since_ms, ticket.phase_ms()))
     }
 }
