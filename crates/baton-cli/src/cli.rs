@@ -974,8 +974,12 @@ pub struct SubmitArgs {
     /// The worker's command gets them on stdin and in BATON_PARAMS [default: null]
     #[arg(long, value_name = "JSON|@FILE")]
     pub params: Option<String>,
-    /// The job's id (letters, digits, `-`, `_`): a second submit with the same id changes
-    /// nothing and prints it again [default: a new j-…]
+    /// The job's id (letters, digits, `-`, `_`): a second submit with the same id queues
+    /// nothing, prints it again and says how that job stands (`--json`: `"already": true`).
+    /// An id is remembered while the job is live and, after it ended, as long as the key's
+    /// history keeps its end (the store's retention: 10,000 entries per key by default, 90
+    /// days on S3 and DynamoDB); past that, such a submit is refused (exit 1), never run again
+    /// [default: a new j-…]
     #[arg(long, value_name = "ID")]
     pub id: Option<String>,
     /// How many of the key's jobs and turns may run at once. Every live ticket must agree

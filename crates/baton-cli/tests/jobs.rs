@@ -385,6 +385,82 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
     });
 }
 
+/// A job id is remembered as long as the key's history holds the job's end, not only while
+/// the document's few marks of finished tickets do: a second `submit --id` after more than
+/// eight other turns of the key ended answers with the job's end and queues nothing.
+#[test]
+fn a_second_submit_by_id_after_many_other_turns_queues_nothing() {
+    for_each_store(|ctx| {
+        let key = ctx.key("ids-later");
+        submit(ctx, &key, &["--id", "deploy-7"]);
+        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
+        ctx.baton(["wait", key.as_str(), "deploy-7"])
+            .run()
+            .assert_code(0);
+        stop(w);
+        for _ in 0..10 {
+            ctx.baton(["run", key.as_str(), "--", "true"])
+                .run()
+                .assert_code(0);
+        }
+        let again = ctx
+            .baton(["submit", key.as_str(), "--id", "deploy-7", "--json"])
+            .run();
+        again.assert_code(0);
+        let line: serde_json::Value =
+            serde_json::from_str(again.stdout.trim()).expect("one JSON line");
+        assert_eq!(line["state"], "succeeded", "{}", again.describe());
+        assert_eq!(line["already"], true, "{}", again.describe());
+        assert!(
+            ctx.key_view(&key).queue().is_empty(),
+            "nothing queued again: {}",
+            ctx.status()
+        );
+        assert_eq!(
+            ctx.log(),
+            [
+                "start ".to_owned() + &key + " deploy-7",
+                "end ".to_owned() + &key + " deploy-7"
+            ]
+        );
+    });
+}
+
+/// When the key's history no longer reaches back to a job's end (its retention trimmed it),
+/// a second `submit --id` cannot know whether the job ran: it refuses, naming why, and queues
+/// nothing.
+#[test]
+fn a_second_submit_by_id_whose_end_was_trimmed_is_refused() {
+    let dir = std::env::temp_dir().join(format!("baton-trim-{}", common::random_hex()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let url = format!("sqlite:{}?history_keep=3", dir.join("baton.db").display());
+    common::with_store(&url, |ctx| {
+        let key = ctx.key("ids-trimmed");
+        submit(ctx, &key, &["--id", "deploy-8"]);
+        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
+        ctx.baton(["wait", key.as_str(), "deploy-8"])
+            .run()
+            .assert_code(0);
+        stop(w);
+        for _ in 0..12 {
+            ctx.baton(["run", key.as_str(), "--", "true"])
+                .run()
+                .assert_code(0);
+        }
+        let again = ctx
+            .baton(["submit", key.as_str(), "--id", "deploy-8"])
+            .run();
+        again.assert_code(1);
+        assert!(
+            again.stderr.contains("cannot tell whether it ran"),
+            "{}",
+            again.describe()
+        );
+        assert!(ctx.key_view(&key).queue().is_empty(), "{}", ctx.status());
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// What each job of the many-workers test does, by its parameters.
 const BEHAVIOURS: [&str; 4] = ["ok", "fail-once", "release-once", "fail-always"];
 

@@ -112,14 +112,27 @@ pub fn check_params(params: &[u8]) -> Result<(), String> {
         .map_err(|e| format!("the parameters are not valid JSON: {e}"))
 }
 
-/// Submits a job to `key` with `params` (JSON) and returns its id and standing: queued, or,
-/// when a job with the same id exists or ended recently, that job's, unchanged.
+/// What a submit did.
+#[derive(Clone, Debug)]
+pub struct Submitted {
+    /// The job's id.
+    pub id: String,
+    /// Where it stands: queued, or, when it was submitted before, that job's state.
+    pub view: TicketView,
+    /// A job with this id had been submitted before: nothing was queued, and its parameters
+    /// and options stay those of the first submit.
+    pub already: bool,
+}
+
+/// Submits a job to `key` with `params` (JSON) and says where it stands: queued, or, when a
+/// job with the same id was submitted before (live, or ended within what the key's history
+/// keeps), that job's state, unchanged.
 pub async fn submit(
     coord: &Coordinator,
     key: &str,
     params: &[u8],
     options: &SubmitOptions,
-) -> Result<(String, TicketView), ClientError> {
+) -> Result<Submitted, ClientError> {
     submit_op(coord, key, params, options).await
 }
 
@@ -150,7 +163,7 @@ async fn submit_op(
     key: &str,
     params: &[u8],
     options: &SubmitOptions,
-) -> Result<(String, TicketView), ClientError> {
+) -> Result<Submitted, ClientError> {
     check_params(params).map_err(|e| invalid(key, e))?;
     let id = options.id.clone().unwrap_or_else(ids::new_job_id);
     baton_core::limits::check_id(&id).map_err(|e| invalid(key, e.0))?;
@@ -171,10 +184,12 @@ async fn submit_op(
     // never a job without parameters.
     let record = encode_job_record(&submit, params);
     if options.id.is_some() {
-        // The same id again, for a job waiting in the backlog's segments, which the core
-        // cannot see: that job, unchanged.
-        if let Some(view) = waiting_in_backlog(coord, key, &id).await? {
-            return Ok((id, view));
+        if let Some(view) = submitted_before(coord, key, &id).await? {
+            return Ok(Submitted {
+                id,
+                view,
+                already: true,
+            });
         }
     }
     if options.id.is_none() || may_write_record(coord, key, &id, &record).await? {
@@ -186,12 +201,79 @@ async fn submit_op(
     let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
     let executed = match coord.execute(key, &mut request).await {
         Ok(executed) => executed,
-        Err(error) => return submitted_into_backlog(coord, key, &id, error).await,
+        Err(error) => {
+            let (id, view) = submitted_into_backlog(coord, key, &id, error).await?;
+            return Ok(Submitted {
+                id,
+                view,
+                already: false,
+            });
+        }
     };
     match executed.reply {
-        Reply::Ticket(view) => Ok((id, view)),
+        Reply::Ticket(view) => Ok(Submitted {
+            id,
+            view,
+            already: false,
+        }),
         other => Err(unexpected(key, &other)),
     }
+}
+
+/// Job `id` of `key` as it stands, when a submit with the caller's id finds that it was
+/// submitted before: live (in the document or its backlog), or ended, as its mark or its
+/// history entry says. The document remembers only the last few finished tickets, so the
+/// history is what makes a second submit a no-op for as long as the key keeps it.
+///
+/// `None`: never submitted, or only its record is there, left by a submit that died before its
+/// document write, and the history, reaching back to the key's first entry, shows no end of
+/// it. When the history no longer reaches back that far, whether it ran cannot be known, and
+/// the submit is refused rather than run twice.
+async fn submitted_before(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<TicketView>, ClientError> {
+    let snapshot = coord.read(key).await?;
+    let doc = snapshot.doc.as_ref();
+    if let Some(status) = doc.and_then(|doc| baton_core::apply::status_of(doc, id)) {
+        return Ok(Some(TicketView::Live(status)));
+    }
+    if let Some(view) = waiting_in_backlog(coord, key, id).await? {
+        return Ok(Some(view));
+    }
+    let recorded = coord.store().get_record(key, &job_record(id)).await?;
+    if recorded.is_none() {
+        return Ok(None);
+    }
+    match standing(coord, key, id).await? {
+        JobStanding::Ended(end) => Ok(Some(TicketView::Finished {
+            id: id.to_owned(),
+            outcome: end.outcome,
+            forced: end.forced,
+        })),
+        // Queued since by another submit: the core answers with it.
+        JobStanding::Live { .. } => Ok(None),
+        JobStanding::Unknown if history_is_whole(coord, key, doc).await? => Ok(None),
+        JobStanding::Unknown => Err(ClientError::Refused {
+            key: key.to_owned(),
+            refusal: Refusal::Forgotten { id: id.to_owned() },
+        }),
+    }
+}
+
+/// Whether `key`'s history still holds every entry ever appended to it (none trimmed by its
+/// retention), so that a job whose end is not there never ended.
+async fn history_is_whole(
+    coord: &Coordinator,
+    key: &str,
+    doc: Option<&Doc>,
+) -> Result<bool, ClientError> {
+    let first = coord.store().history(key, 0, 1).await?;
+    Ok(match first.first() {
+        Some(entry) => entry.seq == 1,
+        None => doc.is_none_or(|doc| doc.finishes == 0),
+    })
 }
 
 /// After a submit whose write may have landed was refused as uncertain: the core cannot see

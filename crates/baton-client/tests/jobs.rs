@@ -29,15 +29,18 @@ async fn a_rust_worker_needs_no_cli() {
     let store = Arc::new(MemoryStore::new());
     let coord = Arc::new(Coordinator::new(store.clone()));
     let options = SubmitOptions::default();
-    let (a1, _) = jobs::submit(&coord, "env/a", b"{\"n\":1}", &options)
+    let a1 = jobs::submit(&coord, "env/a", b"{\"n\":1}", &options)
         .await
-        .unwrap();
-    let (a2, _) = jobs::submit(&coord, "env/a", b"{\"n\":2}", &options)
+        .unwrap()
+        .id;
+    let a2 = jobs::submit(&coord, "env/a", b"{\"n\":2}", &options)
         .await
-        .unwrap();
-    let (b1, _) = jobs::submit(&coord, "env/b", b"[3]", &options)
+        .unwrap()
+        .id;
+    let b1 = jobs::submit(&coord, "env/b", b"[3]", &options)
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     let patterns = KeyPatterns::new(vec!["env/".into()]);
 
     // Two at once: one of each key (A's second waits for its first).
@@ -107,9 +110,10 @@ async fn a_claim_whose_answer_was_lost_counts_its_lease_from_before_its_first_at
     let shared = Arc::new(MemoryStore::new());
     let probe = Probe::new(shared.clone(), true);
     let coord = Arc::new(Coordinator::new(probe.clone()));
-    let (id, _) = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
+    let id = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     // The claim is written, its answer held 1.5 s and lost; the retry finds the job held by
     // this very token. The lease stands from before the first attempt's clock reading, never
     // from when the retry's answer came: 1.5 s of the 5 s are gone.
@@ -161,9 +165,10 @@ async fn a_key_with_a_long_backlog_delays_another_key_by_one_run_at_most() {
         .unwrap()
         .unwrap();
     tokio::time::sleep(Duration::from_millis(5)).await;
-    let (cold, _) = jobs::submit(&coord, "cold", b"null", &options)
+    let cold = jobs::submit(&coord, "cold", b"null", &options)
         .await
-        .unwrap();
+        .unwrap()
+        .id;
     tokio::time::sleep(Duration::from_millis(5)).await;
     running.complete(JobResult::Succeeded).await.unwrap();
     let next = jobs::claim_next(&coord, &patterns, &claim_options())

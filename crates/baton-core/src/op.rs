@@ -408,6 +408,18 @@ pub enum Refusal {
         crate::limits::FINISHED_REMEMBERED
     )]
     Uncertain,
+    /// A submit names a job id the key has seen (its record is there), but neither the document
+    /// nor the key's history, trimmed by its retention, says what became of that job: it may
+    /// have run. Nothing was queued.
+    #[error(
+        "job {id} was submitted to this key before, and its end is no longer in the key's \
+         history (trimmed by its retention), so baton cannot tell whether it ran; nothing was \
+         queued: submit under a new --id to run it again"
+    )]
+    Forgotten {
+        /// The job's id.
+        id: String,
+    },
     /// The token's job run has ended, and the job is queued again.
     #[error("this job's run has ended ({}); the job is queued again", .end.as_str())]
     RunEnded {

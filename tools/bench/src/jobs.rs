@@ -769,9 +769,10 @@ async fn measure_claims(
         let key = keys(round);
         let looks_before = worker.idle_looks.load(Ordering::Relaxed);
         let before = Instant::now();
-        let (id, _) = jobs::submit(coord, &key, PARAMS, &options)
+        let id = jobs::submit(coord, &key, PARAMS, &options)
             .await
-            .with_context(|| format!("round {round}: cannot submit a job to {key}"))?;
+            .with_context(|| format!("round {round}: cannot submit a job to {key}"))?
+            .id;
         let submitted = before.elapsed();
         let claimed = worker
             .next_claim(poll * 3 + CLAIM_TIMEOUT)
@@ -1126,9 +1127,10 @@ async fn prepare_idle_keys(coord: &Arc<Coordinator>, prefix: &str, n: usize) -> 
             };
             for k in (first..n).step_by(PREPARERS) {
                 let key = format!("{prefix}idle-{k:05}");
-                let (id, _) = jobs::submit(&coord, &key, PARAMS, &options)
+                let id = jobs::submit(&coord, &key, PARAMS, &options)
                     .await
-                    .with_context(|| format!("cannot submit a job to {key}"))?;
+                    .with_context(|| format!("cannot submit a job to {key}"))?
+                    .id;
                 let job = jobs::claim(&coord, &key, &ClaimOptions::default())
                     .await
                     .with_context(|| format!("cannot claim job {id} on {key}"))?

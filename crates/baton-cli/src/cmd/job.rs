@@ -49,15 +49,25 @@ pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
         max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
         cancel_running: args.cancel_running,
     };
-    let (id, view) = jobs::submit(&opened.coord, &args.key, &params, &options).await?;
+    let submitted = jobs::submit(&opened.coord, &args.key, &params, &options).await?;
+    let id = submitted.id;
+    let state = match &submitted.view {
+        TicketView::Live(status) => job_state_name(status.state).to_owned(),
+        TicketView::Finished { outcome, .. } => outcome.to_string(),
+    };
     if args.json {
-        let state = match &view {
-            TicketView::Live(status) => job_state_name(status.state).to_owned(),
-            TicketView::Finished { outcome, .. } => outcome.to_string(),
-        };
-        let line = serde_json::json!({ "key": args.key, "id": id, "state": state });
+        let line = serde_json::json!({
+            "key": args.key, "id": id, "state": state, "already": submitted.already,
+        });
         println!("{line}");
     } else {
+        if submitted.already {
+            eprintln!(
+                "baton: job {id} was submitted to {} before ({state}): nothing queued, its first \
+                 parameters stand",
+                args.key
+            );
+        }
         println!("{id}");
     }
     if !args.wait {
