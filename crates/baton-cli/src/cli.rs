@@ -161,11 +161,15 @@ dashboard is at / (live; cancel and force-release with an admin token); metrics 
 (Prometheus); the API is described at /v1/openapi.json.
 
 Without --tokens every caller may do everything, so the server listens on loopback only (unless
---insecure: a proxy in front checks callers). With a tokens file, every request needs
-`Authorization: Bearer TOKEN` (401 without a known token) with a scope on its key (403 without):
-read (status, log, values, the dashboard), lock (acquire, renew and release one's own tickets,
-jobs, kv set), admin (cancel, force-release, retry, kv delete, notification rules). The file
-keeps SHA-256 hashes only.
+--insecure: a proxy in front checks callers), and answers only requests whose Host (and Origin,
+when sent) is a loopback name or address, whatever the port: localhost, 127.0.0.1, [::1]
+(403 host_not_allowed for others, so a web page cannot reach it by DNS rebinding). The dashboard
+is at http://127.0.0.1:PORT/. With --insecure the listen address is answered too; --allow-host
+adds names. With a tokens file, every request needs `Authorization: Bearer TOKEN` (401 without
+a known token) with a scope on its key (403 without): read (status, log, values, the dashboard),
+lock (acquire, renew and release one's own tickets, submit and run jobs, kv set), admin
+(cancel, force-release, retry, kv delete, notification rules, acknowledging deliveries). A
+job's parameters are never replaced once submitted. The file keeps SHA-256 hashes only.
 
 Waiters are pushed their turn: the server follows each waited-on key once (reading it every
 --poll on S3 and DynamoDB, however many wait) and streams its changes. SIGTERM or Ctrl-C: stop
@@ -180,9 +184,14 @@ pub struct ServeArgs {
     /// The tokens file (JSON; `baton tokens new` prints an entry for it)
     #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
-    /// Listen beyond loopback without a tokens file (when a proxy in front checks callers)
+    /// Listen beyond loopback without a tokens file (when a proxy in front checks callers);
+    /// requests naming the listen address are answered too
     #[arg(long)]
     pub insecure: bool,
+    /// Without --tokens: also answer requests whose Host or Origin is NAME (a name or address
+    /// of this machine, on any port; repeatable); loopback ones always are
+    #[arg(long = "allow-host", value_name = "NAME", conflicts_with = "tokens")]
+    pub allow_hosts: Vec<String>,
     /// How often the server reads a key that clients wait on, on a store that cannot push
     /// (S3, DynamoDB): once per key, however many wait (stores that push are read every
     /// second besides)

@@ -7,6 +7,7 @@
 //! ([`feeds`]: one follower per key, however many wait), and, later, a dashboard and metrics.
 //!
 //! - [`tokens`]: the tokens file, hashes and scopes.
+//! - [`hosts`]: which `Host` and `Origin` a server without tokens answers (DNS rebinding).
 //! - [`feeds`]: the watched keys' feeds.
 //! - [`metrics`]: `/metrics`, and the store wrapper that times every call.
 //! - [`tls`]: TLS with rustls.
@@ -19,6 +20,7 @@ pub mod auth;
 pub mod error;
 pub mod extract;
 pub mod feeds;
+pub mod hosts;
 pub mod metrics;
 pub mod routes;
 pub mod tls;
@@ -33,6 +35,7 @@ use baton_client::Coordinator;
 use baton_store::Store;
 
 use crate::feeds::Feeds;
+use crate::hosts::AllowedHosts;
 use crate::metrics::{Measured, Metrics};
 use crate::tokens::Tokens;
 
@@ -47,8 +50,11 @@ pub struct Options {
     /// The tokens file; without one every request may do everything, so the server listens on
     /// loopback only unless `insecure`.
     pub tokens: Option<PathBuf>,
-    /// Listen beyond loopback without tokens.
+    /// Listen beyond loopback without tokens, and answer requests naming the listen address.
     pub insecure: bool,
+    /// Without tokens: host names (or addresses) answered besides loopback ones
+    /// ([`hosts`]); refused with a tokens file, where they would mean nothing.
+    pub allow_hosts: Vec<String>,
     /// How often a watched key is read on a store that cannot push ([`feeds`]).
     pub poll: std::time::Duration,
     /// A PEM certificate chain and its private key: serve HTTPS ([`tls`]).
@@ -64,6 +70,8 @@ pub struct State {
     pub coord: Arc<Coordinator>,
     /// The tokens it accepts; `None`: everyone may do everything.
     pub tokens: Option<Tokens>,
+    /// Without tokens, the hosts a request may name ([`hosts`]); `None` with tokens.
+    pub hosts: Option<AllowedHosts>,
     /// The watched keys' feeds.
     pub feeds: Arc<Feeds>,
     /// What `/metrics` shows.
@@ -96,6 +104,19 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
             options.listen
         )));
     }
+    let hosts =
+        match &tokens {
+            Some(_) if !options.allow_hosts.is_empty() => return Err(ServeError::Refused(
+                "--allow-host is for a server without --tokens (it answers only loopback hosts); \
+                 with a tokens file every request is judged by its token, whatever its host"
+                    .to_owned(),
+            )),
+            Some(_) => None,
+            None => Some(
+                AllowedHosts::new(options.listen, options.insecure, &options.allow_hosts)
+                    .map_err(ServeError::Refused)?,
+            ),
+        };
     let metrics = Arc::new(Metrics::new());
     let store: Arc<dyn Store> = Arc::new(Measured::new(store, metrics.clone()));
     Ok(State {
@@ -103,6 +124,7 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
         coord: Arc::new(Coordinator::new(store.clone())),
         store,
         tokens,
+        hosts,
         metrics,
     })
 }

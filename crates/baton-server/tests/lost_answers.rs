@@ -30,6 +30,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         listen: "127.0.0.1:0".parse().unwrap(),
         tokens: None,
         insecure: false,
+        allow_hosts: Vec::new(),
         poll: Duration::from_millis(250),
         tls: None,
     };

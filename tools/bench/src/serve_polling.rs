@@ -93,6 +93,7 @@ pub async fn run(
         listen: "127.0.0.1:0".parse().context("an address")?,
         tokens: None,
         insecure: false,
+        allow_hosts: Vec::new(),
         poll,
         tls: None,
     };

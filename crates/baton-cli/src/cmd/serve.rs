@@ -14,6 +14,7 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         listen: args.listen,
         tokens: args.tokens,
         insecure: args.insecure,
+        allow_hosts: args.allow_hosts,
         poll: args.poll,
         tls: args.tls_cert.zip(args.tls_key),
     };

@@ -25,11 +25,32 @@ pub fn request(
     token: Option<&str>,
     body: Option<&[u8]>,
 ) -> Answer {
+    request_with(address, method, path, &[], token, body)
+}
+
+/// [`request`] with more header lines (`("Host", …)` replaces the address as the `Host`).
+pub fn request_with(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    token: Option<&str>,
+    body: Option<&[u8]>,
+) -> Answer {
     let mut stream = TcpStream::connect(address).expect("connect to baton serve");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head.push_str(&format!("Host: {address}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     if let Some(token) = token {
         head.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }

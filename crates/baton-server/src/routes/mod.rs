@@ -47,6 +47,11 @@ pub fn router(state: Arc<State>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_MAX_BYTES))
+        // Before any route, the fallbacks included: a tokenless server's host check.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::hosts::check,
+        ))
         .with_state(state)
 }
 
