@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 use baton_core::notify::{EventKind, Rule, Settings, SETTINGS_FORMAT};
 use common::http::{request, request_with, Answer};
-use common::with_fresh_sqlite;
+use common::{with_fresh_sqlite, Ctx};
 use serde_json::{json, Value};
 
 /// The notification rules' document: its name starts with the control character 1.
@@ -178,5 +178,118 @@ fn allow_host_adds_a_name_a_tokenless_server_answers() {
             .run();
         done.assert_refused(&[2]);
         assert!(done.stderr.contains("--allow-host"), "{}", done.describe());
+    });
+}
+
+// ---- a `lock` token and other people's jobs and notifications ----
+
+fn new_token(ctx: &Ctx, name: &str, scope: &str) -> (String, Value) {
+    let done = ctx
+        .baton(["tokens", "new", name, "--json", "--scope", scope])
+        .run();
+    done.assert_code(0);
+    let made: Value = serde_json::from_str(done.stdout.trim()).expect("tokens new --json");
+    let token = made["token"].as_str().expect("token").to_owned();
+    (token, made["entry"].clone())
+}
+
+/// A server with a `lock` token `ci` and an `admin` token `ops` on the test's keys.
+fn server_with_tokens(ctx: &Ctx) -> (common::Proc, SocketAddr, String, String) {
+    let prefix = ctx.key("");
+    let (ci, ci_entry) = new_token(ctx, "ci", &format!("lock:{prefix}"));
+    let (ops, ops_entry) = new_token(ctx, "ops", &format!("admin:{prefix}"));
+    let file = json!({ "tokens": [ci_entry, ops_entry] });
+    std::fs::write(ctx.path("tokens.json"), file.to_string()).expect("write the tokens file");
+    let tokens = ctx.path("tokens.json");
+    let (proc, address) = ctx.serve(&["--tokens", tokens.to_str().expect("path")]);
+    (proc, address, ci, ops)
+}
+
+fn segment(name: &str) -> String {
+    name.replace('%', "%25").replace('/', "%2F")
+}
+
+#[test]
+fn a_lock_token_cannot_replace_a_jobs_parameters() {
+    with_fresh_sqlite(|ctx| {
+        let (_server, address, ci, ops) = server_with_tokens(ctx);
+        let key = ctx.key("deploy");
+        let store = format!("http://{address}");
+        let submit = |token: &str| {
+            ctx.baton([
+                "submit",
+                &key,
+                "--id",
+                "j1",
+                "--params",
+                r#"{"commit":"good"}"#,
+                "--store",
+                &store,
+            ])
+            .env("BATON_TOKEN", token)
+            .run()
+        };
+        submit(&ci).assert_code(0);
+        let path = format!("/v1/keys/{}/records/{}", segment(&key), segment("job/j1"));
+        let record = request(address, "GET", &path, Some(&ci), None);
+        let good = record.body["bytes"]
+            .as_str()
+            .expect("the job's record")
+            .to_owned();
+        assert!(good.contains("good"), "{good}");
+        let put = |token: &str, bytes: &str| {
+            let body = json!({ "bytes": bytes }).to_string();
+            request(address, "PUT", &path, Some(token), Some(body.as_bytes()))
+        };
+        // The same bytes again (a retried submit whose answer was lost) are harmless.
+        assert_eq!(put(&ci, &good).status, 200);
+        submit(&ci).assert_code(0);
+        // Other parameters for the same job: never, whoever asks, while the job is known.
+        let evil = good.replace("good", "evil");
+        for token in [&ci, &ops] {
+            let refused = put(token, &evil);
+            assert_eq!(refused.status, 409, "{refused:?}");
+            assert_eq!(refused.body["error"]["code"], "refused", "{refused:?}");
+        }
+        // A record no job refers to yet: a lock token writes it once, and only admin replaces
+        // it (a submit that died before its document write, tried again with other input).
+        let orphan = format!("/v1/keys/{}/records/{}", segment(&key), segment("job/j2"));
+        let put_orphan = |token: &str, bytes: &str| {
+            let body = json!({ "bytes": bytes }).to_string();
+            request(address, "PUT", &orphan, Some(token), Some(body.as_bytes()))
+        };
+        assert_eq!(put_orphan(&ci, &good).status, 200);
+        assert_eq!(put_orphan(&ci, &good).status, 200);
+        assert_eq!(put_orphan(&ci, &evil).status, 403);
+        assert_eq!(put_orphan(&ops, &evil).status, 200);
+        let after = request(address, "GET", &path, Some(&ci), None);
+        assert_eq!(after.body["bytes"].as_str(), Some(good.as_str()));
+    });
+}
+
+#[test]
+fn acknowledging_notifications_needs_admin() {
+    with_fresh_sqlite(|ctx| {
+        let (_server, address, ci, ops) = server_with_tokens(ctx);
+        let key = ctx.key("audited");
+        let path = format!("/v1/keys/{}/ops", segment(&key));
+        let notified = baton_core::Request::new(
+            "a1".to_owned(),
+            baton_core::Op::Notified(baton_core::notify::Delivered {
+                rule: "audit".into(),
+                through: 0,
+                gone: true,
+                ..Default::default()
+            }),
+        );
+        let body = serde_json::to_vec(&notified).expect("encode");
+        let refused = request(address, "POST", &path, Some(&ci), Some(&body));
+        assert_eq!(refused.status, 403, "{refused:?}");
+        assert_eq!(refused.body["error"]["code"], "forbidden", "{refused:?}");
+        let allowed = request(address, "POST", &path, Some(&ops), Some(&body));
+        assert!(
+            allowed.status != 401 && allowed.status != 403,
+            "{allowed:?}"
+        );
     });
 }

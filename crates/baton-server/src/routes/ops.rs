@@ -22,8 +22,10 @@ use crate::State;
 
 /// The scope an operation needs on its key: `lock` for what a holder, a waiter or a worker
 /// does with its own tickets (every such operation names its ticket by its secret token, or
-/// makes a new ticket), `admin` for what acts on other people's tickets, and for an enqueue
-/// that gets through a freeze (`--override-freeze`).
+/// makes a new ticket), `admin` for what acts on other people's tickets, for an enqueue
+/// that gets through a freeze (`--override-freeze`), and for acknowledging notifications
+/// (`Op::Notified` moves or drops a rule's cursor: the rules are the operator's, and a
+/// client through a server has its events delivered by the server itself).
 pub fn scope_of(op: &Op) -> Scope {
     match op {
         // A freeze is an operator's: getting through one is too.
@@ -35,9 +37,9 @@ pub fn scope_of(op: &Op) -> Scope {
         | Op::Submit(_)
         | Op::Claim { .. }
         | Op::Complete { .. }
-        | Op::Tick
-        | Op::Notified(_) => Scope::Lock,
-        Op::Cancel { .. }
+        | Op::Tick => Scope::Lock,
+        Op::Notified(_)
+        | Op::Cancel { .. }
         | Op::CancelInBacklog { .. }
         | Op::CancelQueued { .. }
         | Op::RetryOnce => Scope::Admin,

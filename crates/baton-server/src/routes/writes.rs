@@ -5,7 +5,9 @@
 //! A record is written as bytes: a job's parameters (`job/ID`), a run's report (`run/ID/N`),
 //! a worker's "seen" note. A `lock` token may write those on its keys, as it may submit and
 //! run jobs there; a backlog segment (`backlog/…`) is written by the coordinator that writes
-//! the document counting it, never by a caller.
+//! the document counting it, never by a caller. A job's parameters are written by its submit
+//! and never replaced ([`keep_job_parameters`]): a `lock` token on a key is no licence to
+//! change what someone else's job will run.
 
 use std::sync::Arc;
 
@@ -92,11 +94,58 @@ pub(super) async fn put_record(
             baton_client::jobs::SEEN_RECORD
         )));
     }
+    if let Some(id) = name.strip_prefix("job/") {
+        keep_job_parameters(&state, &caller, &key, id, body.bytes.as_bytes()).await?;
+    }
     state
         .store
         .put_record(&key, &name, body.bytes.as_bytes())
         .await?;
     Ok(Json(json!({})))
+}
+
+/// Refuses a write of job `id`'s record that would replace its parameters: the same bytes
+/// again are a retried submit (its answer lost) and pass; other bytes for a job the key knows
+/// (queued, running, in the backlog, ended) are refused for everyone (409), since a worker
+/// runs what the record says. Only for a job the key does not know — the record of a submit
+/// that died before its document write, tried again with other input — may `admin` replace
+/// them, as the client does directly (`jobs::submit`).
+async fn keep_job_parameters(
+    state: &State,
+    caller: &Caller,
+    key: &str,
+    id: &str,
+    bytes: &[u8],
+) -> Result<(), ApiError> {
+    let Some(existing) = state.store.get_record(key, &format!("job/{id}")).await? else {
+        return Ok(());
+    };
+    if existing == bytes {
+        return Ok(());
+    }
+    let standing = baton_client::jobs::standing(&state.coord, key, id)
+        .await
+        .map_err(super::ops::refused)?;
+    if standing != baton_client::jobs::JobStanding::Unknown {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            code: "refused",
+            message: format!(
+                "job {id:?} of {key:?} was submitted with other parameters, and a job's \
+                 parameters are never replaced: submit the new ones under another id"
+            ),
+            more: Vec::new(),
+        });
+    }
+    if caller.0.may(Scope::Admin, key) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(format!(
+        "the record of job {id:?} of {key:?} holds another submission's parameters (a submit \
+         that did not queue its job); the token {:?} may write it once, and only an admin \
+         token replaces it: submit under another id",
+        caller.0.name
+    )))
 }
 
 /// Whether a caller may write record `name` of a key.
