@@ -70,6 +70,10 @@ impl From<ClientError> for Failure {
                 refusal: kv::Refused::Missing,
                 ..
             } => MISSING,
+            ClientError::ValueRefused {
+                refusal: kv::Refused::Uncertain { .. },
+                ..
+            } => ERROR,
             ClientError::ValueRefused { .. } => CAS_LOST,
             ClientError::Interrupted { .. } => 130,
             _ => ERROR,

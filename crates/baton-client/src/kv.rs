@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use baton_core::kv::{self, Condition, ValueDoc, Write};
 use baton_core::names;
-use baton_store::{CasOutcome, StoreError, Versioned};
+use baton_store::{CasOutcome, Store, StoreError, Versioned};
 
 use crate::ids::new_attempt_id;
 use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
@@ -101,6 +101,7 @@ pub async fn set(
             ttl_ms,
             fence: options.fence,
             context: options.context.clone(),
+            seen_version: None,
         },
     )
     .await
@@ -126,6 +127,7 @@ pub async fn del(
             ttl_ms: None,
             fence,
             context: context.to_owned(),
+            seen_version: None,
         },
     )
     .await
@@ -159,7 +161,10 @@ async fn write(coord: &Coordinator, name: &str, write: Write) -> Result<u64, Cli
 /// Writes `write` to `name` in the store by CAS. A write id found among the value's last
 /// writes is this write's own (ids are made fresh for each), landed earlier unseen: its
 /// version is the answer, whether or not this call saw an attempt's answer lost (a server
-/// runs a client's retry as a first attempt of its own).
+/// runs a client's retry as a first attempt of its own). After a lost answer the write
+/// carries the version its first attempt was judged against ([`Write::seen_version`], unless
+/// the caller set an earlier one), so that the core refuses it as uncertain when more writes
+/// landed since than the value remembers, rather than applying it twice.
 pub async fn write_directly(
     coord: &Coordinator,
     name: &str,
@@ -168,13 +173,15 @@ pub async fn write_directly(
     kv::check_write(name, write).map_err(|e| refused(name, e.into()))?;
     let store = coord.store();
     let key = names::value_key(name);
+    let mut write = write.clone();
     let mut read = store.load(&key).await?;
     for conflicts in 0..MAX_CONFLICTS {
         let doc = decoded(name, read.as_ref())?;
         if let Some(version) = doc.as_ref().and_then(|doc| doc.written_by(&write.id)) {
             return Ok(version);
         }
-        let next = kv::write(doc.as_ref(), write, wall_ms()).map_err(|refusal| {
+        let based_on = doc.as_ref().map_or(0, |doc| doc.version);
+        let next = kv::write(doc.as_ref(), &write, wall_ms()).map_err(|refusal| {
             ClientError::ValueRefused {
                 name: name.to_owned(),
                 refusal,
@@ -196,7 +203,10 @@ pub async fn write_directly(
                     };
                 }
             }
-            Err(StoreError::Ambiguous { .. }) => read = store.load(&key).await?,
+            Err(StoreError::Ambiguous { .. }) => {
+                write.seen_version.get_or_insert(based_on);
+                read = store.load(&key).await?;
+            }
             Err(error) => return Err(error.into()),
         }
     }
@@ -207,17 +217,23 @@ pub async fn write_directly(
 }
 
 /// Sends `write` to a server, again when its answer is lost: the server recognises the id of
-/// an attempt that ran.
+/// an attempt that ran. The value's version is read first, so that a retry can carry it
+/// ([`Write::seen_version`]): the answer to the first attempt may be lost on the way back,
+/// after which nothing this side learns dates from before that attempt.
 async fn write_through(
     server: &RemoteStore,
     name: &str,
     write: &Write,
 ) -> Result<u64, ClientError> {
+    let read = server.load(&names::value_key(name)).await?;
+    let seen_version = decoded(name, read.as_ref())?.map_or(0, |doc| doc.version);
+    let mut write = write.clone();
     let mut lost = 0;
     loop {
-        match server.write_value(name, write).await {
+        match server.write_value(name, &write).await {
             Ok(version) => return Ok(version),
             Err(RunError::Ambiguous { error, .. }) => {
+                write.seen_version.get_or_insert(seen_version);
                 lost += 1;
                 if lost >= MAX_LOST_ANSWERS {
                     return Err(error.into());

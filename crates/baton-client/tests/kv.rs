@@ -95,3 +95,50 @@ async fn values_are_not_keys() {
     assert_eq!(listed[0].name, "deploy/version");
     assert!(kv::list(&coord, "other/").await.unwrap().is_empty());
 }
+
+/// The write lands and its answer is held while more writes than the value remembers land:
+/// the retry cannot find its id. It carries the version from before its first attempt, and is
+/// refused as uncertain: neither applied again over the newer values nor reported unwritten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_came_back_after_many_writes_is_refused_as_uncertain() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), false);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let other = Coordinator::new(Probe::new(shared.clone(), false));
+    for condition in [Condition::Any, Condition::Version(1)] {
+        let name = format!("n-{}", matches!(condition, Condition::Any));
+        kv::set(&other, &name, "0", &SetOptions::default())
+            .await
+            .unwrap();
+        probe.lose_reply_after_ms.store(1_000, Ordering::SeqCst);
+        let (writer, lossy_name) = (coord.clone(), name.clone());
+        let options = SetOptions {
+            condition,
+            ..SetOptions::default()
+        };
+        let lossy =
+            tokio::spawn(async move { kv::set(&writer, &lossy_name, "stale", &options).await });
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for n in 0..=baton_core::kv::WRITES_REMEMBERED {
+            kv::set(&other, &name, &format!("newer-{n}"), &SetOptions::default())
+                .await
+                .unwrap();
+        }
+        let result = lossy.await.unwrap();
+        assert!(
+            matches!(
+                result,
+                Err(ClientError::ValueRefused {
+                    refusal: Refused::Uncertain { .. },
+                    ..
+                })
+            ),
+            "{condition:?}: {result:?}"
+        );
+        let value = kv::get(&other, &name).await.unwrap().unwrap();
+        assert_eq!(
+            value.value,
+            format!("newer-{}", baton_core::kv::WRITES_REMEMBERED)
+        );
+    }
+}

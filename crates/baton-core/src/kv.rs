@@ -111,6 +111,13 @@ impl ValueDoc {
             .find(|(seen, _)| seen == id)
             .map(|(_, version)| *version)
     }
+
+    /// Whether the id of every write since version `seen` is remembered. Versions count every
+    /// write, one each, and the newest writes' ids are kept, so the ids remembered are those
+    /// of the last `writes.len()` versions.
+    pub fn remembers_writes_since(&self, seen: u64) -> bool {
+        self.version.saturating_sub(seen) <= self.writes.len() as u64
+    }
 }
 
 /// When a write may happen. Serialised (for `baton serve`) as `"any"`, `"absent"` or
@@ -145,6 +152,13 @@ pub struct Write {
     pub fence: Option<u64>,
     /// Who writes.
     pub context: String,
+    /// Set once an attempt's answer was lost: the value's version before this write's first
+    /// attempt (0: never written). Every attempt that landed landed above it, so if more
+    /// writes landed since than the document remembers ids for, this write's own may be among
+    /// the forgotten: it is refused as [`Refused::Uncertain`] rather than applied a second
+    /// time or reported unwritten.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seen_version: Option<u64>,
 }
 
 /// Why a write was refused. Nothing was written. Serialised (for `baton serve`'s answers) as
@@ -174,6 +188,21 @@ pub enum Refused {
     /// A delete of a name that has no value.
     #[error("no such value")]
     Missing,
+    /// An earlier attempt of this write may have landed (its answer was lost), and more
+    /// writes landed since than the value remembers: whether it was applied cannot be told.
+    /// Nothing was written now.
+    #[error(
+        "the store did not confirm an earlier attempt of this write, and the value went from \
+         version {seen} to {current} since, more writes than it remembers ({WRITES_REMEMBERED}): \
+         baton cannot tell whether this write was applied, and wrote nothing now; read the \
+         value (`baton kv get`) before writing again"
+    )]
+    Uncertain {
+        /// The version before the first attempt.
+        seen: u64,
+        /// The version now.
+        current: u64,
+    },
 }
 
 fn lost_message(condition: Condition, current: Option<u64>) -> String {
@@ -221,6 +250,16 @@ pub fn check_name(name: &str) -> Result<(), InvalidInput> {
 /// Judges `write` against the document as read (`None`: never written) at `wall_ms`, and
 /// returns the document to write.
 pub fn write(current: Option<&ValueDoc>, write: &Write, wall_ms: u64) -> Result<ValueDoc, Refused> {
+    if let (Some(seen), Some(doc)) = (write.seen_version, current) {
+        // The caller looked for its id first ([`ValueDoc::written_by`]); this judges the case
+        // where it could not have been seen.
+        if doc.written_by(&write.id).is_none() && !doc.remembers_writes_since(seen) {
+            return Err(Refused::Uncertain {
+                seen,
+                current: doc.version,
+            });
+        }
+    }
     let live = current.and_then(|doc| doc.live_version(wall_ms));
     let holds = match write.condition {
         Condition::Any => true,

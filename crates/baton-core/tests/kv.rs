@@ -12,6 +12,7 @@ fn set(id: &str, value: &str) -> Write {
         ttl_ms: None,
         fence: None,
         context: "ci #1".into(),
+        seen_version: None,
     }
 }
 
@@ -196,4 +197,53 @@ fn a_newer_format_or_garbage_is_an_error_not_a_panic() {
     ));
     assert!(kv::decode(b"\xff").is_err());
     assert!(kv::decode(br#"{"format":1}"#).is_err());
+}
+
+/// A write whose answer was lost is retried carrying the version from before its first
+/// attempt. Landed and remembered: the caller finds its id. Not landed, with every write since
+/// remembered: applied now. More writes since than remembered: refused as uncertain, neither
+/// applied again nor reported unwritten.
+#[test]
+fn a_retried_write_is_applied_only_when_every_write_since_its_first_attempt_is_remembered() {
+    let mut doc = apply(None, &set("w0", "0"), 10).unwrap();
+    let seen = doc.version;
+    // The first attempt of "mine" (at version 2) landed, unseen; 8 others landed after it.
+    let mine = Write {
+        condition: Condition::Version(seen),
+        ..set("mine", "mine")
+    };
+    doc = apply(Some(&doc), &mine, 11).unwrap();
+    for n in 0..kv::WRITES_REMEMBERED {
+        doc = apply(Some(&doc), &set(&format!("o{n}"), "other"), 12).unwrap();
+    }
+    assert_eq!(doc.written_by("mine"), None, "forgotten");
+    let retry = Write {
+        seen_version: Some(seen),
+        ..mine.clone()
+    };
+    assert_eq!(
+        apply(Some(&doc), &retry, 13),
+        Err(Refused::Uncertain {
+            seen,
+            current: seen + 1 + kv::WRITES_REMEMBERED as u64
+        })
+    );
+    // Without the version it carries, the same retry is judged as new: "nothing written".
+    assert!(matches!(
+        apply(Some(&doc), &mine, 13),
+        Err(Refused::Lost { .. })
+    ));
+
+    // Its first attempt did not land, and every write since is remembered: applied.
+    let mut doc = apply(None, &set("w0", "0"), 10).unwrap();
+    let seen = doc.version;
+    for n in 0..kv::WRITES_REMEMBERED - 1 {
+        doc = apply(Some(&doc), &set(&format!("o{n}"), "other"), 12).unwrap();
+    }
+    let retry = Write {
+        seen_version: Some(seen),
+        ..set("mine", "mine")
+    };
+    let written = apply(Some(&doc), &retry, 13).unwrap();
+    assert_eq!(written.written_by("mine"), Some(written.version));
 }

@@ -52,6 +52,8 @@ struct Proxy {
     armed: Arc<AtomicU32>,
     /// The local clock ([`BootClock`]) when the first dropped request passed, 0 before.
     first_dropped_sent_ms: Arc<AtomicU64>,
+    /// Holds back the next POST whose answer is not dropped, by this many ms, once.
+    hold_ms: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -61,12 +63,15 @@ impl Proxy {
             address: listener.local_addr().unwrap(),
             armed: Arc::default(),
             first_dropped_sent_ms: Arc::default(),
+            hold_ms: Arc::default(),
         };
         let (armed, first) = (proxy.armed.clone(), proxy.first_dropped_sent_ms.clone());
+        let hold = proxy.hold_ms.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let server = TcpStream::connect(upstream).await.unwrap();
-                tokio::spawn(pass(client, server, armed.clone(), first.clone()));
+                let knobs = (armed.clone(), first.clone(), hold.clone());
+                tokio::spawn(pass(client, server, knobs));
             }
         });
         proxy
@@ -77,7 +82,9 @@ impl Proxy {
     }
 }
 
-async fn pass(client: TcpStream, server: TcpStream, armed: Arc<AtomicU32>, first: Arc<AtomicU64>) {
+type Knobs = (Arc<AtomicU32>, Arc<AtomicU64>, Arc<AtomicU64>);
+
+async fn pass(client: TcpStream, server: TcpStream, (armed, first, hold): Knobs) {
     let (mut client_in, mut client_out) = client.into_split();
     let (mut server_in, mut server_out) = server.into_split();
     let drop_next = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -99,6 +106,9 @@ async fn pass(client: TcpStream, server: TcpStream, armed: Arc<AtomicU32>, first
                 let now = BootClock.now_ms();
                 let _ = first.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
                 dropping.store(true, Ordering::SeqCst);
+            } else if posts {
+                let ms = hold.swap(0, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
             }
             if server_out.write_all(&buffer[..n]).await.is_err() {
                 return;
@@ -277,4 +287,66 @@ async fn a_retry_after_many_tickets_ended_is_refused_as_uncertain_not_run_twice(
     })
     .await
     .unwrap();
+}
+
+/// A kv write whose answer is lost, retried after more writes than the value remembers landed
+/// (the retry held back on the way): never applied a second time, never reported unwritten.
+/// Unconditional, it would put its stale value back over the newer ones; with `--if-version`,
+/// it would say "nothing written" although it was, and a CAS-increment loop would count twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kv_write_whose_answer_was_lost_is_never_applied_twice_nor_reported_unwritten() {
+    use baton_client::kv::{self, SetOptions};
+    use baton_core::kv::{Condition, Refused, WRITES_REMEMBERED};
+    let dir = tempfile::tempdir().unwrap();
+    let (address, store) = server(&dir).await;
+    let proxy = Proxy::start(address).await;
+    let coord = Arc::new(through(&proxy).await);
+    let direct = Arc::new(Coordinator::new(store.clone()));
+    for condition in [Condition::Any, Condition::Version(1)] {
+        let name = format!("lossy/counter-{condition:?}").replace(['(', ')'], "");
+        kv::set(&direct, &name, "first", &SetOptions::default())
+            .await
+            .unwrap();
+        // The write's first answer is dropped after it landed; its retry is held back while
+        // more writes than the value remembers land.
+        proxy.drop_answers(1);
+        proxy.hold_ms.store(1_500, Ordering::SeqCst);
+        let options = SetOptions {
+            condition,
+            ..SetOptions::default()
+        };
+        let (writer, name2) = (coord.clone(), name.clone());
+        let lossy = tokio::spawn(async move { kv::set(&writer, &name2, "stale", &options).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for n in 0..=WRITES_REMEMBERED {
+            kv::set(
+                &direct,
+                &name,
+                &format!("newer-{n}"),
+                &SetOptions::default(),
+            )
+            .await
+            .unwrap();
+        }
+        let result = lossy.await.unwrap();
+        assert!(
+            matches!(
+                result,
+                Err(ClientError::ValueRefused {
+                    refusal: Refused::Uncertain { .. },
+                    ..
+                })
+            ),
+            "{condition:?}: {result:?}"
+        );
+        let value = kv::get(&direct, &name).await.unwrap().unwrap();
+        assert_eq!(
+            (value.value.as_str(), value.version),
+            (
+                format!("newer-{WRITES_REMEMBERED}").as_str(),
+                2 + 1 + WRITES_REMEMBERED as u64
+            ),
+            "{condition:?}: applied once, then only the newer writes"
+        );
+    }
 }
