@@ -526,8 +526,10 @@ pub struct WaitArgs {
     #[arg(long, value_parser = parse_duration, value_name = "DUR")]
     pub ttl: Option<Duration>,
 
-    /// Sort value: tickets with one go first, compared as strings (a zero-padded commit time,
-    /// say), then by arrival
+    /// Sort value: tickets with one go first, then by arrival. Two numbers (digits only, as
+    /// GITHUB_RUN_NUMBER) compare as integers: 100 after 99, and 099 ties with 99 (then
+    /// arrival); other values compare as strings (a zero-padded commit time, say). A key's
+    /// live tickets all use numbers or all text: the other kind is refused (exit 2)
     #[arg(long, value_name = "VALUE")]
     pub order: Option<String>,
 
@@ -994,7 +996,10 @@ pub struct SubmitArgs {
     /// How many of the key's jobs and turns may run at once. Every live ticket must agree
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub limit: u32,
-    /// Sort value: jobs and tickets with one go first, compared as strings
+    /// Sort value: jobs and tickets with one go first, then by arrival. Two numbers (digits
+    /// only) compare as integers (100 after 99; 099 ties with 99), other values as strings. A
+    /// key's live jobs and tickets all use numbers or all text: the other kind is refused
+    /// (exit 2)
     #[arg(long, value_name = "VALUE")]
     pub order: Option<String>,
     /// Cancel every queued job or ticket of the key that sorts before this one (as

@@ -62,7 +62,7 @@ impl From<ClientError> for Failure {
             },
             ClientError::LeaseLost { .. } => LOST,
             ClientError::Refused {
-                refusal: Refusal::Invalid(_),
+                refusal: Refusal::Invalid(_) | Refusal::OrderKindMismatch { .. },
                 ..
             } => USAGE,
             ClientError::Store(StoreError::BadUrl { .. }) => USAGE,

@@ -119,6 +119,44 @@ fn waiters_run_in_order_value_order() {
     });
 }
 
+/// Build numbers are not zero-padded: they compare as integers. H holds; builds 099 and 100
+/// queue; build 98 queues with `--supersede` and supersedes neither (both are newer); 98 runs
+/// first, then 099, then 100. A text order value on the key is refused (exit 2) and names
+/// both values; a later build with `--supersede` then cancels every queued older build.
+#[test]
+fn build_numbers_queue_as_integers_and_supersede_only_older_builds() {
+    for_each_store(|ctx| {
+        let key = ctx.key("builds");
+        let mut holder = hold(ctx, "H", &key, &[]);
+        let b099 = enqueue(ctx, "B099", &key, &["--order", "099"]);
+        let b100 = enqueue(ctx, "B100", &key, &["--order", "100"]);
+        let b98 = enqueue(ctx, "B98", &key, &["--order", "98", "--supersede"]);
+        let view = ctx.key_view(&key);
+        assert_eq!(
+            view.queue_contexts(),
+            ["B98", "B099", "B100"],
+            "98 before 099 before 100, nothing superseded: {}",
+            view.raw
+        );
+
+        let done = ctx
+            .baton(["acquire", &key, "--timeout", "0", "--order", "v2-text"])
+            .run();
+        done.assert_refused(&[2]);
+        assert!(
+            done.stderr.contains("v2-text") && done.stderr.contains("099"),
+            "the refusal names both values: {}",
+            done.describe()
+        );
+        assert!(done.stdout.trim().is_empty(), "{}", done.describe());
+
+        ctx.open_gate("H");
+        holder.wait(PROMPT).assert_code(0);
+        finish_all(ctx, &mut [("B98", b98), ("B099", b099), ("B100", b100)]);
+        assert_eq!(start_order(ctx), ["H", "B98", "B099", "B100"]);
+    });
+}
+
 /// H holds; A (plain) and B (`--keep`) queue; C queues with `--supersede`: A ends superseded
 /// (exit 76, its command never runs), B and C run after H, B first.
 #[test]

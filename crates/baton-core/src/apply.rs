@@ -23,6 +23,7 @@ use crate::lease;
 use crate::limits::{self, FINISHED_REMEMBERED, HOLD_SAMPLES, LIVE_TICKETS_MAX, TTL_MAX_MS};
 use crate::once::{self, OnceSpec};
 use crate::op::{CancelledTicket, Enqueue, Op, Refusal, Reply, Request, TicketStatus, TicketView};
+use crate::order;
 
 /// The result of an accepted operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -480,7 +481,7 @@ impl Work<'_> {
                 return Ok((Reply::Ticket(view), None));
             }
         }
-        self.make_room(e.limit, e.max_live)?;
+        self.admit(e.order.as_deref(), e.limit, e.max_live)?;
         let ticket = Ticket {
             id: e.id.clone(),
             token_hash: hash,
@@ -546,6 +547,23 @@ impl Work<'_> {
         }
     }
 
+    /// Checks that a new ticket or job may join the key's live tickets: [`Self::make_room`],
+    /// then its `order` value is of the kind theirs are ([`order::mismatch`]).
+    fn admit(&mut self, order: Option<&str>, limit: u32, max_live: u32) -> Result<(), Refusal> {
+        self.make_room(limit, max_live)?;
+        let Some(asked) = order else {
+            return Ok(());
+        };
+        let live = self.doc.tickets.iter().filter_map(|t| t.order.as_deref());
+        match order::mismatch(asked, live) {
+            Some(live) => Err(Refusal::OrderKindMismatch {
+                asked: asked.to_owned(),
+                live: live.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks that a new ticket expecting `limit` may join (the key's limit, the bound on live
     /// tickets `max_live`), and sets the key's limit when it is idle.
     fn make_room(&mut self, limit: u32, max_live: u32) -> Result<(), Refusal> {
@@ -582,24 +600,19 @@ impl Work<'_> {
         let Some(new) = new else {
             return;
         };
-        let (id, new_key) = (
-            new.id.clone(),
-            (new.order.is_none(), new.order.clone(), new.arrival),
-        );
+        let (id, new_order, new_arrival) = (new.id.clone(), new.order.clone(), new.arrival);
+        let new_key = order::queue_key(new_order.as_deref(), new_arrival);
         let reason = format!("superseded by {id}");
-        if let (Some(backlog), None) = (self.doc.backlog.as_mut(), &new_key.1) {
+        if let (Some(backlog), None) = (self.doc.backlog.as_mut(), &new_order) {
             backlog.add_cut(Cut {
-                below: new_key.2,
+                below: new_arrival,
                 outcome: Outcome::Superseded,
                 spares_keep: true,
                 reason: reason.clone(),
             });
         }
         while let Some(idx) = self.doc.tickets.iter().position(|t| {
-            t.state == TicketState::Queued
-                && !t.keep
-                && t.id != id
-                && (t.order.is_none(), t.order.clone(), t.arrival) < new_key
+            t.state == TicketState::Queued && !t.keep && t.id != id && t.queue_key() < new_key
         }) {
             self.finish(idx, Outcome::Superseded, false, Some(reason.clone()), None);
         }

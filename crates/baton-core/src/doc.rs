@@ -251,10 +251,10 @@ impl Ticket {
         }
     }
 
-    /// The key in which grants are made: tickets with an `order` first (as strings), then by
-    /// arrival.
-    pub fn queue_key(&self) -> (bool, Option<&str>, u64) {
-        (self.order.is_none(), self.order.as_deref(), self.arrival)
+    /// The key in which grants are made: tickets with an `order` first (numbers as integers,
+    /// else as strings: [`crate::order::compare`]), then by arrival.
+    pub fn queue_key(&self) -> crate::order::QueueKey<'_> {
+        crate::order::queue_key(self.order.as_deref(), self.arrival)
     }
 }
 

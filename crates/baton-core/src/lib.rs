@@ -10,6 +10,7 @@
 //! - [`limits`]: every limit of the design, and the checks of input at the edge.
 //! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
 //! - [`op`]: the operations and their replies.
+//! - [`order`]: how `--order` values compare (numbers as integers, text as strings).
 //! - [`clock`]: the two clocks of the design: the store's time, and observation of heartbeats.
 //! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
 //!   believe it holds, when a grant seen unclaimed surely stands.
@@ -44,6 +45,7 @@ pub mod names;
 pub mod notify;
 pub mod once;
 pub mod op;
+pub mod order;
 
 pub use apply::{apply, apply_with, Applied, Inputs};
 pub use clock::{Clock, Observer};

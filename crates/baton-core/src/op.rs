@@ -378,6 +378,21 @@ pub enum Refusal {
         /// By an operator's forced release.
         forced: bool,
     },
+    /// The new ticket's order value is a number and the key's live tickets use text, or the
+    /// reverse ([`crate::order`]): the two would sort by a rule nobody meant.
+    #[error(
+        "the order value {asked:?} is {}, but this key's live tickets have {} order values (such \
+         as {live:?}); give every ticket of a key the same kind (all build numbers, or all \
+         text such as zero-padded commit times), or wait until those tickets have ended",
+        crate::order::kind(.asked).word(),
+        crate::order::kind(.live).adjective()
+    )]
+    OrderKindMismatch {
+        /// The new ticket's order value.
+        asked: String,
+        /// A live ticket's order value of the other kind.
+        live: String,
+    },
     /// No live or recently finished ticket has this token.
     #[error(
         "no ticket of this key has that token: it is wrong, or its ticket ended long ago \

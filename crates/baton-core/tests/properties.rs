@@ -11,7 +11,7 @@
 //! wall clock (skewed by up to ten minutes), used by the core only for display and fences.
 //!
 //! **The steps.** Enqueue (normal or shared; limit fixed per run from 1..=3, now and then a wrong
-//! one; order `None` or from a small alphabet with prefixes; supersede; keep; TTL, waiter TTL
+//! one; order `None`, a build number (some zero-padded) or text; supersede; keep; TTL, waiter TTL
 //! and claim window from small sets; now and then a live-ticket bound of 3), refresh, renew (now
 //! and then with a wrong or a stale token, or an invalid TTL), release with any of the eight
 //! outcomes, operator cancel by id (live, ended or never created), cancel-queued, tick, enqueue
@@ -33,8 +33,8 @@
 //!    normal.
 //! 2. `invariants::check_settled`, its own settledness check, and no barging: each grant (in
 //!    `Applied::granted` order) is of a queued ticket that fits beside the holders at that
-//!    moment, and every live ticket ahead of it in queue order (order values as strings, then
-//!    arrival, tickets without order after) already holds.
+//!    moment, and every live ticket ahead of it in queue order (order values as numbers when
+//!    they are, else as strings, then arrival, tickets without order after) already holds.
 //! 3. Fences of successive grants strictly increase over the whole run (across reboots), each is
 //!    `max(previous + 1, wall_ms × 1000)`, and the document's fence never decreases.
 //! 4. An op with a token never issued, or of a ticket ended and forgotten, is refused with
@@ -80,8 +80,9 @@ const WAITER_TTLS: [u64; 3] = [2_000, 30_000, 300_000];
 const CLAIMS: [u64; 3] = [100, 5_000, 60_000];
 /// The last one is below the 1 s minimum: a renew asking for it is refused.
 const RENEW_TTLS: [u64; 4] = [1_000, 10_000, 120_000, 10];
-/// String order, not numeric: "10" < "2".
-const ORDERS: [&str; 4] = ["1", "10", "2", "9"];
+/// Build numbers compare as integers ("2" < "10"; "099" and "99" are one place, then by
+/// arrival); text compares as strings ("a" < "b10"), and never joins live numbers.
+const ORDERS: [&str; 8] = ["1", "10", "2", "9", "099", "99", "a", "b10"];
 /// Every outcome, then again those an owner may ask for (so that more releases fit).
 const OUTCOMES: [Outcome; 12] = [
     Outcome::Succeeded,
@@ -243,7 +244,7 @@ fn fault() -> impl Strategy<Value = Fault> {
 fn op_seed() -> impl Strategy<Value = OpSeed> {
     let enqueue = (
         prop::bool::weighted(0.3),
-        prop::option::of(0u8..4),
+        prop::option::of(0u8..8),
         prop::bool::weighted(0.2),
         prop::bool::weighted(0.2),
         0u8..3,
@@ -324,6 +325,27 @@ struct End {
     attempt: Option<String>,
 }
 
+/// An order value as the model ranks it: a number by its value, text as a string (live
+/// tickets never mix the two, so the derived order between kinds never matters).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum MOrder {
+    Number(u128),
+    Text(String),
+}
+
+impl MOrder {
+    fn of(order: &str) -> MOrder {
+        match order.parse::<u128>() {
+            Ok(n) if order.bytes().all(|b| b.is_ascii_digit()) => MOrder::Number(n),
+            _ => MOrder::Text(order.to_string()),
+        }
+    }
+
+    fn is_number(&self) -> bool {
+        matches!(self, MOrder::Number(_))
+    }
+}
+
 /// A created ticket, in the model's books.
 #[derive(Clone, Debug)]
 struct MTicket {
@@ -370,8 +392,12 @@ impl MTicket {
         }
     }
 
-    fn queue_key(&self) -> (bool, Option<String>, u64) {
-        (self.order.is_none(), self.order.clone(), self.seq)
+    fn queue_key(&self) -> (bool, Option<MOrder>, u64) {
+        (
+            self.order.is_none(),
+            self.order.as_deref().map(MOrder::of),
+            self.seq,
+        )
     }
 
     /// When the current phase ends on the store's clock.
@@ -1204,6 +1230,19 @@ impl World {
                 }
                 if live >= e.max_live as usize {
                     return refuse(Refusal::QueueFull { max: e.max_live });
+                }
+                if let Some(asked) = &e.order {
+                    let number = MOrder::of(asked).is_number();
+                    let other = b.live().find_map(|(_, t)| {
+                        let o = t.order.as_deref()?;
+                        (MOrder::of(o).is_number() != number).then_some(o)
+                    });
+                    if let Some(other) = other {
+                        return refuse(Refusal::OrderKindMismatch {
+                            asked: asked.clone(),
+                            live: other.to_string(),
+                        });
+                    }
                 }
                 if live == 0 {
                     b.key_limit = e.limit;

@@ -68,7 +68,7 @@ impl Work<'_> {
                 });
             }
         } else {
-            self.make_room(s.limit, s.max_live)?;
+            self.admit(s.order.as_deref(), s.limit, s.max_live)?;
         }
         let now_ms = self.clock.job_now_ms();
         let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
