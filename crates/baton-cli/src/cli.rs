@@ -195,7 +195,7 @@ pub struct ServeArgs {
     /// How often the server reads a key that clients wait on, on a store that cannot push
     /// (S3, DynamoDB): once per key, however many wait (stores that push are read every
     /// second besides)
-    #[arg(long, value_parser = parse_duration, default_value = "250ms", value_name = "DUR")]
+    #[arg(long, value_parser = parse_interval, default_value = "250ms", value_name = "DUR")]
     pub poll: Duration,
     /// Serve HTTPS with this certificate chain (PEM), and --tls-key
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -310,7 +310,7 @@ pub struct NotifyDeliverArgs {
     #[arg(long, short = 'f')]
     pub follow: bool,
     /// With --follow: how often to look
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
     pub poll: Duration,
 }
 
@@ -523,7 +523,7 @@ pub struct WaitArgs {
     pub shared: bool,
 
     /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire]
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
     pub ttl: Option<Duration>,
 
     /// Sort value: tickets with one go first, then by arrival. Two numbers (digits only, as
@@ -590,7 +590,7 @@ pub struct WaitingArgs {
     pub store_retry: Duration,
 
     /// A waiter that stops refreshing for this long is dropped from the queue
-    #[arg(long, value_parser = parse_duration, default_value = "60s", value_name = "DUR", hide = true)]
+    #[arg(long, value_parser = parse_lease, default_value = "60s", value_name = "DUR", hide = true)]
     pub waiter_ttl: Duration,
 
     /// Print nothing while waiting
@@ -632,12 +632,12 @@ pub struct OnceArgs {
     pub max_attempts: u32,
 
     /// How long a success is remembered: after it, CMD runs again
-    #[arg(long, value_parser = parse_duration, default_value = "7d", value_name = "DUR")]
+    #[arg(long, value_parser = parse_retention, default_value = "7d", value_name = "DUR")]
     pub retain: Duration,
 
     /// Lease while CMD runs, renewed every TTL/3: a run whose baton dies is taken over this
     /// long after its last renewal
-    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, default_value = "30s", value_name = "DUR")]
     pub ttl: Duration,
 
     /// Stop CMD (SIGTERM, then SIGKILL 5s later) once it has run this long: a failed attempt,
@@ -725,7 +725,7 @@ pub struct RenewArgs {
     pub token: String,
     /// New lease duration from now; a renewal never ends the lease sooner than it would have
     /// ended [default: the ticket's own TTL]
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
     pub ttl: Option<Duration>,
 }
 
@@ -755,7 +755,7 @@ pub struct StatusArgs {
     )]
     pub limit_rows: Option<u32>,
     /// How often --watch looks at the store (100ms..=1h)
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
     pub interval: Duration,
     /// Write JSON (only JSON) to stdout; with --watch, one JSON object per line
     #[arg(long)]
@@ -945,7 +945,7 @@ pub struct CheckArgs {
     pub fence: u64,
     /// Pass only with at least DUR of the lease left (on stores with a clock: SQLite,
     /// PostgreSQL, Redis, S3)
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
     pub min_left: Option<Duration>,
     /// Write one JSON object to stdout: key, fence, holds, lease_left_ms, why
     #[arg(long)]
@@ -1018,13 +1018,14 @@ pub struct SubmitArgs {
     #[arg(long, default_value_t = baton_core::job::ATTEMPTS_DEFAULT, value_name = "N")]
     pub max_attempts: u32,
     /// Wait after the first failed attempt; it doubles after each further one, up to 10m
-    #[arg(long, value_parser = parse_duration, default_value = "10s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, default_value = "10s", value_name = "DUR")]
     pub backoff: Duration,
-    /// Not before this time (RFC 3339, as 2026-12-01T02:00:00Z) or this long from now (DUR)
-    #[arg(long, value_name = "TIME|DUR")]
+    /// Not before this time (RFC 3339, as 2026-12-01T02:00:00Z) or this long from now (DUR,
+    /// at most 366d)
+    #[arg(long, value_parser = check_not_before, value_name = "TIME|DUR")]
     pub not_before: Option<String>,
     /// Stop a run after DUR (SIGTERM, then SIGKILL), counted as a failed attempt
-    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
     pub max_run: Option<Duration>,
     /// Who submits it and why, shown to others [default: from the CI's variables, else
     /// user@host pid N]
@@ -1082,7 +1083,7 @@ pub struct WaitJobArgs {
     #[arg(value_name = "JOB_ID")]
     pub id: String,
     /// How often to look on stores that cannot push (S3, DynamoDB)
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
     pub poll: Duration,
     /// Print nothing while waiting
     #[arg(short, long)]
@@ -1100,10 +1101,10 @@ pub struct WorkerArgs {
     pub concurrency: u32,
     /// Lease of a run, renewed every TTL/3 while CMD runs; with --async, how long
     /// `baton complete` has after CMD exits 0 (unless `baton renew KEY TOKEN` extends it)
-    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_lease, default_value = "30s", value_name = "DUR")]
     pub ttl: Duration,
     /// When a job released back (exit 75) is ready again
-    #[arg(long, value_parser = parse_duration, default_value = "5s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_delay, default_value = "5s", value_name = "DUR")]
     pub release_delay: Duration,
     /// After SIGTERM, how long running jobs may take to finish before they are given back
     #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
@@ -1113,7 +1114,7 @@ pub struct WorkerArgs {
     #[arg(long = "async")]
     pub asynchronous: bool,
     /// How often an idle worker looks for jobs
-    #[arg(long, value_parser = parse_duration, default_value = "1s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
     pub poll: Duration,
     /// Print no line per job
     #[arg(short, long)]
@@ -1193,22 +1194,132 @@ pub struct JobRefArgs {
     pub id: String,
 }
 
-/// Parses `500ms`, `5s`, `15m`, `1h30m`, or a bare `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
+/// The largest value a duration flag takes, and how to write it in a message.
+///
+/// Every duration is bounded where it is parsed, so no later `Instant + Duration`,
+/// `SystemTime + Duration` or conversion to milliseconds can overflow or wrap (humantime
+/// reads `500000000000y` without complaint). Flags the core bounds take the core's limit;
+/// the rest take [`LONGEST`], longer than any wait or hold anyone means.
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    /// The largest value allowed.
+    pub max: Duration,
+    /// It, as a user would write it.
+    pub written: &'static str,
+}
+
+const DAY_S: u64 = 24 * 3600;
+
+/// Waits, holds, retries, grace periods, kv TTLs and times from now: 100 years (humantime's
+/// year, 365.25 days).
+pub const LONGEST: Bound = Bound {
+    max: Duration::from_secs(36_525 * DAY_S),
+    written: "100y",
+};
+/// Leases (`--ttl`, `--waiter-ttl`), `--max-run`, `--backoff` and `--min-left`: the core's
+/// longest lease, 7 days.
+pub const LEASE: Bound = Bound {
+    max: Duration::from_millis(baton_core::limits::TTL_MAX_MS),
+    written: "7d",
+};
+/// How often to look (`--poll`, `--interval`): an hour.
+pub const INTERVAL: Bound = Bound {
+    max: Duration::from_secs(3600),
+    written: "1h",
+};
+/// `once --retain`: the core's longest retention, 3650 days.
+pub const RETENTION: Bound = Bound {
+    max: Duration::from_millis(baton_core::once::RETAIN_MAX_MS),
+    written: "3650d",
+};
+/// `--not-before` and `--release-delay`: the core's longest delay of a job, 366 days.
+pub const DELAY: Bound = Bound {
+    max: Duration::from_millis(baton_core::job::DELAY_MAX_MS),
+    written: "366d",
+};
+
+/// Parses `500ms`, `5s`, `15m`, `1h30m`, or a bare `0`, up to `bound`.
+pub fn parse_duration_within(text: &str, bound: Bound) -> Result<Duration, String> {
+    let duration = if text.trim() == "0" {
+        Duration::ZERO
+    } else {
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            format!("`{text}` is not a duration ({e}); write it like 500ms, 5s, 15m or 1h30m")
+        })?
+    };
+    if duration > bound.max {
+        return Err(format!(
+            "`{text}` is too long: the largest value allowed is {}",
+            bound.written
+        ));
     }
-    humantime::parse_duration(text.trim()).map_err(|e| {
-        format!("`{text}` is not a duration ({e}); write it like 500ms, 5s, 15m or 1h30m")
-    })
+    Ok(duration)
+}
+
+/// A duration up to [`LONGEST`] (100 years).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, LONGEST)
+}
+
+/// A lease or a run's length, up to [`LEASE`] (7 days).
+pub fn parse_lease(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, LEASE)
+}
+
+/// An interval between looks, up to [`INTERVAL`] (1 hour).
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, INTERVAL)
+}
+
+/// A run-once retention, up to [`RETENTION`] (3650 days).
+pub fn parse_retention(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, RETENTION)
+}
+
+/// A job's delay, up to [`DELAY`] (366 days).
+pub fn parse_delay(text: &str) -> Result<Duration, String> {
+    parse_duration_within(text, DELAY)
+}
+
+/// Whole milliseconds of `duration`, saturating (a bounded flag never comes near).
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The instant `duration` from now; the far future, never a panic, if that overflows (a
+/// bounded flag never does).
+pub fn instant_after(duration: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(duration)
+        .or_else(|| now.checked_add(LONGEST.max))
+        .unwrap_or(now)
+}
+
+/// `--not-before`: a duration is bounded here (366 days); a time is judged against the clock
+/// when the job is submitted.
+pub fn check_not_before(text: &str) -> Result<String, String> {
+    if is_duration(text) {
+        parse_delay(text)?;
+    }
+    Ok(text.to_owned())
+}
+
+/// Whether `text` reads as a duration at all (however long): `0`, `5s`, `500000000000y`.
+pub fn is_duration(text: &str) -> bool {
+    text.trim() == "0" || humantime::parse_duration(text.trim()).is_ok()
 }
 
 /// Parses a time for `--from`/`--until`: RFC 3339 (`2026-12-24T16:00:00Z`, `2026-12-24
-/// 16:00:00` in UTC, fractions allowed) or a duration from now (`2h`); as wall ms.
+/// 16:00:00` in UTC, fractions allowed) or a duration from now (`2h`, up to 100 years); as
+/// wall ms.
 pub fn parse_time(text: &str) -> Result<u64, String> {
     let text = text.trim();
-    if let Ok(after) = humantime::parse_duration(text) {
-        let at = std::time::SystemTime::now() + after;
+    if is_duration(text) {
+        let after = parse_duration(text)?;
+        let now = std::time::SystemTime::now();
+        let at = now.checked_add(after).ok_or_else(|| {
+            format!("`{text}` from now is past what this machine's clock can count")
+        })?;
         return Ok(wall_ms_of(at));
     }
     let with_seconds = |t: &str| {
@@ -1222,7 +1333,8 @@ pub fn parse_time(text: &str) -> Result<u64, String> {
         .map(wall_ms_of)
         .map_err(|_| {
             format!(
-                "`{text}` is not a time; write it as 2026-12-24T16:00:00Z (UTC),                  2026-12-24 16:00 (UTC), or a duration from now such as 2h"
+                "`{text}` is not a time; write it as 2026-12-24T16:00:00Z (UTC), \
+                 2026-12-24 16:00 (UTC), or a duration from now such as 2h"
             )
         })
 }
@@ -1294,6 +1406,142 @@ mod tests {
         check("5", None);
         check("soon", None);
         check("", None);
+    }
+
+    #[test]
+    fn durations_are_bounded() {
+        let ok = |text: &str, bound: Bound| parse_duration_within(text, bound).ok();
+        assert_eq!(ok("36525d", LONGEST), Some(LONGEST.max));
+        assert_eq!(ok("100y", LONGEST), Some(LONGEST.max));
+        assert_eq!(ok("7d", LEASE), Some(Duration::from_secs(7 * DAY_S)));
+        for (text, bound) in [
+            ("36525d 1ns", LONGEST),
+            ("500000000000y", LONGEST),
+            ("18446744073709551615s", LONGEST),
+            ("7d 1ms", LEASE),
+            ("61m", INTERVAL),
+            ("3651d", RETENTION),
+            ("367d", DELAY),
+        ] {
+            let error = parse_duration_within(text, bound).expect_err(text);
+            assert!(
+                error.contains("largest value allowed") && error.contains(bound.written),
+                "{text}: {error}"
+            );
+        }
+        assert!(parse_time("100y").is_ok());
+        assert!(parse_time("101y").is_err());
+        assert!(parse_time("500000000000y").is_err());
+        assert!(parse_time("2026-12-24T16:00:00Z").is_ok());
+        assert!(check_not_before("367d").is_err());
+        assert!(check_not_before("2099-01-01T00:00:00Z").is_ok());
+    }
+
+    /// Every flag that takes a duration or a time, with its command's path.
+    fn duration_flags() -> Vec<(String, clap::Arg)> {
+        use clap::CommandFactory;
+        fn walk(path: String, cmd: &clap::Command, out: &mut Vec<(String, clap::Arg)>) {
+            for arg in cmd.get_arguments() {
+                let names = arg.get_value_names().unwrap_or_default();
+                let timed = names.iter().any(|n| {
+                    let n = n.as_str();
+                    n.contains("DUR") || n.contains("TIME") || n == "MIN..MAX"
+                });
+                if timed {
+                    out.push((path.clone(), arg.clone()));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(format!("{path} {}", sub.get_name()), sub, out);
+            }
+        }
+        let mut out = Vec::new();
+        let mut cmd = Cli::command();
+        cmd.build();
+        walk("baton".into(), &cmd, &mut out);
+        out
+    }
+
+    /// Parses `--FLAG value` with `arg`'s own parser (alone in a command, so its command's
+    /// other arguments are not needed): Ok, or the error clap prints.
+    fn parse_flag(arg: &clap::Arg, value: &str) -> Result<(), String> {
+        let long = arg.get_long().unwrap_or_default().to_owned();
+        let alone = clap::Arg::new("flag")
+            .long(long.clone())
+            .value_name(arg.get_value_names().unwrap_or_default()[0].clone())
+            .value_parser(arg.get_value_parser().clone());
+        clap::Command::new("baton")
+            .arg(alone)
+            .try_get_matches_from(["baton".to_owned(), format!("--{long}={value}")])
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn every_duration_flag_refuses_what_it_cannot_hold_by_name() {
+        let flags = duration_flags();
+        // The run, acquire, pause, kv set, submit, worker, once, check, status and serve flags.
+        assert!(flags.len() >= 25, "found only {} flags", flags.len());
+        for (path, arg) in &flags {
+            let flag = format!("--{}", arg.get_long().unwrap_or_default());
+            for huge in ["101y", "500000000000y", "18446744073709551615s", "1s..101y"] {
+                if huge.contains("..") && arg.get_value_names().unwrap_or_default()[0] != "MIN..MAX"
+                {
+                    continue;
+                }
+                let error =
+                    parse_flag(arg, huge).expect_err(&format!("{path} {flag} {huge} is refused"));
+                assert!(
+                    error.contains(&flag)
+                        && (error.contains("largest value allowed") || error.contains("between")),
+                    "{path} {flag} {huge}: the error names the flag and the bound: {error}"
+                );
+            }
+            parse_flag(arg, "1s").unwrap_or_else(|e| panic!("{path} {flag} 1s: {e}"));
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever number and unit: a duration is read exactly or refused, never wrapped,
+        /// and never past its bound; no flag's parser panics.
+        #[test]
+        fn durations_are_exact_or_refused(
+            n in proptest::prop_oneof![
+                proptest::prelude::any::<u64>(),
+                0u64..100_000,
+                proptest::prelude::Just(u64::MAX),
+            ],
+            unit in proptest::sample::select(vec![
+                ("ns", 1u128),
+                ("ms", 1_000_000),
+                ("s", 1_000_000_000),
+                ("m", 60_000_000_000),
+                ("h", 3_600_000_000_000),
+                ("d", 86_400_000_000_000),
+                ("y", 31_557_600_000_000_000),
+            ]),
+        ) {
+            let text = format!("{n}{}", unit.0);
+            let exact_ns = u128::from(n) * unit.1;
+            for bound in [LONGEST, LEASE, INTERVAL, RETENTION, DELAY] {
+                match parse_duration_within(&text, bound) {
+                    Ok(got) => {
+                        proptest::prop_assert_eq!(got.as_nanos(), exact_ns, "{}", text);
+                        proptest::prop_assert!(got <= bound.max);
+                        proptest::prop_assert!(std::time::Instant::now().checked_add(got).is_some());
+                        proptest::prop_assert!(u64::try_from(got.as_millis()).is_ok());
+                    }
+                    Err(_) => proptest::prop_assert!(
+                        exact_ns > bound.max.as_nanos(),
+                        "{} refused though within {}", text, bound.written
+                    ),
+                }
+            }
+            // No flag's parser panics on it (what each accepts is bounded as checked above).
+            for (_, arg) in duration_flags() {
+                let _ = parse_flag(&arg, &text);
+            }
+        }
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub fn options(
             .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
     }
     let ttl = args.ttl.unwrap_or(default_ttl);
-    baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
+    baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
         .map_err(|e| Failure::usage(e.to_string()))?;
     let on_progress: Option<ProgressFn> = match line {
         Some(line) => Some(Arc::new(move |p: &WaitProgress| line.update(p))),
@@ -199,12 +199,12 @@ pub fn describe(p: &WaitProgress) -> String {
     if let Some(estimate) = p.estimate.filter(|_| p.paused.is_none()) {
         parts.push(format!(
             "about {} left",
-            render::duration_ms(estimate.as_millis() as u64)
+            render::duration_ms(crate::cli::millis(estimate))
         ));
     }
     parts.push(format!(
         "waited {}",
-        render::duration_ms(p.waited.as_millis() as u64)
+        render::duration_ms(crate::cli::millis(p.waited))
     ));
     if let Some(trouble) = &p.store_trouble {
         parts.push(format!("the store is failing, retrying: {trouble}"));

@@ -232,3 +232,106 @@ fn corrupt_sqlite_document_is_refused() {
             .assert_code(0);
     });
 }
+
+/// Durations too long for their flag are refused where they are parsed (exit 2, naming the
+/// flag and the largest value allowed), and the largest allowed ones work: no panic on an
+/// `Instant` overflow (exit 101) and no TTL wrapped into a short one.
+#[test]
+fn huge_durations_are_refused_by_name_and_the_largest_ones_work() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("huge");
+        let name = ctx.key("value");
+        let huge = "500000000000y";
+        let refused: Vec<(&str, Vec<&str>)> = vec![
+            (
+                "--timeout",
+                vec!["run", &key, "--timeout", huge, "--", "true"],
+            ),
+            (
+                "--max-hold",
+                vec!["run", &key, "--max-hold", huge, "--", "true"],
+            ),
+            ("--ttl", vec!["run", &key, "--ttl", "8d", "--", "true"]),
+            (
+                "--store-retry",
+                vec!["acquire", &key, "--store-retry", huge],
+            ),
+            (
+                "--until",
+                vec!["pause", &key, "--reason", "r", "--until", huge],
+            ),
+            (
+                "--from",
+                vec!["pause", &key, "--reason", "r", "--from", "101y"],
+            ),
+            ("--ttl", vec!["kv", "set", &name, "v", "--ttl", huge]),
+            ("--not-before", vec!["submit", &key, "--not-before", huge]),
+            ("--max-run", vec!["submit", &key, "--max-run", huge]),
+            (
+                "--retain",
+                vec!["once", &key, "--retain", huge, "--", "true"],
+            ),
+            (
+                "--min-left",
+                vec!["check", &key, "--fence", "1", "--min-left", huge],
+            ),
+            (
+                "--grace",
+                vec!["worker", &key, "--grace", huge, "--", "true"],
+            ),
+        ];
+        for (flag, args) in &refused {
+            let done = ctx.baton(args).run();
+            done.assert_code(2);
+            assert!(
+                done.stderr.contains(flag) && done.stderr.contains("largest value allowed"),
+                "{args:?}: names {flag} and its bound:\n{}",
+                done.describe()
+            );
+        }
+        assert_prefix_untouched(ctx);
+
+        // The largest values: the run starts, holds and ends as usual.
+        ctx.baton([
+            "run",
+            &key,
+            "--timeout",
+            "100y",
+            "--max-hold",
+            "100y",
+            "--",
+            "true",
+        ])
+        .run()
+        .assert_code(0);
+        ctx.baton([
+            "once",
+            &key,
+            "--retain",
+            "3650d",
+            "--max-hold",
+            "100y",
+            "--",
+            "true",
+        ])
+        .run()
+        .assert_code(0);
+        ctx.baton(["pause", &key, "--reason", "r", "--until", "100y"])
+            .run()
+            .assert_code(0);
+        ctx.baton(["resume", &key]).run().assert_code(0);
+        ctx.baton(["kv", "set", &name, "v", "--ttl", "100y"])
+            .run()
+            .assert_code(0);
+        let listed = ctx.baton(["kv", "ls", &ctx.prefix]).run();
+        listed.assert_code(0);
+        assert!(
+            listed.stdout.contains("in 3652") && listed.stdout.contains(&name),
+            "expires in 100 years, not a wrapped time:\n{}",
+            listed.describe()
+        );
+        let value = ctx.baton(["kv", "get", &name]).run();
+        value.assert_code(0);
+        assert_eq!(value.stdout.trim(), "v");
+    });
+}

@@ -208,7 +208,8 @@ pub async fn acquire(
     pending: &Pending,
     options: &AcquireOptions,
 ) -> Result<Lease, ClientError> {
-    let deadline = options.timeout.map(|t| Instant::now() + t);
+    // A timeout too long for the clock to count is no deadline at all.
+    let deadline = options.timeout.and_then(|t| Instant::now().checked_add(t));
     // Nothing renews the lease this returns: it is claimed before it is returned.
     let lease = wait_for_turn(coord, pending, options, deadline, false).await?;
     still_standing(coord, lease).await
@@ -225,7 +226,8 @@ pub async fn acquire_many(
     options: &AcquireOptions,
     heartbeat: &Heartbeat,
 ) -> Result<Vec<Lease>, ClientError> {
-    let deadline = options.timeout.map(|t| Instant::now() + t);
+    // A timeout too long for the clock to count is no deadline at all.
+    let deadline = options.timeout.and_then(|t| Instant::now().checked_add(t));
     let mut sorted: Vec<&Pending> = pendings.iter().collect();
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
     let mut leases = Vec::new();
@@ -347,7 +349,7 @@ pub async fn renew(
         ids::new_attempt_id(),
         Op::Renew {
             token: token.to_string(),
-            ttl_ms: ttl.map(|t| t.as_millis() as u64),
+            ttl_ms: ttl.map(crate::time::millis),
         },
     );
     let executed = coord.execute(key, &mut request).await?;

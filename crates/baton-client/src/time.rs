@@ -12,6 +12,12 @@ pub fn wall_ms() -> u64 {
         .unwrap_or(0)
 }
 
+/// Whole milliseconds of a duration a caller gave, saturating: a duration too long to count
+/// in milliseconds is refused by the core's limits, never wrapped into a short one.
+pub fn millis(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Milliseconds on this process's monotonic clock.
 pub(crate) fn mono_ms() -> u64 {
     static ORIGIN: OnceLock<Instant> = OnceLock::new();

@@ -22,7 +22,7 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
         StoreClock::Time { now_ms, .. } => Some(*now_ms),
         StoreClock::None => None,
     };
-    let min_left_ms = args.min_left.map(|d| d.as_millis() as u64);
+    let min_left_ms = args.min_left.map(crate::cli::millis);
     let verdict = check_fence(
         snapshot.doc.as_ref(),
         args.fence,

@@ -104,8 +104,10 @@ fn read_params(given: Option<&str>) -> Result<Vec<u8>, Failure> {
 /// `--not-before`: a duration from now, or an RFC 3339 time (its distance from this machine's
 /// clock; a time past is now).
 fn delay_until(text: &str) -> Result<u64, Failure> {
-    if let Ok(duration) = crate::cli::parse_duration(text) {
-        return Ok(millis(duration));
+    if crate::cli::is_duration(text) {
+        let delay = crate::cli::parse_delay(text)
+            .map_err(|e| Failure::usage(format!("--not-before: {e}")))?;
+        return Ok(millis(delay));
     }
     let at = humantime::parse_rfc3339_weak(text.trim()).map_err(|_| {
         Failure::usage(format!(

@@ -121,7 +121,7 @@ pub async fn hold_and_run(
         let _ = guard.release(Outcome::Failed).await;
         return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
     };
-    let max_hold_at = max_hold.map(|d| Instant::now() + d);
+    let max_hold_at = max_hold.map(crate::cli::instant_after);
     let mut overran_at: Option<Instant> = None;
     let mut asked: Option<(StopAsked, Instant)> = None;
     let mut killed = false;

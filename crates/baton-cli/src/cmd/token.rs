@@ -29,7 +29,7 @@ pub async fn release(opened: &Opened, args: ReleaseArgs) -> Result<i32, Failure>
 pub async fn renew(opened: &Opened, args: RenewArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
     if let Some(ttl) = args.ttl {
-        baton_core::limits::check_ttl("TTL (--ttl)", ttl.as_millis() as u64)
+        baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
             .map_err(|e| Failure::usage(e.to_string()))?;
     }
     let renewed = baton_client::acquire::renew(&opened.coord, &args.key, &args.token, args.ttl)

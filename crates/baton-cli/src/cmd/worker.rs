@@ -142,7 +142,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
                             humantime::format_duration(ctx.args.grace)
                         );
                     }
-                    draining_until = Some(Instant::now() + ctx.args.grace);
+                    draining_until = Some(crate::cli::instant_after(ctx.args.grace));
                 }
             }
         }
@@ -359,7 +359,7 @@ async fn run_command(
         .map(|err| tokio::task::spawn_local(pump(err, Box::new(std::io::stderr()))));
     let mut lost = job.heartbeat.lost();
     let mut asked = job.heartbeat.stop_asked();
-    let max_run_at = job.max_run.map(|d| Instant::now() + d);
+    let max_run_at = job.max_run.map(crate::cli::instant_after);
     let mut stopping: Option<(Instant, Ended)> = None;
     let ended = loop {
         let kill_at = stopping.as_ref().map(|(at, _)| *at + STOP_GRACE);
