@@ -63,7 +63,7 @@ fn main() {
 }
 
 fn fail(failure: Failure) -> ! {
-    let message = failure.message.trim_end_matches('.');
+    let message = render::one_line(failure.message.trim_end_matches('.'));
     let _ = writeln!(std::io::stderr(), "baton: {message}");
     std::process::exit(failure.code)
 }

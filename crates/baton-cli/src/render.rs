@@ -90,8 +90,15 @@ pub fn rfc3339_seconds(wall_ms: u64) -> String {
     humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(wall_ms)).to_string()
 }
 
-/// `text` on one line: control characters (newlines, tabs, escapes) become spaces, so a
-/// context cannot break the table or drive the terminal.
+/// `text` on one line: control characters (newlines, tabs, ESC, BEL, C1 controls such as CSI)
+/// become spaces, so stored text cannot break a table or drive the terminal.
+///
+/// The one filter for text baton did not write itself: contexts, reasons, who paused, job
+/// errors, kv contexts, a worker's name, and every error line (which may quote them). Every
+/// print that can carry such text goes through it: status, log, the waiting line, check,
+/// jobs, why, wait, pause, a run's messages and `baton: …` failure lines. JSON output needs
+/// none (serde escapes control characters); a job's own output (`baton wait` replays its
+/// tails) and `kv get`'s value are data, printed as they are.
 pub fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -303,6 +310,11 @@ mod tests {
         assert_eq!(cut("abcdef", 4), "abc…");
         assert_eq!(cut("abcdef", 0), "");
         assert_eq!(Cell::plain("a\nb\tc\x1b[31m").text, "a b c [31m");
+        // An OSC that retitles the terminal, a CSI that clears it, and C1's one-byte CSI.
+        assert_eq!(
+            one_line("\x1b]0;pwned\x07\x1b[2J\u{9b}2J\x7f"),
+            " ]0;pwned  [2J 2J "
+        );
     }
 
     #[test]

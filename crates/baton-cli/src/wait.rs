@@ -134,7 +134,8 @@ impl WaitLine {
         if !due {
             return;
         }
-        let text = describe(p);
+        // Contexts, reasons and store errors are stored text: never terminal control.
+        let text = render::one_line(&describe(p));
         let mut err = std::io::stderr().lock();
         if self.tty {
             let width = render::terminal_size_of(libc::STDERR_FILENO)

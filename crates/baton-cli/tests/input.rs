@@ -233,6 +233,150 @@ fn corrupt_sqlite_document_is_refused() {
     });
 }
 
+/// Stored text (a context, a reason, who paused, a job's error) with terminal escapes: an OSC
+/// that retitles the terminal and a CSI that clears it.
+const ESCAPES: &str = "evil\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}2J text";
+
+/// Fails the test if `done`'s output carries a control character a terminal would act on
+/// (newlines and the waiting line's own tab-free text aside).
+fn assert_no_escapes(what: &str, done: &common::Done) {
+    for (stream, text) in [("stdout", &done.stdout), ("stderr", &done.stderr)] {
+        let bad = text
+            .chars()
+            .find(|c| c.is_control() && *c != '\n' && *c != '\t');
+        assert!(
+            bad.is_none(),
+            "{what}: {stream} carries the control character {bad:?}:\n{}",
+            done.describe().escape_debug()
+        );
+    }
+    assert_no_panic_or_overflow(done);
+}
+
+fn assert_no_panic_or_overflow(done: &common::Done) {
+    done.assert_no_panic();
+    assert_ne!(done.code, Some(101), "{}", done.describe());
+}
+
+/// Contexts, reasons and job errors are shown everywhere they reach a terminal with their
+/// control characters replaced: the waiting line, status, log, check, kv, jobs, why, wait,
+/// pause, a refusal and the message of a run asked to stop.
+#[test]
+fn terminal_escapes_in_stored_text_never_reach_the_output() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("escapes");
+        // A holder whose context carries the escapes.
+        let script = Ctx::gate_script("H");
+        let mut holder = ctx
+            .baton(["run", &key, "--context", ESCAPES, "--", "sh", "-c", &script])
+            .name("H")
+            .spawn();
+        ctx.wait_started("H");
+
+        // The waiting line names the holder and its context.
+        let waiter = ctx
+            .baton(["run", &key, "--timeout", "1500ms", "--", "true"])
+            .run();
+        waiter.assert_code(75);
+        assert!(
+            waiter.stderr.contains("pwned"),
+            "the waiting line shows the context: {}",
+            waiter.describe()
+        );
+        assert_no_escapes("the waiting line", &waiter);
+        let prefix = ctx.prefix.clone();
+        assert_no_escapes("status", &ctx.baton(["status", &prefix]).run());
+        let fence = ctx.written_fence("H").to_string();
+        let check = ctx
+            .baton(["check", &key, "--fence", "1"])
+            .env("BATON_FENCE", &fence)
+            .run();
+        assert_no_escapes("check of a fence that does not hold", &check);
+
+        // A newer ticket with the escapes asks the holder to stop: its message names who asked.
+        let asker = ctx
+            .baton([
+                "acquire",
+                &key,
+                "--cancel-running",
+                "--timeout",
+                "0",
+                "--context",
+                ESCAPES,
+            ])
+            .run();
+        asker.assert_code(75);
+        let stopped = holder.wait(common::PROMPT);
+        assert_no_escapes("a run asked to stop", &stopped);
+        assert_no_escapes("log", &ctx.baton(["log", &key]).run());
+
+        // A paused key: its reason and who paused it, in pause, pause --list and a waiter.
+        let paused_key = ctx.key("paused");
+        let pause = ctx
+            .baton(["pause", &paused_key, "--reason", ESCAPES, "--by", ESCAPES])
+            .run();
+        assert_no_escapes("pause", &pause);
+        assert_no_escapes("pause --list", &ctx.baton(["pause", "--list"]).run());
+        let frozen = ctx
+            .baton(["run", &paused_key, "--timeout", "1s", "--", "true"])
+            .run();
+        assert_no_escapes("a waiter on a paused key", &frozen);
+        assert_no_escapes("resume", &ctx.baton(["resume", &paused_key]).run());
+
+        // kv: the writer's context.
+        let name = ctx.key("value");
+        ctx.baton(["kv", "set", &name, "v", "--context", ESCAPES])
+            .run()
+            .assert_code(0);
+        assert_no_escapes("kv ls", &ctx.baton(["kv", "ls", &prefix]).run());
+
+        // A job submitted with the escapes, then run and failed with them as its error.
+        let job_key = ctx.key("job");
+        let submit = ctx
+            .baton([
+                "submit",
+                &job_key,
+                "--id",
+                "j1",
+                "--max-attempts",
+                "1",
+                "--context",
+                ESCAPES,
+            ])
+            .run();
+        submit.assert_code(0);
+        assert_no_escapes("jobs", &ctx.baton(["jobs", &job_key]).run());
+        assert_no_escapes("why (queued)", &ctx.baton(["why", &job_key, "j1"]).run());
+        let failing = format!(
+            "printf '{}' >&2; exit 3",
+            ESCAPES.replace('\u{1b}', "\\033")
+        );
+        let mut worker = ctx
+            .baton([
+                "worker", &job_key, "--poll", "100ms", "--", "sh", "-c", &failing,
+            ])
+            .name("worker")
+            .spawn();
+        let waited = ctx.baton(["wait", &job_key, "j1"]).run();
+        worker.kill();
+        assert_no_panic_or_overflow(&waited);
+        for (what, done) in [
+            (
+                "jobs show",
+                ctx.baton(["jobs", "show", &job_key, "j1"]).run(),
+            ),
+            ("why (ended)", ctx.baton(["why", &job_key, "j1"]).run()),
+            (
+                "jobs (ended)",
+                ctx.baton(["jobs", &job_key, "-s", "all"]).run(),
+            ),
+        ] {
+            assert_no_escapes(what, &done);
+        }
+        let _ = holder;
+    });
+}
+
 /// Durations too long for their flag are refused where they are parsed (exit 2, naming the
 /// flag and the largest value allowed), and the largest allowed ones work: no panic on an
 /// `Instant` overflow (exit 101) and no TTL wrapped into a short one.

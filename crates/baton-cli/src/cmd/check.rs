@@ -61,7 +61,7 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
         writeln!(stdout, "{value}")
             .map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))?;
     }
-    eprintln!("baton: {why}");
+    eprintln!("baton: {}", crate::render::one_line(&why));
     Ok(match verdict {
         FenceCheck::Holds { .. } => exit::OK,
         FenceCheck::StopAsked { .. } => exit::SUPERSEDED,

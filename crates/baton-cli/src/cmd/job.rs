@@ -12,6 +12,7 @@ use baton_core::{Op, Outcome, Request, TicketState};
 
 use crate::cli::{CompleteArgs, CompleteOutcome, JobRefArgs, RetryArgs, SubmitArgs, WaitJobArgs};
 use crate::exit::{self, Failure};
+use crate::render;
 use crate::Opened;
 
 fn check_key(key: &str) -> Result<(), Failure> {
@@ -140,7 +141,10 @@ pub async fn complete(opened: &Opened, args: CompleteArgs) -> Result<i32, Failur
     let view = jobs::complete_job(&opened.coord, &args.key, &args.id, &args.token, result)
         .await
         .map_err(|e| Failure::new(exit::ERROR, Failure::from(e).message))?;
-    eprintln!("baton: {}", describe(&args.key, &args.id, &view));
+    eprintln!(
+        "baton: {}",
+        render::one_line(&describe(&args.key, &args.id, &view))
+    );
     Ok(exit::OK)
 }
 
@@ -186,7 +190,8 @@ async fn wait_for(opened: &Opened, args: &WaitJobArgs) -> Result<i32, Failure> {
     let end = jobs::wait(&opened.coord, &args.key, &args.id, args.poll, &tell).await?;
     print_last_output(opened, &args.key, &args.id).await;
     if !args.quiet {
-        eprintln!("baton: {} {}: {}", args.key, args.id, ended(&end));
+        let ended = render::one_line(&ended(&end));
+        eprintln!("baton: {} {}: {ended}", args.key, args.id);
     }
     Ok(exit_code(&end))
 }
@@ -235,7 +240,10 @@ pub async fn retry(opened: &Opened, args: RetryArgs) -> Result<i32, Failure> {
     let view = jobs::revive(&opened.coord, &args.key, &args.id)
         .await
         .map_err(|e| Failure::new(exit::ERROR, Failure::from(e).message))?;
-    eprintln!("baton: {}", describe(&args.key, &args.id, &view));
+    eprintln!(
+        "baton: {}",
+        render::one_line(&describe(&args.key, &args.id, &view))
+    );
     Ok(exit::OK)
 }
 

@@ -169,15 +169,17 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
         println!("{line}");
         return Ok(exit::OK);
     }
+    // Reasons, parameters, errors, the worker's name and output tails are stored text.
+    let shown = render::one_line;
     println!("{} {}: {state}", args.key, args.id);
     if let JobStanding::Ended(end) = &standing {
         if let Some(reason) = &end.reason {
-            println!("  why: {reason}");
+            println!("  why: {}", shown(reason));
         }
     }
     println!(
         "  params: {}",
-        params_text.as_deref().unwrap_or("(none kept)")
+        shown(params_text.as_deref().unwrap_or("(none kept)"))
     );
     for report in &reports {
         let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
@@ -192,10 +194,10 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
             report.result,
             render::duration_ms(took),
             report.fence,
-            report.worker,
+            shown(&report.worker),
         );
         if let Some(error) = &report.error {
-            println!("    error: {error}");
+            println!("    error: {}", shown(error));
         }
         for (name, tail) in [
             ("stdout", &report.stdout_tail),
@@ -204,7 +206,7 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
             if !tail.is_empty() {
                 println!("    {name}:");
                 for line in tail.lines() {
-                    println!("      {line}");
+                    println!("      {}", shown(line));
                 }
             }
         }

@@ -78,7 +78,7 @@ async fn follow(
                     // Say it once, and keep following: the store may come back.
                     let message = error.to_string();
                     if last_error.as_ref() != Some(&message) {
-                        eprintln!("baton: {message}");
+                        eprintln!("baton: {}", render::one_line(&message));
                         last_error = Some(message);
                     }
                     break;

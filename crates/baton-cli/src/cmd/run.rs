@@ -149,7 +149,7 @@ pub async fn hold_and_run(
                     "baton: {}: asked to stop by {} (--cancel-running): stopping the command \
                      (SIGTERM, then SIGKILL after {}s)",
                     by.key,
-                    by.by,
+                    crate::render::one_line(&by.by),
                     STOP_GRACE.as_secs()
                 );
                 asked = Some((by, Instant::now()));

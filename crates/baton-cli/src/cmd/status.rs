@@ -776,7 +776,7 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
     let mut before = loop {
         match read_all(opened, &args.prefix).await {
             Ok(keys) => break keys,
-            Err(failure) => eprintln!("baton: {}", failure.message),
+            Err(failure) => eprintln!("baton: {}", render::one_line(&failure.message)),
         }
         tokio::select! {
             () = tokio::time::sleep(args.interval) => {}
@@ -801,7 +801,7 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
             Err(failure) => {
                 // Say it once, and keep watching: the store may come back.
                 if last_error.as_ref() != Some(&failure.message) {
-                    eprintln!("baton: {}", failure.message);
+                    eprintln!("baton: {}", render::one_line(&failure.message));
                     last_error = Some(failure.message);
                 }
                 continue;

@@ -159,7 +159,9 @@ async fn worker_line(opened: &Opened, key: &str) -> Result<String, Failure> {
 async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
     match jobs::standing(&opened.coord, key, id).await? {
         JobStanding::Ended(end) => {
-            let why = end.reason.map_or_else(String::new, |r| format!(" ({r})"));
+            let why = end
+                .reason
+                .map_or_else(String::new, |r| format!(" ({})", render::one_line(&r)));
             println!(
                 "{key} {id}: not running: it has ended, {}{why}",
                 end.outcome
@@ -175,6 +177,7 @@ async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
 
 fn print_lines(lines: &[String]) {
     for line in lines {
-        println!("{line}");
+        // Contexts, errors and the worker's name are stored text.
+        println!("{}", render::one_line(line));
     }
 }

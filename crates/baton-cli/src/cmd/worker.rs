@@ -242,6 +242,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
         },
     };
     if !ctx.args.quiet {
+        let said = crate::render::one_line(&said);
         eprintln!("baton: {key} {id} attempt {attempt}: {said}");
     }
 }
