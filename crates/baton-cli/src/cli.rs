@@ -497,9 +497,10 @@ BATON_TICKET and BATON_FENCE then name the first.
 
 While CMD runs baton renews the lease every TTL/3. If it cannot renew in time (the store is
 unreachable, or baton itself was paused), it kills CMD's process group before the lease can end
-and exits 78. CMD runs in its own process group and dies with baton; SIGINT and SIGTERM are
-forwarded to it. If baton is paused or killed, only fences protect the resource: check
-BATON_FENCE where you can. The turn is released as `succeeded` if CMD exits 0, else `failed`, and
+and exits 78. CMD runs in its own process group, led by a supervisor (CMD's parent) that kills the
+whole group with SIGKILL the moment baton dies, kill -9 included; SIGINT and SIGTERM are forwarded
+to the group. A process that leaves the group (setsid) is not covered, nor is a paused baton: then
+only fences protect the resource: check BATON_FENCE where you can. The turn is released as `succeeded` if CMD exits 0, else `failed`, and
 baton exits with CMD's exit code.";
 
 const ACQUIRE_HELP: &str = "\

@@ -15,7 +15,7 @@ fn sleeper(name: &str) -> String {
     )
 }
 
-/// A command with a grandchild in its process group: records its pid (= its group), the
+/// A command with a grandchild in its process group: records its pid, the
 /// grandchild's pid and its fence, then waits for the grandchild.
 fn group_sleeper(name: &str) -> String {
     format!(
@@ -32,6 +32,16 @@ fn pgid_of(pid: i32) -> i32 {
         .nth(2)
         .and_then(|field| field.parse().ok())
         .expect("a pgrp field")
+}
+
+/// The parent of `pid`, from /proc.
+fn ppid_of(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    let (_, rest) = stat.rsplit_once(')').expect("a stat line");
+    rest.split_whitespace()
+        .nth(1)
+        .and_then(|field| field.parse().ok())
+        .expect("a ppid field")
 }
 
 /// A command that records its fence and the fact it ran.
@@ -58,8 +68,8 @@ fn spawn_marked_waiter(ctx: &Ctx, key: &str) -> Proc {
     .spawn()
 }
 
-/// The holder's baton is killed with SIGKILL: its command dies with it (parent-death signal), and
-/// the waiter is granted within the TTL plus a little.
+/// The holder's baton is killed with SIGKILL: its command dies with it (its supervisor's
+/// parent-death signal), and the waiter is granted within the TTL plus a little.
 #[test]
 fn killed_holder_is_taken_over_within_its_ttl() {
     for_each_store(|ctx| {
@@ -81,11 +91,19 @@ fn killed_holder_is_taken_over_within_its_ttl() {
             .name("H")
             .spawn();
         let holder_cmd_pid = ctx.wait_pid("H.pid", PROMPT);
-        ctx.kill_group_on_drop(holder_cmd_pid);
-        assert_eq!(
-            pgid_of(holder_cmd_pid),
-            holder_cmd_pid,
+        // CMD's process group is its own, led by its supervisor (baton's child, see
+        // tests/process_group.rs), not baton's.
+        let group = pgid_of(holder_cmd_pid);
+        ctx.kill_group_on_drop(group);
+        assert_ne!(
+            group,
+            pgid_of(holder.pid()),
             "CMD runs in its own process group"
+        );
+        assert_eq!(
+            ppid_of(group),
+            holder.pid(),
+            "the group's leader is baton's child"
         );
         let mut waiter = spawn_marked_waiter(ctx, &key);
         ctx.wait_queued(&key, "W");
@@ -139,7 +157,7 @@ fn paused_holder_loses_its_lease_and_kills_its_command_on_resume() {
             .name("H")
             .spawn();
         let holder_cmd_pid = ctx.wait_pid("H.pid", PROMPT);
-        ctx.kill_group_on_drop(holder_cmd_pid);
+        ctx.kill_group_on_drop(pgid_of(holder_cmd_pid));
         let grandchild_pid = ctx.wait_pid("H.grandchild", PROMPT);
         let mut waiter = spawn_marked_waiter(ctx, &key);
         ctx.wait_queued(&key, "W");

@@ -464,15 +464,17 @@ fn a_second_submit_by_id_whose_end_was_trimmed_is_refused() {
 /// What each job of the many-workers test does, by its parameters.
 const BEHAVIOURS: [&str; 4] = ["ok", "fail-once", "release-once", "fail-always"];
 
-/// The command of the many-workers test: logs `start KEY ID FENCE ATTEMPT PPID`, uses the
-/// torture harness's fenced resource (at `resource`) with its fence for 50 ms, then behaves as
-/// its parameters say and logs `end KEY ID FENCE` before exiting.
+/// The command of the many-workers test: logs `start KEY ID FENCE ATTEMPT WORKER` (the
+/// worker's pid: the parent of CMD's supervisor), uses the torture harness's fenced resource (at
+/// `resource`) with its fence for 50 ms, then behaves as its parameters say and logs
+/// `end KEY ID FENCE` before exiting.
 fn many_script(torture: &std::path::Path, resource: &str) -> String {
     format!(
         r#"
 read -r params
-echo "start $BATON_KEY $BATON_JOB_ID $BATON_FENCE $BATON_ATTEMPT $PPID" >> "$TEST_DIR/log"
-'{torture}' use --resource {resource} --key "$BATON_KEY" --who "w$PPID" --hold 50ms
+worker=$(cut -d ' ' -f 4 "/proc/$PPID/stat")
+echo "start $BATON_KEY $BATON_JOB_ID $BATON_FENCE $BATON_ATTEMPT $worker" >> "$TEST_DIR/log"
+'{torture}' use --resource {resource} --key "$BATON_KEY" --who "w$worker" --hold 50ms
 used=$?
 code=0
 case "$params" in

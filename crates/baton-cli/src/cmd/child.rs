@@ -1,15 +1,18 @@
-//! Running CMD: its own process group, death with baton, the terminal, signals.
+//! Running CMD: its own process group led by a supervisor that kills the group when baton
+//! dies (see `supervisor.rs`), the terminal, signals.
 
 use std::io;
 use std::process::ExitStatus;
 
 use tokio::process::{Child, Command};
 
+use crate::cmd::supervisor;
+
 /// A running command in its own process group.
 pub struct Running {
-    /// The child process.
+    /// baton's child: CMD's supervisor, which exits as CMD does (its pipes are CMD's).
     pub child: Child,
-    /// Its process group id (its pid).
+    /// The process group of the supervisor, CMD and what CMD starts (the supervisor's pid).
     pub pgid: libc::pid_t,
     /// Whether it was given the terminal (and baton must take it back).
     gave_terminal: bool,
@@ -22,8 +25,8 @@ fn owns_terminal() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
-/// Spawns `argv` with `env` added. Call from the main thread: the parent-death signal fires
-/// when the spawning thread exits.
+/// Spawns `argv` with `env` added, under a supervisor that leads its process group. Call from
+/// the main thread: the supervisor's parent-death signal fires when the spawning thread exits.
 pub fn spawn(argv: &[String], env: &[(String, String)]) -> io::Result<Running> {
     spawn_with(argv, env, false)
 }
@@ -39,8 +42,6 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
     let give_terminal = !piped && owns_terminal();
-    // SAFETY: getpid has no preconditions.
-    let baton_pid = unsafe { libc::getpid() };
     let mut command = Command::new(program);
     command
         .args(args)
@@ -54,35 +55,32 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
             .stderr(Stdio::piped());
     }
     if give_terminal {
-        // The child calls tcsetpgrp from what is briefly a background group: ignore SIGTTOU
-        // around it (the disposition is inherited across fork and reset before exec).
+        // baton gives the terminal away and takes it back from what is then a background
+        // group: ignore SIGTTOU (CMD gets the default back before its exec).
         // SAFETY: setting a signal disposition to SIG_IGN is always valid.
         unsafe {
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
         }
     }
-    // SAFETY: the closure only calls async-signal-safe functions (setpgid, prctl, getppid,
-    // tcsetpgrp, signal, _exit) between fork and exec.
+    let plan = supervisor::Plan::new(give_terminal);
+    // SAFETY: the closure only makes async-signal-safe system calls (see supervisor.rs): it
+    // turns the forked child into CMD's supervisor and returns only in CMD.
     unsafe {
-        command.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // baton died between fork and prctl: do not outlive it.
-            if libc::getppid() != baton_pid {
-                libc::_exit(137);
-            }
-            if give_terminal {
-                libc::tcsetpgrp(0, libc::getpid());
-            }
-            libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-            Ok(())
-        });
+        command.pre_exec(move || plan.split());
     }
-    let child = command.spawn()?;
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            if give_terminal {
+                // SAFETY: as below; the supervisor may have taken the terminal before CMD's
+                // exec failed.
+                unsafe {
+                    libc::tcsetpgrp(0, libc::getpgrp());
+                }
+            }
+            return Err(error);
+        }
+    };
     let pgid = child.id().map_or(0, |id| id as libc::pid_t);
     if give_terminal && pgid > 0 {
         // Also from the parent, so the terminal is the child's whichever side runs first.

@@ -16,6 +16,7 @@ pub mod pause;
 pub mod run;
 pub mod serve;
 pub mod status;
+pub mod supervisor;
 pub mod token;
 pub mod why;
 pub mod worker;
