@@ -507,7 +507,8 @@ const ACQUIRE_HELP: &str = "\
 Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
 appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it,
 for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
-queued ahead when the wait began.
+queued ahead when the wait began. In a GitHub Actions step (GITHUB_ACTIONS=true) it first prints
+::add-mask::TOKEN on stderr, so the runner hides the token in the job's log; stdout is unchanged.
 
 Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
 call `baton renew KEY TOKEN` from the work itself.";

@@ -39,6 +39,7 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     let position_at_start = position_at_start.get().copied().unwrap_or(0);
     let acquired_at = rfc3339(lease.acquired_wall_ms);
     let lease_until = rfc3339(lease.lease_until_wall_ms);
+    mask_in_github_actions(&lease.token);
     let mut stdout = std::io::stdout().lock();
     let written = if args.json {
         let value = serde_json::json!({
@@ -100,6 +101,17 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
         );
     }
     Ok(exit::OK)
+}
+
+/// In a GitHub Actions step (`GITHUB_ACTIONS=true`), asks the runner to hide `token` in the
+/// job's log before anything prints it: the runner reads workflow commands from stderr too, so
+/// stdout stays the token alone for `TOKEN=$(baton acquire …)`.
+fn mask_in_github_actions(token: &str) {
+    if std::env::var_os("GITHUB_ACTIONS").is_some_and(|v| v == "true") {
+        let mut stderr = std::io::stderr().lock();
+        let _ = writeln!(stderr, "::add-mask::{token}");
+        let _ = stderr.flush();
+    }
 }
 
 /// Where the wait began: set by the first report of the wait (1 + the tickets queued ahead, so
