@@ -308,6 +308,43 @@ fn each_event_kind_reaches_the_receiver_with_its_facts() {
     });
 }
 
+/// A `baton run` whose command ends within milliseconds still delivers every event it
+/// recorded before it exits: the release's, written while the grant's delivery was going on,
+/// included (nobody else writes these keys, so nothing else would deliver them).
+#[test]
+fn a_run_that_ends_at_once_delivers_all_its_events_before_it_exits() {
+    let receiver = Receiver::start();
+    for_each_store(|ctx| {
+        let rule = format!("fast{}", &ctx.prefix[1..9]);
+        let path = format!("/{rule}");
+        add_rule(ctx, &rule, &receiver.url(&path), "all", &[]);
+        let keys: Vec<String> = (0..6).map(|n| ctx.key(&format!("fast/a{n}"))).collect();
+        for key in &keys {
+            ctx.baton(["run", "-q", key, "--", "false"])
+                .run()
+                .assert_code(1);
+        }
+        let expected = ["granted", "released", "failed"];
+        if ctx.through_server() {
+            // The server made the changes and delivers their events (it does not exit).
+            wait_until("the server to deliver every run's events", PROMPT, || {
+                let bodies = receiver.first_of_each(&path);
+                keys.iter().all(|key| events_of(&bodies, key) == expected)
+            });
+        }
+        // Each run has exited: what it delivered is in.
+        let bodies = receiver.first_of_each(&path);
+        for key in &keys {
+            assert_eq!(
+                events_of(&bodies, key),
+                expected,
+                "{key}: every event of the run, delivered before it exited"
+            );
+        }
+        remove_rule(ctx, &rule);
+    });
+}
+
 #[test]
 fn an_event_whose_maker_was_killed_after_its_cas_is_delivered_later() {
     let receiver = Receiver::start();

@@ -16,7 +16,7 @@
 //! at the first failure (the core backs it off), and the cursor is moved with [`Op::Notified`]. A delivery that dies between its POST and its
 //! acknowledgement posts again later: at least once, with the same delivery id.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -402,11 +402,12 @@ pub async fn deliver_key(
 
 /// The deliveries this process started, so that a short-lived CLI can give them a moment
 /// before it exits ([`flush`]); and the keys being delivered, so one key has one delivery at a
-/// time in a process.
+/// time in a process, each with whether it must go round again: events written while it ran
+/// may be after the document it read, and nothing else in this process would deliver them.
 #[derive(Default)]
 struct Deliveries {
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    keys: HashSet<String>,
+    keys: HashMap<String, bool>,
 }
 
 fn deliveries() -> &'static Mutex<Deliveries> {
@@ -420,32 +421,55 @@ fn lock_deliveries() -> std::sync::MutexGuard<'static, Deliveries> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Delivers `key`'s outbox in the background (unless this process is already at it), with a
-/// coordinator of its own that records events but starts no deliveries.
+/// Delivers `key`'s outbox in the background, with a coordinator of its own that records
+/// events but starts no deliveries. When this process is already delivering `key`, that
+/// delivery goes round once more instead: the events just written are after what it read.
 pub(crate) fn spawn_delivery(store: Arc<dyn Store>, cache: Arc<SettingsCache>, key: &str) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
     let mut state = lock_deliveries();
-    if !state.keys.insert(key.to_owned()) {
+    if let Some(again) = state.keys.get_mut(key) {
+        *again = true;
         return;
     }
+    state.keys.insert(key.to_owned(), false);
     state.tasks.retain(|task| !task.is_finished());
     let key = key.to_owned();
     state.tasks.push(runtime.spawn(async move {
         let coord = Coordinator::delivering(store.clone(), cache.clone());
-        let result = match cache
-            .settings(&store, coord.mono_ms(), SETTINGS_FRESH_MS)
-            .await
-        {
-            Ok(settings) => deliver_key(&coord, &key, &settings).await.map(|_| ()),
-            Err(error) => Err(error),
-        };
-        if let Err(error) = result {
-            tracing::debug!("{key}: notifications not delivered yet: {error}");
+        loop {
+            let result = match cache
+                .settings(&store, coord.mono_ms(), SETTINGS_FRESH_MS)
+                .await
+            {
+                Ok(settings) => deliver_key(&coord, &key, &settings).await.map(|_| ()),
+                Err(error) => Err(error),
+            };
+            if let Err(error) = result {
+                tracing::debug!("{key}: notifications not delivered yet: {error}");
+            }
+            if !go_again(&key) {
+                break;
+            }
         }
-        lock_deliveries().keys.remove(&key);
     }));
+}
+
+/// Whether the delivery of `key` must go round again (a write asked since it began); if not,
+/// it is over and the key is free for the next.
+fn go_again(key: &str) -> bool {
+    let mut state = lock_deliveries();
+    match state.keys.get_mut(key) {
+        Some(again) if *again => {
+            *again = false;
+            true
+        }
+        _ => {
+            state.keys.remove(key);
+            false
+        }
+    }
 }
 
 /// Waits up to `max` for the deliveries this process started; those still going are left to
