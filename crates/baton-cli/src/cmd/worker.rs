@@ -186,8 +186,14 @@ enum Ended {
     NotStarted(String),
 }
 
-/// Runs one claimed job to its end: CMD, then its report, then its completion.
+/// Runs one claimed job to its end: CMD, then its report, then its completion. A claim whose
+/// lease no longer stands (its answer came late, or this worker was paused) is given back
+/// unspent and CMD is never started: another worker may already hold the job.
 async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
+    if let Err(lost) = job.heartbeat.standing() {
+        give_back_late_claim(job, &lost, &ctx).await;
+        return;
+    }
     let started_wall_ms = wall_ms();
     let started = Instant::now();
     let (ended, stdout_tail, stderr_tail) = run_command(&job, &ctx, &mut stop).await;
@@ -244,6 +250,23 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     if !ctx.args.quiet {
         let said = crate::render::one_line(&said);
         eprintln!("baton: {key} {id} attempt {attempt}: {said}");
+    }
+}
+
+/// Gives back a claim whose lease ran out before CMD could start: no attempt spent, ready again
+/// at once (if the store has already ended the lease, the job is another worker's anyway).
+async fn give_back_late_claim(job: Job, lost: &baton_client::Lost, ctx: &Ctx) {
+    let (key, id) = (job.key().to_owned(), job.id().to_owned());
+    let said = match job.release_back(Duration::ZERO).await {
+        Ok(_) => "given back unspent".to_owned(),
+        Err(e) => format!("could not give it back ({e}); the store ends it with its lease"),
+    };
+    if !ctx.args.quiet {
+        eprintln!(
+            "baton: {key} {id}: the claim's lease ran out before the command could start \
+             ({}); not started, {said}",
+            lost.reason
+        );
     }
 }
 
