@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
-use crate::boot_clock::{boot_id, boot_time_ms};
+use crate::boot_clock::host_boot_clock;
 use crate::history_retention::HistoryRetention;
 use crate::key_range::successor_text;
 use crate::{
@@ -432,11 +432,17 @@ impl Store for SqliteStore {
 
     async fn clock(&self) -> Result<StoreClock> {
         // Every process on this file runs on this host, so the host's clock is the store's, read
-        // without touching the file.
+        // without touching the file (corrected for this process's time namespace, so that all
+        // read the same). Where it cannot be known the store refuses for good: a wait would not
+        // make it known.
+        let host = host_boot_clock().map_err(|reason| StoreError::Backend {
+            store: self.describe(),
+            source: reason.into(),
+        })?;
         Ok(StoreClock::Time {
-            now_ms: boot_time_ms(),
+            now_ms: host.now_ms,
             behind_ms: 0,
-            epoch: boot_id(),
+            epoch: host.epoch,
         })
     }
 
