@@ -114,7 +114,11 @@ fn a_worker_never_starts_cmd_on_a_claim_whose_answer_came_after_its_lease() {
         wait_until("the job to run", PROMPT, || ctx.exists("ran"));
         common::send_signal(worker.pid(), libc::SIGTERM);
         worker.wait(PROMPT).assert_code(0);
-        assert_eq!(ctx.lines("ran").len(), 1, "the job ran once");
+        assert_eq!(
+            ctx.lines("ran"),
+            ["1"],
+            "the job ran once, as its first attempt: the runs never started spent none"
+        );
         eprintln!("{}", worker.stderr());
     });
 }

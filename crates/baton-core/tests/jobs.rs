@@ -214,6 +214,44 @@ fn a_run_whose_lease_runs_out_is_a_failed_attempt_and_its_worker_is_refused() {
     }
 }
 
+/// A worker whose claim's answer came after the lease it set had run out never starts the
+/// command: it gives the run back. The lapse had spent an attempt; the give-back returns it,
+/// so a run that never started costs the job nothing. Only a give-back does: a completion of
+/// that run is still refused.
+#[test]
+fn a_lapsed_run_given_back_by_its_worker_spends_no_attempt() {
+    let mut w = World::new();
+    w.run(Op::Submit(submit("j1"))).expect("j1");
+    claimed(w.run(claim(1)).expect("claim")).expect("j1");
+    w.now_ms += 30_001;
+    w.run(Op::Tick).expect("tick");
+    let attempt = |w: &World| {
+        let job = w.doc.as_ref().and_then(|d| d.by_id("j1")).expect("live");
+        job.job.as_ref().expect("job").attempt()
+    };
+    assert_eq!(attempt(&w), 2, "the lapse spent an attempt");
+    let refusal = w
+        .run(complete(1, JobResult::Succeeded))
+        .expect_err("a completion of a lapsed run");
+    assert!(matches!(refusal, Refusal::RunEnded { .. }), "{refusal:?}");
+    let give_back = Request::new(
+        "give-back",
+        complete(1, JobResult::ReleasedBack { delay_ms: 0 }),
+    );
+    w.run_request(&give_back).expect("given back");
+    assert_eq!(attempt(&w), 1, "the attempt is returned");
+    assert_eq!(w.state("j1"), Some(TicketState::Queued));
+    // Its retry is answered the same; a second give-back (another attempt) is refused.
+    w.run_request(&give_back).expect("the retry");
+    assert_eq!(attempt(&w), 1);
+    let again = w.run(complete(1, JobResult::ReleasedBack { delay_ms: 0 }));
+    assert!(matches!(again, Err(Refusal::RunEnded { .. })), "{again:?}");
+    assert_eq!(attempt(&w), 1);
+    // Claimed again, it runs as attempt 1.
+    let (_, attempt_now) = claimed(w.run(claim(2)).expect("claim")).expect("j1");
+    assert_eq!(attempt_now, 1);
+}
+
 #[test]
 fn a_retried_completion_is_answered_as_the_first_time() {
     let mut w = World::new();

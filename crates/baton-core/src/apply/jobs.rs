@@ -188,6 +188,11 @@ impl Work<'_> {
         }
         let hash = token_hash(token);
         let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+            if let JobResult::ReleasedBack { delay_ms } = result {
+                if let Some(answer) = self.give_back_lapsed_run(&hash, *delay_ms) {
+                    return answer;
+                }
+            }
             return self.completed_before(&hash);
         };
         if id.is_some_and(|id| id != self.doc.tickets[idx].id) {
@@ -230,6 +235,33 @@ impl Work<'_> {
             }
         }
         Ok((Reply::Ticket(self.view(&id)), None))
+    }
+
+    /// A release back of a run whose lease ran out before its worker started the command (the
+    /// claim's answer came too late: the worker checks that its lease still stands before it
+    /// spawns). The lapse spent an attempt; the release returns it, so a run that never
+    /// started costs the job nothing. Only while the job waits again with that run as its last
+    /// (`None` otherwise): a job the lapse made dead stays dead, one claimed again is left be.
+    fn give_back_lapsed_run(&mut self, hash: &str, delay_ms: u64) -> Option<Answer> {
+        let idx = self.doc.tickets.iter().position(|t| {
+            t.state == TicketState::Queued
+                && t.job
+                    .as_deref()
+                    .and_then(|job| job.last_run.as_ref())
+                    .is_some_and(|mark| {
+                        mark.end == RunEnd::LeaseRanOut && mark.has_token_hash(hash)
+                    })
+        })?;
+        let now_ms = self.clock.job_now_ms();
+        let run_mark = RunMark::new(RunEnd::ReleasedBack, hash, Some(self.attempt));
+        let ticket = &mut self.doc.tickets[idx];
+        let job = ticket.job.as_deref_mut()?;
+        job.failures = job.failures.saturating_sub(1);
+        job.releases = job.releases.saturating_add(1);
+        job.ready_at_ms = (delay_ms > 0).then(|| now_ms.saturating_add(delay_ms));
+        job.last_run = Some(run_mark);
+        let id = ticket.id.clone();
+        Some(Ok((Reply::Ticket(self.view(&id)), None)))
     }
 
     /// A completion whose token holds nothing now: the retry of this very completion is
