@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_core::lease::{self, safety_margin_ms};
-use baton_core::Refusal;
+use baton_core::{Refusal, Request};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::acquire::{release, release_request, renew, Lease, Renewed};
-use crate::coordinator::Coordinator;
+use crate::coordinator::{Coordinator, Executed};
 use crate::error::ClientError;
 use crate::follow::{follow, Follower};
 
@@ -162,6 +162,15 @@ impl Heartbeat {
     /// until the holder releases them.
     pub fn stop_asked(&self) -> watch::Receiver<Option<StopAsked>> {
         self.stop_rx.clone()
+    }
+
+    /// Until when (on the coordinator's local clock) every lease it renews stands by its last
+    /// confirmed write, renewals going on meanwhile; `None` once it renews none. A lease lost
+    /// by a refusal keeps the bound it had: the refusal may answer this process's own end of
+    /// it, landed unseen ([`end_retrying`]).
+    pub(crate) fn holds_until_ms(&self) -> Option<u64> {
+        let tracked = self.tracked.lock().ok()?;
+        tracked.iter().map(|t| t.lease.holds_until_ms).min()
     }
 
     /// Whether every lease still stands right now, by the local clock (not waiting for the
@@ -414,10 +423,10 @@ impl LeaseGuard {
     }
 }
 
-/// Releases `lease`, retrying transient store errors ([`ClientError::is_transient`]: a restart,
-/// a failover) while the lease may still stand, at most its TTL from now (renewals have
-/// stopped): a release lost to a blip would keep the next in line waiting until the TTL runs
-/// out. Past that the key has let go by itself, and the error is returned.
+/// Releases `lease`, retrying transient store errors while the lease may still stand, at most
+/// its TTL from now (renewals have stopped): a release lost to a blip would keep the next in
+/// line waiting until the TTL runs out. Past that the key has let go by itself, and the error
+/// is returned.
 async fn release_retrying(
     coord: &Coordinator,
     lease: &Lease,
@@ -425,34 +434,54 @@ async fn release_retrying(
     reason: Option<String>,
 ) -> Result<(), ClientError> {
     let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
+    let mut request = release_request(&lease.token, outcome, reason);
+    let stands = |pause: Duration| Instant::now() + pause < give_up_at;
+    let (released, retried) = end_retrying(coord, &lease.key, &mut request, stands).await;
+    match released {
+        // A try that failed may have landed all the same (the store took the write and
+        // the answer was lost) where the core no longer remembers the attempt: the ticket
+        // ended as asked is this release's doing. Only this token releases with an outcome
+        // of its choosing; expiry and operators end tickets otherwise.
+        Err(ClientError::Refused {
+            refusal:
+                Refusal::Ended {
+                    outcome: ended,
+                    forced: false,
+                    ..
+                },
+            ..
+        }) if retried && ended == outcome => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+/// Sends `request`, an operation that ends a lease (a release, a job's completion), and sends
+/// it again after each transient store error ([`ClientError::is_transient`]: a restart, a
+/// failover, an answer lost) while `stands(pause)` says the lease may still stand once the
+/// pause before the next try is over: an end lost to a blip would leave the lease to run out,
+/// and a finished run would count as one whose holder vanished. The client's one retry of an
+/// ending write: `baton run`'s release and a worker's completion both use it.
+///
+/// One request for every try: the core answers the retry of one that landed unseen as the
+/// first time, or refuses it as uncertain, never as a second end. Returns the last try's
+/// result, and whether an earlier try failed (so a refusal may be that try having landed).
+pub(crate) async fn end_retrying(
+    coord: &Coordinator,
+    key: &str,
+    request: &mut Request,
+    stands: impl Fn(Duration) -> bool,
+) -> (Result<Executed, ClientError>, bool) {
     let mut pause = Duration::from_millis(100);
     let mut retried = false;
-    // One request for every try: the core answers the retry of one that landed unseen as the
-    // first time, or refuses it as uncertain, never as a second release.
-    let mut request = release_request(&lease.token, outcome, reason);
     loop {
-        let released = coord.execute(&lease.key, &mut request).await.map(|_| ());
-        match released {
-            // A try that failed may have landed all the same (the store took the write and
-            // the answer was lost) where the core no longer remembers the attempt: the ticket
-            // ended as asked is this release's doing. Only this token releases with an outcome
-            // of its choosing; expiry and operators end tickets otherwise.
-            Err(ClientError::Refused {
-                refusal:
-                    Refusal::Ended {
-                        outcome: ended,
-                        forced: false,
-                        ..
-                    },
-                ..
-            }) if retried && ended == outcome => return Ok(()),
-            Err(error) if error.is_transient() && Instant::now() + pause < give_up_at => {
-                tracing::warn!(key = %lease.key, %error, "release failed; retrying");
+        match coord.execute(key, request).await {
+            Err(error) if error.is_transient() && stands(pause) => {
+                tracing::warn!(%key, %error, op = request.op.name(), "failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
                 retried = true;
             }
-            other => return other,
+            other => return (other, retried),
         }
     }
 }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::acquire::{renew, wall_at, Lease};
 use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
-use crate::heartbeat::Heartbeat;
+use crate::heartbeat::{end_retrying, Heartbeat};
 use crate::ids;
 
 /// The record holding a job's submission: the [`Submit`] as one line of JSON, a newline, then
@@ -460,11 +460,11 @@ impl Job {
         Ok(())
     }
 
-    /// Ends the run: stops renewing, then records `result`. Returns the job's standing after
-    /// it (finished, or queued again).
+    /// Ends the run: records `result`, sent again after a store error while the lease stands
+    /// (renewed meanwhile), then stops renewing. Returns the job's standing after it (finished,
+    /// or queued again).
     pub async fn complete(self, result: JobResult) -> Result<TicketView, ClientError> {
-        self.heartbeat.stop_all();
-        complete(&self.coord, self.key(), &self.lease.token, result).await
+        complete_within_lease(&self.coord, &self.lease, &self.heartbeat, result).await
     }
 
     /// Gives the job back (exit 75): it keeps its place, spends no attempt, and is ready again
@@ -472,6 +472,33 @@ impl Job {
     pub async fn release_back(self, delay: Duration) -> Result<TicketView, ClientError> {
         let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
         self.complete(JobResult::ReleasedBack { delay_ms }).await
+    }
+}
+
+/// Ends the run `lease` holds with `result`, retrying a store error with the same request (the
+/// core recognises a retry that landed) for as long as the lease stands: the heartbeat goes on
+/// renewing it until the end is confirmed, so a store's blip shorter than the lease never
+/// turns a finished run into a lapsed lease, counted as a failed attempt and run again. Then
+/// the heartbeat stops. Past the lease's bound (or its TTL since the first try, if renewals
+/// succeed while the completion does not) the last error is returned, and the lease lapses.
+async fn complete_within_lease(
+    coord: &Coordinator,
+    lease: &Lease,
+    heartbeat: &Heartbeat,
+    result: JobResult,
+) -> Result<TicketView, ClientError> {
+    let mut request = complete_request(None, &lease.token, result);
+    let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
+    let stands = |pause: Duration| {
+        let pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        let until_ms = heartbeat.holds_until_ms().unwrap_or(lease.holds_until_ms);
+        Instant::now() + pause < give_up_at && coord.local_ms().saturating_add(pause_ms) < until_ms
+    };
+    let (executed, _) = end_retrying(coord, &lease.key, &mut request, stands).await;
+    heartbeat.stop_all();
+    match executed?.reply {
+        Reply::Ticket(view) => Ok(view),
+        other => Err(unexpected(&lease.key, &other)),
     }
 }
 
@@ -523,14 +550,8 @@ pub async fn claim(
         Ok(record) => record.map_or_else(|| b"null".to_vec(), |(_, params)| params),
         Err(error) => {
             // Not run without its parameters: given back unspent, to be claimed again.
-            heartbeat.stop_all();
-            let _ = complete(
-                coord,
-                key,
-                &token,
-                JobResult::ReleasedBack { delay_ms: 1_000 },
-            )
-            .await;
+            let back = JobResult::ReleasedBack { delay_ms: 1_000 };
+            let _ = complete_within_lease(coord, &lease, &heartbeat, back).await;
             return Err(error);
         }
     };
@@ -633,19 +654,24 @@ async fn complete_op(
     token: &str,
     result: JobResult,
 ) -> Result<TicketView, ClientError> {
-    let mut request = Request::new(
+    let mut request = complete_request(id, token, result);
+    let executed = coord.execute(key, &mut request).await?;
+    match executed.reply {
+        Reply::Ticket(view) => Ok(view),
+        other => Err(unexpected(key, &other)),
+    }
+}
+
+/// A completion, as a request its retries reuse (so the core recognises them).
+fn complete_request(id: Option<&str>, token: &str, result: JobResult) -> Request {
+    Request::new(
         ids::new_attempt_id(),
         Op::Complete {
             token: token.to_owned(),
             id: id.map(str::to_owned),
             result,
         },
-    );
-    let executed = coord.execute(key, &mut request).await?;
-    match executed.reply {
-        Reply::Ticket(view) => Ok(view),
-        other => Err(unexpected(key, &other)),
-    }
+    )
 }
 
 /// Which keys a worker serves: exact keys, and prefixes ending in `/`; none means every key.

@@ -246,3 +246,104 @@ async fn finding_work_does_not_read_idle_keys() {
         .is_empty());
     assert_eq!(probe.loads() - loads_before, 0);
 }
+
+/// The outcome of job `id` of `key` once its lease would have run out, and how many runs it
+/// had: a succeeded job that counted as a lost lease would be queued again and claimed.
+async fn after_the_lease(coord: &Arc<Coordinator>, key: &str, id: &str) -> (Outcome, u32) {
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert!(
+        jobs::claim(coord, key, &claim_options_ttl(3))
+            .await
+            .unwrap()
+            .is_none(),
+        "the job is not run again"
+    );
+    let end = jobs::wait(coord, key, id, Duration::from_millis(50), &|_| {})
+        .await
+        .unwrap();
+    (end.outcome, end.run)
+}
+
+fn claim_options_ttl(secs: u64) -> ClaimOptions {
+    ClaimOptions {
+        ttl: Duration::from_secs(secs),
+    }
+}
+
+/// A worker's completion that the store fails (a restart, a failover) is sent again, the same
+/// request, while the lease stands: the job ends succeeded, not as a lost lease run again.
+#[tokio::test]
+async fn a_completion_the_store_fails_is_retried_within_the_lease() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let id = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
+        .await
+        .unwrap()
+        .id;
+    let job = jobs::claim(&coord, "k", &claim_options_ttl(3))
+        .await
+        .unwrap()
+        .unwrap();
+    // Every write fails for 600 ms, from the completion's first try on.
+    probe.down.store(true, Ordering::SeqCst);
+    let back = probe.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        back.down.store(false, Ordering::SeqCst);
+    });
+    let view = job.complete(JobResult::Succeeded).await.unwrap();
+    assert!(
+        matches!(
+            view,
+            TicketView::Finished {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ),
+        "{view:?}"
+    );
+    assert_eq!(
+        after_the_lease(&coord, "k", &id).await,
+        (Outcome::Succeeded, 1)
+    );
+}
+
+/// A completion that landed but whose answer was lost, the store then unreachable for a while
+/// (a server that went down right after taking the write), is sent again with the same attempt:
+/// the core answers it as the first time, and the worker hears that its job succeeded.
+#[tokio::test]
+async fn a_completion_whose_answer_was_lost_is_answered_by_its_retry() {
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let id = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
+        .await
+        .unwrap()
+        .id;
+    let job = jobs::claim(&coord, "k", &claim_options_ttl(3))
+        .await
+        .unwrap()
+        .unwrap();
+    probe.vanish_after_cas.store(true, Ordering::SeqCst);
+    let back = probe.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        back.unreachable.store(false, Ordering::SeqCst);
+    });
+    let view = job.complete(JobResult::Succeeded).await.unwrap();
+    assert!(
+        matches!(
+            view,
+            TicketView::Finished {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ),
+        "{view:?}"
+    );
+    assert_eq!(
+        after_the_lease(&coord, "k", &id).await,
+        (Outcome::Succeeded, 1)
+    );
+}
