@@ -1020,3 +1020,66 @@ fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
             .assert_code(77);
     });
 }
+
+/// Rewrites record `name` of `key` directly in the test's store (behind its server, if any),
+/// as anyone holding the store's credentials could: `edit` gets the bytes and returns the new.
+fn rewrite_record(ctx: &Ctx, key: &str, name: &str, edit: impl Fn(String) -> String) {
+    let url = ctx
+        .behind_server
+        .as_ref()
+        .map_or(ctx.store.clone(), |(behind, _)| behind.clone());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let store = baton_store::url::open(&url).await.expect("open the store");
+        let bytes = store
+            .get_record(key, name)
+            .await
+            .expect("read")
+            .expect("there");
+        let edited = edit(String::from_utf8(bytes).expect("text"));
+        store
+            .put_record(key, name, edited.as_bytes())
+            .await
+            .expect("write");
+    });
+}
+
+#[test]
+fn a_worker_never_runs_parameters_replaced_after_the_submit() {
+    for_each_store(|ctx| {
+        let key = ctx.key("deploy");
+        let id = submit(
+            ctx,
+            &key,
+            &["--params", "{\"commit\":\"good\"}", "--max-attempts", "1"],
+        );
+        rewrite_record(ctx, &key, &format!("job/{id}"), |record| {
+            record.replace("good", "evil")
+        });
+        let w = worker(
+            ctx,
+            "w",
+            &[&key],
+            "echo \"ran $BATON_PARAMS\" >> \"$TEST_DIR/log\"",
+        );
+        let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
+        done.assert_code(1);
+        assert!(done.stderr.contains("dead"), "{}", done.describe());
+        let replaced = format!("the parameters of job {id} were replaced after it was submitted");
+        assert!(w.stderr().contains(&replaced), "{}", w.stderr());
+        stop(w);
+        assert!(
+            !ctx.exists("log"),
+            "the worker ran a command: {}",
+            ctx.read("log")
+        );
+        let done = ctx
+            .baton(["jobs", "-s", "dead", "--json", key.as_str()])
+            .run();
+        assert!(done.stdout.contains(&replaced), "{}", done.describe());
+        // `retry` keeps the first submit's hash: refused while the record is the replaced one.
+        let done = ctx.baton(["retry", key.as_str(), id.as_str()]).run();
+        assert_ne!(done.code, Some(0), "{}", done.describe());
+        assert!(done.stderr.contains(&replaced), "{}", done.describe());
+    });
+}

@@ -101,12 +101,33 @@ pub enum ClientError {
         /// What is wrong with it.
         source: baton_core::kv::DecodeError,
     },
+    /// A claimed job's record is not the one its submit wrote (its hash differs from the one
+    /// the ticket keeps, [`baton_core::JobState::params_sha256`]): the run was ended as a
+    /// failed attempt, its parameters never handed out.
+    #[error("{key}: {}", params_replaced_message(.id, .detail))]
+    ParamsReplaced {
+        /// The key.
+        key: String,
+        /// The job.
+        id: String,
+        /// What the record holds instead.
+        detail: String,
+    },
     /// The wait was interrupted (the ticket was withdrawn as cancelled).
     #[error("interrupted while waiting for {key}")]
     Interrupted {
         /// The key.
         key: String,
     },
+}
+
+/// What a job whose record was replaced says ([`ClientError::ParamsReplaced`]): also the
+/// error its failed run keeps.
+pub(crate) fn params_replaced_message(id: &str, detail: &str) -> String {
+    format!(
+        "the parameters of job {id} were replaced after it was submitted: {detail}; not run \
+         (someone wrote its record outside the submit): submit the parameters again under a new id"
+    )
 }
 
 fn ended_message(outcome: Outcome, forced: bool) -> String {

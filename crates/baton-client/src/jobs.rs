@@ -54,6 +54,39 @@ async fn read_job_record(
     Ok(bytes.as_deref().and_then(decode_job_record))
 }
 
+/// Job `id`'s record, as stored.
+async fn read_record_bytes(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<Vec<u8>>, ClientError> {
+    Ok(coord.store().get_record(key, &job_record(id)).await?)
+}
+
+/// The parameters a worker may run from job `id`'s record `bytes`, if the record is the one
+/// its submit wrote: its hash is the one the ticket keeps (`expected`;
+/// [`baton_core::job::record_sha256`]). `Err` says what is there instead. A job of a client
+/// older than the binding has no hash: its record runs as it is (`null` if it is gone).
+fn bound_params(id: &str, expected: Option<&str>, bytes: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    let short = |hash: &str| format!("{}…", hash.get(..12).unwrap_or(hash));
+    if let Some(expected) = expected {
+        let Some(bytes) = bytes else {
+            return Err(format!("its record {} is gone", job_record(id)));
+        };
+        let found = baton_core::job::record_sha256(bytes);
+        if found != expected {
+            return Err(format!(
+                "its record {} has SHA-256 {}, its submit wrote {}",
+                job_record(id),
+                short(&found),
+                short(expected)
+            ));
+        }
+    }
+    let params = bytes.and_then(decode_job_record).map(|(_, params)| params);
+    Ok(params.unwrap_or_else(|| b"null".to_vec()))
+}
+
 /// The record holding the report of a job's run `run` (1 for its first claim).
 pub fn run_record(id: &str, run: u32) -> String {
     format!("run/{id}/{run}")
@@ -140,16 +173,28 @@ pub async fn submit(
 /// (`baton retry`). Refused unless the job is dead.
 pub async fn revive(coord: &Coordinator, key: &str, id: &str) -> Result<TicketView, ClientError> {
     baton_core::limits::check_id(id).map_err(|e| invalid(key, e.0))?;
-    let Some((mut submit, _)) = read_job_record(coord, key, id).await? else {
+    let bytes = coord.store().get_record(key, &job_record(id)).await?;
+    let Some((mut submit, _)) = bytes.as_deref().and_then(decode_job_record) else {
         return Err(ClientError::Refused {
             key: key.to_owned(),
             refusal: baton_core::Refusal::UnknownId { id: id.to_owned() },
         });
     };
+    let ended = final_run(coord, key, id).await?;
+    // The first submit's hash, from the entry that ended the job: the record, which anyone who
+    // writes the store could have replaced meanwhile, is checked against it, never trusted to
+    // say it. A job ended before the binding (no hash kept) is bound to its record from now.
+    let first_sha256 = ended.as_ref().and_then(|run| run.params_sha256.clone());
+    let record_sha256 = bytes.as_deref().map(baton_core::job::record_sha256);
+    let expected = first_sha256.as_deref().or(record_sha256.as_deref());
+    if let Err(detail) = bound_params(id, expected, bytes.as_deref()) {
+        return Err(params_replaced(key, id, detail));
+    }
+    submit.params_sha256 = expected.map(str::to_owned);
     submit.revive = true;
     submit.supersede = false;
     // Its new runs number on after the old ones, whose reports stay.
-    submit.runs_before = runs(coord, key, id).await?;
+    submit.runs_before = ended.map_or(0, |run| run.run);
     let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
     let executed = coord.execute(key, &mut request).await?;
     match executed.reply {
@@ -179,10 +224,16 @@ async fn submit_op(
         revive: false,
         runs_before: 0,
         cancel_running: options.cancel_running,
+        params_sha256: None,
     };
     // The record first: a submit that dies before its document write leaves an orphan record,
-    // never a job without parameters.
+    // never a job without parameters. The ticket keeps the record's hash, so a record replaced
+    // after this (a writer racing this one, or one at the store) is never run.
     let record = encode_job_record(&submit, params);
+    let submit = Submit {
+        params_sha256: Some(baton_core::job::record_sha256(&record)),
+        ..submit
+    };
     if options.id.is_some() {
         if let Some(view) = submitted_before(coord, key, &id).await? {
             return Ok(Submitted {
@@ -504,6 +555,11 @@ async fn complete_within_lease(
 
 /// Claims the head of `key`'s queue if it is a job that is ready and fits; `None` if there is
 /// none. The job's lease stands (and is renewed by its heartbeat) when this returns.
+///
+/// A job whose record is not the one its submit wrote (its hash differs from the ticket's,
+/// [`JobState::params_sha256`]) is never handed out: its run is ended as a failed attempt
+/// (dead when its attempts are spent) with an error naming the replacement, and that error is
+/// returned ([`ClientError::ParamsReplaced`]): a worker says so and looks again.
 pub async fn claim(
     coord: &Arc<Coordinator>,
     key: &str,
@@ -525,7 +581,7 @@ pub async fn claim(
     });
     let read_likely = async {
         match &likely {
-            Some(id) => Some(read_job_record(coord, key, id).await),
+            Some(id) => Some(read_record_bytes(coord, key, id).await),
             None => None,
         }
     };
@@ -544,10 +600,18 @@ pub async fn claim(
     heartbeat.add(&lease);
     let record = match likely_record {
         Some(Ok(record)) if likely.as_deref() == Some(status.id.as_str()) => Ok(record),
-        _ => read_job_record(coord, key, &status.id).await,
+        _ => read_record_bytes(coord, key, &status.id).await,
     };
-    let params = match record {
-        Ok(record) => record.map_or_else(|| b"null".to_vec(), |(_, params)| params),
+    let expected = job_state.params_sha256.as_deref();
+    let params = match record.map(|bytes| bound_params(&status.id, expected, bytes.as_deref())) {
+        Ok(Ok(params)) => params,
+        Ok(Err(detail)) => {
+            // Never run: the run ends as a failed attempt that says why.
+            let error = crate::error::params_replaced_message(&status.id, &detail);
+            let failed = JobResult::Failed { error: Some(error) };
+            let _ = complete_within_lease(coord, &lease, &heartbeat, failed).await;
+            return Err(params_replaced(key, &status.id, detail));
+        }
         Err(error) => {
             // Not run without its parameters: given back unspent, to be claimed again.
             let back = JobResult::ReleasedBack { delay_ms: 1_000 };
@@ -1253,13 +1317,39 @@ async fn read_segment(
     Ok(bytes.and_then(|b| Segment::decode(&b, generation, number).ok()))
 }
 
-/// The history entry that ended job `id`, newest first, looking back through the whole log
-/// (in pages) only as far as needed.
+/// How job `id` ended, by the history entry that ended it ([`final_finished`]).
 async fn final_entry(
     coord: &Coordinator,
     key: &str,
     id: &str,
 ) -> Result<Option<JobEnd>, ClientError> {
+    Ok(final_finished(coord, key, id)
+        .await?
+        .map(|finished| JobEnd {
+            outcome: finished.outcome,
+            forced: finished.forced,
+            reason: finished.reason,
+            run: finished.job.map_or(0, |j| j.run),
+        }))
+}
+
+/// What the history entry that ended job `id` says of its last run (its number, and the hash
+/// that bound its record), if there is one.
+async fn final_run(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<baton_core::history::JobRun>, ClientError> {
+    Ok(final_finished(coord, key, id).await?.and_then(|f| f.job))
+}
+
+/// The history entry that ended job `id`, newest first, looking back through the whole log
+/// (in pages) only as far as needed.
+async fn final_finished(
+    coord: &Coordinator,
+    key: &str,
+    id: &str,
+) -> Result<Option<baton_core::Finished>, ClientError> {
     let mut limit = 256;
     loop {
         let entries = coord.store().history_tail(key, limit).await?;
@@ -1269,12 +1359,7 @@ async fn final_entry(
             };
             let requeued = finished.job.as_ref().is_some_and(|j| j.requeued);
             if finished.id == id && !requeued {
-                return Ok(Some(JobEnd {
-                    outcome: finished.outcome,
-                    forced: finished.forced,
-                    reason: finished.reason,
-                    run: finished.job.map_or(0, |j| j.run),
-                }));
+                return Ok(Some(finished));
             }
         }
         if entries.len() < limit || limit >= 1 << 20 {
@@ -1619,6 +1704,14 @@ pub async fn last_report(
     }
     let bytes = coord.store().get_record(key, &run_record(id, run)).await?;
     Ok(bytes.and_then(|b| serde_json::from_slice(&b).ok()))
+}
+
+fn params_replaced(key: &str, id: &str, detail: String) -> ClientError {
+    ClientError::ParamsReplaced {
+        key: key.to_owned(),
+        id: id.to_owned(),
+        detail,
+    }
 }
 
 fn invalid(key: &str, message: String) -> ClientError {

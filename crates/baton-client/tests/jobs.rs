@@ -247,6 +247,85 @@ async fn finding_work_does_not_read_idle_keys() {
     assert_eq!(probe.loads() - loads_before, 0);
 }
 
+/// A job whose record was replaced after its submit (here directly through the store, as a
+/// writer with the store's credentials, or one racing the submit through a server, could) is
+/// never run: the claim ends its run as a failed attempt naming the replacement, the worker
+/// gets the error and no parameters, and a revive (`baton retry`) keeps the first hash.
+#[tokio::test]
+async fn a_job_whose_record_was_replaced_after_its_submit_is_never_run() {
+    let store = Arc::new(MemoryStore::new());
+    let coord = Arc::new(Coordinator::new(store.clone()));
+    let options = SubmitOptions {
+        spec: baton_core::job::JobSpec {
+            max_attempts: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let id = jobs::submit(&coord, "deploy", b"{\"commit\":\"good\"}", &options)
+        .await
+        .unwrap()
+        .id;
+    let record = jobs::job_record(&id);
+    let good = store.get_record("deploy", &record).await.unwrap().unwrap();
+    let evil = String::from_utf8(good.clone())
+        .unwrap()
+        .replace("good", "evil");
+    store
+        .put_record("deploy", &record, evil.as_bytes())
+        .await
+        .unwrap();
+
+    let error = jobs::claim(&coord, "deploy", &claim_options())
+        .await
+        .expect_err("the replaced parameters are not handed to the worker");
+    let said = error.to_string();
+    assert!(
+        said.contains(&format!(
+            "the parameters of job {id} were replaced after it was submitted"
+        )),
+        "{said}"
+    );
+    // Its run ended failed, spending its one attempt: dead, with the reason kept.
+    let end = jobs::wait(&coord, "deploy", &id, Duration::from_millis(50), &|_| {})
+        .await
+        .unwrap();
+    assert_eq!((end.outcome, end.run), (Outcome::Dead, 1));
+    let reason = end.reason.unwrap_or_default();
+    assert!(
+        reason.contains("were replaced after it was submitted"),
+        "{reason}"
+    );
+    assert!(jobs::claim(&coord, "deploy", &claim_options())
+        .await
+        .unwrap()
+        .is_none());
+
+    // A revive keeps the first hash: refused while the record is the replaced one...
+    let refused = jobs::revive(&coord, "deploy", &id)
+        .await
+        .expect_err("not revived with replaced parameters");
+    assert!(
+        refused
+            .to_string()
+            .contains("were replaced after it was submitted"),
+        "{refused}"
+    );
+    assert!(jobs::claim(&coord, "deploy", &claim_options())
+        .await
+        .unwrap()
+        .is_none());
+    // ...and runs the submitted parameters once they are back.
+    store.put_record("deploy", &record, &good).await.unwrap();
+    jobs::revive(&coord, "deploy", &id).await.unwrap();
+    let job = jobs::claim(&coord, "deploy", &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(job.params, b"{\"commit\":\"good\"}");
+    job.complete(JobResult::Succeeded).await.unwrap();
+}
+
 /// The outcome of job `id` of `key` once its lease would have run out, and how many runs it
 /// had: a succeeded job that counted as a lost lease would be queued again and claimed.
 async fn after_the_lease(coord: &Arc<Coordinator>, key: &str, id: &str) -> (Outcome, u32) {

@@ -82,6 +82,10 @@ pub struct JobRun {
     /// attempts left, a lease that ran out, a release back).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeued: bool,
+    /// In the entry that ends the job: the hash that bound its record to its ticket
+    /// ([`crate::JobState::params_sha256`]), which a revive (`baton retry`) keeps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params_sha256: Option<String>,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -119,6 +123,7 @@ impl Finished {
                 attempt: job.attempt(),
                 run: job.runs,
                 requeued: false,
+                params_sha256: job.params_sha256.clone(),
             }),
             once: ticket.once.map(|spec| OnceRun {
                 seq: spec.seq,

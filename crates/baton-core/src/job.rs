@@ -69,6 +69,11 @@ pub struct JobState {
     /// worker is told its run has ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_run: Option<RunMark>,
+    /// The SHA-256 of the job's record as it was submitted ([`record_sha256`]), kept for its
+    /// whole life (and by a revive): a record that no longer has it was replaced after the
+    /// submit, and its worker never runs it. `None`: submitted by an older client, unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params_sha256: Option<String>,
 }
 
 impl JobState {
@@ -85,6 +90,7 @@ impl JobState {
             claimed_at_ms: None,
             last_error: None,
             last_run: None,
+            params_sha256: None,
         }
     }
 
@@ -216,6 +222,34 @@ impl From<RunMark> for String {
             None => format!("{}:{}", mark.end.code(), mark.token_tag),
         }
     }
+}
+
+/// The hash that binds a job's record to its ticket ([`JobState::params_sha256`]): SHA-256,
+/// lowercase hex, of the record's bytes exactly as stored.
+///
+/// The whole record, not the parameters alone: the record holds the submit's options beside
+/// the parameters, and a revive (`baton retry`) queues the job again with the options it reads
+/// there (its limit, context, attempts, `--cancel-running`), so they must not be replaceable
+/// either. The submit line inside the record carries no hash (it cannot hold its own), which
+/// also keeps the record readable by batons older than the binding.
+pub fn record_sha256(record: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(record)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// Checks a [`record_sha256`] given in a submit: 64 lowercase hex digits.
+pub fn check_params_sha256(hash: &str) -> Result<(), InvalidInput> {
+    let hex = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c);
+    if hash.len() == 64 && hash.chars().all(hex) {
+        return Ok(());
+    }
+    Err(InvalidInput(format!(
+        "the parameters' hash {:?} is not a SHA-256 in lowercase hex (64 digits)",
+        cut_text(hash, 80)
+    )))
 }
 
 /// What a submitter chooses for a job (`baton submit`'s flags), checked at the edge.

@@ -202,6 +202,12 @@ pub struct Submit {
     /// [`Enqueue::cancel_running`] does.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_running: bool,
+    /// The SHA-256 (lowercase hex) of the job's record as the submitter wrote it
+    /// ([`crate::job::JobState::params_sha256`]): the worker that claims the job runs its record
+    /// only if it still has this hash. A revive carries the first submit's. `None` from
+    /// clients older than the binding: their jobs run unchecked, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params_sha256: Option<String>,
 }
 
 /// A live ticket's standing, as returned to its owner.

@@ -456,3 +456,75 @@ fn due_times_follow_what_a_worker_could_do() {
     w.run(complete(2, JobResult::Succeeded)).expect("complete");
     assert_eq!(due(&w), None, "nothing left for a worker");
 }
+
+/// A job's parameters are bound to its ticket by the SHA-256 of its record
+/// (`Submit::params_sha256`): the ticket keeps it through its runs, its history entry keeps it
+/// when it dies, and a revive (`baton retry`) queues it again with that first hash.
+#[test]
+fn the_parameters_hash_is_kept_through_runs_death_and_revival() {
+    let hash = "ab".repeat(32);
+    let kept = |reply: Reply| live(reply).job.expect("a job").params_sha256;
+    let mut w = World::new();
+    let mut first = submit("j1");
+    first.spec.max_attempts = 2;
+    first.params_sha256 = Some(hash.clone());
+    assert_eq!(
+        kept(w.run(Op::Submit(first.clone())).expect("submit")),
+        Some(hash.clone())
+    );
+    // The claim's answer carries it: the worker checks the record it reads against it.
+    assert_eq!(kept(w.run(claim(1)).expect("claim")), Some(hash.clone()));
+    assert_eq!(
+        kept(w.run(complete(1, failed("x"))).expect("fail")),
+        Some(hash.clone())
+    );
+    // A second submit with the same id and another hash changes nothing.
+    let mut other = first.clone();
+    other.params_sha256 = Some("cd".repeat(32));
+    assert_eq!(
+        kept(w.run(Op::Submit(other)).expect("again")),
+        Some(hash.clone())
+    );
+    w.now_ms += 60_000;
+    assert_eq!(kept(w.run(claim(2)).expect("claim")), Some(hash.clone()));
+    let reply = w.run(complete(2, failed("x"))).expect("fail");
+    assert_eq!(finished_view(reply), ("j1".into(), Outcome::Dead));
+    // The entry that ends the job keeps the hash, for a revive; a run's entry does not.
+    let hashes: Vec<Option<String>> = w
+        .entries
+        .iter()
+        .filter(|e| e.id == "j1")
+        .map(|e| e.job.as_ref().expect("a job's run").params_sha256.clone())
+        .collect();
+    assert_eq!(hashes, [None, Some(hash.clone())]);
+    let mut revive = first.clone();
+    revive.revive = true;
+    assert_eq!(
+        kept(w.run(Op::Submit(revive)).expect("revived")),
+        Some(hash.clone())
+    );
+    assert_eq!(kept(w.run(claim(3)).expect("claim")), Some(hash));
+    // Only a SHA-256 in hex: anything else is refused at the edge.
+    for bad in ["", "xyz", &"AB".repeat(32), &"ab".repeat(33)] {
+        let mut s = submit("j2");
+        s.params_sha256 = Some(bad.to_owned());
+        let refusal = w.run(Op::Submit(s)).expect_err("not a hash");
+        assert!(matches!(refusal, Refusal::Invalid(_)), "{bad}: {refusal:?}");
+    }
+}
+
+/// Submits of older clients carry no hash and their jobs run unchecked, as before; the field is
+/// written only when there is one, so older readers of documents and records see nothing new.
+#[test]
+fn a_submit_without_a_parameters_hash_is_read_and_kept_without_one() {
+    let older = serde_json::to_value(submit("j1")).expect("json");
+    assert!(older.get("params_sha256").is_none(), "{older}");
+    let read: baton_core::Submit = serde_json::from_value(older).expect("an older submit");
+    assert_eq!(read.params_sha256, None);
+    let mut w = World::new();
+    let status = live(w.run(Op::Submit(read)).expect("submit"));
+    let job = status.job.expect("a job");
+    assert_eq!(job.params_sha256, None);
+    let json = serde_json::to_value(&job).expect("json");
+    assert!(json.get("params_sha256").is_none(), "{json}");
+}

@@ -149,6 +149,7 @@ fn operations() -> Vec<Op> {
             revive: false,
             runs_before: 0,
             cancel_running: false,
+            params_sha256: None,
         }),
         Op::Claim {
             token: token(),

@@ -328,9 +328,10 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// A line of the log: a history entry, or a freeze of the key.
+/// A line of the log: a history entry (boxed: an entry is large beside a freeze's line), or a
+/// freeze of the key.
 enum Row<'a> {
-    Entry(Entry<'a>),
+    Entry(Box<Entry<'a>>),
     Freeze(FreezeLine),
 }
 
@@ -378,7 +379,7 @@ fn merged<'a>(
                 rows.push(Row::Freeze(line));
             }
         }
-        rows.push(Row::Entry(entry));
+        rows.push(Row::Entry(Box::new(entry)));
     }
     rows.extend(freezes.map(Row::Freeze));
     rows

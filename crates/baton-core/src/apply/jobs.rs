@@ -8,8 +8,8 @@ use super::Work;
 use crate::doc::{token_hash, Doc, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
 use crate::job::{
-    claimable_head, cut_text, queued_token_hash, JobResult, JobState, RunEnd, RunMark,
-    DELAY_MAX_MS, ERROR_MAX_BYTES, RELEASES_PER_ATTEMPT,
+    check_params_sha256, claimable_head, cut_text, queued_token_hash, JobResult, JobState, RunEnd,
+    RunMark, DELAY_MAX_MS, ERROR_MAX_BYTES, RELEASES_PER_ATTEMPT,
 };
 use crate::limits;
 use crate::op::{Refusal, Reply, Submit, TicketView};
@@ -25,6 +25,9 @@ impl Work<'_> {
         }
         limits::check_limit(s.limit)?;
         s.spec.check()?;
+        if let Some(hash) = &s.params_sha256 {
+            check_params_sha256(hash)?;
+        }
         // The same id again: that job, unchanged (a retry, or a second submit with `--id`).
         if let Some(ticket) = self.doc.by_id(&s.id) {
             if ticket.job.is_none() {
@@ -92,6 +95,7 @@ impl Work<'_> {
             granted_wall_ms: 0,
             job: Some(Box::new(JobState {
                 runs: if s.revive { s.runs_before } else { 0 },
+                params_sha256: s.params_sha256.clone(),
                 ..JobState::new(&s.spec, ready_at_ms)
             })),
             once: None,
@@ -341,6 +345,9 @@ impl Work<'_> {
         let mut record = Finished::of(ticket, outcome, false, error, wall_ms);
         if let Some(run) = record.job.as_mut() {
             run.requeued = true;
+            // Only the entry that ends the job needs it (for a revive): every entry is stored,
+            // and on DynamoDB billed, by size.
+            run.params_sha256 = None;
         }
         self.finished.push(record);
         let held = ticket.clone();

@@ -172,5 +172,6 @@ pub fn submit(id: &str) -> Submit {
         revive: false,
         runs_before: 0,
         cancel_running: false,
+        params_sha256: None,
     }
 }
