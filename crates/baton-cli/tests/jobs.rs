@@ -385,6 +385,18 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
     });
 }
 
+/// Submits job `id` to `key`, lets a worker run it to success, then ends `turns` other turns
+/// of the key (`baton run`), more than the document remembers finished tickets.
+fn run_then_turns(ctx: &Ctx, key: &str, id: &str, turns: usize) {
+    submit(ctx, key, &["--id", id]);
+    let w = worker(ctx, "w", &[key], &logging_job("0", 0));
+    ctx.baton(["wait", key, id]).run().assert_code(0);
+    stop(w);
+    for _ in 0..turns {
+        ctx.baton(["run", key, "--", "true"]).run().assert_code(0);
+    }
+}
+
 /// A job id is remembered as long as the key's history holds the job's end, not only while
 /// the document's few marks of finished tickets do: a second `submit --id` after more than
 /// eight other turns of the key ended answers with the job's end and queues nothing.
@@ -392,17 +404,7 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
 fn a_second_submit_by_id_after_many_other_turns_queues_nothing() {
     for_each_store(|ctx| {
         let key = ctx.key("ids-later");
-        submit(ctx, &key, &["--id", "deploy-7"]);
-        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
-        ctx.baton(["wait", key.as_str(), "deploy-7"])
-            .run()
-            .assert_code(0);
-        stop(w);
-        for _ in 0..10 {
-            ctx.baton(["run", key.as_str(), "--", "true"])
-                .run()
-                .assert_code(0);
-        }
+        run_then_turns(ctx, &key, "deploy-7", 10);
         let again = ctx
             .baton(["submit", key.as_str(), "--id", "deploy-7", "--json"])
             .run();
@@ -436,17 +438,7 @@ fn a_second_submit_by_id_whose_end_was_trimmed_is_refused() {
     let url = format!("sqlite:{}?history_keep=3", dir.join("baton.db").display());
     common::with_store(&url, |ctx| {
         let key = ctx.key("ids-trimmed");
-        submit(ctx, &key, &["--id", "deploy-8"]);
-        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
-        ctx.baton(["wait", key.as_str(), "deploy-8"])
-            .run()
-            .assert_code(0);
-        stop(w);
-        for _ in 0..12 {
-            ctx.baton(["run", key.as_str(), "--", "true"])
-                .run()
-                .assert_code(0);
-        }
+        run_then_turns(ctx, &key, "deploy-8", 12);
         let again = ctx
             .baton(["submit", key.as_str(), "--id", "deploy-8"])
             .run();
