@@ -46,6 +46,37 @@ fn acquire_under_github_actions_masks_its_token_and_prints_it_alone() {
         );
         ctx.baton(["release", &key, token]).run().assert_code(0);
 
+        // --no-mask: for a token handed to another job as a job output (the Action masks by
+        // its own `mask-ticket` input and passes it).
+        let done = ctx
+            .baton(["acquire", &key, "--ttl", "1m", "--no-mask"])
+            .env("GITHUB_ACTIONS", "true")
+            .run();
+        done.assert_code(0);
+        assert!(!done.stderr.contains("::add-mask::"), "{}", done.describe());
+        ctx.baton(["release", &key, done.stdout.trim()])
+            .run()
+            .assert_code(0);
+
+        // BATON_NO_MASK=1, as baton's own Action sets it, is --no-mask; a falsey value is not.
+        for (value, masked) in [("1", false), ("0", true)] {
+            let done = ctx
+                .baton(["acquire", &key, "--ttl", "1m"])
+                .env("GITHUB_ACTIONS", "true")
+                .env("BATON_NO_MASK", value)
+                .run();
+            done.assert_code(0);
+            assert_eq!(
+                done.stderr.contains("::add-mask::"),
+                masked,
+                "BATON_NO_MASK={value}: {}",
+                done.describe()
+            );
+            ctx.baton(["release", &key, done.stdout.trim()])
+                .run()
+                .assert_code(0);
+        }
+
         // Outside GitHub Actions nothing is added.
         let done = ctx
             .baton(["acquire", &key, "--ttl", "1m"])

@@ -557,6 +557,7 @@ async function install({ version, url }) {
 function childEnv(serverToken = "") {
   const env = { ...process.env };
   delete env.GITHUB_OUTPUT;
+  env.BATON_NO_MASK = "1";
   if (serverToken) env.BATON_TOKEN = serverToken;
   return env;
 }

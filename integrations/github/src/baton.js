@@ -171,11 +171,15 @@ async function install({ version, url }) {
 /**
  * The environment for a child process: the action's own, without GITHUB_OUTPUT (baton appends
  * key=, ticket= … there by itself when it sees it, unmasked and under names the action sets
- * anyway) and with BATON_TOKEN for a store reached through `baton serve`.
+ * anyway), with BATON_NO_MASK (the action masks the ticket itself, as its mask-ticket input
+ * says: unmasked, it can go to another job as a job output, which GitHub drops when it holds a
+ * masked value; a baton too old to mask ignores the variable) and with BATON_TOKEN for a store
+ * reached through `baton serve`.
  */
 export function childEnv(serverToken = '') {
   const env = { ...process.env };
   delete env.GITHUB_OUTPUT;
+  env.BATON_NO_MASK = '1';
   if (serverToken) env.BATON_TOKEN = serverToken;
   return env;
 }

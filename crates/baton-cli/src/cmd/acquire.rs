@@ -39,7 +39,9 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     let position_at_start = position_at_start.get().copied().unwrap_or(0);
     let acquired_at = rfc3339(lease.acquired_wall_ms);
     let lease_until = rfc3339(lease.lease_until_wall_ms);
-    mask_in_github_actions(&lease.token);
+    if !args.no_mask {
+        mask_in_github_actions(&lease.token);
+    }
     let mut stdout = std::io::stdout().lock();
     let written = if args.json {
         let value = serde_json::json!({
