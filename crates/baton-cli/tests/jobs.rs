@@ -810,6 +810,98 @@ fn an_async_job_whose_lease_runs_out_is_a_failed_attempt() {
     });
 }
 
+/// What a worker leaves behind when it ran `key`'s next job to exit 0, kept the run's report
+/// saying so, and died before the job's end was recorded: a report, and a lease (of 1 s)
+/// that runs out. Done through the library, as the worker does it, stopping where it died.
+fn claim_report_and_die(ctx: &Ctx, key: &str, awaiting_complete: bool) {
+    use baton_client::jobs::{self, ClaimOptions, RunReport};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let coord = baton_client::Coordinator::open(&ctx.store, None)
+            .await
+            .expect("open the store");
+        let coord = std::sync::Arc::new(coord);
+        let options = ClaimOptions {
+            ttl: Duration::from_secs(1),
+        };
+        let job = jobs::claim(&coord, key, &options)
+            .await
+            .expect("claim")
+            .expect("a job to claim");
+        let now = baton_client::wall_ms();
+        let report = RunReport {
+            attempt: job.attempt,
+            run: job.run,
+            fence: job.lease.fence,
+            worker: "a worker that died".into(),
+            started_wall_ms: now,
+            ended_wall_ms: now,
+            result: "succeeded".into(),
+            exit_code: Some(0),
+            error: None,
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            awaiting_complete,
+            note: None,
+        };
+        job.report(&report).await.expect("keep the report");
+        job.heartbeat.stop_all();
+    });
+}
+
+#[test]
+fn a_run_that_reported_success_and_died_before_its_end_is_recorded_not_run_again() {
+    for_each_store(|ctx| {
+        let key = ctx.key("reported");
+        let id = submit(ctx, &key, &["--backoff", "100ms"]);
+        claim_report_and_die(ctx, &key, false);
+        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let done = ctx
+            .baton(["wait", key.as_str(), id.as_str()])
+            .run_within(Duration::from_secs(60));
+        done.assert_code(0);
+        stop(w);
+        assert!(
+            !ctx.path("ran").exists(),
+            "the command ran again after a run had reported its success"
+        );
+        let shown = ctx
+            .baton(["jobs", "show", key.as_str(), id.as_str(), "--json"])
+            .run();
+        let job: serde_json::Value = serde_json::from_str(&shown.stdout).expect("JSON");
+        let results: Vec<&str> = job["runs"]
+            .as_array()
+            .expect("runs")
+            .iter()
+            .map(|r| r["result"].as_str().unwrap_or("?"))
+            .collect();
+        assert_eq!(results, ["succeeded", "not run"], "{}", shown.describe());
+        let note = job["runs"][1]["note"].as_str().unwrap_or_default();
+        assert!(note.contains("run 1"), "{}", shown.describe());
+    });
+}
+
+#[test]
+fn an_async_run_that_exited_0_and_was_never_completed_runs_again() {
+    // `--async`: exit 0 is not the job's end, `baton complete` is; a lease that ran out
+    // before it came is a failed attempt, and the job runs again.
+    for_each_store(|ctx| {
+        let key = ctx.key("async-reported");
+        let id = submit(ctx, &key, &["--backoff", "100ms"]);
+        claim_report_and_die(ctx, &key, true);
+        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let done = ctx
+            .baton(["wait", key.as_str(), id.as_str()])
+            .run_within(Duration::from_secs(60));
+        done.assert_code(0);
+        stop(w);
+        assert!(ctx.path("ran").exists(), "{}", done.describe());
+    });
+}
+
 #[test]
 fn sigterm_lets_a_running_job_finish_and_a_second_one_gives_it_back() {
     for_each_store(|ctx| {

@@ -486,6 +486,13 @@ pub struct RunReport {
     /// The end of its standard error (at most 16 KiB).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr_tail: String,
+    /// A `--async` run whose command exited 0: the job ends when `baton complete` says so, not
+    /// by this report ([`Job::unrecorded_success`] does not take it for the job's success).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub awaiting_complete: bool,
+    /// What the worker did instead of running the command, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 impl Job {
@@ -500,15 +507,59 @@ impl Job {
     }
 
     /// Writes this run's report (before [`Job::complete`], so the record is there when the
-    /// job's end is seen).
+    /// job's end is seen). A store error is retried while the lease stands (the write replaces
+    /// the whole record, so a retry of one that landed changes nothing): a report saying the
+    /// command succeeded is what keeps the job from running again if this worker stops before
+    /// its end is recorded ([`Job::unrecorded_success`]).
     pub async fn report(&self, report: &RunReport) -> Result<(), ClientError> {
         let bytes = serde_json::to_vec(report).unwrap_or_default();
         let name = run_record(self.id(), self.run);
-        self.coord
-            .store()
-            .put_record(self.key(), &name, &bytes)
-            .await?;
-        Ok(())
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let error = match self
+                .coord
+                .store()
+                .put_record(self.key(), &name, &bytes)
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(e) => ClientError::from(e),
+            };
+            let pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+            let until_ms = self
+                .heartbeat
+                .holds_until_ms()
+                .unwrap_or(self.lease.holds_until_ms);
+            if !error.is_transient() || self.coord.local_ms().saturating_add(pause_ms) >= until_ms {
+                return Err(error);
+            }
+            tracing::warn!(key = %self.key(), %error, "the run's report failed; retrying");
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// The report of an earlier run of this job that says it succeeded, when the job is still
+    /// live: that run's command exited 0 and its worker kept the report, then stopped (killed,
+    /// paused past its lease, cut off) before the job's end was recorded, and the lease ran
+    /// out. Such a job must be recorded as succeeded, not run again: its work was done.
+    ///
+    /// Only the latest earlier run that kept a report counts (runs whose worker died before
+    /// its command ended keep none); a `--async` run's exit 0 is not a success
+    /// ([`RunReport::awaiting_complete`]). A first run reads nothing.
+    pub async fn unrecorded_success(&self) -> Result<Option<RunReport>, ClientError> {
+        for run in (1..self.run).rev() {
+            let name = run_record(self.id(), run);
+            let Some(bytes) = self.coord.store().get_record(self.key(), &name).await? else {
+                continue;
+            };
+            let Ok(report) = serde_json::from_slice::<RunReport>(&bytes) else {
+                return Ok(None);
+            };
+            let succeeded = report.result == "succeeded" && !report.awaiting_complete;
+            return Ok(succeeded.then_some(report));
+        }
+        Ok(None)
     }
 
     /// Ends the run: records `result`, sent again after a store error while the lease stands

@@ -426,3 +426,41 @@ async fn a_completion_whose_answer_was_lost_is_answered_by_its_retry() {
         (Outcome::Succeeded, 1)
     );
 }
+
+#[tokio::test]
+async fn a_report_whose_answer_was_lost_is_written_again_while_the_lease_stands() {
+    // The report is what tells the next worker that a run's command succeeded when its worker
+    // died before recording the job's end: a store's blip must not lose it.
+    let shared = Arc::new(MemoryStore::new());
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let id = jobs::submit(&coord, "k", b"null", &SubmitOptions::default())
+        .await
+        .unwrap()
+        .id;
+    let job = jobs::claim(&coord, "k", &claim_options())
+        .await
+        .unwrap()
+        .unwrap();
+    let report = jobs::RunReport {
+        attempt: job.attempt,
+        run: job.run,
+        fence: job.lease.fence,
+        worker: "w".into(),
+        started_wall_ms: 0,
+        ended_wall_ms: 0,
+        result: "succeeded".into(),
+        exit_code: Some(0),
+        error: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        awaiting_complete: false,
+        note: None,
+    };
+    probe.lose_record_replies.store(2, Ordering::SeqCst);
+    job.report(&report).await.unwrap();
+    assert_eq!(probe.lose_record_replies.load(Ordering::SeqCst), 0);
+    let kept = jobs::reports(&coord, "k", &id, job.run).await.unwrap();
+    assert_eq!(kept, vec![report]);
+    job.complete(JobResult::Succeeded).await.unwrap();
+}

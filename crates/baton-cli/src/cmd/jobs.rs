@@ -199,6 +199,12 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
         if let Some(error) = &report.error {
             println!("    error: {}", shown(error));
         }
+        if let Some(note) = &report.note {
+            println!("    note: {}", shown(note));
+        }
+        if report.awaiting_complete {
+            println!("    (--async: exit 0; the job ends at `baton complete`)");
+        }
         for (name, tail) in [
             ("stdout", &report.stdout_tail),
             ("stderr", &report.stderr_tail),

@@ -188,11 +188,23 @@ enum Ended {
 
 /// Runs one claimed job to its end: CMD, then its report, then its completion. A claim whose
 /// lease no longer stands (its answer came late, or this worker was paused) is given back
-/// unspent and CMD is never started: another worker may already hold the job.
+/// unspent and CMD is never started: another worker may already hold the job. A job whose
+/// earlier run reported success, its end unrecorded, is recorded as succeeded, not run again.
 async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     if let Err(lost) = job.heartbeat.standing() {
         give_back_late_claim(job, &lost, &ctx).await;
         return;
+    }
+    match job.unrecorded_success().await {
+        Ok(Some(earlier)) => return record_earlier_success(job, &earlier, &ctx).await,
+        Ok(None) => {}
+        // Not knowing, the job runs: at least once, as when no report was kept.
+        Err(e) if !ctx.args.quiet => eprintln!(
+            "baton: {} {}: could not read its earlier runs' reports ({e}); running it",
+            job.key(),
+            job.id()
+        ),
+        Err(_) => {}
     }
     let started_wall_ms = wall_ms();
     let started = Instant::now();
@@ -218,6 +230,8 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
         error: error.clone(),
         stdout_tail,
         stderr_tail,
+        awaiting_complete: ctx.args.asynchronous && matches!(result, Some(JobResult::Succeeded)),
+        note: None,
     };
     if let Err(e) = job.report(&report).await {
         eprintln!(
@@ -250,6 +264,44 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     if !ctx.args.quiet {
         let said = crate::render::one_line(&said);
         eprintln!("baton: {key} {id} attempt {attempt}: {said}");
+    }
+}
+
+/// Records as succeeded a job whose `earlier` run reported its command's exit 0 and whose
+/// worker then stopped before recording the job's end: this run keeps a report saying so, and
+/// CMD does not run again.
+async fn record_earlier_success(job: Job, earlier: &RunReport, ctx: &Ctx) {
+    let now = wall_ms();
+    let note = format!(
+        "run {} (attempt {}) exited 0 and reported it, but its worker stopped before the job's \
+         end was recorded; recorded as succeeded now, not run again",
+        earlier.run, earlier.attempt
+    );
+    let report = RunReport {
+        attempt: job.attempt,
+        run: job.run,
+        fence: job.lease.fence,
+        worker: ctx.worker.clone(),
+        started_wall_ms: now,
+        ended_wall_ms: now,
+        result: "not run".to_owned(),
+        exit_code: None,
+        error: None,
+        stdout_tail: String::new(),
+        stderr_tail: String::new(),
+        awaiting_complete: false,
+        note: Some(note.clone()),
+    };
+    let (key, id) = (job.key().to_owned(), job.id().to_owned());
+    if let Err(e) = job.report(&report).await {
+        eprintln!("baton: {key} {id}: could not keep the run's report: {e}");
+    }
+    let said = match job.complete(JobResult::Succeeded).await {
+        Ok(_) => note,
+        Err(e) => format!("{note}, but could not record it: {e}"),
+    };
+    if !ctx.args.quiet {
+        eprintln!("baton: {key} {id}: {}", crate::render::one_line(&said));
     }
 }
 

@@ -50,6 +50,9 @@ pub struct Probe {
     /// Keys whose CASes take this long to reach the store (then land): a slow or half-dead
     /// connection for some requests only.
     pub slow_keys: Mutex<HashMap<String, u64>>,
+    /// The next this many record writes (a job's parameters, a run's report) are written and
+    /// their answers lost (`Ambiguous`): a connection cut under them.
+    pub lose_record_replies: AtomicU64,
 }
 
 impl Probe {
@@ -87,6 +90,7 @@ impl Probe {
             clock_lag_ms: AtomicU64::new(0),
             reply_delay_ms: AtomicU64::new(0),
             slow_keys: Mutex::new(HashMap::new()),
+            lose_record_replies: AtomicU64::new(0),
         })
     }
 
@@ -254,7 +258,17 @@ impl Store for Probe {
         })
     }
     async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> baton_store::Result<()> {
-        self.inner.put_record(key, name, bytes).await
+        self.inner.put_record(key, name, bytes).await?;
+        let lose = self
+            .lose_record_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if lose.is_ok() {
+            return Err(StoreError::Ambiguous {
+                store: self.describe(),
+                reason: "the answer to a record's write was lost (the test's fault)".into(),
+            });
+        }
+        Ok(())
     }
     async fn get_record(&self, key: &str, name: &str) -> baton_store::Result<Option<Vec<u8>>> {
         self.inner.get_record(key, name).await
