@@ -100,6 +100,30 @@ pub enum Violation {
         /// The process that was stopped.
         stopped: String,
     },
+    /// A job that did not end as its command and the faults allow: ended twice, ran after its
+    /// recorded success, queued again under a reused id, lost, or dead with attempts to spare.
+    Job {
+        /// The job's key and id (`KEY JOB_ID`).
+        job: String,
+        /// What the records show.
+        why: String,
+    },
+    /// A run-once key whose command ran again after a recorded success, or a caller told of a
+    /// success nobody recorded.
+    Once {
+        /// The key.
+        key: String,
+        /// What the records show.
+        why: String,
+    },
+    /// A shared value that lost an increment its writer was told had landed, or applied one
+    /// twice.
+    Value {
+        /// The value's name.
+        name: String,
+        /// What the records show.
+        why: String,
+    },
     /// A holder died or paused and the next grant came later than the bound allows.
     LateTakeover {
         /// What happened to the holder, and to whom.

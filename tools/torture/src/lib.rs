@@ -26,6 +26,7 @@ pub mod procfs;
 pub mod proxy;
 pub mod resource;
 pub mod work;
+pub mod work_checker;
 
 /// How a ticket holds its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

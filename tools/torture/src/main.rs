@@ -8,6 +8,7 @@
 //! - `lib-client` is one turn through the library.
 
 mod harness;
+mod kv_client;
 mod library;
 mod matrix;
 mod serve;
@@ -19,8 +20,9 @@ use std::time::Duration;
 use baton_client::poll::PollBounds;
 use baton_torture::faults::Fault;
 use baton_torture::work::{HoldEnd, Session};
+use baton_torture::work_checker::{job_ticket, Behaviour};
 use clap::{Parser, Subcommand};
-use harness::{ClientKind, Config, Kind};
+use harness::{ClientKind, Config, Kind, Work};
 
 #[derive(Parser)]
 #[command(
@@ -54,6 +56,22 @@ enum Cmd {
     /// The protected resource alone, every key a mutex: prints its address, serves until
     /// stdin closes, then prints its verdict as JSON (exit 1 on a violation or a refused write).
     Resource,
+    /// One increment of a shared value through the library: append --who to the value by
+    /// compare-and-swap (exit 0 landed, 5 unknown after a lost answer, 2 failed).
+    KvClient(KvArgs),
+}
+
+#[derive(clap::Args)]
+struct KvArgs {
+    /// The store URL.
+    #[arg(long)]
+    store: String,
+    /// The value's name.
+    #[arg(long)]
+    name: String,
+    /// This process's name, appended to the value.
+    #[arg(long)]
+    who: String,
 }
 
 #[derive(clap::Args)]
@@ -71,9 +89,13 @@ struct MatrixArgs {
     #[arg(long)]
     restart_script: Option<PathBuf>,
     /// Only the runs on these stores (URL schemes: sqlite, postgres, redis, etcd, s3,
-    /// dynamodb), comma-separated.
+    /// dynamodb, and http for two `baton serve`), comma-separated.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Which work to torture on each store: `locks` (the lock runs), `work` (one run per store
+    /// of jobs, run-once keys and shared values at once), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "locks,work")]
+    work: Vec<String>,
 }
 
 #[derive(clap::Args)]
@@ -142,6 +164,11 @@ struct RunArgs {
     /// Added to the takeover bound for starting processes on a loaded machine.
     #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     takeover_slack: Duration,
+    /// What the clients do: take turns at keys (`locks`), or the work half: job workers with a
+    /// submitter (`jobs`), `baton once` callers (`once`), shared-value increments (`kv`), or
+    /// the three at once, clients dealt round (`all`).
+    #[arg(long, value_enum, default_value = "locks")]
+    work: Work,
     /// The key (default: a fresh one, so runs on a shared store never meet).
     #[arg(long)]
     key: Option<String>,
@@ -159,9 +186,9 @@ struct UseArgs {
     /// The resource's address (host:port).
     #[arg(long)]
     resource: String,
-    /// The key being used.
+    /// The key being used (default: BATON_KEY, as `baton worker` sets it).
     #[arg(long)]
-    key: String,
+    key: Option<String>,
     /// This client process's name (`cC-rR`).
     #[arg(long)]
     who: String,
@@ -171,6 +198,9 @@ struct UseArgs {
     /// How long to use it.
     #[arg(long, value_parser = humantime::parse_duration)]
     hold: Duration,
+    /// After the hold, exit 1 one time in N (a flaky command), at random.
+    #[arg(long)]
+    fail_one_in: Option<u32>,
 }
 
 /// `lib-client` does the same work as `use`, after taking the turn itself.
@@ -201,6 +231,7 @@ fn main() -> ExitCode {
         Cmd::Matrix(args) => matrix(args),
         Cmd::Table => table(),
         Cmd::Resource => serve::resource(),
+        Cmd::KvClient(args) => kv_client::run(&args.store, &args.name, &args.who),
     };
     match result {
         Ok(code) => code,
@@ -248,6 +279,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         takeover_slack: args.takeover_slack,
         key,
         unprotected: args.unprotected,
+        work: args.work,
     };
     let verdict = harness::run(&config)?;
     if args.json {
@@ -288,26 +320,64 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
     })
 }
 
-/// The protected work under `baton run`: hold with the fence it was given. Exit 3 when the
-/// resource refuses a write (fenced off).
+/// The protected work under `baton run`, `baton once` or `baton worker`: hold with the fence
+/// it was given. Exit 3 when the resource refuses a write (fenced off). Under a worker the hold
+/// is named by the job's run (`ID.ATTEMPT.FENCE`) and the exit status is what the job's
+/// parameters say its behaviour is on this attempt; `--fail-one-in N` fails one time in N.
 fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
-    let fence: u64 = std::env::var("BATON_FENCE")
-        .map_err(|_| "BATON_FENCE is not set: run me under `baton run`")?
+    let var = |name: &str| std::env::var(name).ok();
+    let fence: u64 = var("BATON_FENCE")
+        .ok_or("BATON_FENCE is not set: run me under `baton run`")?
         .parse()
         .map_err(|e| format!("BATON_FENCE is not a number: {e}"))?;
+    let key = args
+        .key
+        .or_else(|| var("BATON_KEY"))
+        .ok_or("no --key, and BATON_KEY is not set")?;
+    let job = job_run(fence)?;
     // `baton run` gives its command the ticket's secret token, `baton worker` its job run's:
     // unique to this turn.
-    let ticket = std::env::var("BATON_TICKET")
-        .or_else(|_| std::env::var("BATON_JOB_TOKEN"))
-        .map_err(|_| "neither BATON_TICKET nor BATON_JOB_TOKEN is set: run me under `baton run` or `baton worker`")?;
+    let ticket = match &job {
+        Some((ticket, _)) => ticket.clone(),
+        None => var("BATON_TICKET").or_else(|| var("BATON_JOB_TOKEN")).ok_or(
+            "neither BATON_TICKET nor BATON_JOB_TOKEN is set: run me under `baton run` or `baton worker`",
+        )?,
+    };
     let mut session = Session::connect(&args.resource, &args.who)?;
-    match session.hold(&args.key, &ticket, fence, args.shared, args.hold, || false)? {
-        HoldEnd::Done | HoldEnd::Stopped => Ok(ExitCode::SUCCESS),
+    match session.hold(&key, &ticket, fence, args.shared, args.hold, || false)? {
+        HoldEnd::Done | HoldEnd::Stopped => {}
         HoldEnd::FencedOff(why) => {
             eprintln!("baton-torture use ({}): the resource said {why}", args.who);
-            Ok(ExitCode::from(3))
+            return Ok(ExitCode::from(3));
         }
     }
+    let flaky = args
+        .fail_one_in
+        .is_some_and(|n| rand::random_range(0..n.max(1)) == 0);
+    Ok(match job {
+        Some((_, code)) => ExitCode::from(code),
+        None if flaky => ExitCode::from(1),
+        None => ExitCode::SUCCESS,
+    })
+}
+
+/// Under `baton worker`: the resource ticket of this run and the exit status its job's
+/// behaviour (its parameters, a JSON string naming one) gives on this attempt, 0 when they name
+/// none (a script around `use` decides then). `None` elsewhere.
+fn job_run(fence: u64) -> Result<Option<(String, u8)>, String> {
+    let Ok(id) = std::env::var("BATON_JOB_ID") else {
+        return Ok(None);
+    };
+    let attempt: u32 = std::env::var("BATON_ATTEMPT")
+        .map_err(|_| "BATON_JOB_ID without BATON_ATTEMPT")?
+        .parse()
+        .map_err(|e| format!("BATON_ATTEMPT is not a number: {e}"))?;
+    let params = std::env::var("BATON_PARAMS").unwrap_or_default();
+    let code = serde_json::from_str::<String>(&params)
+        .ok()
+        .and_then(|name| Behaviour::from_name(&name))
+        .map_or(0, |behaviour| behaviour.exit_code(attempt));
+    Ok(Some((job_ticket(&id, attempt, fence), code)))
 }
 
 fn baton_next_to_me(given: Option<PathBuf>) -> Result<PathBuf, String> {
@@ -337,7 +407,14 @@ fn matrix(args: MatrixArgs) -> Result<ExitCode, String> {
                 )?
         }
     };
-    let clean = matrix::run(baton, args.duration, args.seed, &restart, &args.only)?;
+    let clean = matrix::run(
+        baton,
+        args.duration,
+        args.seed,
+        &restart,
+        &args.only,
+        &args.work,
+    )?;
     Ok(if clean {
         ExitCode::SUCCESS
     } else {
@@ -365,7 +442,7 @@ fn lib_client(args: LibArgs) -> Result<ExitCode, String> {
     };
     library::run(library::Turn {
         store: args.store,
-        key: args.work.key,
+        key: args.work.key.ok_or("lib-client needs --key")?,
         limit: args.limit,
         shared: args.work.shared,
         who: args.work.who,

@@ -15,7 +15,7 @@ use std::time::Duration;
 use baton_torture::faults::Fault;
 use serde_json::Value;
 
-use crate::harness::{self, ClientKind, Config, Kind};
+use crate::harness::{self, ClientKind, Config, Kind, Work};
 
 /// One run of the matrix.
 struct Case {
@@ -29,6 +29,8 @@ struct Case {
     faults: Vec<Fault>,
     restart_cmd: Option<String>,
     skew: Option<Duration>,
+    /// What the clients do.
+    work: Work,
 }
 
 /// Every run for the stores in the environment.
@@ -45,6 +47,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             restart_cmd: None,
             skew: None,
             behind_servers: false,
+            work: Work::Locks,
         },
         Case {
             store: sqlite("mixed.db"),
@@ -54,6 +57,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             restart_cmd: None,
             skew: None,
             behind_servers: false,
+            work: Work::Locks,
         },
     ];
     let servers = [
@@ -81,6 +85,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 // Leases are judged on the server's clock: clients' clocks must not matter.
                 skew: Some(Duration::from_secs(30)),
                 behind_servers: false,
+                work: Work::Locks,
             });
         }
     }
@@ -95,6 +100,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             restart_cmd: None,
             skew: Some(Duration::from_secs(30)),
             behind_servers: true,
+            work: Work::Locks,
         });
     }
     let listed = std::env::var("BATON_TEST_STORES").unwrap_or_default();
@@ -119,9 +125,41 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 // may depend on the clients' clocks.
                 skew: Some(Duration::from_secs(30)),
                 behind_servers: false,
+                work: Work::Locks,
             });
         }
     }
+    cases
+}
+
+/// The work half's runs: on every store of the lock runs, under the same faults, job workers,
+/// `baton once` callers and shared-value increments at once (one SQLite run, with a pause
+/// inside a write transaction too).
+fn work_cases(scratch: &Path, restart: &Path) -> Vec<Case> {
+    let mut cases = vec![Case {
+        store: format!("sqlite:{}", scratch.join("work.db").display()),
+        kind: Kind::Mutex,
+        client: ClientKind::Cli,
+        faults: vec![
+            Fault::KillHolder,
+            Fault::KillWaiter,
+            Fault::PauseHolder,
+            Fault::PauseInTransaction,
+        ],
+        restart_cmd: None,
+        skew: None,
+        behind_servers: false,
+        work: Work::All,
+    }];
+    cases.extend(
+        self::cases(scratch, restart)
+            .into_iter()
+            .filter(|case| !case.store.starts_with("sqlite:"))
+            .map(|case| Case {
+                work: Work::All,
+                ..case
+            }),
+    );
     cases
 }
 
@@ -133,12 +171,21 @@ pub fn run(
     seed: u64,
     restart: &Path,
     only: &[String],
+    works: &[String],
 ) -> Result<bool, String> {
     let own = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let scratch = tempdir()?;
     let mut summaries = Vec::new();
     let mut clean = true;
-    for (n, case) in cases(&scratch, restart).into_iter().enumerate() {
+    let mut all = Vec::new();
+    for work in works {
+        match work.as_str() {
+            "locks" => all.extend(cases(&scratch, restart)),
+            "work" => all.extend(work_cases(&scratch, restart)),
+            other => return Err(format!("--work {other}: say locks, work or both")),
+        }
+    }
+    for (n, case) in all.into_iter().enumerate() {
         let scheme = case.store.split(':').next().unwrap_or_default();
         let scheme = if case.behind_servers { "http" } else { scheme };
         if !only.is_empty() && !only.iter().any(|o| o == scheme) {
@@ -157,11 +204,19 @@ pub fn run(
             baton: baton.clone(),
             own: own.clone(),
             // Mixed runs spread their clients over three keys.
-            clients: if case.kind == Kind::Mixed { 6 } else { 4 },
+            clients: if case.kind == Kind::Mixed || case.work != Work::Locks {
+                6
+            } else {
+                4
+            },
             rounds: 0,
             duration: Some(duration),
             kind: case.kind,
-            keys: if case.kind == Kind::Mixed { 3 } else { 1 },
+            keys: if case.kind == Kind::Mixed || case.work != Work::Locks {
+                3
+            } else {
+                1
+            },
             limit: 2,
             hold: Duration::from_millis(50),
             client: case.client,
@@ -181,6 +236,7 @@ pub fn run(
             takeover_slack: Duration::from_secs(2),
             key: format!("torture/matrix-{}-{n}", std::process::id()),
             unprotected: false,
+            work: case.work,
         };
         let verdict = harness::run(&config);
         drop(servers);
@@ -303,26 +359,111 @@ fn tempdir() -> Result<PathBuf, String> {
 
 /// The summary table (Markdown) of runs' summaries.
 pub fn table(summaries: &[Value]) -> String {
+    let is_locks = |s: &&Value| s["work"].as_str().is_none_or(|w| w == "locks");
+    let (locks, work): (Vec<&Value>, Vec<&Value>) = summaries.iter().partition(is_locks);
+    let mut out = String::new();
+    if !locks.is_empty() {
+        out.push_str(&locks_table(&locks));
+    }
+    if !work.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&work_table(&work));
+    }
+    out
+}
+
+/// The store column: its scheme, or what the servers stand in front of.
+fn store_name(summary: &Value) -> &str {
+    let store = summary["store"].as_str().unwrap_or("?");
+    match store.split(':').next().unwrap_or(store) {
+        "http" => "2 × baton serve, one PostgreSQL",
+        scheme => scheme,
+    }
+}
+
+/// The faults column: each fault injected and how often.
+fn injected(summary: &Value) -> String {
+    let injected = summary["injected"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    if injected.is_empty() {
+        "none".into()
+    } else {
+        injected
+    }
+}
+
+/// The work half's table: per run, what the jobs, run-once keys and values came to.
+fn work_table(summaries: &[&Value]) -> String {
+    let mut out = String::from(
+        "| store | faults injected | skew | jobs: succeeded / dead (runs) | submits (already; \
+         failed) | retries (queued) | once keys: callers, runs, successes | kv: values, \
+         increments landed / unknown / killed / failed, applied | fenced off | violations |\n\
+         |---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in summaries {
+        let w = &s["work_half"];
+        let (jobs, once, kv) = (&w["jobs"], &w["once"], &w["kv"]);
+        let increments = &kv["increments"];
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let failed: u64 = increments
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| !["exit 0", "exit 5", "killed"].contains(&k.as_str()))
+                    .map(|(_, v)| n(v))
+                    .sum()
+            })
+            .unwrap_or(0);
+        out.push_str(&format!(
+            "| {} | {} | {} | {} / {} ({}) | {} ({}; {}) | {} ({}) | {}: {}, {}, {} | {}, {} / {} / {} / {}, {} | {} | {} |\n",
+            store_name(s),
+            injected(s),
+            s["skew_s"]
+                .as_u64()
+                .map_or("-".to_owned(), |n| format!("±{n} s")),
+            jobs["succeeded"],
+            jobs["dead"],
+            jobs["runs"],
+            jobs["submits"],
+            jobs["already"],
+            jobs["submits_failed"],
+            jobs["retries"],
+            jobs["retries_queued"],
+            once["keys"],
+            once["callers"],
+            once["runs"],
+            once["succeeded"],
+            kv["values"],
+            n(&increments["exit 0"]),
+            n(&increments["exit 5"]),
+            n(&increments["killed"]),
+            failed,
+            kv["applied"],
+            s["fenced_off"],
+            s["violations"],
+        ));
+    }
+    out
+}
+
+/// The lock runs' table.
+fn locks_table(summaries: &[&Value]) -> String {
     let mut out = String::from(
         "| store | keys | clients | faults injected | skew | turns | violations | lost | \
          fenced off | takeover p50 / p99 / max ms (n) |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in summaries {
-        let store = s["store"].as_str().unwrap_or("?");
-        let scheme = match store.split(':').next().unwrap_or(store) {
-            "http" => "2 × baton serve, one PostgreSQL",
-            scheme => scheme,
-        };
-        let injected = s["injected"]
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .map(|(k, v)| format!("{k} {v}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
+        let scheme = store_name(s);
         let t = &s["takeover_ms"];
         let ms = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
         out.push_str(&format!(
@@ -332,11 +473,7 @@ pub fn table(summaries: &[Value]) -> String {
                 _ => s["kind"].as_str().unwrap_or("?").to_owned(),
             },
             s["client"].as_str().unwrap_or("?"),
-            if injected.is_empty() {
-                "none".into()
-            } else {
-                injected
-            },
+            injected(s),
             s["skew_s"]
                 .as_u64()
                 .map_or("-".to_owned(), |n| format!("±{n} s")),

@@ -27,7 +27,15 @@ fn every_store_survives_its_faults() {
     let restart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restart-server.sh");
     let duration = std::env::var("BATON_TORTURE_DURATION").unwrap_or_else(|_| "45s".into());
     let output = Command::new(&torture)
-        .args(["matrix", "--duration", &duration, "--seed", "11"])
+        .args([
+            "matrix",
+            "--work",
+            "locks",
+            "--duration",
+            &duration,
+            "--seed",
+            "11",
+        ])
         .arg("--restart-script")
         .arg(&restart)
         .output()

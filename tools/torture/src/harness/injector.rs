@@ -101,7 +101,7 @@ impl Injector {
             Fault::PauseHolder => {
                 // Waits for a holder of a fenced key in particular: in a mixed run most holders
                 // hold the other keys, and a wait for any holder would often end on one of them.
-                let (live, running) = self.live_holders(|h| shared.fenced.contains(&h.key));
+                let (live, running) = self.live_holders(|h| shared.is_fenced(&h.key));
                 if let Some(i) = self.schedule.pick(live.len()) {
                     let who = live[i].who.clone();
                     let pause = self.ttl + Duration::from_secs(1);

@@ -17,7 +17,9 @@
 
 mod clients;
 mod injector;
+mod jobs;
 mod verdict;
+mod work_verdict;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -83,6 +85,59 @@ impl KeyPlan {
     }
 }
 
+/// What the clients do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Work {
+    /// Take turns at keys (`baton run`, the library).
+    Locks,
+    /// `baton worker` processes running the jobs a submitter queues, resubmits under their
+    /// ids and retries once dead.
+    Jobs,
+    /// `baton once` callers of a flaky command.
+    Once,
+    /// Compare-and-swap increments of shared values.
+    Kv,
+    /// Jobs, once and kv at once, dealt round the clients.
+    All,
+}
+
+impl Work {
+    pub fn name(self) -> &'static str {
+        match self {
+            Work::Locks => "locks",
+            Work::Jobs => "jobs",
+            Work::Once => "once",
+            Work::Kv => "kv",
+            Work::All => "all",
+        }
+    }
+
+    /// What client `c` does.
+    fn of_client(self, c: usize) -> Work {
+        match self {
+            Work::All => [Work::Jobs, Work::Once, Work::Kv][c % 3],
+            work => work,
+        }
+    }
+
+    /// What a client of this work works on for key `k` of the run's `key` (`{epoch}`: the
+    /// current epoch's); `None` for locks, which take the key itself.
+    fn subject(self, key: &str, k: usize) -> Option<String> {
+        match self {
+            Work::Locks | Work::All => None,
+            // Every worker serves every job key of the run.
+            Work::Jobs => Some(format!("{key}/jobs/")),
+            Work::Once => Some(format!("{key}/once/k{k}-e{{epoch}}")),
+            Work::Kv => Some(format!("{key}/kv/k{k}-e{{epoch}}")),
+        }
+    }
+
+    /// Whether some client of this run runs job workers.
+    fn has_jobs(self) -> bool {
+        matches!(self, Work::Jobs | Work::All)
+    }
+}
+
 /// Which client the processes are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientKind {
@@ -121,6 +176,7 @@ pub struct Config {
     pub takeover_slack: Duration,
     pub key: String,
     pub unprotected: bool,
+    pub work: Work,
 }
 
 impl Config {
@@ -172,7 +228,9 @@ impl Config {
 
     /// Refuses combinations that cannot mean anything, saying what to do instead.
     pub fn check(&self) -> Result<(), String> {
-        let mutexes = self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
+        // The work half's resource keys (job keys, run-once keys) are all fenced.
+        let mutexes =
+            self.work != Work::Locks || self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
         for stopping in [Fault::PauseHolder, Fault::StopBeforeReply] {
             if self.faults.contains(&stopping) && !mutexes {
                 return Err(format!(
@@ -190,6 +248,12 @@ impl Config {
         }
         if self.faults.contains(&Fault::PauseInTransaction) && !self.store.starts_with("sqlite:") {
             return Err("pause-in-transaction is for sqlite: stores".into());
+        }
+        if self.work != Work::Locks && self.unprotected {
+            return Err("--unprotected is for --work locks".into());
+        }
+        if self.work == Work::All && self.clients < 3 {
+            return Err("--work all needs --clients 3 or more (jobs, once, kv in turn)".into());
         }
         if self.clients == 0 {
             return Err("--clients must be at least 1".into());
@@ -230,6 +294,8 @@ struct Shared {
     resource: Mutex<Resource>,
     /// The mutex keys (a paused holder is picked only on one).
     fenced: HashSet<String>,
+    /// Every key is fenced (the work half: job keys, run-once keys).
+    all_fenced: bool,
     started: Instant,
     last_ns: Mutex<u64>,
     running: Mutex<HashMap<String, Running>>,
@@ -253,6 +319,11 @@ impl Shared {
         let mut last = lock(&self.last_ns);
         *last = now.max(*last + 1);
         *last
+    }
+
+    /// Whether the resource checks fences on `key`.
+    fn is_fenced(&self, key: &str) -> bool {
+        self.all_fenced || self.fenced.contains(key)
     }
 
     fn record(&self, fault: Fault, who: Option<String>, lasted: Duration) {
@@ -311,6 +382,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             .filter(|k| k.spec().fenced)
             .map(|k| k.name.clone())
             .collect(),
+        all_fenced: config.work != Work::Locks,
         started: Instant::now(),
         last_ns: Mutex::new(0),
         running: Mutex::new(HashMap::new()),
@@ -323,8 +395,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     let address = serve(shared.clone())?;
 
     let deadline = config.duration.map(|d| Instant::now() + d);
-    // (key index, process)
-    let processes = Arc::new(Mutex::new(Vec::<(usize, Process)>::new()));
+    // (key index, process, what it worked on)
+    let processes = Arc::new(Mutex::new(Vec::<(usize, Process, String)>::new()));
     let exits = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let clients: Vec<_> = (0..config.clients)
         .map(|c| {
@@ -334,7 +406,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             Ok(std::thread::spawn(move || {
                 let mut r = 0;
                 while deadline.map_or(r < rounds, |d| Instant::now() < d) {
-                    let (k, who, ending) = plan.turn(&shared, r);
+                    let (k, who, subject, ending) = plan.turn(&shared, r, deadline);
                     if !matches!(ending, Ending::Exited(Some(0))) {
                         // A store that is down fails a turn at once: do not spin through
                         // rounds while it restarts.
@@ -346,12 +418,16 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
                         Ending::Exited(None) => "killed by another signal".to_owned(),
                     };
                     *lock(&exits).entry(name).or_default() += 1;
-                    lock(&processes).push((k, Process { who, ending }));
+                    lock(&processes).push((k, Process { who, ending }, subject));
                     r += 1;
                 }
             }))
         })
         .collect::<Result<_, String>>()?;
+    let submitter = config
+        .work
+        .has_jobs()
+        .then(|| jobs::Submitter::start(config, shared.clone(), proxy.as_ref(), deadline, &log));
 
     let faults = {
         let shared = shared.clone();
@@ -370,6 +446,10 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     for client in clients {
         let _ = client.join();
     }
+    let submitted = match submitter {
+        Some(submitter) => Some(submitter?.join().map_err(|_| "the submitter panicked")?),
+        None => None,
+    };
     shared.done.store(true, Ordering::SeqCst);
     let _ = faults.join();
     for (_, pids) in lock(&shared.paused).drain(..) {
@@ -379,6 +459,11 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     }
     let proxy_stats = proxy.as_ref().map(|p| p.proxy.stats());
     drop(proxy);
+    // The jobs still queued run now, with the faults over, so that each one ends.
+    let jobs = match submitted {
+        Some(submitted) => Some(jobs::drain(config, &address, submitted, &log)?),
+        None => None,
+    };
 
     let mut resource = lock(&shared.resource);
     resource.close_all();
@@ -410,28 +495,10 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         );
     }
 
-    let specs: HashMap<String, KeySpec> = keys.iter().map(|k| (k.name.clone(), k.spec())).collect();
-    let mut violations = check_intervals(&specs, &intervals);
-    // Each key's history, checked on its own: arrival numbers are per key.
-    let mut history = Vec::new();
-    for (k, key) in keys.iter().enumerate() {
-        if config.unprotected {
-            break;
-        }
-        let (entries, still_live) = sweep(config, key, &log)?;
-        let turns: Vec<Process> = processes
-            .iter()
-            .filter(|(i, _)| *i == k)
-            .map(|(_, p)| p.clone())
-            .collect();
-        let holds: Vec<Interval> = intervals
-            .iter()
-            .filter(|i| i.key == key.name)
-            .cloned()
-            .collect();
-        violations.extend(check_history(&turns, &entries, &holds, &still_live));
-        history.extend(entries);
-    }
+    let (mut violations, details) = match config.work {
+        Work::Locks => lock_verdict(config, &keys, &intervals, &processes, &events, &log)?,
+        _ => work_verdict::verdict(config, &intervals, &processes, jobs, &log)?,
+    };
     // A holder that was not paused stops before its lease can end (`baton run` kills its
     // command, the library client stops at the heartbeat's word): a fence refusing it means a
     // lease ended under a holder that was still running. A lost reply stops nobody: a client
@@ -469,13 +536,10 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             });
         }
     }
-    let key_of: HashMap<&str, &str> = processes
-        .iter()
-        .map(|(k, p)| (p.who.as_str(), keys[*k].name.as_str()))
-        .collect();
-    let takeovers = takeovers(config, &events, &intervals, &history, &key_of);
-    violations.extend(takeovers.late.iter().cloned());
-    let quiet_failures: u64 = if config.faults.is_empty() && config.skew.is_none() {
+    // The work half's clients exit otherwise on purpose (a flaky command, a worker told to
+    // stop); their checkers read what landed instead.
+    let quiet = config.faults.is_empty() && config.skew.is_none() && config.work == Work::Locks;
+    let quiet_failures: u64 = if quiet {
         exits
             .iter()
             .filter(|(name, _)| name.as_str() != "exit 0")
@@ -498,6 +562,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "key": config.key,
         "keys": keys.len(),
         "kind": config.kind.name(),
+        "work": config.work.name(),
         "client": format!("{:?}", config.client).to_lowercase(),
         "seed": config.seed,
         "faults": config.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
@@ -518,7 +583,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         })),
         "violations": violations.len(),
         "lost": lost,
-        "takeover_ms": takeovers.json(),
+        "takeover_ms": details["takeover_ms"],
+        "work_half": details["work_half"],
         "elapsed_s": began.elapsed().as_secs_f64(),
         "log": log_path.display().to_string(),
     });
@@ -532,6 +598,47 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         summary,
         violations,
     })
+}
+
+/// The checks of a lock run: the holds against each key's promise, each key's history swept
+/// and read back, and the takeover times; details: `{"takeover_ms": …}`.
+fn lock_verdict(
+    config: &Config,
+    keys: &[KeyPlan],
+    intervals: &[Interval],
+    processes: &[(usize, Process, String)],
+    events: &[Event],
+    log: &File,
+) -> Result<(Vec<Violation>, Value), String> {
+    let specs: HashMap<String, KeySpec> = keys.iter().map(|k| (k.name.clone(), k.spec())).collect();
+    let mut violations = check_intervals(&specs, intervals);
+    // Each key's history, checked on its own: arrival numbers are per key.
+    let mut history = Vec::new();
+    for (k, key) in keys.iter().enumerate() {
+        if config.unprotected {
+            break;
+        }
+        let (entries, still_live) = sweep(config, key, log)?;
+        let turns: Vec<Process> = processes
+            .iter()
+            .filter(|(i, _, _)| *i == k)
+            .map(|(_, p, _)| p.clone())
+            .collect();
+        let holds: Vec<Interval> = intervals
+            .iter()
+            .filter(|i| i.key == key.name)
+            .cloned()
+            .collect();
+        violations.extend(check_history(&turns, &entries, &holds, &still_live));
+        history.extend(entries);
+    }
+    let key_of: HashMap<&str, &str> = processes
+        .iter()
+        .map(|(k, p, _)| (p.who.as_str(), keys[*k].name.as_str()))
+        .collect();
+    let takeovers = takeovers(config, events, intervals, &history, &key_of);
+    violations.extend(takeovers.late.iter().cloned());
+    Ok((violations, json!({ "takeover_ms": takeovers.json() })))
 }
 
 /// Runs `baton SUBCOMMAND… --store URL` to its end; its stderr goes to the log.
