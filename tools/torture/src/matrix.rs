@@ -182,7 +182,11 @@ pub fn run(
         match work.as_str() {
             "locks" => all.extend(cases(&scratch, restart)),
             "work" => all.extend(work_cases(&scratch, restart)),
-            other => return Err(format!("--work {other}: say locks, work or both")),
+            other => {
+                return Err(format!(
+                    "--work {other}: the choices are locks and work (both: --work locks,work)"
+                ))
+            }
         }
     }
     for (n, case) in all.into_iter().enumerate() {
@@ -404,8 +408,8 @@ fn injected(summary: &Value) -> String {
 /// The work half's table: per run, what the jobs, run-once keys and values came to.
 fn work_table(summaries: &[&Value]) -> String {
     let mut out = String::from(
-        "| store | faults injected | skew | jobs: succeeded / dead (runs) | submits (already; \
-         failed) | retries (queued) | once keys: callers, runs, successes | kv: values, \
+        "| store | faults injected | skew | jobs: succeeded / dead (runs; recorded, not run) | \
+         submits (already; failed) | retries (queued) | once keys: callers, runs, successes | kv: values, \
          increments landed / unknown / killed / failed, applied | fenced off | violations |\n\
          |---|---|---|---|---|---|---|---|---|---|\n",
     );
@@ -424,7 +428,7 @@ fn work_table(summaries: &[&Value]) -> String {
             })
             .unwrap_or(0);
         out.push_str(&format!(
-            "| {} | {} | {} | {} / {} ({}) | {} ({}; {}) | {} ({}) | {}: {}, {}, {} | {}, {} / {} / {} / {}, {} | {} | {} |\n",
+            "| {} | {} | {} | {} / {} ({}; {}) | {} ({}; {}) | {} ({}) | {}: {}, {}, {} | {}, {} / {} / {} / {}, {} | {} | {} |\n",
             store_name(s),
             injected(s),
             s["skew_s"]
@@ -433,6 +437,7 @@ fn work_table(summaries: &[&Value]) -> String {
             jobs["succeeded"],
             jobs["dead"],
             jobs["runs"],
+            jobs["recorded_not_run"],
             jobs["submits"],
             jobs["already"],
             jobs["submits_failed"],

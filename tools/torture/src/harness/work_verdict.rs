@@ -90,6 +90,14 @@ fn jobs_summary(jobs: &Jobs) -> Value {
         "succeeded": count("succeeded"),
         "dead": count("dead"),
         "runs": jobs.records.values().map(|r| r.runs.len()).sum::<usize>(),
+        // Jobs whose earlier run reported success and whose worker stopped before the end was
+        // recorded: recorded by the next claim, the command not run again.
+        "recorded_not_run": jobs
+            .records
+            .values()
+            .flat_map(|r| &r.runs)
+            .filter(|run| run.result == "not run")
+            .count(),
     })
 }
 
