@@ -41,6 +41,17 @@ fn the_work_half_survives_every_stores_faults() {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert!(!summaries.is_empty(), "{stdout}");
+    // A retry queues the job again only if it was dead by then, which a slow store may not
+    // reach in a short run: somewhere, at least one did.
+    let requeued: u64 = summaries
+        .iter()
+        .map(|s| {
+            s["work_half"]["jobs"]["retries_queued"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(requeued > 0, "no retry queued a dead job again: {stdout}");
     for summary in &summaries {
         let context = || format!("{summary}\n--- stderr:\n{stderr}");
         assert_eq!(summary["violations"], 0, "{}", context());
@@ -51,7 +62,7 @@ fn the_work_half_survives_every_stores_faults() {
             ("jobs succeeded", &work["jobs"]["succeeded"]),
             ("jobs dead", &work["jobs"]["dead"]),
             ("resubmits answered already", &work["jobs"]["already"]),
-            ("retries of dead jobs", &work["jobs"]["retries_queued"]),
+            ("retries of dead jobs", &work["jobs"]["retries"]),
             ("run-once successes", &work["once"]["succeeded"]),
             ("increments applied", &work["kv"]["applied"]),
         ] {

@@ -98,9 +98,10 @@ impl Submitter {
                 let again = done.plans[n / 2].clone();
                 self.submit(&again, &mut done, "again");
             }
-            // Every fifth step a dead job (or one still failing) queued again by hand.
+            // Every fifth step a dead job (or one still failing, whose retry is refused) queued
+            // again by hand: one whose two attempts had two steps each.
             if n % 5 == 4 {
-                if let Some(dead) = done.plans[..n.saturating_sub(10)]
+                if let Some(dead) = done.plans[..n.saturating_sub(5)]
                     .iter()
                     .rev()
                     .find(|p| p.behaviour == Behaviour::FailsAlways)
