@@ -49,6 +49,17 @@ impl Failure {
     pub fn usage(message: impl Into<String>) -> Failure {
         Failure::new(USAGE, message)
     }
+
+    /// Standard output's reader has gone (`baton jobs | head`): the command ends with success
+    /// and nothing to say, as a Unix filter does.
+    pub fn reader_gone() -> Failure {
+        Failure::new(OK, "")
+    }
+
+    /// Whether there is nothing to print: the failure of a reader gone.
+    pub fn is_quiet(&self) -> bool {
+        self.message.is_empty()
+    }
 }
 
 impl From<ClientError> for Failure {

@@ -3,6 +3,10 @@
 //! This binary only parses arguments, opens the store, calls the client library and turns
 //! results into output and exit codes. Every rule lives in `baton-core`.
 
+#![warn(clippy::print_stdout)]
+
+#[macro_use]
+mod out;
 mod cli;
 mod cmd;
 mod context;
@@ -63,6 +67,9 @@ fn main() {
 }
 
 fn fail(failure: Failure) -> ! {
+    if failure.is_quiet() {
+        std::process::exit(failure.code)
+    }
     let message = render::one_line(failure.message.trim_end_matches('.'));
     let _ = writeln!(std::io::stderr(), "baton: {message}");
     std::process::exit(failure.code)

@@ -1,8 +1,6 @@
 //! `baton check KEY --fence F [--min-left DUR]`: does the turn with fence F still hold KEY?
 //! One read of the key and the store's clock; the verdict is `baton_core::check`'s.
 
-use std::io::Write;
-
 use baton_core::check::{check_fence, FenceCheck};
 use baton_store::StoreClock;
 use serde_json::json;
@@ -57,9 +55,8 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
             "lease_left_ms": lease_left_ms,
             "why": why,
         });
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "{value}")
-            .map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))?;
+        // The verdict is the exit code: a reader gone does not change it.
+        crate::out::unless_reader_gone(outln!("{value}"), true)?;
     }
     eprintln!("baton: {}", crate::render::one_line(&why));
     Ok(match verdict {

@@ -45,9 +45,6 @@ pub fn man(subcommand: Option<&str>) -> Result<i32, Failure> {
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<i32, Failure> {
-    match std::io::stdout().lock().write_all(bytes) {
-        Ok(()) => Ok(exit::OK),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
-        Err(e) => Err(Failure::new(exit::ERROR, format!("cannot write: {e}"))),
-    }
+    crate::out::written(std::io::stdout().lock().write_all(bytes))?;
+    Ok(exit::OK)
 }

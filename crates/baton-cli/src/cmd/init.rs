@@ -1,7 +1,5 @@
 //! `baton init`: prepare a store (create a DynamoDB table), once, with the rights that takes.
 
-use std::io::Write;
-
 use crate::cli::InitArgs;
 use crate::exit::{self, Failure};
 use crate::Opened;
@@ -15,14 +13,7 @@ pub async fn init(opened: &Opened, args: InitArgs) -> Result<i32, Failure> {
             "store": store.describe(),
             "result": done,
         });
-        let mut stdout = std::io::stdout().lock();
-        match writeln!(stdout, "{value}") {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
-            Err(error) => {
-                return Err(Failure::new(exit::ERROR, format!("cannot write: {error}")));
-            }
-        }
+        outln!("{value}")?;
     } else {
         eprintln!("baton: {done}");
     }

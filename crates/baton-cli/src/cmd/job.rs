@@ -60,7 +60,7 @@ pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
         let line = serde_json::json!({
             "key": args.key, "id": id, "state": state, "already": submitted.already,
         });
-        println!("{line}");
+        crate::out::unless_reader_gone(outln!("{line}"), args.wait)?;
     } else {
         if submitted.already {
             eprintln!(
@@ -69,7 +69,7 @@ pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
                 args.key
             );
         }
-        println!("{id}");
+        crate::out::unless_reader_gone(outln!("{id}"), args.wait)?;
     }
     if !args.wait {
         return Ok(exit::OK);
@@ -188,7 +188,8 @@ async fn wait_for(opened: &Opened, args: &WaitJobArgs) -> Result<i32, Failure> {
         }
     };
     let end = jobs::wait(&opened.coord, &args.key, &args.id, args.poll, &tell).await?;
-    print_last_output(opened, &args.key, &args.id).await;
+    // The job's outcome is the exit code: a reader gone does not change it.
+    crate::out::unless_reader_gone(print_last_output(opened, &args.key, &args.id).await, true)?;
     if !args.quiet {
         let ended = render::one_line(&ended(&end));
         eprintln!("baton: {} {}: {ended}", args.key, args.id);
@@ -215,19 +216,20 @@ fn exit_code(end: &JobEnd) -> i32 {
 }
 
 /// Prints the output tail of the job's last run (stdout's to stdout, stderr's to stderr).
-async fn print_last_output(opened: &Opened, key: &str, id: &str) {
+async fn print_last_output(opened: &Opened, key: &str, id: &str) -> Result<(), Failure> {
     let Ok(Some(report)) = jobs::last_report(&opened.coord, key, id).await else {
-        return;
+        return Ok(());
     };
     if !report.stdout_tail.is_empty() {
-        print!("{}", report.stdout_tail);
+        crate::out::text(&report.stdout_tail)?;
     }
     if !report.stderr_tail.is_empty() {
         eprint!("{}", report.stderr_tail);
     }
     if std::io::stdout().is_terminal() && !report.stdout_tail.ends_with('\n') {
-        println!();
+        outln!()?;
     }
+    Ok(())
 }
 
 /// Runs the `retry` subcommand.

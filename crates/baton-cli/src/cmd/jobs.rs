@@ -42,11 +42,11 @@ pub async fn jobs(opened: &Opened, args: JobsArgs) -> Result<i32, Failure> {
     rows.truncate(limit);
     if args.json {
         for row in &rows {
-            println!("{}", row_json(row));
+            outln!("{}", row_json(row))?;
         }
         return Ok(exit::OK);
     }
-    print_table(&rows);
+    print_table(&rows)?;
     if left_out > 0 {
         eprintln!("baton: {left_out} more not shown (-l)");
     }
@@ -95,7 +95,7 @@ fn row_json(row: &JobRow) -> Value {
     })
 }
 
-fn print_table(rows: &[JobRow]) {
+fn print_table(rows: &[JobRow]) -> Result<(), Failure> {
     let colour = render::colour_wanted();
     let headers = [
         "KEY",
@@ -124,7 +124,7 @@ fn print_table(rows: &[JobRow]) {
         ]);
     }
     let width = render::terminal_size().map(|(w, _)| w);
-    print!("{}", table.render(width, colour));
+    crate::out::text(&table.render(width, colour))
 }
 
 /// `baton jobs show KEY JOB_ID`.
@@ -166,27 +166,27 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
             "params": params_json,
             "runs": reports,
         });
-        println!("{line}");
+        outln!("{line}")?;
         return Ok(exit::OK);
     }
     // Reasons, parameters, errors, the worker's name and output tails are stored text.
     let shown = render::one_line;
-    println!("{} {}: {state}", args.key, args.id);
+    outln!("{} {}: {state}", args.key, args.id)?;
     if let JobStanding::Ended(end) = &standing {
         if let Some(reason) = &end.reason {
-            println!("  why: {}", shown(reason));
+            outln!("  why: {}", shown(reason))?;
         }
     }
-    println!(
+    outln!(
         "  params: {}",
         shown(params_text.as_deref().unwrap_or("(none kept)"))
-    );
+    )?;
     for report in &reports {
         let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
         let exit = report
             .exit_code
             .map_or_else(String::new, |c| format!(", exit {c}"));
-        println!(
+        outln!(
             "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
             report.run,
             report.attempt,
@@ -195,30 +195,30 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
             render::duration_ms(took),
             report.fence,
             shown(&report.worker),
-        );
+        )?;
         if let Some(error) = &report.error {
-            println!("    error: {}", shown(error));
+            outln!("    error: {}", shown(error))?;
         }
         if let Some(note) = &report.note {
-            println!("    note: {}", shown(note));
+            outln!("    note: {}", shown(note))?;
         }
         if report.awaiting_complete {
-            println!("    (--async: exit 0; the job ends at `baton complete`)");
+            outln!("    (--async: exit 0; the job ends at `baton complete`)")?;
         }
         for (name, tail) in [
             ("stdout", &report.stdout_tail),
             ("stderr", &report.stderr_tail),
         ] {
             if !tail.is_empty() {
-                println!("    {name}:");
+                outln!("    {name}:")?;
                 for line in tail.lines() {
-                    println!("      {}", shown(line));
+                    outln!("      {}", shown(line))?;
                 }
             }
         }
     }
     if runs > 0 && reports.is_empty() {
-        println!("  ({runs} runs; no worker kept a report)");
+        outln!("  ({runs} runs; no worker kept a report)")?;
     }
     Ok(exit::OK)
 }

@@ -36,7 +36,7 @@ async fn get(opened: &Opened, args: KvGetArgs) -> Result<i32, Failure> {
     } else {
         writeln!(out, "{}", value.value)
     };
-    written.map_err(|e| Failure::new(exit::ERROR, format!("cannot print the value: {e}")))?;
+    crate::out::written(written)?;
     Ok(exit::OK)
 }
 
@@ -59,7 +59,7 @@ async fn set(opened: &Opened, args: KvSetArgs) -> Result<i32, Failure> {
         context: args.context.unwrap_or_else(default_context),
     };
     let version = kv::set(&opened.coord, &args.name, &value, &options).await?;
-    println!("{version}");
+    outln!("{version}")?;
     Ok(exit::OK)
 }
 
@@ -83,7 +83,7 @@ async fn ls(opened: &Opened, args: KvLsArgs) -> Result<i32, Failure> {
     let values = kv::list(&opened.coord, &args.prefix).await?;
     if args.json {
         for value in &values {
-            println!("{}", value_json(value, false));
+            outln!("{}", value_json(value, false))?;
         }
         return Ok(exit::OK);
     }
@@ -111,7 +111,7 @@ async fn ls(opened: &Opened, args: KvLsArgs) -> Result<i32, Failure> {
         ]);
     }
     let width = render::terminal_size().map(|(w, _)| w);
-    print!("{}", table.render(width, false));
+    crate::out::text(&table.render(width, false))?;
     Ok(exit::OK)
 }
 

@@ -43,12 +43,8 @@ pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
     if written.is_ok() && args.follow {
         written = follow(opened, &args, &mut printer, &records).await;
     }
-    match written {
-        Ok(()) => Ok(exit::OK),
-        // A closed pipe (`baton log KEY | head`) is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(exit::OK),
-        Err(e) => Err(Failure::new(exit::ERROR, format!("cannot write: {e}"))),
-    }
+    crate::out::written(written)?;
+    Ok(exit::OK)
 }
 
 /// Follows the history after `shown` until Ctrl-C: on every push from the store, and every

@@ -65,7 +65,7 @@ async fn ls(opened: &Opened, args: NotifyLsArgs) -> Result<i32, Failure> {
                 "events": events,
                 "after_ms": rule.after_ms,
             });
-            println!("{line}");
+            outln!("{line}")?;
         }
         return Ok(exit::OK);
     }
@@ -95,7 +95,7 @@ async fn ls(opened: &Opened, args: NotifyLsArgs) -> Result<i32, Failure> {
         ]);
     }
     let width = render::terminal_size().map(|(w, _)| w);
-    print!("{}", table.render(width, false));
+    crate::out::text(&table.render(width, false))?;
     Ok(exit::OK)
 }
 

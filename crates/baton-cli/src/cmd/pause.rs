@@ -155,7 +155,7 @@ async fn list(opened: &Opened, as_json: bool) -> Result<i32, Failure> {
         let width = render::terminal_size().map(|(w, _)| w);
         out.write_all(table.render(width, render::colour_wanted()).as_bytes())
     };
-    written.map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))?;
+    crate::out::written(written)?;
     Ok(exit::OK)
 }
 
@@ -223,7 +223,5 @@ fn freeze_json(f: &Freeze, now: u64) -> Value {
 }
 
 fn print_json(value: &Value) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot write to stdout: {e}")))
+    outln!("{value}")
 }

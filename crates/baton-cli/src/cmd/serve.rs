@@ -66,9 +66,9 @@ fn new(args: TokensNewArgs) -> Result<i32, Failure> {
     let token = new_token();
     let entry = entry_for(&args.name, &token, &grants);
     if args.json {
-        println!("{}", json!({ "token": token, "entry": entry }));
+        outln!("{}", json!({ "token": token, "entry": entry }))?;
     } else {
-        println!("{token}");
+        outln!("{token}")?;
         let line = serde_json::to_string(&entry).unwrap_or_default();
         eprintln!("baton: add this entry to the \"tokens\" list of the tokens file:\n{line}");
     }

@@ -30,7 +30,7 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
         None => match doc.queued().into_iter().find(|t| t.job.is_some()) {
             Some(next) => next.id.clone(),
             None => {
-                println!("{}: no job is queued", args.key);
+                outln!("{}: no job is queued", args.key)?;
                 return Ok(exit::OK);
             }
         },
@@ -51,7 +51,7 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
             ticket.fence,
             render::duration_ms(wall_ms().saturating_sub(ticket.granted_wall_ms))
         ));
-        print_lines(&lines);
+        print_lines(&lines)?;
         return Ok(exit::OK);
     }
     let status = baton_core::apply::status_of(&doc, &job_id);
@@ -98,7 +98,7 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
     }
     lines.extend(holders_lines(&doc, ticket, snapshot.wall_ms));
     lines.push(worker_line(opened, &args.key).await?);
-    print_lines(&lines);
+    print_lines(&lines)?;
     Ok(exit::OK)
 }
 
@@ -162,10 +162,10 @@ async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
             let why = end
                 .reason
                 .map_or_else(String::new, |r| format!(" ({})", render::one_line(&r)));
-            println!(
+            outln!(
                 "{key} {id}: not running: it has ended, {}{why}",
                 end.outcome
-            );
+            )?;
             Ok(exit::OK)
         }
         _ => Err(Failure::new(
@@ -175,9 +175,10 @@ async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
     }
 }
 
-fn print_lines(lines: &[String]) {
+fn print_lines(lines: &[String]) -> Result<(), Failure> {
     for line in lines {
         // Contexts, errors and the worker's name are stored text.
-        println!("{}", render::one_line(line));
+        outln!("{}", render::one_line(line))?;
     }
+    Ok(())
 }

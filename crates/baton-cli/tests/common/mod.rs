@@ -210,6 +210,7 @@ impl Ctx {
             envs: Vec::new(),
             name,
             current_dir: None,
+            stdout_closed: false,
         }
     }
 
@@ -238,6 +239,7 @@ impl Ctx {
             envs: Vec::new(),
             name: name.to_owned(),
             current_dir: None,
+            stdout_closed: false,
         }
     }
 
@@ -257,6 +259,7 @@ impl Ctx {
             envs: Vec::new(),
             name: name.to_owned(),
             current_dir: None,
+            stdout_closed: false,
         }
     }
 
@@ -629,9 +632,17 @@ pub struct Cmd<'c> {
     envs: Vec<(OsString, OsString)>,
     name: String,
     current_dir: Option<PathBuf>,
+    stdout_closed: bool,
 }
 
 impl<'c> Cmd<'c> {
+    /// Gives it a stdout whose reader has already gone (`baton … | head`, once `head` exits):
+    /// a pipe with its read end closed, so that every write fails with EPIPE.
+    pub fn stdout_closed(mut self) -> Self {
+        self.stdout_closed = true;
+        self
+    }
+
     /// Runs it in `dir` instead of the test's own current directory.
     pub fn current_dir(mut self, dir: &Path) -> Self {
         self.current_dir = Some(dir.to_owned());
@@ -694,6 +705,11 @@ impl<'c> Cmd<'c> {
             .stdout(stdout)
             .stderr(stderr)
             .process_group(0);
+        if self.stdout_closed {
+            let (reader, writer) = std::io::pipe().expect("make a pipe");
+            drop(reader);
+            command.stdout(writer);
+        }
         let what = format!(
             "{} {}",
             self.program
