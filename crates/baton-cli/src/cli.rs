@@ -13,7 +13,8 @@ Exit codes:
        for `wait` and `submit --wait`: the job is dead (its attempts are spent);
        for `once`: the key is dead (its attempts are spent: `baton retry KEY`)
   2    usage error (bad flag, bad key, bad duration; `kv`: a bad name, value or JSON)
-  3    `kv get`, `kv del`: no such value (never set, deleted, or expired)
+  3    `kv get`, `kv del`: no such value (never set, deleted, or expired); `resume`: no freeze
+       on that target; `notify rm`, `notify test`: no rule of that name
   4    `kv set`, `kv del`: a compare-and-swap was lost (--if-version, --if-absent) or a higher
        --fence wrote the value; nothing was written
   75   the wait for a turn timed out (--timeout)

@@ -73,6 +73,7 @@ fn circleci(var: &dyn Fn(&str) -> Option<String>) -> String {
 fn local(var: &dyn Fn(&str) -> Option<String>) -> String {
     let user = var("USER")
         .or_else(|| var("LOGNAME"))
+        .or_else(account_name)
         // SAFETY: getuid has no preconditions.
         .unwrap_or_else(|| format!("uid {}", unsafe { libc::getuid() }));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -82,6 +83,31 @@ fn local(var: &dyn Fn(&str) -> Option<String>) -> String {
         .or_else(|| var("HOSTNAME"))
         .unwrap_or_else(|| "localhost".into());
     format!("{user}@{host} pid {}", std::process::id())
+}
+
+/// The name of this process's user in the password database: a container or a cron job often
+/// runs without `$USER`, and `uid 0` tells an operator less than `root`.
+fn account_name() -> Option<String> {
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    // SAFETY: a zeroed passwd is a valid value for getpwuid_r to fill.
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to a live local of the size given; getuid has no preconditions.
+    let status = unsafe {
+        libc::getpwuid_r(
+            libc::getuid(),
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if status != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned()).filter(|n| !n.is_empty())
 }
 
 fn short_sha(sha: &str) -> &str {
@@ -103,6 +129,13 @@ fn truncate(mut text: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_user_variables_the_account_is_named() {
+        let context = context_from(&lookup(&[]));
+        let account = account_name().expect("this test's user is in the password database");
+        assert!(context.starts_with(&format!("{account}@")), "{context}");
+    }
 
     #[test]
     fn truncation_keeps_characters_whole() {

@@ -10,7 +10,7 @@ pub const OK: i32 = 0;
 pub const ERROR: i32 = 1;
 /// Bad usage.
 pub const USAGE: i32 = 2;
-/// `kv`: no such value.
+/// No such thing: a value (`kv get`, `kv del`), a freeze (`resume`), a rule (`notify rm`, `test`).
 pub const MISSING: i32 = 3;
 /// `kv`: a compare-and-swap was lost, or a higher fence wrote the value.
 pub const CAS_LOST: i32 = 4;

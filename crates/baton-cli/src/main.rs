@@ -77,6 +77,7 @@ fn fail(failure: Failure) -> ! {
 
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     let store_url = cli.store.clone();
+    warn_of_memory(store_url.as_deref());
     match cli.command {
         Command::Run(args) => {
             let opened = open_retrying(
@@ -123,6 +124,22 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Notify(command) => cmd::notify::notify(&open(store_url).await?, command).await,
         Command::Serve(args) => cmd::serve::serve(&open(store_url).await?, args).await,
         Command::Tokens(command) => cmd::serve::tokens(command),
+    }
+}
+
+/// `memory:` lives and dies with this one process: from the command line it excludes nothing
+/// (every other `baton` has a memory of its own), which a user who tried it should be told.
+fn warn_of_memory(url: Option<&str>) {
+    let is_memory = url.is_some_and(|url| {
+        url.get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("memory:"))
+    });
+    if is_memory {
+        eprintln!(
+            "baton: warning: `memory:` keeps keys inside this one process, for tests of the \
+             library: it excludes nothing across processes and forgets everything at exit; \
+             use sqlite:PATH on one machine"
+        );
     }
 }
 

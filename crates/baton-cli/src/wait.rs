@@ -37,6 +37,9 @@ pub fn options(
     let ttl = args.ttl.unwrap_or(default_ttl);
     baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
         .map_err(|e| Failure::usage(e.to_string()))?;
+    // `--timeout 0` takes the key only if it is free now: a "waiting for…" line would say
+    // otherwise.
+    let line = line.filter(|_| args.waiting.timeout != Some(Duration::ZERO));
     let on_progress: Option<ProgressFn> = match line {
         Some(line) => Some(Arc::new(move |p: &WaitProgress| line.update(p))),
         None => None,

@@ -1571,13 +1571,17 @@ pub async fn list(
     let mut unread = 0u64;
     for key in coord.keys(prefix).await? {
         let snapshot = coord.read(&key).await?;
+        let mut listed = std::collections::HashSet::new();
         if let Some(doc) = &snapshot.doc {
             let (live, left) = live_rows(coord, &key, &snapshot, doc, live_limit).await?;
+            listed.extend(live.iter().map(|row| row.id.clone()));
             rows.extend(live);
             unread += left;
         }
         if ended > 0 {
-            rows.extend(ended_jobs(coord, &key, ended).await?);
+            // A job retried after it died has ended before: it is listed once, as it stands
+            // now (queued or running again, or its newest end).
+            rows.extend(ended_jobs(coord, &key, ended, &mut listed).await?);
         }
     }
     Ok((rows, unread))
@@ -1657,11 +1661,13 @@ fn live_row(key: &str, snapshot: &KeySnapshot, ticket: &Ticket, position: Option
     }
 }
 
-/// Up to `limit` of `key`'s most recently ended jobs, newest first, from its history.
+/// Up to `limit` of `key`'s most recently ended jobs, newest first, from its history: each job
+/// once (its newest end), and none already in `listed` (a job retried after it died).
 async fn ended_jobs(
     coord: &Coordinator,
     key: &str,
     limit: usize,
+    listed: &mut std::collections::HashSet<String>,
 ) -> Result<Vec<JobRow>, ClientError> {
     let mut rows = Vec::new();
     // Runs queued again have entries too: read more than `limit` entries.
@@ -1676,6 +1682,9 @@ async fn ended_jobs(
         let Some(run) = finished.job.as_ref().filter(|run| !run.requeued) else {
             continue;
         };
+        if !listed.insert(finished.id.clone()) {
+            continue;
+        }
         rows.push(JobRow {
             key: key.to_owned(),
             id: finished.id.clone(),

@@ -19,6 +19,17 @@ fn check_key(key: &str) -> Result<(), Failure> {
     baton_core::limits::check_key(key).map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))
 }
 
+/// The failure of a command given a job id the key does not know (`wait`, `why`, `jobs show`).
+pub fn no_such_job(key: &str, id: &str) -> Failure {
+    Failure::new(
+        exit::ERROR,
+        format!(
+            "{key}: no job {id} (not queued, running, nor in the key's history); `baton jobs \
+             {key} -s all` lists its jobs"
+        ),
+    )
+}
+
 /// Runs the `submit` subcommand.
 pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
@@ -187,7 +198,15 @@ async fn wait_for(opened: &Opened, args: &WaitJobArgs) -> Result<i32, Failure> {
             eprintln!("baton: {key} {id}: {place} (attempt {attempt})");
         }
     };
-    let end = jobs::wait(&opened.coord, &args.key, &args.id, args.poll, &tell).await?;
+    let end = jobs::wait(&opened.coord, &args.key, &args.id, args.poll, &tell)
+        .await
+        .map_err(|error| match error {
+            baton_client::ClientError::Refused {
+                refusal: baton_core::Refusal::UnknownId { .. },
+                ..
+            } => no_such_job(&args.key, &args.id),
+            error => error.into(),
+        })?;
     // The job's outcome is the exit code: a reader gone does not change it.
     crate::out::unless_reader_gone(print_last_output(opened, &args.key, &args.id).await, true)?;
     if !args.quiet {

@@ -135,13 +135,7 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
     let coord = &opened.coord;
     let standing = jobs::standing(coord, &args.key, &args.id).await?;
     if standing == JobStanding::Unknown {
-        return Err(Failure::new(
-            exit::ERROR,
-            format!(
-                "{}: no job {} (not queued, running, nor in the key's history)",
-                args.key, args.id
-            ),
-        ));
+        return Err(crate::cmd::job::no_such_job(&args.key, &args.id));
     }
     let params = jobs::params(coord, &args.key, &args.id).await?;
     let runs = jobs::runs(coord, &args.key, &args.id).await?;

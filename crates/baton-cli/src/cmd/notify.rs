@@ -195,27 +195,45 @@ async fn deliver(opened: &Opened, args: NotifyDeliverArgs) -> Result<i32, Failur
     }
 }
 
-/// A URL without what may be secret: its path and query after the host are shortened (a Slack
-/// webhook's path is its secret).
+/// Text with every URL in it shown without what may be secret: see [`redact_url`].
 fn redact(text: &str) -> String {
-    let mut out = String::new();
-    for word in text.split(' ') {
-        if !out.is_empty() {
-            out.push(' ');
+    text.split(' ')
+        .map(redact_url)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A URL as far as it tells rules apart and no further: scheme, host and port, and the first
+/// segment of the path (`https://hooks.slack.com/services/…`). A user and password, the rest
+/// of the path (a Slack webhook's secret) and the query are left out.
+fn redact_url(word: &str) -> String {
+    let Some(at) = word.find("://") else {
+        return word.to_owned();
+    };
+    let (scheme, rest) = word.split_at(at + 3);
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let mut shown = format!("{scheme}{host}");
+    let after = &rest[authority_end..];
+    let Some(path) = after.strip_prefix('/') else {
+        if !after.is_empty() {
+            shown.push('…');
         }
-        match word.find("://").map(|at| at + 3) {
-            Some(host_start) => {
-                let rest = &word[host_start..];
-                let host_end = rest.find('/').map_or(word.len(), |i| host_start + i);
-                out.push_str(&word[..host_end]);
-                if host_end < word.len() {
-                    out.push_str("/…");
-                }
-            }
-            None => out.push_str(word),
-        }
+        return shown;
+    };
+    let segment_end = path.find(['/', '?', '#']).unwrap_or(path.len());
+    shown.push('/');
+    shown.push_str(&path[..segment_end]);
+    match path[segment_end..].chars().next() {
+        None => {}
+        Some('/') if segment_end + 1 == path.len() => shown.push('/'),
+        Some('/') => shown.push_str("/…"),
+        Some(_) => shown.push('…'),
     }
-    out
+    shown
 }
 
 fn parse_events(text: &str) -> Result<Vec<EventKind>, Failure> {
@@ -256,5 +274,40 @@ fn refused(refusal: Refusal) -> ClientError {
     ClientError::Refused {
         key: "notify".into(),
         refusal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_show_scheme_host_and_first_segment_only() {
+        let cases = [
+            (
+                "https://hooks.slack.com/services/T000/B000/SECRET",
+                "https://hooks.slack.com/services/…",
+            ),
+            (
+                "https://user:pw@example.com:8443/hook/abc?token=z",
+                "https://example.com:8443/hook/…",
+            ),
+            (
+                "https://example.com/hook?token=z",
+                "https://example.com/hook…",
+            ),
+            ("http://127.0.0.1:9/x", "http://127.0.0.1:9/x"),
+            ("http://127.0.0.1:9/x/", "http://127.0.0.1:9/x/"),
+            ("http://127.0.0.1:9", "http://127.0.0.1:9"),
+            ("http://127.0.0.1:9?k=v", "http://127.0.0.1:9…"),
+            ("not a url", "not a url"),
+            (
+                "posting to https://u:p@h/a/b failed",
+                "posting to https://h/a/… failed",
+            ),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact(url), shown, "{url}");
+        }
     }
 }

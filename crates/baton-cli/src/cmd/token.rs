@@ -10,9 +10,22 @@ fn check_key(key: &str) -> Result<(), Failure> {
     baton_core::limits::check_key(key).map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))
 }
 
+/// An empty token is a script's mistake (`"$TOKEN"` never set), a usage error; any other token
+/// is passed on, and refused (exit 1) if the key does not know it.
+fn check_token_given(key: &str, token: &str) -> Result<(), Failure> {
+    if token.trim().is_empty() {
+        return Err(Failure::usage(format!(
+            "the token for {key} is empty: pass the token `baton acquire` printed (is the \
+             variable that should hold it set?)"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the `release` subcommand.
 pub async fn release(opened: &Opened, args: ReleaseArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
+    check_token_given(&args.key, &args.token)?;
     let outcome = match args.outcome {
         ReleaseOutcome::Succeeded => Outcome::Succeeded,
         ReleaseOutcome::Failed => Outcome::Failed,
@@ -28,6 +41,7 @@ pub async fn release(opened: &Opened, args: ReleaseArgs) -> Result<i32, Failure>
 /// Runs the `renew` subcommand.
 pub async fn renew(opened: &Opened, args: RenewArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
+    check_token_given(&args.key, &args.token)?;
     if let Some(ttl) = args.ttl {
         baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
             .map_err(|e| Failure::usage(e.to_string()))?;

@@ -168,10 +168,7 @@ async fn ended(opened: &Opened, key: &str, id: &str) -> Result<i32, Failure> {
             )?;
             Ok(exit::OK)
         }
-        _ => Err(Failure::new(
-            exit::ERROR,
-            format!("{key}: no job {id} (not queued, running, nor in the key's history)"),
-        )),
+        _ => Err(crate::cmd::job::no_such_job(key, id)),
     }
 }
 

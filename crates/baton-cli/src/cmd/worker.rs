@@ -64,7 +64,9 @@ fn check(args: &WorkerArgs) -> Result<(), Failure> {
     baton_core::limits::check_ttl("TTL (--ttl)", millis(args.ttl))
         .map_err(|e| Failure::usage(e.to_string()))?;
     for pattern in &args.patterns {
-        baton_core::limits::check_key(pattern)
+        // A pattern is a key, or a prefix ending in `/`.
+        let key = pattern.strip_suffix('/').unwrap_or(pattern);
+        baton_core::limits::check_key(key)
             .map_err(|e| Failure::usage(format!("bad pattern {pattern:?}: {e}")))?;
     }
     if args.poll < Duration::from_millis(10) {
