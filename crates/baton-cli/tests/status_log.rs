@@ -700,3 +700,48 @@ fn log_follow_prints_entries_recorded_after_it_started() {
         empty.wait(PROMPT).assert_code(0);
     });
 }
+
+/// A turn that is granted and leaves between two reads of a watch still shows its grant: the
+/// history says it held, so `granted` is printed between its `queued` and its `left`.
+#[test]
+fn status_watch_prints_a_grant_that_came_and_went_between_two_reads() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("quick");
+        let mut holder = hold(ctx, "H", &key, &[]);
+        // A long interval: the waiter's grant and its end fall between two reads.
+        let mut watch = ctx
+            .baton(["status", &ctx.prefix, "-w", "--interval", "5s"])
+            .name("watch")
+            .spawn();
+        wait_line(&watch, "the first table", &["KEY", "STATE"]);
+        let mut quick = ctx
+            .baton(["run", &key, "--context", "Q", "--poll", POLL, "--", "true"])
+            .name("Q")
+            .spawn();
+        let quick_id = ctx.wait_queued(&key, "Q").queue()[0].id.clone();
+        wait_line(&watch, "Q queued", &[&quick_id, "queued"]);
+        ctx.open_gate("H");
+        holder.wait(PROMPT).assert_code(0);
+        quick.wait(PROMPT).assert_code(0);
+        wait_line(&watch, "Q left", &[&quick_id, "left ("]);
+        let lines: Vec<String> = watch
+            .stdout()
+            .lines()
+            .filter(|l| l.contains(&quick_id))
+            .map(|l| l.split_once(": ").map_or(l, |(_, rest)| rest).to_owned())
+            .collect();
+        let fence = ctx.key_view(&key).fence().unwrap_or_default();
+        assert_eq!(
+            lines,
+            [
+                format!("{quick_id} queued at position 1 (Q)"),
+                format!("{quick_id} granted (fence {fence}) to Q"),
+                format!("{quick_id} left (succeeded)"),
+            ],
+            "{}",
+            watch.stdout()
+        );
+        send_signal(watch.pid(), libc::SIGINT);
+        watch.wait(PROMPT).assert_code(0);
+    });
+}

@@ -557,6 +557,9 @@ enum Change {
         outcome: Option<Outcome>,
         forced: bool,
         reason: Option<String>,
+        /// The fence the history says it held under, when it left a queue: it was granted
+        /// and ended between two reads, and its grant was never seen.
+        granted_unseen: Option<u64>,
     },
 }
 
@@ -696,6 +699,7 @@ fn changes(before: &[KeyStatus], after: &[KeyStatus]) -> Vec<Event> {
                     outcome: mark.map(|m| m.outcome),
                     forced: mark.is_some_and(|m| m.forced),
                     reason: None,
+                    granted_unseen: None,
                 },
             ));
         }
@@ -725,8 +729,9 @@ fn changes(before: &[KeyStatus], after: &[KeyStatus]) -> Vec<Event> {
 }
 
 /// Fills in the outcome and reason of tickets that left from their keys' history (one read per
-/// key with departures).
-async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
+/// key with departures), and puts back the grant of a ticket that was granted and left between
+/// two reads, so a watch never shows a turn going from `queued` straight to `left`.
+async fn resolve_outcomes(opened: &Opened, events: &mut Vec<Event>) {
     let mut by_key: HashMap<String, usize> = HashMap::new();
     for event in events.iter() {
         if matches!(event.change, Change::Left { .. }) {
@@ -751,10 +756,11 @@ async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
         for event in events.iter_mut().filter(|e| e.key == key) {
             if let (
                 Change::Left {
+                    was_held,
                     outcome,
                     forced,
                     reason,
-                    ..
+                    granted_unseen,
                 },
                 Some(found),
             ) = (&mut event.change, finished.get(&event.id))
@@ -762,9 +768,30 @@ async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
                 *outcome = Some(found.outcome);
                 *forced = found.forced;
                 reason.clone_from(&found.reason);
+                *granted_unseen = found.fence.filter(|_| !*was_held);
             }
         }
     }
+    *events = with_unseen_grants(std::mem::take(events));
+}
+
+/// `events` with a `granted` line before each departure whose grant was not seen.
+fn with_unseen_grants(events: Vec<Event>) -> Vec<Event> {
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        if let Change::Left {
+            granted_unseen: Some(fence),
+            ..
+        } = event.change
+        {
+            out.push(Event {
+                change: Change::Granted { fence },
+                ..event.clone()
+            });
+        }
+        out.push(event);
+    }
+    out
 }
 
 /// `--watch` elsewhere: the table (or the JSON object) once, then one line per change, each
@@ -808,11 +835,9 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
             }
         };
         last_error = None;
-        let mut events: Vec<Event> = changes(&before, &after)
-            .into_iter()
-            .filter(|e| view.states.shows(e.held()))
-            .collect();
+        let mut events = changes(&before, &after);
         resolve_outcomes(opened, &mut events).await;
+        events.retain(|e| view.states.shows(e.held()));
         let wall_ms = baton_client::wall_ms();
         for event in &events {
             let line = if args.json {
