@@ -142,19 +142,10 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
         let table = Table::parse(&status_text(ctx, &[]));
         assert_eq!(
             table.headers,
-            [
-                "KEY",
-                "STATE",
-                "POSITION",
-                "ID",
-                "FENCE",
-                "FOR",
-                "LEASE_LEFT",
-                "CONTEXT"
-            ],
+            ["KEY", "STATE", "POS", "ID", "FENCE", "FOR", "LEASE", "CONTEXT"],
             "{table:?}"
         );
-        let rows = table.rows_of(&busy, &["STATE", "POSITION", "ID", "CONTEXT"]);
+        let rows = table.rows_of(&busy, &["STATE", "POS", "ID", "CONTEXT"]);
         assert_eq!(
             rows,
             [
@@ -179,7 +170,7 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
             ],
             "{table:?}"
         );
-        let held = &table.rows_of(&busy, &["FENCE", "FOR", "LEASE_LEFT"])[0];
+        let held = &table.rows_of(&busy, &["FENCE", "FOR", "LEASE"])[0];
         assert_eq!(held[0], view.fence().unwrap_or_default().to_string());
         assert!(
             held[1].ends_with('s') && !held[2].is_empty(),
@@ -241,7 +232,7 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
             "{chosen:?}"
         );
         let all = Table::parse(&status_text(ctx, &["-c", "all"]));
-        for column in ["MODE", "ORDER", "LIMIT", "LAST", "FAILURES", "LEASE_LEFT"] {
+        for column in ["MODE", "ORDER", "LIMIT", "LAST", "FAILURES", "LEASE"] {
             assert!(all.headers.iter().any(|h| h == column), "{column}: {all:?}");
         }
         assert_eq!(all.rows_of(&idle, &["LAST", "FAILURES"]), [["failed", "1"]]);
@@ -383,6 +374,97 @@ fn on_a_terminal_status_is_coloured_cut_to_width_and_watch_redraws_until_ctrl_c(
         );
 
         ctx.open_gate("T");
+        holder.wait(PROMPT).assert_code(0);
+    });
+}
+
+/// The lines a terminal shows of `output`: carriage returns and colours taken out.
+fn shown_lines(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .map(|l| {
+            l.trim_end_matches('\r')
+                .replace("\x1b[32m", "")
+                .replace("\x1b[33m", "")
+                .replace("\x1b[31m", "")
+                .replace("\x1b[0m", "")
+        })
+        .collect()
+}
+
+#[test]
+fn on_a_short_terminal_free_keys_give_way_to_busy_ones_and_rows_fit_80_columns() {
+    with_fresh_sqlite(|ctx| {
+        for n in 0..15 {
+            let idle = ctx.key(&format!("idle-{n:02}"));
+            ctx.baton(["run", &idle, "--", "true"]).run().assert_code(0);
+        }
+        let broken = ctx.key("broken");
+        ctx.baton(["run", &broken, "--", "false"])
+            .run()
+            .assert_code(1);
+        let busy = ctx.key("zz-busy");
+        let context = format!("deploying build 4711 {}", "x".repeat(100));
+        let gate = Ctx::gate_script("H");
+        let mut holder = ctx
+            .baton(["run", &busy, "--context", &context, "--", "sh", "-c", &gate])
+            .spawn();
+        ctx.wait_started("H");
+        let baton = format!("\"$TEST_BATON\" status '{}'", ctx.prefix);
+
+        // 12 rows: the store line, the header, the busy row, the failing row and 15 free ones,
+        // the key line under them and the prompt do not fit.
+        let short = shown_lines(&on_terminal(
+            ctx,
+            "tty-short",
+            &format!("stty rows 12 cols 80; {baton}"),
+        ));
+        assert!(short.len() <= 11, "{short:#?}");
+        assert!(
+            short.iter().all(|l| l.chars().count() <= 80),
+            "no line wraps at 80 columns: {short:#?}"
+        );
+        let at = |needle: &str| short.iter().position(|l| l.contains(needle));
+        let (busy_at, broken_at) = (at("zz-busy"), at("broken"));
+        assert!(
+            busy_at.is_some() && busy_at < broken_at && broken_at < at("idle-00"),
+            "busy, then failing, then free: {short:#?}"
+        );
+        let busy_row = &short[busy_at.unwrap_or_default()];
+        assert!(
+            busy_row.ends_with('…') && !busy_row.contains(&context),
+            "the context is cut: {short:#?}"
+        );
+        let n_free = short.iter().filter(|l| l.contains("idle-")).count();
+        let note = format!(
+            "… {} free keys left out to keep the busy ones on screen (-s all shows them)",
+            15 - n_free
+        );
+        assert!(
+            n_free < 15 && short.contains(&note),
+            "says how many were left out: {short:#?}"
+        );
+
+        // -s all on the same terminal, and a pipe: every free key.
+        let all = shown_lines(&on_terminal(
+            ctx,
+            "tty-all",
+            &format!("stty rows 12 cols 80; {baton} -s all"),
+        ));
+        assert_eq!(
+            all.iter().filter(|l| l.contains("idle-")).count(),
+            15,
+            "{all:#?}"
+        );
+        let piped = status_text(ctx, &[]);
+        assert_eq!(piped.matches("idle-").count(), 15, "{piped}");
+        assert!(!piped.contains("left out"), "{piped}");
+        let table = Table::parse(&piped);
+        let keys: Vec<&str> = table.rows.iter().map(|row| row[0].1.as_str()).collect();
+        assert_eq!(keys.first().copied(), Some(busy.as_str()), "{piped}");
+        assert_eq!(keys.get(1).copied(), Some(broken.as_str()), "{piped}");
+
+        ctx.open_gate("H");
         holder.wait(PROMPT).assert_code(0);
     });
 }
