@@ -71,7 +71,8 @@ pub struct Cli {
     )]
     pub server_token: Option<String>,
 
-    /// Log what baton does (to stderr); repeat for more detail
+    /// Log what baton does to stderr: -v each operation, wait step and notification, -vv each
+    /// request made of the store (BATON_LOG=FILTER, e.g. `debug`, logs dependencies too)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
