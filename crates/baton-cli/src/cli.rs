@@ -72,7 +72,8 @@ pub struct Cli {
     )]
     pub server_token: Option<String>,
 
-    /// Log what baton does (to stderr); repeat for more detail
+    /// Log what baton does to stderr: -v each operation, wait step and notification, -vv each
+    /// request made of the store (BATON_LOG=FILTER, e.g. `debug`, logs dependencies too)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
@@ -751,9 +752,10 @@ pub struct StatusArgs {
     /// then one line per change (granted, queued, left)
     #[arg(short, long)]
     pub watch: bool,
-    /// Only rows in these states: a comma list of held, queued, free, or all
-    #[arg(short, long, value_name = "STATES", default_value = "all")]
-    pub state: String,
+    /// Only rows in these states: a comma list of held, queued, free, or all [default: all,
+    /// but on a terminal the free keys that would push a busy key off the screen]
+    #[arg(short, long, value_name = "STATES")]
+    pub state: Option<String>,
     /// The columns to show, in order: a comma list, or all (see below)
     #[arg(short, long, value_name = "COLUMNS")]
     pub columns: Option<String>,
@@ -774,13 +776,18 @@ pub struct StatusArgs {
 }
 
 const STATUS_HELP: &str = "\
-One row per ticket: holders first, then the queue in the order it will be granted; a key with no
-live tickets shows one `free` row with how its last turn ended. Below the default table, one line
-per busy key gives its limit, last outcome, failures in a row and mean hold time.
+What matters first: busy keys (held or queued), then keys whose last turn failed, then free
+keys. One row per ticket: holders first, then the queue in the order it will be granted; a key
+with no live tickets shows one `free` row with how its last turn ended. Below the default table,
+one line per busy key gives its limit, last outcome, failures in a row and mean hold time.
 
-Columns (-c): key, state, position, id, fence, for (held for / waiting for), lease_left (`?`
-where the store has no clock), context, order, mode, limit, last (last outcome), failures
-(failures in a row). Default: key,state,position,id,fence,for,lease_left,context.
+On a terminal the table fits its width (the context, then the key, cut with `…`), and free keys
+that would push a busy key off the screen are left out: the line under the table says how many
+(`-s all` shows every row). Piped, and with --json, nothing is left out unless asked.
+
+Columns (-c): key, state, position (POS), id, fence, for (held for / waiting for), lease_left
+(LEASE; `?` where the store has no clock), context, order, mode, limit, last (last outcome),
+failures (failures in a row). Default: key,state,position,id,fence,for,lease_left,context.
 
 --watch, not on a terminal, prints lines such as
   2026-11-22T01:02:03Z deploy/prod: t-abc granted (fence 17) to ci run 12

@@ -230,6 +230,20 @@ async fn open(url: Option<String>) -> Result<Opened, OpenError> {
     })
 }
 
+/// baton's own crates: what `-v` turns up. Everything else (hyper, h2, sqlx, the AWS SDK…)
+/// stays at warn, its internals being no part of what baton does; `BATON_LOG` (an `EnvFilter`
+/// such as `debug` or `baton_client=trace,sqlx=info`) replaces the whole filter.
+const OWN_CRATES: [&str; 6] = [
+    "baton",
+    "baton_cli",
+    "baton_client",
+    "baton_core",
+    "baton_server",
+    "baton_store",
+];
+
+/// Logging to stderr: warnings only by default; `-v` baton's operations, wait transitions and
+/// deliveries (info), `-vv` each request made of the store (debug), `-vvv` trace.
 fn setup_tracing(verbose: u8) {
     let level = match verbose {
         0 => "warn",
@@ -237,8 +251,10 @@ fn setup_tracing(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
+    let own: Vec<String> = OWN_CRATES.iter().map(|c| format!("{c}={level}")).collect();
+    let directives = format!("warn,{}", own.join(","));
     let filter = tracing_subscriber::EnvFilter::try_from_env("BATON_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(directives));
     // Colours only on a terminal: CI logs and files would get raw escape codes. NO_COLOR is
     // honoured as everywhere else in the output.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
@@ -247,6 +263,7 @@ fn setup_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
-        .with_target(false)
+        // Asked for detail, the reader sees where each line comes from (whose crate).
+        .with_target(verbose > 0)
         .try_init();
 }

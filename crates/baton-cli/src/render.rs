@@ -105,6 +105,21 @@ pub fn one_line(text: &str) -> String {
         .collect()
 }
 
+/// `text` cut to at most `max` characters, starting with `…` when cut: what keeps a key
+/// recognisable, since keys under one prefix share their start.
+pub fn cut_start(text: &str, max: usize) -> String {
+    let n_chars = text.chars().count();
+    if n_chars <= max {
+        return text.to_string();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut out = String::from("…");
+    out.extend(text.chars().skip(n_chars - (max - 1)));
+    out
+}
+
 /// `text` cut to at most `max` characters, ending in `…` when cut.
 pub fn cut(text: &str, max: usize) -> String {
     if text.chars().count() <= max {
@@ -146,19 +161,27 @@ impl Cell {
 }
 
 /// Columns separated by two spaces, each as wide as its widest cell; one column (the context)
-/// may be cut so that lines fit the terminal.
+/// may be cut at its end so that lines fit the terminal, and when that is not enough, another
+/// (the key) at its start.
 #[derive(Clone, Debug)]
 pub struct Table {
     headers: Vec<String>,
     rows: Vec<Vec<Cell>>,
     min_widths: Vec<usize>,
     flexible: Option<usize>,
+    cut_start: Option<usize>,
 }
 
 const GAP: &str = "  ";
 
-/// Below this a flexible column is not cut further: the line wraps instead.
-const FLEX_MIN: usize = 12;
+/// A flexible column is cut down to this first; then the column cut at its start gives way.
+const FLEX_MIN: usize = 8;
+
+/// Below this the column cut at its start is not cut further.
+const CUT_START_MIN: usize = 10;
+
+/// Below this a flexible column is not cut at all: the line wraps instead.
+const FLEX_LEAST: usize = 3;
 
 impl Table {
     /// A table with these headers.
@@ -169,7 +192,15 @@ impl Table {
             rows: Vec::new(),
             min_widths,
             flexible: None,
+            cut_start: None,
         }
+    }
+
+    /// Column `index` is cut at its start (`…ef/prod`) when cutting the flexible column to
+    /// its least does not make lines fit the width given to [`Table::render`].
+    pub fn cut_start(mut self, index: Option<usize>) -> Table {
+        self.cut_start = index;
+        self
     }
 
     /// Column `index` is cut to fit the width given to [`Table::render`].
@@ -211,28 +242,26 @@ impl Table {
                 *w = (*w).max(cell.text.chars().count());
             }
         }
-        if let (Some(width), Some(flex)) = (width, self.flexible) {
-            let total: usize =
-                widths.iter().sum::<usize>() + GAP.len() * widths.len().saturating_sub(1);
-            if total > width && flex < widths.len() {
-                let others = total - widths[flex];
-                widths[flex] = width.saturating_sub(others).max(FLEX_MIN).min(widths[flex]);
-            }
+        if let Some(width) = width {
+            shrink(&mut widths, self.flexible, width, FLEX_MIN);
+            shrink(&mut widths, self.cut_start, width, CUT_START_MIN);
+            shrink(&mut widths, self.flexible, width, FLEX_LEAST);
         }
         widths
     }
 
-    /// The header line (never coloured).
+    /// The header line (never coloured), cut as the rows are.
     pub fn header_line(&self, widths: &[usize]) -> String {
         let cells: Vec<Cell> = self.headers.iter().map(Cell::plain).collect();
-        line(&cells, widths, false, None)
+        line(&cells, widths, false, (self.flexible, self.cut_start))
     }
 
     /// Lays out a row that was not in the table (one printed later, when following) in
     /// `widths`: longer cells push the rest of the line right, except the flexible column,
     /// which is cut when `fit` (on a terminal).
     pub fn later_line(&self, cells: &[Cell], widths: &[usize], colour: bool, fit: bool) -> String {
-        line(cells, widths, colour, self.flexible.filter(|_| fit))
+        let cuts = (self.flexible, self.cut_start);
+        line(cells, widths, colour, if fit { cuts } else { (None, None) })
     }
 
     /// The whole table, header first, one `\n`-terminated line per row.
@@ -241,21 +270,41 @@ impl Table {
         let mut out = self.header_line(&widths);
         out.push('\n');
         for row in &self.rows {
-            out.push_str(&line(row, &widths, colour, self.flexible));
+            out.push_str(&line(row, &widths, colour, (self.flexible, self.cut_start)));
             out.push('\n');
         }
         out
     }
 }
 
-/// One row laid out in `widths`, without trailing spaces; the cell in column `cut_column` is
-/// cut to its width.
-fn line(cells: &[Cell], widths: &[usize], colour: bool, cut_column: Option<usize>) -> String {
+/// Column `index` of `widths` made narrower, down to `least` (or its width if less), until a
+/// line fits `width`.
+fn shrink(widths: &mut [usize], index: Option<usize>, width: usize, least: usize) {
+    let Some(index) = index.filter(|i| *i < widths.len()) else {
+        return;
+    };
+    let total: usize = widths.iter().sum::<usize>() + GAP.len() * widths.len().saturating_sub(1);
+    if total > width {
+        let others = total - widths[index];
+        widths[index] = width.saturating_sub(others).max(least).min(widths[index]);
+    }
+}
+
+/// One row laid out in `widths`, without trailing spaces; the cells in the columns of `cuts`
+/// (cut at the end, cut at the start) are cut to their widths.
+fn line(
+    cells: &[Cell],
+    widths: &[usize],
+    colour: bool,
+    cuts: (Option<usize>, Option<usize>),
+) -> String {
     let mut out = String::new();
     let last = cells.len().saturating_sub(1);
     for (index, (cell, width)) in cells.iter().zip(widths).enumerate() {
-        let text = if cut_column == Some(index) {
+        let text = if cuts.0 == Some(index) {
             cut(&cell.text, *width)
+        } else if cuts.1 == Some(index) {
+            cut_start(&cell.text, *width)
         } else {
             cell.text.clone()
         };

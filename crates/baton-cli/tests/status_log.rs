@@ -142,19 +142,10 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
         let table = Table::parse(&status_text(ctx, &[]));
         assert_eq!(
             table.headers,
-            [
-                "KEY",
-                "STATE",
-                "POSITION",
-                "ID",
-                "FENCE",
-                "FOR",
-                "LEASE_LEFT",
-                "CONTEXT"
-            ],
+            ["KEY", "STATE", "POS", "ID", "FENCE", "FOR", "LEASE", "CONTEXT"],
             "{table:?}"
         );
-        let rows = table.rows_of(&busy, &["STATE", "POSITION", "ID", "CONTEXT"]);
+        let rows = table.rows_of(&busy, &["STATE", "POS", "ID", "CONTEXT"]);
         assert_eq!(
             rows,
             [
@@ -179,7 +170,7 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
             ],
             "{table:?}"
         );
-        let held = &table.rows_of(&busy, &["FENCE", "FOR", "LEASE_LEFT"])[0];
+        let held = &table.rows_of(&busy, &["FENCE", "FOR", "LEASE"])[0];
         assert_eq!(held[0], view.fence().unwrap_or_default().to_string());
         assert!(
             held[1].ends_with('s') && !held[2].is_empty(),
@@ -241,7 +232,7 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
             "{chosen:?}"
         );
         let all = Table::parse(&status_text(ctx, &["-c", "all"]));
-        for column in ["MODE", "ORDER", "LIMIT", "LAST", "FAILURES", "LEASE_LEFT"] {
+        for column in ["MODE", "ORDER", "LIMIT", "LAST", "FAILURES", "LEASE"] {
             assert!(all.headers.iter().any(|h| h == column), "{column}: {all:?}");
         }
         assert_eq!(all.rows_of(&idle, &["LAST", "FAILURES"]), [["failed", "1"]]);
@@ -383,6 +374,97 @@ fn on_a_terminal_status_is_coloured_cut_to_width_and_watch_redraws_until_ctrl_c(
         );
 
         ctx.open_gate("T");
+        holder.wait(PROMPT).assert_code(0);
+    });
+}
+
+/// The lines a terminal shows of `output`: carriage returns and colours taken out.
+fn shown_lines(output: &str) -> Vec<String> {
+    output
+        .lines()
+        .map(|l| {
+            l.trim_end_matches('\r')
+                .replace("\x1b[32m", "")
+                .replace("\x1b[33m", "")
+                .replace("\x1b[31m", "")
+                .replace("\x1b[0m", "")
+        })
+        .collect()
+}
+
+#[test]
+fn on_a_short_terminal_free_keys_give_way_to_busy_ones_and_rows_fit_80_columns() {
+    with_fresh_sqlite(|ctx| {
+        for n in 0..15 {
+            let idle = ctx.key(&format!("idle-{n:02}"));
+            ctx.baton(["run", &idle, "--", "true"]).run().assert_code(0);
+        }
+        let broken = ctx.key("broken");
+        ctx.baton(["run", &broken, "--", "false"])
+            .run()
+            .assert_code(1);
+        let busy = ctx.key("zz-busy");
+        let context = format!("deploying build 4711 {}", "x".repeat(100));
+        let gate = Ctx::gate_script("H");
+        let mut holder = ctx
+            .baton(["run", &busy, "--context", &context, "--", "sh", "-c", &gate])
+            .spawn();
+        ctx.wait_started("H");
+        let baton = format!("\"$TEST_BATON\" status '{}'", ctx.prefix);
+
+        // 12 rows: the store line, the header, the busy row, the failing row and 15 free ones,
+        // the key line under them and the prompt do not fit.
+        let short = shown_lines(&on_terminal(
+            ctx,
+            "tty-short",
+            &format!("stty rows 12 cols 80; {baton}"),
+        ));
+        assert!(short.len() <= 11, "{short:#?}");
+        assert!(
+            short.iter().all(|l| l.chars().count() <= 80),
+            "no line wraps at 80 columns: {short:#?}"
+        );
+        let at = |needle: &str| short.iter().position(|l| l.contains(needle));
+        let (busy_at, broken_at) = (at("zz-busy"), at("broken"));
+        assert!(
+            busy_at.is_some() && busy_at < broken_at && broken_at < at("idle-00"),
+            "busy, then failing, then free: {short:#?}"
+        );
+        let busy_row = &short[busy_at.unwrap_or_default()];
+        assert!(
+            busy_row.ends_with('…') && !busy_row.contains(&context),
+            "the context is cut: {short:#?}"
+        );
+        let n_free = short.iter().filter(|l| l.contains("idle-")).count();
+        let note = format!(
+            "… {} free keys left out to keep the busy ones on screen (-s all shows them)",
+            15 - n_free
+        );
+        assert!(
+            n_free < 15 && short.contains(&note),
+            "says how many were left out: {short:#?}"
+        );
+
+        // -s all on the same terminal, and a pipe: every free key.
+        let all = shown_lines(&on_terminal(
+            ctx,
+            "tty-all",
+            &format!("stty rows 12 cols 80; {baton} -s all"),
+        ));
+        assert_eq!(
+            all.iter().filter(|l| l.contains("idle-")).count(),
+            15,
+            "{all:#?}"
+        );
+        let piped = status_text(ctx, &[]);
+        assert_eq!(piped.matches("idle-").count(), 15, "{piped}");
+        assert!(!piped.contains("left out"), "{piped}");
+        let table = Table::parse(&piped);
+        let keys: Vec<&str> = table.rows.iter().map(|row| row[0].1.as_str()).collect();
+        assert_eq!(keys.first().copied(), Some(busy.as_str()), "{piped}");
+        assert_eq!(keys.get(1).copied(), Some(broken.as_str()), "{piped}");
+
+        ctx.open_gate("H");
         holder.wait(PROMPT).assert_code(0);
     });
 }
@@ -698,5 +780,50 @@ fn log_follow_prints_entries_recorded_after_it_started() {
         );
         send_signal(empty.pid(), libc::SIGINT);
         empty.wait(PROMPT).assert_code(0);
+    });
+}
+
+/// A turn that is granted and leaves between two reads of a watch still shows its grant: the
+/// history says it held, so `granted` is printed between its `queued` and its `left`.
+#[test]
+fn status_watch_prints_a_grant_that_came_and_went_between_two_reads() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("quick");
+        let mut holder = hold(ctx, "H", &key, &[]);
+        // A long interval: the waiter's grant and its end fall between two reads.
+        let mut watch = ctx
+            .baton(["status", &ctx.prefix, "-w", "--interval", "5s"])
+            .name("watch")
+            .spawn();
+        wait_line(&watch, "the first table", &["KEY", "STATE"]);
+        let mut quick = ctx
+            .baton(["run", &key, "--context", "Q", "--poll", POLL, "--", "true"])
+            .name("Q")
+            .spawn();
+        let quick_id = ctx.wait_queued(&key, "Q").queue()[0].id.clone();
+        wait_line(&watch, "Q queued", &[&quick_id, "queued"]);
+        ctx.open_gate("H");
+        holder.wait(PROMPT).assert_code(0);
+        quick.wait(PROMPT).assert_code(0);
+        wait_line(&watch, "Q left", &[&quick_id, "left ("]);
+        let lines: Vec<String> = watch
+            .stdout()
+            .lines()
+            .filter(|l| l.contains(&quick_id))
+            .map(|l| l.split_once(": ").map_or(l, |(_, rest)| rest).to_owned())
+            .collect();
+        let fence = ctx.key_view(&key).fence().unwrap_or_default();
+        assert_eq!(
+            lines,
+            [
+                format!("{quick_id} queued at position 1 (Q)"),
+                format!("{quick_id} granted (fence {fence}) to Q"),
+                format!("{quick_id} left (succeeded)"),
+            ],
+            "{}",
+            watch.stdout()
+        );
+        send_signal(watch.pid(), libc::SIGINT);
+        watch.wait(PROMPT).assert_code(0);
     });
 }

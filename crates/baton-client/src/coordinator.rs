@@ -245,7 +245,8 @@ impl Coordinator {
             let server = RemoteStore::open(url, token).await?;
             return Ok(Coordinator::through_server(Arc::new(server)));
         }
-        Ok(Coordinator::new(baton_store::url::open(url).await?))
+        let store = baton_store::url::open(url).await?;
+        Ok(Coordinator::new(crate::traced::traced(store)))
     }
 
     /// A coordinator whose operations `server` runs: it reads through the server as from any
@@ -298,8 +299,14 @@ impl Coordinator {
     /// The keys under `prefix` that have a document, sorted: baton's own documents (shared
     /// values, [`baton_core::names`]) are not keys and are left out.
     pub async fn keys(&self, prefix: &str) -> Result<Vec<String>, ClientError> {
-        let mut keys = self.store.list(prefix).await?;
+        let started = std::time::Instant::now();
+        let listed = self.store.list(prefix).await;
+        let ms = started.elapsed().as_millis();
+        let mut keys = listed.inspect_err(|error| {
+            tracing::info!("list keys {prefix:?}: failed: {error} ({ms} ms)");
+        })?;
         keys.retain(|key| !baton_core::names::is_internal(key));
+        tracing::info!("list keys {prefix:?}: {} keys ({ms} ms)", keys.len());
         Ok(keys)
     }
 
@@ -310,7 +317,27 @@ impl Coordinator {
     /// an error too: a caller that retries the same request later (after an outage) must carry
     /// what the first attempt saw, or a retry after many tickets ended could recreate a ticket
     /// that already ended.
+    ///
+    /// Every operation baton performs passes here, so this is where `-v` logs it, once: the
+    /// operation, the key, what came of it and how long it took.
     pub async fn execute(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
+        let started = std::time::Instant::now();
+        let result = self.execute_untraced(key, request).await;
+        tracing::info!(
+            "{} {}: {} ({} ms)",
+            request.op.name(),
+            key.escape_debug(),
+            said(&result),
+            started.elapsed().as_millis()
+        );
+        result
+    }
+
+    async fn execute_untraced(
+        &self,
+        key: &str,
+        request: &mut Request,
+    ) -> Result<Executed, ClientError> {
         baton_core::limits::check_key(key).map_err(|e| ClientError::Refused {
             key: key.to_string(),
             refusal: e.into(),
@@ -620,15 +647,27 @@ impl Coordinator {
 
     /// Reads `key` from the store (not the cache), with the store's clock.
     pub async fn read(&self, key: &str) -> Result<KeySnapshot, ClientError> {
+        let started = std::time::Instant::now();
         let read_from_ms = self.local_ms();
-        let cached = self.load(key).await?;
-        let clock = self.store.clock().await?;
-        Ok(KeySnapshot {
-            doc: cached.doc,
-            clock,
-            wall_ms: wall_ms(),
-            read_from_ms,
-        })
+        let read = async {
+            let cached = self.load(key).await?;
+            let clock = self.store.clock().await?;
+            Ok(KeySnapshot {
+                doc: cached.doc,
+                clock,
+                wall_ms: wall_ms(),
+                read_from_ms,
+            })
+        };
+        let result = read.await;
+        let said = match &result {
+            Ok(KeySnapshot { doc: None, .. }) => "never used".to_owned(),
+            Ok(KeySnapshot { doc: Some(doc), .. }) => format!("{} live tickets", doc.tickets.len()),
+            Err(error) => format!("failed: {error}"),
+        };
+        let ms = started.elapsed().as_millis();
+        tracing::info!("read {}: {said} ({ms} ms)", key.escape_debug());
+        result
     }
 
     /// Takes a document a watch delivered ([`baton_store::WatchHandle::changed`]) as the key's
@@ -754,6 +793,42 @@ impl Coordinator {
             cache.remove(key);
         }
     }
+}
+
+/// What came of an operation, in a few words for `-v`: `queued, 2 ahead`, `held, fence
+/// 17`, `ended succeeded`, `failed: …`.
+fn said(result: &Result<Executed, ClientError>) -> String {
+    let executed = match result {
+        Ok(executed) => executed,
+        Err(error) => return format!("failed: {error}"),
+    };
+    let mut words = match &executed.reply {
+        Reply::Ticket(baton_core::op::TicketView::Live(ticket)) => match ticket.state {
+            baton_core::TicketState::Held => format!("held, fence {}", ticket.fence),
+            baton_core::TicketState::Queued => format!("queued, {} ahead", ticket.position),
+        },
+        Reply::Ticket(baton_core::op::TicketView::Finished {
+            outcome, forced, ..
+        }) => {
+            let forced = if *forced { " (forced)" } else { "" };
+            format!("ended {outcome}{forced}")
+        }
+        Reply::Cancelled(tickets) => format!("{} tickets ended", tickets.len()),
+        Reply::NoJob { .. } => "no job to claim".to_owned(),
+        Reply::Nothing => "done".to_owned(),
+    };
+    let own_id = match &executed.reply {
+        Reply::Ticket(baton_core::op::TicketView::Live(ticket)) => Some(ticket.id.as_str()),
+        _ => None,
+    };
+    for (id, fence) in executed
+        .granted
+        .iter()
+        .filter(|g| Some(g.0.as_str()) != own_id)
+    {
+        words.push_str(&format!("; granted {id} (fence {fence})"));
+    }
+    words
 }
 
 /// Of two write bases, the one whose phases end first (the lag counted in).

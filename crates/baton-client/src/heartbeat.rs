@@ -237,7 +237,7 @@ async fn run(
         let next_ms = {
             let Ok(mut list) = tracked.lock() else { return };
             if let Some(t) = list.iter().find(|t| now_ms >= t.lease.holds_until_ms) {
-                let _ = lost_tx.send(Some(Lost::not_confirmed(&t.lease.key)));
+                tell_lost(lost_tx, Lost::not_confirmed(&t.lease.key));
                 return;
             }
             for t in list
@@ -271,12 +271,18 @@ async fn run(
             Some(done) = renewals.join_next(), if !renewals.is_empty() => {
                 let Ok((id, result)) = done else { continue };
                 if let Some(lost) = confirm(&coord, &tracked, &id, result, &signals.stop_tx) {
-                    let _ = lost_tx.send(Some(lost));
+                    tell_lost(lost_tx, lost);
                     return;
                 }
             }
         }
     }
+}
+
+/// Fires the lost-lease signal, and says so for `-v`: the one place a lost lease is told.
+fn tell_lost(lost_tx: &watch::Sender<Option<Lost>>, lost: Lost) {
+    tracing::info!("lease {}: lost: {}", lost.key, lost.reason);
+    let _ = lost_tx.send(Some(lost));
 }
 
 /// Takes a renewal's result into the lease it was for: a confirmation moves its bound on; a

@@ -24,6 +24,11 @@
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.
+//! - `traced`: `-vv`, every request made of the store, logged (a wrapper, only when asked for).
+//!
+//! What `-v` shows is logged at info in one place each: an operation in
+//! [`Coordinator::execute`] (and a read in [`Coordinator::read`]), a wait's transitions in
+//! `waiter`, a lost lease in [`heartbeat`], a notification's delivery in [`notify`].
 #![deny(missing_docs)]
 
 pub mod acquire;
@@ -41,6 +46,7 @@ pub mod poll;
 pub mod remote;
 pub mod status;
 pub mod time;
+mod traced;
 mod waiter;
 
 pub use acquire::{AcquireOptions, Lease, WaitProgress};

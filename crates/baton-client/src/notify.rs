@@ -374,13 +374,26 @@ pub async fn deliver_key(
                     continue;
                 }
                 let id = event.delivery_id(key, &rule.name);
-                match post(&rule.url, &id, &body(key, rule, event)).await {
+                let started = std::time::Instant::now();
+                let posted = post(&rule.url, &id, &body(key, rule, event)).await;
+                // The one place an event is delivered: `-v` says each try, never the URL (it
+                // may carry a secret).
+                let ms = started.elapsed().as_millis();
+                let what = format!(
+                    "notify {key}: event {} {} to rule {}",
+                    event.seq,
+                    event.kind.as_str(),
+                    rule.name
+                );
+                match posted {
                     Ok(_) => {
+                        tracing::info!("{what}: delivered ({ms} ms)");
                         ack.through = event.seq;
                         report.delivered += 1;
                         DELIVERIES.0.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(error) => {
+                        tracing::info!("{what}: not delivered: {error} ({ms} ms)");
                         DELIVERIES.1.fetch_add(1, Ordering::Relaxed);
                         report.failures.push(format!("rule {}: {error}", rule.name));
                         ack.failed = true;

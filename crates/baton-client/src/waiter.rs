@@ -36,7 +36,27 @@ use crate::time::wall_ms;
 
 /// Waits for the turn of `pending`. With `heartbeat_claims`, the caller hands the lease to a
 /// heartbeat at once, so a fresh grant may be returned unclaimed.
+///
+/// A wait's transitions are logged here for `-v`, once each: queued, each new place in the
+/// queue, and how it ended (granted, timed out, lost).
 pub(crate) async fn wait_for_turn(
+    coord: &Coordinator,
+    pending: &Pending,
+    options: &AcquireOptions,
+    deadline: Option<Instant>,
+    heartbeat_claims: bool,
+) -> Result<Lease, ClientError> {
+    let started = Instant::now();
+    let result = wait(coord, pending, options, deadline, heartbeat_claims).await;
+    let (key, ms) = (&pending.key, started.elapsed().as_millis());
+    match &result {
+        Ok(lease) => tracing::info!("wait {key}: granted, fence {} ({ms} ms)", lease.fence),
+        Err(error) => tracing::info!("wait {key}: over: {error} ({ms} ms)"),
+    }
+    result
+}
+
+async fn wait(
     coord: &Coordinator,
     pending: &Pending,
     options: &AcquireOptions,
@@ -63,6 +83,8 @@ pub(crate) async fn wait_for_turn(
     waiter.deadline = deadline;
     waiter.heartbeat_claims = heartbeat_claims;
     waiter.started = started;
+    let mut told_ahead = waiter.position();
+    tracing::info!("wait {}: queued, {told_ahead} ahead", pending.key);
     loop {
         waiter.tell_progress();
         if waiter.timed_out() {
@@ -70,7 +92,14 @@ pub(crate) async fn wait_for_turn(
         }
         let pushed = waiter.sleep().await?;
         match waiter.look(pushed).await {
-            Ok(Next::Wait) => {}
+            Ok(Next::Wait) => {
+                // Held, about to be claimed: told as the grant.
+                let ahead = waiter.position();
+                if ahead != told_ahead && is_queued(&waiter.doc, &pending.id) {
+                    tracing::info!("wait {}: now {ahead} ahead", pending.key);
+                    told_ahead = ahead;
+                }
+            }
             Ok(Next::Turn(lease)) => return Ok(lease),
             Err(error) => waiter.ride_out(error)?,
         }

@@ -2,7 +2,10 @@
 //! `--watch`, as it changes.
 //!
 //! Every form is built from one [`KeyStatus`] per key, read once: the JSON, the table and the
-//! change lines of a watch. `--state` and `--limit-rows` cut the same selection for all of them.
+//! change lines of a watch. Keys come in the order of what needs a look ([`Rank`]): busy, then
+//! failing, then free. `--state` and `--limit-rows` cut the same selection for all forms; on a
+//! terminal, the table alone also leaves out the free keys that would push a busy one off the
+//! screen ([`free_left_out`]), unless `--state` was given.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
@@ -28,7 +31,7 @@ pub async fn status(opened: &Opened, args: StatusArgs) -> Result<i32, Failure> {
         let text = if args.json {
             format!("{}\n", view.json(opened, keys))
         } else {
-            view.table(opened, keys, render::terminal_size().map(|(w, _)| w))
+            view.table(&describe(opened), keys, render::terminal_size())
         };
         out.write_all(text.as_bytes()).and_then(|()| out.flush())
     } else if std::io::stdout().is_terminal() && !args.json {
@@ -110,6 +113,63 @@ impl Column {
             Column::Failures => "failures",
         }
     }
+
+    /// Its header: the name in capitals, shortened where the values are short, so the default
+    /// columns leave room for the key and the context in 80 columns.
+    fn header(self) -> String {
+        match self {
+            Column::Position => "POS".into(),
+            Column::LeaseLeft => "LEASE".into(),
+            other => other.name().to_uppercase(),
+        }
+    }
+}
+
+/// What a key needs: the order of the table, most pressing first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Rank {
+    /// Held or queued.
+    Busy,
+    /// Idle, but its last turn failed, expired or died, or its run-once is dead: someone
+    /// should look.
+    Failing,
+    /// Idle, and nothing went wrong.
+    Free,
+}
+
+impl Rank {
+    fn of(key: &KeyStatus) -> Rank {
+        let failed = matches!(
+            key.last_outcome,
+            Some(Outcome::Failed | Outcome::Expired | Outcome::Dead)
+        );
+        let once_dead = key.once.as_ref().is_some_and(|record| record.dead);
+        if key.busy {
+            Rank::Busy
+        } else if failed || key.consecutive_failures > 0 || once_dead {
+            Rank::Failing
+        } else {
+            Rank::Free
+        }
+    }
+}
+
+/// `keys` (in key order) in the order of what they need, key order kept within a rank.
+fn by_rank(mut keys: Vec<KeyStatus>) -> Vec<KeyStatus> {
+    keys.sort_by_key(Rank::of);
+    keys
+}
+
+/// How many of the `n_free` free rows at the end of a table of `n_lines` lines to leave out so
+/// that the table and the line that says so fit a screen of `height` rows, with the prompt
+/// under them: a busy key at the top is never scrolled off by idle ones.
+fn free_left_out(n_lines: usize, n_free: usize, height: usize) -> usize {
+    let room = height.saturating_sub(1);
+    if n_lines <= room {
+        return 0;
+    }
+    // One more: the line under the table that says how many were left out.
+    (n_lines + 1 - room).min(n_free)
 }
 
 /// Which rows to show: `--state`.
@@ -190,11 +250,14 @@ struct View {
     columns_chosen: bool,
     limit_rows: Option<usize>,
     state_text: String,
+    /// No `--state`: on a terminal, free keys give way to busy ones.
+    fit_screen: bool,
 }
 
 impl View {
     fn from_args(args: &StatusArgs) -> Result<View, Failure> {
-        let states = States::parse(&args.state)?;
+        let state_text = args.state.clone().unwrap_or_else(|| "all".into());
+        let states = States::parse(&state_text)?;
         let (columns, columns_chosen) = match &args.columns {
             Some(text) => (parse_columns(text)?, true),
             None => (DEFAULT_COLUMNS.to_vec(), false),
@@ -207,7 +270,8 @@ impl View {
             columns,
             columns_chosen,
             limit_rows: args.limit_rows.map(|n| n as usize),
-            state_text: args.state.clone(),
+            state_text,
+            fit_screen: args.state.is_none(),
         })
     }
 
@@ -229,30 +293,53 @@ impl View {
         })
     }
 
-    /// The table, with the store line above it and the per-key lines below it.
-    fn table(&self, opened: &Opened, keys: Vec<KeyStatus>, width: Option<usize>) -> String {
-        let colour = render::colour_wanted();
+    /// The table, with the store line above it and the per-key lines below it; fitted to
+    /// `screen` (columns, rows) when on a terminal.
+    fn table(&self, store: &str, keys: Vec<KeyStatus>, screen: Option<(usize, usize)>) -> String {
         let n_keys = keys.len();
-        let (keys, left_out) = select(keys, self.states, self.limit_rows);
-        let mut out = format!("store: {}\n", opened.coord.store().describe());
+        let (mut keys, left_out) = select(keys, self.states, self.limit_rows);
+        let width = screen.map(|(width, _)| width);
+        let mut parts = Shown {
+            store,
+            n_keys,
+            left_out,
+            free_left_out: 0,
+        };
+        let text = self.table_text(&parts, &keys, width);
+        let Some((_, height)) = screen.filter(|_| self.fit_screen) else {
+            return text;
+        };
+        let n_free = keys.iter().filter(|k| Rank::of(k) == Rank::Free).count();
+        parts.free_left_out = free_left_out(text.lines().count(), n_free, height);
+        if parts.free_left_out == 0 {
+            return text;
+        }
+        // Free keys come last ([`by_rank`]).
+        keys.truncate(keys.len() - parts.free_left_out);
+        self.table_text(&parts, &keys, width)
+    }
+
+    fn table_text(&self, shown: &Shown, keys: &[KeyStatus], width: Option<usize>) -> String {
+        let colour = render::colour_wanted();
+        let mut out = format!("store: {}\n", shown.store);
         if keys.is_empty() {
-            if n_keys == 0 {
+            if shown.n_keys == 0 {
                 out.push_str("no keys\n");
+            } else if shown.free_left_out > 0 {
+                out.push_str("no busy keys\n");
             } else {
                 out.push_str(&format!(
-                    "no rows in state {} ({n_keys} keys)\n",
-                    self.state_text
+                    "no rows in state {} ({} keys)\n",
+                    self.state_text, shown.n_keys
                 ));
             }
         } else {
-            let headers = self
-                .columns
-                .iter()
-                .map(|c| c.name().to_uppercase())
-                .collect();
-            let context_at = self.columns.iter().position(|c| *c == Column::Context);
-            let mut table = Table::new(headers).flexible(context_at);
-            for key in &keys {
+            let headers = self.columns.iter().map(|c| c.header()).collect();
+            let at = |column| self.columns.iter().position(|c| *c == column);
+            let mut table = Table::new(headers)
+                .flexible(at(Column::Context))
+                .cut_start(at(Column::Key));
+            for key in keys {
                 for ticket in key.holders.iter().chain(&key.queue) {
                     table.push(self.row(key, Some(ticket)));
                 }
@@ -262,9 +349,16 @@ impl View {
             }
             out.push_str(&table.render(width, colour));
         }
-        if left_out > 0 {
+        if shown.left_out > 0 {
             out.push_str(&format!(
-                "… {left_out} more rows not shown (--limit-rows)\n"
+                "… {} more rows not shown (--limit-rows)\n",
+                shown.left_out
+            ));
+        }
+        if shown.free_left_out > 0 {
+            out.push_str(&format!(
+                "… {} free keys left out to keep the busy ones on screen (-s all shows them)\n",
+                shown.free_left_out
             ));
         }
         if !self.columns_chosen {
@@ -449,9 +543,26 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
     format!("{}: {}", render::one_line(&key.key), parts.join(", "))
 }
 
-/// Reads every key under `prefix`.
+/// Reads every key under `prefix`, in the order of what they need ([`by_rank`]).
 async fn read_all(opened: &Opened, prefix: &str) -> Result<Vec<KeyStatus>, Failure> {
-    Ok(baton_client::status::read_all(&opened.coord, prefix).await?)
+    let keys = baton_client::status::read_all(&opened.coord, prefix).await?;
+    Ok(by_rank(keys))
+}
+
+/// The store, as the line above the table names it.
+fn describe(opened: &Opened) -> String {
+    opened.coord.store().describe()
+}
+
+/// What a table says besides its rows.
+struct Shown<'a> {
+    store: &'a str,
+    /// Keys read, before any was left out.
+    n_keys: usize,
+    /// Rows cut by `--limit-rows`.
+    left_out: usize,
+    /// Free keys left out to fit the screen.
+    free_left_out: usize,
 }
 
 /// The rows `states` asks for, at most `limit_rows` of them (holders before the queue, keys in
@@ -511,7 +622,12 @@ async fn watch_terminal(opened: &Opened, args: &StatusArgs, view: &View) -> std:
             render::rfc3339_seconds(baton_client::wall_ms()),
         );
         let body = match read_all(opened, &args.prefix).await {
-            Ok(keys) => view.table(opened, keys, Some(width)),
+            // The title takes a row.
+            Ok(keys) => view.table(
+                &describe(opened),
+                keys,
+                Some((width, height.saturating_sub(1))),
+            ),
             Err(failure) => format!("baton: {}\n", failure.message),
         };
         let mut lines: Vec<&str> = std::iter::once(title.as_str())
@@ -557,6 +673,9 @@ enum Change {
         outcome: Option<Outcome>,
         forced: bool,
         reason: Option<String>,
+        /// The fence the history says it held under, when it left a queue: it was granted
+        /// and ended between two reads, and its grant was never seen.
+        granted_unseen: Option<u64>,
     },
 }
 
@@ -696,6 +815,7 @@ fn changes(before: &[KeyStatus], after: &[KeyStatus]) -> Vec<Event> {
                     outcome: mark.map(|m| m.outcome),
                     forced: mark.is_some_and(|m| m.forced),
                     reason: None,
+                    granted_unseen: None,
                 },
             ));
         }
@@ -725,8 +845,9 @@ fn changes(before: &[KeyStatus], after: &[KeyStatus]) -> Vec<Event> {
 }
 
 /// Fills in the outcome and reason of tickets that left from their keys' history (one read per
-/// key with departures).
-async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
+/// key with departures), and puts back the grant of a ticket that was granted and left between
+/// two reads, so a watch never shows a turn going from `queued` straight to `left`.
+async fn resolve_outcomes(opened: &Opened, events: &mut Vec<Event>) {
     let mut by_key: HashMap<String, usize> = HashMap::new();
     for event in events.iter() {
         if matches!(event.change, Change::Left { .. }) {
@@ -751,10 +872,11 @@ async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
         for event in events.iter_mut().filter(|e| e.key == key) {
             if let (
                 Change::Left {
+                    was_held,
                     outcome,
                     forced,
                     reason,
-                    ..
+                    granted_unseen,
                 },
                 Some(found),
             ) = (&mut event.change, finished.get(&event.id))
@@ -762,9 +884,30 @@ async fn resolve_outcomes(opened: &Opened, events: &mut [Event]) {
                 *outcome = Some(found.outcome);
                 *forced = found.forced;
                 reason.clone_from(&found.reason);
+                *granted_unseen = found.fence.filter(|_| !*was_held);
             }
         }
     }
+    *events = with_unseen_grants(std::mem::take(events));
+}
+
+/// `events` with a `granted` line before each departure whose grant was not seen.
+fn with_unseen_grants(events: Vec<Event>) -> Vec<Event> {
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        if let Change::Left {
+            granted_unseen: Some(fence),
+            ..
+        } = event.change
+        {
+            out.push(Event {
+                change: Change::Granted { fence },
+                ..event.clone()
+            });
+        }
+        out.push(event);
+    }
+    out
 }
 
 /// `--watch` elsewhere: the table (or the JSON object) once, then one line per change, each
@@ -786,7 +929,7 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
     let first = if args.json {
         format!("{}\n", view.json(opened, before.clone()))
     } else {
-        view.table(opened, before.clone(), None)
+        view.table(&describe(opened), before.clone(), None)
     };
     out.write_all(first.as_bytes())?;
     out.flush()?;
@@ -808,11 +951,9 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
             }
         };
         last_error = None;
-        let mut events: Vec<Event> = changes(&before, &after)
-            .into_iter()
-            .filter(|e| view.states.shows(e.held()))
-            .collect();
+        let mut events = changes(&before, &after);
         resolve_outcomes(opened, &mut events).await;
+        events.retain(|e| view.states.shows(e.held()));
         let wall_ms = baton_client::wall_ms();
         for event in &events {
             let line = if args.json {
@@ -828,6 +969,7 @@ async fn watch_changes(opened: &Opened, args: &StatusArgs, view: &View) -> std::
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use baton_core::doc::FinishedMark;
@@ -956,6 +1098,139 @@ mod tests {
             free: false,
         };
         assert_eq!(ids(select(keys, held, None)), (vec!["h1".into()], 0));
+    }
+
+    fn view(state: Option<&str>) -> View {
+        let state_text = state.unwrap_or("all").to_owned();
+        View {
+            states: States::parse(&state_text).unwrap(),
+            columns: DEFAULT_COLUMNS.to_vec(),
+            columns_chosen: false,
+            limit_rows: None,
+            state_text,
+            fit_screen: state.is_none(),
+        }
+    }
+
+    fn ended(name: &str, outcome: Outcome, failures: u32) -> KeyStatus {
+        let mut key = key(name, vec![], vec![]);
+        key.last_outcome = Some(outcome);
+        key.consecutive_failures = failures;
+        key
+    }
+
+    fn names(keys: &[KeyStatus]) -> Vec<&str> {
+        keys.iter().map(|k| k.key.as_str()).collect()
+    }
+
+    #[test]
+    fn keys_come_busy_then_failing_then_free_each_in_key_order() {
+        let keys = vec![
+            ended("a-ok", Outcome::Succeeded, 0),
+            ended("b-failed", Outcome::Failed, 2),
+            key("c-never", vec![], vec![]),
+            ended("d-expired", Outcome::Expired, 0),
+            ended("e-cancelled", Outcome::Cancelled, 0),
+            key("m-queued", vec![], vec![ticket("q", false, 1, 0)]),
+            ended("r-recovered", Outcome::Succeeded, 0),
+            key("z-held", vec![ticket("h", true, 0, 3)], vec![]),
+        ];
+        assert_eq!(
+            names(&by_rank(keys)),
+            [
+                "m-queued",
+                "z-held",
+                "b-failed",
+                "d-expired",
+                "a-ok",
+                "c-never",
+                "e-cancelled",
+                "r-recovered"
+            ]
+        );
+    }
+
+    #[test]
+    fn free_rows_give_way_only_when_a_busy_row_would_scroll_off() {
+        // (lines of the whole table, free rows in it, screen height) -> free rows left out.
+        let check = |n_lines, n_free, height, expected| {
+            assert_eq!(
+                free_left_out(n_lines, n_free, height),
+                expected,
+                "{n_lines} lines, {n_free} free, {height} rows"
+            );
+        };
+        check(10, 5, 24, 0);
+        // The prompt takes the last row.
+        check(23, 5, 24, 0);
+        // One too many: two go, one for the line that says so.
+        check(24, 5, 24, 2);
+        check(30, 20, 24, 8);
+        // Busy rows alone overflow: every free row goes, and nothing more.
+        check(40, 5, 24, 5);
+        check(40, 0, 24, 0);
+    }
+
+    #[test]
+    fn a_terminals_table_keeps_busy_keys_on_screen_and_fits_80_columns() {
+        let long = "a context long enough to need cutting on any terminal narrower than this";
+        let mut holder = ticket("t-00000000000000aa", true, 0, 7);
+        holder.context = long.into();
+        let mut keys = vec![key(
+            "team-a/deploy/production",
+            vec![holder],
+            vec![ticket("t-00000000000000bb", false, 1, 0)],
+        )];
+        keys.extend((0..30).map(|n| ended(&format!("team-a/idle/{n:02}"), Outcome::Succeeded, 0)));
+        keys.push(ended("team-a/broken", Outcome::Failed, 3));
+        let keys = by_rank(keys);
+
+        let shown = view(None).table("memory:", keys.clone(), Some((80, 24)));
+        let lines: Vec<&str> = shown.lines().collect();
+        assert!(lines.len() <= 23, "fits 24 rows with the prompt:\n{shown}");
+        assert!(
+            lines.iter().all(|l| l.chars().count() <= 80),
+            "fits 80 columns:\n{shown}"
+        );
+        assert!(shown.contains("t-00000000000000aa") && shown.contains("t-00000000000000bb"));
+        let at = |needle: &str| lines.iter().position(|l| l.contains(needle));
+        assert!(
+            at("team-a/broken") < at("team-a/idle/00"),
+            "the failing key before the free ones:\n{shown}"
+        );
+        assert!(shown.contains("a con"), "{shown}");
+        assert!(!shown.contains(long), "the context is cut:\n{shown}");
+        let n_free_shown = lines.iter().filter(|l| l.contains("team-a/idle/")).count();
+        assert_eq!(
+            lines
+                .iter()
+                .find(|l| l.contains("free keys left out"))
+                .copied(),
+            Some(
+                format!(
+                    "… {} free keys left out to keep the busy ones on screen (-s all shows them)",
+                    30 - n_free_shown
+                )
+                .as_str()
+            ),
+            "{shown}"
+        );
+        assert!(n_free_shown > 0 && n_free_shown < 30, "{shown}");
+
+        // Asked for every row, piped, or a screen with room: nothing is left out.
+        for shown in [
+            view(Some("all")).table("memory:", keys.clone(), Some((80, 24))),
+            view(None).table("memory:", keys.clone(), None),
+            view(None).table("memory:", keys.clone(), Some((80, 100))),
+        ] {
+            assert_eq!(shown.matches("team-a/idle/").count(), 30, "{shown}");
+            assert!(!shown.contains("left out"), "{shown}");
+        }
+
+        // A screen too short for even the busy rows: every free key gives way.
+        let tiny = view(None).table("memory:", keys, Some((80, 4)));
+        assert!(!tiny.contains("team-a/idle/"), "{tiny}");
+        assert!(tiny.contains("… 30 free keys left out"), "{tiny}");
     }
 
     #[test]
