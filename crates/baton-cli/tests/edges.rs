@@ -239,3 +239,45 @@ fn an_unknown_rule_exits_with_a_listed_code() {
         );
     });
 }
+
+/// A `waited --after 2s` event is raised by the waiter itself when its ticket has waited 2 s,
+/// not at its next regular refresh (20 s later with the default waiter lease). The bound here
+/// is far from both: it tells the two apart without timing scheduler noise.
+#[test]
+fn a_waited_rule_fires_near_its_threshold() {
+    for_each_store(|ctx| {
+        let key = ctx.key("slow");
+        ctx.baton([
+            "notify",
+            "add",
+            &ctx.prefix,
+            "--name",
+            "slow",
+            "--url",
+            "http://127.0.0.1:9/x",
+            "--on",
+            "waited",
+            "--after",
+            "2s",
+        ])
+        .run()
+        .assert_code(0);
+        ctx.baton(["acquire", "--ttl", "5m", &key])
+            .run()
+            .assert_code(0);
+        let _waiter = ctx
+            .baton(["acquire", "--ttl", "1m", &key])
+            .name("waiter")
+            .spawn();
+        let started = std::time::Instant::now();
+        common::wait_until("the waited event", Duration::from_secs(60), || {
+            let status = ctx.key_view(&key).raw;
+            status["notifications"]["undelivered"].as_u64().unwrap_or(0) > 0
+        });
+        let took = started.elapsed();
+        assert!(
+            took < Duration::from_secs(12),
+            "raised {took:?} after the wait began; the threshold was 2 s"
+        );
+    });
+}

@@ -461,7 +461,10 @@ fn a_slack_url_gets_slack_text_and_rules_are_listed_tested_and_removed() {
         assert_eq!(mine["events"], serde_json::json!(["failed"]));
         // Shown up to the path's first segment, which tells rules apart; the query is hidden.
         let shown = mine["url"].as_str().unwrap();
-        assert!(!shown.contains("slack=1"), "the URL's query is hidden: {shown}");
+        assert!(
+            !shown.contains("slack=1"),
+            "the URL's query is hidden: {shown}"
+        );
         assert!(shown.ends_with(&format!("{path}…")), "{shown}");
         ctx.baton(["notify", "test", &rule]).run().assert_code(0);
         assert_eq!(receiver.first_of_each(&path).len(), 2);

@@ -280,6 +280,22 @@ impl Coordinator {
         }
     }
 
+    /// The shortest `--after` of the `waited` rules watching `key`, from this process's copy of
+    /// the rules (at most [`SETTINGS_FRESH_MS`] old); `None` when no such rule watches it, or
+    /// the rules cannot be read now (a waiter's regular refresh raises the event then).
+    pub(crate) async fn waited_after_ms(&self, key: &str) -> Option<u64> {
+        let settings = self
+            .settings
+            .settings(&self.store, mono_ms(), SETTINGS_FRESH_MS)
+            .await
+            .ok()?;
+        settings
+            .watching(key)
+            .filter(|rule| rule.wants(baton_core::notify::EventKind::Waited))
+            .filter_map(|rule| rule.after_ms)
+            .min()
+    }
+
     /// Drops the cached settings: the next write reads them (after this process changed them).
     pub fn forget_settings(&self) {
         self.settings.forget();

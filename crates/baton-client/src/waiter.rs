@@ -263,6 +263,13 @@ struct Waiter<'a> {
     trouble: Option<(Instant, String)>,
     /// The pause before the next look after such an error.
     retry_in: Option<Duration>,
+    /// The shortest `--after` of the `waited` rules on the key, when there is one: the waiter
+    /// writes when its ticket has waited that long, so the event is raised then, not at the
+    /// next regular refresh (a third of the waiter lease later).
+    waited_after_ms: Option<u64>,
+    /// Whether that write was made: once, whatever it raised (a rule removed meanwhile raises
+    /// nothing, and must not make the waiter write again and again).
+    waited_written: bool,
 }
 
 impl<'a> Waiter<'a> {
@@ -286,6 +293,7 @@ impl<'a> Waiter<'a> {
             .by_id(&pending.id)
             .map_or(0, |ticket| ticket.arrival);
         let clock = coord.store().clock().await?;
+        let waited_after_ms = coord.waited_after_ms(key).await;
         Ok(Waiter {
             coord,
             pending,
@@ -302,7 +310,26 @@ impl<'a> Waiter<'a> {
             clock_reading: (clock, Instant::now()),
             trouble: None,
             retry_in: None,
+            waited_after_ms,
+            waited_written: false,
         })
+    }
+
+    /// How long until this ticket has waited past the shortest `waited` rule, while its event
+    /// is still to be raised by a write of this waiter (zero: now).
+    fn waited_due_in(&self) -> Option<Duration> {
+        let after_ms = self.waited_after_ms.filter(|_| !self.waited_written)?;
+        let mine = self.doc.by_id(&self.pending.id)?;
+        let raised = self
+            .doc
+            .outbox
+            .as_ref()
+            .is_some_and(|outbox| outbox.waited.contains(&mine.id));
+        if mine.state != TicketState::Queued || raised {
+            return None;
+        }
+        let due_wall_ms = mine.enqueued_wall_ms.saturating_add(after_ms);
+        Some(Duration::from_millis(due_wall_ms.saturating_sub(wall_ms())))
     }
 
     fn key(&self) -> &'a str {
@@ -362,6 +389,9 @@ impl<'a> Waiter<'a> {
             sleep = sleep.min(until + Duration::from_millis(2));
         }
         if let Some(until) = self.freeze_ends_in() {
+            sleep = sleep.min(until + Duration::from_millis(2));
+        }
+        if let Some(until) = self.waited_due_in() {
             sleep = sleep.min(until + Duration::from_millis(2));
         }
         if !pushes {
@@ -474,11 +504,14 @@ impl<'a> Waiter<'a> {
             }
         }
         let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
+        let waited_due = self.waited_due_in() == Some(Duration::ZERO);
         if mine.state == TicketState::Held
             || self.something_expired(&snapshot)
             || self.freeze_ended()
             || refresh_due
+            || waited_due
         {
+            self.waited_written |= waited_due;
             return self.refresh().await;
         }
         Ok(Next::Wait)
