@@ -14,7 +14,8 @@ Exit codes:
        for `once`: the key is dead (its attempts are spent: `baton retry KEY`)
   2    usage error (bad flag, bad key, bad duration; `kv`: a bad name, value or JSON)
   3    `kv get`, `kv del`: no such value (never set, deleted, or expired); `resume`: no freeze
-       on that target; `notify rm`, `notify test`: no rule of that name
+       on that target; `notify rm`, `notify test`: no rule of that name; `tokens revoke`: the
+       tokens file has no token of that name
   4    `kv set`, `kv del`: a compare-and-swap was lost (--if-version, --if-absent) or a higher
        --fence wrote the value; nothing was written
   75   the wait for a turn timed out (--timeout)
@@ -145,22 +146,25 @@ pub enum Command {
     /// Serve the store over HTTP: an API for every command, for runners without store credentials
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
-    /// Tokens for `baton serve`: `baton tokens new ci --scope lock:deploy/`
-    #[command(subcommand)]
+    /// Tokens for `baton serve`: `baton tokens new ci --scope lock:deploy/ --file tokens.json`
+    #[command(subcommand, after_help = TOKENS_HELP)]
     Tokens(TokensCommand),
 }
 
+// `\x20`: a line continuation eats the indentation of the first example line.
 const SERVE_HELP: &str = "\
-  baton serve --store postgres://… --listen 127.0.0.1:7878
-  baton tokens new ci --scope lock:deploy/ --scope read: >> ci.token   # prints the token
+\x20 baton serve --store postgres://… --listen 127.0.0.1:7878
+  baton tokens new ci --scope lock:deploy/ --scope read: --file tokens.json > ci.token
   baton serve --store s3://… --listen 0.0.0.0:7878 --tokens tokens.json \\
               --tls-cert server.pem --tls-key server.key
   BATON_STORE=https://ci-lock.example:7878 BATON_TOKEN=… baton run deploy/prod -- ./deploy.sh
+  baton tokens revoke ci --file tokens.json && kill -HUP $SERVER_PID   # takes effect at once
 
 Clients use --store http(s)://HOST:PORT[,HOST:PORT] (tried in turn) with BATON_TOKEN or --token:
 every command works through a server as directly. Several servers may share one store. The
 dashboard is at / (live; cancel and force-release with an admin token); metrics at /metrics
-(Prometheus); the API is described at /v1/openapi.json.
+(Prometheus: with a tokens file it needs a token with read on some key, unless
+--metrics-public); the API is described at /v1/openapi.json. /healthz and /readyz need none.
 
 Without --tokens every caller may do everything, so the server listens on loopback only (unless
 --insecure: a proxy in front checks callers), and answers only requests whose Host (and Origin,
@@ -171,7 +175,9 @@ adds names. With a tokens file, every request needs `Authorization: Bearer TOKEN
 a known token) with a scope on its key (403 without): read (status, log, values, the dashboard),
 lock (acquire, renew and release one's own tickets, submit and run jobs, kv set), admin
 (cancel, force-release, retry, kv delete, notification rules, acknowledging deliveries). A
-job's parameters are never replaced once submitted. The file keeps SHA-256 hashes only.
+job's parameters are never replaced once submitted. The file keeps SHA-256 hashes only; `baton
+tokens new|ls|revoke --file` edit it, and SIGHUP makes the server read it again (a file that
+does not parse is reported and the tokens as they were stay).
 
 Waiters are pushed their turn: the server follows each waited-on key once (reading it every
 --poll on S3 and DynamoDB, however many wait) and streams its changes. SIGTERM or Ctrl-C: stop
@@ -183,9 +189,13 @@ pub struct ServeArgs {
     /// Where to listen (port 0: any free port; the address is printed on stderr)
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7878")]
     pub listen: std::net::SocketAddr,
-    /// The tokens file (JSON; `baton tokens new` prints an entry for it)
+    /// The tokens file (written by `baton tokens new --file FILE`; read again on SIGHUP)
     #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
+    /// Serve /metrics without a token (to a scraper that has none); by default, with a tokens
+    /// file, /metrics needs a token with read on some key, since its gauges name key prefixes
+    #[arg(long)]
+    pub metrics_public: bool,
     /// Listen beyond loopback without a tokens file (when a proxy in front checks callers);
     /// requests naming the listen address are answered too
     #[arg(long)]
@@ -207,11 +217,57 @@ pub struct ServeArgs {
     pub tls_key: Option<std::path::PathBuf>,
 }
 
+const TOKENS_HELP: &str = "\
+\x20 baton tokens new ci --scope lock:deploy/ --scope read: --file tokens.json > ci.token
+  baton tokens ls --file tokens.json
+  baton tokens revoke ci --file tokens.json
+  kill -HUP $(pidof baton)        a running `baton serve --tokens tokens.json` reads it again
+
+--file defaults to $BATON_TOKENS_FILE, which `baton serve --tokens` reads too. The file keeps
+each token's SHA-256 and scopes, never the token: `new` prints the token once, on stdout, and it
+cannot be recovered later (revoke it and make another). Each edit replaces the file at once
+(written beside it, mode 0600, then renamed), so a server reading it sees the old file or the
+new one.";
+
 /// `baton tokens`.
 #[derive(Debug, Subcommand)]
 pub enum TokensCommand {
-    /// Make a token: prints it on stdout, and on stderr the entry to add to the tokens file
+    /// Make a token: adds it to the tokens file (--file) and prints the token on stdout, once
     New(TokensNewArgs),
+    /// List the tokens file's names and scopes (never the hashes)
+    Ls(TokensLsArgs),
+    /// Remove a token from the tokens file (exit 3 if there is none of that name)
+    Revoke(TokensRevokeArgs),
+}
+
+/// The tokens file of `baton tokens ls` and `revoke`.
+#[derive(Debug, Args)]
+pub struct TokensFileArg {
+    /// The tokens file
+    #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
+    pub file: std::path::PathBuf,
+}
+
+/// `baton tokens ls`.
+#[derive(Debug, Args)]
+pub struct TokensLsArgs {
+    /// The tokens file.
+    #[command(flatten)]
+    pub file: TokensFileArg,
+    /// Print one JSON object: {"file", "tokens": [{"name", "scopes"}]}
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton tokens revoke`.
+#[derive(Debug, Args)]
+pub struct TokensRevokeArgs {
+    /// The token's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The tokens file.
+    #[command(flatten)]
+    pub file: TokensFileArg,
 }
 
 /// `baton tokens new`.
@@ -224,7 +280,12 @@ pub struct TokensNewArgs {
     /// (empty: every key), as lock:deploy/ or read:
     #[arg(long = "scope", value_name = "SCOPE:PREFIX", required = true)]
     pub scopes: Vec<String>,
-    /// Print one JSON object: {"token", "entry"}
+    /// The tokens file to add it to (created, mode 0600, if missing) [default:
+    /// $BATON_TOKENS_FILE; without either, the entry is printed on stderr instead, for a file
+    /// kept elsewhere]
+    #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Print one JSON object: {"token", "entry"} (and "file" when it was written)
     #[arg(long)]
     pub json: bool,
 }

@@ -60,6 +60,16 @@ impl Failure {
     pub fn is_quiet(&self) -> bool {
         self.message.is_empty()
     }
+
+    /// A usage error about the `what` (a key, a pattern) given as `given`: `bad key "x": why`,
+    /// or only `why` when nothing was given (it says what is empty; `bad key "": ` says nothing).
+    pub fn bad(what: &str, given: &str, why: impl std::fmt::Display) -> Failure {
+        if given.is_empty() {
+            Failure::usage(why.to_string())
+        } else {
+            Failure::usage(format!("bad {what} {given:?}: {why}"))
+        }
+    }
 }
 
 impl From<ClientError> for Failure {

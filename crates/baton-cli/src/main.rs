@@ -123,7 +123,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Kv(command) => cmd::kv::kv(&open(store_url).await?, command).await,
         Command::Notify(command) => cmd::notify::notify(&open(store_url).await?, command).await,
         Command::Serve(args) => cmd::serve::serve(&open(store_url).await?, args).await,
-        Command::Tokens(command) => cmd::serve::tokens(command),
+        Command::Tokens(command) => cmd::tokens::tokens(command),
     }
 }
 
@@ -171,7 +171,7 @@ async fn open_retrying(
                 if !told && !quiet {
                     eprintln!(
                         "baton: {error}; retrying for up to {} (--store-retry)",
-                        humantime::format_duration(retry)
+                        crate::render::duration(retry)
                     );
                     told = true;
                 }

@@ -73,16 +73,15 @@ pub fn terminal_size_of(fd: libc::c_int) -> Option<(usize, usize)> {
     Some((columns.unwrap_or(80), lines.unwrap_or(24)))
 }
 
-/// A duration, compactly: `850ms`, `12s`, `3m04s`, `1h02m`, `2d03h`.
+/// A duration, compactly (`850ms`, `12s`, `3m04s`, `1h`, `2d03h`): the one form baton writes
+/// durations in, [`baton_core::duration::human_ms`].
 pub fn duration_ms(ms: u64) -> String {
-    let s = ms / 1000;
-    match s {
-        0 => format!("{ms}ms"),
-        1..=59 => format!("{s}s"),
-        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
-        3600..=86_399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
-    }
+    baton_core::duration::human_ms(ms)
+}
+
+/// A duration as [`duration_ms`] writes it.
+pub fn duration(duration: Duration) -> String {
+    baton_core::duration::human(duration)
 }
 
 /// A wall-clock time in RFC 3339 to the second, UTC (`2026-11-22T01:02:03Z`).
@@ -336,22 +335,6 @@ pub fn paused(paused: &baton_core::freeze::Paused) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_are_compact() {
-        let check = |ms: u64, text: &str| assert_eq!(duration_ms(ms), text, "{ms} ms");
-        check(0, "0ms");
-        check(850, "850ms");
-        check(1_000, "1s");
-        check(12_400, "12s");
-        check(59_999, "59s");
-        check(60_000, "1m00s");
-        check(184_000, "3m04s");
-        check(3_599_000, "59m59s");
-        check(3_720_000, "1h02m");
-        check(86_399_000, "23h59m");
-        check(183_600_000, "2d03h");
-    }
 
     #[test]
     fn cells_are_cut_and_made_one_line() {

@@ -76,8 +76,7 @@ pub fn pendings(keys: &[String]) -> Result<Vec<Pending>, Failure> {
     keys.dedup();
     keys.into_iter()
         .map(|key| {
-            baton_core::limits::check_key(key)
-                .map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))?;
+            baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))?;
             Ok(Pending::new(key))
         })
         .collect()

@@ -95,6 +95,10 @@ fn cases(ctx: &Ctx) -> Vec<Case> {
     let held = ctx.key("held");
     let paused = ctx.key("paused/");
     let url = "http://127.0.0.1:9/hooks/x";
+    let tokens = ctx.path("tokens.json").display().to_string();
+    ctx.baton(["tokens", "new", "a", "--scope", "read:", "--file", &tokens])
+        .run()
+        .assert_code(0);
     vec![
         case(&["run", &lock, "--", "true"], 0),
         case(&["once", &ctx.key("once"), "--", "true"], 0),
@@ -159,6 +163,9 @@ fn cases(ctx: &Ctx) -> Vec<Case> {
         case(&["notify", "rm", "notes"], 0),
         case(&["tokens", "new", "ci", "--scope", "read:"], 0),
         case(&["tokens", "new", "ci", "--scope", "read:", "--json"], 0),
+        case(&["tokens", "ls", "--file", &tokens], 0),
+        case(&["tokens", "ls", "--file", &tokens, "--json"], 0),
+        case(&["tokens", "revoke", "a", "--file", &tokens], 0),
         case(&["completions", "bash"], 0),
         case(&["man"], 0),
         case(&["man", "run"], 0),
@@ -286,5 +293,38 @@ fn every_command_and_output_flag_has_a_case() {
                 );
             }
         }
+    });
+}
+
+/// `tokens new --file` with no reader for the token: nobody could use it, so it is not added.
+#[test]
+fn a_token_nobody_saw_is_not_added_to_the_file() {
+    with_fresh_sqlite(|ctx| {
+        let tokens = ctx.path("tokens.json").display().to_string();
+        ctx.baton([
+            "tokens", "new", "seen", "--scope", "read:", "--file", &tokens,
+        ])
+        .run()
+        .assert_code(0);
+        for json in [false, true] {
+            let mut args = vec![
+                "tokens", "new", "unseen", "--scope", "read:", "--file", &tokens,
+            ];
+            if json {
+                args.push("--json");
+            }
+            let done = ctx.baton(&args).stdout_closed().run();
+            done.assert_no_panic();
+            assert_eq!(done.code, Some(1), "{}", done.describe());
+            assert!(
+                done.stderr.contains("nothing was added"),
+                "{}",
+                done.describe()
+            );
+        }
+        let listed = ctx.baton(["tokens", "ls", "--file", &tokens]).run();
+        listed.assert_code(0);
+        assert!(listed.stdout.contains("seen"), "{}", listed.describe());
+        assert!(!listed.stdout.contains("unseen"), "{}", listed.describe());
     });
 }

@@ -1,5 +1,7 @@
 //! Tokens and outputs: `acquire` in one process and `release` in another, refusals of wrong and
-//! stale tokens, what `baton run` hands its command, and exit-code passthrough.
+//! stale tokens, what `baton run` hands its command, and exit-code passthrough; the server's
+//! tokens file edited by `baton tokens new|ls|revoke`, and read again by `baton serve` on
+//! SIGHUP.
 
 mod common;
 
@@ -8,7 +10,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT};
+use common::http::get;
+use common::{
+    as_u64_lenient, for_each_store, send_signal, wait_until, with_fresh_sqlite, Ctx, PROMPT,
+};
 
 /// `baton acquire KEY --timeout 0 [extra]`: exit 0, the token alone on stdout.
 fn acquire(ctx: &Ctx, key: &str, extra: &[&str]) -> String {
@@ -482,5 +487,193 @@ fn store_flag_and_relative_sqlite_paths() {
             .current_dir(&ctx.path("cwd"))
             .run()
             .assert_code(0);
+    });
+}
+
+/// `baton tokens new NAME --scope … --file FILE`: the token alone on stdout.
+fn new_server_token(ctx: &Ctx, file: &str, name: &str, scopes: &[&str]) -> String {
+    let mut args = vec!["tokens", "new", name, "--file", file];
+    for scope in scopes {
+        args.extend_from_slice(&["--scope", scope]);
+    }
+    let done = ctx.baton(&args).run();
+    done.assert_code(0);
+    let token = done.stdout.trim().to_owned();
+    assert!(
+        token.starts_with("bt_") && done.stdout == format!("{token}\n"),
+        "the token alone on stdout:\n{}",
+        done.describe()
+    );
+    token
+}
+
+/// The names `baton tokens ls --json` lists, with their scopes.
+fn listed(ctx: &Ctx, file: &str) -> Vec<(String, Vec<String>)> {
+    let done = ctx.baton(["tokens", "ls", "--file", file, "--json"]).run();
+    done.assert_code(0);
+    let json: Value = serde_json::from_str(&done.stdout).expect("tokens ls --json is JSON");
+    json["tokens"]
+        .as_array()
+        .expect("a list of tokens")
+        .iter()
+        .map(|t| {
+            let scopes = t["scopes"].as_array().expect("scopes");
+            let scopes = scopes.iter().map(|s| s.as_str().expect("text").to_owned());
+            (
+                t["name"].as_str().expect("name").to_owned(),
+                scopes.collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn tokens_new_ls_and_revoke_edit_the_tokens_file() {
+    with_fresh_sqlite(|ctx| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = ctx.path("conf/tokens.json");
+        std::fs::create_dir(ctx.path("conf")).expect("mkdir");
+        let file = path.to_str().expect("a path");
+        let ci = new_server_token(ctx, file, "ci", &["lock:deploy/", "read:"]);
+        let mode = std::fs::metadata(&path)
+            .expect("the file")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the file is private: {mode:o}");
+        let ops = new_server_token(ctx, file, "ops", &["admin:"]);
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(
+            !text.contains(&ci) && !text.contains(&ops),
+            "the file keeps hashes, never tokens:\n{text}"
+        );
+        let both = vec![
+            (
+                "ci".to_owned(),
+                vec!["lock:deploy/".to_owned(), "read:".to_owned()],
+            ),
+            ("ops".to_owned(), vec!["admin:".to_owned()]),
+        ];
+        assert_eq!(listed(ctx, file), both, "an added token keeps the others");
+        let plain = ctx.baton(["tokens", "ls", "--file", file]).run();
+        plain.assert_code(0);
+        assert_eq!(plain.stdout, "ci   lock:deploy/ read:\nops  admin:\n");
+        assert!(!plain.stdout.contains("sha256") && !text.is_empty());
+
+        // A name taken is refused, and the file is left as it was.
+        let again = ctx
+            .baton(["tokens", "new", "ci", "--scope", "read:", "--file", file])
+            .run();
+        again.assert_code(1);
+        assert!(
+            again.stdout.is_empty() && again.stderr.contains("already has a token named \"ci\""),
+            "{}",
+            again.describe()
+        );
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), text);
+
+        // BATON_TOKENS_FILE is the default file, as for `baton serve --tokens`.
+        let revoked = ctx
+            .baton(["tokens", "revoke", "ci"])
+            .env("BATON_TOKENS_FILE", file)
+            .run();
+        revoked.assert_code(0);
+        assert!(revoked.stderr.contains("SIGHUP"), "{}", revoked.describe());
+        assert_eq!(listed(ctx, file), both[1..], "revoke keeps the others");
+        let unknown = ctx.baton(["tokens", "revoke", "ci", "--file", file]).run();
+        unknown.assert_code(3);
+        assert!(
+            unknown
+                .stderr
+                .contains("no token named \"ci\"; it has: ops"),
+            "{}",
+            unknown.describe()
+        );
+        let left: Vec<String> = std::fs::read_dir(ctx.path("conf"))
+            .expect("list")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["tokens.json"], "no temporary file is left behind");
+
+        // ls and revoke need a file; ls of a file not made yet says how to make it.
+        let without = ctx.baton(["tokens", "ls"]).run();
+        without.assert_code(2);
+        let missing = ctx.path("none.json");
+        let missing = missing.to_str().expect("a path");
+        let none = ctx.baton(["tokens", "ls", "--file", missing]).run();
+        none.assert_code(1);
+        assert!(
+            none.stderr.contains("baton tokens new"),
+            "{}",
+            none.describe()
+        );
+    });
+}
+
+#[test]
+fn a_running_server_takes_added_and_revoked_tokens_on_sighup() {
+    with_fresh_sqlite(|ctx| {
+        let path = ctx.path("tokens.json");
+        let file = path.to_str().expect("a path");
+        let first = new_server_token(ctx, file, "first", &["read:"]);
+        let (mut server, address) = ctx.serve(&["--tokens", file]);
+        let whoami = |token: &str| get(address, "/v1/whoami", Some(token)).status;
+        assert_eq!(whoami(&first), 200);
+        let later = new_server_token(ctx, file, "later", &["read:"]);
+        assert_eq!(whoami(&later), 401, "not known before SIGHUP");
+
+        let reloads = |server: &common::Proc| server.stderr().matches("SIGHUP:").count();
+        send_signal(server.pid(), libc::SIGHUP);
+        wait_until("the reload's line", PROMPT, || reloads(&server) == 1);
+        assert!(
+            server
+                .stderr()
+                .contains(&format!("read {file} again: 2 tokens")),
+            "{}",
+            server.stderr()
+        );
+        assert_eq!(whoami(&later), 200, "known after SIGHUP");
+
+        ctx.baton(["tokens", "revoke", "first", "--file", file])
+            .run()
+            .assert_code(0);
+        send_signal(server.pid(), libc::SIGHUP);
+        wait_until("the second reload's line", PROMPT, || reloads(&server) == 2);
+        assert_eq!(whoami(&first), 401, "revoked");
+        assert_eq!(whoami(&later), 200);
+
+        // A file that fails to parse is reported, and the tokens as they were stay.
+        std::fs::write(&path, "{ not json").expect("write");
+        send_signal(server.pid(), libc::SIGHUP);
+        wait_until("the third reload's line", PROMPT, || reloads(&server) == 3);
+        assert!(
+            server.stderr().contains("kept the tokens as they were"),
+            "{}",
+            server.stderr()
+        );
+        assert_eq!(whoami(&later), 200, "the old tokens stay");
+        assert!(!server.has_exited(), "SIGHUP never stops the server");
+        assert!(
+            !server.stderr().contains(&later) && !server.stderr().contains(&first),
+            "no token in the server's output"
+        );
+    });
+}
+
+#[test]
+fn metrics_need_a_token_unless_public() {
+    with_fresh_sqlite(|ctx| {
+        let path = ctx.path("tokens.json");
+        let file = path.to_str().expect("a path");
+        let reader = new_server_token(ctx, file, "reader", &["read:"]);
+        let (_server, address) = ctx.serve(&["--tokens", file]);
+        assert_eq!(get(address, "/metrics", None).status, 401);
+        assert_eq!(get(address, "/metrics", Some(&reader)).status, 200);
+        let (_public, address) = ctx.serve(&["--tokens", file, "--metrics-public"]);
+        assert_eq!(get(address, "/metrics", None).status, 200);
+        assert_eq!(
+            get(address, "/v1/whoami", None).status,
+            401,
+            "only /metrics is public"
+        );
     });
 }

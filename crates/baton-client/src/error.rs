@@ -10,8 +10,9 @@ pub enum ClientError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The core refused the operation (bad input, wrong token, ended ticket, …).
-    #[error("{key}: {refusal}")]
+    /// The core refused the operation (bad input, wrong token, ended ticket, …). An empty key
+    /// is not shown as a bare `: ` (the refusal says what is empty).
+    #[error("{}{refusal}", keyed(key))]
     Refused {
         /// The key.
         key: String,
@@ -163,5 +164,14 @@ impl ClientError {
             self,
             ClientError::Store(StoreError::Unavailable { .. } | StoreError::Ambiguous { .. })
         )
+    }
+}
+
+/// `key` as the start of a message: `KEY: `, or nothing for an empty one.
+fn keyed(key: &str) -> String {
+    if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}: ")
     }
 }

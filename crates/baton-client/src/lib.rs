@@ -15,6 +15,8 @@
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
 //! - [`remote`]: `--store http://…`, a store read through `baton serve` (writes through a
 //!   server are not sent yet: they are refused with an error that says so).
+//! - [`permission`]: what a server's refusal for want of a token or scope says (one formatter
+//!   for both sides).
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
 //!   with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
@@ -42,6 +44,7 @@ pub mod jobs;
 pub mod kv;
 pub mod notify;
 pub mod once;
+pub mod permission;
 pub mod poll;
 pub mod remote;
 pub mod status;

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_core::{kv, names, Doc, Refusal, Request};
+
+use crate::permission::{Denial, Presented};
 use baton_store::{
     Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
     Wake, WatchHandle,
@@ -335,12 +337,7 @@ impl RemoteStore {
             .to_owned();
         let store = self.described.clone();
         match status.as_u16() {
-            401 | 403 => StoreError::Denied {
-                store,
-                action: if status == 401 { "a token" } else { "a scope" }.into(),
-                resource: "this key (set BATON_TOKEN to a token with the scope)".into(),
-                reason: message,
-            },
+            401 | 403 => self.denied(status, &body["error"]),
             503 if body["error"]["code"] == "ambiguous" => StoreError::Ambiguous {
                 store,
                 reason: message,
@@ -353,6 +350,31 @@ impl RemoteStore {
                 store,
                 source: format!("the server answered {status}: {message}").into(),
             },
+        }
+    }
+
+    /// A server's 401 or 403 as a store error that says which scope, on which key, which
+    /// token, and how to get one ([`crate::permission`]). Whether a token was sent at all only
+    /// the client knows.
+    fn denied(&self, status: reqwest::StatusCode, error: &Value) -> StoreError {
+        let token = match (&self.token, error["token"].as_str()) {
+            (None, _) => Presented::Nothing,
+            (Some(_), Some(name)) if status == reqwest::StatusCode::FORBIDDEN => {
+                Presented::Named(name)
+            }
+            (Some(_), _) => Presented::Unknown,
+        };
+        let denial = Denial {
+            scope: error["scope"].as_str(),
+            key: error["key"].as_str(),
+            token,
+        };
+        StoreError::Denied {
+            store: self.described.clone(),
+            // The whole sentence is the reason: a scope is not a policy action to allow.
+            action: String::new(),
+            resource: String::new(),
+            reason: denial.sentence(),
         }
     }
 

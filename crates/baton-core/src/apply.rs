@@ -435,9 +435,9 @@ impl Work<'_> {
         limits::check_ttl("waiter TTL", e.waiter_ttl_ms)?;
         if !(limits::CLAIM_MIN_MS..=TTL_MAX_MS).contains(&e.claim_ms) {
             return Err(limits::InvalidInput(format!(
-                "the claim window is {} ms; it must be between {} ms and 7 days",
-                e.claim_ms,
-                limits::CLAIM_MIN_MS
+                "the claim window is {}; it must be between {} and 7d",
+                crate::duration::human_ms(e.claim_ms),
+                crate::duration::human_ms(limits::CLAIM_MIN_MS)
             ))
             .into());
         }

@@ -289,8 +289,8 @@ impl JobSpec {
         }
         if self.backoff_ms > crate::limits::TTL_MAX_MS {
             return Err(InvalidInput(format!(
-                "--backoff is {} ms; it must be at most 7 days",
-                self.backoff_ms
+                "--backoff is {}; it must be at most 7d",
+                crate::duration::human_ms(self.backoff_ms)
             )));
         }
         if self.delay_ms > DELAY_MAX_MS {

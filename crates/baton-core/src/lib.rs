@@ -8,6 +8,7 @@
 //! # Layout
 //!
 //! - [`limits`]: every limit of the design, and the checks of input at the edge.
+//! - [`duration`]: the one way a duration is written for people (`7d`, `1h30m`, `850ms`).
 //! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
 //! - [`op`]: the operations and their replies.
 //! - [`order`]: how `--order` values compare (numbers as integers, text as strings).
@@ -33,6 +34,7 @@ pub mod backlog;
 pub mod check;
 pub mod clock;
 pub mod doc;
+pub mod duration;
 pub mod estimate;
 pub mod freeze;
 pub mod history;

@@ -162,7 +162,8 @@ pub fn check_token(token: &str) -> Result<(), InvalidInput> {
 pub fn check_ttl(what: &str, ttl_ms: u64) -> Result<(), InvalidInput> {
     if !(TTL_MIN_MS..=TTL_MAX_MS).contains(&ttl_ms) {
         return Err(InvalidInput(format!(
-            "the {what} is {ttl_ms} ms; it must be between 1s and 7 days"
+            "the {what} is {}; it must be between 1s and 7d",
+            crate::duration::human_ms(ttl_ms)
         )));
     }
     Ok(())

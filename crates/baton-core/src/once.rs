@@ -82,8 +82,8 @@ impl OnceSpec {
         }
         if !(RETAIN_MIN_MS..=RETAIN_MAX_MS).contains(&self.retain_ms) {
             return Err(InvalidInput(format!(
-                "--retain is {} ms; it must be between 1 second and 3650 days",
-                self.retain_ms
+                "--retain is {}; it must be between 1s and 3650d",
+                crate::duration::human_ms(self.retain_ms)
             )));
         }
         Ok(())

@@ -9,6 +9,9 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
+use baton_client::permission::{Denial, Presented};
+use serde_json::json;
+
 use crate::error::ApiError;
 use crate::tokens::{Principal, Scope};
 use crate::State;
@@ -23,11 +26,7 @@ impl Caller {
         if self.0.may(needed, key) {
             return Ok(());
         }
-        Err(ApiError::forbidden(format!(
-            "the token {:?} has no {} scope on the key {key:?}",
-            self.0.name,
-            needed.as_str()
-        )))
+        Err(self.forbidden(needed, Some(key)))
     }
 
     /// Refuses (403) unless the caller may do `needed` on some key.
@@ -35,12 +34,35 @@ impl Caller {
         if self.0.may_somewhere(needed) {
             return Ok(());
         }
-        Err(ApiError::forbidden(format!(
-            "the token {:?} has no {} scope",
-            self.0.name,
-            needed.as_str()
-        )))
+        Err(self.forbidden(needed, None))
     }
+
+    /// The 403: its message, and its parts as fields for clients (the scope, the key, the
+    /// token's name), which rebuild the same sentence with what only they know.
+    fn forbidden(&self, needed: Scope, key: Option<&str>) -> ApiError {
+        let denial = Denial {
+            scope: Some(needed.as_str()),
+            key,
+            token: Presented::Named(&self.0.name),
+        };
+        let error = ApiError::forbidden(denial.sentence())
+            .with("scope", json!(needed.as_str()))
+            .with("token", json!(self.0.name));
+        match key {
+            Some(key) => error.with("key", json!(key)),
+            None => error,
+        }
+    }
+}
+
+/// A 401: no token, or one the server does not know.
+fn unauthorized(token: Presented) -> ApiError {
+    let denial = Denial {
+        scope: None,
+        key: None,
+        token,
+    };
+    ApiError::unauthorized(denial.sentence())
 }
 
 impl FromRequestParts<Arc<State>> for Caller {
@@ -50,12 +72,10 @@ impl FromRequestParts<Arc<State>> for Caller {
         let Some(tokens) = &state.tokens else {
             return Ok(Caller(Principal::everyone()));
         };
-        let header = parts.headers.get(AUTHORIZATION).ok_or_else(|| {
-            ApiError::unauthorized(
-                "this server needs a token: send `Authorization: Bearer TOKEN` (the CLI sends \
-                 $BATON_TOKEN or --token)",
-            )
-        })?;
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or_else(|| unauthorized(Presented::Nothing))?;
         let token = header
             .to_str()
             .ok()
@@ -65,8 +85,9 @@ impl FromRequestParts<Arc<State>> for Caller {
                 ApiError::unauthorized("the Authorization header must be `Bearer TOKEN`")
             })?;
         tokens
+            .current()
             .identify(token)
             .map(Caller)
-            .ok_or_else(|| ApiError::unauthorized("this server does not know that token"))
+            .ok_or_else(|| unauthorized(Presented::Unknown))
     }
 }

@@ -6,7 +6,7 @@
 //! [`auth`]), an HTTP API for every client operation ([`routes`]), push for waiters
 //! ([`feeds`]: one follower per key, however many wait), and, later, a dashboard and metrics.
 //!
-//! - [`tokens`]: the tokens file, hashes and scopes.
+//! - [`tokens`]: the tokens file, hashes and scopes; [`tokens_file`]: editing it (`baton tokens`).
 //! - [`hosts`]: which `Host` and `Origin` a server without tokens answers (DNS rebinding).
 //! - [`feeds`]: the watched keys' feeds.
 //! - [`metrics`]: `/metrics`, and the store wrapper that times every call.
@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod routes;
 pub mod tls;
 pub mod tokens;
+pub mod tokens_file;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,7 +38,7 @@ use baton_store::Store;
 use crate::feeds::Feeds;
 use crate::hosts::AllowedHosts;
 use crate::metrics::{Measured, Metrics};
-use crate::tokens::Tokens;
+use crate::tokens::LiveTokens;
 
 /// The largest request body a route reads: a job's parameters (256 KiB) with room for the rest.
 pub const BODY_MAX_BYTES: usize = 512 * 1024;
@@ -59,6 +60,9 @@ pub struct Options {
     pub poll: std::time::Duration,
     /// A PEM certificate chain and its private key: serve HTTPS ([`tls`]).
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Serve `/metrics` to anyone: a scraper without a token. Without it, with a tokens file,
+    /// `/metrics` needs a token that may read some key (its gauges name key prefixes).
+    pub metrics_public: bool,
 }
 
 /// What every request handler shares.
@@ -68,14 +72,16 @@ pub struct State {
     pub store: Arc<dyn Store>,
     /// Runs operations on it.
     pub coord: Arc<Coordinator>,
-    /// The tokens it accepts; `None`: everyone may do everything.
-    pub tokens: Option<Tokens>,
+    /// The tokens it accepts, read again on SIGHUP; `None`: everyone may do everything.
+    pub tokens: Option<Arc<LiveTokens>>,
     /// Without tokens, the hosts a request may name ([`hosts`]); `None` with tokens.
     pub hosts: Option<AllowedHosts>,
     /// The watched keys' feeds.
     pub feeds: Arc<Feeds>,
     /// What `/metrics` shows.
     pub metrics: Arc<Metrics>,
+    /// Whether `/metrics` is served without a token ([`Options::metrics_public`]).
+    pub metrics_public: bool,
 }
 
 /// Why the server could not start or stopped.
@@ -93,14 +99,17 @@ pub enum ServeError {
 /// to it timed for `/metrics`).
 pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeError> {
     let tokens = match &options.tokens {
-        Some(path) => Some(Tokens::read(path).map_err(ServeError::Refused)?),
+        Some(path) => Some(Arc::new(
+            LiveTokens::read(path).map_err(ServeError::Refused)?,
+        )),
         None => None,
     };
     if tokens.is_none() && !options.listen.ip().is_loopback() && !options.insecure {
         return Err(ServeError::Refused(format!(
             "without --tokens FILE every caller may do everything, so baton serve listens on \
-             loopback only; {} is not: give --tokens FILE (`baton token new` makes one), or \
-             --insecure if a proxy in front checks callers",
+             loopback only; {} is not: give --tokens FILE (`baton tokens new NAME --scope \
+             SCOPE:PREFIX --file FILE` makes one), or --insecure if a proxy in front checks \
+             callers",
             options.listen
         )));
     }
@@ -126,6 +135,7 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
         tokens,
         hosts,
         metrics,
+        metrics_public: options.metrics_public,
     })
 }
 
@@ -173,6 +183,35 @@ pub async fn serve(
         }
     };
     served.map_err(|e| ServeError::Io(format!("serving failed: {e}")))
+}
+
+/// Reads the tokens file again on every SIGHUP, for as long as the process lives, and tells
+/// `report` what came of it: how many tokens there are now, or why the file was not taken
+/// (the tokens as they were stay). Without a tokens file a SIGHUP is only reported, so that it
+/// never stops a server by surprise. Needs a Tokio runtime.
+pub fn reload_tokens_on_sighup(
+    tokens: Option<Arc<LiveTokens>>,
+    report: impl Fn(Result<String, String>) + Send + 'static,
+) -> Result<(), ServeError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hangups = signal(SignalKind::hangup())
+        .map_err(|e| ServeError::Io(format!("cannot listen for SIGHUP: {e}")))?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            let Some(tokens) = &tokens else {
+                report(Err(
+                    "SIGHUP: there is no tokens file to read again (--tokens)".to_owned(),
+                ));
+                continue;
+            };
+            let path = tokens.path().display().to_string();
+            report(match tokens.reload() {
+                Ok(n) => Ok(format!("SIGHUP: read {path} again: {n} tokens")),
+                Err(error) => Err(format!("SIGHUP: kept the tokens as they were: {error}")),
+            });
+        }
+    });
+    Ok(())
 }
 
 /// Resolves on SIGTERM or SIGINT.

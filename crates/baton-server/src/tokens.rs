@@ -8,7 +8,8 @@
 //! A presented token is hashed and compared with every entry in constant time, so the time an
 //! answer takes says nothing about how close a guess was.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -112,12 +113,12 @@ impl Principal {
 /// The tokens file as written.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct File {
-    tokens: Vec<Entry>,
+pub(crate) struct File {
+    pub(crate) tokens: Vec<Entry>,
 }
 
 /// One token of the file.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Entry {
     /// Its name, for logs and the dashboard.
@@ -163,7 +164,8 @@ impl Tokens {
         let file: File = serde_json::from_str(text).map_err(|e| {
             format!(
                 "{e}; it must be JSON: {{\"tokens\": [{{\"name\": …, \"sha256\": …, \"scopes\": \
-                 [\"lock:deploy/\"]}}]}} (`baton token new` prints an entry)"
+                 [\"lock:deploy/\"]}}]}} (`baton tokens new NAME --scope SCOPE:PREFIX --file \
+                 FILE` writes one)"
             )
         })?;
         let mut known = Vec::new();
@@ -210,6 +212,51 @@ impl Tokens {
             }
         }
         found
+    }
+}
+
+/// The tokens a running server accepts: read from its file at the start, and read again on
+/// SIGHUP ([`crate::reload_tokens_on_sighup`]). A file that fails to read or parse changes
+/// nothing: the server goes on with the tokens it had.
+#[derive(Debug)]
+pub struct LiveTokens {
+    path: PathBuf,
+    current: RwLock<Arc<Tokens>>,
+}
+
+impl LiveTokens {
+    /// Reads `path`.
+    pub fn read(path: &Path) -> Result<LiveTokens, String> {
+        Ok(LiveTokens {
+            path: path.to_owned(),
+            current: RwLock::new(Arc::new(Tokens::read(path)?)),
+        })
+    }
+
+    /// The tokens as last read. A request holds its copy for as long as it is judged.
+    pub fn current(&self) -> Arc<Tokens> {
+        // A poisoned lock still holds a whole `Arc` (it is only ever replaced whole).
+        match self.current.read() {
+            Ok(tokens) => tokens.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Reads the file again: how many tokens it has now, or why it was not taken (the
+    /// tokens as they were stay).
+    pub fn reload(&self) -> Result<usize, String> {
+        let tokens = Arc::new(Tokens::read(&self.path)?);
+        let n = tokens.len();
+        match self.current.write() {
+            Ok(mut current) => *current = tokens,
+            Err(poisoned) => *poisoned.into_inner() = tokens,
+        }
+        Ok(n)
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

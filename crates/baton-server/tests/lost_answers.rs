@@ -33,6 +33,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         allow_hosts: Vec::new(),
         poll: Duration::from_millis(250),
         tls: None,
+        metrics_public: false,
     };
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();

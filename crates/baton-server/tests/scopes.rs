@@ -353,6 +353,7 @@ async fn app(dir: &tempfile::TempDir, callers: &[Who]) -> axum::Router {
         allow_hosts: Vec::new(),
         poll: Duration::from_millis(250),
         tls: None,
+        metrics_public: false,
     };
     router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

@@ -38,8 +38,10 @@ pub enum StoreError {
         reason: String,
     },
     /// The store refused an operation for want of permission (an IAM policy, a database role):
-    /// the message names the action to allow, so that an operator can fix the policy.
-    #[error("{store}: permission denied: baton needs `{action}` on {resource}: {reason}")]
+    /// the message names the action to allow, so that an operator can fix the policy. A
+    /// refusal by `baton serve` has no policy action: its `reason` is the whole sentence
+    /// (`baton_client::permission`), and `action` is empty.
+    #[error("{store}: permission denied: {}", needs(action, resource, reason))]
     Denied {
         /// Which store.
         store: String,
@@ -63,6 +65,15 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+}
+
+/// What a [`StoreError::Denied`] says after "permission denied: ".
+fn needs(action: &str, resource: &str, reason: &str) -> String {
+    if action.is_empty() {
+        reason.to_owned()
+    } else {
+        format!("baton needs `{action}` on {resource}: {reason}")
+    }
 }
 
 /// An error and its sources, as one line: drivers wrap the cause that says what happened

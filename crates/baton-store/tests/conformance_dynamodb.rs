@@ -697,7 +697,7 @@ async fn history_items_expire_by_the_tables_ttl_which_init_turns_on() {
     let url = format!("{}?history_max_age=2d", server_url());
     let store = DynamoStore::open(&url).await.unwrap();
     let said = store.init().await.unwrap();
-    assert!(said.contains("history entries expire 2days"), "{said}");
+    assert!(said.contains("history entries expire 2d "), "{said}");
     let again = store.init().await.unwrap();
     assert!(
         again.contains("TTL is on for attribute `x`; nothing to do"),

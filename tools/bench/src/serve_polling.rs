@@ -96,6 +96,7 @@ pub async fn run(
         allow_hosts: Vec::new(),
         poll,
         tls: None,
+        metrics_public: false,
     };
     let state = baton_server::prepare(&options, counting.clone() as Arc<dyn Store>)
         .context("cannot prepare")?;

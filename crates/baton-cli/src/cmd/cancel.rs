@@ -10,8 +10,7 @@ use crate::Opened;
 
 /// Runs the `cancel` subcommand.
 pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key)
-        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
     let by = args
         .context
         .clone()

@@ -12,8 +12,7 @@ use crate::Opened;
 
 /// Runs the `check` subcommand.
 pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key)
-        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
     let snapshot = opened.coord.read(&args.key).await?;
     let uncertain_ms = opened.coord.store().capabilities().clock_uncertain_ms;
     let store_now_ms = match &snapshot.clock {

@@ -16,7 +16,7 @@ use crate::render;
 use crate::Opened;
 
 fn check_key(key: &str) -> Result<(), Failure> {
-    baton_core::limits::check_key(key).map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))
+    baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))
 }
 
 /// The failure of a command given a job id the key does not know (`wait`, `why`, `jobs show`).

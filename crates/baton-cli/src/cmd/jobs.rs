@@ -129,8 +129,7 @@ fn print_table(rows: &[JobRow]) -> Result<(), Failure> {
 
 /// `baton jobs show KEY JOB_ID`.
 async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key)
-        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
     baton_core::limits::check_id(&args.id).map_err(|e| Failure::usage(e.to_string()))?;
     let coord = &opened.coord;
     let standing = jobs::standing(coord, &args.key, &args.id).await?;

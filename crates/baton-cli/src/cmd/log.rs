@@ -24,8 +24,7 @@ const FOLLOW_BATCH: usize = 1000;
 
 /// Runs the `log` subcommand.
 pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key)
-        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
     let store = opened.coord.store();
     let mut records = store.history_tail(&args.key, args.n as usize).await?;
     let freezes = freeze_lines(opened, &args.key, &records, args.n as usize).await;

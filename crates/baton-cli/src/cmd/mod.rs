@@ -18,5 +18,6 @@ pub mod serve;
 pub mod status;
 pub mod supervisor;
 pub mod token;
+pub mod tokens;
 pub mod why;
 pub mod worker;

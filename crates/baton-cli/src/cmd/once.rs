@@ -19,8 +19,7 @@ use crate::{render, wait, Opened};
 /// Runs the `once` subcommand.
 pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
     let key = args.key.as_str();
-    baton_core::limits::check_key(key)
-        .map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))?;
+    baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))?;
     let spec = OnceSpec {
         seq: args.seq,
         max_attempts: args.max_attempts,
@@ -73,7 +72,7 @@ pub async fn once(opened: &Opened, args: OnceArgs) -> Result<i32, Failure> {
             if !args.waiting.quiet {
                 eprintln!(
                     "baton: {key}: succeeded and recorded; later callers skip it for {}",
-                    humantime::format_duration(args.retain)
+                    crate::render::duration(args.retain)
                 );
             }
         } else {

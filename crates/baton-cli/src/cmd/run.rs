@@ -160,7 +160,7 @@ pub async fn hold_and_run(
                     "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
                      SIGKILL after {}s)",
                     keys_of(&leases),
-                    humantime::format_duration(max_hold.unwrap_or_default()),
+                    crate::render::duration(max_hold.unwrap_or_default()),
                     MAX_HOLD_GRACE.as_secs()
                 );
                 overran_at = Some(Instant::now());
@@ -211,7 +211,7 @@ pub async fn hold_and_run(
     if let Some(max_hold) = max_hold.filter(|_| overran_at.is_some()) {
         let reason = format!(
             "held longer than --max-hold {}; the command was stopped",
-            humantime::format_duration(max_hold)
+            crate::render::duration(max_hold)
         );
         if let Err(error) = guard
             .release_with_reason(Outcome::Failed, Some(reason))

@@ -618,7 +618,7 @@ async fn watch_terminal(opened: &Opened, args: &StatusArgs, view: &View) -> std:
         let (width, height) = render::terminal_size().unwrap_or((80, 24));
         let title = format!(
             "every {} · {} · Ctrl-C to stop",
-            humantime::format_duration(args.interval),
+            crate::render::duration(args.interval),
             render::rfc3339_seconds(baton_client::wall_ms()),
         );
         let body = match read_all(opened, &args.prefix).await {

@@ -7,7 +7,7 @@ use crate::exit::{self, Failure};
 use crate::Opened;
 
 fn check_key(key: &str) -> Result<(), Failure> {
-    baton_core::limits::check_key(key).map_err(|e| Failure::usage(format!("bad key {key:?}: {e}")))
+    baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))
 }
 
 /// An empty token is a script's mistake (`"$TOKEN"` never set), a usage error; any other token

@@ -17,8 +17,7 @@ const WORKER_SILENT_MS: u64 = 60_000;
 
 /// Runs the `why` subcommand.
 pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key)
-        .map_err(|e| Failure::usage(format!("bad key {:?}: {e}", args.key)))?;
+    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
     if let Some(id) = &args.id {
         baton_core::limits::check_id(id).map_err(|e| Failure::usage(e.to_string()))?;
     }

@@ -66,8 +66,7 @@ fn check(args: &WorkerArgs) -> Result<(), Failure> {
     for pattern in &args.patterns {
         // A pattern is a key, or a prefix ending in `/`.
         let key = pattern.strip_suffix('/').unwrap_or(pattern);
-        baton_core::limits::check_key(key)
-            .map_err(|e| Failure::usage(format!("bad pattern {pattern:?}: {e}")))?;
+        baton_core::limits::check_key(key).map_err(|e| Failure::bad("pattern", pattern, e))?;
     }
     if args.poll < Duration::from_millis(10) {
         return Err(Failure::usage("--poll must be at least 10ms"));
@@ -141,7 +140,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
                             "baton: worker stopping: no new jobs; {} running may finish within \
                              {} (signal again to give them back now)",
                             running.len(),
-                            humantime::format_duration(ctx.args.grace)
+                            crate::render::duration(ctx.args.grace)
                         );
                     }
                     draining_until = Some(crate::cli::instant_after(ctx.args.grace));
@@ -243,8 +242,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
         );
     }
     let (key, id, attempt) = (job.key().to_owned(), job.id().to_owned(), job.attempt);
-    let took =
-        humantime::format_duration(Duration::from_millis(millis(started.elapsed()))).to_string();
+    let took = crate::render::duration(started.elapsed());
     let said = match result {
         None => {
             job.heartbeat.stop_all();
@@ -349,7 +347,7 @@ fn judge(ended: &Ended, ctx: &Ctx) -> (Option<JobResult>, Option<i32>, Option<St
         Ended::OverRan(max_run) => {
             let error = Some(format!(
                 "ran longer than --max-run {}; stopped",
-                humantime::format_duration(*max_run)
+                crate::render::duration(*max_run)
             ));
             (
                 Some(JobResult::Failed {

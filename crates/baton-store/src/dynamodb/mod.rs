@@ -778,7 +778,7 @@ impl Store for DynamoStore {
         let inner = &self.inner;
         let table = table::ensure(&inner.client, &inner.description, &inner.table).await?;
         let expiry = table::ensure_expiry(&inner.client, &inner.description, &inner.table).await?;
-        let age = humantime::format_duration(inner.history_max_age);
+        let age = baton_core::duration::human(inner.history_max_age);
         Ok(format!(
             "{table}\n{expiry}: history entries expire {age} after they are stored \
              (history_max_age)"
