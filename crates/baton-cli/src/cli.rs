@@ -47,18 +47,77 @@ Examples:
   baton release db/migrate \"$TOKEN\"                  ... release in another job
   baton status deploy/                               who holds what, who waits
 
-Store: --store URL or BATON_STORE; `sqlite:PATH` (the default is a per-user file under the XDG
-state directory, which gives no exclusion across machines or CI runners) or `memory:` (tests).";
+Store (--store URL, or BATON_STORE), for every command:
+  sqlite:PATH                       one machine; the default is $XDG_STATE_HOME/baton/baton.db,
+                                    which gives no exclusion across machines or CI runners
+  postgres://USER@HOST:PORT/DB      redis://HOST:PORT/DB      etcd://HOST:PORT/PREFIX
+  s3://BUCKET/PREFIX                dynamodb://TABLE
+  http(s)://HOST:PORT[,HOST:PORT]   through `baton serve` (tried in turn), with --token";
+
+/// The commands where `--token` (a client's token for a server) means nothing: it is not offered
+/// there, and refused (`serve` takes `--tokens FILE`).
+const WITHOUT_CLIENT_TOKEN: [&str; 4] = ["serve", "tokens", "completions", "man"];
+
+/// The commands that open no store: `--store` is not offered there either.
+const WITHOUT_STORE: [&str; 3] = ["tokens", "completions", "man"];
+
+/// The heading of the options every command takes.
+const GLOBAL: &str = "Global options";
+
+/// The command line as parsed: the derived [`Cli`], with `--token` taken out of the commands
+/// it does not apply to. A command's own (hidden) argument of the same id stops the global one
+/// from reaching it.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let hidden = |id: &'static str, long: &'static str| {
+        clap::Arg::new(id).long(long).value_name("VALUE").hide(true)
+    };
+    let command = WITHOUT_CLIENT_TOKEN
+        .iter()
+        .fold(Cli::command(), |command, name| {
+            command.mut_subcommand(name, |sub| sub.arg(hidden("server_token", "token")))
+        });
+    WITHOUT_STORE.iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| sub.arg(hidden("store", "store")))
+    })
+}
+
+/// Parses the process's arguments with [`command`].
+pub fn parse() -> Result<Cli, clap::Error> {
+    use clap::FromArgMatches;
+    let mut command = command();
+    let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    if let Some((name, sub)) = matches.subcommand() {
+        let given = |id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+        let refused = if given("server_token") && WITHOUT_CLIENT_TOKEN.contains(&name) {
+            Some("`--token` is what a client sends to a server")
+        } else if given("store") && WITHOUT_STORE.contains(&name) {
+            Some("`--store` names the store a command reads or writes")
+        } else {
+            None
+        };
+        if let Some(what) = refused {
+            return Err(command.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{what}; `baton {name}` takes none"),
+            ));
+        }
+    }
+    Cli::from_arg_matches_mut(&mut matches).map_err(|error| error.format(&mut command))
+}
 
 /// The `baton` command line.
 #[derive(Debug, Parser)]
 #[command(name = "baton", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
-    /// Where keys live: `sqlite:PATH`, `postgres://USER@HOST/DB`, `redis://HOST:PORT`,
-    /// `etcd://HOST:PORT/PREFIX`, `s3://BUCKET/PREFIX`, `dynamodb://TABLE`, or
-    /// `http://HOST:PORT[,HOST:PORT]` through `baton serve` (tried in turn).
-    /// Default: $XDG_STATE_HOME/baton/baton.db
-    #[arg(long, global = true, env = "BATON_STORE", value_name = "URL")]
+    /// Where keys live (`baton --help` lists the URLs) [default: a per-user SQLite file]
+    #[arg(
+        long,
+        global = true,
+        env = "BATON_STORE",
+        value_name = "URL",
+        help_heading = GLOBAL
+    )]
     pub store: Option<String>,
 
     /// The token for a store reached through `baton serve` (`--store http://HOST:PORT`)
@@ -69,13 +128,14 @@ pub struct Cli {
         global = true,
         env = "BATON_TOKEN",
         value_name = "TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = GLOBAL
     )]
     pub server_token: Option<String>,
 
     /// Log what baton does to stderr: -v each operation, wait step and notification, -vv each
     /// request made of the store (BATON_LOG=FILTER, e.g. `debug`, logs dependencies too)
-    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = GLOBAL)]
     pub verbose: u8,
 
     /// The command.
@@ -83,9 +143,11 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands.
+/// The subcommands, in the order `--help` lists them: a reader meets locks first, then jobs,
+/// run-once, values, notifications, operations, the server and the shell.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    // ----- locks -----
     /// Wait for a turn at KEY..., run CMD while holding it, release when CMD exits
     #[command(after_help = RUN_HELP)]
     Run(RunArgs),
@@ -98,57 +160,65 @@ pub enum Command {
     Renew(RenewArgs),
     /// Show who holds each key, who waits, and how the last turn ended
     Status(StatusArgs),
-    /// Cancel a queued ticket, or force-release a held one (recorded as forced)
-    Cancel(CancelArgs),
     /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not, 76 if asked to stop
     #[command(after_help = CHECK_HELP)]
     Check(CheckArgs),
+    /// Cancel a queued ticket, or force-release a held one (recorded as forced)
+    #[command(override_usage = "baton cancel [OPTIONS] <KEY> <ID|--queued>")]
+    Cancel(CancelArgs),
+    /// Show how a key's past turns ended, newest first; --follow for new ones
+    Log(LogArgs),
+    // ----- jobs -----
+    /// Queue a job for KEY: work a `baton worker` runs when the key has room
+    #[command(after_help = SUBMIT_HELP)]
+    Submit(SubmitArgs),
+    /// Run the jobs of matching keys with CMD, each when its key has room
+    #[command(after_help = WORKER_HELP)]
+    Worker(WorkerArgs),
+    /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
+    #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
+    Jobs(JobsArgs),
+    /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
+    Wait(WaitJobArgs),
+    /// Why a job (or KEY's next job) is not running yet, in a few lines
+    Why(WhyArgs),
+    /// End a job's run held under --async: `baton complete KEY JOB_ID --job-token TOKEN`
+    Complete(CompleteArgs),
+    /// Queue a dead job again (KEY JOB_ID), or give a dead run-once KEY its attempts back
+    Retry(RetryArgs),
+    // ----- run-once -----
+    /// Run CMD unless a run of it already succeeded on KEY (--seq N: run step N in order)
+    #[command(after_help = ONCE_HELP)]
+    Once(OnceArgs),
+    // ----- values -----
+    /// Shared values: `baton kv set ci/version 1.4.2`, `baton kv get ci/version`
+    #[command(subcommand, after_help = KV_HELP)]
+    Kv(KvCommand),
+    // ----- notifications -----
+    /// Post events of keys (granted, released, failed, recovered, …) to a webhook or Slack
+    #[command(subcommand, after_help = NOTIFY_HELP)]
+    Notify(NotifyCommand),
+    // ----- operations -----
     /// Stop new grants on KEY or PREFIX/ for a while (holders finish, waiters keep their places)
     #[command(after_help = PAUSE_HELP)]
     Pause(PauseArgs),
     /// End the freezes set on KEY or PREFIX/ with `baton pause`
     Resume(ResumeArgs),
-    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
-    Completions(CompletionsArgs),
-    /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
-    Man(ManArgs),
-    /// Show how a key's past turns ended, newest first; --follow for new ones
-    Log(LogArgs),
     /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
     #[command(after_help = INIT_HELP)]
     Init(InitArgs),
-    /// Run CMD unless a run of it already succeeded on KEY (--seq N: run step N in order)
-    #[command(after_help = ONCE_HELP)]
-    Once(OnceArgs),
-    /// Queue a job for KEY: work a `baton worker` runs when the key has room
-    #[command(after_help = SUBMIT_HELP)]
-    Submit(SubmitArgs),
-    /// End a job's run held under --async: `baton complete KEY JOB_ID --job-token TOKEN`
-    Complete(CompleteArgs),
-    /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
-    Wait(WaitJobArgs),
-    /// Queue a dead job again (KEY JOB_ID), or give a dead run-once KEY its attempts back
-    Retry(RetryArgs),
-    /// Run the jobs of matching keys with CMD, each when its key has room
-    #[command(after_help = WORKER_HELP)]
-    Worker(WorkerArgs),
-    /// Why a job (or KEY's next job) is not running yet, in a few lines
-    Why(WhyArgs),
-    /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
-    #[command(args_conflicts_with_subcommands = true, after_help = JOBS_HELP)]
-    Jobs(JobsArgs),
-    /// Shared values: `baton kv set ci/version 1.4.2`, `baton kv get ci/version`
-    #[command(subcommand, after_help = KV_HELP)]
-    Kv(KvCommand),
-    /// Post events of keys (granted, released, failed, recovered, …) to a webhook or Slack
-    #[command(subcommand, after_help = NOTIFY_HELP)]
-    Notify(NotifyCommand),
+    // ----- server -----
     /// Serve the store over HTTP: an API for every command, for runners without store credentials
     #[command(after_help = SERVE_HELP)]
     Serve(ServeArgs),
     /// Tokens for `baton serve`: `baton tokens new ci --scope lock:deploy/ --file tokens.json`
     #[command(subcommand, after_help = TOKENS_HELP)]
     Tokens(TokensCommand),
+    // ----- shell -----
+    /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
+    Completions(CompletionsArgs),
+    /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
+    Man(ManArgs),
 }
 
 // `\x20`: a line continuation eats the indentation of the first example line.
@@ -821,13 +891,17 @@ pub struct StatusArgs {
     #[arg(short, long, value_name = "COLUMNS")]
     pub columns: Option<String>,
     /// Show at most N rows (1..=1000), and say how many were left out
+    // `-n`/`--max-rows` in every command that lists rows (`log` too); `-l`/`--limit-rows` still
+    // work, unlisted, for scripts written before (`--limit` is a semaphore's size).
     #[arg(
-        short = 'l',
+        short = 'n',
         long,
+        short_alias = 'l',
+        alias = "limit-rows",
         value_name = "N",
         value_parser = clap::value_parser!(u32).range(1..=1000)
     )]
-    pub limit_rows: Option<u32>,
+    pub max_rows: Option<u32>,
     /// How often --watch looks at the store (100ms..=1h)
     #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
     pub interval: Duration,
@@ -869,7 +943,8 @@ pub struct LogArgs {
     /// How many entries (1..=10000)
     #[arg(
         short = 'n',
-        long = "lines",
+        long = "max-rows",
+        alias = "lines",
         value_name = "N",
         default_value_t = 20,
         value_parser = clap::value_parser!(u32).range(1..=10000)
@@ -1212,19 +1287,25 @@ pub struct JobsArgs {
     /// Only keys starting with PREFIX [default: every key]
     #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
     pub prefix: String,
+    /// Words after PREFIX: none are taken; kept so that `jobs shwo KEY ID` can be answered as
+    /// the mistyped subcommand it is rather than as a prefix with stray words.
+    #[arg(value_name = "WORDS", hide = true)]
+    pub stray: Vec<String>,
     /// Only jobs in these states: a comma list of queued, running, succeeded, dead,
     /// cancelled, superseded, or all
     #[arg(short, long, value_name = "STATES", default_value = "queued,running")]
     pub state: String,
     /// Show at most N rows (1..=100000)
     #[arg(
-        short = 'l',
+        short = 'n',
         long,
+        short_alias = 'l',
+        alias = "limit-rows",
         value_name = "N",
         default_value_t = 1000,
         value_parser = clap::value_parser!(u32).range(1..=100_000)
     )]
-    pub limit_rows: u32,
+    pub max_rows: u32,
     /// One JSON object per line
     #[arg(long)]
     pub json: bool,

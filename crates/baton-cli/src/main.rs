@@ -18,13 +18,11 @@ mod wait;
 use std::io::Write;
 use std::sync::Arc;
 
-use clap::Parser;
-
 use crate::cli::{Cli, Command};
 use crate::exit::Failure;
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
         Err(error) => {
             // clap prints help and version to stdout (exit 0) and errors to stderr (exit 2).

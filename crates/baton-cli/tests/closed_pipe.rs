@@ -8,7 +8,8 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{baton_bin, with_fresh_sqlite, Ctx, Done, PROMPT};
+use common::help::{command_paths, help_of};
+use common::{with_fresh_sqlite, Ctx, Done, PROMPT};
 
 /// One run of baton into a closed pipe: the command path it covers (`kv ls`), its arguments
 /// and the exit code it must end with.
@@ -22,47 +23,6 @@ fn case(args: &[&str], code: i32) -> Case {
         args: args.iter().map(|a| (*a).to_owned()).collect(),
         code,
     }
-}
-
-/// The command paths `baton --help` lists, with the groups' subcommands (`kv get`).
-fn command_paths() -> Vec<String> {
-    let mut paths = Vec::new();
-    for command in listed_commands(&[]) {
-        let subcommands = listed_commands(&[command.as_str()]);
-        // A group that does something of its own (`jobs`, beside `jobs show`) is a path too.
-        let help = help_of(&[command.as_str()]);
-        let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap_or("");
-        if !usage.contains("<COMMAND>") {
-            paths.push(command.clone());
-        }
-        paths.extend(subcommands.into_iter().map(|s| format!("{command} {s}")));
-    }
-    paths
-}
-
-/// The commands in the "Commands:" section of `baton ARGS --help`, but `help`.
-fn listed_commands(args: &[&str]) -> Vec<String> {
-    let help = help_of(args);
-    let Some((_, section)) = help.split_once("Commands:\n") else {
-        return Vec::new();
-    };
-    section
-        .lines()
-        .take_while(|line| !line.trim().is_empty())
-        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| *name != "help")
-        .map(str::to_owned)
-        .collect()
-}
-
-fn help_of(args: &[&str]) -> String {
-    let output = std::process::Command::new(baton_bin())
-        .args(args)
-        .arg("--help")
-        .output()
-        .expect("run baton --help");
-    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Whether a command's help offers `--json` as an option.

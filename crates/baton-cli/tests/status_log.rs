@@ -246,12 +246,12 @@ fn status_table_shows_holders_then_the_queue_and_its_flags_choose_rows_and_colum
         ctx.baton(["status", &ctx.prefix, "-s", "gone"])
             .run()
             .assert_refused(&[2]);
-        ctx.baton(["status", &ctx.prefix, "-l", "0"])
+        ctx.baton(["status", &ctx.prefix, "-n", "0"])
             .run()
             .assert_refused(&[2]);
 
         // --limit-rows: 3 tickets and one free row, 1 shown.
-        let limited = Table::parse(&status_text(ctx, &["-l", "1"]));
+        let limited = Table::parse(&status_text(ctx, &["-n", "1"]));
         assert_eq!(limited.rows.len(), 1, "{limited:?}");
         assert_eq!(limited.rows_of(&busy, &["CONTEXT"]), [["H"]]);
         assert!(

@@ -3,14 +3,11 @@
 
 use std::io::Write;
 
-use clap::CommandFactory;
-
-use crate::cli::Cli;
 use crate::exit::{self, Failure};
 
 /// Prints the completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
-    let mut command = Cli::command();
+    let mut command = crate::cli::command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut command, "baton", &mut out);
     write_stdout(&out)
@@ -18,7 +15,7 @@ pub fn completions(shell: clap_complete::Shell) -> Result<i32, Failure> {
 
 /// Prints the manual page of baton, or of one subcommand (`baton-run(1)`), in roff.
 pub fn man(subcommand: Option<&str>) -> Result<i32, Failure> {
-    let mut command = Cli::command();
+    let mut command = crate::cli::command();
     command.build();
     let page = match subcommand {
         None => command,

@@ -24,9 +24,10 @@ pub async fn jobs(opened: &Opened, args: JobsArgs) -> Result<i32, Failure> {
     if let Some(JobsCommand::Show(show_args)) = args.show {
         return show(opened, show_args).await;
     }
+    check_stray_words(&args)?;
     let states = parse_states(&args.state)?;
     let ended_wanted = states.iter().any(|s| !matches!(*s, "queued" | "running"));
-    let limit = args.limit_rows as usize;
+    let limit = args.max_rows as usize;
     let ended = if ended_wanted { limit } else { 0 };
     let (rows, unread) = jobs::list(&opened.coord, &args.prefix, ended, limit).await?;
     let mut rows: Vec<JobRow> = rows
@@ -48,9 +49,29 @@ pub async fn jobs(opened: &Opened, args: JobsArgs) -> Result<i32, Failure> {
     }
     print_table(&rows)?;
     if left_out > 0 {
-        eprintln!("baton: {left_out} more not shown (-l)");
+        eprintln!("baton: {left_out} more not shown (-n N shows more)");
     }
     Ok(exit::OK)
+}
+
+/// `jobs PREFIX` takes one word: more are a mistyped subcommand (`jobs shwo KEY ID`), or a
+/// forgotten `show`; clap alone would call the second word a subcommand that cannot follow
+/// PREFIX.
+fn check_stray_words(args: &JobsArgs) -> Result<(), Failure> {
+    if args.stray.is_empty() {
+        return Ok(());
+    }
+    let word = args.prefix.as_str();
+    let rest = args.stray.join(" ");
+    if strsim::damerau_levenshtein(word, "show") <= 2 {
+        return Err(Failure::usage(format!(
+            "unknown subcommand {word}; did you mean `baton jobs show {rest}`?"
+        )));
+    }
+    Err(Failure::usage(format!(
+        "`baton jobs` takes one PREFIX, not `{word} {rest}`; `baton jobs show KEY JOB_ID` shows \
+         one job"
+    )))
 }
 
 fn parse_states(text: &str) -> Result<Vec<&'static str>, Failure> {

@@ -3,7 +3,7 @@
 //!
 //! Every form is built from one [`KeyStatus`] per key, read once: the JSON, the table and the
 //! change lines of a watch. Keys come in the order of what needs a look ([`Rank`]): busy, then
-//! failing, then free. `--state` and `--limit-rows` cut the same selection for all forms; on a
+//! failing, then free. `--state` and `--max-rows` cut the same selection for all forms; on a
 //! terminal, the table alone also leaves out the free keys that would push a busy one off the
 //! screen ([`free_left_out`]), unless `--state` was given.
 
@@ -269,7 +269,7 @@ impl View {
             states,
             columns,
             columns_chosen,
-            limit_rows: args.limit_rows.map(|n| n as usize),
+            limit_rows: args.max_rows.map(|n| n as usize),
             state_text,
             fit_screen: args.state.is_none(),
         })
@@ -351,7 +351,7 @@ impl View {
         }
         if shown.left_out > 0 {
             out.push_str(&format!(
-                "… {} more rows not shown (--limit-rows)\n",
+                "… {} more rows not shown (--max-rows)\n",
                 shown.left_out
             ));
         }
@@ -559,7 +559,7 @@ struct Shown<'a> {
     store: &'a str,
     /// Keys read, before any was left out.
     n_keys: usize,
-    /// Rows cut by `--limit-rows`.
+    /// Rows cut by `--max-rows`.
     left_out: usize,
     /// Free keys left out to fit the screen.
     free_left_out: usize,
@@ -638,7 +638,7 @@ async fn watch_terminal(opened: &Opened, args: &StatusArgs, view: &View) -> std:
         let more;
         if lines.len() > room {
             more = format!(
-                "… {} more lines (a taller window, --state or --limit-rows)",
+                "… {} more lines (a taller window, --state or --max-rows)",
                 lines.len() - (room - 1)
             );
             lines.truncate(room - 1);

@@ -23,6 +23,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod dist;
+pub mod help;
 pub mod http;
 
 use std::ffi::{OsStr, OsString};
