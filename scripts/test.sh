@@ -59,6 +59,7 @@ if [ "$status" -ne 2 ] || [[ "$refusal" != *"cargo feature \`redis\`"* ]]; then
     exit 1
 fi
 scratch=$(mktemp -d)
+"$few_stores" init --store "sqlite:$scratch/baton.db" >/dev/null
 "$few_stores" status --store "sqlite:$scratch/baton.db" >/dev/null
 rm -rf "$scratch"
 echo "the two-store build refuses redis:// (exit 2, naming the feature) and opens SQLite"

@@ -18,7 +18,9 @@ mod wait;
 use std::io::Write;
 use std::sync::Arc;
 
-use crate::cli::{Cli, Command};
+use baton_store::url::OpenMode;
+
+use crate::cli::{Cli, Command, KvCommand, NotifyCommand};
 use crate::exit::Failure;
 
 fn main() {
@@ -74,8 +76,12 @@ fn fail(failure: Failure) -> ! {
 }
 
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
-    let store_url = cli.store.clone();
-    warn_of_memory(store_url.as_deref());
+    warn_of_memory(cli.store.as_deref());
+    // The store `--store` names, with whether this command may create it.
+    let store_url = StoreChoice {
+        url: cli.store.clone(),
+        mode: open_mode(&cli.command),
+    };
     match cli.command {
         Command::Run(args) => {
             let opened = open_retrying(
@@ -141,6 +147,31 @@ fn warn_of_memory(url: Option<&str>) {
     }
 }
 
+/// The store a command opens: the URL `--store`/`BATON_STORE` gave (`None`: the per-user
+/// default), and whether opening it may create it.
+#[derive(Clone)]
+struct StoreChoice {
+    url: Option<String>,
+    mode: OpenMode,
+}
+
+/// [`OpenMode::Existing`] for the commands that only read, so that a mistyped path is an error
+/// rather than a new, empty store reporting that nothing is held; [`OpenMode::Create`] for
+/// every other (`init`, `serve`, `worker` and `notify deliver` included).
+fn open_mode(command: &Command) -> OpenMode {
+    let reads = match command {
+        Command::Status(_) | Command::Log(_) | Command::Why(_) | Command::Jobs(_) => true,
+        Command::Kv(command) => matches!(command, KvCommand::Get(_) | KvCommand::Ls(_)),
+        Command::Notify(command) => matches!(command, NotifyCommand::Ls(_)),
+        _ => false,
+    };
+    if reads {
+        OpenMode::Existing
+    } else {
+        OpenMode::Create
+    }
+}
+
 /// An opened store with its coordinator, and the URL it came from.
 pub struct Opened {
     /// Runs operations.
@@ -151,18 +182,19 @@ pub struct Opened {
 
 /// [`open`], for the commands that wait: a store that cannot be reached (restarting, failing
 /// over, cut off) is tried again for up to `retry` (`--store-retry`), as the wait itself would
-/// ride it out; saying so once unless `quiet`. Any other failure (a bad URL, a denied
-/// permission) is reported at once.
+/// ride it out; saying so once unless `quiet`. Any failure the store says will not heal (a bad
+/// URL, a file that is not a database, refused credentials, a denied permission:
+/// [`baton_store::StoreError::heals`]) is reported at once.
 async fn open_retrying(
-    url: Option<String>,
+    store: StoreChoice,
     retry: std::time::Duration,
     quiet: bool,
 ) -> Result<Opened, Failure> {
     let started = std::time::Instant::now();
     let mut told = false;
     loop {
-        match open(url.clone()).await {
-            Err(OpenError::Store(error @ baton_store::StoreError::Unavailable { .. })) => {
+        match open(store.clone()).await {
+            Err(OpenError::Store(error)) if error.heals() => {
                 if started.elapsed() >= retry {
                     return Err(error.into());
                 }
@@ -199,8 +231,13 @@ impl From<OpenError> for Failure {
 }
 
 /// Opens the store named by `--store`/`BATON_STORE`, or the per-user default.
-async fn open(url: Option<String>) -> Result<Opened, OpenError> {
-    let url = match url.filter(|u| !u.is_empty()) {
+///
+/// The default store is created by the first command that writes; until then a command that
+/// reads finds it empty (nothing held, no history) rather than an error, as on a fresh machine
+/// nothing is.
+async fn open(store: StoreChoice) -> Result<Opened, OpenError> {
+    let is_default = store.url.as_deref().is_none_or(str::is_empty);
+    let url = match store.url.filter(|u| !u.is_empty()) {
         Some(url) => url,
         None => {
             let path = baton_store::url::default_sqlite_path().ok_or_else(|| {
@@ -219,9 +256,16 @@ async fn open(url: Option<String>) -> Result<Opened, OpenError> {
         }
     };
     let token = std::env::var("BATON_TOKEN").ok().filter(|t| !t.is_empty());
-    let coord = baton_client::Coordinator::open(&url, token)
-        .await
-        .map_err(OpenError::Store)?;
+    let coord = match baton_client::Coordinator::open_in(&url, token, store.mode).await {
+        Ok(coord) => coord,
+        Err(baton_store::StoreError::Missing { store, .. }) if is_default => {
+            let empty = baton_store::memory::MemoryStore::standing_for(format!(
+                "{store} (not created yet: the first command that writes creates it)"
+            ));
+            baton_client::Coordinator::new(Arc::new(empty))
+        }
+        Err(error) => return Err(OpenError::Store(error)),
+    };
     Ok(Opened {
         coord: Arc::new(coord),
         url,

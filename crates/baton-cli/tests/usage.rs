@@ -93,7 +93,12 @@ fn global_options_are_told_once_under_their_heading() {
     for path in command_paths() {
         let args: Vec<&str> = path.split(' ').collect();
         let help = help_of(&args);
-        let forms = ["redis://HOST", "etcd://HOST", "s3://BUCKET", "dynamodb://TABLE"];
+        let forms = [
+            "redis://HOST",
+            "etcd://HOST",
+            "s3://BUCKET",
+            "dynamodb://TABLE",
+        ];
         assert!(
             !forms.iter().all(|form| help.contains(form)),
             "`baton {path} --help` repeats the store URLs"

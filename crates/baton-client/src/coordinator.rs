@@ -19,6 +19,7 @@ use baton_core::op::Refusal;
 use baton_core::{
     apply_with, decode, encode, Applied, Clock, Doc, Inputs, Observer, Reply, Request,
 };
+use baton_store::url::OpenMode;
 use baton_store::{CasOutcome, Replacement, Store, StoreClock, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
@@ -241,11 +242,22 @@ impl Coordinator {
     /// A coordinator for the store at `url`: through `baton serve` for `http(s)://…` (with
     /// `token`, the server's), else the store itself.
     pub async fn open(url: &str, token: Option<String>) -> Result<Coordinator, StoreError> {
+        Coordinator::open_in(url, token, OpenMode::Create).await
+    }
+
+    /// [`Coordinator::open`] in `mode`: with [`OpenMode::Existing`], a store that is not there
+    /// is [`StoreError::Missing`] and nothing is created (for commands that only read). A
+    /// server's store was opened by the server: the mode changes nothing there.
+    pub async fn open_in(
+        url: &str,
+        token: Option<String>,
+        mode: OpenMode,
+    ) -> Result<Coordinator, StoreError> {
         if crate::remote::is_remote(url) {
             let server = RemoteStore::open(url, token).await?;
             return Ok(Coordinator::through_server(Arc::new(server)));
         }
-        let store = baton_store::url::open(url).await?;
+        let store = baton_store::url::open_in(url, mode).await?;
         Ok(Coordinator::new(crate::traced::traced(store)))
     }
 

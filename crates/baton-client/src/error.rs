@@ -156,14 +156,12 @@ impl ClientError {
     }
 
     /// Whether trying again later may succeed: the store could not be reached, or did not say
-    /// whether a write landed (a restart, a failover, a network cut). A wait rides these out
-    /// ([`crate::AcquireOptions::store_retry`]); refusals, corrupt documents and the like are
-    /// final.
+    /// whether a write landed (a restart, a failover, a network cut): the store's own
+    /// classification, [`StoreError::heals`]. A wait rides these out
+    /// ([`crate::AcquireOptions::store_retry`]); refusals, corrupt documents, an unusable or
+    /// missing store and the like are final.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            ClientError::Store(StoreError::Unavailable { .. } | StoreError::Ambiguous { .. })
-        )
+        matches!(self, ClientError::Store(error) if error.heals())
     }
 }
 

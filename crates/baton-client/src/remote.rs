@@ -121,7 +121,7 @@ impl RemoteStore {
     /// answers which store it serves.
     pub async fn open(url: &str, token: Option<String>) -> Result<RemoteStore, StoreError> {
         let servers = parse_servers(url)?;
-        let unavailable = |reason: String| StoreError::Unavailable {
+        let unusable = |reason: String| StoreError::Unusable {
             store: url.to_owned(),
             reason,
         };
@@ -132,12 +132,12 @@ impl RemoteStore {
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(2)
             .build()
-            .map_err(|e| unavailable(format!("cannot make an HTTP client: {e}")))?;
+            .map_err(|e| unusable(format!("cannot make an HTTP client: {e}")))?;
         let streaming = crate::notify::http_builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(FEED_SILENCE)
             .build()
-            .map_err(|e| unavailable(format!("cannot make an HTTP client: {e}")))?;
+            .map_err(|e| unusable(format!("cannot make an HTTP client: {e}")))?;
         let mut store = RemoteStore {
             described: format!("baton serve at {}", servers.join(",")),
             servers,
@@ -301,11 +301,21 @@ impl RemoteStore {
         }))
     }
 
+    /// A server that could not be reached: a refused or cut connection heals by itself, a
+    /// certificate that is not trusted needs someone to act.
     fn unavailable(&self, error: &reqwest::Error) -> StoreError {
-        StoreError::Unavailable {
-            store: self.described.clone(),
-            reason: crate::notify::error_chain(error),
+        let reason = crate::notify::error_chain(error);
+        let store = self.described.clone();
+        if reason.to_ascii_lowercase().contains("certificate") {
+            return StoreError::Unusable {
+                store,
+                reason: format!(
+                    "{reason}; the server's TLS certificate is not trusted here: check the \
+                     URL's host, or trust the CA that signed it"
+                ),
+            };
         }
+        StoreError::Unavailable { store, reason }
     }
 
     fn ambiguous(&self, error: &reqwest::Error) -> StoreError {
@@ -339,6 +349,11 @@ impl RemoteStore {
         match status.as_u16() {
             401 | 403 => self.denied(status, &body["error"]),
             503 if body["error"]["code"] == "ambiguous" => StoreError::Ambiguous {
+                store,
+                reason: message,
+            },
+            // The server's store failed in a way that will not heal (`baton serve` says so).
+            503 if body["error"]["code"] == "store_unusable" => StoreError::Unusable {
                 store,
                 reason: message,
             },

@@ -81,7 +81,15 @@ impl IntoResponse for ApiError {
 }
 
 impl From<baton_store::StoreError> for ApiError {
+    /// 503 either way (a client may try another server); the code tells a client whether
+    /// trying again may help (`store_unavailable`) or not (`store_unusable`), as the store
+    /// classified the error ([`baton_store::StoreError::heals`]).
     fn from(error: baton_store::StoreError) -> ApiError {
-        ApiError::unavailable(error.to_string())
+        let heals = error.heals();
+        let mut api_error = ApiError::unavailable(error.to_string());
+        if !heals {
+            api_error.code = "store_unusable";
+        }
+        api_error
     }
 }

@@ -1,6 +1,16 @@
 //! The one error type of every store.
 
 /// An error from a store. Contention is not an error: a stale CAS is [`crate::CasOutcome::Conflict`].
+///
+/// Each store's `errors.rs` decides once whether a failure can heal by itself: a connection
+/// refused, a timeout, a server restarting or a locked file is [`StoreError::Unavailable`] (or
+/// [`StoreError::Ambiguous`] for a write); a file that is not a database, a read-only file, a
+/// refused password or a denied permission is [`StoreError::Unusable`] (or
+/// [`StoreError::Denied`], [`StoreError::Incompatible`], [`StoreError::BadUrl`],
+/// [`StoreError::Missing`]). A variant rather than a flag on `Unavailable`, so that every place
+/// that builds an error has to choose, and every retry loop asks the one question
+/// [`StoreError::heals`] instead of guessing from a message: waiting a minute for an error that
+/// cannot go away only delays the message that says what to fix.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -18,6 +28,26 @@ pub enum StoreError {
         /// Which store (its description).
         store: String,
         /// Why, and what to do about it.
+        reason: String,
+    },
+    /// The store cannot be used as it is, and trying again will not change that (a file that
+    /// is not a SQLite database, a read-only file, a directory that cannot be created, refused
+    /// credentials, a role without a permission baton needs): someone has to fix something.
+    #[error("cannot use {store}: {reason}")]
+    Unusable {
+        /// Which store (its description).
+        store: String,
+        /// Why, and what to fix.
+        reason: String,
+    },
+    /// There is no baton store where the URL points (a mistyped SQLite path, a database
+    /// without baton's tables, a DynamoDB table that does not exist), and it was opened to be
+    /// read ([`crate::url::OpenMode::Existing`]), so nothing was created.
+    #[error("no baton store at {store}: {reason}")]
+    Missing {
+        /// Which store (its description: the path or the table).
+        store: String,
+        /// What to do: check the URL, or create the store.
         reason: String,
     },
     /// An operation may or may not have taken effect (a timeout or a dropped connection after
@@ -73,6 +103,18 @@ fn needs(action: &str, resource: &str, reason: &str) -> String {
         reason.to_owned()
     } else {
         format!("baton needs `{action}` on {resource}: {reason}")
+    }
+}
+
+impl StoreError {
+    /// Whether trying again later may succeed: the store could not be reached or did not say
+    /// whether a write landed (a restart, a failover, a network cut, a locked file). Retry
+    /// loops (`--store-retry`, a wait riding out an outage) retry these and nothing else.
+    pub fn heals(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable { .. } | StoreError::Ambiguous { .. }
+        )
     }
 }
 

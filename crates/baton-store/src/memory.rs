@@ -28,6 +28,8 @@ pub struct MemoryStore {
     created: Instant,
     /// History entries kept per key (the newest), trimmed by each CAS that appends.
     history_keep: u64,
+    /// What [`Store::describe`] says: `None` for the usual words.
+    description: Option<String>,
 }
 
 #[derive(Debug)]
@@ -95,6 +97,17 @@ impl MemoryStore {
             }),
             created: Instant::now(),
             history_keep: HistoryRetention::default().keep,
+            description: None,
+        }
+    }
+
+    /// An empty store standing in for a store that does not exist yet, described as
+    /// `description`: what a reader of the per-user default store finds before anything has
+    /// created it (nothing held, no history), saying which store it is.
+    pub fn standing_for(description: String) -> Self {
+        Self {
+            description: Some(description),
+            ..Self::new()
         }
     }
 
@@ -132,7 +145,10 @@ impl MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     fn describe(&self) -> String {
-        "memory: (in-process, for tests)".to_owned()
+        match &self.description {
+            Some(description) => description.clone(),
+            None => "memory: (in-process, for tests)".to_owned(),
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -23,8 +23,23 @@ use crate::{Result, Store, StoreError};
 /// A store being opened.
 pub type Opening<'a> = Pin<Box<dyn Future<Output = Result<Arc<dyn Store>>> + Send + 'a>>;
 
-/// Opens the store a URL names (the whole URL, scheme included).
-pub type Opener = for<'a> fn(&'a str) -> Opening<'a>;
+/// Opens the store a URL names (the whole URL, scheme included), in a mode.
+pub type Opener = for<'a> fn(&'a str, OpenMode) -> Opening<'a>;
+
+/// Whether opening a store may create it.
+///
+/// A command that only reads must not turn a mistyped path into a new, empty store that then
+/// reports that nothing is held: it opens with [`OpenMode::Existing`], and a store that is not
+/// there is [`StoreError::Missing`]. The stores that create something on open (SQLite its file
+/// and tables, PostgreSQL its tables) honour the mode; the others create nothing either way
+/// (Redis, etcd and S3 need nothing created; a DynamoDB table is made by `baton init` only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create what the store needs if it is missing (the file, the tables), as writers do.
+    Create,
+    /// Use only a store that exists; create nothing.
+    Existing,
+}
 
 /// One kind of store a URL can name: a row of [`STORES`].
 pub struct StoreKind {
@@ -40,14 +55,15 @@ pub struct StoreKind {
     pub open: Option<Opener>,
 }
 
-/// The opener that calls `$open(url)` (a store's async constructor from a URL), or `None` in a
-/// build without the feature `$feature`. A macro because a `#[cfg]` must stand on an item or a
+/// The opener that calls `$open(url)` (a store's async constructor from a URL; with `mode`,
+/// `$open(url, mode)`, for a store that creates something on open), or `None` in a build
+/// without the feature `$feature`. A macro because a `#[cfg]` must stand on an item or a
 /// statement.
 macro_rules! opener {
-    ($feature:literal, $open:path) => {{
+    ($feature:literal, |$url:ident, $mode:ident| $call:expr) => {{
         #[cfg(feature = $feature)]
-        fn open(url: &str) -> Opening<'_> {
-            Box::pin(async move { Ok(Arc::new($open(url).await?) as Arc<dyn Store>) })
+        fn open($url: &str, $mode: OpenMode) -> Opening<'_> {
+            Box::pin(async move { Ok(Arc::new($call.await?) as Arc<dyn Store>) })
         }
         #[cfg(feature = $feature)]
         let open: Option<Opener> = Some(open);
@@ -55,6 +71,12 @@ macro_rules! opener {
         let open: Option<Opener> = None;
         open
     }};
+    ($feature:literal, $open:path) => {
+        opener!($feature, |url, _mode| $open(url))
+    };
+    ($feature:literal, $open:path, mode) => {
+        opener!($feature, |url, mode| $open(url, mode))
+    };
 }
 
 /// Every kind of store a URL can name, in the order the accepted forms are listed.
@@ -64,14 +86,14 @@ pub const STORES: &[StoreKind] = &[
         name: "SQLite",
         feature: Some("sqlite"),
         forms: &["sqlite:PATH", "sqlite:///ABSOLUTE/PATH"],
-        open: opener!("sqlite", crate::sqlite::SqliteStore::open_url),
+        open: opener!("sqlite", crate::sqlite::SqliteStore::open_url_in, mode),
     },
     StoreKind {
         schemes: &["postgres", "postgresql"],
         name: "PostgreSQL",
         feature: Some("postgres"),
         forms: &["postgres://USER@HOST:PORT/DB"],
-        open: opener!("postgres", crate::postgres::PostgresStore::open),
+        open: opener!("postgres", crate::postgres::PostgresStore::open_in, mode),
     },
     StoreKind {
         schemes: &["redis", "rediss"],
@@ -117,11 +139,17 @@ pub const STORES: &[StoreKind] = &[
     },
 ];
 
-/// Opens the store `url` names.
+/// Opens the store `url` names, creating it if it is missing ([`OpenMode::Create`]).
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
+    open_in(url, OpenMode::Create).await
+}
+
+/// Opens the store `url` names in `mode`: with [`OpenMode::Existing`], a store that is not
+/// there is [`StoreError::Missing`] and nothing is created.
+pub async fn open_in(url: &str, mode: OpenMode) -> Result<Arc<dyn Store>> {
     let kind = kind_of(url)?;
     match kind.open {
-        Some(open) => open(url).await,
+        Some(open) => open(url, mode).await,
         None => Err(bad_url(url, not_in_this_build(kind))),
     }
 }
@@ -225,7 +253,7 @@ fn not_in_this_build(kind: &StoreKind) -> String {
 }
 
 /// `memory:` (or `memory://`): a fresh in-process store.
-fn open_memory(url: &str) -> Opening<'_> {
+fn open_memory(url: &str, _mode: OpenMode) -> Opening<'_> {
     Box::pin(async move {
         parse_memory(url)?;
         Ok(Arc::new(MemoryStore::new()) as Arc<dyn Store>)

@@ -111,7 +111,7 @@ async fn a_missing_table_says_to_run_init() {
         store.list("").await.unwrap_err(),
     ] {
         let message = error.to_string();
-        assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+        assert!(matches!(error, StoreError::Missing { .. }), "{error:?}");
         assert!(
             message.contains(&format!("baton init --store dynamodb://{table}")),
             "{message}"
@@ -562,6 +562,12 @@ async fn unanswered_child() {
     let refused = DynamoStore::open("dynamodb://some-table").await.unwrap();
     let error = refused.cas("k", None, b"x", &[]).await.unwrap_err();
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    baton_store::conformance::error_classified(
+        &error,
+        baton_store::conformance::Classified::Heals,
+        "cannot reach DynamoDB",
+        "a closed port",
+    );
     assert!(
         error.to_string().contains("cannot reach DynamoDB"),
         "{error}"
@@ -956,4 +962,28 @@ fn keys_of(users: &str, user: &str) -> (String, String) {
 #[test]
 fn the_context_of_the_write_unit_test_is_just_under_200_bytes() {
     assert_eq!(CONTEXT_199.len(), 199);
+}
+
+/// A table that does not exist is missing however the store is opened (only `baton init`
+/// creates one), and nothing creates it; refused credentials will not heal. (A closed port,
+/// which may heal, is checked in [`unanswered_child`], where the endpoint can be changed.)
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    let table = format!("baton-classified-{}", std::process::id());
+    for mode in [OpenMode::Create, OpenMode::Existing] {
+        failure_classified(
+            &format!("dynamodb://{table}"),
+            mode,
+            Classified::Missing,
+            "baton init",
+        )
+        .await;
+    }
+    let tables = raw_client().await.list_tables().send().await.unwrap();
+    assert!(
+        !tables.table_names().contains(&table),
+        "nothing may create {table}"
+    );
 }

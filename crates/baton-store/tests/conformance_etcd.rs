@@ -182,7 +182,7 @@ async fn tls_with_the_servers_ca() {
         .unwrap();
     let error = untrusted.load("k").await.unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(message.contains("cacert="), "{message}");
 
     let plain = EtcdStore::open(&format!("etcd://{endpoint}/tls"))
@@ -325,7 +325,7 @@ async fn authentication() {
     let anonymous = EtcdStore::open(&url).await.unwrap();
     let error = anonymous.load("k").await.unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(message.contains("authentication"), "{message}");
     let error = anonymous.cas("k", None, b"x", &[]).await.unwrap_err();
     assert!(error.to_string().contains("authentication"), "{error}");
@@ -334,7 +334,7 @@ async fn authentication() {
         .await
         .unwrap_err();
     let message = wrong.to_string();
-    assert!(matches!(wrong, StoreError::Unavailable { .. }), "{wrong:?}");
+    assert!(matches!(wrong, StoreError::Unusable { .. }), "{wrong:?}");
     assert!(message.contains("authentication"), "{message}");
     assert!(!message.contains("wrong@"), "{message}");
 
@@ -660,4 +660,36 @@ async fn history_max_age_is_refused() {
         matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("by count only")),
         "{error:?}"
     );
+}
+
+/// A closed port may heal; refused credentials will not (opening authenticates when the URL
+/// has them, so the failure comes from the open).
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{closed_port, failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    let closed = format!("etcd://127.0.0.1:{}/p", closed_port());
+    failure_classified(
+        &closed,
+        OpenMode::Existing,
+        Classified::Heals,
+        "check that etcd runs",
+    )
+    .await;
+    let server = Server::start();
+    let endpoint = server.endpoint.clone();
+    etcdctl(&endpoint, &["user", "add", "root:pa55-word"]);
+    etcdctl(&endpoint, &["auth", "enable"]);
+    for url in [
+        format!("etcd://root:wrong@{endpoint}/auth"),
+        format!("etcd://{endpoint}/auth"),
+    ] {
+        failure_classified(
+            &url,
+            OpenMode::Create,
+            Classified::Permanent,
+            "authentication",
+        )
+        .await;
+    }
 }

@@ -25,3 +25,13 @@ async fn opened_by_url() {
     assert_eq!(store.describe(), "memory: (in-process, for tests)");
     conformance::create_if_absent(store.as_ref(), PREFIX).await;
 }
+
+/// The memory store has nothing that can fail to open but its URL, which never heals.
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    for mode in [OpenMode::Create, OpenMode::Existing] {
+        failure_classified("memory:x", mode, Classified::Permanent, "takes no path").await;
+    }
+}

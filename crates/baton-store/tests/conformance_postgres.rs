@@ -316,14 +316,14 @@ async fn newer_schema_is_refused() {
 }
 
 #[tokio::test]
-async fn a_search_path_without_an_existing_schema_is_unavailable_with_a_hint() {
+async fn a_search_path_without_an_existing_schema_is_unusable_with_a_hint() {
     let url = with_parameter(
         &server_url(),
         &format!("options=-csearch_path%3Dbaton_never_created_{}", nanos()),
     );
     let error = PostgresStore::open(&url).await.unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(message.contains("CREATE SCHEMA"), "{message}");
 }
 
@@ -446,7 +446,7 @@ async fn sslmode_from_the_url_is_honoured() {
         .await
         .unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(
         message.contains("TLS") && message.contains("sslmode"),
         "{message}"
@@ -886,4 +886,69 @@ async fn retention_parameters_are_checked_and_hidden_from_sqlx() {
         matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("history_keep")),
         "{error:?}"
     );
+}
+
+/// Each way a PostgreSQL store cannot be used is classified as the store sees it: a closed port
+/// may heal; a role or a database that does not exist, or a search_path without a schema, will
+/// not; a schema without baton's tables, opened to be read, is missing, and stays without them.
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{closed_port, failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    let closed = format!("postgres://postgres@127.0.0.1:{}/postgres", closed_port());
+    failure_classified(&closed, OpenMode::Create, Classified::Heals, "refused").await;
+
+    let server = server_url();
+    let (_, host_and_path) = server.split_once('@').unwrap();
+    let no_role = format!("postgres://baton_no_such_role_{}@{host_and_path}", nanos());
+    failure_classified(
+        &no_role,
+        OpenMode::Create,
+        Classified::Permanent,
+        "check the user",
+    )
+    .await;
+    let (host, _) = host_and_path.split_once('/').unwrap();
+    let no_database = format!("postgres://postgres@{host}/baton_no_such_db_{}", nanos());
+    failure_classified(
+        &no_database,
+        OpenMode::Create,
+        Classified::Permanent,
+        "does not exist",
+    )
+    .await;
+    let no_schema = with_parameter(
+        &server,
+        &format!("options=-csearch_path%3Dbaton_never_created_{}", nanos()),
+    );
+    failure_classified(
+        &no_schema,
+        OpenMode::Create,
+        Classified::Permanent,
+        "CREATE SCHEMA",
+    )
+    .await;
+
+    let (schema, empty) = fresh_schema().await;
+    failure_classified(
+        &empty,
+        OpenMode::Existing,
+        Classified::Missing,
+        "baton init",
+    )
+    .await;
+    let mut admin = PgConnection::connect(&server).await.unwrap();
+    let n_tables: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
+    )
+    .bind(&schema)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(n_tables, 0, "reading must create no table in {schema}");
+    // Once created (by a writer, or `baton init`), the same URL opens for reading.
+    PostgresStore::open(&empty).await.unwrap();
+    baton_store::url::open_in(&empty, OpenMode::Existing)
+        .await
+        .unwrap();
 }

@@ -240,7 +240,7 @@ async fn passwords_come_from_the_url() {
         let error = RedisStore::open(url).await.unwrap_err();
         let message = error.to_string();
         assert!(
-            matches!(error, StoreError::Unavailable { .. }),
+            matches!(error, StoreError::Unusable { .. }),
             "{url}: {error:?}"
         );
         assert!(message.contains("authentication"), "{url}: {message}");
@@ -301,7 +301,7 @@ async fn tls_with_a_trusted_certificate_authority() {
     let error = RedisStore::open_with_root_certificates(&url, None)
         .await
         .unwrap_err();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(error.to_string().contains("certificate"), "{error}");
 }
 
@@ -662,4 +662,18 @@ async fn history_max_age_is_refused() {
         matches!(&error, StoreError::BadUrl { reason, .. } if reason.contains("by count only")),
         "{error:?}"
     );
+}
+
+/// A closed port may heal; a wrong password will not.
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{closed_port, failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    let closed = format!("redis://127.0.0.1:{}", closed_port());
+    failure_classified(&closed, OpenMode::Existing, Classified::Heals, "refused").await;
+    let server = PrivateServer::start(&["--requirepass", "right"]);
+    let wrong = format!("redis://:wrong@127.0.0.1:{}", server.port);
+    for mode in [OpenMode::Create, OpenMode::Existing] {
+        failure_classified(&wrong, mode, Classified::Permanent, "authentication").await;
+    }
 }

@@ -405,7 +405,7 @@ async fn a_missing_bucket_says_to_create_it() {
         store.init().await.unwrap_err(),
     ] {
         let message = error.to_string();
-        assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+        assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
         assert!(
             message.contains("baton-no-such-bucket") && message.contains("create it"),
             "{message}"
@@ -424,7 +424,7 @@ async fn no_credentials_names_the_chain() {
     let store = S3Store::open_with_config(&server_url(), &config).unwrap();
     let error = store.load("k").await.unwrap_err();
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(
         message.contains("AWS_ACCESS_KEY_ID") && message.contains("AWS_PROFILE"),
         "{message}"
@@ -979,4 +979,43 @@ impl Drop for IamServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A closed port may heal; a bucket that does not exist or no credentials will not.
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{closed_port, error_classified, failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    for mode in [OpenMode::Create, OpenMode::Existing] {
+        failure_classified(
+            "s3://baton-no-such-bucket/p",
+            mode,
+            Classified::Permanent,
+            "create it",
+        )
+        .await;
+    }
+    let closed = format!("http://127.0.0.1:{}", closed_port());
+    let store = S3Store::open_with_config(&server_url(), &config_for(&closed)).unwrap();
+    let error = store.load("k").await.unwrap_err();
+    error_classified(
+        &error,
+        Classified::Heals,
+        "cannot reach S3",
+        "a closed port",
+    );
+
+    let config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint())
+        .build();
+    let store = S3Store::open_with_config(&server_url(), &config).unwrap();
+    let error = store.load("k").await.unwrap_err();
+    error_classified(
+        &error,
+        Classified::Permanent,
+        "AWS_PROFILE",
+        "no credentials",
+    );
 }

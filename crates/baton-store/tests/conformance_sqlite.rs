@@ -260,8 +260,8 @@ async fn garbage_file_is_refused_and_left_alone() {
     let error = SqliteStore::open(&path).await.unwrap_err();
     let message = error.to_string();
     assert!(
-        matches!(error, StoreError::Unavailable { .. }),
-        "expected Unavailable, got {error:?}"
+        matches!(error, StoreError::Unusable { .. }),
+        "expected Unusable, got {error:?}"
     );
     assert!(message.contains("not a SQLite database"), "{message}");
     assert!(message.contains(&path.display().to_string()), "{message}");
@@ -277,8 +277,8 @@ async fn a_directory_in_place_of_the_file_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let error = SqliteStore::open(dir.path()).await.unwrap_err();
     assert!(
-        matches!(error, StoreError::Unavailable { .. }),
-        "expected Unavailable, got {error:?}"
+        matches!(error, StoreError::Unusable { .. }),
+        "expected Unusable, got {error:?}"
     );
 }
 
@@ -385,7 +385,7 @@ async fn a_file_system_where_wal_cannot_work_is_refused() {
         .await
         .expect_err("WAL cannot work without shared memory");
     let message = error.to_string();
-    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(matches!(error, StoreError::Unusable { .. }), "{error:?}");
     assert!(message.contains("WAL"), "{message}");
     assert!(message.contains("local disk"), "{message}");
 }
@@ -570,4 +570,102 @@ async fn history_older_than_the_age_is_trimmed_by_the_next_append() {
             .collect::<Vec<_>>(),
         [(3, b"new".to_vec())]
     );
+}
+
+/// A file made read-only for whoever runs the test: `chmod a-w` for a user, the immutable
+/// attribute (`chattr +i`) for root, whom permissions do not stop; undone on drop, so that the
+/// directory can be removed.
+struct ReadOnlyFile(PathBuf);
+
+impl ReadOnlyFile {
+    fn new(path: &Path) -> ReadOnlyFile {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        if std::fs::OpenOptions::new().append(true).open(path).is_ok() {
+            let made = Command::new("chattr").arg("+i").arg(path).status();
+            assert!(
+                made.is_ok_and(|status| status.success()),
+                "running as root, and `chattr +i {}` failed: cannot make a read-only file",
+                path.display()
+            );
+        }
+        ReadOnlyFile(path.to_owned())
+    }
+}
+
+impl Drop for ReadOnlyFile {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Each way a SQLite store cannot be used is classified as the store sees it: no file there
+/// (opened to be read) is missing and creates nothing; a file that is not a database, a
+/// read-only file and a directory that cannot be made will not heal by themselves.
+#[tokio::test]
+async fn failures_are_classified() {
+    use baton_store::conformance::{failure_classified, Classified};
+    use baton_store::url::OpenMode;
+    let dir = tempfile::tempdir().unwrap();
+    let url = |path: &Path| format!("sqlite:{}", path.display());
+
+    let missing = dir.path().join("typo/baton.db");
+    failure_classified(
+        &url(&missing),
+        OpenMode::Existing,
+        Classified::Missing,
+        "baton init",
+    )
+    .await;
+    assert!(
+        !dir.path().join("typo").exists(),
+        "reading must create nothing"
+    );
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, b"a shopping list\n".repeat(100)).unwrap();
+    for mode in [OpenMode::Create, OpenMode::Existing] {
+        failure_classified(&url(&garbage), mode, Classified::Permanent, "not a SQLite").await;
+    }
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    failure_classified(
+        &url(&empty),
+        OpenMode::Existing,
+        Classified::Missing,
+        "check the path",
+    )
+    .await;
+    assert_eq!(
+        std::fs::read(&empty).unwrap(),
+        b"",
+        "reading must write nothing"
+    );
+
+    let read_only = dir.path().join("read-only.db");
+    SqliteStore::open(&read_only).await.unwrap();
+    let _read_only = ReadOnlyFile::new(&read_only);
+    failure_classified(
+        &url(&read_only),
+        OpenMode::Create,
+        Classified::Permanent,
+        "read-only",
+    )
+    .await;
+
+    let a_file = dir.path().join("a-file");
+    std::fs::write(&a_file, b"").unwrap();
+    let under_a_file = a_file.join("state/baton.db");
+    failure_classified(
+        &url(&under_a_file),
+        OpenMode::Create,
+        Classified::Permanent,
+        "cannot create the directory",
+    )
+    .await;
 }

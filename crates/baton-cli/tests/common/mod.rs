@@ -134,7 +134,12 @@ impl Ctx {
             Some(behind) => (true, Some(behind.to_owned())),
             None => (false, store),
         };
+        let fresh = store.is_none();
         let store = store.unwrap_or_else(|| format!("sqlite:{}/baton.db", dir.path().display()));
+        if fresh {
+            // Reading commands never create a store: a test may read before its first write.
+            run_init(&store);
+        }
         init_once(&store);
         let mut ctx = Ctx {
             store,
@@ -521,6 +526,12 @@ fn init_once(url: &str) {
     if done.iter().any(|initialised| initialised == url) {
         return;
     }
+    run_init(url);
+    done.push(url.to_owned());
+}
+
+/// `baton init --store URL`, which must succeed.
+fn run_init(url: &str) {
     let mut command = Command::new(baton_bin());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("BATON_") {
@@ -538,7 +549,6 @@ fn init_once(url: &str) {
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    done.push(url.to_owned());
 }
 
 /// SIGKILLs every process (but this one) whose environment has `name=value`: every process a

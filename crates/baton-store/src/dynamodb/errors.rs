@@ -1,4 +1,9 @@
 //! DynamoDB's errors in baton's words: what happened, and what to do about it.
+//!
+//! A missing table is [`StoreError::Missing`] (`baton init` creates it); refused or missing
+//! credentials and a missing region need someone to act ([`StoreError::Unusable`]); throttling,
+//! a service failing and a network that cannot reach it may heal by themselves
+//! ([`StoreError::Unavailable`]).
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
@@ -63,6 +68,10 @@ where
         store: store.clone(),
         reason,
     };
+    let unusable = |reason: String| StoreError::Unusable {
+        store: store.clone(),
+        reason,
+    };
     let detail = error_chain(&error);
     if let SdkError::ServiceError(service) = &error {
         let status = service.raw().status();
@@ -88,11 +97,14 @@ where
                     .unwrap_or_else(|| format!("arn:aws:dynamodb:*:*:table/{}", context.table)),
                 reason: message,
             },
-            "ResourceNotFoundException" => unavailable(format!(
-                "the table `{table}` does not exist in this account and region ({message}); \
-                 create it with `baton init --store dynamodb://{table}`, or check AWS_REGION",
-                table = context.table
-            )),
+            "ResourceNotFoundException" => StoreError::Missing {
+                store,
+                reason: format!(
+                    "the table `{table}` does not exist in this account and region ({message}); \
+                     create it with `baton init --store dynamodb://{table}`, or check AWS_REGION",
+                    table = context.table
+                ),
+            },
             "UnrecognizedClientException"
             | "InvalidSignatureException"
             | "MissingAuthenticationTokenException"
@@ -100,7 +112,7 @@ where
             | "IncompleteSignatureException"
             | "ExpiredTokenException"
             | "InvalidClientTokenId"
-            | "SignatureDoesNotMatch" => unavailable(format!(
+            | "SignatureDoesNotMatch" => unusable(format!(
                 "AWS refused the credentials ({code}: {message}); check AWS_PROFILE or \
                  AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), and that this \
                  machine's clock is within 15 minutes of the real time"
@@ -131,13 +143,13 @@ where
         };
     }
     if let Some(problem) = credentials_problem(&detail) {
-        return unavailable(format!(
+        return unusable(format!(
             "{problem}; set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, log in \
              with `aws sso login`, or run where a role provides them (GitHub OIDC, ECS, EC2)"
         ));
     }
     if is_missing_region(&detail) {
-        return unavailable(
+        return unusable(
             "no AWS region configured; set AWS_REGION (or a region in the profile)".to_owned(),
         );
     }
@@ -297,7 +309,7 @@ mod tests {
                 context(Effect::Write),
                 service("ResourceNotFoundException", "Requested resource not found"),
             ),
-            "Unavailable",
+            "Missing",
             "baton init --store dynamodb://locks",
         );
         check(
@@ -305,7 +317,7 @@ mod tests {
                 context(Effect::Read),
                 service("UnrecognizedClientException", "bad token"),
             ),
-            "Unavailable",
+            "Unusable",
             "AWS_PROFILE",
         );
         check(
@@ -363,7 +375,7 @@ mod tests {
             ));
         check(
             classify(context(Effect::Write), no_credentials),
-            "Unavailable",
+            "Unusable",
             "no AWS credentials found",
         );
     }

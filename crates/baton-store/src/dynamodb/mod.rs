@@ -182,7 +182,7 @@ impl DynamoStore {
         let mut config = crate::aws::sdk_config().await;
         if config.region().is_none() {
             if !endpoint_overridden() {
-                return Err(StoreError::Unavailable {
+                return Err(StoreError::Unusable {
                     store: description,
                     reason: "no AWS region configured; set AWS_REGION (or a region in the \
                              profile AWS_PROFILE names)"

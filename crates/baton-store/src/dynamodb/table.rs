@@ -165,7 +165,7 @@ async fn wait_active(client: &Client, store: &str, table: &str) -> Result<TableD
         match (description, &status) {
             (Some(description), Some(TableStatus::Active)) => return Ok(description),
             (_, Some(TableStatus::Deleting)) => {
-                return Err(StoreError::Unavailable {
+                return Err(StoreError::Unusable {
                     store: store.to_owned(),
                     reason: format!(
                     "the table `{table}` is being deleted; run `baton init` again once it is gone"

@@ -1,6 +1,7 @@
 //! etcd-client's errors, as the store's errors that say what to check: endpoints that cannot
 //! be reached (nothing was sent), refused credentials or permissions, a full database, and
-//! writes that may have committed without an answer.
+//! writes that may have committed without an answer. Credentials, permissions and a full
+//! database need someone to act ([`StoreError::Unusable`]); the rest may heal by itself.
 
 use super::url::EtcdUrl;
 use crate::error::chain_text;
@@ -34,6 +35,10 @@ pub(super) fn classify(
         store: store.clone(),
         reason,
     };
+    let unusable = |reason: String| StoreError::Unusable {
+        store: store.clone(),
+        reason,
+    };
     let unreachable = || {
         let hint = if url.tls.is_some() {
             "check that etcd runs there and serves TLS (the URL has tls=true), and that cacert= \
@@ -41,7 +46,13 @@ pub(super) fn classify(
         } else {
             "check that etcd runs there and the URL (if etcd serves TLS, add ?tls=true&cacert=PATH)"
         };
-        unavailable(format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}"))
+        let reason = format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}");
+        // A certificate that is not trusted stays untrusted, however often it is tried.
+        if detail.to_ascii_lowercase().contains("certificate") {
+            unusable(reason)
+        } else {
+            unavailable(reason)
+        }
     };
     let status = match &error {
         etcd_client::Error::GRpcStatus(status) => status,
@@ -61,32 +72,30 @@ pub(super) fn classify(
             if message.contains("authentication failed")
                 || message.contains("invalid auth token") =>
         {
-            unavailable(format!(
+            unusable(format!(
                 "etcd refused the credentials ({message}); check the user:password in the URL"
             ))
         }
-        Code::Unauthenticated => unavailable(format!(
+        Code::Unauthenticated => unusable(format!(
             "etcd refused the credentials (authentication failed: {message}); check the \
              user:password in the URL"
         )),
-        Code::InvalidArgument if message.contains("user name is empty") => unavailable(
+        Code::InvalidArgument if message.contains("user name is empty") => unusable(
             "etcd requires authentication and the URL has no credentials; use \
              etcd://user:password@host:port/prefix"
                 .to_owned(),
         ),
-        Code::FailedPrecondition if message.contains("authentication is not enabled") => {
-            unavailable(
-                "the URL has credentials but etcd has authentication disabled; remove \
+        Code::FailedPrecondition if message.contains("authentication is not enabled") => unusable(
+            "the URL has credentials but etcd has authentication disabled; remove \
                  user:password@ from the URL, or enable authentication on etcd"
-                    .to_owned(),
-            )
-        }
-        Code::PermissionDenied => unavailable(format!(
+                .to_owned(),
+        ),
+        Code::PermissionDenied => unusable(format!(
             "etcd denied access ({message}); grant the URL's user read-write on the keys under \
              `{}`",
             url.prefix
         )),
-        _ if message.contains("database space exceeded") => unavailable(format!(
+        _ if message.contains("database space exceeded") => unusable(format!(
             "etcd's database is full ({message}); compact and defragment it, then disarm the \
              alarm (`etcdctl alarm disarm`), and run etcd with auto-compaction"
         )),

@@ -144,7 +144,11 @@ impl EtcdStore {
             options = options.with_user(user.clone(), password.clone());
         }
         if let Some(files) = &url.tls {
-            options = options.with_tls(tls_options(files).map_err(unavailable)?);
+            let unusable = |reason: String| StoreError::Unusable {
+                store: description.clone(),
+                reason,
+            };
+            options = options.with_tls(tls_options(files).map_err(unusable)?);
         }
         let connected = tokio::time::timeout(
             OPERATION_TIMEOUT,

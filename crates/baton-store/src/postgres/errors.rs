@@ -1,6 +1,9 @@
 //! sqlx's errors, as the store's errors that say what to check: a lost connection (a write's
 //! fate unknown), a statement rolled back, missing tables or permissions, a read-only server,
-//! and why a connection could not be opened.
+//! and why a connection could not be opened. What heals by itself (a lost connection, a
+//! server starting or out of connections, a read-only server that a failover will replace) is
+//! [`StoreError::Unavailable`]; what needs someone to fix it (credentials, a missing database
+//! or permission, TLS settings) is [`StoreError::Unusable`].
 
 use super::url::server_address;
 use super::Inner;
@@ -83,7 +86,7 @@ pub(super) fn statement_error(
                 }
             }
             Some("42501") => {
-                return StoreError::Unavailable {
+                return StoreError::Unusable {
                     store,
                     reason: format!(
                         "permission denied ({message}); the user needs SELECT, INSERT and \
@@ -111,18 +114,25 @@ pub(super) fn statement_error(
 /// The store's error for a connection that could not be opened.
 pub(super) fn connect_error(inner: &Inner, error: sqlx::Error) -> StoreError {
     let address = server_address(&inner.connect_options);
+    let mut heals = true;
     let reason = match &error {
         sqlx::Error::Io(io_error) => format!(
             "cannot connect to {address}: {io_error}; is PostgreSQL running there and accepting \
              TCP connections (listen_addresses, pg_hba.conf)?"
         ),
-        sqlx::Error::Tls(tls_error) => format!(
+        sqlx::Error::Tls(tls_error) => {
+            heals = false;
+            format!(
             "TLS with {address} failed: {tls_error}; the URL's sslmode (disable, prefer, require, \
              verify-ca, verify-full) must match what the server offers, and sslrootcert must name \
              the CA that signed its certificate"
-        ),
+            )
+        }
         sqlx::Error::Database(database_error) => {
-            let hint = match database_error.code().as_deref() {
+            let code = database_error.code();
+            // Out of connections and starting up pass; the rest needs someone to act.
+            heals = matches!(code.as_deref(), Some("53300" | "57P03"));
+            let hint = match code.as_deref() {
                 Some("28P01" | "28000") => {
                     "check the user and password (URL, PGPASSWORD or ~/.pgpass) and pg_hba.conf"
                 }
@@ -136,11 +146,16 @@ pub(super) fn connect_error(inner: &Inner, error: sqlx::Error) -> StoreError {
                 server_message(&error)
             )
         }
-        sqlx::Error::Configuration(config_error) => format!("{config_error}; check the URL"),
+        sqlx::Error::Configuration(config_error) => {
+            heals = false;
+            format!("{config_error}; check the URL")
+        }
         other => format!("cannot connect to {address}: {other}"),
     };
-    StoreError::Unavailable {
-        store: inner.description.clone(),
-        reason,
+    let store = inner.description.clone();
+    if heals {
+        StoreError::Unavailable { store, reason }
+    } else {
+        StoreError::Unusable { store, reason }
     }
 }

@@ -57,6 +57,7 @@ use connections::{AcquireError, Connections, Lease};
 use crate::boot_clock::BootInstant;
 use crate::history_retention::HistoryRetention;
 use crate::server_clock::ServerClock;
+use crate::url::OpenMode;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
@@ -122,13 +123,20 @@ impl PostgresStore {
     /// migrating them on first use.
     ///
     /// Fails with [`StoreError::BadUrl`] for a URL sqlx cannot parse, with
-    /// [`StoreError::Unavailable`] when the server cannot be reached or refuses the connection
-    /// (within [`CONNECT_TIMEOUT`]), and with [`StoreError::Incompatible`] when a newer baton set
+    /// [`StoreError::Unavailable`] when the server cannot be reached (within
+    /// [`CONNECT_TIMEOUT`]) or is starting, with [`StoreError::Unusable`] when it refuses the
+    /// credentials, the database or the TLS settings, and with [`StoreError::Incompatible`] when a newer baton set
     /// up the tables.
     ///
     /// The history parameters (`history_keep`, `history_max_age`) are baton's: they are taken
     /// out before sqlx sees the URL.
     pub async fn open(url: &str) -> Result<PostgresStore> {
+        Self::open_in(url, OpenMode::Create).await
+    }
+
+    /// [`PostgresStore::open`] in `mode`: with [`OpenMode::Existing`], a database (or schema)
+    /// without baton's tables is [`StoreError::Missing`], and nothing is created.
+    pub async fn open_in(url: &str, mode: OpenMode) -> Result<PostgresStore> {
         let bad_url = |reason: String| StoreError::BadUrl {
             url: crate::url::redact_password(url),
             reason,
@@ -163,12 +171,13 @@ impl PostgresStore {
                 retention,
             }),
         };
-        store.set_up().await?;
+        store.set_up(mode).await?;
         Ok(store)
     }
 
-    /// Creates or checks the tables, on a connection the store then keeps.
-    async fn set_up(&self) -> Result<()> {
+    /// Creates (in [`OpenMode::Create`]) or checks the tables, on a connection the store then
+    /// keeps.
+    async fn set_up(&self, mode: OpenMode) -> Result<()> {
         let mut lease = self.acquire().await?;
         let connection = lease
             .start()
@@ -176,7 +185,7 @@ impl PostgresStore {
         let sent = BootInstant::now();
         let migrated = tokio::time::timeout(
             REQUEST_TIMEOUT,
-            schema::migrate(connection, &self.inner.description),
+            schema::migrate(connection, &self.inner.description, mode),
         )
         .await;
         match migrated {

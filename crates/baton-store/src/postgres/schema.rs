@@ -16,6 +16,7 @@
 use sqlx::{PgConnection, Row};
 
 use super::layout::now_ms;
+use crate::url::OpenMode;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
@@ -95,9 +96,14 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     HISTORY_WRITTEN_V4,
 ];
 
-/// Makes sure the tables are at [`SCHEMA_VERSION`], creating or migrating them if needed; returns the
-/// server's time (in ms) read on the way.
-pub(super) async fn migrate(connection: &mut PgConnection, description: &str) -> Result<i64> {
+/// Makes sure the tables are at [`SCHEMA_VERSION`], creating (with [`OpenMode::Create`]) or
+/// migrating them if needed; returns the server's time (in ms) read on the way. With
+/// [`OpenMode::Existing`], a schema baton never set up is [`StoreError::Missing`].
+pub(super) async fn migrate(
+    connection: &mut PgConnection,
+    description: &str,
+    mode: OpenMode,
+) -> Result<i64> {
     let mut migrated = false;
     loop {
         let (version, now_ms) = match read_version(connection).await {
@@ -106,8 +112,18 @@ pub(super) async fn migrate(connection: &mut PgConnection, description: &str) ->
             Err(error) if error_code(&error).as_deref() == Some("42P01") && !migrated => (None, 0),
             Err(error) => return Err(setup_error(description, error)),
         };
-        if check_version(version.as_deref(), description)? == Some(SCHEMA_VERSION) {
+        let found = check_version(version.as_deref(), description)?;
+        if found == Some(SCHEMA_VERSION) {
             return Ok(now_ms);
+        }
+        if found.is_none() && mode == OpenMode::Existing {
+            return Err(StoreError::Missing {
+                store: description.to_owned(),
+                reason: "baton's tables are not in this database (nor in the schema of its \
+                         search_path); check the URL, or run `baton init` (or any command that \
+                         writes) to create them"
+                    .to_owned(),
+            });
         }
         if migrated {
             return Err(StoreError::Incompatible {
@@ -223,13 +239,17 @@ fn setup_error(description: &str, error: sqlx::Error) -> StoreError {
         store: description.to_owned(),
         reason,
     };
+    let unusable = |reason: String| StoreError::Unusable {
+        store: description.to_owned(),
+        reason,
+    };
     let message = super::errors::server_message(&error);
     match error_code(&error).as_deref() {
-        Some("3F000") => unavailable(format!(
+        Some("3F000") => unusable(format!(
             "{message}: no schema of the search_path exists; create it (CREATE SCHEMA …) or fix \
              the URL's `options=-csearch_path%3D…`"
         )),
-        Some("42501") => unavailable(format!(
+        Some("42501") => unusable(format!(
             "{message}: the user may not create baton's tables here; create them once as a user \
              who may (run baton with that user), or GRANT CREATE ON SCHEMA"
         )),

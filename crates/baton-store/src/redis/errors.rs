@@ -1,6 +1,8 @@
 //! The redis client's errors, as the store's errors that say what to check (credentials, a
 //! replica, a cluster, a server still loading). An unanswered or interrupted write is
-//! ambiguous: it may have landed.
+//! ambiguous: it may have landed. Refused credentials or commands and a cluster need someone
+//! to act ([`StoreError::Unusable`]); a server loading or a replica a failover will promote
+//! heal by themselves ([`StoreError::Unavailable`]).
 
 use ::redis::{ErrorKind, RedisError, ServerErrorKind};
 
@@ -23,9 +25,13 @@ pub(super) fn redis_error(description: &str, error: RedisError, access: Access) 
         store: description.to_owned(),
         reason,
     };
+    let unusable = |reason: String| StoreError::Unusable {
+        store: description.to_owned(),
+        reason,
+    };
     let code = error.code().unwrap_or("");
     if error.kind() == ErrorKind::AuthenticationFailed || matches!(code, "NOAUTH" | "WRONGPASS") {
-        return unavailable(format!(
+        return unusable(format!(
             "authentication failed ({error}): put the password in the URL, as \
              redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT for an ACL user; \
              percent-encode `@`, `:` and `/` in it)"
@@ -33,7 +39,7 @@ pub(super) fn redis_error(description: &str, error: RedisError, access: Access) 
     }
     match error.kind() {
         ErrorKind::Server(ServerErrorKind::NoPerm) => {
-            return unavailable(format!(
+            return unusable(format!(
                 "the Redis user may not run a command baton needs ({error}): baton runs EVALSHA, \
                  SCRIPT LOAD, HMGET, HSET, HGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE \
                  and PUBLISH on its namespace's keys and channel"
@@ -52,12 +58,22 @@ pub(super) fn redis_error(description: &str, error: RedisError, access: Access) 
         ErrorKind::Server(
             ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
         ) => {
-            return unavailable(format!(
+            return unusable(format!(
                 "the server is a Redis Cluster ({error}), which the Redis store does not support; \
                  use a single server or a primary with replicas"
             ))
         }
         _ => {}
+    }
+    if error
+        .to_string()
+        .to_ascii_lowercase()
+        .contains("certificate")
+    {
+        return unusable(format!(
+            "the TLS handshake failed ({error}): the server's certificate is not trusted here; \
+             set SSL_CERT_FILE to a PEM file with the CA that signed it, or check the URL's host"
+        ));
     }
     if error.is_connection_refusal() {
         return unavailable(format!(

@@ -177,7 +177,7 @@ impl RedisStore {
             Some(path) if is_tls => match std::fs::read(&path) {
                 Ok(pem) => Some(pem),
                 Err(error) => {
-                    return Err(StoreError::Unavailable {
+                    return Err(StoreError::Unusable {
                         store: parse_url(url).map(|t| t.description).unwrap_or_default(),
                         reason: format!(
                             "cannot read the certificates in SSL_CERT_FILE={}: {error}",

@@ -5,6 +5,10 @@
 //! [`Transport`] of ours (object_store then carries it as the source of its error); the status
 //! and S3's error code are read from the error's text, which holds the response's status line
 //! and XML body.
+//!
+//! Refused or missing credentials, a missing bucket, a wrong region and a skewed clock need
+//! someone to act ([`StoreError::Unusable`]); a server that cannot be reached, is busy or
+//! fails may heal by itself ([`StoreError::Unavailable`]).
 
 use std::error::Error as StdError;
 
@@ -98,8 +102,12 @@ impl Context {
             store: self.store.clone(),
             reason,
         };
+        let unusable = |reason: String| StoreError::Unusable {
+            store: self.store.clone(),
+            reason,
+        };
         if let Some(missing) = find::<NoCredentials>(&error) {
-            return unavailable(missing.0.clone());
+            return unusable(missing.0.clone());
         }
         let text = chain_text(&error);
         if let Some(transport) = find::<Transport>(&error) {
@@ -125,7 +133,7 @@ impl Context {
         let message = s3_message(&text).unwrap_or_else(|| text.clone());
         match code {
             Some("NoSuchBucket") => {
-                return unavailable(format!(
+                return unusable(format!(
                     "the bucket `{}` does not exist at {}: create it (`aws s3 mb s3://{}`) or \
                      fix the URL",
                     self.bucket, self.endpoint, self.bucket
@@ -141,13 +149,13 @@ impl Context {
                 | "InvalidToken"
                 | "TokenRefreshRequired"),
             ) => {
-                return unavailable(format!(
+                return unusable(format!(
                     "S3 refused the credentials ({code}: {message}); check the credentials the \
                      AWS chain found (`aws sts get-caller-identity` shows whose they are)"
                 ))
             }
             Some("RequestTimeTooSkewed") => {
-                return unavailable(format!(
+                return unusable(format!(
                     "S3 refused the request because this host's clock is more than 15 minutes \
                      off ({message}); fix the clock (NTP)"
                 ))
@@ -157,7 +165,7 @@ impl Context {
                 | "AuthorizationHeaderMalformed"
                 | "IllegalLocationConstraintException"),
             ) => {
-                return unavailable(format!(
+                return unusable(format!(
                     "the bucket `{}` is in another region than the one configured ({code}: \
                      {message}); set AWS_REGION to the bucket's region",
                     self.bucket
@@ -168,7 +176,7 @@ impl Context {
         match error {
             object_store::Error::PermissionDenied { .. } => return self.denied(call, message),
             object_store::Error::Unauthenticated { .. } => {
-                return unavailable(format!(
+                return unusable(format!(
                     "S3 refused the credentials ({message}); check the credentials the AWS chain \
                      found"
                 ))

@@ -265,7 +265,7 @@ impl S3Store {
             objects_arn: url.objects_arn(),
             bucket_arn: url.bucket_arn(),
         };
-        let unavailable = |reason: String| StoreError::Unavailable {
+        let unusable = |reason: String| StoreError::Unusable {
             store: context.store.clone(),
             reason,
         };
@@ -273,7 +273,7 @@ impl S3Store {
             Some(endpoint) if endpoint.starts_with("http://") => true,
             Some(endpoint) if endpoint.starts_with("https://") => false,
             Some(endpoint) => {
-                return Err(unavailable(format!(
+                return Err(unusable(format!(
                     "the endpoint `{}` is not an http:// or https:// URL; check AWS_ENDPOINT_URL",
                     without_userinfo(endpoint)
                 )))
@@ -287,7 +287,7 @@ impl S3Store {
         let clock = Arc::new(ServerClock::new(clock::EPOCH));
         let http = DateConnector::new(Arc::clone(&clock))
             .connect(&options)
-            .map_err(|error| unavailable(format!("cannot set up the HTTP client: {error}")))?;
+            .map_err(|error| unusable(format!("cannot set up the HTTP client: {error}")))?;
         let credentials = Arc::new(ChainCredentials::new(config.credentials_provider()));
         let builder = |retry: RetryConfig| {
             let mut builder = AmazonS3Builder::new()
@@ -309,7 +309,7 @@ impl S3Store {
             };
             builder
                 .build()
-                .map_err(|error| unavailable(format!("cannot set up the S3 client: {error}")))
+                .map_err(|error| unusable(format!("cannot set up the S3 client: {error}")))
         };
         let reads = builder(RetryConfig {
             backoff: BackoffConfig {

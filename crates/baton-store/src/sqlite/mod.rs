@@ -31,6 +31,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 use crate::boot_clock::host_boot_clock;
 use crate::history_retention::HistoryRetention;
 use crate::key_range::successor_text;
+use crate::url::OpenMode;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, Change, Compute, DueKey,
     HistoryRecord, Replacement, Result, Store, StoreClock, StoreError, Updated, Version, Versioned,
@@ -83,9 +84,10 @@ impl SqliteStore {
     /// Opens the store at `path`, creating the file and its directories if missing. A relative
     /// `path` is taken from the current directory.
     ///
-    /// Fails with [`StoreError::Unavailable`] when the file cannot be used (not a SQLite file,
-    /// read-only, a file system where WAL cannot work, locked for longer than [`BUSY_TIMEOUT`]),
-    /// and with [`StoreError::Incompatible`] when a newer baton wrote it.
+    /// Fails with [`StoreError::Unusable`] when the file cannot be used (not a SQLite file,
+    /// read-only, a file system where WAL cannot work), with [`StoreError::Unavailable`] when it
+    /// stayed locked for longer than [`BUSY_TIMEOUT`], and with [`StoreError::Incompatible`]
+    /// when a newer baton wrote it.
     pub async fn open(path: &Path) -> Result<SqliteStore> {
         Self::open_with_vfs(path, None).await
     }
@@ -96,13 +98,20 @@ impl SqliteStore {
         path: &Path,
         retention: HistoryRetention,
     ) -> Result<SqliteStore> {
-        Self::open_with(path, None, retention).await
+        Self::open_with(path, None, retention, OpenMode::Create).await
     }
 
     /// Opens the store a `sqlite:PATH` or `sqlite:///ABSOLUTE/PATH` URL names (see [`url`]).
     pub async fn open_url(url: &str) -> Result<SqliteStore> {
+        Self::open_url_in(url, OpenMode::Create).await
+    }
+
+    /// [`SqliteStore::open_url`] in `mode`: with [`OpenMode::Existing`], a file that is not
+    /// there, or that baton never set up, is [`StoreError::Missing`], and nothing is created
+    /// (no directory, no file, no table).
+    pub async fn open_url_in(url: &str, mode: OpenMode) -> Result<SqliteStore> {
         let (path, retention) = url::parse(url)?;
-        Self::open_with_retention(&path, retention).await
+        Self::open_with(&path, None, retention, mode).await
     }
 
     /// Opens the store through the named SQLite VFS (`None`: the default). Tests use
@@ -110,23 +119,26 @@ impl SqliteStore {
     /// cannot work.
     #[doc(hidden)]
     pub async fn open_with_vfs(path: &Path, vfs: Option<&'static str>) -> Result<SqliteStore> {
-        Self::open_with(path, vfs, HistoryRetention::default()).await
+        Self::open_with(path, vfs, HistoryRetention::default(), OpenMode::Create).await
     }
 
     async fn open_with(
         path: &Path,
         vfs: Option<&'static str>,
         retention: HistoryRetention,
+        mode: OpenMode,
     ) -> Result<SqliteStore> {
-        let path = std::path::absolute(path).map_err(|error| StoreError::Unavailable {
+        let path = std::path::absolute(path).map_err(|error| StoreError::Unusable {
             store: format!("sqlite:{}", path.display()),
             reason: format!("cannot resolve the path against the current directory: {error}"),
         })?;
         let description = format!("sqlite:{}", path.display());
         let opened = {
             let (path, description) = (path.clone(), description.clone());
-            tokio::task::spawn_blocking(move || schema::open_connection(&path, &description, vfs))
-                .await
+            tokio::task::spawn_blocking(move || {
+                schema::open_connection(&path, &description, vfs, mode)
+            })
+            .await
         };
         let connection = opened.map_err(|error| StoreError::Backend {
             store: description.clone(),

@@ -13,6 +13,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionB
 
 use super::errors::sqlite_error;
 use super::BUSY_TIMEOUT;
+use crate::url::OpenMode;
 use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
@@ -91,30 +92,38 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
     HISTORY_WRITTEN_V4,
 ];
 
-/// Opens `path` (absolute), creating it and its directories if missing, in WAL mode with the
-/// current schema. Blocking: call it from `spawn_blocking`.
+/// Opens `path` (absolute) in WAL mode with the current schema: with [`OpenMode::Create`],
+/// creating it and its directories if missing; with [`OpenMode::Existing`], only a file baton
+/// set up. Blocking: call it from `spawn_blocking`.
 pub(super) fn open_connection(
     path: &Path,
     description: &str,
     vfs: Option<&str>,
+    mode: OpenMode,
 ) -> Result<Connection> {
-    let unavailable = |reason: String| StoreError::Unavailable {
+    let unusable = |reason: String| StoreError::Unusable {
         store: description.to_owned(),
         reason,
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|error| {
-            unavailable(format!(
-                "cannot create the directory {}: {error}",
-                parent.display()
-            ))
-        })?;
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    match mode {
+        OpenMode::Create => {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|error| {
+                    unusable(format!(
+                        "cannot create the directory {}: {error}; choose a writable place for \
+                         the store (--store sqlite:PATH or BATON_STORE)",
+                        parent.display()
+                    ))
+                })?;
+            }
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        OpenMode::Existing if !path.exists() => return Err(missing(description)),
+        OpenMode::Existing => {}
     }
     // No SQLITE_OPEN_URI: the path is a file name, even if it starts with `file:`. No mutex in
     // SQLite either: the store keeps the connection behind its own.
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let opened = match vfs {
         Some(vfs) => Connection::open_with_flags_and_vfs(path, flags, vfs),
         None => Connection::open_with_flags(path, flags),
@@ -125,12 +134,24 @@ pub(super) fn open_connection(
         .map_err(|error| sqlite_error(description, path, error))?;
     // SQLite silently opens a write-protected file read-only; baton must write to take a lock.
     if connection.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
-        return Err(unavailable(format!(
+        return Err(unusable(format!(
             "{} is read-only; baton writes to its store on every operation: put it on a writable local disk",
             path.display()
         )));
     }
 
+    if mode == OpenMode::Existing {
+        // A file baton never set up (an empty file, another program's database) is no store
+        // either; checked before WAL mode is enabled, which would write to it.
+        let version = retry_while_busy(
+            || read_schema_version(&connection, description),
+            description,
+            path,
+        )?;
+        if version.is_none() {
+            return Err(missing(description));
+        }
+    }
     retry_while_busy(|| enable_wal(&connection), description, path)?;
     connection
         .pragma_update(None, "synchronous", "NORMAL")
@@ -142,6 +163,15 @@ pub(super) fn open_connection(
         path,
     )?;
     Ok(connection)
+}
+
+/// The error for a store that is not there, opened to be read.
+fn missing(description: &str) -> StoreError {
+    StoreError::Missing {
+        store: description.to_owned(),
+        reason: "check the path, or run `baton init` (or any command that writes) to create it"
+            .to_owned(),
+    }
 }
 
 /// How long a writer that finds the file's write lock taken waits before it tries again: a
@@ -314,7 +344,7 @@ fn retry_while_busy<T>(
             Ok(value) => return Ok(value),
             Err(OpenError::Store(error)) => return Err(error),
             Err(OpenError::Refused(reason)) => {
-                return Err(StoreError::Unavailable {
+                return Err(StoreError::Unusable {
                     store: description.to_owned(),
                     reason,
                 })
