@@ -276,7 +276,7 @@ mod tests {
         assert_eq!(
             describe(&p),
             "baton: waiting for deploy/prod: 2 ahead; held by t-0 (deploy #41) for 1m02s; \
-             about 3m00s left; waited 45s"
+             about 3m left; waited 45s"
         );
         let troubled = WaitProgress {
             store_trouble: Some("cannot open redis://127.0.0.1:1: connection refused".into()),
