@@ -70,19 +70,20 @@ pub fn check_key(key: &str) -> Result<(), InvalidInput> {
     check_key_parts(key)
 }
 
-/// Every part of a key between slashes must show something: `" "`, `/`, `x/`, `//x//` or
-/// `a//b` name nothing a reader can tell apart (and a key ending in `/` reads as a prefix
-/// where a command takes either).
+/// Every part of a key between slashes must show something: `" "`, `/`, `//x//` or `a//b`
+/// name nothing a reader can tell apart. One `/` may end a key: a prefix such as `deploy/` is
+/// a key name too, where a worker says which keys it serves.
 fn check_key_parts(key: &str) -> Result<(), InvalidInput> {
     if key.trim().is_empty() {
         return Err(InvalidInput(format!(
             "the key {key:?} is only spaces; give a name such as deploy/production"
         )));
     }
-    if key.split('/').any(|part| part.trim().is_empty()) {
+    let parts = key.strip_suffix('/').unwrap_or(key);
+    if parts.split('/').any(|part| part.trim().is_empty()) {
         return Err(InvalidInput(format!(
-            "the key {key:?} has an empty part: keys may not start or end with `/` or have \
-             nothing between two slashes; give a name such as deploy/production"
+            "the key {key:?} has an empty part: keys may not start with `/` or have nothing \
+             between two slashes; give a name such as deploy/production"
         )));
     }
     Ok(())
@@ -193,10 +194,11 @@ mod tests {
         check("", false);
         check("tab\there", false);
         check("nul\0", false);
-        for shapeless in [" ", "   ", "/", "//x//", "/x", "x/", "a//b", "a/ /b"] {
+        for shapeless in [" ", "   ", "/", "//x//", "/x", "x//", "a//b", "a/ /b", " /"] {
             check(shapeless, false);
         }
         check(" padded / parts ", true);
+        check("deploy/", true);
     }
 
     #[test]
