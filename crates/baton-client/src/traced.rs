@@ -64,6 +64,15 @@ fn cas(outcome: &CasOutcome) -> String {
     }
 }
 
+fn watching(handle: &Option<WatchHandle>) -> String {
+    if handle.is_some() {
+        "watching"
+    } else {
+        "cannot push"
+    }
+    .into()
+}
+
 fn count<T>(items: &[T]) -> String {
     format!("{} entries", items.len())
 }
@@ -169,28 +178,14 @@ impl Store for Traced {
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
         let started = Instant::now();
         let result = self.inner.watch(key).await;
-        log("watch", key, started, &result, |handle| {
-            if handle.is_some() {
-                "watching"
-            } else {
-                "cannot push"
-            }
-            .into()
-        });
+        log("watch", key, started, &result, watching);
         result
     }
 
     async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
         let started = Instant::now();
         let result = self.inner.watch_prefix(prefix).await;
-        log("watch prefix", prefix, started, &result, |handle| {
-            if handle.is_some() {
-                "watching"
-            } else {
-                "cannot push"
-            }
-            .into()
-        });
+        log("watch prefix", prefix, started, &result, watching);
         result
     }
 
