@@ -66,7 +66,12 @@ fn the_work_half_survives_every_stores_faults() {
             ("run-once successes", &work["once"]["succeeded"]),
             ("increments applied", &work["kv"]["applied"]),
         ] {
-            assert!(count.as_u64().unwrap_or(0) > 0, "no {what}: {}", context());
+            assert!(
+                count.as_u64().unwrap_or(0) > 0,
+                "no {what} on {}: {}",
+                summary["store"],
+                context()
+            );
         }
         for fault in summary["faults"].as_array().unwrap() {
             let fault = fault.as_str().unwrap();

@@ -99,9 +99,10 @@ impl Submitter {
                 self.submit(&again, &mut done, "again");
             }
             // Every fifth step a dead job (or one still failing, whose retry is refused) queued
-            // again by hand: one whose two attempts had two steps each.
+            // again by hand: one submitted at least three steps before. The first jobs always
+            // fail, so that the first retry comes at the fifth step even on a slow store.
             if n % 5 == 4 {
-                if let Some(dead) = done.plans[..n.saturating_sub(5)]
+                if let Some(dead) = done.plans[..n.saturating_sub(3)]
                     .iter()
                     .rev()
                     .find(|p| p.behaviour == Behaviour::FailsAlways)
@@ -121,9 +122,9 @@ impl Submitter {
     /// Job `n`: keys in turn, and behaviours in turn on each key.
     fn plan(&self, n: usize) -> JobPlan {
         let behaviour = [
+            Behaviour::FailsAlways,
             Behaviour::Succeeds,
             Behaviour::FailsOnce,
-            Behaviour::FailsAlways,
         ][(n / self.keys) % 3];
         JobPlan {
             key: format!("{}/k{}", self.prefix, n % self.keys),
