@@ -15,7 +15,7 @@
 set -eu
 
 # The version installed when none is given: the workspace version in Cargo.toml
-# ([workspace.package]); crates/baton-cli/tests/install.rs checks that they agree.
+# ([workspace.package]); integrations/tests/install.rs checks that they agree.
 default_version=0.1.0
 releases=https://github.com/baton-locks/baton/releases/download
 

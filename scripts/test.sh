@@ -40,11 +40,20 @@ echo "target dir: ${CARGO_TARGET_DIR:-target}"
 section "build (cargo build --workspace --all-targets)"
 cargo build --workspace --all-targets
 
-section "test (cargo test --workspace --no-fail-fast)"
 status=0
-cargo test --workspace --no-fail-fast || status=$?
+if cargo nextest --version >/dev/null 2>&1; then
+    # nextest keeps both cores busy across test binaries (.config/nextest.toml says which
+    # tests run alone); it runs no doc tests, so cargo runs those after it.
+    section "test (cargo nextest run --workspace)"
+    cargo nextest run --workspace || status=$?
+    section "doc tests (cargo test --workspace --doc)"
+    cargo test --workspace --doc || status=$?
+else
+    section "test (cargo test --workspace --no-fail-fast; cargo-nextest is not installed)"
+    cargo test --workspace --no-fail-fast || status=$?
+fi
 if [ "$status" -ne 0 ]; then
-    section "tests FAILED (cargo test exited $status): see the failures above"
+    section "tests FAILED (exit $status): see the failures above"
     exit "$status"
 fi
 # The stores are cargo features: a build with some of them must compile and refuse the others

@@ -50,7 +50,7 @@ need_tool script bsdutils  # a pseudo-terminal for the interactive-command test
 need_tool awk mawk        # ... which reads /proc/PID/stat
 need_tool python3 python3 # free_port
 need_tool openssl openssl # the certificates of the TLS test (crates/baton-cli/tests/serve.rs)
-need_tool curl curl         # install.sh's downloads (crates/baton-cli/tests/install.rs)
+need_tool curl curl         # install.sh's downloads (integrations/tests/install.rs)
 need_tool wget wget         # ... and its fallback when curl is missing
 need_tool shasum perl       # ... and its digest tool when sha256sum is missing
 need_tool strip binutils    # the tests pack a stripped baton with scripts/dist.sh

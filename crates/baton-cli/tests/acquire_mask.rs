@@ -2,7 +2,7 @@
 //! prints `::add-mask::TOKEN` on stderr before the token reaches stdout, so the runner hides it
 //! in the job's log; stdout stays the token alone (`TOKEN=$(baton acquire …)` keeps working).
 
-mod common;
+use baton_testkit as common;
 
 use common::for_each_store;
 

@@ -3,7 +3,7 @@
 //! 76 and is recorded superseded, and only then does the newer run start, with a higher fence.
 //! A holder started with `--keep` is not asked and finishes its work first.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

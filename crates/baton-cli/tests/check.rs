@@ -3,7 +3,7 @@
 //! after it, naming the new holder; a lease that ran out fails where the store has a clock;
 //! `--min-left` is judged on the store's clock and refused where there is none.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

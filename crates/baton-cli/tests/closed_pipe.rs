@@ -3,7 +3,7 @@
 //! help offers `--json` is run with it: a command added without a case fails
 //! [`every_command_and_output_flag_has_a_case`].
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! It needs Debian's Chromium and the script's `node_modules` (`scripts/test.sh` installs both
 //! and sets `BATON_TEST_BROWSER`); without `BATON_TEST_BROWSER` it says it was skipped.
 
-mod common;
+use baton_testkit as common;
 
 use std::path::Path;
 use std::process::Command;

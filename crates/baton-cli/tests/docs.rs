@@ -1,6 +1,6 @@
 //! Shell completions and manual pages come from the same definitions as `--help`.
 
-mod common;
+use baton_testkit as common;
 
 use common::with_fresh_sqlite;
 

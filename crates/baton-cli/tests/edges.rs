@@ -2,7 +2,7 @@
 //! job listed twice, an empty token, an unknown job, shapeless keys, `memory:` from the command
 //! line, a context without `$USER`, a waiting line that never waited, URLs in `notify ls`.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! These tests are heavy; they take turns (one lock per binary) so that each one's time bound
 //! means something on a 2-core machine.
 
-mod common;
+use baton_testkit as common;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

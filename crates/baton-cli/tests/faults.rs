@@ -1,7 +1,7 @@
 //! Failures of the processes themselves: a holder killed with `kill -9`, a holder paused past
 //! its lease, waiters that time out or are interrupted.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::{Duration, Instant};
 

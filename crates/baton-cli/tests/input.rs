@@ -1,7 +1,7 @@
 //! Bad input gives a clear message, a documented exit code, no panic, and changes nothing:
 //! malformed keys, oversize contexts, usage errors, and corrupt documents in the store.
 
-mod common;
+use baton_testkit as common;
 
 use common::{for_each_store, with_fresh_sqlite, Ctx};
 

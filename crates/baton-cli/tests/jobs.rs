@@ -5,7 +5,7 @@
 //! `write` of a short string with `O_APPEND`, so lines never interleave); the order of those
 //! lines is the order things happened in.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

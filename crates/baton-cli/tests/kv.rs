@@ -4,7 +4,7 @@
 //! what its successor wrote.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

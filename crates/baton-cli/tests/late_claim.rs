@@ -2,7 +2,7 @@
 //! back: the job is given back and runs later, once. The worker reaches `baton serve` through a
 //! proxy in this test that holds every answer back while the test says so.
 
-mod common;
+use baton_testkit as common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! group, SIGKILL after a grace period if it ignores that), the turn is recorded as failed, and
 //! baton exits 79.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! empty name, durations as they were written (or in one rounded form), and refusals by a
 //! server that say which scope, on which key, which token, and how to get one.
 
-mod common;
+use baton_testkit as common;
 
 use common::{with_fresh_sqlite, Ctx};
 

@@ -4,7 +4,7 @@
 //! back; a Slack URL gets a Slack-shaped body.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

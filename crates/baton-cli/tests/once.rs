@@ -6,7 +6,7 @@
 //! Every CMD appends one line to `$TEST_DIR/log` when it starts (one `write` with `O_APPEND`:
 //! lines never interleave), so the log counts the runs.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! run says it was skipped. That the document names exactly the server's routes is a unit test
 //! of the server (`routes::tests`).
 
-mod common;
+use baton_testkit as common;
 
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 //! bound they exit 1 with the store's error. A real Redis server, started late on a port this
 //! test chose (scripts/test.sh installs `redis-server`).
 
-mod common;
+use baton_testkit as common;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

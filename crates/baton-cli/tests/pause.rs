@@ -4,7 +4,7 @@
 //! closes by itself; `--override-freeze` is granted in its turn and recorded; and the refusals
 //! say what to do.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! takes CMD and everything it started in its group with it (a grandchild that ignores SIGTERM
 //! included), well before the lease could end; CMD's exit status still reaches baton as it was.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::{Duration, Instant};
 

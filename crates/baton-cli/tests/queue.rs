@@ -4,7 +4,7 @@
 //! Each waiter is started only after `baton status --json` shows the one before it queued, so
 //! arrival order is known, and the order commands ran in is read from the log they append to.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

@@ -41,7 +41,7 @@
 //! without a marker, the store URL being its reason. Any other block runs. A marker that matches
 //! no command, an unknown marker or a skip without a reason fails the test.
 
-mod common;
+use baton_testkit as common;
 
 use std::fmt::Write as _;
 use std::fs;

@@ -2,7 +2,7 @@
 //! (401 and 403 with JSON bodies, tokens never echoed or logged), JSON errors for bad input,
 //! the refusal to listen beyond loopback without tokens, and a clean stop on SIGTERM.
 
-mod common;
+use baton_testkit as common;
 
 use std::net::SocketAddr;
 use std::time::Duration;

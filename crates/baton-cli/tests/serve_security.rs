@@ -4,7 +4,7 @@
 //! neither replaces a job's parameters nor acknowledges notifications. SECURITY.md names these
 //! tests.
 
-mod common;
+use baton_testkit as common;
 
 use std::net::SocketAddr;
 

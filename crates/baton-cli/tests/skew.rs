@@ -18,7 +18,7 @@
 //! A store whose variable is unset is skipped with a note, except under CI, where a missing
 //! server is a failure.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! Tables are read by their header: each cell starts where its header starts, so an empty cell
 //! (a holder's position) reads as empty instead of shifting the row.
 
-mod common;
+use baton_testkit as common;
 
 use std::time::Duration;
 

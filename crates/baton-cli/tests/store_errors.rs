@@ -5,7 +5,7 @@
 //! the per-user default store, before anything wrote to it, reads as empty.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-mod common;
+use baton_testkit as common;
 
 use std::path::Path;
 use std::process::Command;

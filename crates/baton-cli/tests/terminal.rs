@@ -2,7 +2,7 @@
 //! makes CMD's process group the terminal's foreground group, so it can read the keyboard and
 //! receives Ctrl-C itself; baton takes the terminal back afterwards.
 
-mod common;
+use baton_testkit as common;
 
 use common::with_fresh_sqlite;
 

@@ -15,7 +15,7 @@
 //! namespace too). When the kernel refuses, they say so on stderr (`SKIPPED: …`) and pass, except
 //! under CI (which runs them as root on such a kernel), where the refusal is a failure.
 
-mod common;
+use baton_testkit as common;
 
 use std::process::Command;
 use std::time::Duration;

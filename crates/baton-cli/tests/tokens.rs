@@ -3,7 +3,7 @@
 //! tokens file edited by `baton tokens new|ls|revoke`, and read again by `baton serve` on
 //! SIGHUP.
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

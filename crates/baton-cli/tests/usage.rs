@@ -2,7 +2,7 @@
 //! order, the global options once, options only where they apply, commands in an order a reader
 //! can follow, and typos answered with the right word.
 
-mod common;
+use baton_testkit as common;
 
 use common::help::{command_paths, help_of, listed_commands, option_lines};
 use common::with_fresh_sqlite;

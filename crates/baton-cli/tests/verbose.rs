@@ -2,7 +2,7 @@
 //! long it took, a wait's transitions and each notification's delivery; `-vv` adds each request
 //! made of the store. No line at any `-v` comes from a dependency.
 
-mod common;
+use baton_testkit as common;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -2,7 +2,7 @@
 //! and one whenever its position changes, each naming the holder and its context. On a
 //! terminal: one line redrawn in place, cleared when the turn comes.
 
-mod common;
+use baton_testkit as common;
 
 use common::{for_each_store, with_fresh_sqlite};
 

@@ -8,7 +8,7 @@
 //! serve` with a lock-scoped token, as a CI runner without store credentials would.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -26,7 +26,7 @@ const BASE_UNIX: u64 = 1_700_000_000;
 
 /// The orb's directory in the repository.
 fn orb_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integrations/circleci")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("circleci")
 }
 
 /// Runs `test` on a fresh SQLite store, then on the PostgreSQL at `BATON_TEST_POSTGRES_URL`

@@ -7,7 +7,7 @@
 //!
 //! It needs `node` (`scripts/test.sh` installs Debian's `nodejs`).
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +17,7 @@ use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, with_store, Ctx, Done
 
 /// The action's folder in the repository.
 fn action_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integrations/github")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("github")
 }
 
 /// Runs `test` on a fresh SQLite store and, when the test servers run, on S3 (moto).

@@ -1,4 +1,5 @@
-//! Shared helpers for the CLI's real-process tests.
+//! What baton's real-process tests share: the CLI's (crates/baton-cli/tests) and the
+//! integrations' (integrations/tests).
 //!
 //! # Layout
 //!
@@ -20,7 +21,6 @@
 //! Children find the binary in `$TEST_BATON` and the scratch directory in `$TEST_DIR`; the store
 //! reaches every `baton` through `BATON_STORE`, set explicitly on each process (the tests never
 //! fall back to the per-user default store).
-#![allow(dead_code)] // each test binary uses a different subset
 
 pub mod dist;
 pub mod help;
@@ -32,14 +32,31 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The `baton` binary cargo built for these tests.
+/// The `baton` of this build, beside the directory that holds the test binaries
+/// (`target/debug/deps/TEST` beside `target/debug/baton`). cargo builds it before baton-cli's own
+/// tests; the tests of other packages need `cargo build -p baton-cli` first, as
+/// scripts/test.sh does.
 pub fn baton_bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_baton"))
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let test = std::env::current_exe().expect("the path of the running test binary");
+        let bin = test
+            .parent()
+            .and_then(Path::parent)
+            .map(|profile| profile.join("baton"))
+            .expect("a test binary lives in target/PROFILE/deps");
+        assert!(
+            bin.is_file(),
+            "no baton at {}: run `cargo build -p baton-cli` first (scripts/test.sh does)",
+            bin.display()
+        );
+        bin
+    })
 }
 
 /// How long a `baton` invocation that should finish promptly may take before the test fails.

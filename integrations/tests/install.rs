@@ -8,7 +8,7 @@
 //! held in memory; each test serves it, or a corrupted copy, from a server of its own, which
 //! records every request.
 
-mod common;
+use baton_testkit as common;
 
 use std::collections::HashMap;
 use std::fs;
