@@ -7,22 +7,25 @@
 //!
 //! # Layout
 //!
-//! - [`limits`]: every limit of the design, and the checks of input at the edge.
+//! - [`limits`]: every limit, and the checks of input at the edge.
 //! - [`duration`]: the one way a duration is written for people (`7d`, `1h30m`, `850ms`).
 //! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
 //! - [`op`]: the operations and their replies.
 //! - [`order`]: how `--order` values compare (numbers as integers, text as strings).
-//! - [`clock`]: the two clocks of the design: the store's time, and observation of heartbeats.
+//! - [`clock`]: the two clocks: the store's time, and observation of heartbeats.
 //! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
 //!   believe it holds, when a grant seen unclaimed surely stands.
-//! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
+//! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine, one file per op
+//!   family.
 //! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
 //! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
-//! - [`notify`]: notification events, the rules that want them, and each key's outbox.
-//! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
+//! - [`notify`]: notification events, the rules that want them, each key's outbox and each
+//!   rule's cursor; the rules and the freezes share one settings document.
+//! - [`invariants`]: the per-document invariants (numbered in ARCHITECTURE.md) as checks, run
+//!   on every decode and after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
 //! - [`freeze`]: freeze windows (`baton pause`): which freeze holds a key back, and when.
