@@ -61,6 +61,14 @@ const DOCUMENTS: &[&str] = &[
     "integrations/circleci/README.md",
 ];
 
+/// The other documents at the top of the repository, whose links are checked too.
+const TOP_LEVEL: &[&str] = &[
+    "ARCHITECTURE.md",
+    "BENCHMARKS.md",
+    "SECURITY.md",
+    "TORTURE.md",
+];
+
 /// The reference pages the README links to: every `.md` file here holds examples too.
 const DOCS_DIR: &str = "docs";
 
@@ -76,7 +84,11 @@ fn documents() -> Vec<String> {
         .collect();
     pages.sort();
     assert!(!pages.is_empty(), "{DOCS_DIR}/ holds no page");
-    DOCUMENTS.iter().map(|d| (*d).to_owned()).chain(pages).collect()
+    DOCUMENTS
+        .iter()
+        .map(|d| (*d).to_owned())
+        .chain(pages)
+        .collect()
 }
 
 /// How long one block may run: its commands are quick; a worker and a wait take a few seconds.
@@ -168,12 +180,12 @@ fn the_quick_start_runs_and_the_test_suite_is_skipped_as_itself() {
 /// or folder that exists, so a page that moves cannot leave a dead link behind.
 #[test]
 fn every_relative_link_of_the_documents_names_a_file_that_exists() {
-    let mut documents = documents();
-    documents.extend(["ARCHITECTURE.md", "BENCHMARKS.md", "SECURITY.md", "TORTURE.md"].map(String::from));
+    let others = TOP_LEVEL.iter().map(|d| (*d).to_owned());
     let mut dead = Vec::new();
-    for document in &documents {
-        let path = workspace_root().join(document);
-        let text = fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {document}: {error}"));
+    for document in documents().into_iter().chain(others) {
+        let path = workspace_root().join(&document);
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {document}: {error}"));
         let dir = path.parent().expect("a document's folder");
         for target in relative_links(&text) {
             if !dir.join(&target).exists() {
@@ -181,7 +193,11 @@ fn every_relative_link_of_the_documents_names_a_file_that_exists() {
             }
         }
     }
-    assert!(dead.is_empty(), "links to nothing:\n  {}", dead.join("\n  "));
+    assert!(
+        dead.is_empty(),
+        "links to nothing:\n  {}",
+        dead.join("\n  ")
+    );
 }
 
 /// The file part of every Markdown link `[text](target)` of `text` that is neither a URL nor an
