@@ -1,6 +1,7 @@
-//! The README's examples, run: every fenced ```` ```sh ```` block of `README.md` and of the
-//! integrations' READMEs is either run on a fresh SQLite store and must exit as its text says, or
-//! skipped with a reason written next to it, so the docs cannot drift from the CLI again.
+//! The documents' examples, run: every fenced ```` ```sh ```` block of `README.md`, of every page
+//! of `docs/` and of the integrations' READMEs is either run on a fresh SQLite store and must
+//! exit as its text says, or skipped with a reason written next to it, so the docs cannot drift
+//! from the CLI again.
 //!
 //! # How a block runs
 //!
@@ -52,12 +53,43 @@ use std::time::Duration;
 
 use common::{baton_bin, with_fresh_sqlite, Ctx};
 
-/// The documents whose ```` ```sh ```` blocks are examples (paths from the workspace root).
+/// The documents whose ```` ```sh ```` blocks are examples (paths from the workspace root),
+/// besides every page of [`DOCS_DIR`].
 const DOCUMENTS: &[&str] = &[
     "README.md",
     "integrations/github/README.md",
     "integrations/circleci/README.md",
 ];
+
+/// The other documents at the top of the repository, whose links are checked too.
+const TOP_LEVEL: &[&str] = &[
+    "ARCHITECTURE.md",
+    "BENCHMARKS.md",
+    "SECURITY.md",
+    "TORTURE.md",
+];
+
+/// The reference pages the README links to: every `.md` file here holds examples too.
+const DOCS_DIR: &str = "docs";
+
+/// [`DOCUMENTS`] and every page of [`DOCS_DIR`], in name order.
+fn documents() -> Vec<String> {
+    let dir = workspace_root().join(DOCS_DIR);
+    let entries = fs::read_dir(&dir).unwrap_or_else(|error| panic!("read {DOCS_DIR}/: {error}"));
+    let mut pages: Vec<String> = entries
+        .map(|entry| entry.expect("a docs/ entry").file_name())
+        .filter_map(|name| name.to_str().map(str::to_owned))
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("{DOCS_DIR}/{name}"))
+        .collect();
+    pages.sort();
+    assert!(!pages.is_empty(), "{DOCS_DIR}/ holds no page");
+    DOCUMENTS
+        .iter()
+        .map(|d| (*d).to_owned())
+        .chain(pages)
+        .collect()
+}
 
 /// How long one block may run: its commands are quick; a worker and a wait take a few seconds.
 const BLOCK_TIMEOUT: Duration = Duration::from_secs(60);
@@ -81,10 +113,10 @@ fn every_sh_block_of_the_readmes_runs_or_says_why_not() {
     let mut skipped = Vec::new();
     let mut failures = Vec::new();
     let mut n_blocks = 0;
-    for document in DOCUMENTS {
-        let text = fs::read_to_string(workspace_root().join(document))
+    for document in documents() {
+        let text = fs::read_to_string(workspace_root().join(&document))
             .unwrap_or_else(|error| panic!("read {document}: {error}"));
-        for block in sh_blocks(document, &text) {
+        for block in sh_blocks(&document, &text) {
             n_blocks += 1;
             match plan(&block) {
                 Err(problem) => failures.push(format!("{}: {problem}", block.place())),
@@ -142,6 +174,43 @@ fn the_quick_start_runs_and_the_test_suite_is_skipped_as_itself() {
             suite.place()
         ),
     }
+}
+
+/// Every relative link of the README, the docs/ pages and the top-level documents names a file
+/// or folder that exists, so a page that moves cannot leave a dead link behind.
+#[test]
+fn every_relative_link_of_the_documents_names_a_file_that_exists() {
+    let others = TOP_LEVEL.iter().map(|d| (*d).to_owned());
+    let mut dead = Vec::new();
+    for document in documents().into_iter().chain(others) {
+        let path = workspace_root().join(&document);
+        let text =
+            fs::read_to_string(&path).unwrap_or_else(|error| panic!("read {document}: {error}"));
+        let dir = path.parent().expect("a document's folder");
+        for target in relative_links(&text) {
+            if !dir.join(&target).exists() {
+                dead.push(format!("{document}: ({target})"));
+            }
+        }
+    }
+    assert!(
+        dead.is_empty(),
+        "links to nothing:\n  {}",
+        dead.join("\n  ")
+    );
+}
+
+/// The file part of every Markdown link `[text](target)` of `text` that is neither a URL nor an
+/// anchor of the same page.
+fn relative_links(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split_once(')').map(|(target, _)| target))
+        .map(|target| target.split('#').next().unwrap_or_default().trim())
+        .filter(|target| !target.is_empty() && !target.contains("://") && !target.contains(' '))
+        .filter(|target| !target.starts_with("mailto:"))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The marker rules themselves, on made-up documents.

@@ -2,19 +2,22 @@
 //!
 //! # Layout
 //!
-//! - [`coordinator`]: load → `core::apply` → CAS, with a cached document, retry on conflict with
-//!   jitter, and ambiguous outcomes recognised by re-reading.
+//! - [`coordinator`]: load → `core::apply` → write, with a cached document, through one
+//!   executor per transport (optimistic CAS, SQLite's update under its write lock, a server over
+//!   HTTP), retrying on conflict with jitter and recognising ambiguous outcomes by re-reading.
 //! - [`acquire`](mod@acquire): the calls — waiting for a turn (one key, or several in sorted
 //!   order), release, renew — and the lease they give.
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
-//! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
+//! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key, and how a
+//!   worker finds keys that are due.
 //! - [`freeze`](mod@freeze): `baton pause` and `resume`: the freezes, and writing the keys they cover.
 //! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
 //! - [`notify`]: notification rules, their cache, and delivery of keys' outboxes.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
-//! - [`remote`]: `--store http://…`, a store read through `baton serve` (writes through a
-//!   server are not sent yet: they are refused with an error that says so).
+//! - [`remote`]: `--store http(s)://…`, a store reached through `baton serve`: reads come back
+//!   as stored; writes go as operations (a request to run, a value's write, a job's record),
+//!   never as bytes.
 //! - [`permission`]: what a server's refusal for want of a token or scope says (one formatter
 //!   for both sides).
 //! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
@@ -23,6 +26,7 @@
 //!   counts suspended time, and the lost-lease signal.
 //! - `follow`: a holder on a store that pushes documents keeps its key's cached document
 //!   current, so its release is one CAS.
+//! - [`status`]: a key's standing as people read it (`baton status` and the dashboard).
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.

@@ -1,28 +1,31 @@
 //! The pure core of baton: every rule about tickets, leases, fences and queue order.
 //!
 //! Nothing here does I/O, awaits, or reads a clock. The coordinator loads a key's document from
-//! a store, calls [`apply`] with an operation and a [`Clock`] it read itself, writes the new
+//! a store, calls [`apply()`] with an operation and a [`Clock`] it read itself, writes the new
 //! document back by compare-and-swap, and appends the [`Finished`] tickets to the key's history.
 //! Like raft-rs, the caller ticks it; it only computes.
 //!
 //! # Layout
 //!
-//! - [`limits`]: every limit of the design, and the checks of input at the edge.
+//! - [`limits`]: every limit, and the checks of input at the edge.
 //! - [`duration`]: the one way a duration is written for people (`7d`, `1h30m`, `850ms`).
 //! - [`doc`]: the hot document of a key (live tickets, fence counter, summary) and its encoding.
 //! - [`op`]: the operations and their replies.
 //! - [`order`]: how `--order` values compare (numbers as integers, text as strings).
-//! - [`clock`]: the two clocks of the design: the store's time, and observation of heartbeats.
+//! - [`clock`]: the two clocks: the store's time, and observation of heartbeats.
 //! - [`lease`]: the timing rules that decide safety: when a phase ends, how long a client may
 //!   believe it holds, when a grant seen unclaimed surely stands.
-//! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine.
+//! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine, one file per op
+//!   family.
 //! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
 //! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
-//! - [`notify`]: notification events, the rules that want them, and each key's outbox.
-//! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
+//! - [`notify`]: notification events, the rules that want them, each key's outbox and each
+//!   rule's cursor; the rules and the freezes share one settings document.
+//! - [`invariants`]: the per-document invariants (numbered in ARCHITECTURE.md) as checks, run
+//!   on every decode and after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
 //! - [`freeze`]: freeze windows (`baton pause`): which freeze holds a key back, and when.

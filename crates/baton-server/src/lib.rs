@@ -4,7 +4,8 @@
 //! CLI runs (load, `core::apply`, CAS) against the store, so several servers can share one
 //! store and a client can retry on another. What it adds is who may do what ([`tokens`],
 //! [`auth`]), an HTTP API for every client operation ([`routes`]), push for waiters
-//! ([`feeds`]: one follower per key, however many wait), and, later, a dashboard and metrics.
+//! ([`feeds`]: one follower per key, however many wait), a live dashboard (served by
+//! [`routes`] from the binary, no external assets) and Prometheus metrics ([`metrics`]).
 //!
 //! - [`tokens`]: the tokens file, hashes and scopes; [`tokens_file`]: editing it (`baton tokens`).
 //! - [`hosts`]: which `Host` and `Origin` a server without tokens answers (DNS rebinding).

@@ -15,22 +15,27 @@
 //! - [`StoreError`]: the one error enum of every store.
 //! - [`memory`]: an in-process store for unit tests of the core and client. Never a stand-in for
 //!   a store under test.
-//! - `sqlite` (feature `sqlite`, on by default): the embedded default, one SQLite file shared by
-//!   many processes on one host.
-//! - `etcd` (feature `etcd`, on by default): an etcd cluster; a CAS is one etcd transaction,
+//! Each store is a folder behind a cargo feature of its own; every one is on by default.
+//!
+//! - `sqlite` (feature `sqlite`): the embedded default, one SQLite file shared by many processes
+//!   on one host; the host's boot-time clock ([`boot_clock`]).
+//! - `etcd` (feature `etcd`): an etcd cluster; a CAS is one etcd transaction,
 //!   wake-ups come from etcd watches, leases are judged by observation (etcd has no clock).
 //! - `redis` (feature `redis`): `redis://` and `rediss://`, one script per CAS, pub/sub wake-ups,
 //!   the server's `TIME` as the clock.
 //! - `postgres` (feature `postgres`): `postgres://` and `postgresql://`, one statement per CAS,
 //!   `LISTEN`/`NOTIFY` wake-ups, the server's `clock_timestamp()` as the clock.
 //! - `dynamodb` (feature `dynamodb`): `dynamodb://TABLE`, one conditional `PutItem` per CAS,
-//!   history through [`deferred`], no push and no clock (leases judged by observation).
+//!   history through [`deferred`], no push and no clock (leases judged by observation);
+//!   history expires by the table's TTL, which `baton init` turns on.
 //! - `s3` (feature `s3`): `s3://bucket/prefix`, one object per key changed by conditional PUT
 //!   (`If-Match` on its ETag), history entries as objects of their own ([`deferred`]), no push
 //!   (waiters poll); the server's clock from the `Date` header of its responses, whole seconds
-//!   (`clock_uncertain_ms` 1000).
+//!   (`clock_uncertain_ms` 1000); `baton init` sets the bucket's lifecycle rule that expires
+//!   history.
 //! - `conformance` (feature `conformance`): one `pub async fn` per behaviour of the contract,
-//!   which every store's tests call.
+//!   grouped by capability, which every store's tests call through `conformance_tests!`.
+//! - [`history_retention`]: `history_keep` and `history_max_age`, taken from a store's URL.
 //! - [`deferred`]: history for stores without multi-record transactions (S3, DynamoDB): entries
 //!   ride in the key's hot record until a later writer has stored them on their own.
 //! - [`server_clock`]: a server's clock estimated from the time its replies carry, so reading it
@@ -38,6 +43,7 @@
 //! - [`url`]: the one table of the stores a URL can name (schemes, feature, forms, opener),
 //!   which `open` and every URL message read, and the URL helpers the stores share.
 //! - [`key_range`]: the successor of a prefix, where every range scan by prefix ends.
+//! - `aws`: the AWS configuration S3 and DynamoDB share (credentials, region, endpoint).
 //!
 //! Every store's folder has the same files: `mod.rs` (the store and its operations), `url.rs`
 //! (its URL), `errors.rs` (its driver's errors as [`StoreError`]) and `layout.rs` (where its
