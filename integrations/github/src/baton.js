@@ -13,7 +13,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
-// `baton acquire`'s exit codes (see `baton acquire --help` and the README).
+// `baton acquire`'s exit codes (see `baton acquire --help` and docs/exit-codes.md).
 export const EXIT_OK = 0;
 export const EXIT_USAGE = 2;
 export const EXIT_TIMED_OUT = 75;

@@ -1,4 +1,4 @@
-//! The torture harness (issue 6): what baton's clients protect, and the checker that proves
+//! The torture harness: what baton's clients protect, and the checker that proves
 //! from its records alone that they were protected.
 //!
 //! - [`resource`]: the protected resource every client "writes" to with its fence. For a mutex
