@@ -4,7 +4,7 @@
 //! ran out and a release back put it back as `queued` with its arrival number, so a later job or
 //! ticket never overtakes it (the grant step stops at a job, and a claim takes only the head).
 
-use super::Work;
+use super::{Answer, Work};
 use crate::doc::{token_hash, Doc, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
 use crate::job::{
@@ -13,8 +13,6 @@ use crate::job::{
 };
 use crate::limits;
 use crate::op::{Refusal, Reply, Submit, TicketView};
-
-type Answer = Result<(Reply, Option<String>), Refusal>;
 
 impl Work<'_> {
     pub(super) fn submit(&mut self, s: &Submit) -> Answer {
