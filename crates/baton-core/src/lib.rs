@@ -22,6 +22,8 @@
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
 //! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
 //! - [`notify`]: notification events, the rules that want them, and each key's outbox.
+//! - [`settings`]: the store's settings document, which carries the notification rules and the
+//!   freezes.
 //! - [`invariants`]: the design's invariants as checks, run after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
@@ -48,6 +50,7 @@ pub mod notify;
 pub mod once;
 pub mod op;
 pub mod order;
+pub mod settings;
 
 pub use apply::{apply, apply_with, Applied, Inputs};
 pub use clock::{Clock, Observer};
