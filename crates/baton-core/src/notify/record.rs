@@ -5,7 +5,7 @@ use super::cursor::{bound, follow_new};
 use super::outbox::forget_delivered;
 use super::{Event, EventKind, KeyNote, LiveNote, Note, Outbox, Rule, KEY_NOTES_MAX};
 use crate::apply::Applied;
-use crate::doc::{Doc, Outcome, TicketState};
+use crate::doc::{Doc, Outcome, Ticket, TicketState};
 use crate::freeze::Paused;
 use crate::history::Finished;
 
@@ -30,34 +30,17 @@ pub fn record(
     let base = outbox.appended;
     let after = base + applied.finished.len() as u64;
     let mut events: Vec<(u64, Event)> = Vec::new();
-    let mut failures = before.map_or(0, |d| d.summary.consecutive_failures);
-    for (i, finished) in applied.finished.iter_mut().enumerate() {
-        let (its, others): (Vec<LiveNote>, Vec<LiveNote>) = std::mem::take(&mut outbox.live)
-            .into_iter()
-            .partition(|live| live.ticket == finished.id);
-        outbox.live = others;
-        finished
-            .events
-            .extend(its.into_iter().map(|live| live.note));
-        for kind in end_kinds(finished, &mut failures) {
-            let at = finished.finished_wall_ms.max(wall_ms);
-            if let Some(note) = note(&mut outbox, kind, rules, at) {
-                events.push((base + i as u64, Event::of_finished(finished, &note)));
-                finished.events.push(note);
-            }
-        }
-    }
-    for (id, _fence) in &applied.granted {
-        if let Some(ticket) = applied.doc.tickets.iter().find(|t| t.id == *id) {
-            if let Some(note) = note(&mut outbox, EventKind::Granted, rules, wall_ms) {
-                events.push((after, Event::of_ticket(ticket, &note)));
-                outbox.live.push(LiveNote {
-                    ticket: id.clone(),
-                    note,
-                });
-            }
-        }
-    }
+    let failures = before.map_or(0, |d| d.summary.consecutive_failures);
+    let ends = &mut applied.finished;
+    note_ends(
+        &mut outbox,
+        &mut events,
+        ends,
+        rules,
+        failures,
+        (wall_ms, base),
+    );
+    note_grants(&mut outbox, &mut events, applied, rules, (wall_ms, after));
     raise_waited(
         &mut outbox,
         &mut events,
@@ -78,9 +61,70 @@ pub fn record(
     outbox.appended = after;
     bound(&mut outbox);
     forget_delivered(&mut outbox, &mut applied.finished);
+    forget_gone(&mut outbox, &applied.doc.tickets);
+    // New events must be written even by an operation that changed nothing else (a tick that
+    // raises `waited`).
+    applied.changed |= !events.is_empty();
+    applied.doc.outbox = Some(outbox);
+    events.into_iter().map(|(_, event)| event).collect()
+}
+
+/// Records the events of the tickets that ended in this write, appended to the history from
+/// position `base` on: the notes each carried while it lived move into its finished entry,
+/// then come its end's events (`failures`: the key's failures in a row before them, for
+/// `recovered`).
+fn note_ends(
+    outbox: &mut Outbox,
+    events: &mut Vec<(u64, Event)>,
+    ends: &mut [Finished],
+    rules: &[&Rule],
+    mut failures: u32,
+    (wall_ms, base): (u64, u64),
+) {
+    for (i, finished) in ends.iter_mut().enumerate() {
+        let (its, others): (Vec<LiveNote>, Vec<LiveNote>) = std::mem::take(&mut outbox.live)
+            .into_iter()
+            .partition(|live| live.ticket == finished.id);
+        outbox.live = others;
+        finished
+            .events
+            .extend(its.into_iter().map(|live| live.note));
+        for kind in end_kinds(finished, &mut failures) {
+            let at = finished.finished_wall_ms.max(wall_ms);
+            if let Some(note) = note(outbox, kind, rules, at) {
+                events.push((base + i as u64, Event::of_finished(finished, &note)));
+                finished.events.push(note);
+            }
+        }
+    }
+}
+
+/// Records a `granted` event for each grant of this write, kept in the outbox while its
+/// ticket lives (which ends at history position `after` or further on).
+fn note_grants(
+    outbox: &mut Outbox,
+    events: &mut Vec<(u64, Event)>,
+    applied: &Applied,
+    rules: &[&Rule],
+    (wall_ms, after): (u64, u64),
+) {
+    for (id, _fence) in &applied.granted {
+        if let Some(ticket) = applied.doc.tickets.iter().find(|t| t.id == *id) {
+            if let Some(note) = note(outbox, EventKind::Granted, rules, wall_ms) {
+                events.push((after, Event::of_ticket(ticket, &note)));
+                outbox.live.push(LiveNote {
+                    ticket: id.clone(),
+                    note,
+                });
+            }
+        }
+    }
+}
+
+/// Forgets what the outbox kept of tickets no longer in the document (`tickets`).
+fn forget_gone(outbox: &mut Outbox, tickets: &[Ticket]) {
     // Notes of a ticket that left the document without a finished entry (none does) could
     // never be delivered: counted as dropped rather than kept for ever.
-    let tickets = &applied.doc.tickets;
     let orphans = outbox.live.len();
     outbox
         .live
@@ -90,11 +134,6 @@ pub fn record(
     outbox
         .waited
         .retain(|id| tickets.iter().any(|t| t.id == *id));
-    // New events must be written even by an operation that changed nothing else (a tick that
-    // raises `waited`).
-    applied.changed |= !events.is_empty();
-    applied.doc.outbox = Some(outbox);
-    events.into_iter().map(|(_, event)| event).collect()
 }
 
 /// Notes `resumed` and `paused` when the freeze the document records changed from `was` to
