@@ -7,7 +7,7 @@
 //!    operation changes nothing);
 //! 3. **grant**: walk the queue in order and grant while the head fits beside the holders,
 //!    stopping at the first that does not (no barging), or at a job: no process waits for a
-//!    job, so only a worker's claim takes it (`jobs.rs`).
+//!    job, so only a worker's claim takes it (`apply/jobs.rs`).
 //!
 //! This file holds the three steps and the dispatch of an operation to its family; each family
 //! has a file of its own:

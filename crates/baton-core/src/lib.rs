@@ -1,7 +1,7 @@
 //! The pure core of baton: every rule about tickets, leases, fences and queue order.
 //!
 //! Nothing here does I/O, awaits, or reads a clock. The coordinator loads a key's document from
-//! a store, calls [`apply`] with an operation and a [`Clock`] it read itself, writes the new
+//! a store, calls [`apply()`] with an operation and a [`Clock`] it read itself, writes the new
 //! document back by compare-and-swap, and appends the [`Finished`] tickets to the key's history.
 //! Like raft-rs, the caller ticks it; it only computes.
 //!

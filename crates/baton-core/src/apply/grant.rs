@@ -1,6 +1,6 @@
 //! The last step of every operation: walk the queue in order and grant while the head fits
 //! beside the holders, stopping at the first that does not (no barging), or at a job (only a
-//! worker's claim takes it, `jobs.rs`). With the fences and phases a grant starts.
+//! worker's claim takes it, `apply/jobs.rs`). With the fences and phases a grant starts.
 
 use super::Work;
 use crate::doc::{Mode, TicketState};
