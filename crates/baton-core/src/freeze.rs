@@ -4,7 +4,7 @@
 //! A [`Freeze`] names its target (an exact key, a prefix ending in `/`, or `*` for every key),
 //! why and who, and when it is in force: from when it was set (or `from`) until it is resumed
 //! (or `until`), and, for a recurring one, only inside its [`Weekly`] window. Freezes live in
-//! the store's settings document ([`crate::notify::Settings::freezes`]), never in a key's, so a
+//! the store's settings document ([`crate::settings::Settings::freezes`]), never in a key's, so a
 //! process reads them with the notification rules, from a copy at most one poll interval old:
 //! a lock operation's round trips do not grow.
 //!

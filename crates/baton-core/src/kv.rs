@@ -1,7 +1,7 @@
 //! Shared values (`baton kv`): one small document per name, changed only by compare-and-swap.
 //!
 //! A value's document ([`ValueDoc`]) lives under its own name in the store
-//! ([`crate::names::value_key`]), never beside a key's queue. [`write`] is the only rule: it
+//! ([`crate::names::value_key`]), never beside a key's queue. [`write()`] is the only rule: it
 //! judges a set or a delete against the document as read and returns the next document, or
 //! refuses. The client writes the result by CAS and, on a conflict, judges again against the
 //! document that won, so a condition (`--if-version`, `--if-absent`, `--fence`) holds at the

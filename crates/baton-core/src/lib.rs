@@ -23,7 +23,9 @@
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
 //! - [`names`]: the store names baton keeps for its own documents (values), apart from keys.
 //! - [`notify`]: notification events, the rules that want them, each key's outbox and each
-//!   rule's cursor; the rules and the freezes share one settings document.
+//!   rule's cursor.
+//! - [`settings`]: the store's settings document, which carries the notification rules and the
+//!   freezes.
 //! - [`invariants`]: the per-document invariants (numbered in ARCHITECTURE.md) as checks, run
 //!   on every decode and after every apply in debug builds.
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
@@ -51,6 +53,7 @@ pub mod notify;
 pub mod once;
 pub mod op;
 pub mod order;
+pub mod settings;
 
 pub use apply::{apply, apply_with, Applied, Inputs};
 pub use clock::{Clock, Observer};

@@ -1,13 +1,10 @@
 //! The backlog's part of `apply` ([`crate::backlog`]): taking jobs into the window, routing a
-//! submit to the tail and writing the tail out, and cancels of single tickets, which may name a
-//! backlog job.
+//! submit to the tail and writing the tail out, and the cancel of a job that waits there.
 
-use super::Work;
+use super::{Answer, Work};
 use crate::backlog::{Backlog, Dropped, Segment, PENDING_MAX, REFILL_BELOW, SEGMENT_JOBS};
-use crate::doc::{Outcome, Ticket, TicketState};
+use crate::doc::{Outcome, Ticket};
 use crate::op::{CancelledTicket, Refusal, Reply, TicketView};
-
-type Answer = Result<(Reply, Option<String>), Refusal>;
 
 impl Work<'_> {
     /// When the window runs low, takes the backlog's next jobs into it: `segment` if it is the
@@ -110,41 +107,10 @@ impl Work<'_> {
         Ok(())
     }
 
-    /// An operator cancels ticket or job `id`: queued, it ends; held, it is force-released. A
-    /// job in the backlog's tail, or in written segment `in_segment` (`(generation, number)`,
-    /// found there by the caller), ends when it is taken in.
-    pub(super) fn cancel(&mut self, id: &str, in_segment: Option<(u64, u64)>, by: &str) -> Answer {
-        crate::limits::check_id(id)?;
-        crate::limits::check_context(by)?;
-        if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == id) {
-            let forced = self.doc.tickets[idx].state == TicketState::Held;
-            let reason = Some(crate::op::cancel_reason(forced, by));
-            let attempt = Some(self.attempt.to_string());
-            self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
-            let ended = CancelledTicket::new(id.to_owned(), forced);
-            return Ok((Reply::Cancelled(vec![ended]), None));
-        }
-        if let Some(answer) = self.cancel_in_backlog(id, in_segment, by) {
-            return answer;
-        }
-        match self.doc.finished.iter().find(|m| m.id == id) {
-            Some(mark) if mark.ended_by(self.attempt) => {
-                let ended = CancelledTicket::new(id.to_owned(), mark.forced);
-                Ok((Reply::Cancelled(vec![ended]), None))
-            }
-            Some(mark) => Err(Refusal::Ended {
-                id: id.to_owned(),
-                outcome: mark.outcome,
-                forced: mark.forced,
-            }),
-            None => Err(self.not_found(Refusal::UnknownId { id: id.to_owned() })),
-        }
-    }
-
     /// The cancel of a job that waits in the backlog, if `id` is one: it joins the backlog's
     /// cancelled ids. A job already cancelled there answers as cancelled (a retry), one a cut
     /// ended answers as that ended it.
-    fn cancel_in_backlog(
+    pub(super) fn cancel_in_backlog(
         &mut self,
         id: &str,
         in_segment: Option<(u64, u64)>,

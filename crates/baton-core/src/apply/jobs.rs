@@ -4,7 +4,8 @@
 //! ran out and a release back put it back as `queued` with its arrival number, so a later job or
 //! ticket never overtakes it (the grant step stops at a job, and a claim takes only the head).
 
-use super::Work;
+use super::{Answer, Work};
+use crate::clock::Clock;
 use crate::doc::{token_hash, Doc, Mode, Outcome, Ticket, TicketState};
 use crate::history::Finished;
 use crate::job::{
@@ -14,43 +15,14 @@ use crate::job::{
 use crate::limits;
 use crate::op::{Refusal, Reply, Submit, TicketView};
 
-type Answer = Result<(Reply, Option<String>), Refusal>;
-
 impl Work<'_> {
+    /// Queues a new job, in the window or the backlog's tail; the same id again answers with
+    /// that job, unchanged (a retry, or a second submit with `--id`), unless it revives a dead
+    /// one.
     pub(super) fn submit(&mut self, s: &Submit) -> Answer {
-        limits::check_id(&s.id)?;
-        limits::check_context(&s.context)?;
-        if let Some(order) = &s.order {
-            limits::check_order(order)?;
-        }
-        limits::check_limit(s.limit)?;
-        s.spec.check()?;
-        if let Some(hash) = &s.params_sha256 {
-            check_params_sha256(hash)?;
-        }
-        // The same id again: that job, unchanged (a retry, or a second submit with `--id`).
-        if let Some(ticket) = self.doc.by_id(&s.id) {
-            if ticket.job.is_none() {
-                return Err(Refusal::DuplicateId { id: s.id.clone() });
-            }
-            return Ok((Reply::Ticket(self.view(&s.id)), None));
-        }
-        if let Some(backlog) = &self.doc.backlog {
-            if backlog.tail_job(&s.id).is_some() || backlog.dropped.iter().any(|d| d.id == s.id) {
-                return Ok((Reply::Ticket(self.view(&s.id)), None));
-            }
-        }
-        if let Some(mark) = self.doc.finished.iter().rev().find(|m| m.id == s.id) {
-            match (s.revive, mark.outcome) {
-                (true, Outcome::Dead) => {}
-                (true, outcome) => {
-                    return Err(Refusal::NotDead {
-                        id: s.id.clone(),
-                        state: outcome.to_string(),
-                    })
-                }
-                (false, _) => return Ok((Reply::Ticket(self.view(&s.id)), None)),
-            }
+        check_submit(s)?;
+        if let Some(answer) = self.submitted_before(s) {
+            return answer;
         }
         if !self.marks_cover_retry() {
             return Err(Refusal::Uncertain);
@@ -73,35 +45,7 @@ impl Work<'_> {
         } else {
             self.admit(s.order.as_deref(), s.limit, s.max_live)?;
         }
-        let now_ms = self.clock.job_now_ms();
-        let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
-        let ticket = Ticket {
-            id: s.id.clone(),
-            token_hash: queued_token_hash(&s.id),
-            mode: Mode::Normal,
-            state: TicketState::Queued,
-            order: s.order.clone(),
-            arrival: self.doc.next_arrival,
-            keep: s.keep,
-            context: s.context.clone(),
-            ttl_ms: 0,
-            waiter_ttl_ms: 0,
-            claim_ms: 0,
-            heartbeat: 0,
-            deadline_ms: None,
-            claimed: false,
-            fence: 0,
-            enqueued_wall_ms: self.clock.wall_ms(),
-            granted_wall_ms: 0,
-            job: Some(Box::new(JobState {
-                runs: if s.revive { s.runs_before } else { 0 },
-                params_sha256: s.params_sha256.clone(),
-                ..JobState::new(&s.spec, ready_at_ms)
-            })),
-            once: None,
-            stop_asked: None,
-            override_freeze: None,
-        };
+        let ticket = new_job(s, self.doc.next_arrival, self.clock);
         self.doc.next_arrival += 1;
         if to_backlog {
             self.push_to_backlog(ticket)?;
@@ -115,6 +59,33 @@ impl Work<'_> {
             self.ask_holders_to_stop(&s.id, &s.context);
         }
         Ok((Reply::Ticket(self.view(&s.id)), None))
+    }
+
+    /// The answer to a submit of an id the key knows: that job's standing, live, in the
+    /// backlog or finished (a revive goes on only for a dead job); a lock ticket's id is
+    /// refused. `None`: the id is new (or revives a dead job).
+    fn submitted_before(&self, s: &Submit) -> Option<Answer> {
+        let standing = || Some(Ok((Reply::Ticket(self.view(&s.id)), None)));
+        if let Some(ticket) = self.doc.by_id(&s.id) {
+            if ticket.job.is_none() {
+                return Some(Err(Refusal::DuplicateId { id: s.id.clone() }));
+            }
+            return standing();
+        }
+        if let Some(backlog) = &self.doc.backlog {
+            if backlog.tail_job(&s.id).is_some() || backlog.dropped.iter().any(|d| d.id == s.id) {
+                return standing();
+            }
+        }
+        let mark = self.doc.finished.iter().rev().find(|m| m.id == s.id)?;
+        match (s.revive, mark.outcome) {
+            (true, Outcome::Dead) => None,
+            (true, outcome) => Some(Err(Refusal::NotDead {
+                id: s.id.clone(),
+                state: outcome.to_string(),
+            })),
+            (false, _) => standing(),
+        }
     }
 
     pub(super) fn claim(&mut self, token: &str, ttl_ms: u64) -> Answer {
@@ -301,30 +272,9 @@ impl Work<'_> {
         } else {
             job.releases
         };
-        let (failed, error) = match end {
-            RunEnd::Failed => (true, error),
-            RunEnd::LeaseRanOut => (
-                true,
-                error.or_else(|| {
-                    Some(
-                        "the lease ran out: its worker stopped renewing (killed, paused or cut \
-                         off)"
-                            .into(),
-                    )
-                }),
-            ),
-            RunEnd::ReleasedBack if releases > RELEASES_PER_ATTEMPT => (
-                true,
-                Some(format!(
-                    "released back {RELEASES_PER_ATTEMPT} times, then once more: counted as a \
-                     failed attempt"
-                )),
-            ),
-            RunEnd::ReleasedBack => (false, None),
-        };
+        let (failed, error) = spends_an_attempt(end, releases, error);
         let error = error.map(|e| cut_text(&e, ERROR_MAX_BYTES));
         let dead = failed && job.attempt() >= job.max_attempts;
-        let failures = job.failures;
         if let Some(job) = self.doc.tickets[idx].job.as_deref_mut() {
             if failed {
                 job.last_error.clone_from(&error);
@@ -340,6 +290,19 @@ impl Work<'_> {
             (RunEnd::ReleasedBack, false) => Outcome::ReleasedBack,
             _ => Outcome::Failed,
         };
+        self.record_requeued_run(idx, outcome, error);
+        let wait = if failed {
+            Wait::Backoff
+        } else {
+            Wait::ReleasedBack { releases, delay_ms }
+        };
+        let run_mark = RunMark::new(end, &self.doc.tickets[idx].token_hash, attempt);
+        self.wait_again(idx, run_mark, wait);
+    }
+
+    /// The history entry of a run that ended with its job waiting again (`requeued`), and the
+    /// hold it ended in the key's summary.
+    fn record_requeued_run(&mut self, idx: usize, outcome: Outcome, error: Option<String>) {
         let wall_ms = self.clock.wall_ms();
         let ticket = &self.doc.tickets[idx];
         let mut record = Finished::of(ticket, outcome, false, error, wall_ms);
@@ -352,9 +315,13 @@ impl Work<'_> {
         self.finished.push(record);
         let held = ticket.clone();
         self.record_hold(&held, outcome);
+    }
+
+    /// Puts the running job `idx` back in the queue at its place, with the mark of the run that
+    /// ended (`run_mark`), ready again after `wait`.
+    fn wait_again(&mut self, idx: usize, run_mark: RunMark, wait: Wait) {
         let now_ms = self.clock.job_now_ms();
         let ticket = &mut self.doc.tickets[idx];
-        let run_mark = RunMark::new(end, &ticket.token_hash, attempt);
         ticket.state = TicketState::Queued;
         ticket.claimed = false;
         ticket.fence = 0;
@@ -363,18 +330,104 @@ impl Work<'_> {
         ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
         ticket.token_hash = queued_token_hash(&ticket.id);
         if let Some(job) = ticket.job.as_deref_mut() {
-            let wait_ms = if failed {
-                job.failures = failures.saturating_add(1);
-                job.releases = 0;
-                job.backoff_after_ms(job.failures)
-            } else {
-                job.releases = releases;
-                delay_ms
+            let wait_ms = match wait {
+                Wait::Backoff => {
+                    job.failures = job.failures.saturating_add(1);
+                    job.releases = 0;
+                    job.backoff_after_ms(job.failures)
+                }
+                Wait::ReleasedBack { releases, delay_ms } => {
+                    job.releases = releases;
+                    delay_ms
+                }
             };
             job.ready_at_ms = (wait_ms > 0).then(|| now_ms.saturating_add(wait_ms));
             job.claimed_at_ms = None;
             job.last_run = Some(run_mark);
         }
+    }
+}
+
+/// How long a job whose run ended waits before it may be claimed again.
+enum Wait {
+    /// A failed attempt: the backoff after one more failure.
+    Backoff,
+    /// A release back, the `releases`-th of this attempt: the delay its worker asked for.
+    ReleasedBack { releases: u32, delay_ms: u64 },
+}
+
+/// Whether a run that ended with `end` (its attempt's `releases`-th release back, for a
+/// release) spends an attempt, and the error it is recorded with.
+fn spends_an_attempt(end: RunEnd, releases: u32, error: Option<String>) -> (bool, Option<String>) {
+    match end {
+        RunEnd::Failed => (true, error),
+        RunEnd::LeaseRanOut => (
+            true,
+            error.or_else(|| {
+                Some(
+                    "the lease ran out: its worker stopped renewing (killed, paused or cut off)"
+                        .into(),
+                )
+            }),
+        ),
+        RunEnd::ReleasedBack if releases > RELEASES_PER_ATTEMPT => (
+            true,
+            Some(format!(
+                "released back {RELEASES_PER_ATTEMPT} times, then once more: counted as a \
+                 failed attempt"
+            )),
+        ),
+        RunEnd::ReleasedBack => (false, None),
+    }
+}
+
+/// Checks a submit's input at the edge: its id, context and order value, its limit, its spec
+/// and its parameters' hash.
+fn check_submit(s: &Submit) -> Result<(), Refusal> {
+    limits::check_id(&s.id)?;
+    limits::check_context(&s.context)?;
+    if let Some(order) = &s.order {
+        limits::check_order(order)?;
+    }
+    limits::check_limit(s.limit)?;
+    s.spec.check()?;
+    if let Some(hash) = &s.params_sha256 {
+        check_params_sha256(hash)?;
+    }
+    Ok(())
+}
+
+/// The waiting job `s` asks for, with arrival number `arrival`, ready after its delay on
+/// `clock`'s job time. A revived job keeps the count of the runs it had.
+fn new_job(s: &Submit, arrival: u64, clock: &Clock<'_>) -> Ticket {
+    let now_ms = clock.job_now_ms();
+    let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
+    Ticket {
+        id: s.id.clone(),
+        token_hash: queued_token_hash(&s.id),
+        mode: Mode::Normal,
+        state: TicketState::Queued,
+        order: s.order.clone(),
+        arrival,
+        keep: s.keep,
+        context: s.context.clone(),
+        ttl_ms: 0,
+        waiter_ttl_ms: 0,
+        claim_ms: 0,
+        heartbeat: 0,
+        deadline_ms: None,
+        claimed: false,
+        fence: 0,
+        enqueued_wall_ms: clock.wall_ms(),
+        granted_wall_ms: 0,
+        job: Some(Box::new(JobState {
+            runs: if s.revive { s.runs_before } else { 0 },
+            params_sha256: s.params_sha256.clone(),
+            ..JobState::new(&s.spec, ready_at_ms)
+        })),
+        once: None,
+        stop_asked: None,
+        override_freeze: None,
     }
 }
 

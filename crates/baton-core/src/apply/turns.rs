@@ -1,0 +1,209 @@
+//! The operations of a turn on a lock or semaphore: enqueue a ticket, refresh it while it waits
+//! or holds, renew a held lease, release it.
+
+use super::{Answer, Work};
+use crate::clock::Clock;
+use crate::doc::{token_hash, Outcome, Ticket, TicketState};
+use crate::limits::{self, TTL_MAX_MS};
+use crate::once;
+use crate::op::{Enqueue, Refusal, Reply, TicketView};
+
+impl Work<'_> {
+    /// Queues a new ticket, or answers the retry of an enqueue that already landed.
+    pub(super) fn enqueue(&mut self, e: &Enqueue) -> Answer {
+        check_enqueue(e)?;
+        let hash = token_hash(&e.token);
+        if let Some(answer) = self.enqueued_before(e, &hash) {
+            return answer;
+        }
+        if !self.marks_cover_retry() {
+            return Err(Refusal::Uncertain);
+        }
+        if self.doc.tickets.iter().any(|t| t.token_hash == hash) {
+            return Err(Refusal::DuplicateId { id: e.id.clone() });
+        }
+        if let Some(spec) = &e.once {
+            // Nothing to wait for: no ticket is made, and nothing is written.
+            let verdict = once::verdict(self.doc.once.as_ref(), spec, self.clock.wall_ms());
+            if let Some(outcome) = verdict.outcome() {
+                let view = TicketView::Finished {
+                    id: e.id.clone(),
+                    outcome,
+                    forced: false,
+                };
+                return Ok((Reply::Ticket(view), None));
+            }
+        }
+        self.admit(e.order.as_deref(), e.limit, e.max_live)?;
+        let ticket = new_ticket(e, hash, self.doc.next_arrival, self.clock);
+        self.doc.next_arrival += 1;
+        self.doc.tickets.push(ticket);
+        if e.supersede {
+            self.supersede_before(&e.id);
+        }
+        if e.cancel_running {
+            self.ask_holders_to_stop(&e.id, &e.context);
+        }
+        let idx = self.doc.tickets.len() - 1;
+        let reply = self.live_reply(idx);
+        Ok(reply)
+    }
+
+    /// A retry of an enqueue that already landed (the same id with the same token): answered
+    /// with the ticket's standing, live or finished. The same id with another token is refused.
+    fn enqueued_before(&self, e: &Enqueue, hash: &str) -> Option<Answer> {
+        if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == e.id) {
+            if self.doc.tickets[idx].token_hash != hash || self.doc.tickets[idx].job.is_some() {
+                return Some(Err(Refusal::DuplicateId { id: e.id.clone() }));
+            }
+            return Some(Ok(self.live_reply(idx)));
+        }
+        let mark = self.doc.finished.iter().find(|m| m.id == e.id)?;
+        if !mark.has_token_hash(hash) {
+            return Some(Err(Refusal::DuplicateId { id: e.id.clone() }));
+        }
+        let view = TicketView::Finished {
+            id: mark.id.clone(),
+            outcome: mark.outcome,
+            forced: mark.forced,
+        };
+        Some(Ok((Reply::Ticket(view), None)))
+    }
+
+    /// A beat of the ticket holding `token`: a waiter's keeps its place, a holder's claims its
+    /// grant and extends its lease by its TTL.
+    pub(super) fn refresh(&mut self, token: &str) -> Answer {
+        let idx = self.live_by_token(token)?;
+        let phase_ms = match self.doc.tickets[idx].state {
+            TicketState::Queued => self.doc.tickets[idx].waiter_ttl_ms,
+            TicketState::Held => {
+                self.doc.tickets[idx].claimed = true;
+                self.doc.tickets[idx].ttl_ms
+            }
+        };
+        self.beat(idx, phase_ms);
+        Ok(self.live_reply(idx))
+    }
+
+    /// Renews the lease held with `token` (with a new TTL if one is given); a ticket still
+    /// queued is refused with its position.
+    pub(super) fn renew(&mut self, token: &str, ttl_ms: Option<u64>) -> Answer {
+        let idx = self.live_by_token(token)?;
+        if self.doc.tickets[idx].state == TicketState::Queued {
+            let id = self.doc.tickets[idx].id.clone();
+            let position = super::status_of(&self.doc, &id).map_or(0, |s| s.position);
+            return Err(Refusal::NotHeld { position });
+        }
+        if let Some(ttl_ms) = ttl_ms {
+            limits::check_ttl("TTL", ttl_ms)?;
+            self.doc.tickets[idx].ttl_ms = ttl_ms;
+        }
+        self.doc.tickets[idx].claimed = true;
+        let ttl_ms = self.doc.tickets[idx].ttl_ms;
+        self.beat(idx, ttl_ms);
+        Ok(self.live_reply(idx))
+    }
+
+    /// Ends the ticket holding `token` with `outcome`, if that outcome fits its state; the
+    /// retry of a release that landed is answered as the first time.
+    pub(super) fn release(
+        &mut self,
+        token: &str,
+        outcome: Outcome,
+        reason: Option<&str>,
+    ) -> Answer {
+        limits::check_token(token)?;
+        if let Some(reason) = reason {
+            limits::check_reason(reason)?;
+        }
+        let hash = token_hash(token);
+        let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+            return self
+                .ended_by_hash(&hash)
+                .map(|view| (Reply::Ticket(view), None));
+        };
+        if self.doc.tickets[idx].job.is_some() {
+            return Err(Refusal::NotAJob(
+                "this token holds a job's run, not a lock: end it with `baton complete \
+                 KEY JOB_ID --token TOKEN`"
+                    .into(),
+            ));
+        }
+        let state = self.doc.tickets[idx].state;
+        let fits = match state {
+            TicketState::Held => {
+                matches!(
+                    outcome,
+                    Outcome::Succeeded | Outcome::Failed | Outcome::Cancelled
+                ) || (outcome == Outcome::Superseded && self.doc.tickets[idx].stop_asked.is_some())
+            }
+            TicketState::Queued => matches!(outcome, Outcome::Cancelled | Outcome::TimedOut),
+        };
+        if !fits {
+            return Err(Refusal::BadOutcome { state, outcome });
+        }
+        let id = self.doc.tickets[idx].id.clone();
+        let attempt = Some(self.attempt.to_string());
+        self.finish(idx, outcome, false, reason.map(str::to_owned), attempt);
+        let view = TicketView::Finished {
+            id,
+            outcome,
+            forced: false,
+        };
+        Ok((Reply::Ticket(view), None))
+    }
+}
+
+/// Checks an enqueue's input at the edge: its id, token, context and order value, its limit,
+/// TTLs and claim window, and a run-once spec.
+fn check_enqueue(e: &Enqueue) -> Result<(), Refusal> {
+    limits::check_id(&e.id)?;
+    limits::check_token(&e.token)?;
+    limits::check_context(&e.context)?;
+    if let Some(order) = &e.order {
+        limits::check_order(order)?;
+    }
+    limits::check_limit(e.limit)?;
+    limits::check_ttl("TTL", e.ttl_ms)?;
+    limits::check_ttl("waiter TTL", e.waiter_ttl_ms)?;
+    if !(limits::CLAIM_MIN_MS..=TTL_MAX_MS).contains(&e.claim_ms) {
+        return Err(limits::InvalidInput(format!(
+            "the claim window is {}; it must be between {} and 7d",
+            crate::duration::human_ms(e.claim_ms),
+            crate::duration::human_ms(limits::CLAIM_MIN_MS)
+        ))
+        .into());
+    }
+    if let Some(spec) = &e.once {
+        super::once::check_once(spec, e)?;
+    }
+    Ok(())
+}
+
+/// The ticket `e` asks for, queued with arrival number `arrival`, its waiter's phase started
+/// on `clock`.
+fn new_ticket(e: &Enqueue, token_hash: String, arrival: u64, clock: &Clock<'_>) -> Ticket {
+    Ticket {
+        id: e.id.clone(),
+        token_hash,
+        mode: e.mode,
+        state: TicketState::Queued,
+        order: e.order.clone(),
+        arrival,
+        keep: e.keep,
+        context: e.context.clone(),
+        ttl_ms: e.ttl_ms,
+        waiter_ttl_ms: e.waiter_ttl_ms,
+        claim_ms: e.claim_ms,
+        heartbeat: 0,
+        deadline_ms: clock.deadline_ms(e.waiter_ttl_ms),
+        claimed: false,
+        fence: 0,
+        enqueued_wall_ms: clock.wall_ms(),
+        granted_wall_ms: 0,
+        job: None,
+        once: e.once,
+        stop_asked: None,
+        override_freeze: e.override_freeze.clone(),
+    }
+}
