@@ -78,129 +78,161 @@ fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registr
     metric
 }
 
+/// Operations run, by kind and outcome: every op's every outcome at zero.
+fn operations_counter(r: &Registry) -> IntCounterVec {
+    let operations = counter_vec(
+        r,
+        "baton_operations_total",
+        "Operations run, by kind and outcome",
+        &["op", "outcome"],
+    );
+    let names = Op::names().chain(["kv_set", "kv_delete"]);
+    for op in names {
+        for outcome in OUTCOMES {
+            operations.with_label_values(&[op, outcome]);
+        }
+    }
+    operations
+}
+
+/// Store calls' durations and failures, by call: every call at zero.
+fn store_calls(r: &Registry) -> (HistogramVec, IntCounterVec) {
+    let store = register(
+        r,
+        HistogramVec::new(
+            HistogramOpts::new("baton_store_request_seconds", "Store calls, by call")
+                .buckets(STORE_BUCKETS.to_vec()),
+            &["call"],
+        )
+        .expect("valid metric"),
+    );
+    let store_errors = counter_vec(
+        r,
+        "baton_store_errors_total",
+        "Store calls that failed, by call",
+        &["call"],
+    );
+    for call in CALLS {
+        store.with_label_values(&[call]);
+        store_errors.with_label_values(&[call]);
+    }
+    (store, store_errors)
+}
+
+/// Queue length and oldest wait, by key prefix.
+fn queue_gauges(r: &Registry) -> (IntGaugeVec, GaugeVec) {
+    let queue_length = register(
+        r,
+        IntGaugeVec::new(
+            Opts::new("baton_queue_length", "Tickets waiting, by key prefix"),
+            &["prefix"],
+        )
+        .expect("valid metric"),
+    );
+    let oldest_wait = register(
+        r,
+        GaugeVec::new(
+            Opts::new(
+                "baton_oldest_wait_seconds",
+                "How long the longest-waiting ticket has waited, by key prefix",
+            ),
+            &["prefix"],
+        )
+        .expect("valid metric"),
+    );
+    (queue_length, oldest_wait)
+}
+
+/// When this server started (Unix time), set once.
+fn record_start_time(r: &Registry) {
+    let started: Gauge = register(
+        r,
+        Gauge::new(
+            "baton_start_time_seconds",
+            "When this server started (Unix time)",
+        )
+        .expect("valid metric"),
+    );
+    started.set(baton_client::wall_ms() as f64 / 1000.0);
+}
+
+/// A registered counter with labels.
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(
+        r,
+        IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+    )
+}
+
+/// A registered histogram with `buckets`.
+fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    register(
+        r,
+        Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+            .expect("valid metric"),
+    )
+}
+
+/// A registered counter.
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    register(r, IntCounter::new(name, help).expect("valid metric"))
+}
+
+/// A registered gauge.
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    register(r, IntGauge::new(name, help).expect("valid metric"))
+}
+
 impl Metrics {
     /// Every series, at zero.
     pub fn new() -> Metrics {
         let registry = Registry::new();
         let r = &registry;
-        let operations = register(
-            r,
-            IntCounterVec::new(
-                Opts::new(
-                    "baton_operations_total",
-                    "Operations run, by kind and outcome",
-                ),
-                &["op", "outcome"],
-            )
-            .expect("valid metric"),
-        );
-        let names = Op::names().chain(["kv_set", "kv_delete"]);
-        for op in names {
-            for outcome in OUTCOMES {
-                operations.with_label_values(&[op, outcome]);
-            }
-        }
-        let histogram = |name: &str, help: &str, buckets: &[f64]| {
-            register(
-                r,
-                Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
-                    .expect("valid metric"),
-            )
-        };
+        let operations = operations_counter(r);
         let wait = histogram(
+            r,
             "baton_wait_seconds",
             "From a ticket's enqueue to its grant, for grants this server wrote",
             &WAIT_BUCKETS,
         );
         let hold = histogram(
+            r,
             "baton_hold_seconds",
             "From a ticket's grant to its end, for ends this server wrote",
             &WAIT_BUCKETS,
         );
-        let counter = |name: &str, help: &str| {
-            register(r, IntCounter::new(name, help).expect("valid metric"))
-        };
         let expirations = counter(
+            r,
             "baton_lease_expirations_total",
             "Leases that ran out (the holder stopped renewing), ended by this server's writes",
         );
         let conflicts = counter(
+            r,
             "baton_cas_conflicts_total",
             "Writes that lost to a concurrent write and were computed again",
         );
-        let store = register(
+        let (store, store_errors) = store_calls(r);
+        let notifications = counter_vec(
             r,
-            HistogramVec::new(
-                HistogramOpts::new("baton_store_request_seconds", "Store calls, by call")
-                    .buckets(STORE_BUCKETS.to_vec()),
-                &["call"],
-            )
-            .expect("valid metric"),
-        );
-        let store_errors = register(
-            r,
-            IntCounterVec::new(
-                Opts::new(
-                    "baton_store_errors_total",
-                    "Store calls that failed, by call",
-                ),
-                &["call"],
-            )
-            .expect("valid metric"),
-        );
-        for call in CALLS {
-            store.with_label_values(&[call]);
-            store_errors.with_label_values(&[call]);
-        }
-        let notifications = register(
-            r,
-            IntCounterVec::new(
-                Opts::new(
-                    "baton_notifications_total",
-                    "Notification POSTs this process made, by outcome",
-                ),
-                &["outcome"],
-            )
-            .expect("valid metric"),
+            "baton_notifications_total",
+            "Notification POSTs this process made, by outcome",
+            &["outcome"],
         );
         for outcome in ["delivered", "failed"] {
             notifications.with_label_values(&[outcome]);
         }
-        let queue_length = register(
+        let (queue_length, oldest_wait) = queue_gauges(r);
+        let feeds = gauge(
             r,
-            IntGaugeVec::new(
-                Opts::new("baton_queue_length", "Tickets waiting, by key prefix"),
-                &["prefix"],
-            )
-            .expect("valid metric"),
+            "baton_feeds",
+            "Keys this server follows for its watchers",
         );
-        let oldest_wait = register(
-            r,
-            GaugeVec::new(
-                Opts::new(
-                    "baton_oldest_wait_seconds",
-                    "How long the longest-waiting ticket has waited, by key prefix",
-                ),
-                &["prefix"],
-            )
-            .expect("valid metric"),
-        );
-        let gauge =
-            |name: &str, help: &str| register(r, IntGauge::new(name, help).expect("valid metric"));
-        let feeds = gauge("baton_feeds", "Keys this server follows for its watchers");
         let watchers = gauge(
+            r,
             "baton_watchers",
             "Open watches (waiters, dashboards) on those keys",
         );
-        let started: Gauge = register(
-            r,
-            Gauge::new(
-                "baton_start_time_seconds",
-                "When this server started (Unix time)",
-            )
-            .expect("valid metric"),
-        );
-        started.set(baton_client::wall_ms() as f64 / 1000.0);
+        record_start_time(r);
         Metrics {
             registry,
             operations,

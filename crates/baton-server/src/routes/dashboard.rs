@@ -128,73 +128,127 @@ pub(super) async fn watch(
 /// Feeds one live overview until its client leaves or the server stops.
 async fn follow(state: Arc<State>, caller: Caller, prefix: String, events: mpsc::Sender<Event>) {
     let mut closing = state.feeds.closing();
-    let mut followed: BTreeMap<String, watch::Receiver<Latest>> = BTreeMap::new();
-    let mut sent: HashMap<String, String> = HashMap::new();
-    let mut values = None;
+    let mut overview = Overview {
+        state,
+        caller,
+        prefix,
+        events,
+        followed: BTreeMap::new(),
+        sent: HashMap::new(),
+        values: None,
+    };
     let mut listed_at: Option<Instant> = None;
     let mut tick = tokio::time::interval(TICK);
     loop {
         let stopping = tokio::select! {
             _ = tick.tick() => false,
             stopping = closing.wait_for(|closing| *closing) => stopping.is_ok(),
-            _ = events.closed() => return,
+            _ = overview.events.closed() => return,
         };
         if stopping {
-            let _ = events
+            let _ = overview
+                .events
                 .send(Event::default().event("closing").data("{}"))
                 .await;
             return;
         }
         if listed_at.is_none_or(|at| at.elapsed() >= RELIST) {
             listed_at = Some(Instant::now());
-            let Ok(keys) = readable_keys(&state, &caller, &prefix).await else {
-                continue;
-            };
-            for gone in followed
-                .keys()
-                .filter(|k| !keys.contains(k))
-                .cloned()
-                .collect::<Vec<_>>()
-            {
-                followed.remove(&gone);
-                sent.remove(&gone);
-                if !send(&events, "gone", json!({ "key": gone })).await {
-                    return;
-                }
-            }
-            for key in keys.into_iter().take(MAX_KEYS) {
-                followed
-                    .entry(key.clone())
-                    .or_insert_with(|| state.feeds.subscribe(&key));
-            }
-            if let Ok(names) = value_names(&state, &caller, &prefix).await {
-                if values.as_ref() != Some(&names) {
-                    if !send(&events, "values", json!({ "values": names })).await {
-                        return;
-                    }
-                    values = Some(names);
-                }
+            match overview.relist().await {
+                Step::Done => {}
+                Step::Skipped => continue,
+                Step::ClientGone => return,
             }
         }
-        let Ok(clock) = state.store.clock().await else {
-            continue;
+        match overview.send_changes().await {
+            Step::Done | Step::Skipped => {}
+            Step::ClientGone => return,
+        }
+    }
+}
+
+/// One live overview: whom it is for, what it follows, and what its client was last sent.
+struct Overview {
+    state: Arc<State>,
+    caller: Caller,
+    prefix: String,
+    events: mpsc::Sender<Event>,
+    /// The keys followed, each with its feed.
+    followed: BTreeMap<String, watch::Receiver<Latest>>,
+    /// Each key's status as last sent.
+    sent: HashMap<String, String>,
+    /// The value names as last sent.
+    values: Option<Vec<String>>,
+}
+
+/// What a step of a live overview came to.
+enum Step {
+    Done,
+    /// The store could not answer: the rest of this tick is skipped.
+    Skipped,
+    /// The client left: the overview ends.
+    ClientGone,
+}
+
+impl Overview {
+    /// Lists the keys again: keys gone are dropped (and the client told), new ones followed;
+    /// the value names are sent when they changed.
+    async fn relist(&mut self) -> Step {
+        let Ok(keys) = readable_keys(&self.state, &self.caller, &self.prefix).await else {
+            return Step::Skipped;
         };
-        for (key, feed) in &mut followed {
-            let changed = feed.has_changed().unwrap_or(false) || !sent.contains_key(key);
+        for gone in self
+            .followed
+            .keys()
+            .filter(|k| !keys.contains(k))
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            self.followed.remove(&gone);
+            self.sent.remove(&gone);
+            if !send(&self.events, "gone", json!({ "key": gone })).await {
+                return Step::ClientGone;
+            }
+        }
+        for key in keys.into_iter().take(MAX_KEYS) {
+            self.followed
+                .entry(key.clone())
+                .or_insert_with(|| self.state.feeds.subscribe(&key));
+        }
+        if let Ok(names) = value_names(&self.state, &self.caller, &self.prefix).await {
+            if self.values.as_ref() != Some(&names) {
+                if !send(&self.events, "values", json!({ "values": names })).await {
+                    return Step::ClientGone;
+                }
+                self.values = Some(names);
+            }
+        }
+        Step::Done
+    }
+
+    /// Sends the status of each followed key whose feed changed, where it reads differently
+    /// from what was sent last.
+    async fn send_changes(&mut self) -> Step {
+        let Ok(clock) = self.state.store.clock().await else {
+            return Step::Skipped;
+        };
+        for (key, feed) in &mut self.followed {
+            let changed = feed.has_changed().unwrap_or(false) || !self.sent.contains_key(key);
             let latest = feed.borrow_and_update().read.clone();
             let Some(read) = latest.filter(|_| changed) else {
                 continue;
             };
-            let status = status_json(&state, &caller, key, read.as_deref(), &clock);
+            let status = status_json(&self.state, &self.caller, key, read.as_deref(), &clock);
             let Some(status) = status else { continue };
             let text = status.to_string();
-            if sent.get(key) != Some(&text) {
-                if !send(&events, "key", status).await {
-                    return;
+            if self.sent.get(key) != Some(&text) {
+                if !send(&self.events, "key", status).await {
+                    return Step::ClientGone;
                 }
-                sent.insert(key.clone(), text);
+                self.sent.insert(key.clone(), text);
             }
         }
+        Step::Done
     }
 }
 

@@ -63,106 +63,147 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: RawResponse + std::fmt::Debug + Send + Sync + 'static,
 {
-    let store = context.store.to_owned();
-    let unavailable = |reason: String| StoreError::Unavailable {
-        store: store.clone(),
-        reason,
-    };
-    let unusable = |reason: String| StoreError::Unusable {
-        store: store.clone(),
-        reason,
-    };
     let detail = error_chain(&error);
     if let SdkError::ServiceError(service) = &error {
-        let status = service.raw().status();
-        let body = service.raw().body_text().unwrap_or_default();
-        let service = service.err();
-        let mut code = service.code().unwrap_or_default();
-        let mut message = service.message().unwrap_or_default().to_owned();
-        // AWS answers a refused permission with JSON the SDK reads; some servers answer with
-        // another format, which leaves only the status and the body's words.
-        if code.is_empty() && status == Some(403) {
-            code = "AccessDeniedException";
-            message = body
-                .split(['<', '>', '"'])
-                .find(|part| part.contains("not authorized"))
-                .unwrap_or("HTTP 403 Forbidden")
-                .to_owned();
+        let (code, message) = code_and_message(service.raw(), service.err());
+        return refusal(context, &code, message, &detail);
+    }
+    unanswered(context, &error, &detail)
+}
+
+/// The error code and message of DynamoDB's answer. AWS answers a refused permission with JSON
+/// the SDK reads; some servers answer with another format, which leaves only the status and
+/// the body's words.
+fn code_and_message(
+    raw: &impl RawResponse,
+    service: &impl ProvideErrorMetadata,
+) -> (String, String) {
+    let code = service.code().unwrap_or_default();
+    let message = service.message().unwrap_or_default();
+    if code.is_empty() && raw.status() == Some(403) {
+        let body = raw.body_text().unwrap_or_default();
+        let message = body
+            .split(['<', '>', '"'])
+            .find(|part| part.contains("not authorized"))
+            .unwrap_or("HTTP 403 Forbidden")
+            .to_owned();
+        return ("AccessDeniedException".to_owned(), message);
+    }
+    (code.to_owned(), message.to_owned())
+}
+
+/// What an answer with error `code` means; `detail` is the whole error's text.
+fn refusal(context: Context<'_>, code: &str, message: String, detail: &str) -> StoreError {
+    let store = context.store.to_owned();
+    match code {
+        "AccessDeniedException" => StoreError::Denied {
+            store,
+            action: context.action.to_owned(),
+            resource: resource_of(&message)
+                .unwrap_or_else(|| format!("arn:aws:dynamodb:*:*:table/{}", context.table)),
+            reason: message,
+        },
+        "ResourceNotFoundException" => StoreError::Missing {
+            store,
+            reason: format!(
+                "the table `{table}` does not exist in this account and region ({message}); \
+                 create it with `baton init --store dynamodb://{table}`, or check AWS_REGION",
+                table = context.table
+            ),
+        },
+        code if is_refused_credentials(code) => StoreError::Unusable {
+            store,
+            reason: format!(
+                "AWS refused the credentials ({code}: {message}); check AWS_PROFILE or \
+                 AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), and that this \
+                 machine's clock is within 15 minutes of the real time"
+            ),
+        },
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "RequestLimitExceeded" => StoreError::Unavailable {
+            store,
+            reason: format!(
+                "DynamoDB throttled the request even after retries ({code}: {message}); the \
+                 table `{}` needs more capacity (on-demand billing scales by itself)",
+                context.table
+            ),
+        },
+        // The service failed while handling a write: it may have been applied.
+        "InternalServerError" | "ServiceUnavailable" | "InternalFailure"
+            if context.effect == Effect::Write =>
+        {
+            StoreError::Ambiguous {
+                store,
+                reason: format!("DynamoDB did not confirm the write ({code}: {message})"),
+            }
         }
-        return match code {
-            "AccessDeniedException" => StoreError::Denied {
+        "InternalServerError" | "ServiceUnavailable" | "InternalFailure" => {
+            StoreError::Unavailable {
                 store,
-                action: context.action.to_owned(),
-                resource: resource_of(&message)
-                    .unwrap_or_else(|| format!("arn:aws:dynamodb:*:*:table/{}", context.table)),
-                reason: message,
-            },
-            "ResourceNotFoundException" => StoreError::Missing {
-                store,
-                reason: format!(
-                    "the table `{table}` does not exist in this account and region ({message}); \
-                     create it with `baton init --store dynamodb://{table}`, or check AWS_REGION",
-                    table = context.table
-                ),
-            },
-            "UnrecognizedClientException"
+                reason: format!("DynamoDB failed ({code}: {message}); try again"),
+            }
+        }
+        _ => StoreError::Backend {
+            store,
+            source: format!("{} failed: {detail}", context.action).into(),
+        },
+    }
+}
+
+/// Whether DynamoDB's error `code` says the credentials (or the request's signature) were
+/// refused.
+fn is_refused_credentials(code: &str) -> bool {
+    matches!(
+        code,
+        "UnrecognizedClientException"
             | "InvalidSignatureException"
             | "MissingAuthenticationTokenException"
             | "MissingAuthenticationToken"
             | "IncompleteSignatureException"
             | "ExpiredTokenException"
             | "InvalidClientTokenId"
-            | "SignatureDoesNotMatch" => unusable(format!(
-                "AWS refused the credentials ({code}: {message}); check AWS_PROFILE or \
-                 AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), and that this \
-                 machine's clock is within 15 minutes of the real time"
-            )),
-            "ProvisionedThroughputExceededException"
-            | "ThrottlingException"
-            | "RequestLimitExceeded" => unavailable(format!(
-                "DynamoDB throttled the request even after retries ({code}: {message}); the \
-                 table `{}` needs more capacity (on-demand billing scales by itself)",
-                context.table
-            )),
-            // The service failed while handling a write: it may have been applied.
-            "InternalServerError" | "ServiceUnavailable" | "InternalFailure"
-                if context.effect == Effect::Write =>
-            {
-                StoreError::Ambiguous {
-                    store,
-                    reason: format!("DynamoDB did not confirm the write ({code}: {message})"),
-                }
-            }
-            "InternalServerError" | "ServiceUnavailable" | "InternalFailure" => {
-                unavailable(format!("DynamoDB failed ({code}: {message}); try again"))
-            }
-            _ => StoreError::Backend {
-                store,
-                source: format!("{} failed: {detail}", context.action).into(),
-            },
-        };
-    }
-    if let Some(problem) = credentials_problem(&detail) {
+            | "SignatureDoesNotMatch"
+    )
+}
+
+/// What a request that got no answer from DynamoDB means: no credentials or region to send
+/// it with, a network that cannot reach the service, or (a write sent) one that may have
+/// been applied.
+fn unanswered<E, R>(context: Context<'_>, error: &SdkError<E, R>, detail: &str) -> StoreError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    let store = context.store.to_owned();
+    let unusable = |reason: String| StoreError::Unusable {
+        store: store.clone(),
+        reason,
+    };
+    if let Some(problem) = credentials_problem(detail) {
         return unusable(format!(
             "{problem}; set AWS_PROFILE or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, log in \
              with `aws sso login`, or run where a role provides them (GitHub OIDC, ECS, EC2)"
         ));
     }
-    if is_missing_region(&detail) {
+    if is_missing_region(detail) {
         return unusable(
             "no AWS region configured; set AWS_REGION (or a region in the profile)".to_owned(),
         );
     }
-    let never_sent = match &error {
+    let never_sent = match error {
         SdkError::ConstructionFailure(_) => true,
-        SdkError::DispatchFailure(failure) => failure.is_user() || is_connect_failure(&detail),
+        SdkError::DispatchFailure(failure) => failure.is_user() || is_connect_failure(detail),
         _ => false,
     };
     if never_sent || context.effect != Effect::Write {
-        return unavailable(format!(
-            "cannot reach DynamoDB: {detail}; check the network, AWS_REGION and, for a local \
-             server, AWS_ENDPOINT_URL"
-        ));
+        return StoreError::Unavailable {
+            store,
+            reason: format!(
+                "cannot reach DynamoDB: {detail}; check the network, AWS_REGION and, for a \
+                 local server, AWS_ENDPOINT_URL"
+            ),
+        };
     }
     StoreError::Ambiguous {
         store,
@@ -262,13 +303,15 @@ mod tests {
 
     /// Each kind of failure maps to the error that says what to do, and an unanswered write is
     /// ambiguous while an unanswered read, or a request never sent, is not.
+    /// `error` is of `kind` (its variant's name) and its message contains `needle`.
+    fn check(error: StoreError, kind: &str, needle: &str) {
+        let text = error.to_string();
+        assert!(format!("{error:?}").starts_with(kind), "{error:?}");
+        assert!(text.contains(needle), "{text}");
+    }
+
     #[test]
-    fn errors_say_what_happened_and_what_to_do() {
-        let check = |error: StoreError, kind: &str, needle: &str| {
-            let text = error.to_string();
-            assert!(format!("{error:?}").starts_with(kind), "{error:?}");
-            assert!(text.contains(needle), "{text}");
-        };
+    fn refused_permissions_name_the_action_and_the_resource() {
         check(
             classify(
                 context(Effect::Write),
@@ -304,6 +347,10 @@ mod tests {
             "baton needs `dynamodb:PutItem` on arn:aws:dynamodb:*:*:table/locks: User: \
              arn:aws:iam::1:user/u is not authorized",
         );
+    }
+
+    #[test]
+    fn answers_say_what_happened_and_what_to_do() {
         check(
             classify(
                 context(Effect::Write),
@@ -344,6 +391,10 @@ mod tests {
             "Backend",
             "dynamodb:PutItem failed",
         );
+    }
+
+    #[test]
+    fn unanswered_requests_say_what_happened_and_what_to_do() {
         let timeout = || SdkError::<PutItemError, Raw>::timeout_error("operation timed out");
         check(
             classify(context(Effect::Write), timeout()),

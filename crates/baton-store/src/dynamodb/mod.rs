@@ -62,6 +62,7 @@
 //! 400 KB item: the largest document (256 KiB) leaves about 140 KB for the history entries of
 //! one CAS.
 
+mod cas;
 mod errors;
 pub mod layout;
 mod table;
@@ -69,14 +70,12 @@ pub mod url;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, PutRequest, ReturnConsumedCapacity, ReturnValuesOnConditionCheckFailure,
-    WriteRequest,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, ReturnConsumedCapacity, WriteRequest};
 use aws_sdk_dynamodb::Client;
 
 use crate::deferred::{self, Hot, Policy};
@@ -529,20 +528,9 @@ impl Store for DynamoStore {
         history: &[Vec<u8>],
         _due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        let current = match expected {
-            None => None,
-            Some(expected) => match self.cache_get(key) {
-                Some(cached) if cached.version == *expected => Some(cached),
-                _ => match self.read_hot(key).await? {
-                    Some(current) if current.version == *expected => Some(current),
-                    // Stale, or a version this store never handed out: no write needed.
-                    other => {
-                        return Ok(CasOutcome::Conflict {
-                            current: other.map(|current| current.versioned()),
-                        })
-                    }
-                },
-            },
+        let current = match self.resolve_expected(key, expected).await? {
+            ControlFlow::Continue(current) => current,
+            ControlFlow::Break(conflict) => return Ok(conflict),
         };
         let plan = deferred::plan(
             current.as_ref().map(|current| &current.hot),
@@ -565,85 +553,14 @@ impl Store for DynamoStore {
         if !plan.flush.is_empty() {
             self.store_history(key, &plan.flush).await?;
         }
-
-        let request = self
-            .inner
-            .client
-            .put_item()
-            .table_name(&self.inner.table)
-            .set_item(Some(item))
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
-        let request = match expected {
-            None => request
-                .condition_expression("attribute_not_exists(#pk)")
-                .expression_attribute_names("#pk", PK),
-            Some(expected) => request
-                .condition_expression("#v = :v")
-                .expression_attribute_names("#v", VERSION)
-                .expression_attribute_values(":v", AttributeValue::S(expected.0.clone())),
-        };
+        let answer = self.put_hot(item, expected).await;
         let old_bytes = current.as_ref().map_or(0, |current| current.item_bytes);
-        match request.send().await {
-            Ok(output) => {
-                let reported = output
-                    .consumed_capacity()
-                    .and_then(|capacity| capacity.capacity_units())
-                    .unwrap_or(0.0);
-                self.count_units(
-                    "hot item",
-                    reported,
-                    layout::write_units(item_bytes.max(old_bytes)),
-                );
-                self.cache_put(
-                    key,
-                    Arc::new(Current {
-                        version: version.clone(),
-                        hot: plan.next,
-                        item_bytes,
-                    }),
-                );
-                Ok(CasOutcome::Written { version })
-            }
-            Err(error) => {
-                let failed_check = error
-                    .as_service_error()
-                    .and_then(|service| match service {
-                        aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(failed) => Some(failed.item().cloned()),
-                        _ => None,
-                    });
-                let Some(old_item) = failed_check else {
-                    self.cache_forget(key);
-                    return Err(classify(
-                        self.context("dynamodb:PutItem", Effect::Write),
-                        error,
-                    ));
-                };
-                let Some(old_item) = old_item else {
-                    // Only a CAS naming a version finds no item: the key has no record.
-                    self.count_units("refused hot item", 0.0, 1);
-                    self.cache_forget(key);
-                    return Ok(CasOutcome::Conflict { current: None });
-                };
-                let current = self.parse_current(&old_item)?;
-                self.count_units(
-                    "refused hot item",
-                    0.0,
-                    layout::write_units(current.item_bytes),
-                );
-                if current.version == version {
-                    // The SDK retried a write that had succeeded: this is our own record.
-                    let current = Arc::new(current);
-                    self.cache_put(key, current);
-                    return Ok(CasOutcome::Written { version });
-                }
-                let versioned = current.versioned();
-                self.cache_put(key, Arc::new(current));
-                Ok(CasOutcome::Conflict {
-                    current: Some(versioned),
-                })
-            }
-        }
+        let written = Current {
+            version,
+            hot: plan.next,
+            item_bytes,
+        };
+        self.outcome_of_write(key, answer, written, old_bytes)
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

@@ -3,6 +3,8 @@
 //! writes that may have committed without an answer. Credentials, permissions and a full
 //! database need someone to act ([`StoreError::Unusable`]); the rest may heal by itself.
 
+use tonic_code::Code;
+
 use super::url::EtcdUrl;
 use crate::error::chain_text;
 use crate::StoreError;
@@ -27,103 +29,121 @@ pub(super) fn classify(
     error: etcd_client::Error,
     effect: Effect,
 ) -> StoreError {
-    use tonic_code::Code;
-    let store = store.to_owned();
     let detail = chain_text(&error);
-    let endpoints = url.endpoints.join(", ");
-    let unavailable = |reason: String| StoreError::Unavailable {
-        store: store.clone(),
-        reason,
-    };
-    let unusable = |reason: String| StoreError::Unusable {
-        store: store.clone(),
-        reason,
-    };
-    let unreachable = || {
-        let hint = if url.tls.is_some() {
-            "check that etcd runs there and serves TLS (the URL has tls=true), and that cacert= \
-             names the CA of its certificate"
-        } else {
-            "check that etcd runs there and the URL (if etcd serves TLS, add ?tls=true&cacert=PATH)"
-        };
-        let reason = format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}");
-        // A certificate that is not trusted stays untrusted, however often it is tried.
-        if detail.to_ascii_lowercase().contains("certificate") {
-            unusable(reason)
-        } else {
-            unavailable(reason)
-        }
-    };
     let status = match &error {
         etcd_client::Error::GRpcStatus(status) => status,
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
-            return unreachable()
+            return unreachable(url, store, &detail)
         }
         _ => {
             return StoreError::Backend {
-                store,
+                store: store.to_owned(),
                 source: Box::new(error),
             }
         }
     };
-    let message = status.message();
-    match Code::from_number(i32::from(status.code())) {
-        Code::Unauthenticated | Code::InvalidArgument
-            if message.contains("authentication failed")
-                || message.contains("invalid auth token") =>
-        {
-            unusable(format!(
-                "etcd refused the credentials ({message}); check the user:password in the URL"
-            ))
-        }
-        Code::Unauthenticated => unusable(format!(
-            "etcd refused the credentials (authentication failed: {message}); check the \
-             user:password in the URL"
-        )),
-        Code::InvalidArgument if message.contains("user name is empty") => unusable(
-            "etcd requires authentication and the URL has no credentials; use \
-             etcd://user:password@host:port/prefix"
-                .to_owned(),
-        ),
-        Code::FailedPrecondition if message.contains("authentication is not enabled") => unusable(
-            "the URL has credentials but etcd has authentication disabled; remove \
-                 user:password@ from the URL, or enable authentication on etcd"
-                .to_owned(),
-        ),
-        Code::PermissionDenied => unusable(format!(
-            "etcd denied access ({message}); grant the URL's user read-write on the keys under \
-             `{}`",
-            url.prefix
-        )),
-        _ if message.contains("database space exceeded") => unusable(format!(
-            "etcd's database is full ({message}); compact and defragment it, then disarm the \
-             alarm (`etcdctl alarm disarm`), and run etcd with auto-compaction"
-        )),
-        // Never connected: nothing was sent, whatever the request.
-        _ if is_connect_failure(&detail) => unreachable(),
+    let code = Code::from_number(i32::from(status.code()));
+    if let Some(reason) = needs_someone(url, code, status.message()) {
+        return StoreError::Unusable {
+            store: store.to_owned(),
+            reason,
+        };
+    }
+    // Never connected: nothing was sent, whatever the request.
+    if is_connect_failure(&detail) {
+        return unreachable(url, store, &detail);
+    }
+    match code {
         Code::Unavailable
         | Code::DeadlineExceeded
         | Code::Cancelled
         | Code::Unknown
         | Code::Internal
-        | Code::Aborted => match effect {
-            Effect::Write => StoreError::Ambiguous {
-                store,
-                reason: format!("etcd at {endpoints} did not confirm the write: {detail}"),
-            },
-            Effect::Read => unavailable(format!(
-                "etcd at {endpoints} did not answer: {detail}; check that etcd runs there and has \
-                 a leader{}",
+        | Code::Aborted => unanswered(url, store, effect, &detail),
+        _ => StoreError::Backend {
+            store: store.to_owned(),
+            source: Box::new(error),
+        },
+    }
+}
+
+/// What someone must do when etcd answered `code` with `message` for a reason that will not
+/// heal by itself (refused credentials or permissions, a full database); `None` otherwise.
+fn needs_someone(url: &EtcdUrl, code: Code, message: &str) -> Option<String> {
+    Some(match code {
+        Code::Unauthenticated | Code::InvalidArgument
+            if message.contains("authentication failed")
+                || message.contains("invalid auth token") =>
+        {
+            format!("etcd refused the credentials ({message}); check the user:password in the URL")
+        }
+        Code::Unauthenticated => format!(
+            "etcd refused the credentials (authentication failed: {message}); check the \
+             user:password in the URL"
+        ),
+        Code::InvalidArgument if message.contains("user name is empty") => {
+            "etcd requires authentication and the URL has no credentials; use \
+             etcd://user:password@host:port/prefix"
+                .to_owned()
+        }
+        Code::FailedPrecondition if message.contains("authentication is not enabled") => {
+            "the URL has credentials but etcd has authentication disabled; remove \
+                 user:password@ from the URL, or enable authentication on etcd"
+                .to_owned()
+        }
+        Code::PermissionDenied => format!(
+            "etcd denied access ({message}); grant the URL's user read-write on the keys under \
+             `{}`",
+            url.prefix
+        ),
+        _ if message.contains("database space exceeded") => format!(
+            "etcd's database is full ({message}); compact and defragment it, then disarm the \
+             alarm (`etcdctl alarm disarm`), and run etcd with auto-compaction"
+        ),
+        _ => return None,
+    })
+}
+
+/// No connection to the URL's endpoints: nothing was sent. An untrusted certificate needs
+/// someone to act; anything else may heal.
+fn unreachable(url: &EtcdUrl, store: &str, detail: &str) -> StoreError {
+    let hint = if url.tls.is_some() {
+        "check that etcd runs there and serves TLS (the URL has tls=true), and that cacert= \
+         names the CA of its certificate"
+    } else {
+        "check that etcd runs there and the URL (if etcd serves TLS, add ?tls=true&cacert=PATH)"
+    };
+    let endpoints = url.endpoints.join(", ");
+    let reason = format!("{CANNOT_REACH} {endpoints}: {detail}; {hint}");
+    let store = store.to_owned();
+    // A certificate that is not trusted stays untrusted, however often it is tried.
+    if detail.to_ascii_lowercase().contains("certificate") {
+        StoreError::Unusable { store, reason }
+    } else {
+        StoreError::Unavailable { store, reason }
+    }
+}
+
+/// A request sent that got no answer: a write may still commit; a read may be tried again.
+fn unanswered(url: &EtcdUrl, store: &str, effect: Effect, detail: &str) -> StoreError {
+    let endpoints = url.endpoints.join(", ");
+    let store = store.to_owned();
+    match effect {
+        Effect::Write => StoreError::Ambiguous {
+            store,
+            reason: format!("etcd at {endpoints} did not confirm the write: {detail}"),
+        },
+        Effect::Read => StoreError::Unavailable {
+            store,
+            reason: format!(
+                "etcd at {endpoints} did not answer: {detail}; check that etcd runs there and \
+                 has a leader{}",
                 if url.tls.is_some() {
                     ""
                 } else {
                     ", and whether it serves TLS only (then add ?tls=true&cacert=PATH)"
                 }
-            )),
-        },
-        _ => StoreError::Backend {
-            store,
-            source: Box::new(error),
+            ),
         },
     }
 }

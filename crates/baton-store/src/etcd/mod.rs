@@ -38,19 +38,20 @@
 //! hand (`etcdctl del`) makes its key new again: its next history entries reuse seqs from 1 and
 //! overwrite the old ones. baton itself never deletes anything.
 
+mod cas;
 mod errors;
 mod layout;
 pub mod url;
 mod watch;
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse,
+    Client, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn, TxnOp,
 };
 
 use crate::key_range::successor_bytes;
@@ -239,116 +240,6 @@ impl EtcdStore {
             source: message.into(),
         }
     }
-
-    /// The operations that write `history` after a CAS naming `expected_revision`, nested so
-    /// that no level has more than [`MAX_TXN_OPS`] (the document's put takes one at the top).
-    /// Right after a CAS that appended `n_appended` entries, deletes the key's oldest entries
-    /// beyond `history_keep`, from what the CAS's transaction read before its puts (the count
-    /// and the oldest keys). One DeleteRange without a condition, sent only when the key holds
-    /// too many: it removes keys up to a cut that were the oldest when read, and writers only
-    /// ever add newer ones, so it never leaves fewer than `history_keep`. A failure only
-    /// leaves a few entries for the next writer to cut: it is logged, never the CAS's error.
-    async fn trim_history(
-        &self,
-        key: &str,
-        expected_revision: u64,
-        n_appended: usize,
-        response: &etcd_client::TxnResponse,
-    ) {
-        let layout = &self.inner.layout;
-        let Some(read) = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        }) else {
-            return;
-        };
-        let n_before = usize::try_from(read.count()).unwrap_or(0);
-        let keep = usize::try_from(self.inner.url.retention.keep).unwrap_or(usize::MAX);
-        let n_over = (n_before + n_appended).saturating_sub(keep);
-        if n_over == 0 {
-            return;
-        }
-        // Oldest first: the keys read, then (when those were all there were) the new ones.
-        let mut oldest: Vec<Vec<u8>> = read.kvs().iter().map(|kv| kv.key().to_vec()).collect();
-        if oldest.len() == n_before {
-            let base = expected_revision.saturating_mul(SEQS_PER_REVISION);
-            oldest
-                .extend((1..=n_appended as u64).map(|index| layout.history_key(key, base + index)));
-        }
-        let Some(last_cut) = oldest.get(n_over.min(oldest.len()).saturating_sub(1)) else {
-            return;
-        };
-        // Just past the last key cut.
-        let end = [last_cut.as_slice(), b"\x00"].concat();
-        let start = layout.history_key(key, 0);
-        let deleted = self
-            .request(Effect::Write, |mut kv| {
-                let (start, end) = (start.clone(), end.clone());
-                async move {
-                    kv.delete(start, Some(DeleteOptions::new().with_range(end)))
-                        .await
-                }
-            })
-            .await;
-        if let Err(error) = deleted {
-            tracing::debug!(%error, key, "history not trimmed; the next write trims it");
-        }
-    }
-
-    fn history_puts(
-        &self,
-        key: &str,
-        expected_revision: u64,
-        history: &[Vec<u8>],
-    ) -> Result<Vec<TxnOp>> {
-        if history.len() >= SEQS_PER_REVISION as usize {
-            return Err(self.backend(format!(
-                "one CAS may append at most {} history entries, not {}",
-                SEQS_PER_REVISION - 1,
-                history.len()
-            )));
-        }
-        let base = expected_revision
-            .checked_mul(SEQS_PER_REVISION)
-            .ok_or_else(|| {
-                self.backend(format!(
-                    "revision {expected_revision} is too large for history seqs"
-                ))
-            })?;
-        let puts: Vec<TxnOp> = history
-            .iter()
-            .enumerate()
-            .map(|(index, entry)| {
-                // index < 65,536 and base + 65,535 fits: base is a multiple of 65,536 ≤ u64::MAX.
-                let seq = base + index as u64 + 1;
-                TxnOp::put(self.inner.layout.history_key(key, seq), entry.clone(), None)
-            })
-            .collect();
-        // The entries share the top branch with the history read, the document's put and the
-        // due index's op.
-        if puts.len() + 3 <= MAX_TXN_OPS {
-            return Ok(puts);
-        }
-        // Else `n_groups` nested transactions (no condition: they always run) of `group_len`
-        // entries each. etcd allows a nested branch what the top branch leaves: the top holds
-        // 3 + n_groups operations, so 3 + n_groups + group_len must stay within the limit.
-        let n_groups = (1..MAX_TXN_OPS)
-            .find(|n_groups| 3 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
-            .ok_or_else(|| {
-                self.backend(format!(
-                    "{} history entries do not fit in one etcd transaction (at most 4,032)",
-                    history.len()
-                ))
-            })?;
-        let group_len = puts.len().div_ceil(n_groups);
-        let mut groups = Vec::with_capacity(n_groups);
-        let mut puts = puts.into_iter().peekable();
-        while puts.peek().is_some() {
-            let group: Vec<TxnOp> = puts.by_ref().take(group_len).collect();
-            groups.push(TxnOp::txn(Txn::new().and_then(group)));
-        }
-        Ok(groups)
-    }
 }
 
 #[async_trait]
@@ -390,86 +281,23 @@ impl Store for EtcdStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        let doc_key = self.inner.layout.doc_key(key);
-        let (condition, expected_revision) = match expected {
-            None => (
-                Compare::create_revision(doc_key.clone(), CompareOp::Equal, 0),
-                0,
-            ),
-            Some(version) => match version.0.parse::<i64>() {
-                // Revision 0 is "no such key" to etcd's compare: never a document's version.
-                Ok(revision) if revision > 0 => (
-                    Compare::mod_revision(doc_key.clone(), CompareOp::Equal, revision),
-                    revision as u64,
-                ),
-                // Not a version this store handed out: stale by definition.
-                _ => {
-                    return Ok(CasOutcome::Conflict {
-                        current: self.load(key).await?,
-                    })
-                }
-            },
+        let (condition, expected_revision) = match self.resolve_expected(key, expected).await? {
+            ControlFlow::Continue(condition) => condition,
+            ControlFlow::Break(conflict) => return Ok(conflict),
         };
-        let layout = &self.inner.layout;
-        let mut writes = Vec::new();
-        if !history.is_empty() {
-            // First, so that it sees the history as it stood: how many entries, and the oldest
-            // keys, which `trim_history` cuts after the write (etcd's transactions cannot
-            // compute a range end from a count).
-            writes.push(TxnOp::get(
-                layout.history_key(key, 0),
-                Some(
-                    GetOptions::new()
-                        .with_range(layout.history_end(key))
-                        .with_keys_only()
-                        .with_limit(TRIM_BATCH),
-                ),
-            ));
-        }
-        writes.push(TxnOp::put(doc_key.clone(), bytes.to_vec(), None));
-        writes.extend(self.history_puts(key, expected_revision, history)?);
-        let due_key = self.inner.layout.due_key(key);
-        writes.push(match due_ms {
-            Some(ms) => TxnOp::put(due_key, ms.to_string(), None),
-            None => TxnOp::delete(due_key, None),
-        });
+        let writes = self.cas_writes(key, expected_revision, bytes, history, due_ms)?;
         let transaction = Txn::new()
             .when([condition])
             .and_then(writes)
-            .or_else([TxnOp::get(doc_key, None)]);
-        let mut response = self
+            .or_else([TxnOp::get(self.inner.layout.doc_key(key), None)]);
+        let response = self
             .request(Effect::Write, |mut kv| {
                 let transaction = transaction.clone();
                 async move { kv.txn(transaction).await }
             })
             .await?;
-        if response.succeeded() {
-            let revision = response
-                .take_header()
-                .map(|header| header.revision())
-                .filter(|revision| *revision > 0)
-                .ok_or_else(|| self.backend("etcd answered a write without a revision".into()))?;
-            if !history.is_empty() {
-                self.trim_history(key, expected_revision, history.len(), &response)
-                    .await;
-            }
-            return Ok(CasOutcome::Written {
-                version: Version(revision.to_string()),
-            });
-        }
-        let current = response
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
-                _ => None,
-            })
-            .ok_or_else(|| {
-                self.backend("etcd answered a failed CAS without the document".into())
-            })?;
-        Ok(CasOutcome::Conflict {
-            current: current.map(versioned),
-        })
+        self.outcome_of_write(key, expected_revision, history.len(), response)
+            .await
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

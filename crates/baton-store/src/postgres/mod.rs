@@ -34,6 +34,7 @@
 //! `verify-ca`, `verify-full`; sqlx does the handshake). The usual libpq environment variables
 //! (`PGHOST`, `PGUSER`, `PGPASSWORD`, `PGSSLMODE`…) and `~/.pgpass` fill what the URL leaves out.
 
+mod cas;
 mod connections;
 mod errors;
 mod layout;
@@ -387,74 +388,9 @@ impl Store for PostgresStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        // A bigint; a due time past it is "never" for any real clock.
-        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
-        // A version that is not a number was not made by this store: it matches nothing (NULL
-        // compares equal to nothing), and the CAS conflicts like any stale one.
-        let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
-        let keep = i64::try_from(self.inner.retention.keep).unwrap_or(i64::MAX);
-        let max_age_ms: Option<i64> = self
-            .inner
-            .retention
-            .max_age_ms()
-            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
         let sent = BootInstant::now();
-        let rows = match expected {
-            None => {
-                self.fetch(Kind::Write, || {
-                    sqlx::query(CAS_CREATE)
-                        .bind(key)
-                        .bind(bytes)
-                        .bind(history)
-                        .bind(due_ms)
-                        .bind(keep)
-                        .bind(max_age_ms)
-                })
-                .await?
-            }
-            Some(_) => {
-                self.fetch(Kind::Write, || {
-                    sqlx::query(CAS_UPDATE)
-                        .bind(key)
-                        .bind(expected_number)
-                        .bind(bytes)
-                        .bind(history)
-                        .bind(due_ms)
-                        .bind(keep)
-                        .bind(max_age_ms)
-                })
-                .await?
-            }
-        };
-        let row = rows
-            .first()
-            .ok_or_else(|| self.backend("the CAS statement returned no row"))?;
-        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
-        let written: Option<i64> = row
-            .try_get("written_version")
-            .map_err(|e| self.backend(e))?;
-        if let Some(version) = written {
-            return Ok(CasOutcome::Written {
-                version: Version(version.to_string()),
-            });
-        }
-        let current = self.versioned(row, "current_version", "current_doc")?;
-        // The statement read the current row from its snapshot, taken when it started. A write
-        // that committed after that point and beat this one (the UPDATE waited for its row lock
-        // and found a new version; the INSERT found a new row) is not in the snapshot, so the
-        // row read looks as if this CAS should have won. Only then, read again: a fresh
-        // statement sees the winner.
-        let snapshot_predates_winner = match (&current, expected) {
-            (None, None) => true,
-            (Some(current), Some(expected)) => current.version == *expected,
-            _ => false,
-        };
-        let current = if snapshot_predates_winner {
-            self.load_row(key).await?
-        } else {
-            current
-        };
-        Ok(CasOutcome::Conflict { current })
+        let rows = self.send_cas(key, expected, bytes, history, due_ms).await?;
+        self.outcome_of_write(key, expected, &rows, sent).await
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

@@ -197,81 +197,17 @@ impl RedisStore {
         url: &str,
         root_certificates: Option<Vec<u8>>,
     ) -> Result<RedisStore> {
-        // baton's own parameters, which neither `parse_url` nor the client know.
-        let (url, retention) = HistoryRetention::take_from_url(url)?;
+        let (url, history_trim) = take_history_trim(url)?;
         let url = url.as_str();
-        if retention.max_age.is_some() {
-            return Err(StoreError::BadUrl {
-                url: crate::url::redact_password(url),
-                reason: format!(
-                    "Redis keeps history by count only (`{KEEP_PARAMETER}=N`): its stream \
-                     entries carry no time, so `{MAX_AGE_PARAMETER}` is not supported here"
-                ),
-            });
-        }
-        let history_trim = if retention.keep < EXACT_TRIM_BELOW {
-            format!("={}", retention.keep)
-        } else {
-            format!("~{}", retention.keep)
-        };
         let target = parse_url(url).map_err(|reason| StoreError::BadUrl {
             url: crate::url::redact_password(url),
             reason,
         })?;
         let description = target.description.clone();
-        let bad_url = |error: RedisError| StoreError::BadUrl {
-            url: description.clone(),
-            reason: error.to_string(),
-        };
-        if target.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
-            // rustls panics at the first TLS connection unless exactly one crypto provider is
-            // compiled in or one is installed; install ring unless the program chose already.
-            // An error means another thread installed one first, which serves as well.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = match root_certificates {
-            Some(root_cert) if target.tls => Client::build_with_tls(
-                url,
-                ::redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root_cert),
-                },
-            ),
-            _ => Client::open(url),
-        }
-        .map_err(bad_url)?;
+        let client = client_for(url, &target, root_certificates)?;
         let db = client.get_connection_info().redis_settings().db();
         let names = Names::new(&target.namespace, db);
-
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            // A few quick retries: an unreachable server must fail the open within the connect
-            // timeout, and a dropped connection is retried again at the next operation anyway.
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let unavailable = |reason: String| StoreError::Unavailable {
-            store: description.clone(),
-            reason,
-        };
-        let connection = match tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await
-        {
-            Ok(Ok(connection)) => connection,
-            Ok(Err(error)) => {
-                return Err(redis_error(&description, error, Access::Read));
-            }
-            Err(_elapsed) => {
-                return Err(unavailable(format!(
-                    "no connection within {} s: check the host and port, and that a firewall \
-                     lets the connection through",
-                    CONNECT_TIMEOUT.as_secs()
-                )))
-            }
-        };
+        let connection = connect(&client, &description).await?;
 
         let store = RedisStore {
             inner: Arc::new(Inner {
@@ -389,6 +325,84 @@ impl RedisStore {
         // Paired with the reply's arrival (now), not its sending: see `ServerClock`.
         self.inner.clock.observe(ms, sent, BootInstant::now());
         Ok(())
+    }
+}
+
+/// Takes baton's own parameters, which neither `parse_url` nor the client know, from `url`:
+/// the URL left, and the stream's `MAXLEN` argument for the history's `keep` (exact below
+/// [`EXACT_TRIM_BELOW`], approximate above). Redis keeps history by count only.
+fn take_history_trim(url: &str) -> Result<(String, String)> {
+    let (url, retention) = HistoryRetention::take_from_url(url)?;
+    if retention.max_age.is_some() {
+        return Err(StoreError::BadUrl {
+            url: crate::url::redact_password(&url),
+            reason: format!(
+                "Redis keeps history by count only (`{KEEP_PARAMETER}=N`): its stream \
+                 entries carry no time, so `{MAX_AGE_PARAMETER}` is not supported here"
+            ),
+        });
+    }
+    let history_trim = if retention.keep < EXACT_TRIM_BELOW {
+        format!("={}", retention.keep)
+    } else {
+        format!("~{}", retention.keep)
+    };
+    Ok((url, history_trim))
+}
+
+/// The client for `url`, trusting `root_certificates` (PEM) for TLS where given.
+fn client_for(
+    url: &str,
+    target: &url::Target,
+    root_certificates: Option<Vec<u8>>,
+) -> Result<Client> {
+    if target.tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+        // rustls panics at the first TLS connection unless exactly one crypto provider is
+        // compiled in or one is installed; install ring unless the program chose already.
+        // An error means another thread installed one first, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    match root_certificates {
+        Some(root_cert) if target.tls => Client::build_with_tls(
+            url,
+            ::redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            },
+        ),
+        _ => Client::open(url),
+    }
+    .map_err(|error| StoreError::BadUrl {
+        url: target.description.clone(),
+        reason: error.to_string(),
+    })
+}
+
+/// The connection manager of `client`, connected within [`CONNECT_TIMEOUT`].
+async fn connect(client: &Client, description: &str) -> Result<ConnectionManager> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(CONNECT_TIMEOUT))
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        // A few quick retries: an unreachable server must fail the open within the connect
+        // timeout, and a dropped connection is retried again at the next operation anyway.
+        .set_number_of_retries(2)
+        .set_max_delay(Duration::from_millis(500));
+    match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        ConnectionManager::new_with_config(client.clone(), config),
+    )
+    .await
+    {
+        Ok(Ok(connection)) => Ok(connection),
+        Ok(Err(error)) => Err(redis_error(description, error, Access::Read)),
+        Err(_elapsed) => Err(StoreError::Unavailable {
+            store: description.to_owned(),
+            reason: format!(
+                "no connection within {} s: check the host and port, and that a firewall \
+                 lets the connection through",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        }),
     }
 }
 

@@ -98,85 +98,21 @@ pub struct Context {
 impl Context {
     /// The store's error for a failed `call`.
     pub fn classify(&self, call: Call, error: object_store::Error) -> StoreError {
-        let unavailable = |reason: String| StoreError::Unavailable {
-            store: self.store.clone(),
-            reason,
-        };
-        let unusable = |reason: String| StoreError::Unusable {
-            store: self.store.clone(),
-            reason,
-        };
         if let Some(missing) = find::<NoCredentials>(&error) {
-            return unusable(missing.0.clone());
+            return self.unusable(missing.0.clone());
+        }
+        if let Some(transport) = find::<Transport>(&error) {
+            return self.unanswered(call, transport);
         }
         let text = chain_text(&error);
-        if let Some(transport) = find::<Transport>(&error) {
-            let detail = chain_text(&transport.source);
-            return match transport.kind {
-                // Nothing was sent: the write did not happen.
-                HttpErrorKind::Connect => unavailable(format!(
-                    "cannot reach S3 at {}: {detail}; check the network, and AWS_ENDPOINT_URL \
-                     for an S3-compatible server",
-                    self.endpoint
-                )),
-                _ if call == Call::PutHot => StoreError::Ambiguous {
-                    store: self.store.clone(),
-                    reason: format!(
-                        "no answer from {} to a conditional write ({detail})",
-                        self.endpoint
-                    ),
-                },
-                _ => unavailable(format!("no answer from {}: {detail}", self.endpoint)),
-            };
-        }
-        let code = s3_code(&text);
         let message = s3_message(&text).unwrap_or_else(|| text.clone());
-        match code {
-            Some("NoSuchBucket") => {
-                return unusable(format!(
-                    "the bucket `{}` does not exist at {}: create it (`aws s3 mb s3://{}`) or \
-                     fix the URL",
-                    self.bucket, self.endpoint, self.bucket
-                ))
-            }
-            Some("AccessDenied" | "AllAccessDisabled" | "AccountProblem") => {
-                return self.denied(call, message)
-            }
-            Some(
-                code @ ("InvalidAccessKeyId"
-                | "SignatureDoesNotMatch"
-                | "ExpiredToken"
-                | "InvalidToken"
-                | "TokenRefreshRequired"),
-            ) => {
-                return unusable(format!(
-                    "S3 refused the credentials ({code}: {message}); check the credentials the \
-                     AWS chain found (`aws sts get-caller-identity` shows whose they are)"
-                ))
-            }
-            Some("RequestTimeTooSkewed") => {
-                return unusable(format!(
-                    "S3 refused the request because this host's clock is more than 15 minutes \
-                     off ({message}); fix the clock (NTP)"
-                ))
-            }
-            Some(
-                code @ ("PermanentRedirect"
-                | "AuthorizationHeaderMalformed"
-                | "IllegalLocationConstraintException"),
-            ) => {
-                return unusable(format!(
-                    "the bucket `{}` is in another region than the one configured ({code}: \
-                     {message}); set AWS_REGION to the bucket's region",
-                    self.bucket
-                ))
-            }
-            _ => {}
+        if let Some(refused) = self.refused_by_code(call, s3_code(&text), &message) {
+            return refused;
         }
         match error {
             object_store::Error::PermissionDenied { .. } => return self.denied(call, message),
             object_store::Error::Unauthenticated { .. } => {
-                return unusable(format!(
+                return self.unusable(format!(
                     "S3 refused the credentials ({message}); check the credentials the AWS chain \
                      found"
                 ))
@@ -193,12 +129,85 @@ impl Context {
                 ),
             },
             Some(status) if status >= 500 || status == 429 => {
-                unavailable(format!("{} answered {status}: {message}", self.endpoint))
+                self.unavailable(format!("{} answered {status}: {message}", self.endpoint))
             }
             _ => StoreError::Backend {
                 store: self.store.clone(),
                 source: Box::new(error),
             },
+        }
+    }
+
+    /// A request that got no answer over `transport`: one never sent did not happen; a
+    /// conditional write sent may have.
+    fn unanswered(&self, call: Call, transport: &Transport) -> StoreError {
+        let detail = chain_text(&transport.source);
+        match transport.kind {
+            // Nothing was sent: the write did not happen.
+            HttpErrorKind::Connect => self.unavailable(format!(
+                "cannot reach S3 at {}: {detail}; check the network, and AWS_ENDPOINT_URL \
+                 for an S3-compatible server",
+                self.endpoint
+            )),
+            _ if call == Call::PutHot => StoreError::Ambiguous {
+                store: self.store.clone(),
+                reason: format!(
+                    "no answer from {} to a conditional write ({detail})",
+                    self.endpoint
+                ),
+            },
+            _ => self.unavailable(format!("no answer from {}: {detail}", self.endpoint)),
+        }
+    }
+
+    /// What S3's error `code` says someone must fix (a missing bucket, a refused permission or
+    /// credentials, a skewed clock, a wrong region); `None` for any other code.
+    fn refused_by_code(&self, call: Call, code: Option<&str>, message: &str) -> Option<StoreError> {
+        Some(match code? {
+            "NoSuchBucket" => self.unusable(format!(
+                "the bucket `{}` does not exist at {}: create it (`aws s3 mb s3://{}`) or \
+                 fix the URL",
+                self.bucket, self.endpoint, self.bucket
+            )),
+            "AccessDenied" | "AllAccessDisabled" | "AccountProblem" => {
+                self.denied(call, message.to_owned())
+            }
+            code @ ("InvalidAccessKeyId"
+            | "SignatureDoesNotMatch"
+            | "ExpiredToken"
+            | "InvalidToken"
+            | "TokenRefreshRequired") => self.unusable(format!(
+                "S3 refused the credentials ({code}: {message}); check the credentials the \
+                 AWS chain found (`aws sts get-caller-identity` shows whose they are)"
+            )),
+            "RequestTimeTooSkewed" => self.unusable(format!(
+                "S3 refused the request because this host's clock is more than 15 minutes \
+                 off ({message}); fix the clock (NTP)"
+            )),
+            code @ ("PermanentRedirect"
+            | "AuthorizationHeaderMalformed"
+            | "IllegalLocationConstraintException") => self.unusable(format!(
+                "the bucket `{}` is in another region than the one configured ({code}: \
+                 {message}); set AWS_REGION to the bucket's region",
+                self.bucket
+            )),
+            _ => return None,
+        })
+    }
+
+    /// A failure that may heal by itself.
+    fn unavailable(&self, reason: String) -> StoreError {
+        StoreError::Unavailable {
+            store: self.store.clone(),
+            reason,
+        }
+    }
+
+    /// A failure someone must fix first.
+    fn unusable(&self, reason: String) -> StoreError {
+        StoreError::Unusable {
+            store: self.store.clone(),
+            reason,
         }
     }
 

@@ -192,35 +192,10 @@ async fn send(
         }
     }
     if let Some(provider) = &target.credentials {
-        let credentials = provider
-            .provide_credentials()
+        let signed = signed_headers(provider, &target.region, method, &url, &headers, body)
             .await
-            .map_err(|e| fail(format!("no AWS credentials: {e}")))?;
-        let identity = credentials.into();
-        let mut settings = SigningSettings::default();
-        settings.percent_encoding_mode = PercentEncodingMode::Single;
-        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-        let params = v4::SigningParams::builder()
-            .identity(&identity)
-            .region(&target.region)
-            .name("s3")
-            .time(SystemTime::now())
-            .settings(settings)
-            .build()
-            .map_err(|e| fail(format!("cannot sign: {e}")))?
-            .into();
-        let signable = SignableRequest::new(
-            method,
-            url.as_str(),
-            headers.iter().copied(),
-            SignableBody::Bytes(body),
-        )
-        .map_err(|e| fail(format!("cannot sign: {e}")))?;
-        let (instructions, _) = sign(signable, &params)
-            .map_err(|e| fail(format!("cannot sign: {e}")))?
-            .into_parts();
-        for (name, value) in instructions.headers() {
+            .map_err(fail)?;
+        for (name, value) in signed {
             request = request.header(name, value);
         }
     }
@@ -234,6 +209,50 @@ async fn send(
         .await
         .map_err(|e| fail(crate::error::chain_text(&e)))?;
     Ok((status, text))
+}
+
+/// The headers that sign a request of `method` to `url` with `headers` and `body` for S3 in
+/// `region` (SigV4, with the payload's SHA-256), with the credentials `provider` gives.
+async fn signed_headers(
+    provider: &SharedCredentialsProvider,
+    region: &str,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<Vec<(String, String)>, String> {
+    let credentials = provider
+        .provide_credentials()
+        .await
+        .map_err(|e| format!("no AWS credentials: {e}"))?;
+    let identity = credentials.into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(region)
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .map_err(|e| format!("cannot sign: {e}"))?
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        url,
+        headers.iter().copied(),
+        SignableBody::Bytes(body),
+    )
+    .map_err(|e| format!("cannot sign: {e}"))?;
+    let (instructions, _) = sign(signable, &params)
+        .map_err(|e| format!("cannot sign: {e}"))?
+        .into_parts();
+    Ok(instructions
+        .headers()
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect())
 }
 
 /// The Content-MD5 S3 requires on a lifecycle configuration: base64 of the body's MD5.

@@ -108,9 +108,12 @@
 //! entries as they are moved out. Records (`P/records/`) hold jobs' parameters and runs'
 //! reports: expire them, if at all, long after any job could still be queued.
 
+mod builder;
+mod cas;
 mod clock;
 mod credentials;
 mod errors;
+mod history;
 mod layout;
 pub mod lifecycle;
 pub mod url;
@@ -119,19 +122,16 @@ pub use url::is_s3_url;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};
-use object_store::client::{HttpClient, HttpConnector};
+use object_store::aws::AmazonS3;
 use object_store::list::{PaginatedListOptions, PaginatedListStore};
 use object_store::path::Path;
-use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, PutMode, PutPayload, RetryConfig, UpdateVersion,
-};
-use tokio::task::JoinSet;
+use object_store::{ObjectStore, PutPayload};
 
 use crate::deferred::{self, Hot, Policy};
 use crate::server_clock::ServerClock;
@@ -139,8 +139,6 @@ use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, HistoryRecord, Result, Store,
     StoreClock, StoreError, Version, Versioned, WatchHandle,
 };
-use clock::DateConnector;
-use credentials::ChainCredentials;
 use errors::{Call, Context};
 use layout::Layout;
 pub use url::S3Url;
@@ -197,18 +195,6 @@ impl fmt::Debug for S3Store {
     }
 }
 
-/// Hands the same HTTP client to every `AmazonS3` built with it, so that reads and writes share
-/// one connection pool (a warm client's write then needs no new connection) and record every
-/// response's `Date` in one clock.
-#[derive(Debug)]
-struct SharedClient(HttpClient);
-
-impl HttpConnector for SharedClient {
-    fn connect(&self, _options: &ClientOptions) -> object_store::Result<HttpClient> {
-        Ok(self.0.clone())
-    }
-}
-
 impl S3Store {
     /// Opens the store `url` names (`s3://BUCKET[/PREFIX]`), with the environment's AWS
     /// configuration (`crate::aws::sdk_config`) and `AWS_ENDPOINT_URL_S3` when set.
@@ -241,113 +227,6 @@ impl S3Store {
             endpoint,
             retention.expiring_max_age(),
         )
-    }
-
-    fn build(
-        url: S3Url,
-        config: &SdkConfig,
-        endpoint: Option<String>,
-        history_max_age: Duration,
-    ) -> Result<S3Store> {
-        let region = config
-            .region()
-            .map(|region| region.to_string())
-            .unwrap_or_else(|| "us-east-1".to_owned());
-        let endpoint = endpoint.map(|endpoint| endpoint.trim_end_matches('/').to_owned());
-        let shown_endpoint = match &endpoint {
-            Some(endpoint) => without_userinfo(endpoint),
-            None => format!("https://s3.{region}.amazonaws.com"),
-        };
-        let context = Context {
-            store: format!("{} at {shown_endpoint}", url.describe()),
-            bucket: url.bucket.clone(),
-            endpoint: shown_endpoint,
-            objects_arn: url.objects_arn(),
-            bucket_arn: url.bucket_arn(),
-        };
-        let unusable = |reason: String| StoreError::Unusable {
-            store: context.store.clone(),
-            reason,
-        };
-        let plain_http = match &endpoint {
-            Some(endpoint) if endpoint.starts_with("http://") => true,
-            Some(endpoint) if endpoint.starts_with("https://") => false,
-            Some(endpoint) => {
-                return Err(unusable(format!(
-                    "the endpoint `{}` is not an http:// or https:// URL; check AWS_ENDPOINT_URL",
-                    without_userinfo(endpoint)
-                )))
-            }
-            None => false,
-        };
-        let options = ClientOptions::new()
-            .with_connect_timeout(crate::aws::CONNECT_TIMEOUT)
-            .with_timeout(crate::aws::OPERATION_TIMEOUT)
-            .with_allow_http(plain_http);
-        let clock = Arc::new(ServerClock::new(clock::EPOCH));
-        let http = DateConnector::new(Arc::clone(&clock))
-            .connect(&options)
-            .map_err(|error| unusable(format!("cannot set up the HTTP client: {error}")))?;
-        let credentials = Arc::new(ChainCredentials::new(config.credentials_provider()));
-        let builder = |retry: RetryConfig| {
-            let mut builder = AmazonS3Builder::new()
-                .with_bucket_name(&url.bucket)
-                .with_region(&region)
-                .with_credentials(credentials.clone())
-                .with_client_options(options.clone())
-                .with_http_connector(SharedClient(http.clone()))
-                .with_retry(retry)
-                .with_conditional_put(S3ConditionalPut::ETagMatch);
-            builder = match &endpoint {
-                // S3-compatible servers are addressed path-style: `ENDPOINT/BUCKET/NAME`.
-                Some(endpoint) => builder
-                    .with_endpoint(endpoint)
-                    .with_virtual_hosted_style_request(false),
-                // AWS virtual-host style, except for bucket names with dots, which break TLS
-                // there (the certificate covers one label).
-                None => builder.with_virtual_hosted_style_request(!url.bucket.contains('.')),
-            };
-            builder
-                .build()
-                .map_err(|error| unusable(format!("cannot set up the S3 client: {error}")))
-        };
-        let reads = builder(RetryConfig {
-            backoff: BackoffConfig {
-                init_backoff: Duration::from_millis(100),
-                max_backoff: Duration::from_secs(1),
-                base: 2.0,
-            },
-            max_retries: 3,
-            retry_timeout: Duration::from_secs(5),
-        })?;
-        let writes = builder(RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        })?;
-        let bucket_url = match &endpoint {
-            Some(endpoint) => format!("{endpoint}/{}", url.bucket),
-            None if url.bucket.contains('.') => {
-                format!("https://s3.{region}.amazonaws.com/{}", url.bucket)
-            }
-            None => format!("https://{}.s3.{region}.amazonaws.com", url.bucket),
-        };
-        let lifecycle = lifecycle::Target {
-            bucket_url,
-            region: region.clone(),
-            credentials: config.credentials_provider(),
-        };
-        Ok(S3Store {
-            inner: Arc::new(Inner {
-                reads,
-                writes,
-                layout: Layout::new(&url.prefix),
-                context,
-                cache: Mutex::new(HashMap::new()),
-                clock,
-                lifecycle,
-                history_max_age,
-            }),
-        })
     }
 
     /// Sets or checks the lifecycle rule that expires history ([`lifecycle`]), and says so.
@@ -459,118 +338,6 @@ impl S3Store {
         self.remember(key, version.clone(), hot.clone());
         Ok(Some((version, hot)))
     }
-
-    /// Stores `records` as history objects of `key`, all at once (each write is idempotent:
-    /// the same bytes to the same name).
-    async fn store_entries(&self, key: &str, records: &[HistoryRecord]) -> Result<()> {
-        let mut tasks = JoinSet::new();
-        for record in records {
-            if tasks.len() >= PARALLEL_REQUESTS {
-                self.joined_put(tasks.join_next().await).await?;
-            }
-            let path = self.path(&self.inner.layout.history(key, record.seq))?;
-            let payload = PutPayload::from(record.bytes.clone());
-            let s3 = self.inner.reads.clone();
-            tasks.spawn(async move { s3.put(&path, payload).await.map(drop) });
-        }
-        while let Some(joined) = tasks.join_next().await {
-            self.joined_put(Some(joined)).await?;
-        }
-        Ok(())
-    }
-
-    async fn joined_put(
-        &self,
-        joined: Option<std::result::Result<object_store::Result<()>, tokio::task::JoinError>>,
-    ) -> Result<()> {
-        match joined {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(error))) => Err(self.classify(Call::PutEntry, error)),
-            Some(Err(error)) => Err(self.backend(format!("a history write failed: {error}"))),
-        }
-    }
-
-    /// Stored history entries of `key` with `after_seq < seq < below_seq`, at most `limit`,
-    /// oldest first. Entries that vanish between the LIST and the GET (deleted by hand or by a
-    /// lifecycle rule) are left out.
-    async fn stored_entries(
-        &self,
-        key: &str,
-        after_seq: u64,
-        below_seq: u64,
-        limit: usize,
-    ) -> Result<Vec<HistoryRecord>> {
-        let layout = &self.inner.layout;
-        let prefix = layout.history_prefix(key);
-        let mut wanted: Vec<(u64, Path)> = Vec::new();
-        let mut options = PaginatedListOptions {
-            offset: Some(layout.history(key, after_seq)),
-            ..PaginatedListOptions::default()
-        };
-        'pages: loop {
-            options.max_keys = Some(limit.saturating_sub(wanted.len()).clamp(1, LIST_PAGE));
-            let page = self
-                .inner
-                .reads
-                .list_paginated(Some(&prefix), options.clone())
-                .await
-                .map_err(|error| self.classify(Call::List, error))?;
-            let mut names: Vec<(u64, Path)> = page
-                .result
-                .objects
-                .into_iter()
-                .filter_map(|meta| {
-                    let seq = Layout::seq_of_history(&prefix, meta.location.as_ref())?;
-                    Some((seq, meta.location))
-                })
-                .collect();
-            names.sort_by_key(|(seq, _)| *seq);
-            for (seq, path) in names {
-                if seq <= after_seq {
-                    continue;
-                }
-                if seq >= below_seq || wanted.len() >= limit {
-                    break 'pages;
-                }
-                wanted.push((seq, path));
-            }
-            match page.page_token {
-                Some(token) if wanted.len() < limit => options.page_token = Some(token),
-                _ => break,
-            }
-        }
-
-        let mut records = Vec::with_capacity(wanted.len());
-        let mut tasks = JoinSet::new();
-        let mut wanted = wanted.into_iter();
-        loop {
-            while tasks.len() < PARALLEL_REQUESTS {
-                let Some((seq, path)) = wanted.next() else {
-                    break;
-                };
-                let s3 = self.inner.reads.clone();
-                tasks.spawn(async move {
-                    let bytes = match s3.get(&path).await {
-                        Ok(result) => result.bytes().await.map(|bytes| Some(bytes.to_vec())),
-                        Err(error) if errors::is_missing_object(&error) => Ok(None),
-                        Err(error) => Err(error),
-                    };
-                    (seq, bytes)
-                });
-            }
-            let Some(joined) = tasks.join_next().await else {
-                break;
-            };
-            match joined {
-                Ok((seq, Ok(Some(bytes)))) => records.push(HistoryRecord { seq, bytes }),
-                Ok((_, Ok(None))) => {}
-                Ok((_, Err(error))) => return Err(self.classify(Call::Get, error)),
-                Err(error) => return Err(self.backend(format!("a history read failed: {error}"))),
-            }
-        }
-        records.sort_by_key(|record| record.seq);
-        Ok(records)
-    }
 }
 
 /// Whether `version` can be sent as an `If-Match` value: an ETag is visible ASCII. Anything
@@ -579,18 +346,6 @@ fn is_sendable(version: &Version) -> bool {
     !version.0.is_empty()
         && version.0.len() <= 1024
         && version.0.bytes().all(|byte| (0x21..=0x7e).contains(&byte))
-}
-
-/// `endpoint` without `user:password@`, for messages.
-fn without_userinfo(endpoint: &str) -> String {
-    let Some((scheme, rest)) = endpoint.split_once("://") else {
-        return endpoint.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
-        None => endpoint.to_owned(),
-    }
 }
 
 /// The first seq of `hot` not yet stored on its own: the first pending entry's, or the next
@@ -640,72 +395,21 @@ impl Store for S3Store {
         history: &[Vec<u8>],
         _due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        let current = match expected {
-            None => None,
-            // Not an ETag: not a version this store handed out, so stale by definition.
-            Some(version) if !is_sendable(version) => {
-                return Ok(CasOutcome::Conflict { current: None })
-            }
-            Some(version) => match self.cached(key, version) {
-                Some(hot) => Some((version.clone(), hot)),
-                None => match self.read_hot(key).await? {
-                    None => return Ok(CasOutcome::Conflict { current: None }),
-                    Some((found, hot)) if &found != version => {
-                        return Ok(CasOutcome::Conflict {
-                            current: Some(Versioned {
-                                version: found,
-                                bytes: hot.doc,
-                            }),
-                        })
-                    }
-                    Some(current) => Some(current),
-                },
-            },
+        let current = match self.resolve_expected(key, expected).await? {
+            ControlFlow::Continue(current) => current,
+            ControlFlow::Break(conflict) => return Ok(conflict),
         };
         let plan = deferred::plan(current.as_ref().map(|(_, hot)| hot), bytes, history, POLICY);
         // The entries moved out must be durable before the record that no longer holds them.
         self.store_entries(key, &plan.flush).await?;
-
-        let path = self.path(&self.inner.layout.hot(key))?;
-        let mode = match &current {
-            None => PutMode::Create,
-            Some((version, _)) => PutMode::Update(UpdateVersion {
-                e_tag: Some(version.0.clone()),
-                version: None,
-            }),
-        };
-        let written = self
-            .inner
-            .writes
-            .put_opts(&path, PutPayload::from(plan.next.encode()), mode.into())
-            .await;
-        match written {
-            Ok(result) => match result.e_tag {
-                Some(etag) => {
-                    let version = Version(etag);
-                    self.remember(key, version.clone(), plan.next);
-                    Ok(CasOutcome::Written { version })
-                }
-                None => {
-                    self.forget(key);
-                    Err(StoreError::Ambiguous {
-                        store: self.inner.context.store.clone(),
-                        reason: "the server answered a conditional write without an ETag".into(),
-                    })
-                }
-            },
-            Err(
-                object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => {
-                self.forget(key);
-                Ok(CasOutcome::Conflict { current: None })
-            }
-            Err(error) => {
-                self.forget(key);
-                Err(self.classify(Call::PutHot, error))
-            }
-        }
+        let answer = self
+            .put_hot(
+                key,
+                current.as_ref().map(|(version, _)| version),
+                &plan.next,
+            )
+            .await?;
+        self.outcome_of_write(key, answer, plan.next)
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {
@@ -908,18 +612,5 @@ mod tests {
         for bad in ["", "a b", "line\nbreak", "é"] {
             assert!(!is_sendable(&Version(bad.to_owned())), "{bad:?}");
         }
-    }
-
-    #[test]
-    fn endpoints_are_shown_without_credentials() {
-        assert_eq!(
-            without_userinfo("http://user:secret@127.0.0.1:9000"),
-            "http://127.0.0.1:9000"
-        );
-        assert_eq!(
-            without_userinfo("http://127.0.0.1:9000"),
-            "http://127.0.0.1:9000"
-        );
-        assert_eq!(without_userinfo("https://h/path@x"), "https://h/path@x");
     }
 }

@@ -1,0 +1,229 @@
+//! The CAS of a key's document as one etcd transaction, in the steps every store's `cas_due`
+//! takes: what the expected version stands for (the revision to compare, or a conflict found
+//! without writing), the transaction's writes (document, history, due index), and what its
+//! answer means; then the history trimmed to `history_keep`.
+
+use std::ops::ControlFlow;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+};
+
+use super::errors::Effect;
+use super::{versioned, EtcdStore, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
+use crate::{CasOutcome, Result, Store, Version};
+
+impl EtcdStore {
+    /// The condition a CAS naming `expected` writes under (the document is absent, or at that
+    /// revision), and the revision its history seqs are numbered from (0 for a create). A
+    /// version this store never handed out breaks with the conflict to answer, with no write.
+    pub(super) async fn resolve_expected(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+    ) -> Result<ControlFlow<CasOutcome, (Compare, u64)>> {
+        let doc_key = self.inner.layout.doc_key(key);
+        let Some(version) = expected else {
+            return Ok(ControlFlow::Continue((
+                Compare::create_revision(doc_key, CompareOp::Equal, 0),
+                0,
+            )));
+        };
+        Ok(match version.0.parse::<i64>() {
+            // Revision 0 is "no such key" to etcd's compare: never a document's version.
+            Ok(revision) if revision > 0 => ControlFlow::Continue((
+                Compare::mod_revision(doc_key, CompareOp::Equal, revision),
+                revision as u64,
+            )),
+            // Not a version this store handed out: stale by definition.
+            _ => ControlFlow::Break(CasOutcome::Conflict {
+                current: self.load(key).await?,
+            }),
+        })
+    }
+
+    /// The operations of a CAS's transaction when its condition holds: the history read
+    /// `trim_history` needs, the document's put, the history's puts and the due index's op.
+    pub(super) fn cas_writes(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+    ) -> Result<Vec<TxnOp>> {
+        let layout = &self.inner.layout;
+        let mut writes = Vec::new();
+        if !history.is_empty() {
+            // First, so that it sees the history as it stood: how many entries, and the oldest
+            // keys, which `trim_history` cuts after the write (etcd's transactions cannot
+            // compute a range end from a count).
+            writes.push(TxnOp::get(
+                layout.history_key(key, 0),
+                Some(
+                    GetOptions::new()
+                        .with_range(layout.history_end(key))
+                        .with_keys_only()
+                        .with_limit(TRIM_BATCH),
+                ),
+            ));
+        }
+        writes.push(TxnOp::put(layout.doc_key(key), bytes.to_vec(), None));
+        writes.extend(self.history_puts(key, expected_revision, history)?);
+        let due_key = layout.due_key(key);
+        writes.push(match due_ms {
+            Some(ms) => TxnOp::put(due_key, ms.to_string(), None),
+            None => TxnOp::delete(due_key, None),
+        });
+        Ok(writes)
+    }
+
+    /// What the CAS's transaction came to: written at the revision it committed at (its
+    /// `n_appended` entries trimmed to `history_keep` first), or a conflict with the document
+    /// the failed branch read.
+    pub(super) async fn outcome_of_write(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        n_appended: usize,
+        mut response: TxnResponse,
+    ) -> Result<CasOutcome> {
+        if response.succeeded() {
+            let revision = response
+                .take_header()
+                .map(|header| header.revision())
+                .filter(|revision| *revision > 0)
+                .ok_or_else(|| self.backend("etcd answered a write without a revision".into()))?;
+            if n_appended > 0 {
+                self.trim_history(key, expected_revision, n_appended, &response)
+                    .await;
+            }
+            return Ok(CasOutcome::Written {
+                version: Version(revision.to_string()),
+            });
+        }
+        let current = response
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                self.backend("etcd answered a failed CAS without the document".into())
+            })?;
+        Ok(CasOutcome::Conflict {
+            current: current.map(versioned),
+        })
+    }
+
+    /// Right after a CAS that appended `n_appended` entries, deletes the key's oldest entries
+    /// beyond `history_keep`, from what the CAS's transaction read before its puts (the count
+    /// and the oldest keys). One DeleteRange without a condition, sent only when the key holds
+    /// too many: it removes keys up to a cut that were the oldest when read, and writers only
+    /// ever add newer ones, so it never leaves fewer than `history_keep`. A failure only
+    /// leaves a few entries for the next writer to cut: it is logged, never the CAS's error.
+    async fn trim_history(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        n_appended: usize,
+        response: &TxnResponse,
+    ) {
+        let layout = &self.inner.layout;
+        let Some(read) = response.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(get) => Some(get),
+            _ => None,
+        }) else {
+            return;
+        };
+        let n_before = usize::try_from(read.count()).unwrap_or(0);
+        let keep = usize::try_from(self.inner.url.retention.keep).unwrap_or(usize::MAX);
+        let n_over = (n_before + n_appended).saturating_sub(keep);
+        if n_over == 0 {
+            return;
+        }
+        // Oldest first: the keys read, then (when those were all there were) the new ones.
+        let mut oldest: Vec<Vec<u8>> = read.kvs().iter().map(|kv| kv.key().to_vec()).collect();
+        if oldest.len() == n_before {
+            let base = expected_revision.saturating_mul(SEQS_PER_REVISION);
+            oldest
+                .extend((1..=n_appended as u64).map(|index| layout.history_key(key, base + index)));
+        }
+        let Some(last_cut) = oldest.get(n_over.min(oldest.len()).saturating_sub(1)) else {
+            return;
+        };
+        // Just past the last key cut.
+        let end = [last_cut.as_slice(), b"\x00"].concat();
+        let start = layout.history_key(key, 0);
+        let deleted = self
+            .request(Effect::Write, |mut kv| {
+                let (start, end) = (start.clone(), end.clone());
+                async move {
+                    kv.delete(start, Some(DeleteOptions::new().with_range(end)))
+                        .await
+                }
+            })
+            .await;
+        if let Err(error) = deleted {
+            tracing::debug!(%error, key, "history not trimmed; the next write trims it");
+        }
+    }
+
+    /// The operations that write `history` after a CAS naming `expected_revision`, nested so
+    /// that no level has more than [`MAX_TXN_OPS`] (the document's put takes one at the top).
+    fn history_puts(
+        &self,
+        key: &str,
+        expected_revision: u64,
+        history: &[Vec<u8>],
+    ) -> Result<Vec<TxnOp>> {
+        if history.len() >= SEQS_PER_REVISION as usize {
+            return Err(self.backend(format!(
+                "one CAS may append at most {} history entries, not {}",
+                SEQS_PER_REVISION - 1,
+                history.len()
+            )));
+        }
+        let base = expected_revision
+            .checked_mul(SEQS_PER_REVISION)
+            .ok_or_else(|| {
+                self.backend(format!(
+                    "revision {expected_revision} is too large for history seqs"
+                ))
+            })?;
+        let puts: Vec<TxnOp> = history
+            .iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                // index < 65,536 and base + 65,535 fits: base is a multiple of 65,536 ≤ u64::MAX.
+                let seq = base + index as u64 + 1;
+                TxnOp::put(self.inner.layout.history_key(key, seq), entry.clone(), None)
+            })
+            .collect();
+        // The entries share the top branch with the history read, the document's put and the
+        // due index's op.
+        if puts.len() + 3 <= MAX_TXN_OPS {
+            return Ok(puts);
+        }
+        // Else `n_groups` nested transactions (no condition: they always run) of `group_len`
+        // entries each. etcd allows a nested branch what the top branch leaves: the top holds
+        // 3 + n_groups operations, so 3 + n_groups + group_len must stay within the limit.
+        let n_groups = (1..MAX_TXN_OPS)
+            .find(|n_groups| 3 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
+            .ok_or_else(|| {
+                self.backend(format!(
+                    "{} history entries do not fit in one etcd transaction (at most 4,032)",
+                    history.len()
+                ))
+            })?;
+        let group_len = puts.len().div_ceil(n_groups);
+        let mut groups = Vec::with_capacity(n_groups);
+        let mut puts = puts.into_iter().peekable();
+        while puts.peek().is_some() {
+            let group: Vec<TxnOp> = puts.by_ref().take(group_len).collect();
+            groups.push(TxnOp::txn(Txn::new().and_then(group)));
+        }
+        Ok(groups)
+    }
+}

@@ -1,0 +1,104 @@
+//! The CAS of a key's row as one statement, in the steps every store's `cas_due` takes: the
+//! statement (which checks the expected version, writes the row, appends the history, trims
+//! it and moves the due index), and what its answer means.
+
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+
+use super::errors::Kind;
+use super::layout::{CAS_CREATE, CAS_UPDATE};
+use super::PostgresStore;
+use crate::boot_clock::BootInstant;
+use crate::{CasOutcome, Result, Version};
+
+impl PostgresStore {
+    /// Sends the CAS statement: a create when `expected` is `None`, else an update naming it.
+    pub(super) async fn send_cas(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+    ) -> Result<Vec<PgRow>> {
+        // A bigint; a due time past it is "never" for any real clock.
+        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
+        // A version that is not a number was not made by this store: it matches nothing (NULL
+        // compares equal to nothing), and the CAS conflicts like any stale one.
+        let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
+        let keep = i64::try_from(self.inner.retention.keep).unwrap_or(i64::MAX);
+        let max_age_ms: Option<i64> = self
+            .inner
+            .retention
+            .max_age_ms()
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        Ok(match expected {
+            None => {
+                self.fetch(Kind::Write, || {
+                    sqlx::query(CAS_CREATE)
+                        .bind(key)
+                        .bind(bytes)
+                        .bind(history)
+                        .bind(due_ms)
+                        .bind(keep)
+                        .bind(max_age_ms)
+                })
+                .await?
+            }
+            Some(_) => {
+                self.fetch(Kind::Write, || {
+                    sqlx::query(CAS_UPDATE)
+                        .bind(key)
+                        .bind(expected_number)
+                        .bind(bytes)
+                        .bind(history)
+                        .bind(due_ms)
+                        .bind(keep)
+                        .bind(max_age_ms)
+                })
+                .await?
+            }
+        })
+    }
+
+    /// What the CAS statement (sent at `sent`) answered: written at its new version, or a
+    /// conflict with the current row, read again where the statement's snapshot predates
+    /// the winner.
+    pub(super) async fn outcome_of_write(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        rows: &[PgRow],
+        sent: BootInstant,
+    ) -> Result<CasOutcome> {
+        let row = rows
+            .first()
+            .ok_or_else(|| self.backend("the CAS statement returned no row"))?;
+        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
+        let written: Option<i64> = row
+            .try_get("written_version")
+            .map_err(|e| self.backend(e))?;
+        if let Some(version) = written {
+            return Ok(CasOutcome::Written {
+                version: Version(version.to_string()),
+            });
+        }
+        let current = self.versioned(row, "current_version", "current_doc")?;
+        // The statement read the current row from its snapshot, taken when it started. A write
+        // that committed after that point and beat this one (the UPDATE waited for its row lock
+        // and found a new version; the INSERT found a new row) is not in the snapshot, so the
+        // row read looks as if this CAS should have won. Only then, read again: a fresh
+        // statement sees the winner.
+        let snapshot_predates_winner = match (&current, expected) {
+            (None, None) => true,
+            (Some(current), Some(expected)) => current.version == *expected,
+            _ => false,
+        };
+        let current = if snapshot_predates_winner {
+            self.load_row(key).await?
+        } else {
+            current
+        };
+        Ok(CasOutcome::Conflict { current })
+    }
+}
