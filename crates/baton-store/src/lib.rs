@@ -15,6 +15,7 @@
 //! - [`StoreError`]: the one error enum of every store.
 //! - [`memory`]: an in-process store for unit tests of the core and client. Never a stand-in for
 //!   a store under test.
+//!
 //! Each store is a folder behind a cargo feature of its own; every one is on by default.
 //!
 //! - `sqlite` (feature `sqlite`): the embedded default, one SQLite file shared by many processes
