@@ -562,7 +562,7 @@ pub enum DecodeError {
         /// The format found.
         found: u64,
     },
-    /// Not a document, or one that breaks the design's invariants.
+    /// Not a document, or one that breaks the invariants (ARCHITECTURE.md, *Invariants*).
     #[error("the document is corrupt ({0}); `baton cancel` cannot repair it: inspect the store")]
     Corrupt(String),
 }

@@ -1,5 +1,5 @@
 //! `--order` values: numbers compare as integers (build numbers are not zero-padded), text as
-//! strings, and a key's live tickets never mix the two (issue 35, finding 12).
+//! strings, and a key's live tickets never mix the two.
 
 use baton_core::{Enqueue, Op, Outcome, Refusal, Submit};
 use proptest::prelude::*;

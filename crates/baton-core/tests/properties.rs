@@ -1777,7 +1777,7 @@ impl World {
         Ok(())
     }
 
-    /// Invariant 5 for retries: an attempt that landed before ends nothing more, creates
+    /// Invariants 4 and 6 for retries: an attempt that landed before ends nothing more, creates
     /// nothing, and is answered as the first time. Records first landings.
     fn check_retry(
         &mut self,

@@ -25,7 +25,7 @@ pub const KEEP_PARAMETER: &str = "history_keep";
 /// The URL parameter of [`HistoryRetention::max_age`].
 pub const MAX_AGE_PARAMETER: &str = "history_max_age";
 
-/// Entries kept per key when the URL says nothing: the design's limit on history length.
+/// Entries kept per key when the URL says nothing: baton's limit on history length.
 pub const KEEP_DEFAULT: u64 = 10_000;
 
 /// The age after which S3 and DynamoDB expire history when the URL says nothing: long enough

@@ -65,7 +65,7 @@ pub struct HistoryRecord {
 ///
 /// baton's core never reads a clock; the coordinator hands it the store's time where the store
 /// has a clock every participant agrees on, and falls back to observation of heartbeats where it
-/// has none (see the design's *Time*).
+/// has none (ARCHITECTURE.md, *Bird's-eye view*, on time).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreClock {
     /// The store has a clock all participants share.

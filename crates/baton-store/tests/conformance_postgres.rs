@@ -567,8 +567,8 @@ async fn a_write_through_another_store_wakes_a_watcher() {
 
 /// A wake-up carries a document of up to `PUSHED_DOCUMENT_MAX` bytes, any bytes, under the
 /// longest key and beside the longest version: `NOTIFY`'s 8,000-byte limit holds (base64 and
-/// its line breaks). One byte more wakes the watcher without the document. (Issue 19: in hex,
-/// a key with 16 queued tickets woke every waiter to read.)
+/// its line breaks). One byte more wakes the watcher without the document. (In hex, a key
+/// with 16 queued tickets would wake every waiter to read.)
 #[tokio::test]
 async fn a_wake_up_carries_documents_up_to_the_limit_under_the_longest_key() {
     let store = shared_store().await;

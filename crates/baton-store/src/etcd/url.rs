@@ -6,7 +6,7 @@
 //!   is [`DEFAULT_PREFIX`]. Trailing slashes are dropped, so `/ci/` and `/ci` are one prefix.
 //! - `user:password@` authenticates with etcd's own users (`etcdctl user add`); both parts are
 //!   percent-decoded, so a password may hold `@`, `:` or `/` written as `%40`, `%3A`, `%2F`.
-//! - TLS is a query parameter, not a second scheme, so the URL's shape stays the design's:
+//! - TLS is a query parameter, not a second scheme, so the URL's shape stays baton's:
 //!   `?tls=true` connects over TLS, `cacert=PATH` names the CA that signed the servers'
 //!   certificates (this build trusts no system roots, so TLS needs it), and `cert=PATH` with
 //!   `key=PATH` gives a client certificate (etcd's `--client-cert-auth`). The names are

@@ -23,7 +23,7 @@
 //! - A record is one `HSET` (replacing the field) or `HGET` on the key's record hash, outside
 //!   any CAS: `doc:K` stays small, and `list` (on the key set) never meets a record.
 //! - History is `XRANGE`/`XREVRANGE` on the stream, trimmed by the CAS script's `XADD … MAXLEN`
-//!   to the URL's `history_keep` (default [`HISTORY_KEPT_MAX`], the design's limit; Redis keeps
+//!   to the URL's `history_keep` (default [`HISTORY_KEPT_MAX`], baton's limit; Redis keeps
 //!   everything in memory): exactly below [`EXACT_TRIM_BELOW`] entries, approximately (`~`,
 //!   whole stream nodes at a time: a little more kept, never less) from there up, where exact
 //!   trimming would rewrite a node at every append. Entries carry no time, so
@@ -89,7 +89,7 @@ pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The bound on a whole operation, reconnecting included: no call waits longer.
 pub const OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// History entries kept per key when the URL sets no `history_keep`: the design's limit.
+/// History entries kept per key when the URL sets no `history_keep`: baton's limit.
 pub const HISTORY_KEPT_MAX: u64 = crate::history_retention::KEEP_DEFAULT;
 
 /// A `history_keep` from which trimming is approximate (`MAXLEN ~`): Redis then drops whole

@@ -86,7 +86,7 @@
 //!
 //! # Permissions
 //!
-//! The least a policy must allow (the README shows it whole):
+//! The least a policy must allow (docs/stores.md shows it whole):
 //!
 //! - `s3:GetObject` and `s3:PutObject` on `arn:aws:s3:::BUCKET/PREFIX/*` (hot records,
 //!   history entries and records);

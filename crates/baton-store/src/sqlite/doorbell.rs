@@ -2,8 +2,8 @@
 //!
 //! SQLite cannot tell another process that a row changed. The file's inotify events
 //! (`watch.rs`) say only that *something* in the file changed, so every waiter of every key
-//! would read at every commit: on one hot key with 16 processes, 8 reads per grant (issue 19's
-//! B3). Instead, each store object that watches a key binds a datagram socket in Linux's
+//! would read at every commit: on one hot key with 16 processes, 8 reads per grant (B3 of
+//! BENCHMARKS.md). Instead, each store object that watches a key binds a datagram socket in Linux's
 //! abstract namespace (a random name: it exists exactly as long as its process, nothing to
 //! clean up on disk) and enters `(key, name)` in the file's `baton_watchers` table. A CAS reads
 //! the key's watchers in its write transaction and, once committed, sends each a datagram with

@@ -180,7 +180,7 @@ fn missing(description: &str) -> StoreError {
 /// SQLite's own handler (`busy_timeout`) sleeps 1, 2, 5, 10, … up to 100 ms between tries. A
 /// baton transaction holds the lock for tens of microseconds, so a writer that just missed it
 /// slept dozens of times longer than it stayed taken — and on a first-come key everyone waits
-/// for that writer when it is the holder releasing (issue 19's B3: waits of 100–200 ms at the
+/// for that writer when it is the holder releasing (B3 of BENCHMARKS.md: waits of 100–200 ms at the
 /// 99th percentile, and grants per second that varied 2.5-fold from run to run).
 fn pause_before_try(n_tries: u32) -> Duration {
     match n_tries {
