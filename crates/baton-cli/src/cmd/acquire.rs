@@ -5,10 +5,46 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use baton_client::acquire::WaitProgress;
+use clap::Args;
 
-use crate::cli::AcquireArgs;
+use crate::args::wait::WaitArgs;
 use crate::exit::{self, Failure};
 use crate::{wait, Opened};
+
+pub const ACQUIRE_HELP: &str = "\
+Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
+appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it,
+for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
+queued ahead when the wait began. In a GitHub Actions step (GITHUB_ACTIONS=true) it first prints
+::add-mask::TOKEN on stderr, so the runner hides the token in the job's log; stdout is unchanged
+(--no-mask leaves it out, for a token passed to another job as a job output).
+
+Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
+call `baton renew KEY TOKEN` from the work itself.";
+
+/// `baton acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The key to take
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// Print a JSON object (key, id, token, fence, acquired_at, lease_until, waited_ms,
+    /// position_at_start) instead of the token alone
+    #[arg(long)]
+    pub json: bool,
+
+    /// In a GitHub Actions step, leave the token unmasked: for a token handed to another job
+    /// through a job output, which GitHub drops when it holds a masked value. Anyone who can
+    /// read the job's log can then release or renew the turn. baton's GitHub Action sets it
+    /// and masks the ticket as its `mask-ticket` input says
+    #[arg(long, env = "BATON_NO_MASK", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_mask: bool,
+}
 
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {

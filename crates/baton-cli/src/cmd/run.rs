@@ -5,12 +5,49 @@ use std::time::{Duration, Instant};
 use baton_client::acquire::Lease;
 use baton_client::{Heartbeat, LeaseGuard, StopAsked};
 use baton_core::Outcome;
+use clap::Args;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::cli::RunArgs;
+use crate::args::duration::parse_duration;
+use crate::args::wait::WaitArgs;
 use crate::cmd::child;
 use crate::exit::{self, Failure};
 use crate::{wait, Opened};
+
+pub const RUN_HELP: &str = "\
+CMD gets BATON_KEY, BATON_TICKET (the token) and BATON_FENCE in its environment. With several keys
+(taken one at a time in sorted order, so two callers can never deadlock), BATON_KEYS=N and
+BATON_KEY_i, BATON_TICKET_i, BATON_FENCE_i for i = 1..N in sorted key order; BATON_KEY,
+BATON_TICKET and BATON_FENCE then name the first.
+
+While CMD runs baton renews the lease every TTL/3. If it cannot renew in time (the store is
+unreachable, or baton itself was paused), it kills CMD's process group before the lease can end
+and exits 78. CMD runs in its own process group, led by a supervisor (CMD's parent) that kills the
+whole group with SIGKILL the moment baton dies, kill -9 included; SIGINT and SIGTERM are forwarded
+to the group. A process that leaves the group (setsid) is not covered, nor is a paused baton: then
+only fences protect the resource: check BATON_FENCE where you can. The turn is released as `succeeded` if CMD exits 0, else `failed`, and
+baton exits with CMD's exit code.";
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Stop CMD (its process group: SIGTERM, then SIGKILL 5s later) once it has held the
+    /// keys this long; the turn is recorded as failed, and baton exits 79
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub max_hold: Option<Duration>,
+
+    /// The keys to hold while CMD runs, then `--`, then CMD and its arguments
+    #[arg(required = true, num_args = 1.., value_name = "KEY")]
+    pub keys: Vec<String>,
+
+    /// The command to run while holding the keys.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
 /// Runs the `run` subcommand.
 pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
@@ -121,7 +158,7 @@ pub async fn hold_and_run(
         let _ = guard.release(Outcome::Failed).await;
         return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
     };
-    let max_hold_at = max_hold.map(crate::cli::instant_after);
+    let max_hold_at = max_hold.map(crate::args::duration::instant_after);
     let mut overran_at: Option<Instant> = None;
     let mut asked: Option<(StopAsked, Instant)> = None;
     let mut killed = false;

@@ -11,16 +11,77 @@ use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
+use baton_client::status::{mode_name, KeyStatus, TicketStatus};
 use baton_core::{Finished, Mode, Outcome};
+use clap::Args;
 use serde_json::{json, Value};
 
-use baton_client::status::{mode_name, KeyStatus, TicketStatus};
-
-use crate::cli::StatusArgs;
+use crate::args::duration::parse_interval;
 use crate::cmd::acquire::{now_rfc3339, rfc3339};
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Paint, Table};
 use crate::Opened;
+
+/// `baton status`.
+#[derive(Debug, Args)]
+#[command(after_help = STATUS_HELP)]
+pub struct StatusArgs {
+    /// Only keys starting with PREFIX [default: every key]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
+    pub prefix: String,
+    /// Keep watching: redraw every --interval on a terminal; elsewhere print the table once,
+    /// then one line per change (granted, queued, left)
+    #[arg(short, long)]
+    pub watch: bool,
+    /// Only rows in these states: a comma list of held, queued, free, or all [default: all,
+    /// but on a terminal the free keys that would push a busy key off the screen]
+    #[arg(short, long, value_name = "STATES")]
+    pub state: Option<String>,
+    /// The columns to show, in order: a comma list, or all (see below)
+    #[arg(short, long, value_name = "COLUMNS")]
+    pub columns: Option<String>,
+    /// Show at most N rows (1..=1000), and say how many were left out
+    // `-n`/`--max-rows` in every command that lists rows (`log` too); `-l`/`--limit-rows` still
+    // work, unlisted, for scripts written before (`--limit` is a semaphore's size).
+    #[arg(
+        short = 'n',
+        long,
+        short_alias = 'l',
+        alias = "limit-rows",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=1000)
+    )]
+    pub max_rows: Option<u32>,
+    /// How often --watch looks at the store (100ms..=1h)
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
+    pub interval: Duration,
+    /// Write JSON (only JSON) to stdout; with --watch, one JSON object per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+const STATUS_HELP: &str = "\
+What matters first: busy keys (held or queued), then keys whose last turn failed, then free
+keys. One row per ticket: holders first, then the queue in the order it will be granted; a key
+with no live tickets shows one `free` row with how its last turn ended. Below the default table,
+one line per busy key gives its limit, last outcome, failures in a row and mean hold time.
+
+On a terminal the table fits its width (the context, then the key, cut with `…`), and free keys
+that would push a busy key off the screen are left out: the line under the table says how many
+(`-s all` shows every row). Piped, and with --json, nothing is left out unless asked.
+
+Columns (-c): key, state, position (POS), id, fence, for (held for / waiting for), lease_left
+(LEASE; `?` where the store has no clock), context, order, mode, limit, last (last outcome),
+failures (failures in a row). Default: key,state,position,id,fence,for,lease_left,context.
+
+--watch, not on a terminal, prints lines such as
+  2026-11-22T01:02:03Z deploy/prod: t-abc granted (fence 17) to ci run 12
+  2026-11-22T01:02:03Z deploy/prod: t-def queued at position 2 (alice@host pid 7)
+  2026-11-22T01:02:05Z deploy/prod: t-abc left (succeeded)
+With --json --watch: the full status object on the first line, then one object per change:
+  {\"time\",\"key\",\"event\":\"granted\"|\"queued\"|\"left\",\"id\",\"mode\",\"context\", and fence
+  (granted), position (queued), outcome, forced, reason (left)}.
+Ctrl-C ends a watch (exit 0). Colour only on a terminal, and never when NO_COLOR is set.";
 
 /// Runs the `status` subcommand.
 pub async fn status(opened: &Opened, args: StatusArgs) -> Result<i32, Failure> {

@@ -5,21 +5,33 @@ use baton_client::jobs::{self, JobStanding};
 use baton_client::wall_ms;
 use baton_core::{Doc, Ticket, TicketState};
 use baton_store::StoreClock;
+use clap::Args;
 
-use crate::cli::WhyArgs;
+use crate::args::key::{check_job_id, check_key};
 use crate::cmd::acquire::rfc3339;
 use crate::exit::{self, Failure};
 use crate::render;
 use crate::Opened;
+
+/// `baton why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job [default: the key's next job]
+    #[arg(value_name = "JOB_ID")]
+    pub id: Option<String>,
+}
 
 /// A worker not seen for longer than this does not count as serving the key.
 const WORKER_SILENT_MS: u64 = 60_000;
 
 /// Runs the `why` subcommand.
 pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
+    check_key(&args.key)?;
     if let Some(id) = &args.id {
-        baton_core::limits::check_id(id).map_err(|e| Failure::usage(e.to_string()))?;
+        check_job_id(id)?;
     }
     let coord = &opened.coord;
     let snapshot = coord.read(&args.key).await?;

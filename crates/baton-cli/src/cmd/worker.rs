@@ -13,15 +13,77 @@ use std::time::{Duration, Instant};
 use baton_client::jobs::{self, ClaimOptions, Job, KeyPatterns, RunReport};
 use baton_client::wall_ms;
 use baton_core::job::JobResult;
+use clap::Args;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cli::WorkerArgs;
+use crate::args::duration::{
+    instant_after, millis, parse_delay, parse_duration, parse_interval, parse_lease,
+};
 use crate::cmd::child;
 use crate::exit::{self, Failure};
 use crate::Opened;
+
+pub const WORKER_HELP: &str = "\
+Runs the oldest ready job of any matching key whose key has room, up to --concurrency at once;
+keys take turns (the one whose head job has waited longest first), so a busy key never delays a
+job of a free one. CMD gets the job's parameters on stdin and, in its environment, BATON_KEY,
+BATON_JOB_ID, BATON_ATTEMPT (1 for the first attempt), BATON_FENCE, BATON_JOB_TOKEN,
+BATON_PARAMS and BATON_STORE. Its output passes through; the last 16 KiB of each stream are kept
+with the run (`baton jobs show`, `baton wait`).
+
+CMD's exit status decides:
+  0      succeeded (with --async: the job stays held until `baton complete`)
+  75     released back (EX_TEMPFAIL): it keeps its place, spends no attempt, and is ready again
+         after --release-delay; the 21st release back in a row counts as a failed attempt
+  other  a failed attempt: retried after the job's backoff, dead when its attempts are spent
+
+The worker renews each job's lease while CMD runs and kills CMD's process group before the
+lease can end if it cannot (as `baton run` does); a job whose lease ran out is a failed attempt.
+A job's --max-run stops CMD (SIGTERM, then SIGKILL 5s later), a failed attempt.
+
+SIGTERM or SIGINT: stop claiming and let running jobs finish; after --grace, or at a second
+signal, their commands are stopped and the jobs given back unspent. Exits 0 then.
+
+Examples:
+  baton worker deploy/ -- ./deploy.sh                 every key under deploy/, one job at a time
+  baton worker --concurrency 8 -- ./handle-job.sh     every key, eight jobs at once";
+
+/// `baton worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Keys to serve: an exact key, or a prefix ending in `/`; none serves every key
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+    /// Jobs run at once (1..=1000)
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub concurrency: u32,
+    /// Lease of a run, renewed every TTL/3 while CMD runs; with --async, how long
+    /// `baton complete` has after CMD exits 0 (unless `baton renew KEY TOKEN` extends it)
+    #[arg(long, value_parser = parse_lease, default_value = "30s", value_name = "DUR")]
+    pub ttl: Duration,
+    /// When a job released back (exit 75) is ready again
+    #[arg(long, value_parser = parse_delay, default_value = "5s", value_name = "DUR")]
+    pub release_delay: Duration,
+    /// After SIGTERM, how long running jobs may take to finish before they are given back
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub grace: Duration,
+    /// Do not complete a job when CMD exits 0: it stays held under its lease until
+    /// `baton complete KEY JOB_ID --job-token TOKEN` (from any process or machine)
+    #[arg(long = "async")]
+    pub asynchronous: bool,
+    /// How often an idle worker looks for jobs
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+    /// Print no line per job
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command that runs each job, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
 /// How much of each output stream a run keeps.
 const TAIL_BYTES: usize = 16 * 1024;
@@ -143,7 +205,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
                             crate::render::duration(ctx.args.grace)
                         );
                     }
-                    draining_until = Some(crate::cli::instant_after(ctx.args.grace));
+                    draining_until = Some(instant_after(ctx.args.grace));
                 }
             }
         }
@@ -435,7 +497,7 @@ async fn run_command(
         .map(|err| tokio::task::spawn_local(pump(err, Box::new(std::io::stderr()))));
     let mut lost = job.heartbeat.lost();
     let mut asked = job.heartbeat.stop_asked();
-    let max_run_at = job.max_run.map(crate::cli::instant_after);
+    let max_run_at = job.max_run.map(instant_after);
     let mut stopping: Option<(Instant, Ended)> = None;
     let ended = loop {
         let kill_at = stopping.as_ref().map(|(at, _)| *at + STOP_GRACE);
@@ -530,8 +592,4 @@ async fn sleep_until(at: Option<Instant>) {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
     }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
