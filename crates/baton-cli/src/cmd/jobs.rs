@@ -1,6 +1,6 @@
 //! `baton jobs [PREFIX]` and `baton jobs show KEY JOB_ID`: what waits, runs and ended.
 
-use baton_client::jobs::{self, JobRow, JobStanding};
+use baton_client::jobs::{self, JobRow, JobStanding, RunReport};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
@@ -261,43 +261,51 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
         shown(params_text.as_deref().unwrap_or("(none kept)"))
     )?;
     for report in &reports {
-        let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
-        let exit = report
-            .exit_code
-            .map_or_else(String::new, |c| format!(", exit {c}"));
-        outln!(
-            "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
-            report.run,
-            report.attempt,
-            rfc3339(report.started_wall_ms),
-            report.result,
-            render::duration_ms(took),
-            report.fence,
-            shown(&report.worker),
-        )?;
-        if let Some(error) = &report.error {
-            outln!("    error: {}", shown(error))?;
-        }
-        if let Some(note) = &report.note {
-            outln!("    note: {}", shown(note))?;
-        }
-        if report.awaiting_complete {
-            outln!("    (--async: exit 0; the job ends at `baton complete`)")?;
-        }
-        for (name, tail) in [
-            ("stdout", &report.stdout_tail),
-            ("stderr", &report.stderr_tail),
-        ] {
-            if !tail.is_empty() {
-                outln!("    {name}:")?;
-                for line in tail.lines() {
-                    outln!("      {}", shown(line))?;
-                }
-            }
-        }
+        print_run(report)?;
     }
     if runs > 0 && reports.is_empty() {
         outln!("  ({runs} runs; no worker kept a report)")?;
     }
     Ok(exit::OK)
+}
+
+/// One run of `jobs show`: when, how it ended and by whom, then its error, note and output
+/// tails (stored text, each line made one line).
+fn print_run(report: &RunReport) -> Result<(), Failure> {
+    let shown = render::one_line;
+    let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
+    let exit = report
+        .exit_code
+        .map_or_else(String::new, |c| format!(", exit {c}"));
+    outln!(
+        "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
+        report.run,
+        report.attempt,
+        rfc3339(report.started_wall_ms),
+        report.result,
+        render::duration_ms(took),
+        report.fence,
+        shown(&report.worker),
+    )?;
+    if let Some(error) = &report.error {
+        outln!("    error: {}", shown(error))?;
+    }
+    if let Some(note) = &report.note {
+        outln!("    note: {}", shown(note))?;
+    }
+    if report.awaiting_complete {
+        outln!("    (--async: exit 0; the job ends at `baton complete`)")?;
+    }
+    for (name, tail) in [
+        ("stdout", &report.stdout_tail),
+        ("stderr", &report.stderr_tail),
+    ] {
+        if !tail.is_empty() {
+            outln!("    {name}:")?;
+            for line in tail.lines() {
+                outln!("      {}", shown(line))?;
+            }
+        }
+    }
+    Ok(())
 }
