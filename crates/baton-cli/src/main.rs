@@ -7,6 +7,7 @@
 
 #[macro_use]
 mod out;
+mod args;
 mod cli;
 mod cmd;
 mod context;
@@ -20,7 +21,9 @@ use std::sync::Arc;
 
 use baton_store::url::OpenMode;
 
-use crate::cli::{Cli, Command, KvCommand, NotifyCommand};
+use crate::cli::{Cli, Command};
+use crate::cmd::kv::KvCommand;
+use crate::cmd::notify::NotifyCommand;
 use crate::exit::Failure;
 
 fn main() {

@@ -10,7 +10,8 @@ use baton_client::WaitProgress;
 use baton_client::{ClientError, Coordinator, Heartbeat};
 use baton_core::Mode;
 
-use crate::cli::WaitArgs;
+use crate::args::key::check_key;
+use crate::args::wait::WaitArgs;
 use crate::exit::{self, Failure};
 use crate::render;
 
@@ -35,7 +36,7 @@ pub fn options(
             .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
     }
     let ttl = args.ttl.unwrap_or(default_ttl);
-    baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
+    baton_core::limits::check_ttl("TTL (--ttl)", crate::args::duration::millis(ttl))
         .map_err(|e| Failure::usage(e.to_string()))?;
     // `--timeout 0` takes the key only if it is free now: a "waiting for…" line would say
     // otherwise.
@@ -76,7 +77,7 @@ pub fn pendings(keys: &[String]) -> Result<Vec<Pending>, Failure> {
     keys.dedup();
     keys.into_iter()
         .map(|key| {
-            baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))?;
+            check_key(key)?;
             Ok(Pending::new(key))
         })
         .collect()
@@ -202,12 +203,12 @@ pub fn describe(p: &WaitProgress) -> String {
     if let Some(estimate) = p.estimate.filter(|_| p.paused.is_none()) {
         parts.push(format!(
             "about {} left",
-            render::duration_ms(crate::cli::millis(estimate))
+            render::duration_ms(crate::args::duration::millis(estimate))
         ));
     }
     parts.push(format!(
         "waited {}",
-        render::duration_ms(crate::cli::millis(p.waited))
+        render::duration_ms(crate::args::duration::millis(p.waited))
     ));
     if let Some(trouble) = &p.store_trouble {
         parts.push(format!("the store is failing, retrying: {trouble}"));

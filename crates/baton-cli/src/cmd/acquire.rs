@@ -4,11 +4,48 @@ use std::io::Write;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use baton_client::acquire::WaitProgress;
+use baton_client::acquire::{Pending, WaitProgress};
+use baton_client::{AcquireOptions, Coordinator, Lease};
+use clap::Args;
 
-use crate::cli::AcquireArgs;
+use crate::args::wait::WaitArgs;
 use crate::exit::{self, Failure};
 use crate::{wait, Opened};
+
+pub const ACQUIRE_HELP: &str = "\
+Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
+appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it,
+for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
+queued ahead when the wait began. In a GitHub Actions step (GITHUB_ACTIONS=true) it first prints
+::add-mask::TOKEN on stderr, so the runner hides the token in the job's log; stdout is unchanged
+(--no-mask leaves it out, for a token passed to another job as a job output).
+
+Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
+call `baton renew KEY TOKEN` from the work itself.";
+
+/// `baton acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// The key to take
+    #[arg(value_name = "KEY")]
+    pub key: String,
+
+    /// Print a JSON object (key, id, token, fence, acquired_at, lease_until, waited_ms,
+    /// position_at_start) instead of the token alone
+    #[arg(long)]
+    pub json: bool,
+
+    /// In a GitHub Actions step, leave the token unmasked: for a token handed to another job
+    /// through a job output, which GitHub drops when it holds a masked value. Anyone who can
+    /// read the job's log can then release or renew the turn. baton's GitHub Action sets it
+    /// and masks the ticket as its `mask-ticket` input says
+    #[arg(long, env = "BATON_NO_MASK", value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_mask: bool,
+}
 
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
@@ -18,52 +55,23 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     let position_at_start = first_position(&mut options);
     let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
     let coord = &opened.coord;
-    let Some(pending) = pendings.first() else {
-        return Err(Failure::usage("no key given"));
+    let lease = wait_for_turn(coord, &pendings, &options, &line).await?;
+    let turn = Turn {
+        waited_ms: started.elapsed().as_millis(),
+        // Never reported: granted at the first look.
+        position_at_start: position_at_start.get().copied().unwrap_or(0),
+        acquired_at: rfc3339(lease.acquired_wall_ms),
+        lease,
     };
-    let interrupted = crate::signals::interruption()
-        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
-    tokio::pin!(interrupted);
-    let acquired = tokio::select! {
-        result = baton_client::acquire::acquire(coord, pending, &options) => result,
-        code = &mut interrupted => {
-            wait::finish(&line);
-            wait::withdraw(coord, &pendings).await;
-            return Err(Failure::new(code, "interrupted while waiting; the ticket was withdrawn"));
-        }
-    };
-    wait::finish(&line);
-    let lease = acquired?;
-    let waited_ms = started.elapsed().as_millis();
-    // Never reported: granted at the first look.
-    let position_at_start = position_at_start.get().copied().unwrap_or(0);
-    let acquired_at = rfc3339(lease.acquired_wall_ms);
-    let lease_until = rfc3339(lease.lease_until_wall_ms);
     if !args.no_mask {
-        mask_in_github_actions(&lease.token);
+        mask_in_github_actions(&turn.lease.token);
     }
-    let mut stdout = std::io::stdout().lock();
-    let written = if args.json {
-        let value = serde_json::json!({
-            "key": lease.key,
-            "id": lease.id,
-            "token": lease.token,
-            "fence": lease.fence,
-            "acquired_at": acquired_at,
-            "lease_until": lease_until,
-            "waited_ms": waited_ms,
-            "position_at_start": position_at_start,
-        });
-        writeln!(stdout, "{value}")
-    } else {
-        writeln!(stdout, "{}", lease.token)
-    };
-    if let Err(error) = written {
+    if let Err(error) = print_turn(&turn, args.json) {
         // Nobody will see the token: give the turn back rather than strand it.
         let _ = baton_client::acquire::release(
             coord,
-            &lease.key,
-            &lease.token,
+            &turn.lease.key,
+            &turn.lease.token,
             baton_core::Outcome::Cancelled,
         )
         .await;
@@ -73,36 +81,98 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
         ));
     }
     if let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) {
-        let lines = format!(
-            "key={}\nticket={}\nfence={}\nacquired-at={}\nwaited-seconds={:.1}\nposition-at-start={}\n",
-            lease.key,
-            lease.token,
-            lease.fence,
-            acquired_at,
-            waited_ms as f64 / 1000.0,
-            position_at_start
-        );
-        let appended = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(lines.as_bytes()));
-        if let Err(error) = appended {
-            eprintln!(
-                "baton: warning: cannot append to GITHUB_OUTPUT ({}): {error}",
-                std::path::Path::new(&path).display()
-            );
-        }
+        append_github_output(&turn, std::path::Path::new(&path));
     }
     if !args.wait.waiting.quiet && !args.json {
         eprintln!(
             "baton: acquired {} (fence {}); release with: baton release {} <token>",
-            lease.key,
-            lease.fence,
-            shell_quote(&lease.key)
+            turn.lease.key,
+            turn.lease.fence,
+            shell_quote(&turn.lease.key)
         );
     }
     Ok(exit::OK)
+}
+
+/// A turn taken, with what the caller is told about its wait.
+struct Turn {
+    lease: Lease,
+    waited_ms: u128,
+    /// 0 when granted at the first look, else 1 + the tickets queued ahead when the wait began.
+    position_at_start: usize,
+    acquired_at: String,
+}
+
+/// Waits for the turn of `pendings`' one key; SIGINT or SIGTERM withdraws the ticket and ends
+/// the wait with 130 or 143.
+async fn wait_for_turn(
+    coord: &Arc<Coordinator>,
+    pendings: &[Pending],
+    options: &AcquireOptions,
+    line: &Option<Arc<wait::WaitLine>>,
+) -> Result<Lease, Failure> {
+    let Some(pending) = pendings.first() else {
+        return Err(Failure::usage("no key given"));
+    };
+    let interrupted = crate::signals::interruption()
+        .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
+    tokio::pin!(interrupted);
+    let acquired = tokio::select! {
+        result = baton_client::acquire::acquire(coord, pending, options) => result,
+        code = &mut interrupted => {
+            wait::finish(line);
+            wait::withdraw(coord, pendings).await;
+            return Err(Failure::new(code, "interrupted while waiting; the ticket was withdrawn"));
+        }
+    };
+    wait::finish(line);
+    Ok(acquired?)
+}
+
+/// Prints the token alone, or (`--json`) the turn as one object.
+fn print_turn(turn: &Turn, json: bool) -> std::io::Result<()> {
+    let lease = &turn.lease;
+    let mut stdout = std::io::stdout().lock();
+    if json {
+        let value = serde_json::json!({
+            "key": lease.key,
+            "id": lease.id,
+            "token": lease.token,
+            "fence": lease.fence,
+            "acquired_at": turn.acquired_at,
+            "lease_until": rfc3339(lease.lease_until_wall_ms),
+            "waited_ms": turn.waited_ms,
+            "position_at_start": turn.position_at_start,
+        });
+        writeln!(stdout, "{value}")
+    } else {
+        writeln!(stdout, "{}", lease.token)
+    }
+}
+
+/// Appends the turn to GitHub's step outputs (`GITHUB_OUTPUT`), for later steps and jobs; a file
+/// that cannot be written is warned of, the turn kept.
+fn append_github_output(turn: &Turn, path: &std::path::Path) {
+    let lines = format!(
+        "key={}\nticket={}\nfence={}\nacquired-at={}\nwaited-seconds={:.1}\nposition-at-start={}\n",
+        turn.lease.key,
+        turn.lease.token,
+        turn.lease.fence,
+        turn.acquired_at,
+        turn.waited_ms as f64 / 1000.0,
+        turn.position_at_start
+    );
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(lines.as_bytes()));
+    if let Err(error) = appended {
+        eprintln!(
+            "baton: warning: cannot append to GITHUB_OUTPUT ({}): {error}",
+            path.display()
+        );
+    }
 }
 
 /// In a GitHub Actions step (`GITHUB_ACTIONS=true`), asks the runner to hide `token` in the

@@ -3,14 +3,34 @@
 use baton_client::ids::new_attempt_id;
 use baton_client::{jobs, ClientError};
 use baton_core::{Op, Refusal, Reply, Request};
+use clap::Args;
 
-use crate::cli::CancelArgs;
+use crate::args::key::check_key;
 use crate::exit::{self, Failure};
 use crate::Opened;
 
+/// `baton cancel`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["id", "queued"])))]
+pub struct CancelArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The ticket id (from `baton status`)
+    #[arg(value_name = "ID")]
+    pub id: Option<String>,
+    /// Cancel every queued ticket of the key
+    #[arg(long)]
+    pub queued: bool,
+    /// Who cancels, for the history (`baton log`) and the `cancelled` notification
+    /// [default: from the CI's variables, else user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+}
+
 /// Runs the `cancel` subcommand.
 pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
+    check_key(&args.key)?;
     let by = args
         .context
         .clone()

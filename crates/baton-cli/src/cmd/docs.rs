@@ -3,7 +3,25 @@
 
 use std::io::Write;
 
+use clap::Args;
+
 use crate::exit::{self, Failure};
+
+/// `baton completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `baton man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A subcommand, for its own page (baton-SUBCOMMAND(1)) [default: baton(1)]
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
+}
 
 /// Prints the completion script for `shell`.
 pub fn completions(shell: clap_complete::Shell) -> Result<i32, Failure> {

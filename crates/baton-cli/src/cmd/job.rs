@@ -9,14 +9,160 @@ use baton_client::jobs::{self, JobEnd, JobStanding, SubmitOptions};
 use baton_core::job::{JobResult, JobSpec};
 use baton_core::op::TicketView;
 use baton_core::{Op, Outcome, Request, TicketState};
+use clap::{Args, ValueEnum};
 
-use crate::cli::{CompleteArgs, CompleteOutcome, JobRefArgs, RetryArgs, SubmitArgs, WaitJobArgs};
+use crate::args::duration::{check_not_before, parse_interval, parse_lease};
+use crate::args::key::{check_job_id, check_key};
 use crate::exit::{self, Failure};
 use crate::render;
 use crate::Opened;
 
-fn check_key(key: &str) -> Result<(), Failure> {
-    baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))
+pub const SUBMIT_HELP: &str = "\
+Prints the job's id on stdout. The job waits in KEY's queue, in submit order beside the turns
+of `baton run` (--order first), until a `baton worker` for the key runs it. A failed attempt is
+retried after its backoff (10s, doubling, at most 10m) and keeps its place; when its attempts are
+spent it is dead (`baton retry KEY JOB_ID` queues it again).
+
+Examples:
+  baton submit deploy/staging --params '{\"commit\":\"abc123\"}'
+  baton submit deploy/prod --params @request.json --id deploy-abc123 --wait
+  baton submit reports/nightly --not-before 2026-12-01T02:00:00Z --max-run 1h";
+
+/// `baton submit`.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The key (the resource the job is for: an environment, a server, a tenant)
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's parameters: JSON, or @FILE to read it from FILE (@- for stdin); at most 256 KiB.
+    /// The worker's command gets them on stdin and in BATON_PARAMS [default: null]
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub params: Option<String>,
+    /// The job's id (letters, digits, `-`, `_`): a second submit with the same id queues
+    /// nothing, prints it again and says how that job stands (`--json`: `"already": true`).
+    /// An id is remembered while the job is live and, after it ended, as long as the key's
+    /// history keeps its end (the store's retention: 10,000 entries per key by default, 90
+    /// days on S3 and DynamoDB); past that, such a submit is refused (exit 1), never run again
+    /// [default: a new j-…]
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// How many of the key's jobs and turns may run at once. Every live ticket must agree
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub limit: u32,
+    /// Sort value: jobs and tickets with one go first, then by arrival. Two numbers (digits
+    /// only) compare as integers (100 after 99; 099 ties with 99), other values as strings. A
+    /// key's live jobs and tickets all use numbers or all text: the other kind is refused
+    /// (exit 2)
+    #[arg(long, value_name = "VALUE")]
+    pub order: Option<String>,
+    /// Cancel every queued job or ticket of the key that sorts before this one (as
+    /// superseded), unless it was queued with --keep
+    #[arg(long)]
+    pub supersede: bool,
+    /// Never be superseded, and never asked to stop by --cancel-running
+    #[arg(long)]
+    pub keep: bool,
+    /// Ask the key's holders to stop when this job is queued: a `baton run` stops its command
+    /// and exits 76, a job a worker runs is stopped; both are recorded superseded (see `baton
+    /// run --help`)
+    #[arg(long)]
+    pub cancel_running: bool,
+    /// Attempts before the job is dead (1..=1000)
+    #[arg(long, default_value_t = baton_core::job::ATTEMPTS_DEFAULT, value_name = "N")]
+    pub max_attempts: u32,
+    /// Wait after the first failed attempt; it doubles after each further one, up to 10m
+    #[arg(long, value_parser = parse_lease, default_value = "10s", value_name = "DUR")]
+    pub backoff: Duration,
+    /// Not before this time (RFC 3339, as 2026-12-01T02:00:00Z) or this long from now (DUR,
+    /// at most 366d)
+    #[arg(long, value_parser = check_not_before, value_name = "TIME|DUR")]
+    pub not_before: Option<String>,
+    /// Stop a run after DUR (SIGTERM, then SIGKILL), counted as a failed attempt
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
+    pub max_run: Option<Duration>,
+    /// Who submits it and why, shown to others [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+    /// Then wait until the job has ended, as `baton wait` does (and exit as it does)
+    #[arg(long)]
+    pub wait: bool,
+    /// Print a JSON object (key, id, state) instead of the id alone
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How an asynchronous run ended, as `baton complete` reports it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum CompleteOutcome {
+    /// The job is done.
+    Succeeded,
+    /// A failed attempt: retried after its backoff, or dead.
+    Failed,
+}
+
+/// `baton complete`.
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// The run's token (BATON_JOB_TOKEN in the worker's command, read from there by default)
+    #[arg(
+        long = "job-token",
+        env = "BATON_JOB_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub token: String,
+    /// How the run went
+    #[arg(long, value_enum, default_value = "succeeded")]
+    pub outcome: CompleteOutcome,
+    /// Why it failed, kept with the job (`baton jobs`, `baton why`)
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+}
+
+/// `baton wait`.
+#[derive(Debug, Args)]
+pub struct WaitJobArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id (`baton submit` printed it)
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// How often to look on stores that cannot push (S3, DynamoDB)
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+    /// Print nothing while waiting
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// `baton retry`.
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The dead job's id; without it, KEY's dead run-once record gets its attempts back
+    #[arg(value_name = "JOB_ID")]
+    pub id: Option<String>,
+}
+
+/// A command naming one job: `KEY JOB_ID`.
+#[derive(Debug, Args)]
+pub struct JobRefArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
 }
 
 /// The failure of a command given a job id the key does not know (`wait`, `why`, `jobs show`).
@@ -116,8 +262,8 @@ fn read_params(given: Option<&str>) -> Result<Vec<u8>, Failure> {
 /// `--not-before`: a duration from now, or an RFC 3339 time (its distance from this machine's
 /// clock; a time past is now).
 fn delay_until(text: &str) -> Result<u64, Failure> {
-    if crate::cli::is_duration(text) {
-        let delay = crate::cli::parse_delay(text)
+    if crate::args::duration::is_duration(text) {
+        let delay = crate::args::duration::parse_delay(text)
             .map_err(|e| Failure::usage(format!("--not-before: {e}")))?;
         return Ok(millis(delay));
     }
@@ -172,7 +318,7 @@ fn describe(key: &str, id: &str, view: &TicketView) -> String {
 /// Runs the `wait` subcommand.
 pub async fn wait(opened: &Opened, args: WaitJobArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
-    baton_core::limits::check_id(&args.id).map_err(|e| Failure::usage(e.to_string()))?;
+    check_job_id(&args.id)?;
     wait_for(opened, &args).await
 }
 

@@ -1,13 +1,78 @@
 //! `baton jobs [PREFIX]` and `baton jobs show KEY JOB_ID`: what waits, runs and ended.
 
-use baton_client::jobs::{self, JobRow, JobStanding};
+use baton_client::jobs::{self, JobRow, JobStanding, RunReport};
+use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use crate::cli::{JobShowArgs, JobsArgs, JobsCommand};
+use crate::args::key::{check_job_id, check_key};
 use crate::cmd::acquire::rfc3339;
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Table};
 use crate::Opened;
+
+pub const JOBS_HELP: &str = "\
+One row per job: queued ones in the order they will run (READY says when a job waits for its
+--not-before or its backoff), running ones with their fence, ended ones (with -s) newest first
+per key with how they ended. --json prints one object per line with key, id, state, attempt,
+position, ready_at, last_error, context, submitted_at, ended_at and fence.
+
+  baton jobs deploy/                 what waits and runs under deploy/
+  baton jobs -s dead,succeeded -l 20 what ended lately
+  baton jobs show deploy/prod j-1f…  parameters, and every run with its exit and output";
+
+/// `baton jobs`.
+#[derive(Debug, Args)]
+pub struct JobsArgs {
+    /// `show KEY JOB_ID`: one job in full.
+    #[command(subcommand)]
+    pub show: Option<JobsCommand>,
+    /// Only keys starting with PREFIX [default: every key]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
+    pub prefix: String,
+    /// Words after PREFIX: none are taken; kept so that `jobs shwo KEY ID` can be answered as
+    /// the mistyped subcommand it is rather than as a prefix with stray words.
+    #[arg(value_name = "WORDS", hide = true)]
+    pub stray: Vec<String>,
+    /// Only jobs in these states: a comma list of queued, running, succeeded, dead,
+    /// cancelled, superseded, or all
+    #[arg(short, long, value_name = "STATES", default_value = "queued,running")]
+    pub state: String,
+    /// Show at most N rows (1..=100000)
+    #[arg(
+        short = 'n',
+        long,
+        short_alias = 'l',
+        alias = "limit-rows",
+        value_name = "N",
+        default_value_t = 1000,
+        value_parser = clap::value_parser!(u32).range(1..=100_000)
+    )]
+    pub max_rows: u32,
+    /// One JSON object per line
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton jobs show`.
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// One job in full: state, parameters, and every run with its exit, time and output tail
+    Show(JobShowArgs),
+}
+
+/// `baton jobs show KEY JOB_ID`.
+#[derive(Debug, Args)]
+pub struct JobShowArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job's id
+    #[arg(value_name = "JOB_ID")]
+    pub id: String,
+    /// One JSON object
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Every state a job can be listed in.
 const STATES: [&str; 6] = [
@@ -150,8 +215,8 @@ fn print_table(rows: &[JobRow]) -> Result<(), Failure> {
 
 /// `baton jobs show KEY JOB_ID`.
 async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
-    baton_core::limits::check_id(&args.id).map_err(|e| Failure::usage(e.to_string()))?;
+    check_key(&args.key)?;
+    check_job_id(&args.id)?;
     let coord = &opened.coord;
     let standing = jobs::standing(coord, &args.key, &args.id).await?;
     if standing == JobStanding::Unknown {
@@ -196,43 +261,51 @@ async fn show(opened: &Opened, args: JobShowArgs) -> Result<i32, Failure> {
         shown(params_text.as_deref().unwrap_or("(none kept)"))
     )?;
     for report in &reports {
-        let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
-        let exit = report
-            .exit_code
-            .map_or_else(String::new, |c| format!(", exit {c}"));
-        outln!(
-            "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
-            report.run,
-            report.attempt,
-            rfc3339(report.started_wall_ms),
-            report.result,
-            render::duration_ms(took),
-            report.fence,
-            shown(&report.worker),
-        )?;
-        if let Some(error) = &report.error {
-            outln!("    error: {}", shown(error))?;
-        }
-        if let Some(note) = &report.note {
-            outln!("    note: {}", shown(note))?;
-        }
-        if report.awaiting_complete {
-            outln!("    (--async: exit 0; the job ends at `baton complete`)")?;
-        }
-        for (name, tail) in [
-            ("stdout", &report.stdout_tail),
-            ("stderr", &report.stderr_tail),
-        ] {
-            if !tail.is_empty() {
-                outln!("    {name}:")?;
-                for line in tail.lines() {
-                    outln!("      {}", shown(line))?;
-                }
-            }
-        }
+        print_run(report)?;
     }
     if runs > 0 && reports.is_empty() {
         outln!("  ({runs} runs; no worker kept a report)")?;
     }
     Ok(exit::OK)
+}
+
+/// One run of `jobs show`: when, how it ended and by whom, then its error, note and output
+/// tails (stored text, each line made one line).
+fn print_run(report: &RunReport) -> Result<(), Failure> {
+    let shown = render::one_line;
+    let took = report.ended_wall_ms.saturating_sub(report.started_wall_ms);
+    let exit = report
+        .exit_code
+        .map_or_else(String::new, |c| format!(", exit {c}"));
+    outln!(
+        "  run {} (attempt {}) {}: {}{exit} after {}, fence {}, by {}",
+        report.run,
+        report.attempt,
+        rfc3339(report.started_wall_ms),
+        report.result,
+        render::duration_ms(took),
+        report.fence,
+        shown(&report.worker),
+    )?;
+    if let Some(error) = &report.error {
+        outln!("    error: {}", shown(error))?;
+    }
+    if let Some(note) = &report.note {
+        outln!("    note: {}", shown(note))?;
+    }
+    if report.awaiting_complete {
+        outln!("    (--async: exit 0; the job ends at `baton complete`)")?;
+    }
+    for (name, tail) in [
+        ("stdout", &report.stdout_tail),
+        ("stderr", &report.stderr_tail),
+    ] {
+        if !tail.is_empty() {
+            outln!("    {name}:")?;
+            for line in tail.lines() {
+                outln!("      {}", shown(line))?;
+            }
+        }
+    }
+    Ok(())
 }

@@ -1,18 +1,120 @@
 //! `baton kv get|set|del|ls`: shared values.
 
 use std::io::{Read, Write};
+use std::time::Duration;
 
 use baton_client::kv::{self, SetOptions, Value};
 use baton_client::wall_ms;
 use baton_core::kv::{Condition, VALUE_MAX_BYTES};
+use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cli::{KvCommand, KvDelArgs, KvGetArgs, KvLsArgs, KvSetArgs};
+use crate::args::duration::parse_duration;
 use crate::cmd::acquire::rfc3339;
 use crate::context::default_context;
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Table};
 use crate::Opened;
+
+pub const KV_HELP: &str = "\
+Small values that parallel jobs share (a version to deploy, a build number, who approved),
+kept in the same store as the locks, one document per NAME (the rules of keys: `ci/version`).
+
+  baton kv set ci/version 1.4.2                   prints the new version (a number)
+  baton kv get ci/version                         prints the value; exit 3 if there is none
+  echo '{\"sha\":\"abc\"}' | baton kv set --json build/info -
+  baton kv set --if-absent release/owner \"$USER\"  only the first writer wins (else exit 4)
+  baton kv ls ci/                                 name, version, size, expires, writer
+
+Compare-and-swap: read the version (`baton kv get --json NAME`), then `baton kv set NAME V
+--if-version N`; exit 4 means someone wrote in between (the current version is on stderr):
+read again and retry.
+
+Fenced writes: inside `baton run`, pass `--fence \"$BATON_FENCE\"`. The value remembers the
+highest fence that wrote it and refuses a lower one (exit 4), so a holder that was paused past
+its lease cannot overwrite what the next holder wrote.
+
+Values are UTF-8 text up to 64 KiB. --ttl expires a value on the reader's wall clock.";
+
+/// `baton kv`.
+#[derive(Debug, Subcommand)]
+pub enum KvCommand {
+    /// Print a value (exit 3 if it does not exist or has expired)
+    Get(KvGetArgs),
+    /// Set a value and print its new version (exit 4 if a condition or fence did not hold)
+    Set(KvSetArgs),
+    /// Delete a value (exit 3 if it does not exist, 4 if a condition or fence did not hold)
+    Del(KvDelArgs),
+    /// List values: name, version, size, expires, last writer
+    Ls(KvLsArgs),
+}
+
+/// `baton kv get`.
+#[derive(Debug, Args)]
+pub struct KvGetArgs {
+    /// The value's name (`ci/version`)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Print a JSON object: name, value (parsed, if it was set with --json), version, size,
+    /// expires_at, written_at, context, fence
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton kv set`.
+#[derive(Debug, Args)]
+pub struct KvSetArgs {
+    /// The value's name (`ci/version`)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The value; `-` reads it from stdin
+    #[arg(value_name = "VALUE", allow_hyphen_values = true)]
+    pub value: String,
+    /// Write only if the current version is V (compare-and-swap); else exit 4
+    #[arg(long, value_name = "V", conflicts_with = "if_absent")]
+    pub if_version: Option<u64>,
+    /// Write only if there is no value (or it has expired); else exit 4
+    #[arg(long)]
+    pub if_absent: bool,
+    /// The value expires DUR after this write
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub ttl: Option<Duration>,
+    /// Check that the value is JSON (refused with exit 2 if not)
+    #[arg(long)]
+    pub json: bool,
+    /// The writer's fence (`$BATON_FENCE`): refused (exit 4) if a higher fence wrote the value
+    #[arg(long, value_name = "F")]
+    pub fence: Option<u64>,
+    /// Who writes, shown by `baton kv ls` [default: from the CI's variables, else
+    /// user@host pid N]
+    #[arg(long, value_name = "TEXT")]
+    pub context: Option<String>,
+}
+
+/// `baton kv del`.
+#[derive(Debug, Args)]
+pub struct KvDelArgs {
+    /// The value's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Delete only if the current version is V; else exit 4
+    #[arg(long, value_name = "V")]
+    pub if_version: Option<u64>,
+    /// The deleter's fence: refused (exit 4) if a higher fence wrote the value
+    #[arg(long, value_name = "F")]
+    pub fence: Option<u64>,
+}
+
+/// `baton kv ls`.
+#[derive(Debug, Args)]
+pub struct KvLsArgs {
+    /// Only names starting with PREFIX [default: every value]
+    #[arg(value_name = "PREFIX", default_value = "", hide_default_value = true)]
+    pub prefix: String,
+    /// One JSON object per line: name, version, size, expires_at, context
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Runs a `kv` subcommand.
 pub async fn kv(opened: &Opened, command: KvCommand) -> Result<i32, Failure> {

@@ -8,13 +8,46 @@ use std::time::Duration;
 
 use baton_core::{Finished, Mode};
 use baton_store::{HistoryRecord, WatchHandle};
+use clap::Args;
 use serde_json::{json, Value};
 
-use crate::cli::LogArgs;
+use crate::args::key::check_key;
 use crate::cmd::acquire::rfc3339;
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Table};
 use crate::Opened;
+
+/// `baton log`.
+#[derive(Debug, Args)]
+#[command(after_help = LOG_HELP)]
+pub struct LogArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// How many entries (1..=10000)
+    #[arg(
+        short = 'n',
+        long = "max-rows",
+        alias = "lines",
+        value_name = "N",
+        default_value_t = 20,
+        value_parser = clap::value_parser!(u32).range(1..=10000)
+    )]
+    pub n: u32,
+    /// Print the last N oldest first, then each new entry as it is recorded, until Ctrl-C
+    #[arg(short, long)]
+    pub follow: bool,
+    /// One JSON object per line (seq, key, id, outcome, forced, reason, context, order, mode,
+    /// fence, enqueued_at, acquired_at, released_at, wait_ms, hold_ms)
+    #[arg(long)]
+    pub json: bool,
+}
+
+const LOG_HELP: &str = "\
+Newest first: when the turn ended, its outcome (`cancelled (forced)` for an operator's forced
+release), ticket id, fence, how long it waited (enqueued to granted, or to its end if never
+granted), how long it held, its context and the reason. With --follow the last N come oldest
+first, so new entries append in time order. Ctrl-C ends --follow (exit 0).";
 
 /// How often `--follow` reads the history when the store cannot push.
 const FOLLOW_POLL: Duration = Duration::from_millis(500);
@@ -24,7 +57,7 @@ const FOLLOW_BATCH: usize = 1000;
 
 /// Runs the `log` subcommand.
 pub async fn log(opened: &Opened, args: LogArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
+    check_key(&args.key)?;
     let store = opened.coord.store();
     let mut records = store.history_tail(&args.key, args.n as usize).await?;
     let freezes = freeze_lines(opened, &args.key, &records, args.n as usize).await;

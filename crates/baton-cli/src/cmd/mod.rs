@@ -1,4 +1,6 @@
-//! One module per subcommand.
+//! One module per subcommand (or family: `job.rs` has submit, complete, wait and retry), each
+//! with its own arguments and help text; and what running CMD takes: `child.rs` spawns it,
+//! `supervisor.rs` leads its process group, `supervised.rs` watches it under a turn.
 
 pub mod acquire;
 pub mod cancel;
@@ -16,6 +18,7 @@ pub mod pause;
 pub mod run;
 pub mod serve;
 pub mod status;
+pub mod supervised;
 pub mod supervisor;
 pub mod token;
 pub mod tokens;

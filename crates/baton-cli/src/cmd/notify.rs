@@ -1,16 +1,106 @@
 //! `baton notify add|ls|rm|test|deliver`: notification rules and their delivery.
 
+use std::time::Duration;
+
 use baton_client::notify::{self as client, change_settings, read_settings};
 use baton_client::{wall_ms, ClientError};
 use baton_core::notify::{Event, EventKind, Rule};
 use baton_core::Refusal;
+use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cli::{NotifyAddArgs, NotifyCommand, NotifyDeliverArgs, NotifyLsArgs, NotifyRmArgs};
+use crate::args::duration::{parse_duration, parse_interval};
 use crate::context::default_context;
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Table};
 use crate::Opened;
+
+pub const NOTIFY_HELP: &str = "\
+Events: granted, released (with its outcome), failed, recovered (a success after failures: the
+\"fixed\" message), expired (a holder's lease ran out and the key went on without it),
+superseded, cancelled (by `baton cancel`: `forced` when it held, `reason` says who), dead (a job's or a run-once key's
+attempts are spent), waited (a ticket waited longer than --after).
+
+  baton notify add deploy/ --url https://hooks.slack.com/services/… --on failed,recovered,expired
+  baton notify add '' --name audit --url https://audit.example/baton --on all
+  baton notify add deploy/ --name slow --url … --on waited --after 15m
+  baton notify test audit                 posts a test event now and says what came back
+  baton notify deliver --follow           delivers whatever is left, for as long as it runs
+
+The body is JSON: delivery_id, rule, event, key, seq, ticket or job, outcome, forced, reason,
+context, fence, enqueued_at, granted_at, at, ci_url (the run's URL when the context has one). A
+Slack incoming-webhook URL (hooks.slack.com) gets {\"text\": …} with the same facts.
+
+Delivery is at least once and never slows a lock: an event is appended to the key's history
+by the write that made the change (a rule falls at most 100 events behind; older ones are
+dropped and counted in `baton status`), then posted by the process that made the change (a short-lived command gives it at
+most 2 s before it exits), or by the next one that touches the key, or by `baton notify deliver
+--follow`. A failed POST is retried after 1 s, doubling up to 5 min, for a day; a key's events
+reach each receiver in order. Every POST carries the X-Baton-Delivery header (also delivery_id
+in the body): drop duplicates by it. Rules are read by each process at most 1 s late.";
+
+/// `baton notify`.
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Add a rule (or replace the rule of the same --name)
+    Add(NotifyAddArgs),
+    /// List the rules
+    Ls(NotifyLsArgs),
+    /// Remove a rule (exit 3 if there is none of that name)
+    Rm(NotifyRmArgs),
+    /// Post a test event to a rule's URL now and say what came back
+    Test(NotifyRmArgs),
+    /// Deliver the events still waiting in keys' outboxes (--follow: keep at it)
+    Deliver(NotifyDeliverArgs),
+}
+
+/// `baton notify add`.
+#[derive(Debug, Args)]
+pub struct NotifyAddArgs {
+    /// Keys starting with PREFIX (`''` for every key)
+    #[arg(value_name = "PREFIX")]
+    pub prefix: String,
+    /// Where to POST the events (http:// or https://; a Slack incoming webhook gets Slack text)
+    #[arg(long, value_name = "URL")]
+    pub url: String,
+    /// Which events: a comma list of granted, released, failed, recovered, expired, superseded,
+    /// cancelled, dead, waited; or all (with `waited` only when --after is given)
+    #[arg(long, value_name = "EVENTS")]
+    pub on: String,
+    /// The rule's name [default: from the prefix]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// For `waited`: how long a ticket waits before the event
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub after: Option<Duration>,
+}
+
+/// `baton notify ls`.
+#[derive(Debug, Args)]
+pub struct NotifyLsArgs {
+    /// One JSON object per line: name, prefix, url, events, after_ms
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton notify rm` and `baton notify test`.
+#[derive(Debug, Args)]
+pub struct NotifyRmArgs {
+    /// The rule's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+}
+
+/// `baton notify deliver`.
+#[derive(Debug, Args)]
+pub struct NotifyDeliverArgs {
+    /// Keep delivering until SIGINT or SIGTERM
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// With --follow: how often to look
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+}
 
 /// Runs a `notify` subcommand.
 pub async fn notify(opened: &Opened, command: NotifyCommand) -> Result<i32, Failure> {

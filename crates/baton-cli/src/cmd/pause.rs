@@ -7,12 +7,76 @@ use baton_client::freeze::{self, Touched};
 use baton_client::status::rfc3339;
 use baton_client::wall_ms;
 use baton_core::freeze::{Freeze, Weekly};
+use clap::Args;
 use serde_json::{json, Value};
 
-use crate::cli::{PauseArgs, ResumeArgs};
+use crate::args::duration::parse_time;
 use crate::exit::{self, Failure};
 use crate::render::{self, Cell, Table};
 use crate::Opened;
+
+/// `baton pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// A key, a prefix ending in `/` (every key under it), or `*` (every key)
+    #[arg(value_name = "KEY|PREFIX/", required_unless_present = "list")]
+    pub target: Option<String>,
+    /// Why: shown on every waiting line, in `baton status`, `baton log` and notifications
+    #[arg(long, value_name = "TEXT", required_unless_present = "list")]
+    pub reason: Option<String>,
+    /// Start later: a time (`2026-12-24T16:00:00Z`, `2026-12-24 16:00` in UTC) or a
+    /// duration from now (`2h`) [default: now]
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub from: Option<u64>,
+    /// End by itself at a time or after a duration, as --from [default: at `baton resume`]
+    #[arg(long, value_parser = parse_time, value_name = "TIME")]
+    pub until: Option<u64>,
+    /// Only inside this window of every week: "fri 16:00..mon 08:00", in UTC unless
+    /// followed by an offset ("fri 16:00..mon 08:00 +01:00"; no time-zone names)
+    #[arg(long, value_name = "WINDOW")]
+    pub weekly: Option<String>,
+    /// Who pauses, for the log [default: user@host, or the CI job]
+    #[arg(long, value_name = "TEXT")]
+    pub by: Option<String>,
+    /// List the store's freezes instead (with --json: one JSON object per line)
+    #[arg(long, conflicts_with_all = ["target", "reason", "from", "until", "weekly", "by"])]
+    pub list: bool,
+    /// Write JSON to stdout: what was paused, or with --list the freezes
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub const PAUSE_HELP: &str = "\
+While a key is paused no new turn is granted and no job is claimed on it: holders finish,
+waiters keep their places, and their waiting line says why and until when.
+
+  baton pause deploy/ --reason \"audit, ask #ops\"            every key under deploy/, until resumed
+  baton pause deploy/prod --reason \"release freeze\" --until 2026-12-28T08:00:00Z
+  baton pause db/ --reason \"maintenance\" --from 2026-12-24T22:00:00Z --until 2026-12-25T02:00:00Z
+  baton pause deploy/ --reason \"no Friday deploys\" --weekly \"fri 16:00..mon 08:00 +01:00\"
+  baton resume deploy/                                     ends the freezes set on deploy/
+  baton pause --list                                       every freeze, and when it holds
+
+An emergency: `baton run --override-freeze \"hotfix INC-42\" deploy/prod -- ./deploy.sh` is
+granted through the freeze in its turn (those queued before it go first), recorded with the
+reason. When `baton pause` returns, every baton process has seen the freeze (a process reads
+freezes at most 1 s old), and the keys under it show it. Times are UTC; a weekly window takes a
+fixed offset, so a zone with summer time needs it moved twice a year. Needs admin on every
+key through `baton serve`.";
+
+/// `baton resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The target given to `baton pause`: a key, a prefix ending in `/`, or `*`
+    #[arg(value_name = "KEY|PREFIX/")]
+    pub target: String,
+    /// Who resumes, for the log [default: user@host, or the CI job]
+    #[arg(long, value_name = "TEXT")]
+    pub by: Option<String>,
+    /// Write one JSON object to stdout: the freezes ended and the keys written
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Runs `baton pause`.
 pub async fn pause(opened: &Opened, args: PauseArgs) -> Result<i32, Failure> {

@@ -3,14 +3,51 @@
 use std::time::{Duration, Instant};
 
 use baton_client::acquire::Lease;
-use baton_client::{Heartbeat, LeaseGuard, StopAsked};
+use baton_client::{Heartbeat, LeaseGuard, Lost, StopAsked};
 use baton_core::Outcome;
-use tokio::signal::unix::{signal, SignalKind};
+use clap::Args;
 
-use crate::cli::RunArgs;
-use crate::cmd::child;
+use crate::args::duration::{instant_after, parse_duration};
+use crate::args::wait::WaitArgs;
+use crate::cmd::child::{self, Running};
+use crate::cmd::supervised::{supervise, Ended, Forwarded, Graces, Stopped, Watch};
 use crate::exit::{self, Failure};
 use crate::{wait, Opened};
+
+pub const RUN_HELP: &str = "\
+CMD gets BATON_KEY, BATON_TICKET (the token) and BATON_FENCE in its environment. With several keys
+(taken one at a time in sorted order, so two callers can never deadlock), BATON_KEYS=N and
+BATON_KEY_i, BATON_TICKET_i, BATON_FENCE_i for i = 1..N in sorted key order; BATON_KEY,
+BATON_TICKET and BATON_FENCE then name the first.
+
+While CMD runs baton renews the lease every TTL/3. If it cannot renew in time (the store is
+unreachable, or baton itself was paused), it kills CMD's process group before the lease can end
+and exits 78. CMD runs in its own process group, led by a supervisor (CMD's parent) that kills the
+whole group with SIGKILL the moment baton dies, kill -9 included; SIGINT and SIGTERM are forwarded
+to the group. A process that leaves the group (setsid) is not covered, nor is a paused baton: then
+only fences protect the resource: check BATON_FENCE where you can. The turn is released as `succeeded` if CMD exits 0, else `failed`, and
+baton exits with CMD's exit code.";
+
+/// `baton run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How to wait and hold.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+
+    /// Stop CMD (its process group: SIGTERM, then SIGKILL 5s later) once it has held the
+    /// keys this long; the turn is recorded as failed, and baton exits 79
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub max_hold: Option<Duration>,
+
+    /// The keys to hold while CMD runs, then `--`, then CMD and its arguments
+    #[arg(required = true, num_args = 1.., value_name = "KEY")]
+    pub keys: Vec<String>,
+
+    /// The command to run while holding the keys.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
 /// Runs the `run` subcommand.
 pub async fn run(opened: &Opened, args: RunArgs) -> Result<i32, Failure> {
@@ -75,7 +112,8 @@ impl CommandEnd {
 
 /// Runs CMD while `guard`'s leases are held: renewed by their heartbeat, CMD killed the moment
 /// one is lost (exit 78, or 77 when an operator force-released it), stopped after `max_hold`
-/// (exit 79), signals forwarded; then releases by CMD's exit status.
+/// (exit 79) or when a newer ticket asks (exit 76), signals forwarded; then releases by CMD's
+/// exit status.
 pub async fn hold_and_run(
     guard: LeaseGuard,
     command: &[String],
@@ -83,118 +121,108 @@ pub async fn hold_and_run(
     max_hold: Option<Duration>,
 ) -> Result<CommandEnd, Failure> {
     let leases = guard.leases().to_vec();
-    // Last look before the command starts: a lease that ran out meanwhile (this process was
-    // stopped or suspended after acquiring) is never started.
+    let mut running = match start(&guard, command, env) {
+        Ok(running) => running,
+        Err((outcome, failure)) => {
+            let _ = guard.release(outcome).await;
+            return Err(failure);
+        }
+    };
+    let Ok(forwarded) = Forwarded::install() else {
+        running.signal_group(libc::SIGKILL);
+        let _ = guard.release(Outcome::Failed).await;
+        return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
+    };
+    let watch = Watch {
+        lost: guard.lost(),
+        stop_asked: guard.stop_asked(),
+        deadline: max_hold.map(instant_after),
+        forwarded: Some(forwarded),
+    };
+    let say = |stopped: &Stopped| say_stopping(stopped, &leases, max_hold);
+    match supervise(&mut running, watch, GRACES, std::future::pending(), say).await {
+        Ended::LeaseLost(lost) => Err(lease_lost(guard, &lost)),
+        Ended::Exited { status, stopped } => {
+            release_after(guard, status, stopped, &leases, max_hold).await
+        }
+    }
+}
+
+/// Spawns CMD, unless a lease ran out meanwhile (this process was stopped or suspended after
+/// acquiring). When nothing runs: how to release the turn, and what to say.
+fn start(
+    guard: &LeaseGuard,
+    command: &[String],
+    env: &[(String, String)],
+) -> Result<Running, (Outcome, Failure)> {
+    // Last look before the command starts: a lease that ran out meanwhile is never started.
     if let Err(lost) = guard.standing() {
-        let _ = guard.release(Outcome::Cancelled).await;
-        return Err(Failure::new(
+        let failure = Failure::new(
             exit::LOST,
             format!(
                 "lease lost before the command started: {}: {}",
                 lost.key, lost.reason
             ),
-        ));
+        );
+        return Err((Outcome::Cancelled, failure));
     }
     // Spawned here, on the main thread (see main.rs).
-    let mut running = match child::spawn(command, env) {
-        Ok(running) => running,
-        Err(error) => {
-            let _ = guard.release(Outcome::Failed).await;
-            let code = if error.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return Err(Failure::new(
-                code,
-                format!("cannot run {}: {error}", command.join(" ")),
-            ));
-        }
-    };
-    let mut lost = guard.lost();
-    let mut stop = guard.stop_asked();
-    let (Ok(mut sigint), Ok(mut sigterm)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        running.signal_group(libc::SIGKILL);
-        let _ = guard.release(Outcome::Failed).await;
-        return Err(Failure::new(exit::ERROR, "cannot install signal handlers"));
-    };
-    let max_hold_at = max_hold.map(crate::cli::instant_after);
-    let mut overran_at: Option<Instant> = None;
-    let mut asked: Option<(StopAsked, Instant)> = None;
-    let mut killed = false;
-    let status = loop {
-        let stop_at = if overran_at.is_none() && asked.is_none() {
-            max_hold_at
+    child::spawn(command, env).map_err(|error| {
+        let code = if error.kind() == std::io::ErrorKind::NotFound {
+            127
         } else {
-            None
+            126
         };
-        let kill_at = [
-            overran_at.map(|t| t + MAX_HOLD_GRACE),
-            asked.as_ref().map(|(_, t)| *t + STOP_GRACE),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .filter(|_| !killed);
-        tokio::select! {
-            status = running.child.wait() => break status,
-            changed = stop.changed(), if asked.is_none() && overran_at.is_none() => {
-                let Some(by) = changed.ok().and(stop.borrow().clone()) else {
-                    continue;
-                };
-                eprintln!(
-                    "baton: {}: asked to stop by {} (--cancel-running): stopping the command \
-                     (SIGTERM, then SIGKILL after {}s)",
-                    by.key,
-                    crate::render::one_line(&by.by),
-                    STOP_GRACE.as_secs()
-                );
-                asked = Some((by, Instant::now()));
-                running.signal_group(libc::SIGTERM);
-            }
-            _ = sleep_until(stop_at) => {
-                eprintln!(
-                    "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
-                     SIGKILL after {}s)",
-                    keys_of(&leases),
-                    crate::render::duration(max_hold.unwrap_or_default()),
-                    MAX_HOLD_GRACE.as_secs()
-                );
-                overran_at = Some(Instant::now());
-                running.signal_group(libc::SIGTERM);
-            }
-            _ = sleep_until(kill_at) => {
-                killed = true;
-                running.signal_group(libc::SIGKILL);
-            }
-            _ = sigint.recv() => running.signal_group(libc::SIGINT),
-            _ = sigterm.recv() => running.signal_group(libc::SIGTERM),
-            changed = lost.changed() => {
-                let Some(lost) = changed.ok().and(lost.borrow().clone()) else {
-                    continue;
-                };
-                // The lease may be granted to another any moment: stop the command now.
-                running.signal_group(libc::SIGKILL);
-                let _ = running.child.wait().await;
-                running.restore_terminal();
-                drop(guard);
-                // An operator's cancel is not a lost lease: a script may retry after one but
-                // not the other.
-                let (code, what) = match lost.outcome {
-                    Some(Outcome::Cancelled) => (exit::CANCELLED, "force-released"),
-                    _ => (exit::LOST, "lease lost"),
-                };
-                return Err(Failure::new(
-                    code,
-                    format!("{what}, command killed: {}: {}", lost.key, lost.reason),
-                ));
-            }
-        }
+        let failure = Failure::new(code, format!("cannot run {}: {error}", command.join(" ")));
+        (Outcome::Failed, failure)
+    })
+}
+
+/// Says why CMD is being stopped, as the stop begins.
+fn say_stopping(stopped: &Stopped, leases: &[Lease], max_hold: Option<Duration>) {
+    match stopped {
+        Stopped::Asked(by) => eprintln!(
+            "baton: {}: asked to stop by {} (--cancel-running): stopping the command \
+             (SIGTERM, then SIGKILL after {}s)",
+            by.key,
+            crate::render::one_line(&by.by),
+            GRACES.asked.as_secs()
+        ),
+        Stopped::OverRan => eprintln!(
+            "baton: held {} for --max-hold {}: stopping the command (SIGTERM, then \
+             SIGKILL after {}s)",
+            keys_of(leases),
+            crate::render::duration(max_hold.unwrap_or_default()),
+            GRACES.over_ran.as_secs()
+        ),
+        // `baton run` never gives its turn back.
+        Stopped::GivenBack => {}
+    }
+}
+
+/// After the lease was lost and CMD killed: an operator's cancel (exit 77) is told apart from a
+/// lost lease (exit 78), since a script may retry after one but not the other.
+fn lease_lost(guard: LeaseGuard, lost: &Lost) -> Failure {
+    drop(guard);
+    let (code, what) = match lost.outcome {
+        Some(Outcome::Cancelled) => (exit::CANCELLED, "force-released"),
+        _ => (exit::LOST, "lease lost"),
     };
-    running.restore_terminal();
+    Failure::new(
+        code,
+        format!("{what}, command killed: {}: {}", lost.key, lost.reason),
+    )
+}
+
+/// Releases the turn by how CMD ended: superseded when a newer ticket asked it to stop (exit
+/// 76), failed when it held past `max_hold` (exit 79), else by its exit status (passed on).
+async fn release_after(
+    guard: LeaseGuard,
+    status: std::io::Result<std::process::ExitStatus>,
+    stopped: Option<Stopped>,
+    leases: &[Lease],
+    max_hold: Option<Duration>,
+) -> Result<CommandEnd, Failure> {
     let code = match status {
         Ok(status) => child::exit_code(status),
         Err(error) => {
@@ -205,44 +233,51 @@ pub async fn hold_and_run(
             ));
         }
     };
-    if let Some((by, _)) = asked {
-        return Err(stopped_for(guard, &by).await);
-    }
-    if let Some(max_hold) = max_hold.filter(|_| overran_at.is_some()) {
-        let reason = format!(
-            "held longer than --max-hold {}; the command was stopped",
-            crate::render::duration(max_hold)
-        );
-        if let Err(error) = guard
-            .release_with_reason(Outcome::Failed, Some(reason))
-            .await
-        {
-            eprintln!("baton: the release failed: {error}");
+    match (stopped, max_hold) {
+        (Some(Stopped::Asked(by)), _) => Err(stopped_for(guard, &by).await),
+        (Some(Stopped::OverRan), Some(max_hold)) => Err(overran(guard, leases, max_hold).await),
+        _ => {
+            let outcome = if code == 0 {
+                Outcome::Succeeded
+            } else {
+                Outcome::Failed
+            };
+            let release = guard.release(outcome).await;
+            Ok(CommandEnd { code, release })
         }
-        return Err(Failure::new(
-            exit::MAX_HOLD,
-            format!(
-                "the command held {} longer than --max-hold and was stopped",
-                keys_of(&leases)
-            ),
-        ));
     }
-    let outcome = if code == 0 {
-        Outcome::Succeeded
-    } else {
-        Outcome::Failed
-    };
-    let release = guard.release(outcome).await;
-    Ok(CommandEnd { code, release })
 }
 
-/// How long a command stopped for `--max-hold` gets between SIGTERM and SIGKILL.
-const MAX_HOLD_GRACE: Duration = Duration::from_secs(5);
+/// After CMD was stopped for holding longer than `max_hold`: released as failed with the
+/// reason; exit 79.
+async fn overran(guard: LeaseGuard, leases: &[Lease], max_hold: Duration) -> Failure {
+    let reason = format!(
+        "held longer than --max-hold {}; the command was stopped",
+        crate::render::duration(max_hold)
+    );
+    if let Err(error) = guard
+        .release_with_reason(Outcome::Failed, Some(reason))
+        .await
+    {
+        eprintln!("baton: the release failed: {error}");
+    }
+    Failure::new(
+        exit::MAX_HOLD,
+        format!(
+            "the command held {} longer than --max-hold and was stopped",
+            keys_of(leases)
+        ),
+    )
+}
 
-/// How long a command asked to stop by `--cancel-running` gets between SIGTERM and SIGKILL:
-/// long enough for a deploy to leave a consistent state, short enough that the newer one does
-/// not wait long.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+/// Between SIGTERM and SIGKILL: 5s for a command stopped for `--max-hold`; 10s for one asked to
+/// stop by `--cancel-running`, long enough for a deploy to leave a consistent state, short
+/// enough that the newer one does not wait long.
+const GRACES: Graces = Graces {
+    over_ran: Duration::from_secs(5),
+    asked: Duration::from_secs(10),
+    given_back: Duration::from_secs(5),
+};
 
 /// After a command stopped because a newer ticket asked (`--cancel-running`): the key it was
 /// asked about is released as superseded, any other key held with it as cancelled, both with
@@ -269,14 +304,6 @@ async fn stopped_for(guard: LeaseGuard, by: &StopAsked) -> Failure {
             by.key
         ),
     )
-}
-
-/// Sleeps until `at`, or forever when there is no `at`.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 fn keys_of(leases: &[Lease]) -> String {

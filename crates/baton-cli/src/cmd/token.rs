@@ -1,13 +1,56 @@
 //! `baton release` and `baton renew`: act on a turn by its token.
 
-use baton_core::Outcome;
+use std::time::Duration;
 
-use crate::cli::{ReleaseArgs, ReleaseOutcome, RenewArgs};
+use baton_core::Outcome;
+use clap::{Args, ValueEnum};
+
+use crate::args::duration::parse_lease;
+use crate::args::key::check_key;
 use crate::exit::{self, Failure};
 use crate::Opened;
 
-fn check_key(key: &str) -> Result<(), Failure> {
-    baton_core::limits::check_key(key).map_err(|e| Failure::bad("key", key, e))
+/// How a turn ended, as its owner reports it.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReleaseOutcome {
+    /// The work succeeded.
+    Succeeded,
+    /// The work failed.
+    Failed,
+    /// The work was not done.
+    Cancelled,
+    /// The work was stopped because a newer ticket asked (`--cancel-running`); refused for a
+    /// turn nobody asked to stop
+    Superseded,
+}
+
+/// `baton release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The token `baton acquire` printed
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+    /// How the work went (recorded in the key's history)
+    #[arg(long, value_enum, default_value = "succeeded")]
+    pub outcome: ReleaseOutcome,
+}
+
+/// `baton renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The token `baton acquire` printed
+    #[arg(value_name = "TOKEN")]
+    pub token: String,
+    /// New lease duration from now; a renewal never ends the lease sooner than it would have
+    /// ended [default: the ticket's own TTL]
+    #[arg(long, value_parser = parse_lease, value_name = "DUR")]
+    pub ttl: Option<Duration>,
 }
 
 /// An empty token is a script's mistake (`"$TOKEN"` never set), a usage error; any other token
@@ -43,7 +86,7 @@ pub async fn renew(opened: &Opened, args: RenewArgs) -> Result<i32, Failure> {
     check_key(&args.key)?;
     check_token_given(&args.key, &args.token)?;
     if let Some(ttl) = args.ttl {
-        baton_core::limits::check_ttl("TTL (--ttl)", crate::cli::millis(ttl))
+        baton_core::limits::check_ttl("TTL (--ttl)", crate::args::duration::millis(ttl))
             .map_err(|e| Failure::usage(e.to_string()))?;
     }
     let renewed = baton_client::acquire::renew(&opened.coord, &args.key, &args.token, args.ttl)

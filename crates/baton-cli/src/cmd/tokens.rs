@@ -6,10 +6,83 @@ use std::path::Path;
 
 use baton_server::tokens::{entry_for, new_token, Entry, Grant};
 use baton_server::tokens_file::{EditError, TokensFile};
+use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cli::{TokensCommand, TokensLsArgs, TokensNewArgs, TokensRevokeArgs};
 use crate::exit::{self, Failure};
+
+pub const TOKENS_HELP: &str = "\
+\x20 baton tokens new ci --scope lock:deploy/ --scope read: --file tokens.json > ci.token
+  baton tokens ls --file tokens.json
+  baton tokens revoke ci --file tokens.json
+  kill -HUP $(pidof baton)        a running `baton serve --tokens tokens.json` reads it again
+
+--file defaults to $BATON_TOKENS_FILE, which `baton serve --tokens` reads too. The file keeps
+each token's SHA-256 and scopes, never the token: `new` prints the token once, on stdout, and it
+cannot be recovered later (revoke it and make another). Each edit replaces the file at once
+(written beside it, mode 0600, then renamed), so a server reading it sees the old file or the
+new one.";
+
+/// `baton tokens`.
+#[derive(Debug, Subcommand)]
+pub enum TokensCommand {
+    /// Make a token: adds it to the tokens file (--file) and prints the token on stdout, once
+    New(TokensNewArgs),
+    /// List the tokens file's names and scopes (never the hashes)
+    Ls(TokensLsArgs),
+    /// Remove a token from the tokens file (exit 3 if there is none of that name)
+    Revoke(TokensRevokeArgs),
+}
+
+/// The tokens file of `baton tokens ls` and `revoke`.
+#[derive(Debug, Args)]
+pub struct TokensFileArg {
+    /// The tokens file
+    #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
+    pub file: std::path::PathBuf,
+}
+
+/// `baton tokens ls`.
+#[derive(Debug, Args)]
+pub struct TokensLsArgs {
+    /// The tokens file.
+    #[command(flatten)]
+    pub file: TokensFileArg,
+    /// Print one JSON object: {"file", "tokens": [{"name", "scopes"}]}
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `baton tokens revoke`.
+#[derive(Debug, Args)]
+pub struct TokensRevokeArgs {
+    /// The token's name
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The tokens file.
+    #[command(flatten)]
+    pub file: TokensFileArg,
+}
+
+/// `baton tokens new`.
+#[derive(Debug, Args)]
+pub struct TokensNewArgs {
+    /// Its name, shown in the server's log and the dashboard (letters, digits, -, _, .)
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// SCOPE:PREFIX, repeatable: read, lock or admin on the keys that start with PREFIX
+    /// (empty: every key), as lock:deploy/ or read:
+    #[arg(long = "scope", value_name = "SCOPE:PREFIX", required = true)]
+    pub scopes: Vec<String>,
+    /// The tokens file to add it to (created, mode 0600, if missing) [default:
+    /// $BATON_TOKENS_FILE; without either, the entry is printed on stderr instead, for a file
+    /// kept elsewhere]
+    #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Print one JSON object: {"token", "entry"} (and "file" when it was written)
+    #[arg(long)]
+    pub json: bool,
+}
 
 /// Runs the `tokens` subcommands.
 pub fn tokens(command: TokensCommand) -> Result<i32, Failure> {

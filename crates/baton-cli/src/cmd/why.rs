@@ -2,24 +2,36 @@
 //! who holds the key and for how long, and whether any worker serves the key.
 
 use baton_client::jobs::{self, JobStanding};
-use baton_client::wall_ms;
-use baton_core::{Doc, Ticket, TicketState};
+use baton_client::{wall_ms, KeySnapshot};
+use baton_core::{Doc, JobState, Ticket, TicketState};
 use baton_store::StoreClock;
+use clap::Args;
 
-use crate::cli::WhyArgs;
+use crate::args::key::{check_job_id, check_key};
 use crate::cmd::acquire::rfc3339;
 use crate::exit::{self, Failure};
 use crate::render;
 use crate::Opened;
+
+/// `baton why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The key
+    #[arg(value_name = "KEY")]
+    pub key: String,
+    /// The job [default: the key's next job]
+    #[arg(value_name = "JOB_ID")]
+    pub id: Option<String>,
+}
 
 /// A worker not seen for longer than this does not count as serving the key.
 const WORKER_SILENT_MS: u64 = 60_000;
 
 /// Runs the `why` subcommand.
 pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
-    baton_core::limits::check_key(&args.key).map_err(|e| Failure::bad("key", &args.key, e))?;
+    check_key(&args.key)?;
     if let Some(id) = &args.id {
-        baton_core::limits::check_id(id).map_err(|e| Failure::usage(e.to_string()))?;
+        check_job_id(id)?;
     }
     let coord = &opened.coord;
     let snapshot = coord.read(&args.key).await?;
@@ -36,10 +48,6 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
     };
     let Some(ticket) = doc.by_id(&job_id).filter(|t| t.job.is_some()) else {
         return ended(opened, &args.key, &job_id).await;
-    };
-    let job_now_ms = match snapshot.clock {
-        StoreClock::Time { now_ms, .. } => now_ms,
-        StoreClock::None => snapshot.wall_ms,
     };
     let mut lines = Vec::new();
     if ticket.state == TicketState::Held {
@@ -61,35 +69,8 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
         args.key,
         job.map_or(1, |j| j.attempt())
     ));
-    if let Some(at) = job
-        .and_then(|j| j.ready_at_ms)
-        .filter(|&at| at > job_now_ms)
-    {
-        let at_wall = snapshot.wall_ms.saturating_add(at - job_now_ms);
-        let what = match job.and_then(|j| j.last_error.as_deref()) {
-            Some(error) if job.is_some_and(|j| j.failures > 0) => {
-                format!("backing off after a failed attempt ({error})")
-            }
-            _ if job.is_some_and(|j| j.releases > 0) => "released back by its worker".to_owned(),
-            _ => "not before its --not-before".to_owned(),
-        };
-        lines.push(format!(
-            "  {what}: ready at {} (in {})",
-            rfc3339(at_wall),
-            render::duration_ms(at_wall.saturating_sub(wall_ms()))
-        ));
-    }
-    if let Some(paused) = doc.paused.as_ref().filter(|p| p.holds_at(snapshot.wall_ms)) {
-        let until = match paused.until_ms {
-            Some(until) => format!("until {}", rfc3339(until)),
-            None => format!("until `baton resume {}`", render::one_line(&paused.target)),
-        };
-        lines.push(format!(
-            "  the key is paused {until}, by {}: {} (no job is claimed meanwhile)",
-            render::one_line(&paused.by),
-            render::one_line(&paused.reason)
-        ));
-    }
+    lines.extend(ready_line(job, &snapshot));
+    lines.extend(paused_line(&doc, snapshot.wall_ms));
     if position > 0 {
         lines.push(format!(
             "  {position} ahead of it on the key (jobs and `baton run` turns run in order)"
@@ -99,6 +80,45 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
     lines.push(worker_line(opened, &args.key).await?);
     print_lines(&lines)?;
     Ok(exit::OK)
+}
+
+/// When a job waiting for a time (its backoff after a failure, a release back, its
+/// `--not-before`) is ready, by the store's clock where it has one; `None` if it is ready now.
+fn ready_line(job: Option<&JobState>, snapshot: &KeySnapshot) -> Option<String> {
+    let job_now_ms = match snapshot.clock {
+        StoreClock::Time { now_ms, .. } => now_ms,
+        StoreClock::None => snapshot.wall_ms,
+    };
+    let at = job
+        .and_then(|j| j.ready_at_ms)
+        .filter(|&at| at > job_now_ms)?;
+    let at_wall = snapshot.wall_ms.saturating_add(at - job_now_ms);
+    let what = match job.and_then(|j| j.last_error.as_deref()) {
+        Some(error) if job.is_some_and(|j| j.failures > 0) => {
+            format!("backing off after a failed attempt ({error})")
+        }
+        _ if job.is_some_and(|j| j.releases > 0) => "released back by its worker".to_owned(),
+        _ => "not before its --not-before".to_owned(),
+    };
+    Some(format!(
+        "  {what}: ready at {} (in {})",
+        rfc3339(at_wall),
+        render::duration_ms(at_wall.saturating_sub(wall_ms()))
+    ))
+}
+
+/// The freeze that keeps the key from granting at `now_wall_ms`, if one holds then.
+fn paused_line(doc: &Doc, now_wall_ms: u64) -> Option<String> {
+    let paused = doc.paused.as_ref().filter(|p| p.holds_at(now_wall_ms))?;
+    let until = match paused.until_ms {
+        Some(until) => format!("until {}", rfc3339(until)),
+        None => format!("until `baton resume {}`", render::one_line(&paused.target)),
+    };
+    Some(format!(
+        "  the key is paused {until}, by {}: {} (no job is claimed meanwhile)",
+        render::one_line(&paused.by),
+        render::one_line(&paused.reason)
+    ))
 }
 
 /// Who holds the key, for how long, and the estimate for `ticket`.

@@ -11,17 +11,80 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_client::jobs::{self, ClaimOptions, Job, KeyPatterns, RunReport};
-use baton_client::wall_ms;
+use baton_client::{wall_ms, Coordinator};
 use baton_core::job::JobResult;
+use clap::Args;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cli::WorkerArgs;
+use crate::args::duration::{
+    instant_after, millis, parse_delay, parse_duration, parse_interval, parse_lease,
+};
 use crate::cmd::child;
+use crate::cmd::supervised::{self, sleep_until, supervise, Graces, Stopped, Watch};
 use crate::exit::{self, Failure};
 use crate::Opened;
+
+pub const WORKER_HELP: &str = "\
+Runs the oldest ready job of any matching key whose key has room, up to --concurrency at once;
+keys take turns (the one whose head job has waited longest first), so a busy key never delays a
+job of a free one. CMD gets the job's parameters on stdin and, in its environment, BATON_KEY,
+BATON_JOB_ID, BATON_ATTEMPT (1 for the first attempt), BATON_FENCE, BATON_JOB_TOKEN,
+BATON_PARAMS and BATON_STORE. Its output passes through; the last 16 KiB of each stream are kept
+with the run (`baton jobs show`, `baton wait`).
+
+CMD's exit status decides:
+  0      succeeded (with --async: the job stays held until `baton complete`)
+  75     released back (EX_TEMPFAIL): it keeps its place, spends no attempt, and is ready again
+         after --release-delay; the 21st release back in a row counts as a failed attempt
+  other  a failed attempt: retried after the job's backoff, dead when its attempts are spent
+
+The worker renews each job's lease while CMD runs and kills CMD's process group before the
+lease can end if it cannot (as `baton run` does); a job whose lease ran out is a failed attempt.
+A job's --max-run stops CMD (SIGTERM, then SIGKILL 5s later), a failed attempt.
+
+SIGTERM or SIGINT: stop claiming and let running jobs finish; after --grace, or at a second
+signal, their commands are stopped and the jobs given back unspent. Exits 0 then.
+
+Examples:
+  baton worker deploy/ -- ./deploy.sh                 every key under deploy/, one job at a time
+  baton worker --concurrency 8 -- ./handle-job.sh     every key, eight jobs at once";
+
+/// `baton worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// Keys to serve: an exact key, or a prefix ending in `/`; none serves every key
+    #[arg(value_name = "PATTERN")]
+    pub patterns: Vec<String>,
+    /// Jobs run at once (1..=1000)
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub concurrency: u32,
+    /// Lease of a run, renewed every TTL/3 while CMD runs; with --async, how long
+    /// `baton complete` has after CMD exits 0 (unless `baton renew KEY TOKEN` extends it)
+    #[arg(long, value_parser = parse_lease, default_value = "30s", value_name = "DUR")]
+    pub ttl: Duration,
+    /// When a job released back (exit 75) is ready again
+    #[arg(long, value_parser = parse_delay, default_value = "5s", value_name = "DUR")]
+    pub release_delay: Duration,
+    /// After SIGTERM, how long running jobs may take to finish before they are given back
+    #[arg(long, value_parser = parse_duration, default_value = "30s", value_name = "DUR")]
+    pub grace: Duration,
+    /// Do not complete a job when CMD exits 0: it stays held under its lease until
+    /// `baton complete KEY JOB_ID --job-token TOKEN` (from any process or machine)
+    #[arg(long = "async")]
+    pub asynchronous: bool,
+    /// How often an idle worker looks for jobs
+    #[arg(long, value_parser = parse_interval, default_value = "1s", value_name = "DUR")]
+    pub poll: Duration,
+    /// Print no line per job
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command that runs each job, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
 
 /// How much of each output stream a run keeps.
 const TAIL_BYTES: usize = 16 * 1024;
@@ -98,11 +161,7 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
     let mut waker = jobs::WorkWaker::new(&coord, &patterns).await?;
     loop {
         if Instant::now() >= seen_due && draining_until.is_none() {
-            // For `baton why`: a key no worker serves is told apart from one that is busy.
-            if let Err(error) = jobs::worker_seen(&coord, &patterns, &ctx.worker).await {
-                eprintln!("baton: worker: could not say it is alive: {error}");
-            }
-            seen_due = Instant::now() + jobs::SEEN_EVERY;
+            seen_due = say_alive(&coord, &patterns, &ctx.worker).await;
         }
         let room = running.len() < ctx.args.concurrency as usize;
         let mut idle_for = ctx.args.poll;
@@ -135,19 +194,33 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
                 if draining_until.is_some() {
                     let _ = stop_tx.send(Stop::GiveBack);
                 } else {
-                    if !ctx.args.quiet {
-                        eprintln!(
-                            "baton: worker stopping: no new jobs; {} running may finish within \
-                             {} (signal again to give them back now)",
-                            running.len(),
-                            crate::render::duration(ctx.args.grace)
-                        );
-                    }
-                    draining_until = Some(crate::cli::instant_after(ctx.args.grace));
+                    draining_until = Some(start_draining(&ctx.args, running.len()));
                 }
             }
         }
     }
+}
+
+/// Says this worker is alive and which keys it serves, for `baton why`: a key no worker serves
+/// is told apart from one that is busy. Returns when to say it again.
+async fn say_alive(coord: &Coordinator, patterns: &KeyPatterns, worker: &str) -> Instant {
+    if let Err(error) = jobs::worker_seen(coord, patterns, worker).await {
+        eprintln!("baton: worker: could not say it is alive: {error}");
+    }
+    Instant::now() + jobs::SEEN_EVERY
+}
+
+/// At the first SIGTERM or SIGINT: no new claims, and the `n_running` jobs may finish within
+/// `--grace`. Returns when that ends (a second signal ends it sooner).
+fn start_draining(args: &WorkerArgs, n_running: usize) -> Instant {
+    if !args.quiet {
+        eprintln!(
+            "baton: worker stopping: no new jobs; {n_running} running may finish within {} \
+             (signal again to give them back now)",
+            crate::render::duration(args.grace)
+        );
+    }
+    instant_after(args.grace)
 }
 
 /// How long an idle worker waits before it looks again: its poll, or less when the due index
@@ -218,15 +291,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
         worker: ctx.worker.clone(),
         started_wall_ms,
         ended_wall_ms: wall_ms(),
-        result: result
-            .as_ref()
-            .map_or("lease lost", |r| match r {
-                JobResult::Succeeded => "succeeded",
-                JobResult::Failed { .. } => "failed",
-                JobResult::ReleasedBack { .. } => "released_back",
-                JobResult::Superseded { .. } => "superseded",
-            })
-            .to_owned(),
+        result: result_name(result.as_ref()).to_owned(),
         exit_code,
         error: error.clone(),
         stdout_tail,
@@ -243,7 +308,33 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     }
     let (key, id, attempt) = (job.key().to_owned(), job.id().to_owned(), job.attempt);
     let took = crate::render::duration(started.elapsed());
-    let said = match result {
+    let said = end_job(job, result, error, &ctx, &took).await;
+    if !ctx.args.quiet {
+        let said = crate::render::one_line(&said);
+        eprintln!("baton: {key} {id} attempt {attempt}: {said}");
+    }
+}
+
+/// How a run's result is named in its report; `lease lost` when there is none to complete.
+fn result_name(result: Option<&JobResult>) -> &'static str {
+    result.map_or("lease lost", |r| match r {
+        JobResult::Succeeded => "succeeded",
+        JobResult::Failed { .. } => "failed",
+        JobResult::ReleasedBack { .. } => "released_back",
+        JobResult::Superseded { .. } => "superseded",
+    })
+}
+
+/// Completes the job with `result`, or leaves it held (lease lost, or `--async` after exit 0);
+/// says what became of it, for the worker's line.
+async fn end_job(
+    job: Job,
+    result: Option<JobResult>,
+    error: Option<String>,
+    ctx: &Ctx,
+    took: &str,
+) -> String {
+    match result {
         None => {
             job.heartbeat.stop_all();
             format!("lease lost, command killed: {}", error.unwrap_or_default())
@@ -251,19 +342,16 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
         Some(JobResult::Succeeded) if ctx.args.asynchronous => {
             // Left held under its lease for `baton complete` (or `baton renew`).
             job.heartbeat.stop_all();
+            let (key, id) = (job.key(), job.id());
             format!(
                 "command exited 0 after {took}; held for `baton complete {key} {id} --job-token …` \
                  until its lease ends"
             )
         }
         Some(result) => match job.complete(result).await {
-            Ok(view) => describe_after(&view, &took),
+            Ok(view) => describe_after(&view, took),
             Err(e) => format!("could not record how it ended: {e}"),
         },
-    };
-    if !ctx.args.quiet {
-        let said = crate::render::one_line(&said);
-        eprintln!("baton: {key} {id} attempt {attempt}: {said}");
     }
 }
 
@@ -401,7 +489,7 @@ fn describe_after(view: &baton_core::op::TicketView, took: &str) -> String {
 }
 
 /// Runs CMD for `job` until it ends, the lease is lost, the run overruns, or the worker gives
-/// the job back. Returns how it ended and the tails of its stdout and stderr.
+/// the job back ([`supervise`]). Returns how it ended and the tails of its stdout and stderr.
 async fn run_command(
     job: &Job,
     ctx: &Ctx,
@@ -416,8 +504,64 @@ async fn run_command(
             return (Ended::NotStarted(why), String::new(), String::new());
         }
     };
+    let (stdout, stderr) = feed_and_pump(&mut running, &job.params);
+    let watch = Watch {
+        lost: job.heartbeat.lost(),
+        stop_asked: job.heartbeat.stop_asked(),
+        deadline: job.max_run.map(instant_after),
+        // The worker handles its own signals: a stop gives jobs back (see `serve`).
+        forwarded: None,
+    };
+    let supervised = supervise(
+        &mut running,
+        watch,
+        Graces::all(STOP_GRACE),
+        given_back(stop),
+        |_| {},
+    )
+    .await;
+    let ended = match supervised {
+        supervised::Ended::Exited { status, stopped } => match stopped {
+            None => Ended::Exited(status.map_or(1, child::exit_code)),
+            Some(Stopped::OverRan) => Ended::OverRan(job.max_run.unwrap_or_default()),
+            Some(Stopped::Asked(by)) => Ended::Superseded(by.by),
+            Some(Stopped::GivenBack) => Ended::GivenBack,
+        },
+        supervised::Ended::LeaseLost(lost) => Ended::LeaseLost(lost.reason),
+    };
+    let stdout_tail = match stdout {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    let stderr_tail = match stderr {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
+    (ended, stdout_tail, stderr_tail)
+}
+
+/// Resolves when the worker tells its running jobs to give back (or can no longer tell them
+/// anything).
+async fn given_back(stop: &mut watch::Receiver<Stop>) {
+    while stop.changed().await.is_ok() {
+        if *stop.borrow() == Stop::GiveBack {
+            return;
+        }
+    }
+}
+
+/// The tasks that copy a job's output as it comes; the job's parameters are written to its
+/// stdin meanwhile.
+type Pumps = (
+    Option<tokio::task::JoinHandle<String>>,
+    Option<tokio::task::JoinHandle<String>>,
+);
+
+/// Writes `params` to CMD's stdin and starts copying its stdout and stderr through ([`pump`]);
+/// each pump's task returns the tail it kept.
+fn feed_and_pump(running: &mut child::Running, params: &[u8]) -> Pumps {
     if let Some(mut stdin) = running.child.stdin.take() {
-        let params = job.params.clone();
+        let params = params.to_vec();
         tokio::task::spawn_local(async move {
             // A command that does not read its stdin closes it: not an error.
             let _ = stdin.write_all(&params).await;
@@ -433,56 +577,7 @@ async fn run_command(
         .stderr
         .take()
         .map(|err| tokio::task::spawn_local(pump(err, Box::new(std::io::stderr()))));
-    let mut lost = job.heartbeat.lost();
-    let mut asked = job.heartbeat.stop_asked();
-    let max_run_at = job.max_run.map(crate::cli::instant_after);
-    let mut stopping: Option<(Instant, Ended)> = None;
-    let ended = loop {
-        let kill_at = stopping.as_ref().map(|(at, _)| *at + STOP_GRACE);
-        let stop_at = if stopping.is_none() { max_run_at } else { None };
-        tokio::select! {
-            status = running.child.wait() => {
-                let code = status.map_or(1, child::exit_code);
-                break stopping.map_or(Ended::Exited(code), |(_, why)| why);
-            }
-            _ = sleep_until(stop_at) => {
-                running.signal_group(libc::SIGTERM);
-                stopping = Some((Instant::now(), Ended::OverRan(job.max_run.unwrap_or_default())));
-            }
-            _ = sleep_until(kill_at) => running.signal_group(libc::SIGKILL),
-            changed = stop.changed(), if stopping.is_none() => {
-                if changed.is_err() || *stop.borrow() == Stop::GiveBack {
-                    running.signal_group(libc::SIGTERM);
-                    stopping = Some((Instant::now(), Ended::GivenBack));
-                }
-            }
-            changed = asked.changed(), if stopping.is_none() => {
-                let Some(by) = changed.ok().and(asked.borrow().clone()) else {
-                    continue;
-                };
-                running.signal_group(libc::SIGTERM);
-                stopping = Some((Instant::now(), Ended::Superseded(by.by)));
-            }
-            changed = lost.changed() => {
-                let Some(why) = changed.ok().and(lost.borrow().clone()) else {
-                    continue;
-                };
-                // Another worker may be given the job any moment: stop the command now.
-                running.signal_group(libc::SIGKILL);
-                let _ = running.child.wait().await;
-                break Ended::LeaseLost(why.reason);
-            }
-        }
-    };
-    let stdout_tail = match stdout {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
-    let stderr_tail = match stderr {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
-    (ended, stdout_tail, stderr_tail)
+    (stdout, stderr)
 }
 
 /// Copies `from` to `to` as it comes, and returns its last [`TAIL_BYTES`] (as text; bytes
@@ -522,16 +617,4 @@ fn job_env(job: &Job, store_url: &str) -> Vec<(String, String)> {
         ),
         ("BATON_STORE".into(), store_url.to_owned()),
     ]
-}
-
-/// Sleeps until `at`, or forever when there is no `at`.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
