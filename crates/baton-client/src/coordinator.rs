@@ -26,6 +26,7 @@ use crate::error::ClientError;
 use crate::notify::{spawn_delivery, SettingsCache, SETTINGS_FRESH_MS};
 use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
+use crate::turn::{Now, WriteAnswer};
 use locked::Locked;
 
 mod locked;
@@ -57,6 +58,18 @@ pub struct Executed {
     /// (an enqueue retried after an outage, whose first write may have landed late), and no
     /// deadline may be derived from it.
     pub basis: Option<Basis>,
+}
+
+impl Executed {
+    /// The answer as a turn reads it ([`WriteAnswer`]), for `op` as sent.
+    pub fn answer<'a>(&'a self, op: &'a baton_core::Op) -> WriteAnswer<'a> {
+        WriteAnswer {
+            op,
+            reply: &self.reply,
+            granted: &self.granted,
+            basis: self.basis,
+        }
+    }
 }
 
 /// A key's document as read, with the store clock read alongside.
@@ -280,6 +293,15 @@ impl Coordinator {
     /// `holds_until_ms` of a lease, the bases of writes.
     pub fn local_ms(&self) -> u64 {
         self.local.now_ms()
+    }
+
+    /// Now on both of this process's clocks: the local clock ([`Coordinator::local_ms`]) and
+    /// the wall clock a lease's end is shown on.
+    pub fn now(&self) -> Now {
+        Now {
+            local_ms: self.local_ms(),
+            wall_ms: wall_ms(),
+        }
     }
 
     /// The coordinator of a delivery: it records events like any other, sharing the rules

@@ -17,10 +17,10 @@ use baton_core::{Op, Request};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::ids::new_attempt_id;
 use crate::notify::{change_settings, read_settings, SETTINGS_FRESH_MS};
 use crate::remote::RunError;
 use crate::time::wall_ms;
+use crate::turn::ids::new_attempt_id;
 use crate::{ClientError, Coordinator};
 
 /// What a pause or a resume did.

@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use baton_core::backlog::{segment_record, Segment, SEGMENT_JOBS};
 use baton_core::job::{JobResult, JobSpec, PARAMS_MAX_BYTES};
 use baton_core::op::{Submit, TicketView};
-use baton_core::{lease, Doc, JobState, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
+use baton_core::{Doc, JobState, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
 use serde::{Deserialize, Serialize};
 
-use crate::acquire::{renew, wall_at, Lease};
 use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
-use crate::heartbeat::{end_retrying, Heartbeat};
-use crate::ids;
+use crate::heartbeat::Heartbeat;
+use crate::hold::{end_retrying, renew};
+use crate::turn::{ids, Lease};
 
 /// The record holding a job's submission: the [`Submit`] as one line of JSON, a newline, then
 /// the parameters exactly as submitted.
@@ -698,8 +698,9 @@ async fn claim_write(coord: &Coordinator, key: &str, op: &Op) -> Result<Executed
     }
 }
 
-/// The lease a claim set, counted from its write; or, when the claim's answer shows a run an
-/// earlier, unseen write of it set (a retry), from a renewal sent now.
+/// The lease a claim set, counted from its write ([`Lease::set_by_write`]); or, when the
+/// claim's answer shows a run an earlier, unseen write of it set (a retry), from a renewal
+/// sent now.
 async fn claimed_lease(
     coord: &Coordinator,
     key: &str,
@@ -710,33 +711,11 @@ async fn claimed_lease(
     let Reply::Ticket(TicketView::Live(status)) = &executed.reply else {
         return Err(unexpected(key, &executed.reply));
     };
-    let ttl_ms = status.phase_ms;
-    let (holds_until_ms, stands_until_ms) = match executed.basis {
-        Some(basis) if lease::write_set_the_lease(op, &executed.granted, &status.id) => (
-            basis.holds_until_local_ms(ttl_ms),
-            basis.phase_stands_until_local_ms(ttl_ms),
-        ),
-        _ => {
-            let renewed = renew(coord, key, token, None).await?;
-            (
-                renewed.holds_until_ms,
-                renewed
-                    .holds_until_ms
-                    .saturating_add(lease::safety_margin_ms(ttl_ms)),
-            )
-        }
-    };
-    Ok(Lease {
-        key: key.to_owned(),
-        id: status.id.clone(),
-        token: token.to_owned(),
-        fence: status.fence,
-        acquired_wall_ms: status.granted_wall_ms,
-        lease_until_wall_ms: wall_at(coord, stands_until_ms),
-        ttl_ms,
-        holds_until_ms,
-        claimed: true,
-    })
+    if let Some(lease) = Lease::set_by_write(key, token, &executed.answer(op), coord.now()) {
+        return Ok(lease);
+    }
+    let renewed = renew(coord, key, token, None).await?;
+    Ok(Lease::confirmed_by_renewal(key, token, status, &renewed))
 }
 
 /// Ends a run by its token (a worker): succeeded, failed (a failed attempt) or released back.

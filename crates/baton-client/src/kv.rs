@@ -12,9 +12,9 @@ use baton_core::kv::{self, Condition, ValueDoc, Write};
 use baton_core::names;
 use baton_store::{CasOutcome, Store, StoreError, Versioned};
 
-use crate::ids::new_attempt_id;
 use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
 use crate::time::wall_ms;
+use crate::turn::ids::new_attempt_id;
 use crate::{ClientError, Coordinator};
 
 /// Conflicting writes in a row before a write gives up.

@@ -2,10 +2,14 @@
 //!
 //! # Layout
 //!
+//! - [`turn`]: the vocabulary of a turn — options, pending tickets, leases, renewals — and the
+//!   pure rules that build a lease from a store's answer; imports nothing else of the client.
 //! - [`coordinator`]: load → `core::apply` → CAS, with a cached document, retry on conflict with
 //!   jitter, and ambiguous outcomes recognised by re-reading.
 //! - [`acquire`](mod@acquire): the calls — waiting for a turn (one key, or several in sorted
 //!   order), release, renew — and the lease they give.
+//! - `hold`: the writes a holder makes by its token: renew, release, an end retried while the
+//!   lease stands.
 //! - `waiter`: one wait as a small state machine: enqueue, sleep (poll, push, expiry, timeout),
 //!   look, claim or start at a fresh grant, give up.
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
@@ -17,14 +21,14 @@
 //!   server are not sent yet: they are refused with an error that says so).
 //! - [`permission`]: what a server's refusal for want of a token or scope says (one formatter
 //!   for both sides).
-//! - [`poll`]: how often a waiter reads: by place in the queue on stores that cannot push,
-//!   with jitter and a documented bound on requests per minute.
+//! - [`poll`] (in [`turn`]): how often a waiter reads: by place in the queue on stores that
+//!   cannot push, with jitter and a documented bound on requests per minute.
 //! - [`heartbeat`]: renewing held leases in the background, concurrently, on a clock that
 //!   counts suspended time, and the lost-lease signal.
 //! - `follow`: a holder on a store that pushes documents keeps its key's cached document
 //!   current, so its release is one CAS.
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
-//! - [`ids`]: ticket ids, tokens and attempt ids, made before the first attempt.
+//! - [`ids`] (in [`turn`]): ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.
 //! - `traced`: `-vv`, every request made of the store, logged (a wrapper, only when asked for).
 //!
@@ -39,20 +43,19 @@ pub mod error;
 mod follow;
 pub mod freeze;
 pub mod heartbeat;
-pub mod ids;
+mod hold;
 pub mod jobs;
 pub mod kv;
 pub mod notify;
 pub mod once;
 pub mod permission;
-pub mod poll;
 pub mod remote;
 pub mod status;
 pub mod time;
 mod traced;
+pub mod turn;
 mod waiter;
 
-pub use acquire::{AcquireOptions, Lease, WaitProgress};
 pub use coordinator::{Coordinator, Executed, KeySnapshot};
 pub use error::ClientError;
 pub use heartbeat::{Heartbeat, LeaseGuard, Lost, StopAsked};
@@ -61,3 +64,5 @@ pub use jobs::{
 };
 pub use once::{once, NotRun, OnceOptions, OnceOutcome, OnceRun};
 pub use time::{wall_ms, BootClock, LocalClock};
+pub use turn::{ids, poll};
+pub use turn::{AcquireOptions, Lease, WaitProgress};

@@ -26,8 +26,8 @@ use baton_core::{names, Doc, Finished, Op, Outcome, Request};
 use baton_store::{CasOutcome, Store};
 use serde_json::json;
 
-use crate::ids::new_attempt_id;
 use crate::time::wall_ms;
+use crate::turn::ids::new_attempt_id;
 use crate::{ClientError, Coordinator};
 
 /// How old the cached rules may be when a change's events are recorded: a change of rules
