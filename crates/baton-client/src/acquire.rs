@@ -21,7 +21,7 @@
 //! waits for the later ones, and all given back on failure: two callers can never deadlock.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use baton_core::Outcome;
 
@@ -29,6 +29,7 @@ use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::heartbeat::Heartbeat;
 pub use crate::hold::{release, release_with_reason, renew};
+pub use crate::retry::retry_pause;
 pub use crate::turn::{
     AcquireOptions, HolderView, Lease, Pending, ProgressFn, Renewed, WaitProgress,
 };
@@ -120,10 +121,4 @@ async fn still_standing(coord: &Coordinator, lease: Lease) -> Result<Lease, Clie
              process could act on it (was it paused, or the store's answer held up?)"
         ),
     })
-}
-
-/// The pause before trying a failing store again, `failing_for` into the outage: a quarter of
-/// it, 100 ms to 2 s — quick after a blip, sparing after a long one.
-pub fn retry_pause(failing_for: Duration) -> Duration {
-    (failing_for / 4).clamp(Duration::from_millis(100), Duration::from_secs(2))
 }

@@ -33,6 +33,7 @@ use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::follow::{follow, Follower};
 use crate::hold::{release, release_retrying, renew};
+use crate::retry::renewal_retry_in_ms;
 use crate::turn::{Lease, Renewed};
 
 /// The longest the heartbeat goes without looking at the local clock: how late after a resume
@@ -194,11 +195,6 @@ impl Drop for Heartbeat {
     }
 }
 
-/// The pause before another try after a renewal failed.
-fn retry_in_ms(ttl_ms: u64) -> u64 {
-    (ttl_ms / 10).clamp(100, 1_000)
-}
-
 /// A renewal's result, for the lease with this ticket id.
 type Renewal = (
     String,
@@ -319,11 +315,11 @@ fn confirm(
         }
         Ok(Err(error)) => {
             tracing::warn!(key = %t.lease.key, %error, "renewal failed; retrying");
-            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            t.next_try_ms = coord.local_ms() + renewal_retry_in_ms(t.lease.ttl_ms);
             None
         }
         Err(_) => {
-            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            t.next_try_ms = coord.local_ms() + renewal_retry_in_ms(t.lease.ttl_ms);
             None
         }
     }

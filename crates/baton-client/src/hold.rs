@@ -9,6 +9,7 @@ use baton_core::{Op, Outcome, Refusal, Request};
 
 use crate::coordinator::{Coordinator, Executed};
 use crate::error::ClientError;
+use crate::retry::Doubling;
 use crate::turn::{ids, release_request, Lease, Renewed};
 
 /// Ends a ticket by its token. `Outcome::Cancelled` withdraws a waiting ticket or gives back a
@@ -107,14 +108,13 @@ pub(crate) async fn end_retrying(
     request: &mut Request,
     stands: impl Fn(Duration) -> bool,
 ) -> (Result<Executed, ClientError>, bool) {
-    let mut pause = Duration::from_millis(100);
+    let mut pause = Doubling::default();
     let mut retried = false;
     loop {
         match coord.execute(key, request).await {
-            Err(error) if error.is_transient() && stands(pause) => {
+            Err(error) if error.is_transient() && stands(pause.pause()) => {
                 tracing::warn!(%key, %error, op = request.op.name(), "failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
+                pause.sleep().await;
                 retried = true;
             }
             other => return (other, retried),

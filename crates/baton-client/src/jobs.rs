@@ -22,6 +22,7 @@ use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
 use crate::heartbeat::Heartbeat;
 use crate::hold::{end_retrying, renew};
+use crate::retry::Doubling;
 use crate::turn::{ids, Lease};
 
 /// The record holding a job's submission: the [`Submit`] as one line of JSON, a newline, then
@@ -244,10 +245,7 @@ async fn submit_op(
         }
     }
     if options.id.is_none() || may_write_record(coord, key, &id, &record).await? {
-        coord
-            .store()
-            .put_record(key, &job_record(&id), &record)
-            .await?;
+        coord.put_record(key, &job_record(&id), &record).await?;
     }
     let mut request = Request::new(ids::new_attempt_id(), Op::Submit(submit));
     let executed = match coord.execute(key, &mut request).await {
@@ -514,18 +512,13 @@ impl Job {
     pub async fn report(&self, report: &RunReport) -> Result<(), ClientError> {
         let bytes = serde_json::to_vec(report).unwrap_or_default();
         let name = run_record(self.id(), self.run);
-        let mut pause = Duration::from_millis(100);
+        let mut pause = Doubling::default();
         loop {
-            let error = match self
-                .coord
-                .store()
-                .put_record(self.key(), &name, &bytes)
-                .await
-            {
+            let error = match self.coord.put_record(self.key(), &name, &bytes).await {
                 Ok(()) => return Ok(()),
-                Err(e) => ClientError::from(e),
+                Err(error) => error,
             };
-            let pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+            let pause_ms = u64::try_from(pause.pause().as_millis()).unwrap_or(u64::MAX);
             let until_ms = self
                 .heartbeat
                 .holds_until_ms()
@@ -534,8 +527,7 @@ impl Job {
                 return Err(error);
             }
             tracing::warn!(key = %self.key(), %error, "the run's report failed; retrying");
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+            pause.sleep().await;
         }
     }
 
@@ -959,7 +951,7 @@ fn as_expired_now(coord: &Coordinator, key: &str, snapshot: &KeySnapshot) -> Opt
     let doc = snapshot.doc.as_ref()?;
     let observer = coord.observer(key);
     let uncertain_ms = coord.store().capabilities().clock_uncertain_ms;
-    let clock = crate::coordinator::core_clock(
+    let clock = crate::time::core_clock(
         &snapshot.clock,
         uncertain_ms,
         &observer,
@@ -1474,7 +1466,7 @@ pub async fn worker_seen(
         patterns.0.iter().map(String::as_str).collect()
     };
     for key in keys {
-        coord.store().put_record(key, SEEN_RECORD, &bytes).await?;
+        coord.put_record(key, SEEN_RECORD, &bytes).await?;
     }
     Ok(())
 }

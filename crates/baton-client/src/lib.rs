@@ -4,8 +4,17 @@
 //!
 //! - [`turn`]: the vocabulary of a turn — options, pending tickets, leases, renewals — and the
 //!   pure rules that build a lease from a store's answer; imports nothing else of the client.
-//! - [`coordinator`]: load → `core::apply` → CAS, with a cached document, retry on conflict with
-//!   jitter, and ambiguous outcomes recognised by re-reading.
+//! - [`coordinator`]: the one object through which the client reads and writes a store; it
+//!   chooses the transport once.
+//! - `executor`: one interface, three transports — optimistic CAS (load → `core::apply` →
+//!   CAS, with a cached document), SQLite's locked update, and `baton serve` — for running an
+//!   operation, writing a value, changing the settings and putting a record.
+//! - `retry`: the one retry policy: conflicts with backoff up to a limit, lost answers sent
+//!   again marked as retries, pauses through a failing store.
+//! - `known`: what a coordinator last saw of each key (document, version, observer).
+//! - `settings`: the settings document (rules and freezes): a cache of it, and changes by CAS.
+//! - `delivery`: delivering keys' events to the rules' URLs, after the write.
+//! - `http`: the HTTP client's settings (deliveries, the transport to `baton serve`).
 //! - [`acquire`](mod@acquire): the calls — waiting for a turn (one key, or several in sorted
 //!   order), release, renew — and the lease they give.
 //! - `hold`: the writes a holder makes by its token: renew, release, an end retried while the
@@ -15,10 +24,10 @@
 //! - [`jobs`]: submit, claim, complete and wait for jobs: work items queued per key.
 //! - [`freeze`](mod@freeze): `baton pause` and `resume`: the freezes, and writing the keys they cover.
 //! - [`kv`]: shared values: get, set (conditional, fenced, expiring), delete, list.
-//! - [`notify`]: notification rules, their cache, and delivery of keys' outboxes.
+//! - [`notify`]: notification rules and delivery, as the CLI uses them.
 //! - [`once`](mod@once): run-once and sequences: judge, wait, settle, run, and [`once()`].
-//! - [`remote`]: `--store http://…`, a store read through `baton serve` (writes through a
-//!   server are not sent yet: they are refused with an error that says so).
+//! - [`remote`]: `--store http://…`, the HTTP client of `baton serve`: reads as a store, writes
+//!   sent as operations.
 //! - [`permission`]: what a server's refusal for want of a token or scope says (one formatter
 //!   for both sides).
 //! - [`poll`] (in [`turn`]): how often a waiter reads: by place in the queue on stores that
@@ -33,23 +42,29 @@
 //! - `traced`: `-vv`, every request made of the store, logged (a wrapper, only when asked for).
 //!
 //! What `-v` shows is logged at info in one place each: an operation in
-//! [`Coordinator::execute`] (and a read in [`Coordinator::read`]), a wait's transitions in
+//! [`Coordinator::execute`] (`executor::execute`; and a read in [`Coordinator::read`]), a wait's transitions in
 //! `waiter`, a lost lease in [`heartbeat`], a notification's delivery in [`notify`].
 #![deny(missing_docs)]
 
 pub mod acquire;
 pub mod coordinator;
+mod delivery;
 pub mod error;
+mod executor;
 mod follow;
 pub mod freeze;
 pub mod heartbeat;
 mod hold;
+mod http;
 pub mod jobs;
+mod known;
 pub mod kv;
 pub mod notify;
 pub mod once;
 pub mod permission;
 pub mod remote;
+mod retry;
+mod settings;
 pub mod status;
 pub mod time;
 mod traced;

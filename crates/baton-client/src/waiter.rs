@@ -26,10 +26,10 @@ use baton_core::op::Enqueue;
 use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Request, Ticket, TicketState};
 use baton_store::{StoreClock, Versioned, WatchHandle};
 
-use crate::acquire::retry_pause;
 use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
 use crate::hold::release;
+use crate::retry::retry_pause;
 use crate::time::wall_ms;
 use crate::turn::poll::{self, PollBounds};
 use crate::turn::{ids, refresh_every, AcquireOptions, HolderView, Lease, Pending, WaitProgress};
@@ -554,7 +554,7 @@ impl<'a> Waiter<'a> {
     fn something_expired(&self, snapshot: &KeySnapshot) -> bool {
         let observer = self.coord.observer(self.key());
         let uncertain_ms = self.coord.store().capabilities().clock_uncertain_ms;
-        let clock = crate::coordinator::core_clock(
+        let clock = crate::time::core_clock(
             &snapshot.clock,
             uncertain_ms,
             &observer,

@@ -510,7 +510,6 @@ impl Store for DynamoStore {
             clock_uncertain_ms: 0,
             due_index: false,
             locked_update: false,
-            operations_only: false,
             watch_complete: false,
         }
     }
