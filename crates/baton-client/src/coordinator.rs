@@ -1,8 +1,8 @@
 //! The coordinator: the one object through which the client reads and writes a store.
 //!
 //! It reads keys itself ([`Coordinator::read`], [`Coordinator::adopt`]: a document with the
-//! store's clock) and keeps what it saw ([`crate::known`]); it writes through the transport it
-//! was made with ([`crate::executor`]: optimistic CAS, SQLite's locked update, or `baton serve`),
+//! store's clock) and keeps what it saw (`crate::known`); it writes through the transport it
+//! was made with (`crate::executor`: optimistic CAS, SQLite's locked update, or `baton serve`),
 //! chosen once here, so no feature asks which one it runs on. A write that leaves events due
 //! starts their delivery ([`crate::notify`]), except in the coordinator of a delivery itself.
 
@@ -204,7 +204,7 @@ impl Coordinator {
     }
 
     /// Runs `request` on `key` until it is written, refused, or fails
-    /// ([`crate::executor::Executor::run`]: after an ambiguous failure `request` stays marked
+    /// (`crate::executor::Executor::run`: after an ambiguous failure `request` stays marked
     /// as a retry, with an error too, so a caller that retries it later carries what its first
     /// attempt saw). Every operation passes here, and `-v` logs it once.
     pub async fn execute(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {

@@ -2,7 +2,7 @@
 //! document ([`baton_core::freeze`]), and the writes that make the keys they cover say so.
 //!
 //! A pause or a resume is a change of the settings the coordinator's transport makes
-//! ([`Coordinator::change_settings`]): directly, it waits until every writer's copy of the
+//! (`Coordinator::change_settings`): directly, it waits until every writer's copy of the
 //! settings has it and ticks the keys it covers; through `baton serve`, the server does the
 //! same with its own coordinator.
 

@@ -23,7 +23,7 @@ pub use crate::settings::{change_settings, read_settings, SettingsCache, SETTING
 use crate::time::wall_ms;
 use crate::turn::ids::new_attempt_id;
 
-/// Delivers the due events of `key` ([`crate::delivery::deliver_key`]), reading and recording
+/// Delivers the due events of `key` (`crate::delivery::deliver_key`), reading and recording
 /// through `coord`.
 pub async fn deliver_key(
     coord: &Coordinator,

@@ -130,7 +130,7 @@ pub async fn read_settings(store: &dyn Store) -> Result<Settings, ClientError> {
 /// Changes the settings with `change` by CAS; returns what `change` returned the last time.
 ///
 /// After a conflict `change` is judged again against the document that won, after the pause
-/// the retry policy calls for, up to [`SETTINGS_CONFLICTS`] in a row. A write whose answer was
+/// the retry policy calls for, up to `SETTINGS_CONFLICTS` in a row. A write whose answer was
 /// lost is recognised by reading the document again: the very bytes it wrote there are its own
 /// (or a write of the same change: the same end); anything else, and the change is judged again.
 pub async fn change_settings<T>(

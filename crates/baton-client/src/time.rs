@@ -1,6 +1,6 @@
 //! The caller's clocks: wall time for display and the hybrid fence, a monotonic clock for
 //! observation, and the local clock on which a process keeps its own safety deadlines; and the
-//! core's clock made from a reading of the store's ([`core_clock`]).
+//! core's clock made from a reading of the store's (`core_clock`).
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

@@ -197,7 +197,7 @@ async fn complete_within_lease(
 /// none. The job's lease stands (and is renewed by its heartbeat) when this returns.
 ///
 /// A job whose record is not the one its submit wrote (its hash differs from the ticket's,
-/// [`JobState::params_sha256`]) is never handed out: its run is ended as a failed attempt
+/// [`baton_core::JobState::params_sha256`]) is never handed out: its run is ended as a failed attempt
 /// (dead when its attempts are spent) with an error naming the replacement, and that error is
 /// returned ([`ClientError::ParamsReplaced`]): a worker says so and looks again.
 pub async fn claim(

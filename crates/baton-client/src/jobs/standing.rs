@@ -1,7 +1,7 @@
 //! Where a job stands — live, in the backlog, or ended — as the document says it.
 
 use baton_core::{Doc, Outcome, TicketState};
-/// How a job ended, as [`wait`] found it.
+/// How a job ended, as [`wait`](super::wait()) found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobEnd {
     /// Its final outcome: `succeeded`, `dead`, `cancelled` or `superseded`.
@@ -14,7 +14,7 @@ pub struct JobEnd {
     pub run: u32,
 }
 
-/// Where a job stands, for [`wait`]'s progress.
+/// Where a job stands, for [`wait`](super::wait())'s progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JobStanding {
     /// Live: queued (with its place) or running.
