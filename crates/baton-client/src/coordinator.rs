@@ -1,63 +1,31 @@
-//! The load → apply → CAS loop.
+//! The coordinator: the one object through which the client reads and writes a store.
 //!
-//! A warm client keeps each key's last document and version, so an uncontended operation costs
-//! one round trip (the CAS); a stale cache costs a conflict, which returns the current document
-//! where the store can. An answer computed from a cached document is trusted only if it writes
-//! (the CAS proves the cache was current); a refusal or an unchanged result from a cached
-//! document is recomputed from a fresh read before it is reported.
+//! It reads keys itself ([`Coordinator::read`], [`Coordinator::adopt`]: a document with the
+//! store's clock) and keeps what it saw (`crate::known`); it writes through the transport it
+//! was made with (`crate::executor`: optimistic CAS, SQLite's locked update, or `baton serve`),
+//! chosen once here, so no feature asks which one it runs on. A write that leaves events due
+//! starts their delivery ([`crate::notify`]), except in the coordinator of a delivery itself.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use baton_core::backlog::Segment;
-use baton_core::freeze::Paused;
-use baton_core::lease::Basis;
-use baton_core::notify::{self, Rule, Settings};
-use baton_core::op::Refusal;
-use baton_core::{
-    apply_with, decode, encode, Applied, Clock, Doc, Inputs, Observer, Reply, Request,
-};
+use baton_core::kv::Write;
+use baton_core::{Doc, Observer, Request};
 use baton_store::url::OpenMode;
-use baton_store::{CasOutcome, Replacement, Store, StoreClock, StoreError, Version, Versioned};
+use baton_store::{Store, StoreClock, StoreError, Version, Versioned};
 
+use crate::delivery::{spawn_delivery, Recorder};
 use crate::error::ClientError;
-use crate::notify::{spawn_delivery, SettingsCache, SETTINGS_FRESH_MS};
-use crate::remote::{RemoteStore, RunError, MAX_LOST_ANSWERS};
+use crate::executor::direct::Direct;
+use crate::executor::locked::Locked;
+use crate::executor::optimistic::Optimistic;
+use crate::executor::server::Server;
+pub use crate::executor::Executed;
+use crate::executor::{execute, list_keys, EventsDue, Executor};
+use crate::known::{Cached, Known};
+use crate::remote::RemoteStore;
+use crate::settings::{Freezes, SettingsCache, SettingsChange, SettingsChanged, SETTINGS_FRESH_MS};
 use crate::time::{mono_ms, wall_ms, BootClock, LocalClock};
-use locked::Locked;
-
-mod locked;
-
-/// How many conflicting writes in a row before giving up.
-const MAX_CONFLICTS: u32 = 200;
-
-/// The result of an operation that was accepted and written (or needed no write).
-#[derive(Clone, Debug)]
-pub struct Executed {
-    /// What the operation did.
-    pub reply: Reply,
-    /// The key's document after it.
-    pub doc: Doc,
-    /// The version this operation wrote (`None`: it wrote nothing, or a server wrote it).
-    pub version: Option<Version>,
-    /// The tickets this operation's write ended, as its history entries record them (empty
-    /// when it wrote nothing, or a server wrote it).
-    pub ended: Vec<baton_core::Finished>,
-    /// Grants made by it, in order: (ticket id, fence). When the answer needed no write (a
-    /// retry recognised), the grants of this call's attempts that may have landed unseen.
-    pub granted: Vec<(String, u64)>,
-    /// When the document this operation wrote was computed, on the local clock: every phase
-    /// it set (a lease, a claim, a waiter lease) stands until [`Basis`] says. When the answer
-    /// needed no write (the core recognised a retry whose first attempt had landed unseen),
-    /// the earliest basis of this call's attempts that may have landed; `None` when there were
-    /// none, or when the request came already marked as a retry ([`Request::finishes_seen`]):
-    /// the answer then describes what some earlier write did, at a time this call cannot know
-    /// (an enqueue retried after an outage, whose first write may have landed late), and no
-    /// deadline may be derived from it.
-    pub basis: Option<Basis>,
-}
+use crate::turn::Now;
 
 /// A key's document as read, with the store clock read alongside.
 #[derive(Clone, Debug)]
@@ -73,149 +41,25 @@ pub struct KeySnapshot {
     pub read_from_ms: u64,
 }
 
-/// A key's document as this coordinator last saw it.
-#[derive(Clone, Debug)]
-struct Cached {
-    version: Option<Version>,
-    doc: Option<Doc>,
-}
-
-/// What a write read besides the key's document ([`Coordinator::prepare`]): owned, so that a
-/// locked update can carry it into the store's lock.
-struct Prepared {
-    /// When the document this write computes was computed, on the local clock.
-    basis: Basis,
-    store_clock: StoreClock,
-    uncertain_ms: u64,
-    observer: Observer,
-    mono_ms: u64,
-    wall: u64,
-    /// The backlog segment the document read asked for, and that segment.
-    wanted: Option<(u64, u64)>,
-    segment: Option<Segment>,
-    settings: Arc<Settings>,
-    paused: Option<Paused>,
-}
-
-impl Prepared {
-    /// The core's clock, as read for this write.
-    fn clock(&self) -> Clock<'_> {
-        core_clock(
-            &self.store_clock,
-            self.uncertain_ms,
-            &self.observer,
-            self.mono_ms,
-            self.wall,
-        )
-    }
-
-    /// The core's answer to `request` on `doc`, with its events noted on their tickets in the
-    /// very write that makes them.
-    fn apply(&self, key: &str, doc: Option<&Doc>, request: &Request) -> Result<Applied, Refusal> {
-        let clock = self.clock();
-        let inputs = Inputs {
-            segment: self.segment.as_ref(),
-            paused: self.paused.as_ref(),
-        };
-        let mut applied = apply_with(doc, request, &clock, inputs)?;
-        let rules: Vec<&Rule> = self.settings.watching(key).collect();
-        notify::record(doc, &mut applied, &rules, self.wall);
-        Ok(applied)
-    }
-
-    /// The bytes that carry `applied`: the document, its history entries, its place in the due
-    /// index and the backlog segment it spilled (written before the document that counts it).
-    fn replacement(&self, key: &str, applied: &Applied) -> Result<Replacement, ClientError> {
-        let bytes = encode(&applied.doc).map_err(|source| ClientError::TooLarge {
-            key: key.to_string(),
-            source,
-        })?;
-        let clock = self.clock();
-        Ok(Replacement {
-            bytes,
-            history: applied.finished.iter().map(|f| f.encode()).collect(),
-            due_ms: baton_core::job::due_ms(&applied.doc, clock.job_now_ms(), self.wall),
-            records: applied
-                .segment_out
-                .iter()
-                .map(|segment| (segment.record_name(), segment.encode()))
-                .collect(),
-        })
-    }
-}
-
-/// What an operation's attempts whose writes may have landed unseen leave for its answer.
-#[derive(Debug, Default)]
-struct Lost {
-    /// The request came already marked as a retry: an earlier call's attempt may have landed,
-    /// at a time this call cannot know.
-    retried_from_earlier_call: bool,
-    /// The earliest basis of this call's attempts that may have landed.
-    maybe_landed: Option<Basis>,
-    /// The grants those attempts made.
-    maybe_granted: Vec<(String, u64)>,
-}
-
-impl Lost {
-    fn of(request: &Request) -> Lost {
-        Lost {
-            retried_from_earlier_call: request.finishes_seen.is_some(),
-            ..Lost::default()
-        }
-    }
-
-    /// A write that may have landed: the request is retried marked with what it saw
-    /// (`doc`'s finish count), so that the core recognises its own attempt, or refuses it as
-    /// uncertain if more tickets ended since than it remembers.
-    fn ambiguous(
-        &mut self,
-        request: &mut Request,
-        doc: Option<&Doc>,
-        basis: Basis,
-        granted: Vec<(String, u64)>,
-    ) {
-        if request.finishes_seen.is_none() {
-            request.finishes_seen = Some(doc.map_or(0, |doc| doc.finishes));
-        }
-        self.maybe_landed = Some(earlier(self.maybe_landed, basis));
-        self.maybe_granted.extend(granted);
-    }
-
-    /// The answer of an operation that needed no write, computed from a fresh document.
-    fn unchanged(self, applied: Applied) -> Executed {
-        let (basis, granted) = if self.retried_from_earlier_call {
-            (None, Vec::new())
-        } else {
-            (self.maybe_landed, self.maybe_granted)
-        };
-        Executed {
-            reply: applied.reply,
-            doc: applied.doc,
-            version: None,
-            ended: Vec::new(),
-            granted,
-            basis,
-        }
-    }
-}
-
 /// Runs operations on keys of one store.
 #[derive(Debug)]
 pub struct Coordinator {
     store: Arc<dyn Store>,
-    cache: Mutex<HashMap<String, Cached>>,
-    observers: Mutex<HashMap<String, Observer>>,
+    /// What it last saw of each key, shared with its executor.
+    known: Arc<Known>,
     local: Arc<dyn LocalClock>,
-    /// The notification rules, cached ([`crate::notify`]).
+    /// The rules and freezes, cached ([`crate::settings`]), shared with its executor.
     settings: Arc<SettingsCache>,
-    /// Whether a write that leaves events due starts their delivery (not in the coordinator
-    /// of a delivery itself).
-    delivers: bool,
-    /// The servers that run this coordinator's operations, when its store is reached through
-    /// `baton serve` ([`Coordinator::through_server`]).
-    server: Option<Arc<RemoteStore>>,
-    /// CAS conflicts so far (a server's metrics).
-    conflicts: AtomicU64,
+    /// How its writes reach the store.
+    executor: Arc<dyn Executor>,
+}
+
+/// How a coordinator's writes reach its store.
+enum Transport {
+    /// Written to the store itself; `true`: writes that leave events due start their delivery.
+    Direct { delivers: bool },
+    /// Sent to `baton serve`.
+    Server(Arc<RemoteStore>),
 }
 
 impl Coordinator {
@@ -227,16 +71,8 @@ impl Coordinator {
     /// A coordinator over `store` keeping local deadlines on `local` (tests: a clock that
     /// jumps as after a suspend).
     pub fn with_local_clock(store: Arc<dyn Store>, local: Arc<dyn LocalClock>) -> Coordinator {
-        Coordinator {
-            store,
-            cache: Mutex::new(HashMap::new()),
-            observers: Mutex::new(HashMap::new()),
-            local,
-            settings: Arc::default(),
-            delivers: true,
-            server: None,
-            conflicts: AtomicU64::new(0),
-        }
+        let transport = Transport::Direct { delivers: true };
+        Coordinator::assemble(store, local, Arc::default(), transport)
     }
 
     /// A coordinator for the store at `url`: through `baton serve` for `http(s)://…` (with
@@ -262,18 +98,56 @@ impl Coordinator {
     }
 
     /// A coordinator whose operations `server` runs: it reads through the server as from any
-    /// store, and sends each operation there instead of writing documents
-    /// ([`Coordinator::execute`]).
+    /// store, and sends each write there instead of writing documents.
     pub fn through_server(server: Arc<RemoteStore>) -> Coordinator {
-        Coordinator {
-            server: Some(server.clone()),
-            ..Coordinator::new(server)
-        }
+        let store: Arc<dyn Store> = server.clone();
+        let transport = Transport::Server(server);
+        Coordinator::assemble(store, Arc::new(BootClock), Arc::default(), transport)
     }
 
-    /// The servers that run this coordinator's writes, if its store is reached through them.
-    pub fn server(&self) -> Option<&RemoteStore> {
-        self.server.as_deref()
+    /// The coordinator of a delivery: it records events like any other, sharing the rules
+    /// `settings` holds, but starts no deliveries of its own.
+    pub(crate) fn delivering(store: Arc<dyn Store>, settings: Arc<SettingsCache>) -> Coordinator {
+        let transport = Transport::Direct { delivers: false };
+        Coordinator::assemble(store, Arc::new(BootClock), settings, transport)
+    }
+
+    /// A coordinator over `store` writing through `transport`: the one place a transport is
+    /// chosen (a store with locked updates gets them).
+    fn assemble(
+        store: Arc<dyn Store>,
+        local: Arc<dyn LocalClock>,
+        settings: Arc<SettingsCache>,
+        transport: Transport,
+    ) -> Coordinator {
+        let known = Arc::new(Known::default());
+        let executor: Arc<dyn Executor> = match transport {
+            Transport::Server(server) => {
+                Arc::new(Server::new(server, known.clone(), local.clone()))
+            }
+            Transport::Direct { delivers } => {
+                let events_due = delivers.then(|| deliveries(&store, &settings));
+                let direct = Direct::new(
+                    store.clone(),
+                    known.clone(),
+                    settings.clone(),
+                    local.clone(),
+                    events_due,
+                );
+                if store.capabilities().locked_update {
+                    Arc::new(Locked::new(direct))
+                } else {
+                    Arc::new(Optimistic::new(direct))
+                }
+            }
+        };
+        Coordinator {
+            store,
+            known,
+            local,
+            settings,
+            executor,
+        }
     }
 
     /// Now on the local clock that safety deadlines are kept on ([`LocalClock`]): the
@@ -282,13 +156,12 @@ impl Coordinator {
         self.local.now_ms()
     }
 
-    /// The coordinator of a delivery: it records events like any other, sharing the rules
-    /// `settings` holds, but starts no deliveries of its own.
-    pub(crate) fn delivering(store: Arc<dyn Store>, settings: Arc<SettingsCache>) -> Coordinator {
-        Coordinator {
-            settings,
-            delivers: false,
-            ..Coordinator::new(store)
+    /// Now on both of this process's clocks: the local clock ([`Coordinator::local_ms`]) and
+    /// the wall clock a lease's end is shown on.
+    pub fn now(&self) -> Now {
+        Now {
+            local_ms: self.local_ms(),
+            wall_ms: wall_ms(),
         }
     }
 
@@ -316,10 +189,10 @@ impl Coordinator {
     /// How many of this coordinator's writes lost to a concurrent one (each was computed
     /// again and retried).
     pub fn conflicts(&self) -> u64 {
-        self.conflicts.load(Ordering::Relaxed)
+        self.known.conflicts()
     }
 
-    /// The store this coordinator writes to.
+    /// The store this coordinator reads (and, unless through a server, writes).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
@@ -327,350 +200,38 @@ impl Coordinator {
     /// The keys under `prefix` that have a document, sorted: baton's own documents (shared
     /// values, [`baton_core::names`]) are not keys and are left out.
     pub async fn keys(&self, prefix: &str) -> Result<Vec<String>, ClientError> {
-        let started = std::time::Instant::now();
-        let listed = self.store.list(prefix).await;
-        let ms = started.elapsed().as_millis();
-        let mut keys = listed.inspect_err(|error| {
-            tracing::info!("list keys {prefix:?}: failed: {error} ({ms} ms)");
-        })?;
-        keys.retain(|key| !baton_core::names::is_internal(key));
-        tracing::info!("list keys {prefix:?}: {} keys ({ms} ms)", keys.len());
-        Ok(keys)
+        list_keys(self.store.as_ref(), prefix).await
     }
 
-    /// Runs `request` on `key` until it is written, refused, or fails.
-    ///
-    /// After an ambiguous failure (the write may have landed) the request is retried with
-    /// [`Request::finishes_seen`] set, and it stays set in `request` when this returns, with
-    /// an error too: a caller that retries the same request later (after an outage) must carry
-    /// what the first attempt saw, or a retry after many tickets ended could recreate a ticket
-    /// that already ended.
-    ///
-    /// Every operation baton performs passes here, so this is where `-v` logs it, once: the
-    /// operation, the key, what came of it and how long it took.
+    /// Runs `request` on `key` until it is written, refused, or fails
+    /// (`crate::executor::Executor::run`: after an ambiguous failure `request` stays marked
+    /// as a retry, with an error too, so a caller that retries it later carries what its first
+    /// attempt saw). Every operation passes here, and `-v` logs it once.
     pub async fn execute(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
-        let started = std::time::Instant::now();
-        let result = self.execute_untraced(key, request).await;
-        tracing::info!(
-            "{} {}: {} ({} ms)",
-            request.op.name(),
-            key.escape_debug(),
-            said(&result),
-            started.elapsed().as_millis()
-        );
-        result
+        execute(self.executor.as_ref(), key, request).await
     }
 
-    async fn execute_untraced(
+    /// Writes shared value `name` (`write.value: None` deletes it): the version written.
+    pub(crate) async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
+        self.executor.write_value(name, write).await
+    }
+
+    /// Sets or ends a freeze, and has the keys it covers say so ([`crate::freeze`]).
+    pub(crate) async fn change_settings(
         &self,
-        key: &str,
-        request: &mut Request,
-    ) -> Result<Executed, ClientError> {
-        baton_core::limits::check_key(key).map_err(|e| ClientError::Refused {
-            key: key.to_string(),
-            refusal: e.into(),
-        })?;
-        if let Some(server) = &self.server {
-            return self.execute_through(server, key, request).await;
-        }
-        if self.store.capabilities().operations_only {
-            // Bytes cannot be written through a server: only a coordinator made by
-            // `through_server` can send operations there. Refused before anything is read.
-            return Err(ClientError::Store(StoreError::Incompatible {
-                store: self.store.describe(),
-                reason: "operations through baton serve need Coordinator::through_server".into(),
-            }));
-        }
-        self.settings.prefetch(&self.store, mono_ms());
-        let mut current = self.cached(key);
-        let mut lost = Lost::of(request);
-        let mut fresh = false;
-        if self.store.capabilities().locked_update {
-            match self
-                .execute_locked(key, request, current.take(), &mut lost)
-                .await?
-            {
-                Locked::Done(executed) => return Ok(executed),
-                Locked::Fallback { seen, read } => (current, fresh) = (seen, read),
-            }
-        }
-        self.execute_cas(key, request, current, fresh, lost).await
+        change: SettingsChange,
+    ) -> Result<SettingsChanged, ClientError> {
+        self.executor.change_settings(change).await
     }
 
-    /// [`Coordinator::execute`] by optimistic writes: apply to the cached (or a fresh)
-    /// document, CAS, and on a conflict apply again to the document the conflict returned.
-    async fn execute_cas(
-        &self,
-        key: &str,
-        request: &mut Request,
-        mut current: Option<Cached>,
-        mut fresh: bool,
-        mut lost: Lost,
-    ) -> Result<Executed, ClientError> {
-        let mut conflicts = 0u32;
-        loop {
-            let cached = match current.take() {
-                Some(cached) => cached,
-                None => {
-                    fresh = true;
-                    self.load(key).await?
-                }
-            };
-            let prepared = self.prepare(key, cached.doc.as_ref()).await?;
-            let applied = match prepared.apply(key, cached.doc.as_ref(), request) {
-                Ok(applied) => applied,
-                Err(_) if !fresh => continue,
-                Err(refusal) => {
-                    return Err(ClientError::Refused {
-                        key: key.to_string(),
-                        refusal,
-                    })
-                }
-            };
-            if !applied.changed {
-                if !fresh {
-                    continue;
-                }
-                return Ok(lost.unchanged(applied));
-            }
-            let replacement = prepared.replacement(key, &applied)?;
-            // A backlog segment before the document that counts it: a writer that dies in
-            // between leaves a segment the document never counts, or the very bytes a later
-            // writer writes again (`baton_core::backlog`).
-            for (name, record) in &replacement.records {
-                self.store.put_record(key, name, record).await?;
-            }
-            // The due index moves with the document, in the same write.
-            match self
-                .store
-                .cas_due(
-                    key,
-                    cached.version.as_ref(),
-                    &replacement.bytes,
-                    &replacement.history,
-                    replacement.due_ms,
-                )
-                .await
-            {
-                Ok(CasOutcome::Written { version }) => {
-                    return Ok(self.written(key, applied, version, &prepared));
-                }
-                Ok(CasOutcome::Conflict { current: now }) => {
-                    conflicts += 1;
-                    self.conflicts.fetch_add(1, Ordering::Relaxed);
-                    if conflicts >= MAX_CONFLICTS {
-                        return Err(ClientError::Contention {
-                            key: key.to_string(),
-                            attempts: conflicts,
-                        });
-                    }
-                    let returns_current = self.store.capabilities().conflict_returns_current;
-                    current = match now {
-                        Some(versioned) => Some(self.decode(key, versioned)?),
-                        None if returns_current => Some(Cached {
-                            version: None,
-                            doc: None,
-                        }),
-                        None => None,
-                    };
-                    fresh = current.is_some();
-                    if conflicts > 2 {
-                        let cap_ms = (1u64 << conflicts.min(6)).min(50);
-                        let ms = rand::random_range(0..=cap_ms);
-                        tokio::time::sleep(Duration::from_millis(ms)).await;
-                        // The document the conflict returned is stale after the sleep on a busy
-                        // key: retrying with it loses again, nearly always, and the client
-                        // starves (measured in BENCHMARKS.md). Read afresh instead.
-                        current = None;
-                    }
-                }
-                Err(StoreError::Ambiguous { .. }) => {
-                    lost.ambiguous(
-                        request,
-                        cached.doc.as_ref(),
-                        prepared.basis,
-                        applied.granted,
-                    );
-                    self.forget(key);
-                    current = None;
-                }
-                Err(e) => {
-                    self.forget(key);
-                    return Err(e.into());
-                }
-            }
-        }
+    /// The freezes this caller may read, ended ones included.
+    pub(crate) async fn freezes(&self) -> Result<Freezes, ClientError> {
+        self.executor.freezes().await
     }
 
-    /// What a write reads besides the key's document before it computes (`doc`: the document
-    /// it will compute from, or the one it expects to find): the clocks, the backlog segment the
-    /// document asks for, the settings.
-    async fn prepare(&self, key: &str, doc: Option<&Doc>) -> Result<Prepared, ClientError> {
-        // Taken before the clock is read: the deadlines this write sets count from here.
-        let basis_local_ms = self.local_ms();
-        let store_clock = self.store.clock().await?;
-        let basis = Basis {
-            basis_local_ms,
-            behind_ms: match &store_clock {
-                StoreClock::Time { behind_ms, .. } => *behind_ms,
-                StoreClock::None => 0,
-            },
-        };
-        let wall = wall_ms();
-        let wanted = doc.and_then(Doc::segment_wanted);
-        let segment = self.wanted_segment(key, doc).await?;
-        // The rules and freezes, from a copy at most `SETTINGS_FRESH_MS` old.
-        let settings = self
-            .settings
-            .settings(&self.store, mono_ms(), SETTINGS_FRESH_MS)
-            .await?;
-        let paused = baton_core::freeze::in_force(&settings.freezes, key, wall);
-        Ok(Prepared {
-            basis,
-            store_clock,
-            uncertain_ms: self.store.capabilities().clock_uncertain_ms,
-            observer: self.observer(key),
-            mono_ms: mono_ms(),
-            wall,
-            wanted,
-            segment,
-            settings,
-            paused,
-        })
-    }
-
-    /// The answer of a write that landed at `version`: remembered as the key's latest, with
-    /// the delivery of the events it left due started.
-    fn written(
-        &self,
-        key: &str,
-        applied: Applied,
-        version: Version,
-        prepared: &Prepared,
-    ) -> Executed {
-        self.remember(key, Some(version.clone()), Some(applied.doc.clone()));
-        let due = applied
-            .doc
-            .outbox
-            .as_ref()
-            .is_some_and(|o| o.deliverable(prepared.wall));
-        if due && self.delivers {
-            spawn_delivery(self.store.clone(), self.settings.clone(), key);
-        }
-        Executed {
-            reply: applied.reply,
-            doc: applied.doc,
-            version: Some(version),
-            ended: applied.finished,
-            granted: applied.granted,
-            basis: Some(prepared.basis),
-        }
-    }
-
-    /// [`Coordinator::execute`] through a server, which runs the request with its own
-    /// coordinator. The same rules hold on this side of the wire:
-    ///
-    /// - the phases a write set are counted from before the request was sent, less how long
-    ///   before the server received it they may have started ([`crate::remote::Ran::started_before_ms`]);
-    /// - a request whose answer was lost may have run: it is sent again with
-    ///   [`Request::finishes_seen`] from before the first attempt (this key's finish count,
-    ///   read first when this coordinator has never seen the key), and its answer is then
-    ///   dated by the first attempt's send, with no grants of its own.
-    async fn execute_through(
-        &self,
-        server: &RemoteStore,
-        key: &str,
-        request: &mut Request,
-    ) -> Result<Executed, ClientError> {
-        let retried_from_earlier_call = request.finishes_seen.is_some();
-        let mut maybe_landed: Option<Basis> = None;
-        let mut lost = 0u32;
-        loop {
-            let finishes = match self.cached(key) {
-                _ if request.finishes_seen.is_some() => None,
-                Some(Cached { doc, .. }) => Some(doc.map_or(0, |doc| doc.finishes)),
-                None => Some(self.load(key).await?.doc.map_or(0, |doc| doc.finishes)),
-            };
-            let sent = Basis {
-                basis_local_ms: self.local_ms(),
-                behind_ms: 0,
-            };
-            match server.run(key, request).await {
-                Ok(ran) => {
-                    self.remember(key, None, Some(ran.doc.clone()));
-                    let (basis, granted) = match ran.started_before_ms {
-                        Some(behind_ms) => (Some(Basis { behind_ms, ..sent }), ran.granted),
-                        None if retried_from_earlier_call => (None, Vec::new()),
-                        None => (maybe_landed, ran.granted),
-                    };
-                    return Ok(Executed {
-                        reply: ran.reply,
-                        doc: ran.doc,
-                        version: None,
-                        ended: Vec::new(),
-                        granted,
-                        basis,
-                    });
-                }
-                Err(RunError::Ambiguous {
-                    error,
-                    finishes_seen,
-                }) => {
-                    // The server's own count was taken after this call's first attempt may
-                    // have landed: this side's, from before it, comes first.
-                    if request.finishes_seen.is_none() {
-                        request.finishes_seen = finishes.or(finishes_seen);
-                    }
-                    maybe_landed = Some(earlier(maybe_landed, sent));
-                    self.forget(key);
-                    lost += 1;
-                    if lost >= MAX_LOST_ANSWERS {
-                        return Err(error.into());
-                    }
-                }
-                Err(RunError::Refused(refusal)) => {
-                    return Err(ClientError::Refused {
-                        key: key.to_string(),
-                        refusal,
-                    })
-                }
-                Err(RunError::ValueRefused(refused)) => {
-                    return Err(ClientError::ValueRefused {
-                        name: key.to_string(),
-                        refusal: refused,
-                    })
-                }
-                Err(RunError::Failed(error)) => {
-                    self.forget(key);
-                    return Err(error.into());
-                }
-            }
-        }
-    }
-
-    /// The backlog segment `doc` asks for ([`Doc::segment_wanted`]), read from the store.
-    async fn wanted_segment(
-        &self,
-        key: &str,
-        doc: Option<&Doc>,
-    ) -> Result<Option<Segment>, ClientError> {
-        let Some((generation, number)) = doc.and_then(Doc::segment_wanted) else {
-            return Ok(None);
-        };
-        let name = baton_core::backlog::segment_record(generation, number);
-        let corrupt = |reason: String| ClientError::Corrupt {
-            key: key.to_owned(),
-            source: baton_core::DecodeError::Corrupt(reason),
-        };
-        let bytes = self.store.get_record(key, &name).await?.ok_or_else(|| {
-            corrupt(format!(
-                "its backlog counts segment {generation}/{number}, and the store has no record \
-                 {name}"
-            ))
-        })?;
-        Segment::decode(&bytes, generation, number)
-            .map(Some)
-            .map_err(corrupt)
+    /// Puts record `name` beside `key` (a job's submission, a run's report).
+    pub async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
+        self.executor.put_record(key, name, bytes).await
     }
 
     /// Reads `key` from the store (not the cache), with the store's clock.
@@ -678,7 +239,7 @@ impl Coordinator {
         let started = std::time::Instant::now();
         let read_from_ms = self.local_ms();
         let read = async {
-            let cached = self.load(key).await?;
+            let cached = self.known.load(self.store.as_ref(), key).await?;
             let clock = self.store.clock().await?;
             Ok(KeySnapshot {
                 doc: cached.doc,
@@ -704,7 +265,7 @@ impl Coordinator {
     /// document may be older than one this process wrote since; the CAS that follows finds out,
     /// so trusting it costs at most a conflict, never a wrong write.
     pub async fn adopt(&self, key: &str, pushed: Versioned) -> Result<KeySnapshot, ClientError> {
-        let cached = self.decode(key, pushed)?;
+        let cached = self.known.decode(key, pushed)?;
         self.taken(key, cached).await
     }
 
@@ -716,7 +277,7 @@ impl Coordinator {
         pushed: Versioned,
         skip: impl FnOnce(&Doc) -> bool,
     ) -> Result<Option<KeySnapshot>, ClientError> {
-        let cached = self.decode(key, pushed)?;
+        let cached = self.known.decode(key, pushed)?;
         if cached.doc.as_ref().is_some_and(skip) {
             return Ok(None);
         }
@@ -725,7 +286,8 @@ impl Coordinator {
 
     /// A pushed document taken as the key's latest: cached, with the store clock read now.
     async fn taken(&self, key: &str, cached: Cached) -> Result<KeySnapshot, ClientError> {
-        self.remember(key, cached.version.clone(), cached.doc.clone());
+        self.known
+            .remember(key, cached.version.clone(), cached.doc.clone());
         let read_from_ms = self.local_ms();
         let clock = self.store.clock().await?;
         Ok(KeySnapshot {
@@ -741,20 +303,20 @@ impl Coordinator {
     /// any cached document, so it costs one CAS if the document is still current and a
     /// conflict if not, never a wrong write.
     pub fn take_read(&self, key: &str, read: Versioned) -> Result<(), ClientError> {
-        let cached = self.decode(key, read)?;
-        self.remember(key, cached.version, cached.doc);
+        let cached = self.known.decode(key, read)?;
+        self.known.remember(key, cached.version, cached.doc);
         Ok(())
     }
 
     /// The document of `key` this coordinator last read or wrote, if any: possibly stale, so a
     /// hint (what to read ahead), never an answer.
     pub fn cached_doc(&self, key: &str) -> Option<Doc> {
-        self.cached(key).and_then(|cached| cached.doc)
+        self.known.cached(key).and_then(|cached| cached.doc)
     }
 
     /// The version of `key` this coordinator last read or wrote, if any.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
-        self.cached(key).and_then(|cached| cached.version)
+        self.known.cached(key).and_then(|cached| cached.version)
     }
 
     /// When a store has no clock: milliseconds on this process's monotonic clock, on which
@@ -765,131 +327,36 @@ impl Coordinator {
 
     /// This coordinator's observer of `key` (a copy).
     pub fn observer(&self, key: &str) -> Observer {
-        self.observers
-            .lock()
-            .map(|o| o.get(key).cloned().unwrap_or_default())
-            .unwrap_or_default()
-    }
-
-    async fn load(&self, key: &str) -> Result<Cached, ClientError> {
-        let cached = match self.store.load(key).await? {
-            Some(versioned) => self.decode(key, versioned)?,
-            None => Cached {
-                version: None,
-                doc: None,
-            },
-        };
-        self.remember(key, cached.version.clone(), cached.doc.clone());
-        Ok(cached)
-    }
-
-    fn decode(&self, key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
-        let doc = decode(&versioned.bytes).map_err(|source| ClientError::Corrupt {
-            key: key.to_string(),
-            source,
-        })?;
-        if let Ok(mut observers) = self.observers.lock() {
-            observers
-                .entry(key.to_string())
-                .or_default()
-                .observe(&doc, mono_ms());
-        }
-        Ok(Cached {
-            version: Some(versioned.version),
-            doc: Some(doc),
-        })
-    }
-
-    fn cached(&self, key: &str) -> Option<Cached> {
-        self.cache.lock().ok()?.get(key).cloned()
-    }
-
-    fn remember(&self, key: &str, version: Option<Version>, doc: Option<Doc>) {
-        if let (Some(doc), Ok(mut observers)) = (&doc, self.observers.lock()) {
-            observers
-                .entry(key.to_string())
-                .or_default()
-                .observe(doc, mono_ms());
-        }
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key.to_string(), Cached { version, doc });
-        }
-    }
-
-    fn forget(&self, key: &str) {
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.remove(key);
-        }
+        self.known.observer(key)
     }
 }
 
-/// What came of an operation, in a few words for `-v`: `queued, 2 ahead`, `held, fence
-/// 17`, `ended succeeded`, `failed: …`.
-fn said(result: &Result<Executed, ClientError>) -> String {
-    let executed = match result {
-        Ok(executed) => executed,
-        Err(error) => return format!("failed: {error}"),
-    };
-    let mut words = match &executed.reply {
-        Reply::Ticket(baton_core::op::TicketView::Live(ticket)) => match ticket.state {
-            baton_core::TicketState::Held => format!("held, fence {}", ticket.fence),
-            baton_core::TicketState::Queued => format!("queued, {} ahead", ticket.position),
-        },
-        Reply::Ticket(baton_core::op::TicketView::Finished {
-            outcome, forced, ..
-        }) => {
-            let forced = if *forced { " (forced)" } else { "" };
-            format!("ended {outcome}{forced}")
-        }
-        Reply::Cancelled(tickets) => format!("{} tickets ended", tickets.len()),
-        Reply::NoJob { .. } => "no job to claim".to_owned(),
-        Reply::Nothing => "done".to_owned(),
-    };
-    let own_id = match &executed.reply {
-        Reply::Ticket(baton_core::op::TicketView::Live(ticket)) => Some(ticket.id.as_str()),
-        _ => None,
-    };
-    for (id, fence) in executed
-        .granted
-        .iter()
-        .filter(|g| Some(g.0.as_str()) != own_id)
-    {
-        words.push_str(&format!("; granted {id} (fence {fence})"));
-    }
-    words
+/// Starts the delivery of a key's events after a write left them due, with a coordinator of
+/// the delivery's own that records events but starts no deliveries.
+fn deliveries(store: &Arc<dyn Store>, settings: &Arc<SettingsCache>) -> EventsDue {
+    let (store, settings) = (store.clone(), settings.clone());
+    Arc::new(move |key: &str| {
+        let (for_delivery, shared) = (store.clone(), settings.clone());
+        let recorder = move || Coordinator::delivering(for_delivery, shared);
+        spawn_delivery(store.clone(), settings.clone(), key, recorder);
+    })
 }
 
-/// Of two write bases, the one whose phases end first (the lag counted in).
-fn earlier(first: Option<Basis>, second: Basis) -> Basis {
-    let start = |b: &Basis| b.basis_local_ms.saturating_sub(b.behind_ms);
-    let earliest = first.map_or(start(&second), |f| start(&f).min(start(&second)));
-    Basis {
-        basis_local_ms: earliest,
-        behind_ms: 0,
+#[async_trait::async_trait]
+impl Recorder for Coordinator {
+    async fn read_doc(&self, key: &str) -> Result<Option<Doc>, ClientError> {
+        Ok(self.read(key).await?.doc)
     }
-}
 
-/// The core's clock from a reading of the store's (`uncertain_ms`: the store's
-/// [`baton_store::Capabilities::clock_uncertain_ms`]), or from `observer` at `mono_ms` on a
-/// store without a clock.
-pub(crate) fn core_clock<'a>(
-    store_clock: &'a StoreClock,
-    uncertain_ms: u64,
-    observer: &'a Observer,
-    mono_ms: u64,
-    wall_ms: u64,
-) -> Clock<'a> {
-    match store_clock {
-        StoreClock::Time { now_ms, epoch, .. } => Clock::Store {
-            now_ms: *now_ms,
-            uncertain_ms,
-            epoch,
-            wall_ms,
-        },
-        StoreClock::None => Clock::Observed {
-            observer,
-            mono_ms,
-            wall_ms,
-        },
+    async fn history_tail(
+        &self,
+        key: &str,
+        limit: usize,
+    ) -> Result<Vec<baton_store::HistoryRecord>, ClientError> {
+        Ok(self.store.history_tail(key, limit).await?)
+    }
+
+    async fn record(&self, key: &str, request: &mut Request) -> Result<(), ClientError> {
+        self.execute(key, request).await.map(|_| ())
     }
 }

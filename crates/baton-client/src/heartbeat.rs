@@ -17,22 +17,24 @@
 //!
 //! A lease may arrive unclaimed (a grant the waiter saw but left to the heartbeat to claim,
 //! [`Lease::claimed`] false): its first renewal is the claim, sent a third into the time the
-//! grant surely stands ([`lease::claim_unclaimed_at_local_ms`]), so a turn shorter than that
+//! grant surely stands ([`baton_core::lease::claim_unclaimed_at_local_ms`]), so a turn shorter than that
 //! is released unclaimed and costs no claim write; until the claim is confirmed, the lease
 //! stands only until the bound the waiter proved for the grant.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use baton_core::lease::{self, safety_margin_ms};
-use baton_core::{Refusal, Request};
+use baton_core::lease::safety_margin_ms;
+use baton_core::Refusal;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::acquire::{release, release_request, renew, Lease, Renewed};
-use crate::coordinator::{Coordinator, Executed};
+use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::follow::{follow, Follower};
+use crate::hold::{release, release_retrying, renew};
+use crate::retry::renewal_retry_in_ms;
+use crate::turn::{Lease, Renewed};
 
 /// The longest the heartbeat goes without looking at the local clock: how late after a resume
 /// from suspend a lost lease may be noticed (plus the scheduler's delay).
@@ -129,11 +131,7 @@ impl Heartbeat {
     /// is unclaimed, a third into the time the grant surely stands (that renewal claims it). It stands until its `holds_until_ms`
     /// unless a renewal is confirmed before.
     pub fn add(&self, lease: &Lease) {
-        let next_try_ms = if lease.claimed {
-            renew_at_ms(lease.holds_until_ms, lease.ttl_ms)
-        } else {
-            lease::claim_unclaimed_at_local_ms(self.coord.local_ms(), lease.holds_until_ms)
-        };
+        let next_try_ms = lease.next_renewal_ms(self.coord.local_ms());
         if let Ok(mut tracked) = self.tracked.lock() {
             tracked.push(Tracked {
                 lease: lease.clone(),
@@ -167,7 +165,7 @@ impl Heartbeat {
     /// Until when (on the coordinator's local clock) every lease it renews stands by its last
     /// confirmed write, renewals going on meanwhile; `None` once it renews none. A lease lost
     /// by a refusal keeps the bound it had: the refusal may answer this process's own end of
-    /// it, landed unseen ([`end_retrying`]).
+    /// it, landed unseen (`crate::hold::end_retrying`).
     pub(crate) fn holds_until_ms(&self) -> Option<u64> {
         let tracked = self.tracked.lock().ok()?;
         tracked.iter().map(|t| t.lease.holds_until_ms).min()
@@ -184,7 +182,7 @@ impl Heartbeat {
         let Ok(tracked) = self.tracked.lock() else {
             return Ok(());
         };
-        match tracked.iter().find(|t| now_ms >= t.lease.holds_until_ms) {
+        match tracked.iter().find(|t| !t.lease.stands_at(now_ms)) {
             Some(t) => Err(Lost::not_confirmed(&t.lease.key)),
             None => Ok(()),
         }
@@ -195,19 +193,6 @@ impl Drop for Heartbeat {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// When a lease that stands until `holds_until_ms` is next renewed: a third of its TTL after
-/// the write that set it (the bound is that write's basis plus the TTL, less the lag and the
-/// margin), so two more tries fit before it is lost.
-fn renew_at_ms(holds_until_ms: u64, ttl_ms: u64) -> u64 {
-    let left_after_a_third = ttl_ms - ttl_ms / 3 - safety_margin_ms(ttl_ms);
-    holds_until_ms.saturating_sub(left_after_a_third)
-}
-
-/// The pause before another try after a renewal failed.
-fn retry_in_ms(ttl_ms: u64) -> u64 {
-    (ttl_ms / 10).clamp(100, 1_000)
 }
 
 /// A renewal's result, for the lease with this ticket id.
@@ -236,7 +221,7 @@ async fn run(
         // Deadlines first: a lease past its bound is lost, whatever a renewal might still say.
         let next_ms = {
             let Ok(mut list) = tracked.lock() else { return };
-            if let Some(t) = list.iter().find(|t| now_ms >= t.lease.holds_until_ms) {
+            if let Some(t) = list.iter().find(|t| !t.lease.stands_at(now_ms)) {
                 tell_lost(lost_tx, Lost::not_confirmed(&t.lease.key));
                 return;
             }
@@ -302,11 +287,8 @@ fn confirm(
     t.renewing = false;
     match result {
         Ok(Ok(renewed)) => {
-            t.lease.holds_until_ms = renewed.holds_until_ms;
-            t.lease.lease_until_wall_ms = renewed.lease_until_wall_ms;
-            t.lease.ttl_ms = renewed.ttl_ms;
-            t.lease.claimed = true;
-            t.next_try_ms = renew_at_ms(renewed.holds_until_ms, renewed.ttl_ms);
+            t.lease.renewed(&renewed);
+            t.next_try_ms = t.lease.next_renewal_ms(coord.local_ms());
             if let Some(by) = renewed.stop_asked {
                 let key = t.lease.key.clone();
                 // The first ask is the one told; later renewals repeat it.
@@ -333,11 +315,11 @@ fn confirm(
         }
         Ok(Err(error)) => {
             tracing::warn!(key = %t.lease.key, %error, "renewal failed; retrying");
-            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            t.next_try_ms = coord.local_ms() + renewal_retry_in_ms(t.lease.ttl_ms);
             None
         }
         Err(_) => {
-            t.next_try_ms = coord.local_ms() + retry_in_ms(t.lease.ttl_ms);
+            t.next_try_ms = coord.local_ms() + renewal_retry_in_ms(t.lease.ttl_ms);
             None
         }
     }
@@ -426,69 +408,6 @@ impl LeaseGuard {
             }
         }
         first_error.map_or(Ok(()), Err)
-    }
-}
-
-/// Releases `lease`, retrying transient store errors while the lease may still stand, at most
-/// its TTL from now (renewals have stopped): a release lost to a blip would keep the next in
-/// line waiting until the TTL runs out. Past that the key has let go by itself, and the error
-/// is returned.
-async fn release_retrying(
-    coord: &Coordinator,
-    lease: &Lease,
-    outcome: baton_core::Outcome,
-    reason: Option<String>,
-) -> Result<(), ClientError> {
-    let give_up_at = Instant::now() + Duration::from_millis(lease.ttl_ms);
-    let mut request = release_request(&lease.token, outcome, reason);
-    let stands = |pause: Duration| Instant::now() + pause < give_up_at;
-    let (released, retried) = end_retrying(coord, &lease.key, &mut request, stands).await;
-    match released {
-        // A try that failed may have landed all the same (the store took the write and
-        // the answer was lost) where the core no longer remembers the attempt: the ticket
-        // ended as asked is this release's doing. Only this token releases with an outcome
-        // of its choosing; expiry and operators end tickets otherwise.
-        Err(ClientError::Refused {
-            refusal:
-                Refusal::Ended {
-                    outcome: ended,
-                    forced: false,
-                    ..
-                },
-            ..
-        }) if retried && ended == outcome => Ok(()),
-        other => other.map(|_| ()),
-    }
-}
-
-/// Sends `request`, an operation that ends a lease (a release, a job's completion), and sends
-/// it again after each transient store error ([`ClientError::is_transient`]: a restart, a
-/// failover, an answer lost) while `stands(pause)` says the lease may still stand once the
-/// pause before the next try is over: an end lost to a blip would leave the lease to run out,
-/// and a finished run would count as one whose holder vanished. The client's one retry of an
-/// ending write: `baton run`'s release and a worker's completion both use it.
-///
-/// One request for every try: the core answers the retry of one that landed unseen as the
-/// first time, or refuses it as uncertain, never as a second end. Returns the last try's
-/// result, and whether an earlier try failed (so a refusal may be that try having landed).
-pub(crate) async fn end_retrying(
-    coord: &Coordinator,
-    key: &str,
-    request: &mut Request,
-    stands: impl Fn(Duration) -> bool,
-) -> (Result<Executed, ClientError>, bool) {
-    let mut pause = Duration::from_millis(100);
-    let mut retried = false;
-    loop {
-        match coord.execute(key, request).await {
-            Err(error) if error.is_transient() && stands(pause) => {
-                tracing::warn!(%key, %error, op = request.op.name(), "failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-                retried = true;
-            }
-            other => return (other, retried),
-        }
     }
 }
 

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use baton_core::once::{verdict, OnceRecord, OnceSpec, Verdict};
 use baton_core::Outcome;
 
-use crate::acquire::{acquire_many, AcquireOptions, Lease, Pending};
+use crate::acquire::acquire_many;
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::heartbeat::{Heartbeat, LeaseGuard};
 use crate::time::wall_ms;
+use crate::turn::{AcquireOptions, Lease, Pending};
 
 /// How to wait, and what the run asks of the key.
 #[derive(Clone, Debug, Default)]

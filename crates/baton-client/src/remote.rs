@@ -5,9 +5,10 @@
 //! come back as the store wrote them, so everything the library does with a document read
 //! directly it does with one read through a server. Writes cannot be handed to a server as
 //! bytes (a `lock` token could then write any document): they go as operations
-//! ([`RemoteStore::run`], which [`crate::Coordinator`] sends), as shared-value writes
-//! ([`RemoteStore::write_value`]), and as the records beside a key that jobs keep; the server
-//! runs them with its own coordinator. The notification rules, which only an `admin` of every
+//! ([`RemoteStore::run`]), as shared-value writes ([`RemoteStore::write_value`]), as freezes
+//! ([`RemoteStore::change_freezes`]) and as the records beside a key that jobs keep, each sent
+//! by the coordinator's server transport (`crate::executor`); the server runs them with its
+//! own coordinator. The notification rules, which only an `admin` of every
 //! key may touch, are written by CAS as with any store.
 //!
 //! Several servers (`http://a:7878,b:7878`) are tried in turn: a server that cannot be reached,
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use baton_core::{kv, names, Doc, Refusal, Request};
 
+use crate::error::ClientError;
 use crate::permission::{Denial, Presented};
 use baton_store::{
     Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
@@ -32,11 +34,6 @@ use serde_json::{json, Value};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How many answers in a row to one write sent through a server may be lost before the loss
-/// is reported (each is retried at once: a server that cannot be reached at all is reported
-/// as unavailable without a retry, since nothing was sent).
-pub(crate) const MAX_LOST_ANSWERS: u32 = 5;
 
 /// How long a server may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -105,6 +102,24 @@ pub enum RunError {
     Failed(StoreError),
 }
 
+impl RunError {
+    /// What the client reports about `key` (a key, or a value's name) for this: a refusal as
+    /// the core's or the value's, anything else as the store error it is.
+    pub(crate) fn refusal_of(self, key: &str) -> ClientError {
+        match self {
+            RunError::Refused(refusal) => ClientError::Refused {
+                key: key.to_owned(),
+                refusal,
+            },
+            RunError::ValueRefused(refusal) => ClientError::ValueRefused {
+                name: key.to_owned(),
+                refusal,
+            },
+            RunError::Ambiguous { error, .. } | RunError::Failed(error) => error.into(),
+        }
+    }
+}
+
 /// How a request ended, before its body is judged.
 enum Sent {
     /// A server answered with a status other than 503: its body (a success's as sent, to be
@@ -128,12 +143,12 @@ impl RemoteStore {
         // A couple of kept connections serve a process's every wait, and a server holding many
         // waiters holds few idle ones. (A shorter idle timeout than hyper's cost 0.9 ms a
         // request here: measured with serve-overhead, BENCHMARKS.md.)
-        let http = crate::notify::http_builder()
+        let http = crate::http::http_builder()
             .timeout(REQUEST_TIMEOUT)
             .pool_max_idle_per_host(2)
             .build()
             .map_err(|e| unusable(format!("cannot make an HTTP client: {e}")))?;
-        let streaming = crate::notify::http_builder()
+        let streaming = crate::http::http_builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .read_timeout(FEED_SILENCE)
             .build()
@@ -155,7 +170,6 @@ impl RemoteStore {
         store.capabilities = Capabilities {
             clock: about["clock"].as_bool().unwrap_or(false),
             clock_uncertain_ms: about["clock_uncertain_ms"].as_u64().unwrap_or(1000),
-            operations_only: true,
             watch: true,
             watch_documents: true,
             watch_complete: true,
@@ -304,7 +318,7 @@ impl RemoteStore {
     /// A server that could not be reached: a refused or cut connection heals by itself, a
     /// certificate that is not trusted needs someone to act.
     fn unavailable(&self, error: &reqwest::Error) -> StoreError {
-        let reason = crate::notify::error_chain(error);
+        let reason = crate::http::error_chain(error);
         let store = self.described.clone();
         if reason.to_ascii_lowercase().contains("certificate") {
             return StoreError::Unusable {
@@ -323,7 +337,7 @@ impl RemoteStore {
             store: self.described.clone(),
             reason: format!(
                 "the request was sent and its answer lost ({}): it may have run",
-                crate::notify::error_chain(error)
+                crate::http::error_chain(error)
             ),
         }
     }
@@ -477,7 +491,7 @@ impl Feed {
                 }
                 FeedEnd::Failed => {
                     failures = failures.saturating_add(1);
-                    crate::acquire::retry_pause(Duration::from_millis(200) * failures.min(40))
+                    crate::retry::retry_pause(Duration::from_millis(200) * failures.min(40))
                 }
             };
             // The feed ended: what changed until the next one starts is not told.

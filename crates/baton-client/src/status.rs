@@ -6,11 +6,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use baton_core::doc::FinishedMark;
 use baton_core::freeze::{Freeze, Paused};
-use baton_core::{Doc, Mode, Outcome, TicketState};
+use baton_core::{Doc, Mode, Outcome, Ticket, TicketState};
 use baton_store::StoreClock;
 use serde_json::{json, Value};
 
-use crate::{ClientError, Coordinator};
+use crate::coordinator::Coordinator;
+use crate::error::ClientError;
 
 /// RFC 3339 with milliseconds, UTC.
 pub fn rfc3339(wall_ms: u64) -> String {
@@ -99,6 +100,57 @@ pub struct TicketStatus {
     pub stop_asked: Option<String>,
 }
 
+impl TicketStatus {
+    /// A holder, with the lease left until the store's clock, as read, ends it (the core's
+    /// rule; `uncertain_ms`: the store's `clock_uncertain_ms`).
+    fn holder(t: &Ticket, clock: &StoreClock, uncertain_ms: u64, wall_ms: u64) -> TicketStatus {
+        TicketStatus {
+            id: t.id.clone(),
+            held: true,
+            mode: t.mode,
+            context: t.context.clone(),
+            order: t.order.clone(),
+            keep: t.keep,
+            claimed: t.claimed,
+            fence: t.fence,
+            position: 0,
+            since_wall_ms: t.granted_wall_ms,
+            for_ms: wall_ms.saturating_sub(t.granted_wall_ms),
+            lease_left_ms: match (clock, t.deadline_ms) {
+                (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
+                    let ends = baton_core::lease::phase_ends_store_ms(deadline, uncertain_ms);
+                    Some(ends.saturating_sub(*now_ms))
+                }
+                _ => None,
+            },
+            job: t.job.is_some(),
+            estimate_ms: None,
+            stop_asked: t.stop_asked.clone(),
+        }
+    }
+
+    /// A queued ticket at `position` (1: next), without an estimate.
+    fn queued(t: &Ticket, position: usize, wall_ms: u64) -> TicketStatus {
+        TicketStatus {
+            id: t.id.clone(),
+            held: false,
+            mode: t.mode,
+            context: t.context.clone(),
+            order: t.order.clone(),
+            keep: t.keep,
+            claimed: false,
+            fence: 0,
+            position,
+            since_wall_ms: t.enqueued_wall_ms,
+            for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
+            lease_left_ms: None,
+            job: t.job.is_some(),
+            estimate_ms: None,
+            stop_asked: None,
+        }
+    }
+}
+
 impl KeyStatus {
     /// `uncertain_ms`: the store's `clock_uncertain_ms`.
     pub fn of(
@@ -112,30 +164,7 @@ impl KeyStatus {
             .in_queue_order()
             .into_iter()
             .filter(|t| t.state == TicketState::Held)
-            .map(|t| TicketStatus {
-                id: t.id.clone(),
-                held: true,
-                mode: t.mode,
-                context: t.context.clone(),
-                order: t.order.clone(),
-                keep: t.keep,
-                claimed: t.claimed,
-                fence: t.fence,
-                position: 0,
-                since_wall_ms: t.granted_wall_ms,
-                for_ms: wall_ms.saturating_sub(t.granted_wall_ms),
-                // Until the store's clock, as read, ends the lease (the core's rule).
-                lease_left_ms: match (clock, t.deadline_ms) {
-                    (StoreClock::Time { now_ms, .. }, Some(deadline)) => {
-                        let ends = baton_core::lease::phase_ends_store_ms(deadline, uncertain_ms);
-                        Some(ends.saturating_sub(*now_ms))
-                    }
-                    _ => None,
-                },
-                job: t.job.is_some(),
-                estimate_ms: None,
-                stop_asked: t.stop_asked.clone(),
-            })
+            .map(|t| TicketStatus::holder(t, clock, uncertain_ms, wall_ms))
             .collect::<Vec<_>>();
         let backlog = doc.backlog.as_ref().map_or(0, |b| b.len());
         let paused = doc.paused.clone().filter(|p| p.holds_at(wall_ms));
@@ -143,31 +172,18 @@ impl KeyStatus {
             .queued()
             .into_iter()
             .enumerate()
-            .map(|(index, t)| TicketStatus {
-                id: t.id.clone(),
-                held: false,
-                mode: t.mode,
-                context: t.context.clone(),
-                order: t.order.clone(),
-                keep: t.keep,
-                claimed: false,
-                fence: 0,
+            .map(|(index, t)| {
                 // Behind the backlog's jobs, if it arrived after them.
-                position: index
-                    + 1
-                    + if doc.behind_backlog(t) {
-                        usize::try_from(backlog).unwrap_or(usize::MAX)
-                    } else {
-                        0
-                    },
-                since_wall_ms: t.enqueued_wall_ms,
-                for_ms: wall_ms.saturating_sub(t.enqueued_wall_ms),
-                lease_left_ms: None,
-                job: t.job.is_some(),
+                let behind = if doc.behind_backlog(t) {
+                    usize::try_from(backlog).unwrap_or(usize::MAX)
+                } else {
+                    0
+                };
+                let mut status = TicketStatus::queued(t, index + 1 + behind, wall_ms);
                 // No estimate while paused: nobody is granted until the freeze ends.
-                estimate_ms: baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms)
-                    .filter(|_| paused.is_none()),
-                stop_asked: None,
+                status.estimate_ms = baton_core::estimate::estimate_wait_ms(doc, &t.id, wall_ms)
+                    .filter(|_| paused.is_none());
+                status
             })
             .collect::<Vec<_>>();
         KeyStatus {

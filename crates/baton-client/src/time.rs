@@ -1,8 +1,12 @@
 //! The caller's clocks: wall time for display and the hybrid fence, a monotonic clock for
-//! observation, and the local clock on which a process keeps its own safety deadlines.
+//! observation, and the local clock on which a process keeps its own safety deadlines; and the
+//! core's clock made from a reading of the store's (`core_clock`).
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use baton_core::{Clock, Observer};
+use baton_store::StoreClock;
 
 /// Milliseconds since the Unix epoch on this machine's wall clock (0 if it is before 1970).
 pub fn wall_ms() -> u64 {
@@ -42,5 +46,30 @@ pub struct BootClock;
 impl LocalClock for BootClock {
     fn now_ms(&self) -> u64 {
         baton_store::boot_clock::boot_time_ms()
+    }
+}
+
+/// The core's clock from a reading of the store's (`uncertain_ms`: the store's
+/// [`baton_store::Capabilities::clock_uncertain_ms`]), or from `observer` at `mono_ms` on a
+/// store without a clock.
+pub(crate) fn core_clock<'a>(
+    store_clock: &'a StoreClock,
+    uncertain_ms: u64,
+    observer: &'a Observer,
+    mono_ms: u64,
+    wall_ms: u64,
+) -> Clock<'a> {
+    match store_clock {
+        StoreClock::Time { now_ms, epoch, .. } => Clock::Store {
+            now_ms: *now_ms,
+            uncertain_ms,
+            epoch,
+            wall_ms,
+        },
+        StoreClock::None => Clock::Observed {
+            observer,
+            mono_ms,
+            wall_ms,
+        },
     }
 }

@@ -16,23 +16,23 @@
 //! not claim in its own write is claimed first — a retried enqueue can find its ticket granted
 //! by someone's release, unclaimed, with a deadline set at a time it cannot know — unless a
 //! heartbeat takes it at once and the grant is provably fresh
-//! ([`baton_core::lease::fresh_grant_until_local_ms`]).
+//! ([`baton_core::lease::seen_grant_until_local_ms`]). Every lease is built by the turn's rules
+//! ([`Lease::set_by_write`], [`Lease::seen_unclaimed`]).
 
 use std::time::{Duration, Instant};
 
-use baton_core::lease;
-use baton_core::op::{Enqueue, TicketView};
-use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Reply, Request, Ticket, TicketState};
+use baton_core::lease::{self, Reading};
+use baton_core::op::Enqueue;
+use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Request, Ticket, TicketState};
 use baton_store::{StoreClock, Versioned, WatchHandle};
 
-use crate::acquire::{
-    release, retry_pause, wall_at, AcquireOptions, HolderView, Lease, Pending, WaitProgress,
-};
 use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
-use crate::ids;
-use crate::poll::PollBounds;
+use crate::hold::release;
+use crate::retry::retry_pause;
 use crate::time::wall_ms;
+use crate::turn::poll::{self, PollBounds};
+use crate::turn::{ids, refresh_every, AcquireOptions, HolderView, Lease, Pending, WaitProgress};
 
 /// Waits for the turn of `pending`. With `heartbeat_claims`, the caller hands the lease to a
 /// heartbeat at once, so a fresh grant may be returned unclaimed.
@@ -183,47 +183,28 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
 }
 
 /// The lease, if `executed` (of `op`) is a write of this wait's own that set its ticket's
-/// lease ([`lease::write_set_the_lease`]): held and claimed, counted from that write's basis.
-/// The error, if the ticket has ended. `None` otherwise: still queued, or held by a write this
-/// request did not make (a retried enqueue finds its ticket granted or claimed by an earlier
-/// write, at a time it cannot know), which the waiter claims first.
+/// lease ([`Lease::set_by_write`]). The error, if the ticket has ended. `None` otherwise: still
+/// queued, or held by a write this request did not make, which the waiter claims first.
 fn turn_from_write(
     coord: &Coordinator,
     pending: &Pending,
     op: &Op,
     executed: &Executed,
 ) -> Result<Option<Lease>, ClientError> {
-    match (&executed.reply, executed.basis) {
-        (Reply::Ticket(TicketView::Live(status)), Some(basis))
-            if status.state == TicketState::Held
-                && status.claimed
-                && lease::write_set_the_lease(op, &executed.granted, &pending.id) =>
-        {
-            let ttl_ms = status.phase_ms;
-            Ok(Some(Lease {
-                key: pending.key.clone(),
-                id: pending.id.clone(),
-                token: pending.token.clone(),
-                fence: status.fence,
-                acquired_wall_ms: status.granted_wall_ms,
-                lease_until_wall_ms: wall_at(coord, basis.phase_stands_until_local_ms(ttl_ms)),
-                ttl_ms,
-                holds_until_ms: basis.holds_until_local_ms(ttl_ms),
-                claimed: true,
-            }))
-        }
-        (
-            Reply::Ticket(TicketView::Finished {
-                outcome, forced, ..
-            }),
-            _,
-        ) => Err(ClientError::Ended {
+    let answer = executed.answer(op);
+    if let Some((outcome, forced)) = answer.ended() {
+        return Err(ClientError::Ended {
             key: pending.key.clone(),
-            outcome: *outcome,
-            forced: *forced,
-        }),
-        _ => Ok(None),
+            outcome,
+            forced,
+        });
     }
+    Ok(Lease::set_by_write(
+        &pending.key,
+        &pending.token,
+        &answer,
+        coord.now(),
+    ))
 }
 
 /// What a look at the store decided.
@@ -345,7 +326,7 @@ impl<'a> Waiter<'a> {
     }
 
     fn refresh_every(&self) -> Duration {
-        self.options.waiter_ttl / 3
+        refresh_every(self.options.waiter_ttl)
     }
 
     /// Tells the caller where the wait stands (after every look: it decides what to print).
@@ -434,14 +415,14 @@ impl<'a> Waiter<'a> {
         }
     }
 
-    /// How many wake-ups to let pass before looking ([`crate::poll::wakes_before_look`]), by
+    /// How many wake-ups to let pass before looking ([`poll::wakes_before_look`]), by
     /// this ticket's place in the document as last seen.
     fn wakes_before_look(&self) -> usize {
         let always = self
             .doc
             .by_id(&self.pending.id)
             .is_none_or(|t| t.mode == Mode::Shared || t.state == TicketState::Held);
-        crate::poll::wakes_before_look(self.position(), self.doc.limit, always)
+        poll::wakes_before_look(self.position(), self.doc.limit, always)
     }
 
     /// How long until the freeze the document records ends by itself, if it does: the write
@@ -547,41 +528,25 @@ impl<'a> Waiter<'a> {
     }
 
     /// A grant seen unclaimed, as a lease to start at once, if it surely stands long enough
-    /// for the heartbeat to claim it ([`lease::fresh_grant_until_local_ms`]).
+    /// for the heartbeat to claim it ([`Lease::seen_unclaimed`]).
     fn fresh_grant(&self, mine: &Ticket, snapshot: &KeySnapshot) -> Option<Lease> {
-        let on_store_clock = match &snapshot.clock {
+        let reading = match &snapshot.clock {
             StoreClock::Time {
                 now_ms,
                 behind_ms,
                 epoch,
-            } => Some(lease::deadline_stands_until_local_ms(
-                snapshot.read_from_ms,
-                *now_ms,
-                *behind_ms,
-                mine.deadline_ms,
+            } => Some((
+                Reading {
+                    read_from_local_ms: snapshot.read_from_ms,
+                    store_ms: *now_ms,
+                    behind_ms: *behind_ms,
+                },
                 self.doc.epoch.as_deref() == Some(epoch.as_str()),
             )),
             StoreClock::None => None,
         };
-        let now_ms = self.coord.local_ms();
-        let until_ms = lease::fresh_grant_until_local_ms(
-            self.queued_at_ms,
-            mine.claim_ms,
-            mine.ttl_ms,
-            on_store_clock,
-            now_ms,
-        )?;
-        Some(Lease {
-            key: self.pending.key.clone(),
-            id: self.pending.id.clone(),
-            token: self.pending.token.clone(),
-            fence: mine.fence,
-            acquired_wall_ms: mine.granted_wall_ms,
-            lease_until_wall_ms: wall_at(self.coord, until_ms),
-            ttl_ms: mine.ttl_ms,
-            holds_until_ms: until_ms,
-            claimed: false,
-        })
+        let now = self.coord.now();
+        Lease::seen_unclaimed(self.pending, mine, self.queued_at_ms, reading, now)
     }
 
     /// Whether the clock now ends some ticket of the key (a refresh would expire it, and may
@@ -589,7 +554,7 @@ impl<'a> Waiter<'a> {
     fn something_expired(&self, snapshot: &KeySnapshot) -> bool {
         let observer = self.coord.observer(self.key());
         let uncertain_ms = self.coord.store().capabilities().clock_uncertain_ms;
-        let clock = crate::coordinator::core_clock(
+        let clock = crate::time::core_clock(
             &snapshot.clock,
             uncertain_ms,
             &observer,

@@ -171,7 +171,75 @@ pub fn fresh_grant_until_local_ms(
 /// [`fresh_grant_until_local_ms`] proved whenever the claim lands or is lost.
 pub fn claim_unclaimed_at_local_ms(started_local_ms: u64, holds_until_local_ms: u64) -> u64 {
     let stands_ms = holds_until_local_ms.saturating_sub(started_local_ms);
-    started_local_ms.saturating_add(stands_ms / 3)
+    started_local_ms.saturating_add(renewal_due_after_ms(stands_ms))
+}
+
+/// How far into a phase of `phase_ms` its owner writes to extend it: a third, so two more
+/// tries fit before it ends. A held lease is renewed a third into its TTL, a waiter lease
+/// refreshed a third into its own, an unclaimed grant claimed a third into the time it stands.
+pub fn renewal_due_after_ms(phase_ms: u64) -> u64 {
+    phase_ms / 3
+}
+
+/// Whether a holder may still act, at `now_local_ms`, on a lease it may act on until
+/// `holds_until_local_ms` ([`Basis::holds_until_local_ms`]): strictly before it. A reply
+/// handled at or after the bound gives the lease up.
+pub fn stands_at(holds_until_local_ms: u64, now_local_ms: u64) -> bool {
+    now_local_ms < holds_until_local_ms
+}
+
+/// A reading of the store's clock a client took for a read: after `read_from_local_ms` on its
+/// local clock, `store_ms` on the store's, at most `behind_ms` behind the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    /// Local clock, ms, before the read began.
+    pub read_from_local_ms: u64,
+    /// The store's time as read.
+    pub store_ms: u64,
+    /// How far the store's time may have been ahead of the reading.
+    pub behind_ms: u64,
+}
+
+/// A grant a waiter saw unclaimed, as the document it read shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeenGrant {
+    /// The ticket's claim window.
+    pub claim_ms: u64,
+    /// The ticket's lease duration.
+    pub ttl_ms: u64,
+    /// The grant's claim deadline, on the store's clock (`None`: judged by observation).
+    pub deadline_store_ms: Option<u64>,
+    /// Whether the document was written on the epoch of the clock the reading came from.
+    pub same_epoch: bool,
+}
+
+/// Until when (local clock) a grant seen unclaimed may be started at once, its claim left to
+/// a heartbeat; `None`: claim it first. [`fresh_grant_until_local_ms`] from when the ticket was
+/// last known queued (`queued_at_local_ms`), bounded on a store with a clock (`reading`) by the
+/// grant's own claim deadline as read ([`deadline_stands_until_local_ms`]). The client's
+/// waiter and the model check both decide by this.
+pub fn seen_grant_until_local_ms(
+    queued_at_local_ms: u64,
+    grant: SeenGrant,
+    reading: Option<Reading>,
+    now_local_ms: u64,
+) -> Option<u64> {
+    let on_store_clock = reading.map(|reading| {
+        deadline_stands_until_local_ms(
+            reading.read_from_local_ms,
+            reading.store_ms,
+            reading.behind_ms,
+            grant.deadline_store_ms,
+            grant.same_epoch,
+        )
+    });
+    fresh_grant_until_local_ms(
+        queued_at_local_ms,
+        grant.claim_ms,
+        grant.ttl_ms,
+        on_store_clock,
+        now_local_ms,
+    )
 }
 
 /// The deadline a beat of a live ticket leaves (a refresh, a claim, a renewal): the later of

@@ -160,7 +160,6 @@ impl Store for MemoryStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: false,
-            operations_only: false,
             watch_complete: false,
         }
     }

@@ -117,10 +117,6 @@ pub struct Capabilities {
     /// the lock is local (SQLite's file lock, taken in microseconds), this spares a hot key the
     /// conflicts, retries and backoffs that optimistic writers pay.
     pub locked_update: bool,
-    /// Writes are not bytes but operations: the store is a `baton serve` that runs them with
-    /// its own coordinator (a caller may not write documents it computed). A coordinator over
-    /// it sends its requests instead of computing and writing documents.
-    pub operations_only: bool,
 }
 
 /// What a [`Store::update`] writes: as [`Store::cas_due`] does, and the records first.

@@ -5,7 +5,8 @@
 //! (one heartbeat renews every lease, each on its own bound) is the model's shape: a client
 //! keeps a phase, and a bound, per key, and acts on each key independently.
 
-use baton_core::lease::{self, Basis};
+pub use baton_core::lease::Reading;
+use baton_core::lease::{self, Basis, SeenGrant};
 use baton_core::Request;
 
 use crate::world::{CLAIM, TTL};
@@ -16,7 +17,7 @@ use crate::world::{CLAIM, TTL};
 /// `now`: a reply handled too late gives the lease up.
 pub fn lease_until(basis: Basis, now: u64) -> Option<u64> {
     let until = basis.holds_until_local_ms(TTL);
-    (until > now).then_some(until)
+    lease::stands_at(until, now).then_some(until)
 }
 
 /// When the ticket was last known queued, from a write whose reply showed it queued: the
@@ -38,19 +39,10 @@ pub fn retry(first: Request, finishes_seen: u64) -> Request {
     }
 }
 
-/// A reading of the store's clock for a read: taken after `from_local_ms`, `store_ms` on the
-/// store's clock, at most `behind_ms` behind it.
-#[derive(Clone, Copy, Debug)]
-pub struct Reading {
-    pub from_local_ms: u64,
-    pub store_ms: u64,
-    pub behind_ms: u64,
-}
-
 /// Rule 5: until when a grant seen unclaimed may be started at once, leaving the claim to the
-/// heartbeat (`None`: claim first). Bounded by the last answer that showed the ticket queued
-/// and, on a store with a clock, by the grant's own claim deadline as read (`same_epoch`: the
-/// deadline is on the clock the reading came from).
+/// heartbeat (`None`: claim first): the waiter's own rule, `lease::seen_grant_until_local_ms`,
+/// with the model's claim window and TTL (`same_epoch`: the deadline is on the clock the
+/// reading came from).
 pub fn fresh_grant_until(
     queued_at: u64,
     read: Option<Reading>,
@@ -58,14 +50,11 @@ pub fn fresh_grant_until(
     same_epoch: bool,
     now: u64,
 ) -> Option<u64> {
-    let on_store_clock = read.map(|read| {
-        lease::deadline_stands_until_local_ms(
-            read.from_local_ms,
-            read.store_ms,
-            read.behind_ms,
-            deadline_ms,
-            same_epoch,
-        )
-    });
-    lease::fresh_grant_until_local_ms(queued_at, CLAIM, TTL, on_store_clock, now)
+    let grant = SeenGrant {
+        claim_ms: CLAIM,
+        ttl_ms: TTL,
+        deadline_store_ms: deadline_ms,
+        same_epoch,
+    };
+    lease::seen_grant_until_local_ms(queued_at, grant, read, now)
 }

@@ -509,7 +509,6 @@ impl Store for DynamoStore {
             clock_uncertain_ms: 0,
             due_index: false,
             locked_update: false,
-            operations_only: false,
             watch_complete: false,
         }
     }

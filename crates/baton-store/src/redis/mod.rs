@@ -421,7 +421,6 @@ impl Store for RedisStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: false,
-            operations_only: false,
             watch_complete: false,
         }
     }

@@ -373,7 +373,6 @@ impl Store for S3Store {
             clock_uncertain_ms: clock::UNCERTAIN_MS,
             due_index: false,
             locked_update: false,
-            operations_only: false,
             watch_complete: false,
         }
     }

@@ -242,7 +242,6 @@ impl Store for SqliteStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: true,
-            operations_only: false,
             watch_complete: false,
         }
     }

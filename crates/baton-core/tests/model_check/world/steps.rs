@@ -442,7 +442,7 @@ impl World {
             (TicketState::Queued, _) => ReadOutcome::Queued,
             (TicketState::Held, false) => {
                 let reading = (setup.clock != ClockKind::Observed).then(|| Reading {
-                    from_local_ms: self.now,
+                    read_from_local_ms: self.now,
                     store_ms: self.reading(setup, lag),
                     behind_ms: lag,
                 });

@@ -1,6 +1,8 @@
-//! [`Coordinator::execute`] on a store with locked updates
-//! ([`baton_store::Capabilities::locked_update`]): the core's apply runs inside the store's
-//! write transaction, on the document read in it, so the write never loses a CAS.
+//! Operations on a store with locked updates ([`baton_store::Capabilities::locked_update`]):
+//! the core's apply runs inside the store's write transaction, on the document read in it, so
+//! the write never loses a CAS. Where a locked update cannot serve (a store without a clock,
+//! another backlog segment wanted, a write whose answer was lost) the optimistic path takes
+//! over from what it saw; shared values, settings and records are written optimistically.
 //!
 //! On a hot key, optimistic writers lose CASes to each other, retry and back off; a releasing
 //! holder that backs off stalls the whole queue behind it (BENCHMARKS.md, B3). Under the lock
@@ -9,15 +11,72 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use async_trait::async_trait;
+use baton_core::kv::Write;
 use baton_core::op::Refusal;
 use baton_core::{decode, Applied, Doc, Request};
 use baton_store::{Change, StoreClock, StoreError, Updated, Versioned};
 
-use super::{Cached, Coordinator, Executed, Lost, Prepared};
+use super::direct::{Direct, Lost, Prepared};
+use super::optimistic::Optimistic;
+use super::{Executed, Executor};
 use crate::error::ClientError;
+use crate::known::Cached;
+use crate::settings::{Freezes, SettingsChange, SettingsChanged};
+use crate::time::mono_ms;
+
+/// Locked updates, with optimistic writes where they cannot serve.
+#[derive(Debug)]
+pub(crate) struct Locked(Optimistic);
+
+impl Locked {
+    /// Writes through `direct`.
+    pub(crate) fn new(direct: Direct) -> Locked {
+        Locked(Optimistic::new(direct))
+    }
+
+    fn direct(&self) -> &Direct {
+        &self.0 .0
+    }
+}
+
+#[async_trait]
+impl Executor for Locked {
+    async fn run(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
+        let direct = self.direct();
+        direct.settings.prefetch(&direct.store, mono_ms());
+        let mut lost = Lost::of(request);
+        let cached = direct.known.cached(key);
+        match self.run_locked(key, request, cached, &mut lost).await? {
+            Update::Done(executed) => Ok(executed),
+            Update::Fallback { seen, read } => {
+                self.0.run_from(key, request, seen, read, lost).await
+            }
+        }
+    }
+
+    async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
+        self.0.write_value(name, write).await
+    }
+
+    async fn change_settings(
+        &self,
+        change: SettingsChange,
+    ) -> Result<SettingsChanged, ClientError> {
+        self.0.change_settings(change).await
+    }
+
+    async fn freezes(&self) -> Result<Freezes, ClientError> {
+        self.0.freezes().await
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
+        self.0.put_record(key, name, bytes).await
+    }
+}
 
 /// How a locked update ended.
-pub(super) enum Locked {
+enum Update {
     /// With an answer.
     Done(Executed),
     /// Without one: the CAS path takes over from `seen` (`read`: as read under the lock, as
@@ -43,23 +102,24 @@ enum Found {
     Failed(ClientError),
 }
 
-impl Coordinator {
+impl Locked {
     /// Runs `request` on `key` in one [`baton_store::Store::update`], starting from `cached`
     /// where the document under the lock is still that version (no decode needed).
-    pub(super) async fn execute_locked(
+    async fn run_locked(
         &self,
         key: &str,
         request: &mut Request,
         cached: Option<Cached>,
         lost: &mut Lost,
-    ) -> Result<Locked, ClientError> {
-        let prepared = self
+    ) -> Result<Update, ClientError> {
+        let direct = self.direct();
+        let prepared = direct
             .prepare(key, cached.as_ref().and_then(|c| c.doc.as_ref()))
             .await?;
         if matches!(prepared.store_clock, StoreClock::None) {
             // Without a clock, leases are judged by observing documents as they are read: the
             // CAS path reads them where the observer sees them.
-            return Ok(Locked::Fallback {
+            return Ok(Update::Fallback {
                 seen: cached,
                 read: false,
             });
@@ -75,54 +135,70 @@ impl Coordinator {
                 change
             })
         };
-        let updated = self.store.update(key, compute).await;
+        let updated = direct.store.update(key, compute).await;
         let found = found.lock().unwrap_or_else(PoisonError::into_inner).take();
-        match (updated, found) {
-            (Ok(Some(Updated::Written { version })), Some(Found::Write { applied, .. })) => {
-                Ok(Locked::Done(self.written(key, applied, version, &prepared)))
+        match updated {
+            Err(StoreError::Ambiguous { .. }) => {
+                // Only a computation that wrote can have landed.
+                if let Some(Found::Write { applied, before }) = found {
+                    lost.ambiguous(request, before.as_ref(), prepared.basis, applied.granted);
+                }
+                direct.known.forget(key);
+                Ok(Update::Fallback {
+                    seen: None,
+                    read: false,
+                })
             }
+            updated => self.settle(key, updated, found, &prepared, lost),
+        }
+    }
+
+    /// What the store's answer and the computation's finding come to: the answer, a refusal,
+    /// or the optimistic path from what was seen.
+    fn settle(
+        &self,
+        key: &str,
+        updated: Result<Option<Updated>, StoreError>,
+        found: Option<Found>,
+        prepared: &Prepared,
+        lost: &mut Lost,
+    ) -> Result<Update, ClientError> {
+        let direct = self.direct();
+        match (updated, found) {
+            (Ok(Some(Updated::Written { version })), Some(Found::Write { applied, .. })) => Ok(
+                Update::Done(direct.written(key, applied, version, prepared)),
+            ),
             (Ok(Some(Updated::Kept)), Some(Found::Unchanged { seen, applied })) => {
-                self.remember(key, seen.version, seen.doc);
-                Ok(Locked::Done(std::mem::take(lost).unchanged(applied)))
+                direct.known.remember(key, seen.version, seen.doc);
+                Ok(Update::Done(std::mem::take(lost).unchanged(applied)))
             }
             (Ok(Some(Updated::Kept)), Some(Found::Refused { seen, refusal })) => {
-                self.remember(key, seen.version, seen.doc);
+                direct.known.remember(key, seen.version, seen.doc);
                 Err(ClientError::Refused {
                     key: key.to_owned(),
                     refusal,
                 })
             }
-            (Ok(Some(Updated::Kept)), Some(Found::OtherSegment { seen })) => Ok(Locked::Fallback {
+            (Ok(Some(Updated::Kept)), Some(Found::OtherSegment { seen })) => Ok(Update::Fallback {
                 seen: Some(seen),
                 read: true,
             }),
             (Ok(Some(Updated::Kept)), Some(Found::Failed(error))) => {
-                self.forget(key);
+                direct.known.forget(key);
                 Err(error)
             }
-            (Ok(None), _) => Ok(Locked::Fallback {
+            (Ok(None), _) => Ok(Update::Fallback {
                 seen: None,
                 read: false,
             }),
-            (Err(StoreError::Ambiguous { .. }), found) => {
-                // Only a computation that wrote can have landed.
-                if let Some(Found::Write { applied, before }) = found {
-                    lost.ambiguous(request, before.as_ref(), prepared.basis, applied.granted);
-                }
-                self.forget(key);
-                Ok(Locked::Fallback {
-                    seen: None,
-                    read: false,
-                })
-            }
             (Err(error), _) => {
-                self.forget(key);
+                direct.known.forget(key);
                 Err(error.into())
             }
             (Ok(Some(updated)), _) => {
-                self.forget(key);
+                direct.known.forget(key);
                 Err(ClientError::Store(StoreError::Backend {
-                    store: self.store.describe(),
+                    store: direct.store.describe(),
                     source: format!(
                         "the store's update answered {updated:?}, which is not what its \
                          computation asked for"

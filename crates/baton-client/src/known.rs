@@ -1,0 +1,110 @@
+//! What one coordinator knows of its keys: each key's document and version as last read or
+//! written (so a warm client's uncontended write is one CAS), its observer (on a store without
+//! a clock, leases are judged by watching documents change), and how many writes lost a race.
+//!
+//! Every executor of the coordinator and the coordinator's reads share one of these. A cached
+//! document is a starting point, never an answer: the CAS that follows proves it current.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use baton_core::{decode, Doc, Observer};
+use baton_store::{Store, Version, Versioned};
+
+use crate::error::ClientError;
+use crate::time::mono_ms;
+
+/// A key's document as a coordinator last saw it.
+#[derive(Clone, Debug)]
+pub(crate) struct Cached {
+    /// Its version (`None`: the key has no document, or a server wrote it).
+    pub(crate) version: Option<Version>,
+    /// The document (`None`: the key has never been used).
+    pub(crate) doc: Option<Doc>,
+}
+
+/// The keys a coordinator has seen.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    cache: Mutex<HashMap<String, Cached>>,
+    observers: Mutex<HashMap<String, Observer>>,
+    /// CAS conflicts so far (a server's metrics).
+    conflicts: AtomicU64,
+}
+
+impl Known {
+    /// Reads `key` from `store` (not the cache), decoded and remembered.
+    pub(crate) async fn load(&self, store: &dyn Store, key: &str) -> Result<Cached, ClientError> {
+        let cached = match store.load(key).await? {
+            Some(versioned) => self.decode(key, versioned)?,
+            None => Cached {
+                version: None,
+                doc: None,
+            },
+        };
+        self.remember(key, cached.version.clone(), cached.doc.clone());
+        Ok(cached)
+    }
+
+    /// A document read or pushed, decoded, and shown to the key's observer.
+    pub(crate) fn decode(&self, key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
+        let doc = decode(&versioned.bytes).map_err(|source| ClientError::Corrupt {
+            key: key.to_string(),
+            source,
+        })?;
+        if let Ok(mut observers) = self.observers.lock() {
+            observers
+                .entry(key.to_string())
+                .or_default()
+                .observe(&doc, mono_ms());
+        }
+        Ok(Cached {
+            version: Some(versioned.version),
+            doc: Some(doc),
+        })
+    }
+
+    /// The key as last seen, if it was.
+    pub(crate) fn cached(&self, key: &str) -> Option<Cached> {
+        self.cache.lock().ok()?.get(key).cloned()
+    }
+
+    /// Takes `doc` at `version` as the key's latest.
+    pub(crate) fn remember(&self, key: &str, version: Option<Version>, doc: Option<Doc>) {
+        if let (Some(doc), Ok(mut observers)) = (&doc, self.observers.lock()) {
+            observers
+                .entry(key.to_string())
+                .or_default()
+                .observe(doc, mono_ms());
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key.to_string(), Cached { version, doc });
+        }
+    }
+
+    /// Forgets the key's document: the next write reads it.
+    pub(crate) fn forget(&self, key: &str) {
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.remove(key);
+        }
+    }
+
+    /// The observer of `key` (a copy).
+    pub(crate) fn observer(&self, key: &str) -> Observer {
+        self.observers
+            .lock()
+            .map(|o| o.get(key).cloned().unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Counts a write that lost to a concurrent one.
+    pub(crate) fn conflicted(&self) {
+        self.conflicts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many writes lost to concurrent ones.
+    pub(crate) fn conflicts(&self) -> u64 {
+        self.conflicts.load(Ordering::Relaxed)
+    }
+}
