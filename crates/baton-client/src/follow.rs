@@ -3,7 +3,7 @@
 //! A holder's coordinator caches the document of its last write (the enqueue or the grant it
 //! saw). Whatever others write meanwhile — a waiter's enqueue, above all — makes that version
 //! stale, and the release then loses a CAS to the conflict and sends another: one more round
-//! trip between a release and the next holder's turn (issue 19's B4 measured it). On a store
+//! trip between a release and the next holder's turn (B4 of BENCHMARKS.md measures it). On a store
 //! whose wake-ups carry the document, a holder whose turn outlasts [`FOLLOW_AFTER`] subscribes
 //! to its key, reads it once (what was written before the subscription) and takes every pushed
 //! document into the cache from then on. Shorter turns are left alone: they rarely meet

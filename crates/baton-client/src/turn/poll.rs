@@ -16,7 +16,7 @@
 //!   together.
 //!
 //! That bounds the reads of one waiter: [`PollBounds::reads_per_minute_at_most`] is the
-//! documented bound (README, *Waiting*), and the tests hold the code to it.
+//! documented bound (docs/locks.md, *Waiting*), and the tests hold the code to it.
 //!
 //! On a store that pushes, a wake-up says that the key (on SQLite: the file) was written, not
 //! what changed, so every waiter that looks at every wake-up reads once per write: with N
