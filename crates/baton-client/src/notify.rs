@@ -13,15 +13,33 @@
 //! [`EXIT_FLUSH`] before it exits ([`flush`]); whatever is left is delivered by the next
 //! process that writes the key, or by `baton notify deliver --follow` ([`deliver_all`]).
 
-use baton_core::notify::Settings;
+use baton_core::notify::{Rule, Settings};
 use baton_core::{Op, Request};
 
 use crate::coordinator::Coordinator;
 pub use crate::delivery::{body, flush, post, posts_made, KeyDelivery, EXIT_FLUSH, POST_TIMEOUT};
 use crate::error::ClientError;
 pub use crate::settings::{change_settings, read_settings, SettingsCache, SETTINGS_FRESH_MS};
+use crate::settings::{RuleChange, SettingsChange};
 use crate::time::wall_ms;
 use crate::turn::ids::new_attempt_id;
+
+/// Adds `rule` to the notification rules, replacing the rule of the same name (whether one was
+/// replaced), through `coord`'s transport; every process picks it up within
+/// [`SETTINGS_FRESH_MS`].
+pub async fn add_rule(coord: &Coordinator, rule: Rule) -> Result<bool, ClientError> {
+    let change = SettingsChange::Rule(RuleChange::Add(rule));
+    Ok(coord.change_settings(change).await?.rule_was_there)
+}
+
+/// Removes the notification rule named `name` (whether there was one), through `coord`'s
+/// transport.
+pub async fn remove_rule(coord: &Coordinator, name: &str) -> Result<bool, ClientError> {
+    let change = SettingsChange::Rule(RuleChange::Remove {
+        name: name.to_owned(),
+    });
+    Ok(coord.change_settings(change).await?.rule_was_there)
+}
 
 /// Delivers the due events of `key` (`crate::delivery::deliver_key`), reading and recording
 /// through `coord`.

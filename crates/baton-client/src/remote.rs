@@ -25,6 +25,7 @@ use baton_core::{kv, names, Doc, Refusal, Request};
 
 use crate::error::ClientError;
 use crate::permission::{Denial, Presented};
+use crate::settings::SettingsDoc;
 use baton_store::{
     Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
     Wake, WatchHandle,
@@ -612,36 +613,20 @@ fn records_of(body: &Value) -> Vec<HistoryRecord> {
         .unwrap_or_default()
 }
 
+/// The settings document through the server: read as any key's document, written by CAS
+/// (`POST /v1/settings/notify`, which needs `admin` on every key: whoever may change the rules
+/// could change anything anyway).
 #[async_trait]
-impl Store for RemoteStore {
-    fn describe(&self) -> String {
-        self.described.clone()
+impl SettingsDoc for RemoteStore {
+    async fn load_settings(&self) -> Result<Option<Versioned>, StoreError> {
+        self.load(names::NOTIFY_SETTINGS).await
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.capabilities
-    }
-
-    async fn load(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
-        let body = self
-            .get(&format!("/v1/keys/{}/document", segment(key)))
-            .await?;
-        Ok(versioned(&body))
-    }
-
-    async fn cas_due(
+    async fn cas_settings(
         &self,
-        key: &str,
         expected: Option<&Version>,
         bytes: &[u8],
-        history: &[Vec<u8>],
-        _due_ms: Option<u64>,
     ) -> Result<CasOutcome, StoreError> {
-        // Only the notification rules are written as bytes: their writer needs `admin` on
-        // every key, who could change anything anyway.
-        if key != names::NOTIFY_SETTINGS || !history.is_empty() {
-            return Err(self.refuse_write(&format!("{key:?}")));
-        }
         let body = json!({
             "expected": expected.map(|v| v.0.clone()),
             "bytes": String::from_utf8_lossy(bytes),
@@ -663,6 +648,37 @@ impl Store for RemoteStore {
             }),
             _ => Err(self.backend(format!("the server's answer is not one: {answer}"))),
         }
+    }
+}
+
+#[async_trait]
+impl Store for RemoteStore {
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    async fn load(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let body = self
+            .get(&format!("/v1/keys/{}/document", segment(key)))
+            .await?;
+        Ok(versioned(&body))
+    }
+
+    async fn cas_due(
+        &self,
+        key: &str,
+        _expected: Option<&Version>,
+        _bytes: &[u8],
+        _history: &[Vec<u8>],
+        _due_ms: Option<u64>,
+    ) -> Result<CasOutcome, StoreError> {
+        // Every write goes as an operation (`crate::executor::server`); the settings through
+        // `SettingsDoc` below.
+        Err(self.refuse_write(&format!("{key:?}")))
     }
 
     async fn history(

@@ -1,21 +1,24 @@
 //! The store's settings document — the notification rules and the freezes — as this process
 //! reads it ([`SettingsCache`], at most [`SETTINGS_FRESH_MS`] old when a write records events
-//! or applies a freeze) and changes it ([`change_settings`], by CAS, under the client's one
-//! retry policy: [`crate::retry`]).
+//! or applies a freeze) and changes it ([`change_settings_of`], by CAS, under the client's one
+//! retry policy: [`crate::retry`]), in a store or through `baton serve` alike ([`SettingsDoc`]).
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use baton_core::freeze::{Freeze, Resumed};
 use baton_core::names;
-use baton_core::notify::Settings;
-use baton_store::{CasOutcome, Store, StoreError};
+use baton_core::notify::{Rule, Settings};
+use baton_core::Refusal;
+use baton_store::{CasOutcome, Store, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
 use crate::retry::{AfterConflict, Conflicts, SETTINGS_CONFLICTS};
 use serde::{Deserialize, Serialize};
 
-/// A change of the settings that takes effect on the keys it covers: a freeze set or ended
-/// (`baton pause`, `baton resume`).
+/// A change of the settings: a freeze set or ended (`baton pause`, `baton resume`), which takes
+/// effect on the keys it covers, or a notification rule added or removed (`baton notify add`,
+/// `rm`), which every process picks up within [`SETTINGS_FRESH_MS`].
 #[derive(Clone, Debug)]
 pub enum SettingsChange {
     /// Set a freeze (one with the same target and window replaces the earlier one).
@@ -27,6 +30,20 @@ pub enum SettingsChange {
         /// Who resumed, for the log.
         by: String,
     },
+    /// Add or remove a notification rule.
+    Rule(RuleChange),
+}
+
+/// A notification rule added or removed.
+#[derive(Clone, Debug)]
+pub enum RuleChange {
+    /// Add `rule`, replacing the rule of the same name.
+    Add(Rule),
+    /// Remove the rule named `name`.
+    Remove {
+        /// The rule's name.
+        name: String,
+    },
 }
 
 /// What a [`SettingsChange`] did: once it returns, every writer's copy of the settings has
@@ -37,6 +54,9 @@ pub struct SettingsChanged {
     pub ended: Vec<Freeze>,
     /// The keys written.
     pub touched: Touched,
+    /// For a rule's change: a rule of that name was there before (added: it was replaced;
+    /// removed: it was removed).
+    pub rule_was_there: bool,
 }
 
 /// The store's freezes that may still be in force, and those ended by a resume (through a
@@ -127,18 +147,56 @@ pub async fn read_settings(store: &dyn Store) -> Result<Settings, ClientError> {
     }))
 }
 
+/// Where the settings document is read, and written by CAS: a key of a store, or the settings
+/// endpoint of `baton serve` (`crate::remote`), so that [`change_settings_of`]'s loop is
+/// written once for both.
+#[async_trait]
+pub(crate) trait SettingsDoc: Send + Sync {
+    /// The document and its version (`None`: never written).
+    async fn load_settings(&self) -> Result<Option<Versioned>, StoreError>;
+    /// Writes `bytes` if the document is still at `expected`.
+    async fn cas_settings(
+        &self,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<CasOutcome, StoreError>;
+}
+
+#[async_trait]
+impl SettingsDoc for dyn Store + '_ {
+    async fn load_settings(&self) -> Result<Option<Versioned>, StoreError> {
+        self.load(names::NOTIFY_SETTINGS).await
+    }
+
+    async fn cas_settings(
+        &self,
+        expected: Option<&Version>,
+        bytes: &[u8],
+    ) -> Result<CasOutcome, StoreError> {
+        self.cas(names::NOTIFY_SETTINGS, expected, bytes, &[]).await
+    }
+}
+
+/// Changes the settings in `store` with `change` by CAS ([`change_settings_of`]).
+pub async fn change_settings<T>(
+    store: &dyn Store,
+    change: impl FnMut(&mut Settings) -> Result<T, ClientError> + Send,
+) -> Result<T, ClientError> {
+    change_settings_of(store, change).await
+}
+
 /// Changes the settings with `change` by CAS; returns what `change` returned the last time.
 ///
 /// After a conflict `change` is judged again against the document that won, after the pause
 /// the retry policy calls for, up to `SETTINGS_CONFLICTS` in a row. A write whose answer was
 /// lost is recognised by reading the document again: the very bytes it wrote there are its own
 /// (or a write of the same change: the same end); anything else, and the change is judged again.
-pub async fn change_settings<T>(
-    store: &dyn Store,
-    mut change: impl FnMut(&mut Settings) -> Result<T, ClientError>,
+pub(crate) async fn change_settings_of<T, D: SettingsDoc + ?Sized>(
+    doc: &D,
+    mut change: impl FnMut(&mut Settings) -> Result<T, ClientError> + Send,
 ) -> Result<T, ClientError> {
     let mut conflicts = Conflicts::new(SETTINGS_CONFLICTS);
-    let mut read = store.load(names::NOTIFY_SETTINGS).await?;
+    let mut read = doc.load_settings().await?;
     loop {
         let mut settings = match &read {
             Some(read) => Settings::decode(&read.bytes).map_err(|e| ClientError::Refused {
@@ -150,19 +208,16 @@ pub async fn change_settings<T>(
         let result = change(&mut settings)?;
         let bytes = settings.encode();
         let expected = read.as_ref().map(|r| &r.version);
-        match store
-            .cas(names::NOTIFY_SETTINGS, expected, &bytes, &[])
-            .await
-        {
+        match doc.cas_settings(expected, &bytes).await {
             Ok(CasOutcome::Written { .. }) => return Ok(result),
             Ok(CasOutcome::Conflict { current }) => {
                 read = match (conflicts.lost_one("notify").await?, current) {
                     (AfterConflict::Again, Some(current)) => Some(current),
-                    _ => store.load(names::NOTIFY_SETTINGS).await?,
+                    _ => doc.load_settings().await?,
                 };
             }
             Err(StoreError::Ambiguous { .. }) => {
-                read = store.load(names::NOTIFY_SETTINGS).await?;
+                read = doc.load_settings().await?;
                 if read.as_ref().is_some_and(|read| read.bytes == bytes) {
                     return Ok(result);
                 }
@@ -170,6 +225,32 @@ pub async fn change_settings<T>(
             Err(error) => return Err(error.into()),
         }
     }
+}
+
+/// Makes a rule's change in `doc` by CAS ([`change_settings_of`]): every transport's way to
+/// add or remove a rule, the settings document being the same bytes wherever it is kept.
+pub(crate) async fn change_rule<D: SettingsDoc + ?Sized>(
+    doc: &D,
+    change: &RuleChange,
+) -> Result<SettingsChanged, ClientError> {
+    let rule_was_there = change_settings_of(doc, |settings| match change {
+        RuleChange::Add(rule) => {
+            let there = settings.rules.iter().any(|r| r.name == rule.name);
+            settings
+                .add(rule.clone())
+                .map_err(|e| ClientError::Refused {
+                    key: "notify".into(),
+                    refusal: Refusal::Invalid(e),
+                })?;
+            Ok(there)
+        }
+        RuleChange::Remove { name } => Ok(settings.remove(name)),
+    })
+    .await?;
+    Ok(SettingsChanged {
+        rule_was_there,
+        ..SettingsChanged::default()
+    })
 }
 
 /// The freezes in `store`'s settings ([`Freezes`]), ended ones included.

@@ -2,10 +2,9 @@
 
 use std::time::Duration;
 
-use baton_client::notify::{self as client, change_settings, read_settings};
-use baton_client::{wall_ms, ClientError};
+use baton_client::notify::{self as client, read_settings};
+use baton_client::wall_ms;
 use baton_core::notify::{Event, EventKind, Rule};
-use baton_core::Refusal;
 use clap::{Args, Subcommand};
 use serde_json::json;
 
@@ -130,14 +129,7 @@ async fn add(opened: &Opened, args: NotifyAddArgs) -> Result<i32, Failure> {
     };
     rule.check().map_err(|e| Failure::usage(e.0))?;
     let name = rule.name.clone();
-    let replaced = change_settings(opened.coord.store().as_ref(), |settings| {
-        let replaced = settings.rules.iter().any(|r| r.name == rule.name);
-        settings
-            .add(rule.clone())
-            .map_err(|e| refused(Refusal::Invalid(e)))?;
-        Ok(replaced)
-    })
-    .await?;
+    let replaced = client::add_rule(&opened.coord, rule).await?;
     let verb = if replaced { "replaced" } else { "added" };
     eprintln!("baton: {verb} rule {name} (processes pick it up within 1 s)");
     Ok(exit::OK)
@@ -190,10 +182,7 @@ async fn ls(opened: &Opened, args: NotifyLsArgs) -> Result<i32, Failure> {
 }
 
 async fn rm(opened: &Opened, args: NotifyRmArgs) -> Result<i32, Failure> {
-    let removed = change_settings(opened.coord.store().as_ref(), |settings| {
-        Ok(settings.remove(&args.name))
-    })
-    .await?;
+    let removed = client::remove_rule(&opened.coord, &args.name).await?;
     if !removed {
         return Err(Failure::new(
             exit::MISSING,
@@ -357,13 +346,6 @@ fn default_name(prefix: &str) -> String {
         "every-key".to_owned()
     } else {
         name
-    }
-}
-
-fn refused(refusal: Refusal) -> ClientError {
-    ClientError::Refused {
-        key: "notify".into(),
-        refusal,
     }
 }
 

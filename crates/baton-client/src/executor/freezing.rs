@@ -19,7 +19,8 @@ use baton_store::Store;
 use super::{execute, list_keys, Executor};
 use crate::error::ClientError;
 use crate::settings::{
-    change_settings, SettingsCache, SettingsChange, SettingsChanged, Touched, SETTINGS_FRESH_MS,
+    change_rule, change_settings, SettingsCache, SettingsChange, SettingsChanged, Touched,
+    SETTINGS_FRESH_MS,
 };
 use crate::time::wall_ms;
 use crate::turn::ids::new_attempt_id;
@@ -35,6 +36,7 @@ pub(super) async fn change(
     match change {
         SettingsChange::Pause(freeze) => pause(&covered, settings, freeze).await,
         SettingsChange::Resume { target, by } => resume(&covered, settings, &target, &by).await,
+        SettingsChange::Rule(rule) => change_rule(store.as_ref(), &rule).await,
     }
 }
 
@@ -55,8 +57,8 @@ async fn pause(
     tokio::time::sleep(copies_fresh()).await;
     let touched = covered.tick(&target).await?;
     Ok(SettingsChanged {
-        ended: Vec::new(),
         touched,
+        ..SettingsChanged::default()
     })
 }
 
@@ -75,7 +77,10 @@ async fn resume(
     .await?;
     let mut touched = Touched::default();
     if ended.is_empty() {
-        return Ok(SettingsChanged { ended, touched });
+        return Ok(SettingsChanged {
+            ended,
+            ..SettingsChanged::default()
+        });
     }
     settings.forget();
     for freeze in &ended {
@@ -85,7 +90,11 @@ async fn resume(
     for freeze in &ended {
         covered.tick(&freeze.target).await?;
     }
-    Ok(SettingsChanged { ended, touched })
+    Ok(SettingsChanged {
+        ended,
+        touched,
+        rule_was_there: false,
+    })
 }
 
 /// Long enough for every writer's copy of the settings to be read again.

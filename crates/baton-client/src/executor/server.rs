@@ -25,7 +25,7 @@ use crate::error::ClientError;
 use crate::known::{Cached, Known};
 use crate::remote::{Ran, RemoteStore, RunError};
 use crate::retry::LostAnswers;
-use crate::settings::{Freezes, SettingsChange, SettingsChanged};
+use crate::settings::{change_rule, Freezes, SettingsChange, SettingsChanged};
 use crate::time::LocalClock;
 
 /// Writes through the servers of a [`RemoteStore`].
@@ -159,7 +159,8 @@ impl Executor for Server {
     }
 
     /// Sends a pause or a resume to the server (`POST /v1/freezes`), which sets it, waits for
-    /// every writer's copy of the settings, and writes the keys it covers, as directly.
+    /// every writer's copy of the settings, and writes the keys it covers, as directly; changes
+    /// a rule by CAS of the settings document through the server.
     async fn change_settings(
         &self,
         change: SettingsChange,
@@ -170,6 +171,7 @@ impl Executor for Server {
                 target.clone(),
                 json!({ "resume": { "target": target, "by": by } }),
             ),
+            SettingsChange::Rule(rule) => return change_rule(self.server.as_ref(), rule).await,
         };
         let answer = match self.server.change_freezes(&body).await {
             Ok(answer) => answer,
@@ -184,12 +186,13 @@ impl Executor for Server {
             Err(other) => return Err(other.refusal_of(&target)),
         };
         let ended = match change {
-            SettingsChange::Pause(_) => Vec::new(),
             SettingsChange::Resume { .. } => parsed(&answer["ended"])?,
+            _ => Vec::new(),
         };
         Ok(SettingsChanged {
             ended,
             touched: parsed(&answer["touched"])?,
+            rule_was_there: false,
         })
     }
 
