@@ -35,3 +35,10 @@ async fn failures_are_classified() {
         failure_classified("memory:x", mode, Classified::Permanent, "takes no path").await;
     }
 }
+
+/// The whole suite in turn on one store under one prefix: the checks compose.
+#[tokio::test]
+async fn run_all() {
+    let store = MemoryStore::new();
+    conformance::run_all(conformance::Fixture::store(&store), PREFIX).await;
+}

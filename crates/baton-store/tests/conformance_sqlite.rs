@@ -669,3 +669,10 @@ async fn failures_are_classified() {
     )
     .await;
 }
+
+/// The whole suite in turn on one store under one prefix: the checks compose.
+#[tokio::test]
+async fn run_all() {
+    let store = fresh_store().await;
+    conformance::run_all(conformance::Fixture::store(&store), PREFIX).await;
+}
