@@ -7,10 +7,9 @@
 
 use baton_testkit as common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use common::files::ReadOnlyFile;
 use common::{with_fresh_sqlite, Ctx, Done};
 
 /// Far below the 60 s `--store-retry` the commands are given, far above any scheduling delay.
@@ -247,33 +246,3 @@ fn the_default_store_reads_as_empty_until_something_writes() {
     });
 }
 
-/// A file made read-only for whoever runs the test: `chmod a-w` for a user, the immutable
-/// attribute (`chattr +i`) for root, whom permissions do not stop; undone on drop, so that the
-/// test's directory can be removed.
-struct ReadOnlyFile(std::path::PathBuf);
-
-impl ReadOnlyFile {
-    fn new(path: &Path) -> ReadOnlyFile {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
-        if std::fs::OpenOptions::new().append(true).open(path).is_ok() {
-            let made = Command::new("chattr").arg("+i").arg(path).status();
-            assert!(
-                made.is_ok_and(|status| status.success()),
-                "running as root, and `chattr +i {}` failed: cannot make a read-only file",
-                path.display()
-            );
-        }
-        ReadOnlyFile(path.to_owned())
-    }
-}
-
-impl Drop for ReadOnlyFile {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr")
-            .arg("-i")
-            .arg(&self.0)
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use baton_store::sqlite::SqliteStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, WithDocs};
+use baton_testkit::files::ReadOnlyFile;
 use tempfile::TempDir;
 
 mod common;
@@ -570,37 +571,6 @@ async fn history_older_than_the_age_is_trimmed_by_the_next_append() {
             .collect::<Vec<_>>(),
         [(3, b"new".to_vec())]
     );
-}
-
-/// A file made read-only for whoever runs the test: `chmod a-w` for a user, the immutable
-/// attribute (`chattr +i`) for root, whom permissions do not stop; undone on drop, so that the
-/// directory can be removed.
-struct ReadOnlyFile(PathBuf);
-
-impl ReadOnlyFile {
-    fn new(path: &Path) -> ReadOnlyFile {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
-        if std::fs::OpenOptions::new().append(true).open(path).is_ok() {
-            let made = Command::new("chattr").arg("+i").arg(path).status();
-            assert!(
-                made.is_ok_and(|status| status.success()),
-                "running as root, and `chattr +i {}` failed: cannot make a read-only file",
-                path.display()
-            );
-        }
-        ReadOnlyFile(path.to_owned())
-    }
-}
-
-impl Drop for ReadOnlyFile {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr")
-            .arg("-i")
-            .arg(&self.0)
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 /// Each way a SQLite store cannot be used is classified as the store sees it: no file there

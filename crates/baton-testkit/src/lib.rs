@@ -15,6 +15,7 @@
 //!   its scratch directory in its environment, so no test leaves processes behind.
 //! - [`Cmd`], [`Proc`], [`Done`]: `baton` (or `sh -c`) invocations with their output in files,
 //!   waits that are always bounded, and exit checks that print everything on failure.
+//! - [`files::ReadOnlyFile`]: a file nobody, root included, may write, for as long as it lives.
 //! - [`KeyView`], [`TicketView`]: `baton status --json`, read in one place, so a change of field
 //!   names is one edit here.
 //!
@@ -23,6 +24,7 @@
 //! fall back to the per-user default store).
 
 pub mod dist;
+pub mod files;
 pub mod help;
 pub mod http;
 mod process;
