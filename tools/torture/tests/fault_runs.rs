@@ -1,5 +1,6 @@
-//! The short torture run of the test command: `baton-torture matrix` on a fresh SQLite file and
-//! on every server store the test scripts started (`scripts/with-servers.sh` exports them),
+//! The short torture run of the test command: `baton-torture matrix` on a fresh SQLite file
+//! and on PostgreSQL, Redis, etcd, S3 and DynamoDB servers of its own (`scripts/with-servers.sh`
+//! starts them for this run alone, so that its restarts and its load reach no other test),
 //! each under the faults it can be given — kill -9 of holders and waiters, a holder paused past
 //! its TTL, SQLite stopped mid-transaction, server restarts, the fault proxy's cut connections,
 //! black holes, latency, lost answers to writes and clients stopped between their write landing
@@ -12,44 +13,15 @@
 //! does first).
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use serde_json::Value;
+
+mod common;
 
 #[test]
 fn every_store_survives_its_faults() {
-    let torture = PathBuf::from(env!("CARGO_BIN_EXE_baton-torture"));
-    assert!(
-        torture.with_file_name("baton").is_file(),
-        "run `cargo build --workspace` first (scripts/test.sh does)"
-    );
-    let restart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restart-server.sh");
     let duration = std::env::var("BATON_TORTURE_DURATION").unwrap_or_else(|_| "45s".into());
-    let output = Command::new(&torture)
-        .args([
-            "matrix",
-            "--work",
-            "locks",
-            "--duration",
-            &duration,
-            "--seed",
-            "11",
-        ])
-        .arg("--restart-script")
-        .arg(&restart)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let summaries: Vec<Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(summaries.len() >= 2, "{stdout}");
+    let common::Matrix { stderr, summaries } =
+        common::matrix(&["--work", "locks", "--duration", &duration, "--seed", "11"]);
     for summary in &summaries {
         // On failure, the end of the run's log too: which faults, which errors.
         let with_log = || {

@@ -1,46 +1,24 @@
-//! The short torture run of the work half in the test command: `baton-torture matrix --work
-//! work` on a fresh SQLite file, on every server store the test scripts started and through two
-//! `baton serve`, each under the faults its lock run gets. Job workers (with a submitter that
-//! queues jobs, queues some again under their ids and retries dead ones), `baton once` callers
-//! of a flaky command and shared-value increments run at once, for `BATON_WORK_TORTURE_DURATION`
-//! (default 30 s) per store; then every job, run-once key and value is read back and checked
-//! (`baton_torture::work_checker`). No violation; every fault asked for injected; and each kind
-//! of work really ran, or a run that did nothing would pass for a tortured one.
+//! The short torture run of the work half in the test command: `baton-torture matrix --work work`
+//! on a fresh SQLite file, on PostgreSQL, Redis, etcd, S3 and DynamoDB servers of its own (as
+//! `fault_runs.rs` has) and through two `baton serve`, each under the faults its lock run gets. Job
+//! workers (with a submitter that queues jobs, queues some again under their ids and retries dead
+//! ones), `baton once` callers of a flaky command and shared-value increments run at once, for
+//! `BATON_WORK_TORTURE_DURATION` (default 30 s) per store; then every job, run-once key and value
+//! is read back and checked (`baton_torture::work_checker`). No violation; every fault asked for
+//! injected; and each kind of work really ran, or a run that did nothing would pass for a tortured
+//! one.
 //!
 //! Needs the `baton` binary next to this one (`cargo build --workspace`, as scripts/test.sh
 //! does first).
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-use serde_json::Value;
+mod common;
 
 #[test]
 fn the_work_half_survives_every_stores_faults() {
-    let torture = PathBuf::from(env!("CARGO_BIN_EXE_baton-torture"));
-    assert!(
-        torture.with_file_name("baton").is_file(),
-        "run `cargo build --workspace` first (scripts/test.sh does)"
-    );
-    let restart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/restart-server.sh");
     let duration = std::env::var("BATON_WORK_TORTURE_DURATION").unwrap_or_else(|_| "30s".into());
-    let output = Command::new(&torture)
-        .args(["matrix", "--work", "work", "--duration", &duration])
-        .args(["--seed", "31", "--restart-script"])
-        .arg(&restart)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let summaries: Vec<Value> = stdout
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert!(!summaries.is_empty(), "{stdout}");
+    let common::Matrix { stderr, summaries } =
+        common::matrix(&["--work", "work", "--duration", &duration, "--seed", "31"]);
     // A retry queues the job again only if it was dead by then, which a slow store may not
     // reach in a short run: somewhere, at least one did.
     let requeued: u64 = summaries
@@ -51,7 +29,10 @@ fn the_work_half_survives_every_stores_faults() {
                 .unwrap_or(0)
         })
         .sum();
-    assert!(requeued > 0, "no retry queued a dead job again: {stdout}");
+    assert!(
+        requeued > 0,
+        "no retry queued a dead job again: {summaries:?}"
+    );
     for summary in &summaries {
         let context = || format!("{summary}\n--- stderr:\n{stderr}");
         assert_eq!(summary["violations"], 0, "{}", context());
