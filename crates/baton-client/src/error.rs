@@ -147,6 +147,15 @@ fn ended_message(outcome: Outcome, forced: bool) -> String {
 }
 
 impl ClientError {
+    /// The core's refusal of a change to `key` (or to the value, rule or freeze target so
+    /// named).
+    pub(crate) fn refused(key: &str, refusal: impl Into<Refusal>) -> ClientError {
+        ClientError::Refused {
+            key: key.to_owned(),
+            refusal: refusal.into(),
+        }
+    }
+
     /// The refusal inside, if the core refused.
     pub fn refusal(&self) -> Option<&Refusal> {
         match self {

@@ -29,10 +29,7 @@ pub async fn resume(
     target: &str,
     by: &str,
 ) -> Result<(Vec<Freeze>, Touched), ClientError> {
-    freeze::check_target(target).map_err(|e| ClientError::Refused {
-        key: target.to_owned(),
-        refusal: e.into(),
-    })?;
+    freeze::check_target(target).map_err(|e| ClientError::refused(target, e))?;
     let change = SettingsChange::Resume {
         target: target.to_owned(),
         by: by.to_owned(),

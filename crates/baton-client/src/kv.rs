@@ -149,7 +149,7 @@ pub async fn list(coord: &Coordinator, prefix: &str) -> Result<Vec<Value>, Clien
 /// Writes `write` to `name` through the coordinator's transport: judged again after each
 /// conflict, recognised after an ambiguous answer.
 async fn write(coord: &Coordinator, name: &str, write: Write) -> Result<u64, ClientError> {
-    kv::check_write(name, &write).map_err(|e| refused(name, e.into()))?;
+    kv::check_write(name, &write).map_err(|e| ClientError::refused(name, e))?;
     coord.write_value(name, &write).await
 }
 
@@ -165,12 +165,5 @@ pub async fn write_directly(
 }
 
 fn check(name: &str) -> Result<(), ClientError> {
-    kv::check_name(name).map_err(|e| refused(name, e.into()))
-}
-
-fn refused(name: &str, refusal: baton_core::Refusal) -> ClientError {
-    ClientError::Refused {
-        key: name.to_owned(),
-        refusal,
-    }
+    kv::check_name(name).map_err(|e| ClientError::refused(name, e))
 }

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use baton_core::freeze::{Freeze, Resumed};
 use baton_core::names;
 use baton_core::notify::{Rule, Settings};
-use baton_core::Refusal;
 use baton_store::{CasOutcome, Store, StoreError, Version, Versioned};
 
 use crate::error::ClientError;
@@ -199,10 +198,9 @@ pub(crate) async fn change_settings_of<T, D: SettingsDoc + ?Sized>(
     let mut read = doc.load_settings().await?;
     loop {
         let mut settings = match &read {
-            Some(read) => Settings::decode(&read.bytes).map_err(|e| ClientError::Refused {
-                key: "notify".into(),
-                refusal: e.into(),
-            })?,
+            Some(read) => {
+                Settings::decode(&read.bytes).map_err(|e| ClientError::refused("notify", e))?
+            }
             None => Settings::default(),
         };
         let result = change(&mut settings)?;
@@ -238,10 +236,7 @@ pub(crate) async fn change_rule<D: SettingsDoc + ?Sized>(
             let there = settings.rules.iter().any(|r| r.name == rule.name);
             settings
                 .add(rule.clone())
-                .map_err(|e| ClientError::Refused {
-                    key: "notify".into(),
-                    refusal: Refusal::Invalid(e),
-                })?;
+                .map_err(|e| ClientError::refused("notify", e))?;
             Ok(there)
         }
         RuleChange::Remove { name } => Ok(settings.remove(name)),

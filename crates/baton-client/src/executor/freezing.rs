@@ -50,7 +50,7 @@ async fn pause(
     let target = freeze.target.clone();
     change_settings(covered.store.as_ref(), |doc| {
         doc.pause(freeze.clone(), wall_ms())
-            .map_err(|e| refused(&target, e))
+            .map_err(|e| ClientError::refused(&target, e))
     })
     .await?;
     settings.forget();
@@ -132,12 +132,5 @@ impl Covered<'_> {
             touched.keys.push(key);
         }
         Ok(touched)
-    }
-}
-
-fn refused(target: &str, error: baton_core::limits::InvalidInput) -> ClientError {
-    ClientError::Refused {
-        key: target.to_owned(),
-        refusal: error.into(),
     }
 }

@@ -205,7 +205,7 @@ pub(crate) async fn write_value_by_cas(
     name: &str,
     write: &Write,
 ) -> Result<u64, ClientError> {
-    kv::check_write(name, write).map_err(|e| value_refused(name, e.into()))?;
+    kv::check_write(name, write).map_err(|e| ClientError::refused(name, e))?;
     let key = names::value_key(name);
     let mut write = write.clone();
     let mut conflicts = Conflicts::new(VALUE_CONFLICTS);
@@ -251,12 +251,4 @@ pub(crate) fn decoded_value(
             name: name.to_owned(),
             source,
         })
-}
-
-/// A value's name refused by the core's limits.
-pub(crate) fn value_refused(name: &str, refusal: baton_core::Refusal) -> ClientError {
-    ClientError::Refused {
-        key: name.to_owned(),
-        refusal,
-    }
 }

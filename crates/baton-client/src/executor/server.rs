@@ -19,7 +19,7 @@ use baton_store::Store;
 use serde_json::{json, Value};
 
 use super::direct::earlier;
-use super::optimistic::{decoded_value, value_refused};
+use super::optimistic::decoded_value;
 use super::{Executed, Executor};
 use crate::error::ClientError;
 use crate::known::{Cached, Known};
@@ -140,7 +140,7 @@ impl Executor for Server {
     /// ([`Write::seen_version`]): the answer to the first attempt may be lost on the way back,
     /// after which nothing this side learns dates from before that attempt.
     async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
-        baton_core::kv::check_write(name, write).map_err(|e| value_refused(name, e.into()))?;
+        baton_core::kv::check_write(name, write).map_err(|e| ClientError::refused(name, e))?;
         let read = self.server.load(&names::value_key(name)).await?;
         let seen_version = decoded_value(name, read.as_ref())?.map_or(0, |doc| doc.version);
         let mut write = write.clone();

@@ -13,10 +13,7 @@ pub(super) fn params_replaced(key: &str, id: &str, detail: String) -> ClientErro
 }
 
 pub(super) fn invalid(key: &str, message: String) -> ClientError {
-    ClientError::Refused {
-        key: key.to_owned(),
-        refusal: baton_core::Refusal::Invalid(baton_core::limits::InvalidInput(message)),
-    }
+    ClientError::refused(key, baton_core::limits::InvalidInput(message))
 }
 
 pub(super) fn unexpected(key: &str, reply: &Reply) -> ClientError {
