@@ -245,4 +245,3 @@ fn the_default_store_reads_as_empty_until_something_writes() {
         assert!(log.stdout.contains("succeeded"), "{}", log.describe());
     });
 }
-
