@@ -5,7 +5,7 @@
 use clap::{Parser, Subcommand};
 
 use crate::cmd::{
-    acquire, cancel, check, docs, init, job, jobs, kv, log, notify, once, pause, run, serve,
+    acquire, cancel, check, docs, init, job, jobs, keep, kv, log, notify, once, pause, run, serve,
     status, token, tokens, why, worker,
 };
 
@@ -162,6 +162,9 @@ pub enum Command {
     Release(token::ReleaseArgs),
     /// Extend the lease of a turn taken with `baton acquire`
     Renew(token::RenewArgs),
+    /// Renew a turn until it ends: the keeper `baton acquire --keep-alive` starts
+    #[command(hide = true)]
+    Keep(keep::KeepArgs),
     /// Show who holds each key, who waits, and how the last turn ended
     Status(status::StatusArgs),
     /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not, 76 if asked to stop

@@ -111,6 +111,11 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         }
         Command::Release(args) => cmd::token::release(&open(store_url).await?, args).await,
         Command::Renew(args) => cmd::token::renew(&open(store_url).await?, args).await,
+        Command::Keep(args) => {
+            // A store out of reach at the start is ridden out as a renewal would be.
+            let opened = open_retrying(store_url, args.ttl, true).await?;
+            cmd::keep::keep(&opened, args).await
+        }
         Command::Status(args) => cmd::status::status(&open(store_url).await?, args).await,
         Command::Cancel(args) => cmd::cancel::cancel(&open(store_url).await?, args).await,
         Command::Check(args) => cmd::check::check(&open(store_url).await?, args).await,

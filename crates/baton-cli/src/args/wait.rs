@@ -18,7 +18,8 @@ pub struct WaitArgs {
     #[arg(long)]
     pub shared: bool,
 
-    /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire]
+    /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire, 1m for
+    /// acquire --keep-alive (renewed every TTL/3)]
     #[arg(long, value_parser = parse_lease, value_name = "DUR")]
     pub ttl: Option<Duration>,
 

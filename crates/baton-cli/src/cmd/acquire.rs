@@ -8,6 +8,7 @@ use baton_client::acquire::{Pending, WaitProgress};
 use baton_client::{AcquireOptions, Coordinator, Lease};
 use clap::Args;
 
+use crate::args::duration::parse_duration;
 use crate::args::wait::WaitArgs;
 use crate::exit::{self, Failure};
 use crate::{wait, Opened};
@@ -21,7 +22,11 @@ queued ahead when the wait began. In a GitHub Actions step (GITHUB_ACTIONS=true)
 (--no-mask leaves it out, for a token passed to another job as a job output).
 
 Nothing renews the lease of an acquired turn: choose --ttl to cover the work (default 15m), or
-call `baton renew KEY TOKEN` from the work itself.";
+call `baton renew KEY TOKEN` from the work itself, or pass --keep-alive: a small keeper process
+(detached, holding none of this command's output open) then renews a short lease (default 1m)
+every TTL/3 until the turn is released, cancelled or lost, or --max-hold (default 6h) passes.
+A runner that dies, or kills the keeper, frees the key one lease later. --json adds the
+keeper's pid as keeper_pid; its log is under $XDG_STATE_HOME/baton/keepers.";
 
 /// `baton acquire`.
 #[derive(Debug, Args)]
@@ -45,24 +50,49 @@ pub struct AcquireArgs {
     /// and masks the ticket as its `mask-ticket` input says
     #[arg(long, env = "BATON_NO_MASK", value_parser = clap::builder::BoolishValueParser::new())]
     pub no_mask: bool,
+
+    /// Keep the turn alive from a keeper process that renews its lease every TTL/3 until the
+    /// turn is released or cancelled (the lease: --ttl, default 1m here)
+    #[arg(long)]
+    pub keep_alive: bool,
+
+    /// With --keep-alive: stop renewing this long after the turn began, whoever forgot to
+    /// release it [default: 6h]
+    #[arg(long, value_parser = parse_duration, value_name = "DUR", requires = "keep_alive")]
+    pub max_hold: Option<Duration>,
 }
+
+/// The lease of a kept-alive turn when --ttl is not given: a runner that dies frees the key
+/// about this long later.
+const KEEP_ALIVE_TTL: Duration = Duration::from_secs(60);
+/// How long a keeper renews at most when --max-hold is not given.
+const KEEP_ALIVE_MAX_HOLD: Duration = Duration::from_secs(6 * 3600);
 
 /// Runs the `acquire` subcommand.
 pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure> {
     let line = (!args.wait.waiting.quiet).then(wait::WaitLine::new);
-    let mut options = wait::options(&args.wait, Duration::from_secs(15 * 60), line.clone())?;
+    let default_ttl = match args.keep_alive {
+        true => KEEP_ALIVE_TTL,
+        false => Duration::from_secs(15 * 60),
+    };
+    let mut options = wait::options(&args.wait, default_ttl, line.clone())?;
     let started = Instant::now();
     let position_at_start = first_position(&mut options);
     let pendings = wait::pendings(std::slice::from_ref(&args.key))?;
     let coord = &opened.coord;
     let lease = wait_for_turn(coord, &pendings, &options, &line).await?;
-    let turn = Turn {
+    let mut turn = Turn {
         waited_ms: started.elapsed().as_millis(),
         // Never reported: granted at the first look.
         position_at_start: position_at_start.get().copied().unwrap_or(0),
         acquired_at: rfc3339(lease.acquired_wall_ms),
         lease,
+        keeper: None,
     };
+    if args.keep_alive {
+        let max_hold = args.max_hold.unwrap_or(KEEP_ALIVE_MAX_HOLD);
+        turn.keeper = Some(start_keeper(opened, &turn.lease, options.ttl, max_hold).await?);
+    }
     if !args.no_mask {
         mask_in_github_actions(&turn.lease.token);
     }
@@ -90,8 +120,40 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
             turn.lease.fence,
             shell_quote(&turn.lease.key)
         );
+        if let Some((pid, log)) = &turn.keeper {
+            eprintln!(
+                "baton: keeper pid {pid} renews it every {} (log: {})",
+                humantime::format_duration(options.ttl / 3),
+                log.display()
+            );
+        }
     }
     Ok(exit::OK)
+}
+
+/// Starts the keeper of `lease` (`cmd::keep`); a keeper that cannot start gives the turn back.
+async fn start_keeper(
+    opened: &Opened,
+    lease: &Lease,
+    ttl: Duration,
+    max_hold: Duration,
+) -> Result<(u32, std::path::PathBuf), Failure> {
+    match crate::cmd::keep::spawn(&opened.url, &lease.key, &lease.token, ttl, max_hold) {
+        Ok(keeper) => Ok(keeper),
+        Err(error) => {
+            let _ = baton_client::acquire::release(
+                &opened.coord,
+                &lease.key,
+                &lease.token,
+                baton_core::Outcome::Cancelled,
+            )
+            .await;
+            Err(Failure::new(
+                exit::ERROR,
+                format!("cannot start the keeper ({error}); the turn was given back"),
+            ))
+        }
+    }
 }
 
 /// A turn taken, with what the caller is told about its wait.
@@ -101,6 +163,8 @@ struct Turn {
     /// 0 when granted at the first look, else 1 + the tickets queued ahead when the wait began.
     position_at_start: usize,
     acquired_at: String,
+    /// With --keep-alive: the keeper's pid and log.
+    keeper: Option<(u32, std::path::PathBuf)>,
 }
 
 /// Waits for the turn of `pendings`' one key; SIGINT or SIGTERM withdraws the ticket and ends
@@ -144,6 +208,10 @@ fn print_turn(turn: &Turn, json: bool) -> std::io::Result<()> {
             "waited_ms": turn.waited_ms,
             "position_at_start": turn.position_at_start,
         });
+        let mut value = value;
+        if let Some((pid, _)) = &turn.keeper {
+            value["keeper_pid"] = serde_json::json!(pid);
+        }
         writeln!(stdout, "{value}")
     } else {
         writeln!(stdout, "{}", lease.token)

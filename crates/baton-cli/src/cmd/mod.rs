@@ -10,6 +10,7 @@ pub mod docs;
 pub mod init;
 pub mod job;
 pub mod jobs;
+pub mod keep;
 pub mod kv;
 pub mod log;
 pub mod notify;

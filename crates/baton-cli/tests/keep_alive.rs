@@ -1,0 +1,135 @@
+//! `baton acquire --keep-alive`: a keeper process renews a short lease until the turn ends.
+//! The command itself returns at once, holding none of its output open (a CI step captures it
+//! with `$(…)`); the turn outlives many leases; a release ends the keeper within a few seconds;
+//! a keeper killed with -9 frees the key one lease later; `--max-hold` stops the renewals.
+
+use std::time::Duration;
+
+use baton_testkit as common;
+
+use common::{for_each_store, wait_until, Ctx, PROMPT};
+use serde_json::Value;
+
+/// The lease of the kept-alive turns here: several pass while a test looks.
+const TTL: &str = "2s";
+
+/// `acquire --keep-alive --json` as a CI step runs it, its output captured by `$(…)`, which
+/// ends only when every holder of the pipe has closed it: the keeper must not be one. Returns
+/// the turn's JSON object.
+fn acquire_kept(ctx: &Ctx, key: &str, extra: &str) -> Value {
+    let script = format!(
+        r#"turn=$("$TEST_BATON" acquire --keep-alive --ttl {TTL} {extra} --json "$KEY") || exit 9
+           printf '%s\n' "$turn""#
+    );
+    let done = ctx
+        .sh("acquire-kept", &script)
+        .env("KEY", key)
+        .env("XDG_STATE_HOME", ctx.path("state"))
+        .run_within(PROMPT);
+    done.assert_code(0);
+    let turn: Value = serde_json::from_str(done.stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: {}", done.describe()));
+    assert!(turn["keeper_pid"].as_u64().is_some(), "{turn}");
+    turn
+}
+
+fn keeper_pid(turn: &Value) -> i32 {
+    let pid = turn["keeper_pid"].as_u64().expect("keeper_pid");
+    i32::try_from(pid).expect("a pid")
+}
+
+/// Whether `pid` runs (a zombie, waiting to be reaped, does not).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(") ").map(|(_, rest)| rest.to_owned()))
+        .is_some_and(|rest| !rest.starts_with('Z'))
+}
+
+/// The keeper's log, from the state directory the test gave it.
+fn keeper_log(ctx: &Ctx) -> String {
+    let dir = ctx.path("state").join("baton").join("keepers");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&dir).expect("the keepers' directory") {
+        let path = entry.expect("an entry").path();
+        text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+    }
+    text
+}
+
+/// The outcome of the newest ended turn in `key`'s history.
+fn last_outcome(ctx: &Ctx, key: &str) -> String {
+    let history = ctx.history(key);
+    let ended = history.iter().find(|entry| entry["outcome"].is_string());
+    ended.map_or_else(String::new, |entry| entry["outcome"].to_string())
+}
+
+#[test]
+fn a_kept_turn_outlives_its_lease_until_released_then_the_keeper_ends() {
+    for_each_store(|ctx| {
+        let key = ctx.key("kept");
+        let turn = acquire_kept(ctx, &key, "");
+        let pid = keeper_pid(&turn);
+        // Three leases later the turn still holds the key.
+        std::thread::sleep(Duration::from_secs(6));
+        let holders = ctx.key_view(&key).holders();
+        assert_eq!(holders.len(), 1, "{:?}", ctx.key_view(&key).raw);
+        assert_eq!(holders[0].id, turn["id"].as_str().expect("id"));
+        assert!(running(pid), "the keeper runs while the turn holds");
+
+        let token = turn["token"].as_str().expect("token");
+        ctx.baton(["release", &key, token]).run().assert_code(0);
+        wait_until("the keeper to end after the release", PROMPT, || {
+            !running(pid)
+        });
+        assert!(
+            keeper_log(ctx).contains("the turn is over"),
+            "{}",
+            keeper_log(ctx)
+        );
+        assert_eq!(last_outcome(ctx, &key), "\"succeeded\"");
+    });
+}
+
+#[test]
+fn a_killed_keeper_frees_the_key_one_lease_later() {
+    for_each_store(|ctx| {
+        let key = ctx.key("killed");
+        let turn = acquire_kept(ctx, &key, "");
+        let pid = keeper_pid(&turn);
+        std::thread::sleep(Duration::from_secs(3));
+        // SAFETY: kill(2) on a pid this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        let next = ctx
+            .baton(["acquire", &key, "--timeout", "20s", "--ttl", "1m", "-q"])
+            .run();
+        next.assert_code(0);
+        assert_eq!(last_outcome(ctx, &key), "\"expired\"");
+        ctx.baton(["release", &key, next.stdout.trim()])
+            .run()
+            .assert_code(0);
+    });
+}
+
+#[test]
+fn max_hold_stops_the_renewals_and_the_lease_runs_out() {
+    for_each_store(|ctx| {
+        let key = ctx.key("bounded");
+        let turn = acquire_kept(ctx, &key, "--max-hold 3s");
+        let pid = keeper_pid(&turn);
+        wait_until("the keeper to stop at --max-hold", PROMPT, || !running(pid));
+        assert!(
+            keeper_log(ctx).contains("--max-hold (3s) passed"),
+            "{}",
+            keeper_log(ctx)
+        );
+        let next = ctx
+            .baton(["acquire", &key, "--timeout", "20s", "--ttl", "1m", "-q"])
+            .run();
+        next.assert_code(0);
+        assert_eq!(last_outcome(ctx, &key), "\"expired\"");
+        ctx.baton(["release", &key, next.stdout.trim()])
+            .run()
+            .assert_code(0);
+    });
+}
