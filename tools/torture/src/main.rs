@@ -8,6 +8,7 @@
 //! - `lib-client` is one turn through the library.
 
 mod harness;
+mod kept_client;
 mod kv_client;
 mod library;
 mod matrix;
@@ -48,6 +49,9 @@ enum Cmd {
     Use(UseArgs),
     /// One turn through the library: acquire with a heartbeat, the work, release.
     LibClient(LibArgs),
+    /// One turn as a CI job's steps take it: `baton acquire --keep-alive`, the work, `baton
+    /// release`.
+    KeptClient(KeptArgs),
     /// Every store in the environment (scripts/with-servers.sh) under its faults, one run
     /// each, then the summary table.
     Matrix(MatrixArgs),
@@ -203,6 +207,22 @@ struct UseArgs {
     fail_one_in: Option<u32>,
 }
 
+/// `kept-client` does the same work as `use`, between `baton acquire --keep-alive` and `baton
+/// release`.
+#[derive(clap::Args)]
+struct KeptArgs {
+    #[command(flatten)]
+    work: UseArgs,
+    /// The `baton` binary.
+    #[arg(long)]
+    baton: PathBuf,
+    #[arg(long)]
+    store: String,
+    /// `baton acquire`'s own flags, after `--`.
+    #[arg(last = true)]
+    acquire: Vec<String>,
+}
+
 /// `lib-client` does the same work as `use`, after taking the turn itself.
 #[derive(clap::Args)]
 struct LibArgs {
@@ -228,6 +248,16 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(*args),
         Cmd::Use(args) => use_resource(args),
         Cmd::LibClient(args) => lib_client(args),
+        Cmd::KeptClient(args) => kept_client::run(&kept_client::Kept {
+            baton: &args.baton,
+            store: &args.store,
+            key: args.work.key.as_deref().unwrap_or_default(),
+            who: &args.work.who,
+            resource: &args.work.resource,
+            shared: args.work.shared,
+            hold: args.work.hold,
+            acquire: &args.acquire,
+        }),
         Cmd::Matrix(args) => matrix(args),
         Cmd::Table => table(),
         Cmd::Resource => serve::resource(),

@@ -49,6 +49,18 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
         },
+        // Turns kept alive by a keeper process, as CI jobs take them: killed and paused with
+        // their clients.
+        Case {
+            store: sqlite("kept.db"),
+            kind: Kind::Mutex,
+            client: ClientKind::Kept,
+            faults: vec![KillHolder, KillWaiter, PauseHolder],
+            restart_cmd: None,
+            skew: None,
+            behind_servers: false,
+            work: Work::Locks,
+        },
         Case {
             store: sqlite("mixed.db"),
             kind: Kind::Mixed,

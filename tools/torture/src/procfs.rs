@@ -162,6 +162,39 @@ pub fn all_threads_stopped(pid: i32, patience: Duration) -> bool {
     }
 }
 
+/// The processes whose environment has `name` with a value `wanted` accepts (one that cannot
+/// be read, or ends meanwhile, is left out): how the harness finds a client's keeper, which is
+/// in no process group of the client's.
+pub fn with_env(name: &str, wanted: impl Fn(&str) -> bool) -> Vec<i32> {
+    let prefix = format!("{name}=");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let found = environ.split(|&b| b == 0).any(|variable| {
+            std::str::from_utf8(variable)
+                .ok()
+                .and_then(|v| v.strip_prefix(&prefix))
+                .is_some_and(&wanted)
+        });
+        if found {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
@@ -169,6 +202,23 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::net::{TcpListener, TcpStream};
     use std::process::{Command, Stdio};
+
+    #[test]
+    fn processes_are_found_by_a_variable_of_their_environment() {
+        let mark = format!("probe {}", std::process::id());
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .env("BATON_TORTURE_PROBE", &mark)
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let found = with_env("BATON_TORTURE_PROBE", |value| value == mark);
+        let other = with_env("BATON_TORTURE_PROBE", |value| value == "someone else");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found, [pid]);
+        assert!(other.is_empty(), "{other:?}");
+    }
 
     #[test]
     fn addresses_parse_as_the_kernel_prints_them() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use baton_torture::checker::Ending;
 use baton_torture::proxy::Proxy;
 
-use super::{lock, signal, ClientKind, Config, KeyPlan, Kind, Running, Shared, Work};
+use super::{lock, signal, ClientKind, Config, KeyPlan, Kind, Running, Shared, Work, CLIENT_MARK};
 
 /// A store reached through the fault proxy: the proxy, and how clients are pointed at it.
 pub(super) struct ProxiedStore {
@@ -103,6 +103,8 @@ pub(super) struct ClientPlan {
     fenced: Vec<bool>,
     env: Vec<(String, String)>,
     log: File,
+    /// The run's key, the first part of every client process's [`CLIENT_MARK`].
+    run: String,
 }
 
 impl ClientPlan {
@@ -173,6 +175,7 @@ impl ClientPlan {
             log: log
                 .try_clone()
                 .map_err(|e| format!("cannot share the log: {e}"))?,
+            run: config.key.clone(),
         })
     }
 
@@ -188,10 +191,11 @@ impl ClientPlan {
         let store = client_store(config, proxy, c);
         let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
         let library = match config.client {
-            ClientKind::Cli => false,
+            ClientKind::Cli | ClientKind::Kept => false,
             ClientKind::Library => true,
             ClientKind::Mixed => c % 2 == 1,
         };
+        let kept = config.client == ClientKind::Kept;
         let mut command: Vec<String> = Vec::new();
         let own = config.own.display().to_string();
         let hold = format!("{}ms", config.hold.as_millis());
@@ -220,15 +224,19 @@ impl ClientPlan {
             }
         } else if library {
             command.extend([own, "lib-client".into(), "--store".into(), store]);
-            command.extend(timing);
+            command.append(&mut timing);
             if shared {
                 command.push("--shared".into());
             }
+        } else if kept {
+            let baton = config.baton.display().to_string();
+            command.extend([own, "kept-client".into(), "--baton".into(), baton]);
+            command.extend(["--store".into(), store]);
         } else {
             command.push(config.baton.display().to_string());
             command.extend(["run".into(), key.name.clone(), "--quiet".into()]);
             command.extend(["--store".into(), store, "--context".into(), WHO.into()]);
-            command.extend(timing);
+            command.append(&mut timing);
             if shared {
                 command.push("--shared".into());
             }
@@ -239,6 +247,14 @@ impl ClientPlan {
         command.extend(["--who".into(), WHO.into()]);
         if shared && (config.unprotected || !library) {
             command.push("--shared".into());
+        }
+        if kept && !config.unprotected {
+            // What `baton acquire` is given, after the work's own flags.
+            command.extend(["--".into(), "--context".into(), WHO.into()]);
+            command.extend(timing);
+            if shared {
+                command.push("--shared".into());
+            }
         }
         command
     }
@@ -317,6 +333,7 @@ impl ClientPlan {
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             // Read by `use` only when it runs without baton (`--unprotected`).
             .env("BATON_TICKET", &who)
+            .env(CLIENT_MARK, format!("{} {who}", self.run))
             .stdout(Stdio::null())
             .stderr(self.log.try_clone().map_or(Stdio::null(), Stdio::from));
         let stop_at = (self.work == Work::Jobs).then(|| {

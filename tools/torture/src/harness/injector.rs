@@ -233,6 +233,10 @@ impl Injector {
     fn kill(&self, who: &str, pid: i32) {
         lock(&self.shared.killed).insert(who.to_owned());
         signal(pid, libc::SIGKILL);
+        // A kept-alive turn's keeper dies with its client, as with a CI job's runner.
+        for keeper in super::marked(&self.shared.run, who) {
+            signal(keeper, libc::SIGKILL);
+        }
     }
 
     /// Stops running client processes one after another until one is caught holding SQLite's
@@ -363,6 +367,8 @@ fn pause_client(shared: &Arc<Shared>, who: &str, top: i32, pause: Duration) -> b
         pids.extend([-command, command]);
     }
     pids.push(top);
+    // A kept-alive turn's keeper stops with its client, as on a runner that froze.
+    pids.extend(super::marked(&shared.run, who));
     pause_pids(shared, who, pids, pause)
 }
 

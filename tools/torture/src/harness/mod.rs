@@ -147,6 +147,28 @@ pub enum ClientKind {
     Library,
     /// Even clients the CLI, odd clients the library.
     Mixed,
+    /// `baton-torture kept-client`: `baton acquire --keep-alive`, the work, `baton release`, as
+    /// a CI job's steps take a turn; a kill or a pause of the client reaches its keeper too, as
+    /// a runner that dies takes the job's leftover processes with it.
+    Kept,
+}
+
+/// The environment variable every client process carries (`RUN WHO`), and so the keepers that
+/// `baton acquire --keep-alive` leaves, which are in no process group of the client's: how a
+/// fault finds them.
+pub const CLIENT_MARK: &str = "BATON_TORTURE_CLIENT";
+
+/// The processes that carry `CLIENT_MARK` for client `who` of run `run` (`who` empty: for
+/// any client of the run).
+pub(crate) fn marked(run: &str, who: &str) -> Vec<i32> {
+    let whole = format!("{run} {who}");
+    baton_torture::procfs::with_env(CLIENT_MARK, |value| {
+        if who.is_empty() {
+            value.starts_with(&whole)
+        } else {
+            value == whole
+        }
+    })
 }
 
 /// Everything a run needs (see `baton-torture run --help`).
@@ -305,6 +327,8 @@ struct Shared {
     paused: Mutex<Vec<(String, Vec<i32>)>>,
     events: Mutex<Vec<Event>>,
     done: AtomicBool,
+    /// The run's key, which every client's [`CLIENT_MARK`] starts with.
+    run: String,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -390,6 +414,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         killed: Mutex::new(HashSet::new()),
         paused: Mutex::new(Vec::new()),
         events: Mutex::new(Vec::new()),
+        run: config.key.clone(),
         done: AtomicBool::new(false),
     });
     let address = serve(shared.clone())?;
@@ -452,6 +477,11 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     };
     shared.done.store(true, Ordering::SeqCst);
     let _ = faults.join();
+    // Keepers left by kept-alive clients that were killed while their acquire ran: the run is
+    // over, as a CI job whose runner kills what it left.
+    for pid in marked(&config.key, "") {
+        signal(pid, libc::SIGKILL);
+    }
     for (_, pids) in lock(&shared.paused).drain(..) {
         for pid in pids {
             signal(pid, libc::SIGCONT);
