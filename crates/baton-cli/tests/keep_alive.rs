@@ -64,6 +64,18 @@ fn last_outcome(ctx: &Ctx, key: &str) -> String {
     ended.map_or_else(String::new, |entry| entry["outcome"].to_string())
 }
 
+/// The next caller gets `key` once the kept turn's lease has run out (recorded expired).
+fn taken_after_the_lease_ran_out(ctx: &Ctx, key: &str) {
+    let next = ctx
+        .baton(["acquire", key, "--timeout", "20s", "--ttl", "1m", "-q"])
+        .run();
+    next.assert_code(0);
+    assert_eq!(last_outcome(ctx, key), "\"expired\"");
+    ctx.baton(["release", key, next.stdout.trim()])
+        .run()
+        .assert_code(0);
+}
+
 #[test]
 fn a_kept_turn_outlives_its_lease_until_released_then_the_keeper_ends() {
     for_each_store(|ctx| {
@@ -100,14 +112,7 @@ fn a_killed_keeper_frees_the_key_one_lease_later() {
         std::thread::sleep(Duration::from_secs(3));
         // SAFETY: kill(2) on a pid this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-        let next = ctx
-            .baton(["acquire", &key, "--timeout", "20s", "--ttl", "1m", "-q"])
-            .run();
-        next.assert_code(0);
-        assert_eq!(last_outcome(ctx, &key), "\"expired\"");
-        ctx.baton(["release", &key, next.stdout.trim()])
-            .run()
-            .assert_code(0);
+        taken_after_the_lease_ran_out(ctx, &key);
     });
 }
 
@@ -123,13 +128,6 @@ fn max_hold_stops_the_renewals_and_the_lease_runs_out() {
             "{}",
             keeper_log(ctx)
         );
-        let next = ctx
-            .baton(["acquire", &key, "--timeout", "20s", "--ttl", "1m", "-q"])
-            .run();
-        next.assert_code(0);
-        assert_eq!(last_outcome(ctx, &key), "\"expired\"");
-        ctx.baton(["release", &key, next.stdout.trim()])
-            .run()
-            .assert_code(0);
+        taken_after_the_lease_ran_out(ctx, &key);
     });
 }
