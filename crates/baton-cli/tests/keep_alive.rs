@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use baton_testkit as common;
 
-use common::{for_each_store, wait_until, Ctx, PROMPT};
+use common::{baton_bin, for_each_store, wait_until, with_fresh_sqlite, Ctx, PROMPT};
 use serde_json::Value;
 
 /// The lease of the kept-alive turns here: several pass while a test looks.
@@ -129,5 +129,45 @@ fn max_hold_stops_the_renewals_and_the_lease_runs_out() {
             keeper_log(ctx)
         );
         taken_after_the_lease_ran_out(ctx, &key);
+    });
+}
+
+/// A `baton` replaced on disk while `acquire --keep-alive` waited (an upgrade in the middle of a
+/// CI job) still starts its keeper: the keeper runs the program the waiting process runs.
+#[test]
+fn the_keeper_starts_even_when_baton_was_removed_while_acquire_waited() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("upgraded");
+        let holder = ctx.baton(["acquire", &key, "--ttl", "1m"]).run();
+        holder.assert_code(0);
+        let copy = ctx.path("baton-copy");
+        std::fs::copy(baton_bin(), &copy).expect("a copy of baton");
+        let mut waiter = ctx
+            .sh(
+                "waiter",
+                r#""$COPY" acquire --keep-alive --ttl 2s --json "$KEY""#,
+            )
+            .env("COPY", &copy)
+            .env("KEY", &key)
+            .env("XDG_STATE_HOME", ctx.path("state"))
+            .spawn();
+        wait_until("the waiter to queue", PROMPT, || {
+            ctx.key_view(&key).queue().len() == 1
+        });
+        std::fs::remove_file(&copy).expect("remove the copy");
+        ctx.baton(["release", &key, holder.stdout.trim()])
+            .run()
+            .assert_code(0);
+        let done = waiter.wait(PROMPT);
+        done.assert_code(0);
+        let turn: Value = serde_json::from_str(done.stdout.trim())
+            .unwrap_or_else(|e| panic!("{e}: {}", done.describe()));
+        let pid = keeper_pid(&turn);
+        assert!(running(pid), "the keeper runs: {}", keeper_log(ctx));
+        let token = turn["token"].as_str().expect("token");
+        ctx.baton(["release", &key, token]).run().assert_code(0);
+        wait_until("the keeper to end after the release", PROMPT, || {
+            !running(pid)
+        });
     });
 }

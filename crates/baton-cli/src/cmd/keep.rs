@@ -60,8 +60,11 @@ pub fn spawn(
 ) -> std::io::Result<(u32, PathBuf)> {
     use std::os::unix::process::CommandExt;
     let log = log_path(key, token)?;
-    let mut command = std::process::Command::new(std::env::current_exe()?);
+    // The image this process runs, not the path it was started from: a `baton` replaced
+    // meanwhile (an upgrade while a CI job waited) leaves that path naming another file, or none.
+    let mut command = std::process::Command::new("/proc/self/exe");
     command
+        .arg0("baton")
         .args(["--store", store_url, "keep", key])
         .arg("--ttl")
         .arg(format!("{}ms", ttl.as_millis()))
