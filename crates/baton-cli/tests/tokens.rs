@@ -283,9 +283,11 @@ fn wrong_and_stale_tokens_are_refused() {
             .run()
             .assert_refused(&[1]);
 
-        // An expired lease: taken over by another acquire, then refused to its old owner.
-        let expired = acquire(ctx, &key, &["--ttl", "1s", "--context", "short"]);
-        std::thread::sleep(Duration::from_millis(2500));
+        // An expired lease: taken over by another acquire, then refused to its old owner. Long
+        // enough that a store slow to answer (moto on a busy machine took over 1 s) cannot let
+        // it run out before the grant reaches its caller (exit 78).
+        let expired = acquire(ctx, &key, &["--ttl", "3s", "--context", "short"]);
+        std::thread::sleep(Duration::from_millis(4500));
         let done = ctx
             .baton([
                 "acquire",
