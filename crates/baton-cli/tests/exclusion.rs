@@ -52,6 +52,31 @@ done"#
         .collect()
 }
 
+/// What baton said in the loops' stderr: the `baton:` lines, for a failure's message.
+fn loops_said(ctx: &Ctx) -> String {
+    let mut said = String::new();
+    let Ok(entries) = std::fs::read_dir(ctx.path("logs")) else {
+        return said;
+    };
+    let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    paths.sort();
+    for path in paths {
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        if !(name.contains("loop") && name.ends_with(".err")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines().filter(|line| line.starts_with("baton:")) {
+            said.push_str(&format!("{name}: {line}\n"));
+        }
+    }
+    said
+}
+
 fn wait_loops(loops: &mut [common::Proc], deadline: Instant) {
     for proc in loops.iter_mut() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -89,7 +114,12 @@ fn mutex_never_overlaps_and_fences_increase_in_grant_order() {
         let elapsed = started.elapsed();
         eprintln!("{} turns in {elapsed:?}", N_LOOPS * N_TURNS);
 
-        assert_eq!(ctx.read("failures"), "", "some `baton run`s failed");
+        assert_eq!(
+            ctx.read("failures"),
+            "",
+            "some `baton run`s failed; they said:\n{}",
+            loops_said(ctx)
+        );
         let overlaps = ctx.lines("overlaps");
         assert!(
             overlaps.is_empty(),
@@ -175,7 +205,12 @@ rm "$TEST_DIR/active/$me""#;
             started.elapsed()
         );
 
-        assert_eq!(ctx.read("failures"), "", "some `baton run`s failed");
+        assert_eq!(
+            ctx.read("failures"),
+            "",
+            "some `baton run`s failed; they said:\n{}",
+            loops_said(ctx)
+        );
         let counts: Vec<usize> = ctx
             .lines("counts")
             .iter()
@@ -229,7 +264,12 @@ true"#;
         wait_loops(&mut loops, started + Duration::from_secs(90));
         eprintln!("40 two-key turns in {:?}", started.elapsed());
 
-        assert_eq!(ctx.read("failures"), "", "some `baton run`s failed");
+        assert_eq!(
+            ctx.read("failures"),
+            "",
+            "some `baton run`s failed; they said:\n{}",
+            loops_said(ctx)
+        );
         assert_eq!(ctx.read("overlaps"), "", "two commands held a key at once");
         let lines = ctx.lines("keys");
         assert_eq!(lines.len(), 40, "every turn ran: {lines:?}");

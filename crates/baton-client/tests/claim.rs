@@ -212,7 +212,9 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
     };
     holder.execute("k", &mut cancel).await.unwrap();
     waiter.down.store(false, Ordering::SeqCst);
-    tokio::time::timeout(Duration::from_secs(2), lost.changed())
+    // The claim is first tried a third into the window (`Lease::next_renewal_ms`), and tried
+    // again soon after each failure: the refusal is heard well within the window.
+    tokio::time::timeout(short_ttl().claim(), lost.changed())
         .await
         .expect("the refused claim is signalled at its next try")
         .unwrap();

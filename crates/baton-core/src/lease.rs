@@ -29,10 +29,13 @@ pub fn safety_margin_ms(phase_ms: u64) -> u64 {
 }
 
 /// The claim window a waiter asks for, from the longest interval between two of its reads
-/// (`poll_max_ms`): twice that plus two seconds of slack, so a live waiter always claims in
-/// time (its longest jittered interval is 1.2 times the bound).
+/// (`poll_max_ms`): twice that (its longest jittered interval is 1.2 times the bound) plus five
+/// seconds for the read that shows the grant and the write that claims it. Two seconds were
+/// not enough: on a loaded 2-core runner a store's two round trips took longer, and live
+/// waiters lost turns they had been granted. The window only costs when the granted waiter
+/// died, which also cost its waiter lease, a minute by default.
 pub fn claim_window_ms(poll_max_ms: u64) -> u64 {
-    poll_max_ms.saturating_mul(2).saturating_add(2_000)
+    poll_max_ms.saturating_mul(2).saturating_add(5_000)
 }
 
 /// On the store's clock, the first reading at which a phase with deadline `deadline_store_ms`
@@ -289,9 +292,9 @@ mod tests {
     }
 
     #[test]
-    fn the_claim_window_is_two_longest_polls_and_two_seconds() {
-        assert_eq!(claim_window_ms(1_000), 4_000);
-        assert_eq!(claim_window_ms(0), 2_000);
+    fn the_claim_window_is_two_longest_polls_and_five_seconds() {
+        assert_eq!(claim_window_ms(1_000), 7_000);
+        assert_eq!(claim_window_ms(0), 5_000);
         assert_eq!(claim_window_ms(u64::MAX), u64::MAX);
     }
 

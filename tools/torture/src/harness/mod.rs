@@ -212,7 +212,8 @@ impl Config {
 
     /// The claim window the clients use (as `AcquireOptions::claim` computes it).
     fn claim(&self) -> Duration {
-        self.poll_max * 2 + Duration::from_secs(2)
+        let poll_max_ms = u64::try_from(self.poll_max.as_millis()).unwrap_or(u64::MAX);
+        Duration::from_millis(baton_core::lease::claim_window_ms(poll_max_ms))
     }
 
     /// How long `stop-before-reply` keeps a client stopped: a second past the longest of its
