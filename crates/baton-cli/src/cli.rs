@@ -5,8 +5,8 @@
 use clap::{Parser, Subcommand};
 
 use crate::cmd::{
-    acquire, cancel, check, docs, init, job, jobs, keep, kv, log, notify, once, pause, run, serve,
-    status, token, tokens, why, worker,
+    acquire, cancel, check, docs, init, job, jobs, keep, kv, log, notify, once, pause, reap, run,
+    serve, status, token, tokens, why, worker,
 };
 
 /// Exit codes, documented in `--help` and the README.
@@ -211,6 +211,9 @@ pub enum Command {
     Pause(pause::PauseArgs),
     /// End the freezes set on KEY or PREFIX/ with `baton pause`
     Resume(pause::ResumeArgs),
+    /// Free the turns of CI runs that have ended (GitHub, CircleCI, GitLab), asking each CI
+    #[command(after_help = reap::REAP_HELP)]
+    Reap(reap::ReapArgs),
     /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
     #[command(after_help = init::INIT_HELP)]
     Init(init::InitArgs),

@@ -8,6 +8,7 @@
 #[macro_use]
 mod out;
 mod args;
+mod ci_run;
 mod cli;
 mod cmd;
 mod context;
@@ -121,6 +122,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Check(args) => cmd::check::check(&open(store_url).await?, args).await,
         Command::Pause(args) => cmd::pause::pause(&open(store_url).await?, args).await,
         Command::Resume(args) => cmd::pause::resume(&open(store_url).await?, args).await,
+        Command::Reap(args) => cmd::reap::reap(&open(store_url).await?, args).await,
         Command::Completions(args) => cmd::docs::completions(args.shell),
         Command::Man(args) => cmd::docs::man(args.subcommand.as_deref()),
         Command::Log(args) => cmd::log::log(&open(store_url).await?, args).await,

@@ -66,6 +66,7 @@ pub fn options(
         once: None,
         cancel_running: args.cancel_running,
         override_freeze: args.override_freeze.clone(),
+        ci_run: crate::ci_run::from_env(),
     })
 }
 

@@ -77,6 +77,8 @@ fn cases(ctx: &Ctx) -> Vec<Case> {
         case(&["pause", "--list", "--json"], 0),
         case(&["resume", &paused], 0),
         case(&["resume", &ctx.key("paused2/"), "--json"], 0),
+        case(&["reap", &ctx.key("")], 0),
+        case(&["reap", &ctx.key(""), "--json"], 0),
         case(&["cancel", "--queued", &held], 0),
         case(&["release", &held, &token], 0),
         case(&["init"], 0),

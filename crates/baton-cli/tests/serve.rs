@@ -214,6 +214,7 @@ fn sigterm_stops_the_server_cleanly() {
 /// An enqueue of ticket `n` of `key`, as the client library makes it.
 fn enqueue(n: u32, context: &str) -> baton_core::Request {
     let op = baton_core::Op::Enqueue(baton_core::Enqueue {
+        ci_run: None,
         id: format!("t-{n:016x}"),
         token: format!("{n:032x}"),
         mode: baton_core::Mode::Normal,
@@ -376,6 +377,7 @@ fn each_operation_needs_its_scope() {
         let cancel = baton_core::Request::new(
             "c1".to_owned(),
             baton_core::Op::Cancel {
+                reason: None,
                 id: format!("t-{:016x}", 1),
                 by: "ops".into(),
             },

@@ -20,7 +20,7 @@ fn commands_are_listed_in_the_order_a_reader_follows() {
         &["once"],
         &["kv"],
         &["notify"],
-        &["pause", "resume", "init"],
+        &["pause", "resume", "reap", "init"],
         &["serve", "tokens"],
         &["completions", "man"],
     ];

@@ -39,6 +39,7 @@
 //! - `follow`: a holder on a store that pushes documents keeps its key's cached document
 //!   current, so its release is one CAS.
 //! - [`status`]: a key's standing as people read it (`baton status` and the dashboard).
+//! - [`reap`]: frees the turns of CI runs that have ended, asking each CI provider (`baton reap`).
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`] (in [`turn`]): ticket ids, tokens and attempt ids, made before the first attempt.
 //! - [`error`]: what can go wrong, in words a CLI can print.
@@ -65,6 +66,7 @@ pub mod kv;
 pub mod notify;
 pub mod once;
 pub mod permission;
+pub mod reap;
 pub mod remote;
 mod retry;
 mod settings;

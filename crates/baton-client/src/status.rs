@@ -98,6 +98,8 @@ pub struct TicketStatus {
     pub estimate_ms: Option<u64>,
     /// A holder asked to stop by a newer ticket (`--cancel-running`): who asked.
     pub stop_asked: Option<String>,
+    /// The CI run that took it, for `baton reap` ([`baton_core::ci_run`]).
+    pub ci_run: Option<baton_core::ci_run::CiRun>,
 }
 
 impl TicketStatus {
@@ -126,6 +128,7 @@ impl TicketStatus {
             job: t.job.is_some(),
             estimate_ms: None,
             stop_asked: t.stop_asked.clone(),
+            ci_run: t.ci_run.clone(),
         }
     }
 
@@ -147,6 +150,7 @@ impl TicketStatus {
             job: t.job.is_some(),
             estimate_ms: None,
             stop_asked: None,
+            ci_run: t.ci_run.clone(),
         }
     }
 }
@@ -238,6 +242,7 @@ impl KeyStatus {
                     "claimed": t.claimed,
                     "job": t.job,
                     "stop_asked": t.stop_asked,
+                    "ci_run": t.ci_run,
                 })
             })
             .collect();

@@ -179,6 +179,7 @@ fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
         once: options.once,
         cancel_running: options.cancel_running,
         override_freeze: options.override_freeze.clone(),
+        ci_run: options.ci_run.clone(),
     }
 }
 

@@ -206,6 +206,7 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
         finishes_seen: None,
         attempt: "operator".into(),
         op: Op::Cancel {
+            reason: None,
             id: leases[0].id.clone(),
             by: String::new(),
         },

@@ -316,6 +316,7 @@ async fn the_heartbeat_keeps_a_lease_and_signals_its_loss() {
         finishes_seen: None,
         attempt: "op".into(),
         op: baton_core::Op::Cancel {
+            reason: None,
             id: lease.id.clone(),
             by: String::new(),
         },

@@ -53,6 +53,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
     Request::new(
         attempt,
         baton_core::Op::Enqueue(baton_core::Enqueue {
+            ci_run: None,
             id: pending.id.clone(),
             token: pending.token.clone(),
             mode: baton_core::Mode::Normal,

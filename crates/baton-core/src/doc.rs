@@ -229,6 +229,9 @@ pub struct Ticket {
     /// kept in its history entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub override_freeze: Option<String>,
+    /// The CI run that enqueued it ([`crate::ci_run`]), for `baton reap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_run: Option<crate::ci_run::CiRun>,
 }
 
 impl Ticket {

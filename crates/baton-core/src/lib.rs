@@ -32,11 +32,13 @@
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
 //! - [`freeze`]: freeze windows (`baton pause`): which freeze holds a key back, and when.
 //! - [`check`]: fence checks for scripts: does the turn with fence F still hold the key?
+//! - [`ci_run`]: which CI run holds a turn, as `baton reap` asks its provider.
 #![deny(missing_docs)]
 
 pub mod apply;
 pub mod backlog;
 pub mod check;
+pub mod ci_run;
 pub mod clock;
 pub mod doc;
 pub mod duration;

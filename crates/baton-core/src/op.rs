@@ -75,6 +75,10 @@ pub enum Op {
         id: String,
         /// Who cancels (their context), for the history and notifications; empty: unknown.
         by: String,
+        /// Why, in words, for the history (`its CI run ended (cancelled)`); `None`: the
+        /// history says who cancelled.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// An operator cancels a job of the key's backlog, which the caller found in written
     /// segment `segment` of backlog `generation` ([`crate::backlog`]); it ends when taken in.
@@ -168,6 +172,10 @@ pub struct Enqueue {
     /// barges), and the reason is recorded in its history entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub override_freeze: Option<String>,
+    /// The CI run enqueuing it (from the CI's own variables), recorded on the ticket for
+    /// `baton reap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ci_run: Option<crate::ci_run::CiRun>,
 }
 
 /// Arguments of [`Op::Submit`].

@@ -341,6 +341,7 @@ fn operators_cancel_and_force_release() {
     // The reply says which were held (force-released) and which waited.
     assert_eq!(
         w.run(Op::Cancel {
+            reason: None,
             id: "t3".into(),
             by: String::new()
         }),
@@ -348,6 +349,7 @@ fn operators_cancel_and_force_release() {
     );
     assert_eq!(
         w.run(Op::Cancel {
+            reason: None,
             id: "t1".into(),
             by: String::new()
         }),
@@ -373,6 +375,7 @@ fn operators_cancel_and_force_release() {
     );
     assert_eq!(
         w.run(Op::Cancel {
+            reason: None,
             id: "nope".into(),
             by: String::new()
         }),

@@ -205,6 +205,7 @@ fn cancels_and_supersedes_reach_jobs_in_the_backlog() {
     // j120 is in the tail: a plain cancel finds it.
     let reply = w
         .run(Op::Cancel {
+            reason: None,
             id: "j120".into(),
             by: String::new(),
         })

@@ -130,6 +130,7 @@ fn the_reader_before_jobs_reads_a_lock_key_and_writes_it_back_unchanged() {
     .expect("t2 granted");
     docs.push(bytes_of(&w));
     w.run(Op::Cancel {
+        reason: None,
         id: "t2".into(),
         by: String::new(),
     })

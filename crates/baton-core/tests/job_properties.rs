@@ -254,6 +254,7 @@ impl Key {
                 let id = self.arrived[i % self.arrived.len()].clone();
                 // An id in the backlog is not in the document: the client finds its segment.
                 let _ = self.w.run(Op::Cancel {
+                    reason: None,
                     id: id.clone(),
                     by: String::new(),
                 });

@@ -329,6 +329,7 @@ fn not_before_delays_the_head_and_operators_cancel_jobs() {
     }
     let reply = w
         .run(Op::Cancel {
+            reason: None,
             id: "j1".into(),
             by: String::new(),
         })
@@ -340,6 +341,7 @@ fn not_before_delays_the_head_and_operators_cancel_jobs() {
     claimed(w.run(claim(2)).expect("claim")).expect("j2");
     let reply = w
         .run(Op::Cancel {
+            reason: None,
             id: "j2".into(),
             by: String::new(),
         })

@@ -221,6 +221,7 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
     );
     w.run(Op::Enqueue(enqueue(2))).unwrap();
     w.run(Op::Cancel {
+        reason: None,
         id: "t2".into(),
         by: "alice on call".into(),
     })
@@ -237,6 +238,7 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
     w.run(Op::Enqueue(enqueue(8))).unwrap();
     w.run(Op::Enqueue(enqueue(9))).unwrap();
     w.run(Op::Cancel {
+        reason: None,
         id: "t9".into(),
         by: String::new(),
     })
@@ -514,6 +516,7 @@ mod owed_events {
                         w.run(Op::Tick)
                     }
                     Step::Cancel(n) => w.run(Op::Cancel {
+                        reason: None,
                         id: format!("t{n}"),
                         by: "ops".into(),
                     }),

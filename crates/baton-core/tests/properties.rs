@@ -864,6 +864,7 @@ impl World {
                 let (id, token) = client.planned[client.sent].clone();
                 client.sent += 1;
                 Op::Enqueue(Enqueue {
+                    ci_run: None,
                     id,
                     token,
                     mode: if e.shared { Mode::Shared } else { Mode::Normal },
@@ -908,6 +909,7 @@ impl World {
                     .flat_map(|cl| cl.planned.iter().map(|(id, _)| id))
                     .collect();
                 Op::Cancel {
+                    reason: None,
                     id: all[*pick as usize % all.len()].clone(),
                     by: String::new(),
                 }
@@ -939,6 +941,7 @@ impl World {
                 let id = known[*pick as usize % known.len()].id.clone();
                 self.extra += 1;
                 Op::Enqueue(Enqueue {
+                    ci_run: None,
                     id,
                     token: format!("{:032x}", 0x5ea1_0000u64 + self.extra),
                     mode: Mode::Normal,
@@ -1026,6 +1029,7 @@ impl World {
     fn invalid(&mut self, n: usize, c: usize, kind: u8) -> Result<(), TestCaseError> {
         self.extra += 1;
         let base = Enqueue {
+            ci_run: None,
             id: format!("inv{}", self.extra),
             token: format!("{:032x}", 0x1_0000_0000u64 + self.extra),
             mode: Mode::Normal,
@@ -1084,6 +1088,7 @@ impl World {
                 reason: None,
             },
             11 => Op::Cancel {
+                reason: None,
                 id: "no such".into(),
                 by: String::new(),
             },
@@ -1103,6 +1108,7 @@ impl World {
                 ..base
             }),
             _ => Op::Cancel {
+                reason: None,
                 id: String::new(),
                 by: String::new(),
             },
@@ -2108,6 +2114,7 @@ fn a_retried_cancel_queued_is_recognised() {
         finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
+            ci_run: None,
             id: format!("t{n}"),
             token: format!("{n:032x}"),
             mode: Mode::Normal,

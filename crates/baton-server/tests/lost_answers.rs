@@ -137,6 +137,7 @@ fn enqueue(pending: &Pending) -> Request {
     Request::new(
         baton_client::ids::new_attempt_id(),
         Op::Enqueue(baton_core::Enqueue {
+            ci_run: None,
             id: pending.id.clone(),
             token: pending.token.clone(),
             mode: baton_core::Mode::Normal,
@@ -253,6 +254,7 @@ async fn a_retry_after_many_tickets_ended_is_refused_as_uncertain_not_run_twice(
     let mut cancel = Request::new(
         "cancel-1",
         Op::Cancel {
+            reason: None,
             id: landed[0].id.clone(),
             by: "an operator".into(),
         },

@@ -92,6 +92,7 @@ fn expected(op: &Op) -> Scope {
 
 fn enqueue(override_freeze: Option<String>) -> Op {
     Op::Enqueue(Enqueue {
+        ci_run: None,
         id: "t-0000000000000001".into(),
         token: "0".repeat(32),
         mode: Mode::Normal,
@@ -127,6 +128,7 @@ fn operations() -> Vec<Op> {
             reason: None,
         },
         Op::Cancel {
+            reason: None,
             id: "t-0000000000000009".into(),
             by: "ops".into(),
         },

@@ -24,6 +24,7 @@
 //! fall back to the per-user default store).
 
 pub mod dist;
+pub mod fake_ci;
 pub mod files;
 pub mod help;
 pub mod http;
@@ -184,9 +185,22 @@ impl Ctx {
     /// Starts `baton serve --listen 127.0.0.1:0` on this test's store with `extra` arguments;
     /// waits for the address it listens on.
     pub fn serve(&self, extra: &[&str]) -> (Proc, std::net::SocketAddr) {
+        self.serve_with_env(extra, &[])
+    }
+
+    /// [`Ctx::serve`], with more variables in the server's environment.
+    pub fn serve_with_env(
+        &self,
+        extra: &[&str],
+        envs: &[(String, String)],
+    ) -> (Proc, std::net::SocketAddr) {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
         args.extend_from_slice(extra);
-        let mut proc = self.baton(&args).name("serve").spawn();
+        let mut cmd = self.baton(&args).name("serve");
+        for (name, value) in envs {
+            cmd = cmd.env(name, value);
+        }
+        let mut proc = cmd.spawn();
         let address = wait_for("the server's address", PROMPT, || {
             if proc.has_exited() {
                 panic!("baton serve exited:\n{}", proc.stderr());

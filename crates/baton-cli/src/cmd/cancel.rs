@@ -40,6 +40,7 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
         (Some(id), false) => Op::Cancel {
             id: id.clone(),
             by: by.clone(),
+            reason: None,
         },
         (None, true) => Op::CancelQueued { by: by.clone() },
         _ => return Err(Failure::usage("give a ticket ID or --queued, not both")),

@@ -16,6 +16,7 @@ pub mod log;
 pub mod notify;
 pub mod once;
 pub mod pause;
+pub mod reap;
 pub mod run;
 pub mod serve;
 pub mod status;

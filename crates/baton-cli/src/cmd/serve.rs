@@ -73,6 +73,13 @@ pub struct ServeArgs {
     /// The certificate's private key (PEM: PKCS#8, PKCS#1 or SEC1)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Free the turns of CI runs that have ended, a pass every --reap-every, as `baton reap`
+    /// does (credentials from BATON_GITHUB_TOKEN, BATON_CIRCLECI_TOKEN, BATON_GITLAB_TOKEN)
+    #[arg(long)]
+    pub reap: bool,
+    /// With --reap, the pause between two passes
+    #[arg(long, value_parser = crate::args::duration::parse_duration, default_value = "1m", value_name = "DUR", requires = "reap")]
+    pub reap_every: Duration,
 }
 
 /// Runs the `serve` subcommand until SIGTERM or Ctrl-C.
@@ -86,6 +93,9 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         tls: args.tls_cert.zip(args.tls_key),
         metrics_public: args.metrics_public,
     };
+    if args.reap {
+        crate::cmd::reap::start_in_server(opened.coord.clone(), args.reap_every)?;
+    }
     let described = opened.coord.store().describe();
     let store = opened.coord.store().clone();
     let state = baton_server::prepare(&options, store).map_err(failure)?;

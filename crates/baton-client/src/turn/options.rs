@@ -51,6 +51,9 @@ pub struct AcquireOptions {
     /// Be granted through a freeze of the key, with this reason
     /// ([`baton_core::Enqueue::override_freeze`]).
     pub override_freeze: Option<String>,
+    /// The CI run taking the turn, recorded on the ticket for `baton reap`
+    /// ([`baton_core::ci_run`]).
+    pub ci_run: Option<baton_core::ci_run::CiRun>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -84,6 +87,7 @@ impl Default for AcquireOptions {
             once: None,
             cancel_running: false,
             override_freeze: None,
+            ci_run: None,
         }
     }
 }

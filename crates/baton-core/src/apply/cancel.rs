@@ -10,12 +10,24 @@ impl Work<'_> {
     /// An operator cancels ticket or job `id`: queued, it ends; held, it is force-released. A
     /// job in the backlog's tail, or in written segment `in_segment` (`(generation, number)`,
     /// found there by the caller), ends when it is taken in.
-    pub(super) fn cancel(&mut self, id: &str, in_segment: Option<(u64, u64)>, by: &str) -> Answer {
+    pub(super) fn cancel(
+        &mut self,
+        id: &str,
+        in_segment: Option<(u64, u64)>,
+        by: &str,
+        why: Option<&str>,
+    ) -> Answer {
         crate::limits::check_id(id)?;
         crate::limits::check_context(by)?;
+        if let Some(why) = why {
+            crate::limits::check_reason(why)?;
+        }
         if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == id) {
             let forced = self.doc.tickets[idx].state == TicketState::Held;
-            let reason = Some(crate::op::cancel_reason(forced, by));
+            let reason = Some(match why {
+                Some(why) => why.to_owned(),
+                None => crate::op::cancel_reason(forced, by),
+            });
             let attempt = Some(self.attempt.to_string());
             self.finish(idx, Outcome::Cancelled, forced, reason, attempt);
             let ended = CancelledTicket::new(id.to_owned(), forced);

@@ -403,6 +403,7 @@ fn new_job(s: &Submit, arrival: u64, clock: &Clock<'_>) -> Ticket {
     let now_ms = clock.job_now_ms();
     let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
     Ticket {
+        ci_run: None,
         id: s.id.clone(),
         token_hash: queued_token_hash(&s.id),
         mode: Mode::Normal,

@@ -177,6 +177,9 @@ fn check_enqueue(e: &Enqueue) -> Result<(), Refusal> {
     if let Some(spec) = &e.once {
         super::once::check_once(spec, e)?;
     }
+    if let Some(run) = &e.ci_run {
+        run.check()?;
+    }
     Ok(())
 }
 
@@ -205,5 +208,6 @@ fn new_ticket(e: &Enqueue, token_hash: String, arrival: u64, clock: &Clock<'_>) 
         once: e.once,
         stop_asked: None,
         override_freeze: e.override_freeze.clone(),
+        ci_run: e.ci_run.clone(),
     }
 }

@@ -142,6 +142,7 @@ mod fixtures {
 
     pub fn ticket(id: &str, held: bool, position: usize, fence: u64) -> TicketStatus {
         TicketStatus {
+            ci_run: None,
             id: id.into(),
             held,
             mode: Mode::Normal,
