@@ -6,6 +6,10 @@
 //! what `pack.sh` makes of the sources, and its commands run as a small CircleCI would run them
 //! (parameters filled in, `when` obeyed, `bash -eo pipefail`). One test goes through `baton
 //! serve` with a lock-scoped token, as a CI runner without store credentials would.
+//!
+//! The scripts run alone model the job form (a turn that spans jobs, `keep_alive` unset); the
+//! one-job form's tests pass `PARAM_KEEP_ALIVE=true` on short leases, or run the packed commands,
+//! whose default it is, and kill the keeper by the pid wait-in-queue leaves in the job's TMPDIR.
 #![allow(clippy::unwrap_used)]
 
 use baton_testkit as common;
@@ -16,6 +20,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{random_hex, wait_for, wait_until, Cmd, Ctx, Done, PROMPT};
 use serde_json::Value;
@@ -151,7 +156,9 @@ impl<'c> Workflow<'c> {
             .env("PATH", path)
             .env("TMPDIR", &self.tmp)
             .env("BASH_ENV", &self.bash_env)
-            .env("WORKFLOW_LOCK_KEY", &self.key);
+            .env("WORKFLOW_LOCK_KEY", &self.key)
+            // Where a keeper writes its log (beside the per-user store by default).
+            .env("XDG_STATE_HOME", self.ctx.path("state"));
         for (name, value) in self.circle_vars(job, &build_num) {
             cmd = cmd.env(name, value);
         }
@@ -960,6 +967,157 @@ echo "$dir/baton"
             .run();
         no_url.assert_code(1);
         assert_stderr(&no_url, "install_script_url is empty");
+    });
+}
+
+// ----- the one-job form: the commands as steps of one job, the turn kept alive -----
+
+/// The lease of the kept-alive turns below: several pass while a test looks.
+const ORB_LEASE: &str = "3s";
+const ORB_LEASE_SECS: u64 = 3;
+/// The longest a waiter goes without looking (baton's default `--poll`, which the orb keeps).
+const ORB_POLL: Duration = Duration::from_secs(1);
+/// What a loaded machine may add to "within a lease and a poll".
+const ORB_SLACK: Duration = Duration::from_secs(7);
+
+/// wait-in-queue's parameters as the command passes them by default, on a short lease.
+const ONE_JOB: [(&str, &str); 2] = [("PARAM_KEEP_ALIVE", "true"), ("PARAM_LEASE", ORB_LEASE)];
+
+/// The file in which wait-in-queue left its keeper's pid for exit-queue, in the job's TMPDIR.
+fn keeper_file(workflow: &Workflow) -> Option<PathBuf> {
+    std::fs::read_dir(&workflow.tmp)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("baton-orb-keeper-"))
+        })
+}
+
+/// The pid of the keeper that renews `workflow`'s turn (its job's keeper file).
+fn keeper_of(workflow: &Workflow) -> i32 {
+    let file = keeper_file(workflow)
+        .unwrap_or_else(|| panic!("no keeper file in {}", workflow.tmp.display()));
+    let text = std::fs::read_to_string(&file).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{} holds no pid: {text:?}", file.display()))
+}
+
+/// Watches `key` for `how_long`: `holder` holds it and `waiter` waits, at every look (the
+/// holder's lease is much shorter than that: it is being renewed).
+fn kept_throughout(ctx: &Ctx, holder: &Workflow, waiter: &Workflow, how_long: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < how_long {
+        assert!(
+            holds(ctx, holder),
+            "{} lost the turn after {:?}: {:?}",
+            holder.id,
+            started.elapsed(),
+            holders(ctx, &holder.key)
+        );
+        let queue = queued(ctx, &holder.key);
+        assert!(
+            queue.len() == 1 && queue[0].starts_with(&waiter.context_mark()),
+            "{queue:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn the_one_job_commands_keep_the_turn_alive_until_exit_queue_ends_it() {
+    for_each_orb_store(|ctx| {
+        let repo = Repo::new(ctx);
+        let key = ctx.key("deploy/staging");
+        let first_sha = repo.commit(BASE_UNIX, "first");
+        let second_sha = repo.commit(BASE_UNIX + 60, "second");
+        let first = Workflow::new(ctx, &repo, &key, &first_sha, "first");
+        let second = Workflow::new(ctx, &repo, &key, &second_sha, "second");
+
+        // The first workflow's deploy job, its commands packed as CircleCI runs them.
+        let mut job = MiniCircle::new(&first);
+        job.command("wait-in-queue", &[("key", &key), ("lease", ORB_LEASE)]);
+        assert!(!job.failed, "{:?}", job.ran);
+        let pid = keeper_of(&first);
+        assert!(common::pid_alive(pid), "the keeper runs after the step");
+        // wait-in-queue again in the same job keeps the turn its keeper keeps.
+        let again = first.run("wait-in-queue", &ONE_JOB);
+        again.assert_code(0);
+        assert_stderr(&again, "this job already holds");
+
+        // The second workflow's job waits, while three of the first's leases pass.
+        let mut second_wait = second.step("wait-in-queue", &ONE_JOB).spawn();
+        wait_queue(ctx, &key, &[&second]);
+        kept_throughout(
+            ctx,
+            &first,
+            &second,
+            Duration::from_secs(3 * ORB_LEASE_SECS),
+        );
+
+        // A step of the first job fails; exit-queue (always) ends the turn as failed, and the
+        // keeper with it.
+        job.failing_step();
+        job.command("exit-queue", &[("key", &key), ("exit_condition", "always")]);
+        assert!(
+            job.ran
+                .last()
+                .is_some_and(|step| step.ends_with("exit Some(0)")),
+            "{:?}",
+            job.ran
+        );
+        assert!(
+            !common::pid_alive(pid),
+            "the keeper is gone after exit-queue"
+        );
+
+        second_wait.wait(PROMPT).assert_code(0);
+        assert!(holds(ctx, &second), "{:?}", holders(ctx, &key));
+        let second_pid = keeper_of(&second);
+        let ended = second.exit("always", &[]);
+        ended.assert_code(0);
+        assert_stderr(&ended, "has ended");
+        assert!(!common::pid_alive(second_pid));
+        assert_eq!(outcomes(ctx, &key), ["succeeded", "failed"]);
+    });
+}
+
+#[test]
+fn a_one_job_runner_killed_mid_job_frees_the_key_within_a_lease_and_a_poll() {
+    for_each_orb_store(|ctx| {
+        let repo = Repo::new(ctx);
+        let key = ctx.key("deploy/staging");
+        let dead_sha = repo.commit(BASE_UNIX, "dies");
+        let next_sha = repo.commit(BASE_UNIX + 60, "next");
+        let dead = Workflow::new(ctx, &repo, &key, &dead_sha, "dead");
+        let next = Workflow::new(ctx, &repo, &key, &next_sha, "next");
+        dead.take_turn(&ONE_JOB);
+        // The job's next step, the deploy, is running when the runner is lost.
+        let mut deploy = dead.shell("deploy", "sleep 600").spawn();
+        let mut next_wait = next.step("wait-in-queue", &ONE_JOB).spawn();
+        wait_queue(ctx, &key, &[&next]);
+
+        // Everything of the job is killed, the keeper with it; no exit-queue runs.
+        let killed_at = Instant::now();
+        common::send_signal(keeper_of(&dead), libc::SIGKILL);
+        deploy.kill();
+        next_wait.wait(PROMPT).assert_code(0);
+        let freed_after = killed_at.elapsed();
+        let bound = Duration::from_secs(ORB_LEASE_SECS) + ORB_POLL + ORB_SLACK;
+        assert!(
+            freed_after <= bound,
+            "the next workflow got the key {freed_after:?} after the kill (bound {bound:?})"
+        );
+        assert!(holds(ctx, &next), "{:?}", holders(ctx, &key));
+        assert_eq!(
+            outcomes(ctx, &key),
+            ["expired"],
+            "the dead job's turn ran out"
+        );
+        next.exit("always", &[]).assert_code(0);
+        assert_eq!(outcomes(ctx, &key), ["succeeded", "expired"]);
     });
 }
 
@@ -1822,6 +1980,11 @@ fn the_packed_orb_runs_as_circleci_runs_it() {
         wait_job.job("wait-in-queue", &[]);
         assert!(!wait_job.failed, "{:?}", wait_job.ran);
         assert!(holds(ctx, &broken));
+        assert_eq!(
+            keeper_file(&broken),
+            None,
+            "the job's turn spans jobs: no keeper"
+        );
         let mut deploy_job = MiniCircle::new(&broken);
         deploy_job.failing_step();
         deploy_job.command("exit-queue", &[("exit_condition", "on_fail")]);
@@ -1848,6 +2011,7 @@ fn the_packed_orb_runs_as_circleci_runs_it() {
         deploy_job.command("kv-get", &[("name", &name), ("env_var", "APP_IMAGE")]);
         assert!(!deploy_job.failed, "{:?}", deploy_job.ran);
         assert!(holds(ctx, &fixed));
+        let keeper = keeper_of(&fixed);
         let sourced = ctx
             .sh("source", ". \"$BASH_ENV\"; printf '%s' \"$APP_IMAGE\"")
             .env("BASH_ENV", &fixed.bash_env)
@@ -1864,6 +2028,10 @@ fn the_packed_orb_runs_as_circleci_runs_it() {
             deploy_job.ran
         );
         assert_eq!(outcomes(ctx, &key), ["failed", "failed"]);
+        assert!(
+            !common::pid_alive(keeper),
+            "the keeper ended with exit-queue"
+        );
 
         // Workflow 3: the whole deploy workflow succeeds: wait-in-queue job, exit-queue job.
         let good = Workflow::new(ctx, &repo, &key, &fixed_sha, "good");

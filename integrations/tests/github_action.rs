@@ -5,12 +5,17 @@
 //! and a real store: a fresh SQLite file, and the S3 store (moto) when `BATON_TEST_S3_URL` is
 //! set, as `scripts/test.sh` sets it.
 //!
+//! The one-job form keeps its turn alive with a keeper (`baton acquire --keep-alive`): the tests
+//! of that run it on short leases, watch the keeper by the pid the main step leaves in the state,
+//! and kill it as a dying runner would.
+//!
 //! It needs `node` (`scripts/test.sh` installs Debian's `nodejs`).
 
 use baton_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::dist::{dist_command, run_checked, stripped_baton};
 use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, with_store, Ctx, Done, Proc, PROMPT};
@@ -118,6 +123,8 @@ impl<'c> Job<'c> {
             .env("GITHUB_STATE", &state_file)
             .env("GITHUB_PATH", &path_file)
             .env("RUNNER_TEMP", self.ctx.dir())
+            // Where the keeper writes its log (beside the per-user store by default).
+            .env("XDG_STATE_HOME", self.ctx.path("state"))
             .name(&tag);
         if let Some(cache) = &self.tool_cache {
             cmd = cmd.env("RUNNER_TOOL_CACHE", cache);
@@ -252,6 +259,7 @@ fn fence_of(step: &Step) -> u64 {
 fn main_inputs<'a>(key: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut inputs = vec![
         ("name", key),
+        ("lease", "1m"),
         ("expires", "2m"),
         ("timeout", ""),
         ("timeout-poll", "200ms"),
@@ -486,6 +494,16 @@ fn the_acquire_and_release_sub_actions_hold_a_turn_across_jobs() {
             acquired.state
         );
         assert_eq!(ctx.key_view(&key).holders().len(), 1);
+        // No keeper: the turn spans jobs, so its lease is `expires` (2m), not a renewed 1m one.
+        assert!(
+            !acquired.done.stdout.contains("keeper"),
+            "{}",
+            acquired.done.describe()
+        );
+        if ctx.store_has_clock() {
+            let left = ctx.key_view(&key).holders()[0].lease_left_ms();
+            assert!(left.is_some_and(|ms| ms > 61_000), "lease left: {left:?}");
+        }
 
         // A job in between sees the key held.
         let view = ctx.key_view(&key);
@@ -542,47 +560,210 @@ fn the_acquire_and_release_sub_actions_hold_a_turn_across_jobs() {
     });
 }
 
+// ----- the one-job form's keeper -----
+
+/// The lease of the kept-alive turns below: several pass while a test looks.
+const LEASE: &str = "3s";
+const LEASE_SECS: u64 = 3;
+/// `main_inputs`' `timeout-poll`: the longest a waiter goes without looking.
+const POLL: Duration = Duration::from_millis(200);
+/// What a loaded machine may add to "within a lease and a poll".
+const SLACK: Duration = Duration::from_secs(7);
+
+/// The keeper's pid, from the state the main step left for the post step.
+fn keeper_pid(main: &Step) -> i32 {
+    main.state
+        .get("keeper-pid")
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no keeper-pid in the state: {:?}", main.state))
+}
+
+/// What the keepers of this test wrote to their logs (`XDG_STATE_HOME` is the test's `state`).
+fn keeper_logs(ctx: &Ctx) -> String {
+    let dir = ctx.path("state").join("baton").join("keepers");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+    }
+    text
+}
+
+/// Watches `key` for `how_long`: the ticket with `holder` holds it, and one with `waiter` waits,
+/// at every look (the holder's lease is much shorter than that: it is being renewed).
+fn held_throughout(ctx: &Ctx, key: &str, holder: &str, waiter: &str, how_long: Duration) {
+    let started = Instant::now();
+    while started.elapsed() < how_long {
+        let view = ctx.key_view(key);
+        assert_eq!(
+            view.holder_contexts(),
+            [holder],
+            "{:?} after {:?}: {}\nkeeper logs:\n{}",
+            holder,
+            started.elapsed(),
+            view.raw,
+            keeper_logs(ctx)
+        );
+        assert_eq!(view.queue_contexts(), [waiter], "{}", view.raw);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The outcomes in `key`'s history by context, newest first.
+fn ended_turns(ctx: &Ctx, key: &str) -> Vec<(String, String)> {
+    ctx.history(key)
+        .iter()
+        .filter(|entry| entry["outcome"].is_string())
+        .map(|entry| {
+            let context = entry["context"].as_str().unwrap_or_default().to_owned();
+            let outcome = entry["outcome"].as_str().unwrap_or_default().to_owned();
+            (context, outcome)
+        })
+        .collect()
+}
+
 #[test]
-fn a_runner_that_dies_after_main_frees_the_key_when_the_lease_ends() {
+fn the_one_job_turn_outlives_its_leases_until_the_post_step_releases_it() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let first = Job::new(ctx, "first");
+        let inputs = main_inputs(&key, &[("lease", LEASE), ("context", "first job")]);
+        let main = first.run("main", "main", &inputs, &BTreeMap::new());
+        assert_step_ok(&main);
+        let pid = keeper_pid(&main);
+        assert!(
+            common::pid_alive(pid),
+            "the keeper runs after the main step"
+        );
+
+        let second = Job::new(ctx, "second");
+        let inputs = main_inputs(&key, &[("lease", LEASE), ("context", "second job")]);
+        let mut second_main = second.spawn("main", "main", &inputs, &BTreeMap::new());
+        ctx.wait_queued(&key, "second job");
+        held_throughout(
+            ctx,
+            &key,
+            "first job",
+            "second job",
+            Duration::from_secs(3 * LEASE_SECS),
+        );
+
+        // The job failed; the post step releases with that, and sees the keeper end.
+        let post = first.run("post", "post", &[("outcome", "failure")], &main.state);
+        assert_step_ok(&post);
+        assert!(
+            !common::pid_alive(pid),
+            "the keeper is gone after the post step:\n{}",
+            post.done.describe()
+        );
+        assert!(
+            keeper_logs(ctx).contains("the turn is over"),
+            "the keeper ended by itself, seeing the release:\n{}\n{}",
+            keeper_logs(ctx),
+            post.done.describe()
+        );
+
+        let second_main = second.finish("main", &mut second_main);
+        assert_step_ok(&second_main);
+        assert!(fence_of(&second_main) > fence_of(&main));
+        let second_post = second.run(
+            "post",
+            "post",
+            &[("outcome", "success")],
+            &second_main.state,
+        );
+        assert_step_ok(&second_post);
+        assert!(!common::pid_alive(keeper_pid(&second_main)));
+        assert_eq!(
+            ended_turns(ctx, &key),
+            [
+                ("second job".to_owned(), "succeeded".to_owned()),
+                ("first job".to_owned(), "failed".to_owned())
+            ]
+        );
+    });
+}
+
+#[test]
+fn a_runner_killed_mid_job_frees_the_key_within_a_lease_and_a_poll() {
     on_sqlite_and_s3(|ctx| {
         let key = ctx.key("deploy/production");
         let dead = Job::new(ctx, "dead");
-        let main = dead.run(
-            "main",
-            "main",
-            &main_inputs(&key, &[("expires", "3s"), ("context", "dead runner")]),
-            &BTreeMap::new(),
-        );
+        let inputs = main_inputs(&key, &[("lease", LEASE), ("context", "dead runner")]);
+        let main = dead.run("main", "main", &inputs, &BTreeMap::new());
         assert_step_ok(&main);
-        // The runner is gone: no post step ever runs. The next job waits for the lease.
+        // A later step of the job is running when the runner dies.
+        let mut work = ctx.sh("work", "sleep 600").spawn();
         let next = Job::new(ctx, "next");
-        let mut next_main = next.spawn(
-            "main",
-            "main",
-            &main_inputs(&key, &[("context", "next job"), ("timeout", "1m")]),
-            &BTreeMap::new(),
-        );
+        let inputs = main_inputs(&key, &[("lease", LEASE), ("context", "next job")]);
+        let mut next_main = next.spawn("main", "main", &inputs, &BTreeMap::new());
         ctx.wait_queued(&key, "next job");
+
+        // The runner dies: its processes are killed, the keeper with them, and no post step
+        // runs.
+        let killed_at = Instant::now();
+        common::send_signal(keeper_pid(&main), libc::SIGKILL);
+        work.kill();
+        let next_main = next.finish("main", &mut next_main);
+        let freed_after = killed_at.elapsed();
+        assert_step_ok(&next_main);
+        let bound = Duration::from_secs(LEASE_SECS) + POLL + SLACK;
+        assert!(
+            freed_after <= bound,
+            "the next job got the key {freed_after:?} after the kill (bound {bound:?})"
+        );
+        assert!(fence_of(&next_main) > fence_of(&main));
+        assert_eq!(
+            ended_turns(ctx, &key),
+            [("dead runner".to_owned(), "expired".to_owned())],
+            "the dead runner's turn ended by its lease"
+        );
+        let post = next.run("post", "post", &[("outcome", "success")], &next_main.state);
+        assert_step_ok(&post);
+    });
+}
+
+#[test]
+fn expires_bounds_the_one_job_turn_however_long_the_job_runs() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        let long = Job::new(ctx, "long");
+        let inputs = main_inputs(
+            &key,
+            &[("lease", LEASE), ("expires", "7s"), ("context", "long job")],
+        );
+        let main = long.run("main", "main", &inputs, &BTreeMap::new());
+        assert_step_ok(&main);
+        let pid = keeper_pid(&main);
+        let next = Job::new(ctx, "next");
+        let inputs = main_inputs(&key, &[("lease", LEASE), ("context", "next job")]);
+        let mut next_main = next.spawn("main", "main", &inputs, &BTreeMap::new());
+        ctx.wait_queued(&key, "next job");
+
+        common::wait_until("the keeper to stop at expires", PROMPT, || {
+            !common::pid_alive(pid)
+        });
+        assert!(
+            keeper_logs(ctx).contains("--max-hold (7s) passed"),
+            "{}",
+            keeper_logs(ctx)
+        );
         let next_main = next.finish("main", &mut next_main);
         assert_step_ok(&next_main);
-        assert!(fence_of(&next_main) > fence_of(&main));
         let waited: f64 = next_main.outputs["waited-seconds"]
             .parse()
             .expect("seconds");
         assert!(
-            waited >= 1.0,
-            "the next job waited for the dead runner's lease to run out: {waited}s"
+            waited >= 5.0,
+            "the turn was renewed past its first lease ({LEASE}) up to expires (7s): the next \
+             job waited {waited}s"
         );
-        let log = ctx.baton(["log", &key]).run();
-        log.assert_code(0);
-        assert!(
-            log.stdout.contains("expired"),
-            "the dead runner's turn ended by its lease:\n{}",
-            log.stdout
+        assert_eq!(
+            ended_turns(ctx, &key),
+            [("long job".to_owned(), "expired".to_owned())]
         );
 
-        // A post step that comes late (a runner back from the dead) only warns.
-        let late = dead.run("post", "post", &[("outcome", "success")], &main.state);
+        // The long job's post step comes after its turn ended: a warning, and no hang.
+        let late = long.run("post", "post", &[("outcome", "success")], &main.state);
         assert_step_ok(&late);
         assert!(
             late.done.stdout.contains("::warning::"),
@@ -590,8 +771,7 @@ fn a_runner_that_dies_after_main_frees_the_key_when_the_lease_ends() {
             late.done.describe()
         );
         assert_eq!(ctx.key_view(&key).holder_contexts(), ["next job"]);
-        let post = next.run("post", "post", &[("outcome", "success")], &next_main.state);
-        assert_step_ok(&post);
+        assert_step_ok(&next.run("post", "post", &[("outcome", "success")], &next_main.state));
     });
 }
 

@@ -8,6 +8,10 @@
 # always failed if note-failure.sh left its mark, else succeeded),
 # PARAM_SEND_SLACK_ON_RECOVERY (true or false), PARAM_SLACK_WEBHOOK (the name of the variable
 # holding the Slack incoming-webhook URL).
+#
+# When wait-in-queue ran earlier in this job (the one-job form), a keeper renews the turn's
+# lease: once the turn is released it ends by itself, and this step waits for that (or stops it),
+# whichever job form it finds, so that the turn never outlives the exit.
 set -eu
 . "$(dirname -- "$0")/lib.sh" # pack.sh inlines lib.sh here
 
@@ -103,7 +107,28 @@ case $rc in
         ;;
 esac
 
+# Sees the keeper of this job's turn, if any, end: by itself within a few seconds after a
+# release (it looks every 2 s), else (the release failed, or it still renews after 10 s) stopped,
+# so that its lease runs out.
+stop_keeper() {
+    keeper=$(cat "$(orb_keeper_file)" 2>/dev/null || true)
+    [ -n "$keeper" ] || return 0
+    waited=0
+    while orb_keeper_running "$keeper" "$KEY"; do
+        if [ "$1" = failed ] || [ "$waited" -ge 10 ]; then
+            kill "$keeper" 2>/dev/null || true
+            orb_say "stopped the keeper (pid $keeper): the turn ends within one lease"
+            return 0
+        fi
+        sleep 1
+        waited=$((waited + 1))
+    done
+    orb_say "the keeper (pid $keeper) has ended"
+}
+
 if ! baton release --outcome "$outcome" -- "$KEY" "$token"; then
-    orb_fail "could not end this workflow's turn at $KEY (see baton's message above). A turn that had already ended ran past its lease (the ttl of wait-in-queue) or was released by an operator: \`baton log $KEY\` tells which"
+    stop_keeper failed
+    orb_fail "could not end this workflow's turn at $KEY (see baton's message above). A turn that had already ended ran past its lease (the ttl of wait-in-queue, or with a keeper its lease once ttl passed or the job that kept it died) or was released by an operator: \`baton log $KEY\` tells which"
 fi
+stop_keeper released
 orb_say "ended workflow $WORKFLOW's turn at $KEY: $outcome ($condition)"

@@ -63,3 +63,22 @@ orb_use_turn_name() {
 orb_failed_marker() {
     printf '%s/baton-orb-job-failed' "${TMPDIR:-/tmp}"
 }
+
+# The file in which wait-in-queue, run as a step of the job that does the work (keep_alive),
+# leaves the pid of the keeper that renews the turn's lease, for exit-queue in the same job. One
+# per turn (TURN_NAME), in the job's own temporary directory: nothing in it outlives the job.
+orb_keeper_file() {
+    printf '%s/baton-orb-keeper-%s' "${TMPDIR:-/tmp}" "$(printf '%s' "$TURN_NAME" | cksum | tr ' ' '-')"
+}
+
+# Whether pid $1 is still the keeper of key $2 (`baton … keep KEY …`), judged by its command
+# line (/proc, else ps), so that a pid another process took since is never mistaken for it.
+orb_keeper_running() {
+    keeper_args=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") ||
+        keeper_args=$(ps -o args= -p "$1" 2>/dev/null) ||
+        return 1
+    case " $keeper_args " in
+        *" keep $2 "*) return 0 ;;
+    esac
+    return 1
+}

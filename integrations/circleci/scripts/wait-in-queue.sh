@@ -1,14 +1,19 @@
 #!/bin/sh
 # wait-in-queue: takes this workflow's turn at the key, in commit-time order, and leaves the
-# turn's token in baton kv for exit-queue (a later job of the same workflow). POSIX sh.
+# turn's token in baton kv for exit-queue (a later step or job of the same workflow). POSIX sh.
 #
 # Parameters (environment): PARAM_KEY (else WORKFLOW_LOCK_KEY), PARAM_STORE (else BATON_STORE),
 # PARAM_SQUASH (true: a newer commit's workflow supersedes older queued ones), PARAM_FORCE_DEPLOY_TAG
-# (in the commit message: never superseded), PARAM_TTL (how long the workflow may hold the turn),
-# PARAM_TIMEOUT (how long to wait; empty: as long as it takes), PARAM_CONTEXT (who waits; empty:
-# baton's own, from the CIRCLE_* variables), PARAM_ON_SUPERSEDED (cancel_workflow, halt or fail),
-# PARAM_CIRCLE_TOKEN (the name of the variable holding a CircleCI API token, for cancel_workflow),
-# PARAM_CIRCLECI_API (the CircleCI API's base URL).
+# (in the commit message: never superseded), PARAM_KEEP_ALIVE (true, as the command passes it
+# unless told otherwise: the turn is taken and ended within this job, and a keeper process renews
+# a short lease, PARAM_LEASE, while the job runs; false, as the wait-in-queue job passes it, and
+# when unset: the turn spans jobs, and its lease is PARAM_TTL, which nothing renews), PARAM_TTL
+# (how long the workflow may hold the turn: with keep-alive the keeper's --max-hold, else the
+# lease), PARAM_LEASE (with keep-alive, the renewed lease: a job that dies frees the key about
+# this long later), PARAM_TIMEOUT (how long to wait; empty: as long as it takes), PARAM_CONTEXT
+# (who waits; empty: baton's own, from the CIRCLE_* variables), PARAM_ON_SUPERSEDED
+# (cancel_workflow, halt or fail), PARAM_CIRCLE_TOKEN (the name of the variable holding a
+# CircleCI API token, for cancel_workflow), PARAM_CIRCLECI_API (the CircleCI API's base URL).
 set -eu
 . "$(dirname -- "$0")/lib.sh" # pack.sh inlines lib.sh here
 
@@ -18,6 +23,8 @@ orb_use_key
 orb_use_turn_name
 
 ttl=${PARAM_TTL:-1h}
+lease=${PARAM_LEASE:-1m}
+keep_alive=${PARAM_KEEP_ALIVE:-false}
 timeout=${PARAM_TIMEOUT-4h}
 squash=${PARAM_SQUASH:-true}
 force_tag=${PARAM_FORCE_DEPLOY_TAG-[force deploy]}
@@ -26,23 +33,40 @@ case $squash in
     true | false) ;;
     *) orb_fail "squash must be true or false, not \"$squash\"" ;;
 esac
+case $keep_alive in
+    true | false) ;;
+    *) orb_fail "keep_alive must be true or false, not \"$keep_alive\"" ;;
+esac
 case $on_superseded in
     cancel_workflow | halt | fail) ;;
     *) orb_fail "on_superseded must be cancel_workflow, halt or fail, not \"$on_superseded\"" ;;
 esac
 
+keeper_file=$(orb_keeper_file)
+
 # A rerun of this job in the same workflow (CIRCLE_WORKFLOW_WORKSPACE_ID is the same across
-# reruns): if the workflow still holds its turn, keep it.
+# reruns): if the workflow still holds its turn, keep it. With keep-alive, only a turn whose
+# keeper runs in this job is kept: an earlier run's keeper ended with its job, and a turn nothing
+# renews must not cover this one's work.
 set +e
 token=$(baton kv get -- "$TURN_NAME" 2>/dev/null)
 rc=$?
 set -e
 if [ "$rc" -eq 0 ] && [ -n "$token" ]; then
-    if baton renew --ttl "$ttl" -- "$KEY" "$token" >/dev/null 2>&1; then
+    if [ "$keep_alive" = true ]; then
+        keeper=$(cat "$keeper_file" 2>/dev/null || true)
+        if [ -n "$keeper" ] && orb_keeper_running "$keeper" "$KEY"; then
+            orb_say "this job already holds workflow $WORKFLOW's turn at $KEY (keeper pid $keeper): keeping it"
+            exit 0
+        fi
+        baton release --outcome cancelled -- "$KEY" "$token" >/dev/null 2>&1 || true
+        orb_say "the turn an earlier run of this job took at $KEY is kept alive by nobody now (its job ended): giving it up, queueing again"
+    elif baton renew --ttl "$ttl" -- "$KEY" "$token" >/dev/null 2>&1; then
         orb_say "workflow $WORKFLOW already holds its turn at $KEY (an earlier run of this job took it): keeping it, lease renewed for $ttl"
         exit 0
+    else
+        orb_say "the turn an earlier run of this job took at $KEY has ended: queueing again"
     fi
-    orb_say "the turn an earlier run of this job took at $KEY has ended: queueing again"
 fi
 
 # The order: the commit's time, zero-padded so that it compares as a string.
@@ -64,7 +88,11 @@ else
     orb_say "not in a git checkout (add the checkout step before wait-in-queue): queueing in arrival order, and the commit message is not read for \"$force_tag\""
 fi
 
-set -- acquire --ttl "$ttl"
+if [ "$keep_alive" = true ]; then
+    set -- acquire --json --keep-alive --ttl "$lease" --max-hold "$ttl"
+else
+    set -- acquire --ttl "$ttl"
+fi
 if [ -n "${PARAM_CONTEXT:-}" ]; then
     set -- "$@" --context "$PARAM_CONTEXT"
 fi
@@ -119,11 +147,22 @@ superseded() {
     halt
 }
 
-orb_say "workflow $WORKFLOW waits for a turn at $KEY (ttl $ttl, timeout ${timeout:-none})"
+hold="ttl $ttl"
+[ "$keep_alive" = false ] || hold="lease $lease kept alive for at most $ttl"
+orb_say "workflow $WORKFLOW waits for a turn at $KEY ($hold, timeout ${timeout:-none})"
 set +e
 token=$(baton "$@" -- "$KEY")
 rc=$?
 set -e
+keeper=
+if [ "$rc" -eq 0 ] && [ "$keep_alive" = true ]; then
+    # The JSON object: the token and the keeper's pid (tokens are letters, digits and dashes).
+    turn=$token
+    token=$(printf '%s\n' "$turn" | sed -n 's/.*"token":"\([^"]*\)".*/\1/p')
+    keeper=$(printf '%s\n' "$turn" | sed -n 's/.*"keeper_pid":\([0-9][0-9]*\).*/\1/p')
+    [ -n "$token" ] || orb_fail "baton acquire --json printed no token: $turn"
+    printf '%s\n' "$keeper" >"$keeper_file"
+fi
 case $rc in
     0) ;;
     75) orb_fail "waited $timeout for a turn at $KEY without getting one (timeout)" ;;
@@ -137,4 +176,8 @@ if ! printf '%s' "$token" | baton kv set --ttl "$ttl 1d" -- "$TURN_NAME" - >/dev
     baton release --outcome cancelled -- "$KEY" "$token" >/dev/null 2>&1 || true
     orb_fail "could not record the turn for exit-queue under $TURN_NAME (see above): gave the turn back"
 fi
-orb_say "workflow $WORKFLOW holds the turn at $KEY for at most $ttl: end it with exit-queue (on_success at the end, on_fail in every job)"
+if [ "$keep_alive" = true ]; then
+    orb_say "workflow $WORKFLOW holds the turn at $KEY: a keeper (pid $keeper) renews its $lease lease while this job runs, for at most $ttl; end it with exit-queue later in this job (exit_condition: always)"
+else
+    orb_say "workflow $WORKFLOW holds the turn at $KEY for at most $ttl: end it with exit-queue (on_success at the end, on_fail in every job)"
+fi

@@ -611,7 +611,8 @@ function describeExit(result) {
   return result.code === null ? `signal ${result.signal}` : String(result.code);
 }
 function acquireArgs(options) {
-  const args = ["--ttl", options.expires, "--timeout", options.timeout, "--poll", options.poll];
+  const hold = options.lease ? ["--keep-alive", "--ttl", options.lease, "--max-hold", options.expires] : ["--ttl", options.expires];
+  const args = [...hold, "--timeout", options.timeout, "--poll", options.poll];
   if (options.context) args.push("--context", options.context);
   if (options.store) args.push("--store", options.store);
   if (options.limit) args.push("--limit", options.limit);
@@ -622,13 +623,14 @@ function acquireArgs(options) {
   if (options.cancelRunning) args.push("--cancel-running");
   return args;
 }
-function readAcquireInputs({ maskTicketByDefault }) {
+function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
   const workflow = process.env.GITHUB_WORKFLOW || "workflow";
   const job = process.env.GITHUB_JOB || "job";
   const expires = input("expires") || "15m";
   return {
     key: input("name") || `${workflow}/${job}`,
     expires,
+    lease: keepAlive ? input("lease") || "1m" : "",
     // The seed action's rule: wait no longer than a holder may hold, unless told otherwise.
     timeout: input("timeout") || expires,
     poll: input("timeout-poll") || "5s",
@@ -683,7 +685,11 @@ async function acquire(bin, options) {
     acquiredAt: parsed.acquired_at || "",
     leaseUntil: parsed.lease_until || "",
     waitedSeconds: (waitedMs / 1e3).toFixed(1),
-    positionAtStart: String(position)
+    positionAtStart: String(position),
+    // With --keep-alive: the process that renews the lease, for the post step to wait on.
+    keeperPid: Number.isInteger(parsed.keeper_pid) ? String(parsed.keeper_pid) : "",
+    lease: options.lease,
+    expires: options.expires
   };
 }
 function acquireFailure(options, result) {
@@ -696,8 +702,10 @@ ${said}` : "";
       return `timed out after ${options.timeout} waiting for a turn at ${options.key} (input \`timeout\`); nothing is held.${quoted}`;
     case EXIT_SUPERSEDED:
       return `superseded: a newer ticket at ${options.key} was queued with \`supersede\` and cancelled this one while it waited (\`keep: true\` prevents that).${quoted}`;
-    case EXIT_USAGE:
-      return `baton refused the action's arguments (exit 2): check the inputs.${quoted}`;
+    case EXIT_USAGE: {
+      const tooOld = options.lease ? " A baton too old for `acquire --keep-alive` refuses it too: input `baton-version` installs another." : "";
+      return `baton refused the action's arguments (exit 2): check the inputs.${tooOld}${quoted}`;
+    }
     case EXIT_LOST_PLACE:
       return `the store could not be reached for longer than the waiter's lease, so the place in the queue at ${options.key} was lost (exit 78).${quoted}`;
     default:
@@ -716,9 +724,14 @@ function setAcquireOutputs(turn, { maskTicket }) {
   setOutput("lease-until", turn.leaseUntil);
   setOutput("waited-seconds", turn.waitedSeconds);
   setOutput("position-at-start", turn.positionAtStart);
-  info(
-    `baton: holding ${turn.key} (ticket ${turn.id}, fence ${turn.fence}) after waiting ${turn.waitedSeconds}s; the lease ends at ${turn.leaseUntil} unless released before`
-  );
+  const held = `baton: holding ${turn.key} (ticket ${turn.id}, fence ${turn.fence}) after waiting ${turn.waitedSeconds}s`;
+  if (turn.keeperPid) {
+    info(
+      `${held}; a keeper (pid ${turn.keeperPid}) renews its ${turn.lease} lease until the post step releases it, for at most ${turn.expires}`
+    );
+  } else {
+    info(`${held}; the lease ends at ${turn.leaseUntil} unless released before`);
+  }
 }
 function entry(body) {
   body().catch((error2) => setFailed(error2 instanceof Error ? error2.message : String(error2)));
@@ -726,7 +739,7 @@ function entry(body) {
 
 // src/main.js
 entry(async () => {
-  const options = readAcquireInputs({ maskTicketByDefault: true });
+  const options = readAcquireInputs({ maskTicketByDefault: true, keepAlive: true });
   if (options.serverToken) setSecret(options.serverToken);
   const bin = await locateBaton({ version: options.version, url: options.url });
   const turn = await acquire(bin, options);
@@ -735,6 +748,8 @@ entry(async () => {
   saveState("ticket", turn.token);
   saveState("store", options.store);
   saveState("lease-until", turn.leaseUntil);
+  saveState("keeper-pid", turn.keeperPid);
+  saveState("lease", turn.lease);
   if (options.serverToken) saveState("server-token", options.serverToken);
   setAcquireOutputs(turn, { maskTicket: options.maskTicket });
 });

@@ -583,7 +583,7 @@ function run(command, args, { env } = {}) {
 function describeExit(result) {
   return result.code === null ? `signal ${result.signal}` : String(result.code);
 }
-async function release(bin, { key, ticket, outcome, store, serverToken, leaseUntil = "" }) {
+async function release(bin, { key, ticket, outcome, store, serverToken, leaseEnds = "" }) {
   const args = ["release", key, ticket, "--outcome", outcome];
   if (store) args.push("--store", store);
   const result = await run(bin, args, { env: childEnv(serverToken) });
@@ -592,13 +592,44 @@ async function release(bin, { key, ticket, outcome, store, serverToken, leaseUnt
     return true;
   }
   const said = result.stderrTail.trim();
-  const ends = leaseUntil ? ` at ${leaseUntil}` : "";
+  const ends = leaseEnds ? ` ${leaseEnds}` : "";
   warning(
     `baton release ${key} exited ${describeExit(result)}: the turn had already ended (its lease ran out, or it was cancelled), or the store could not be reached, in which case the turn ends when its lease runs out${ends}.${said ? `
 baton said:
 ${said}` : ""}`
   );
   return false;
+}
+var KEEPER_GRACE_MS = 1e4;
+function keeperRunning(pid, key) {
+  let args;
+  try {
+    args = fs3.readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
+  } catch {
+    const ps = (0, import_node_child_process.spawnSync)("ps", ["-o", "args=", "-p", String(pid)], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"]
+    });
+    args = ps.status === 0 ? ps.stdout : "";
+  }
+  return ` ${args.trim()} `.includes(` keep ${key} `);
+}
+async function stopKeeper({ pid, key, lease, released }) {
+  const deadline = Date.now() + (released ? KEEPER_GRACE_MS : 0);
+  while (keeperRunning(pid, key)) {
+    if (Date.now() >= deadline) {
+      try {
+        process.kill(Number(pid), "SIGTERM");
+      } catch {
+      }
+      info(
+        `baton: stopped the keeper (pid ${pid}): the turn ends within one lease (${lease})`
+      );
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  info(`baton: the keeper (pid ${pid}) has ended`);
 }
 function entry(body) {
   body().catch((error2) => setFailed(error2 instanceof Error ? error2.message : String(error2)));
@@ -620,12 +651,16 @@ entry(async () => {
     url: input("baton-url"),
     remembered: getState("baton")
   });
-  await release(bin, {
+  const keeperPid = getState("keeper-pid");
+  const lease = getState("lease");
+  const leaseUntil = getState("lease-until");
+  const released = await release(bin, {
     key,
     ticket,
     outcome: outcomeFrom(input("outcome")),
     store: getState("store"),
     serverToken,
-    leaseUntil: getState("lease-until")
+    leaseEnds: keeperPid ? `within ${lease} once its keeper is stopped` : `at ${leaseUntil}`
   });
+  if (keeperPid) await stopKeeper({ pid: keeperPid, key, lease, released });
 });

@@ -589,7 +589,7 @@ function run(command, args, { env } = {}) {
 function describeExit(result) {
   return result.code === null ? `signal ${result.signal}` : String(result.code);
 }
-async function release(bin, { key, ticket, outcome, store, serverToken, leaseUntil = "" }) {
+async function release(bin, { key, ticket, outcome, store, serverToken, leaseEnds = "" }) {
   const args = ["release", key, ticket, "--outcome", outcome];
   if (store) args.push("--store", store);
   const result = await run(bin, args, { env: childEnv(serverToken) });
@@ -598,7 +598,7 @@ async function release(bin, { key, ticket, outcome, store, serverToken, leaseUnt
     return true;
   }
   const said = result.stderrTail.trim();
-  const ends = leaseUntil ? ` at ${leaseUntil}` : "";
+  const ends = leaseEnds ? ` ${leaseEnds}` : "";
   warning(
     `baton release ${key} exited ${describeExit(result)}: the turn had already ended (its lease ran out, or it was cancelled), or the store could not be reached, in which case the turn ends when its lease runs out${ends}.${said ? `
 baton said:

@@ -222,9 +222,17 @@ export function describeExit(result) {
   return result.code === null ? `signal ${result.signal}` : String(result.code);
 }
 
-/** The arguments after `baton acquire --json KEY`, from the inputs every acquiring entry shares. */
+/**
+ * The arguments after `baton acquire --json KEY`, from the inputs every acquiring entry shares.
+ * With a `lease` (the one-job form) a keeper renews that short lease until the post step, and
+ * `expires` bounds the whole turn (--max-hold); without one (`acquire/`, whose turn spans jobs
+ * nothing of this job can keep alive) `expires` is the lease itself.
+ */
 export function acquireArgs(options) {
-  const args = ['--ttl', options.expires, '--timeout', options.timeout, '--poll', options.poll];
+  const hold = options.lease
+    ? ['--keep-alive', '--ttl', options.lease, '--max-hold', options.expires]
+    : ['--ttl', options.expires];
+  const args = [...hold, '--timeout', options.timeout, '--poll', options.poll];
   if (options.context) args.push('--context', options.context);
   if (options.store) args.push('--store', options.store);
   if (options.limit) args.push('--limit', options.limit);
@@ -239,15 +247,17 @@ export function acquireArgs(options) {
 /**
  * The inputs of an acquiring entry (the action's main step and `acquire/`), with the defaults of
  * action.yml applied again here: a runner always passes them, but a workflow can pass '' and a
- * test can leave them out.
+ * test can leave them out. `keepAlive`: the entry holds the turn for this job only (the main
+ * step), so it reads the `lease` a keeper renews; `acquire/` has no such input.
  */
-export function readAcquireInputs({ maskTicketByDefault }) {
+export function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
   const workflow = process.env.GITHUB_WORKFLOW || 'workflow';
   const job = process.env.GITHUB_JOB || 'job';
   const expires = input('expires') || '15m';
   return {
     key: input('name') || `${workflow}/${job}`,
     expires,
+    lease: keepAlive ? input('lease') || '1m' : '',
     // The seed action's rule: wait no longer than a holder may hold, unless told otherwise.
     timeout: input('timeout') || expires,
     poll: input('timeout-poll') || '5s',
@@ -316,6 +326,10 @@ export async function acquire(bin, options) {
     leaseUntil: parsed.lease_until || '',
     waitedSeconds: (waitedMs / 1000).toFixed(1),
     positionAtStart: String(position),
+    // With --keep-alive: the process that renews the lease, for the post step to wait on.
+    keeperPid: Number.isInteger(parsed.keeper_pid) ? String(parsed.keeper_pid) : '',
+    lease: options.lease,
+    expires: options.expires,
   };
 }
 
@@ -333,8 +347,13 @@ function acquireFailure(options, result) {
         `superseded: a newer ticket at ${options.key} was queued with \`supersede\` and ` +
         `cancelled this one while it waited (\`keep: true\` prevents that).${quoted}`
       );
-    case EXIT_USAGE:
-      return `baton refused the action's arguments (exit 2): check the inputs.${quoted}`;
+    case EXIT_USAGE: {
+      const tooOld = options.lease
+        ? ' A baton too old for `acquire --keep-alive` refuses it too: input `baton-version` ' +
+          'installs another.'
+        : '';
+      return `baton refused the action's arguments (exit 2): check the inputs.${tooOld}${quoted}`;
+    }
     case EXIT_LOST_PLACE:
       return (
         `the store could not be reached for longer than the waiter's lease, so the place in ` +
@@ -361,18 +380,29 @@ export function setAcquireOutputs(turn, { maskTicket }) {
   core.setOutput('lease-until', turn.leaseUntil);
   core.setOutput('waited-seconds', turn.waitedSeconds);
   core.setOutput('position-at-start', turn.positionAtStart);
-  core.info(
+  const held =
     `baton: holding ${turn.key} (ticket ${turn.id}, fence ${turn.fence}) after waiting ` +
-      `${turn.waitedSeconds}s; the lease ends at ${turn.leaseUntil} unless released before`,
-  );
+    `${turn.waitedSeconds}s`;
+  if (turn.keeperPid) {
+    core.info(
+      `${held}; a keeper (pid ${turn.keeperPid}) renews its ${turn.lease} lease until the post ` +
+        `step releases it, for at most ${turn.expires}`,
+    );
+  } else {
+    core.info(`${held}; the lease ends at ${turn.leaseUntil} unless released before`);
+  }
 }
 
 /**
- * Gives a turn back. A refusal is a warning, not a failure: the usual cause is that the lease
- * already ran out (the turn ended and the key went on without it), and failing the job for that
- * would report the work as broken when only the bookkeeping was late.
+ * Gives a turn back; true when baton released it. A refusal is a warning, not a failure: the
+ * usual cause is that the lease already ran out (the turn ended and the key went on without it),
+ * and failing the job for that would report the work as broken when only the bookkeeping was
+ * late. `leaseEnds` says when the turn ends if the store could not be reached.
  */
-export async function release(bin, { key, ticket, outcome, store, serverToken, leaseUntil = '' }) {
+export async function release(
+  bin,
+  { key, ticket, outcome, store, serverToken, leaseEnds = '' },
+) {
   const args = ['release', key, ticket, '--outcome', outcome];
   if (store) args.push('--store', store);
   const result = await run(bin, args, { env: childEnv(serverToken) });
@@ -381,13 +411,63 @@ export async function release(bin, { key, ticket, outcome, store, serverToken, l
     return true;
   }
   const said = result.stderrTail.trim();
-  const ends = leaseUntil ? ` at ${leaseUntil}` : '';
+  const ends = leaseEnds ? ` ${leaseEnds}` : '';
   core.warning(
     `baton release ${key} exited ${describeExit(result)}: the turn had already ended (its lease ` +
       `ran out, or it was cancelled), or the store could not be reached, in which case the turn ` +
       `ends when its lease runs out${ends}.${said ? `\nbaton said:\n${said}` : ''}`,
   );
   return false;
+}
+
+/**
+ * How long the post step lets the keeper notice a release by itself (it looks every 2 s) before
+ * stopping it: bounded, so the post step never hangs on a keeper.
+ */
+const KEEPER_GRACE_MS = 10000;
+
+/**
+ * Whether `pid` is still the keeper of `key` (`baton … keep KEY …`): its command line, from
+ * /proc or else `ps`, so that a pid reused by another process after the keeper ended is never
+ * mistaken for it, nor signalled. A zombie has an empty command line: not running.
+ */
+export function keeperRunning(pid, key) {
+  let args;
+  try {
+    args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+  } catch {
+    const ps = spawnSync('ps', ['-o', 'args=', '-p', String(pid)], {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    args = ps.status === 0 ? ps.stdout : '';
+  }
+  return ` ${args.trim()} `.includes(` keep ${key} `);
+}
+
+/**
+ * Sees the keeper of a turn the post step gave back end. After a release it ends by itself
+ * within a few seconds; one still renewing after `KEEPER_GRACE_MS`, or at once when the release
+ * failed (the store unreachable: nothing else would stop it before --max-hold), gets SIGTERM, so
+ * the turn never outlives the job by more than one lease.
+ */
+export async function stopKeeper({ pid, key, lease, released }) {
+  const deadline = Date.now() + (released ? KEEPER_GRACE_MS : 0);
+  while (keeperRunning(pid, key)) {
+    if (Date.now() >= deadline) {
+      try {
+        process.kill(Number(pid), 'SIGTERM');
+      } catch {
+        // It ended meanwhile.
+      }
+      core.info(
+        `baton: stopped the keeper (pid ${pid}): the turn ends within one lease (${lease})`,
+      );
+      return;
+    }
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  core.info(`baton: the keeper (pid ${pid}) has ended`);
 }
 
 /** Runs an entry point: any thrown error fails the step with its message. */

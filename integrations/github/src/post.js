@@ -1,8 +1,9 @@
-// The action's post step: give back the turn the main step took, with the job's outcome.
+// The action's post step: give back the turn the main step took, with the job's outcome, and see
+// its keeper end.
 //
 // It runs even when the job failed or was cancelled (`post-if: always()`). It does not run when
-// the runner itself died: then nothing releases the turn, and it ends when its lease runs out
-// (input `expires`), after which the next waiter gets the key.
+// the runner itself died: then nothing releases the turn, but the keeper died with the runner,
+// so the lease (input `lease`) runs out about one lease later and the next waiter gets the key.
 
 import * as core from '@actions/core';
 import * as baton from './baton.js';
@@ -22,12 +23,16 @@ baton.entry(async () => {
     url: baton.input('baton-url'),
     remembered: core.getState('baton'),
   });
-  await baton.release(bin, {
+  const keeperPid = core.getState('keeper-pid');
+  const lease = core.getState('lease');
+  const leaseUntil = core.getState('lease-until');
+  const released = await baton.release(bin, {
     key,
     ticket,
     outcome: baton.outcomeFrom(baton.input('outcome')),
     store: core.getState('store'),
     serverToken,
-    leaseUntil: core.getState('lease-until'),
+    leaseEnds: keeperPid ? `within ${lease} once its keeper is stopped` : `at ${leaseUntil}`,
   });
+  if (keeperPid) await baton.stopKeeper({ pid: keeperPid, key, lease, released });
 });
