@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::ci::{
-    baton_bin_dir, finish_work, gated_work, keeper_pid, on_sqlite_and_s3, path_with, turns,
-    wait_held_for, wait_keeper_gone, wait_work_started,
+    baton_bin_dir, finish_work, gated_work, hold_as, keeper_pid, on_sqlite_and_s3, path_with,
+    turns, wait_held_for, wait_keeper_gone, wait_work_started,
 };
 use common::{send_signal, with_fresh_sqlite, Ctx, Done, Proc, PROMPT};
 use yaml_rust2::{Yaml, YamlLoader};
@@ -556,9 +556,7 @@ fn a_missing_key_or_store_a_bad_input_or_a_timeout_fails_the_job_saying_why() {
         assert!(done.stderr.contains("soon"), "{}", done.describe());
 
         // Someone else holds the key: a job with a timeout gives up and says who holds it.
-        ctx.baton(["acquire", &key, "--ttl", "2m", "--context", "someone else"])
-            .run()
-            .assert_code(0);
+        hold_as(ctx, &key, "someone else");
         let done = refused(
             &include(&[("key", &key), ("timeout", "1s")]),
             &[],
@@ -569,6 +567,27 @@ fn a_missing_key_or_store_a_bad_input_or_a_timeout_fails_the_job_saying_why() {
             ctx.key_view(&key).queue().is_empty(),
             "its ticket left the queue"
         );
+    });
+}
+
+#[test]
+fn a_job_cancelled_while_it_waits_withdraws_its_ticket() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("deploy/production");
+        hold_as(ctx, &key, "holder");
+        let template = include(&[("key", &key)]);
+        let job = Job::new(ctx, &template, "waiting");
+        let mut main = job.start(&gated_work("w"));
+        ctx.wait_queued(&key, &job.context());
+        // The runner's signal reaches the job's processes, baton among them.
+        send_signal(-main.pid(), libc::SIGTERM);
+        let done = main.wait(PROMPT);
+        assert_ne!(done.code, Some(0), "{}", done.describe());
+        ctx.wait_status("the ticket to leave", &key, PROMPT, |view| {
+            view.queue().is_empty()
+        });
+        assert_said(&job.after("canceled"), "nothing to give back");
+        assert_eq!(ctx.key_view(&key).holder_contexts(), ["holder"]);
     });
 }
 

@@ -61,6 +61,7 @@ const DOCUMENTS: &[&str] = &[
     "integrations/github/README.md",
     "integrations/circleci/README.md",
     "integrations/gitlab/README.md",
+    "integrations/buildkite/README.md",
 ];
 
 /// The other documents at the top of the repository, whose links are checked too.

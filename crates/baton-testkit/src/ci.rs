@@ -53,6 +53,13 @@ pub fn assert_no_baton_on_path() {
     );
 }
 
+/// Takes `key` for two minutes as someone outside the CI, named `context`.
+pub fn hold_as(ctx: &Ctx, key: &str, context: &str) {
+    ctx.baton(["acquire", key, "--ttl", "2m", "--context", context])
+        .run()
+        .assert_code(0);
+}
+
 /// Shell lines for a job's work named `name`: they write the `BATON_FENCE` and `BATON_KEY` the
 /// integration handed them to `NAME.fence` and `NAME.key`, create `NAME.started`, wait until
 /// [`finish_work`] writes `NAME.go`, and exit with the code it holds.
