@@ -2,7 +2,8 @@
 
 use std::env;
 
-/// From the CI's variables where present (GitHub Actions, CircleCI), else user@host pid N.
+/// From the CI's variables where present (GitHub Actions, CircleCI, GitLab CI, Buildkite), else
+/// user@host pid N.
 pub fn default_context() -> String {
     context_from(&|name| env::var(name).ok())
 }
@@ -14,6 +15,10 @@ fn context_from(lookup: &dyn Fn(&str) -> Option<String>) -> String {
         github(&var)
     } else if var("CIRCLECI").is_some() {
         circleci(&var)
+    } else if var("GITLAB_CI").is_some() {
+        gitlab(&var)
+    } else if var("BUILDKITE").is_some() {
+        buildkite(&var)
     } else {
         local(&var)
     };
@@ -65,6 +70,59 @@ fn circleci(var: &dyn Fn(&str) -> Option<String>) -> String {
         parts.push(format!("by {user}"));
     }
     if let Some(url) = var("CIRCLE_BUILD_URL") {
+        parts.push(url);
+    }
+    parts.join(", ")
+}
+
+/// `{project} pipeline #{id}, job {name}, commit {sha}, by {login}, {job URL}`: the pipeline's
+/// global id, which its URL (`/-/pipelines/ID`) names.
+fn gitlab(var: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut parts = Vec::new();
+    match (var("CI_PROJECT_PATH"), var("CI_PIPELINE_ID")) {
+        (Some(project), Some(pipeline)) => parts.push(format!("{project} pipeline #{pipeline}")),
+        (Some(project), None) => parts.push(project),
+        (None, Some(pipeline)) => parts.push(format!("pipeline #{pipeline}")),
+        (None, None) => {}
+    }
+    if let Some(job) = var("CI_JOB_NAME") {
+        parts.push(format!("job {job}"));
+    }
+    if let Some(sha) = var("CI_COMMIT_SHA") {
+        parts.push(format!("commit {}", short_sha(&sha)));
+    }
+    if let Some(user) = var("GITLAB_USER_LOGIN") {
+        parts.push(format!("by {user}"));
+    }
+    if let Some(url) = var("CI_JOB_URL") {
+        parts.push(url);
+    }
+    parts.join(", ")
+}
+
+/// `{pipeline} #{build}, step {label}, commit {sha}, by {creator}, {build URL}`; the step's
+/// key where it has no label.
+fn buildkite(var: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut parts = Vec::new();
+    match (
+        var("BUILDKITE_PIPELINE_SLUG"),
+        var("BUILDKITE_BUILD_NUMBER"),
+    ) {
+        (Some(pipeline), Some(build)) => parts.push(format!("{pipeline} #{build}")),
+        (Some(pipeline), None) => parts.push(pipeline),
+        (None, Some(build)) => parts.push(format!("build #{build}")),
+        (None, None) => {}
+    }
+    if let Some(step) = var("BUILDKITE_LABEL").or_else(|| var("BUILDKITE_STEP_KEY")) {
+        parts.push(format!("step {step}"));
+    }
+    if let Some(sha) = var("BUILDKITE_COMMIT") {
+        parts.push(format!("commit {}", short_sha(&sha)));
+    }
+    if let Some(creator) = var("BUILDKITE_BUILD_CREATOR") {
+        parts.push(format!("by {creator}"));
+    }
+    if let Some(url) = var("BUILDKITE_BUILD_URL") {
         parts.push(url);
     }
     parts.join(", ")
@@ -186,6 +244,55 @@ mod tests {
             context,
             "workflow wf-1, deploy #7, commit fedcba987654, by grace"
         );
+    }
+
+    #[test]
+    fn gitlab_ci() {
+        let context = context_from(&lookup(&[
+            ("GITLAB_CI", "true"),
+            ("CI_PROJECT_PATH", "acme/app"),
+            ("CI_PIPELINE_ID", "5120"),
+            ("CI_JOB_NAME", "deploy"),
+            ("CI_COMMIT_SHA", "00112233445566778899"),
+            ("GITLAB_USER_LOGIN", "hopper"),
+            ("CI_JOB_URL", "https://gitlab.com/acme/app/-/jobs/88"),
+        ]));
+        assert_eq!(
+            context,
+            "acme/app pipeline #5120, job deploy, commit 001122334455, by hopper, \
+             https://gitlab.com/acme/app/-/jobs/88"
+        );
+        let bare = context_from(&lookup(&[("GITLAB_CI", "true"), ("CI_PIPELINE_ID", "7")]));
+        assert_eq!(bare, "pipeline #7");
+    }
+
+    #[test]
+    fn buildkite() {
+        let context = context_from(&lookup(&[
+            ("BUILDKITE", "true"),
+            ("BUILDKITE_PIPELINE_SLUG", "app-deploy"),
+            ("BUILDKITE_BUILD_NUMBER", "314"),
+            ("BUILDKITE_LABEL", ":rocket: Deploy"),
+            ("BUILDKITE_STEP_KEY", "deploy"),
+            ("BUILDKITE_COMMIT", "aabbccddeeff00112233"),
+            ("BUILDKITE_BUILD_CREATOR", "Ada Lovelace"),
+            (
+                "BUILDKITE_BUILD_URL",
+                "https://buildkite.com/acme/app-deploy/builds/314",
+            ),
+        ]));
+        assert_eq!(
+            context,
+            "app-deploy #314, step :rocket: Deploy, commit aabbccddeeff, by Ada Lovelace, \
+             https://buildkite.com/acme/app-deploy/builds/314"
+        );
+        // A step without a label is named by its key.
+        let keyed = context_from(&lookup(&[
+            ("BUILDKITE", "true"),
+            ("BUILDKITE_STEP_KEY", "deploy"),
+            ("BUILDKITE_COMMIT", "HEAD"),
+        ]));
+        assert_eq!(keyed, "step deploy, commit HEAD");
     }
 
     #[test]

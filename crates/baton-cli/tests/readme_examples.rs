@@ -23,7 +23,8 @@
 //!   that exits 0; `request.json` holds `{"commit":"abc123"}`; the scratch directory is a git
 //!   repository with one commit (for `git show -s --format=%ct`).
 //! - `USER=newcomer`, `GITHUB_RUN_NUMBER=41` and `STEP=1` (what a CI job would have set); `CI`,
-//!   `GITHUB_ACTIONS` and `CIRCLECI` are unset, so baton behaves as on a developer's machine.
+//!   `GITHUB_ACTIONS`, `CIRCLECI`, `GITLAB_CI` and `BUILDKITE` are unset, so baton behaves as on
+//!   a developer's machine.
 //!
 //! # Markers
 //!
@@ -59,6 +60,8 @@ const DOCUMENTS: &[&str] = &[
     "README.md",
     "integrations/github/README.md",
     "integrations/circleci/README.md",
+    "integrations/gitlab/README.md",
+    "integrations/buildkite/README.md",
 ];
 
 /// The other documents at the top of the repository, whose links are checked too.
@@ -475,6 +478,10 @@ fn run_block(block: &Block, run: &Run) -> Option<String> {
             .program(&block.place(), "env", ["-u", "CI", "-u", "GITHUB_ACTIONS"])
             .arg("-u")
             .arg("CIRCLECI")
+            .arg("-u")
+            .arg("GITLAB_CI")
+            .arg("-u")
+            .arg("BUILDKITE")
             .arg("sh")
             .arg(ctx.path("block.sh"))
             .current_dir(&work)

@@ -18,11 +18,14 @@
 //! - [`files::ReadOnlyFile`]: a file nobody, root included, may write, for as long as it lives.
 //! - [`KeyView`], [`TicketView`]: `baton status --json`, read in one place, so a change of field
 //!   names is one edit here.
+//! - [`ci`]: what the tests of the integrations that hold a turn for a whole CI job share (the
+//!   stores they run on, a job's work as a gate, the history's turns).
 //!
 //! Children find the binary in `$TEST_BATON` and the scratch directory in `$TEST_DIR`; the store
 //! reaches every `baton` through `BATON_STORE`, set explicitly on each process (the tests never
 //! fall back to the per-user default store).
 
+pub mod ci;
 pub mod dist;
 pub mod fake_ci;
 pub mod files;
