@@ -887,6 +887,79 @@ fn a_run_that_reported_success_and_died_before_its_end_is_recorded_not_run_again
     });
 }
 
+/// A claim through the library, for the tests of workers that stop half-way: the runtime and
+/// the claimed job (its heartbeat renewing) on `ctx`'s store, with a 1 s lease.
+fn claim_by_hand(ctx: &Ctx, key: &str) -> (tokio::runtime::Runtime, baton_client::jobs::Job) {
+    use baton_client::jobs::{self, ClaimOptions};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let job = runtime.block_on(async {
+        let coord = baton_client::Coordinator::open(&ctx.store, None)
+            .await
+            .expect("open the store");
+        let options = ClaimOptions {
+            ttl: Duration::from_secs(1),
+        };
+        jobs::claim(&std::sync::Arc::new(coord), key, &options)
+            .await
+            .expect("claim")
+            .expect("a job to claim")
+    });
+    (runtime, job)
+}
+
+/// A worker that told the store its command succeeded and stopped before recording the job's
+/// end: when the run's lease runs out the job ends succeeded, and no worker runs it again.
+#[test]
+fn a_run_that_said_it_succeeded_and_died_ends_the_job_succeeded_when_its_lease_runs_out() {
+    for_each_store(|ctx| {
+        let key = ctx.key("said");
+        let id = submit(ctx, &key, &["--backoff", "100ms"]);
+        let (runtime, job) = claim_by_hand(ctx, &key);
+        let told = runtime.block_on(job.succeeded()).expect("told the store");
+        assert!(told, "the run held the job");
+        job.heartbeat.stop_all();
+        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let done = ctx
+            .baton(["wait", key.as_str(), id.as_str()])
+            .run_within(Duration::from_secs(60));
+        done.assert_code(0);
+        stop(w);
+        assert!(!ctx.path("ran").exists(), "the command ran again");
+        let end = ctx.history(&key);
+        let end = end
+            .iter()
+            .find(|e| e["outcome"].is_string())
+            .expect("its end");
+        assert_eq!(end["outcome"], "succeeded", "{end}");
+        let reason = end["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains("saying its command succeeded"), "{end}");
+    });
+}
+
+/// A worker paused after its command succeeded, past its lease: the job runs again elsewhere,
+/// and the paused worker's success is refused, so no late report can claim it.
+#[test]
+fn a_success_told_after_the_lease_ran_out_is_refused_and_the_job_runs_once_more() {
+    for_each_store(|ctx| {
+        let key = ctx.key("late");
+        let id = submit(ctx, &key, &["--backoff", "100ms"]);
+        let (runtime, job) = claim_by_hand(ctx, &key);
+        job.heartbeat.stop_all();
+        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let done = ctx
+            .baton(["wait", key.as_str(), id.as_str()])
+            .run_within(Duration::from_secs(60));
+        done.assert_code(0);
+        stop(w);
+        assert!(ctx.path("ran").exists(), "{}", done.describe());
+        let told = runtime.block_on(job.succeeded()).expect("an answer");
+        assert!(!told, "a run whose lease ran out cannot say it succeeded");
+    });
+}
+
 #[test]
 fn an_async_run_that_exited_0_and_was_never_completed_runs_again() {
     // `--async`: exit 0 is not the job's end, `baton complete` is; a lease that ran out

@@ -177,6 +177,7 @@ impl Work<'_> {
             }
             Op::Submit(submit) => self.submit(submit),
             Op::Claim { token, ttl_ms } => self.claim(token, *ttl_ms),
+            Op::RunSucceeded { token } => self.run_succeeded(token),
             Op::Complete { token, id, result } => self.complete(token, id.as_deref(), result),
         }
     }

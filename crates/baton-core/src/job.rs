@@ -74,6 +74,13 @@ pub struct JobState {
     /// submit, and its worker never runs it. `None`: submitted by an older client, unchecked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params_sha256: Option<String>,
+    /// The run whose worker said, while it held the job, that its command succeeded
+    /// ([`crate::Op::RunSucceeded`]): if that run's lease runs out before its end is recorded
+    /// (the worker was killed, paused or cut off in between), the job ends succeeded instead
+    /// of running again. Told through the key's document, so it is fenced like the run: a
+    /// worker that lost its lease first is refused, and its job runs again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded_run: Option<u32>,
 }
 
 impl JobState {
@@ -91,6 +98,7 @@ impl JobState {
             last_error: None,
             last_run: None,
             params_sha256: None,
+            succeeded_run: None,
         }
     }
 

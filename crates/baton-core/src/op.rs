@@ -108,6 +108,13 @@ pub enum Op {
         /// The lease of the run.
         ttl_ms: u64,
     },
+    /// A worker says the command of the run it holds succeeded, before it keeps the run's
+    /// report and completes it: a run whose lease runs out after this ends the job succeeded
+    /// ([`crate::job::JobState::succeeded_run`]). Refused when the token no longer holds.
+    RunSucceeded {
+        /// The run's token.
+        token: String,
+    },
     /// A worker (or `baton complete`) ends a run it holds.
     Complete {
         /// The run's token.
@@ -304,6 +311,7 @@ impl Op {
             Op::CancelQueued { .. } => "cancel_queued",
             Op::Submit(_) => "submit",
             Op::Claim { .. } => "claim",
+            Op::RunSucceeded { .. } => "run_succeeded",
             Op::Complete { .. } => "complete",
             Op::RetryOnce => "retry_once",
             Op::Tick => "tick",
@@ -312,7 +320,7 @@ impl Op {
     }
 
     /// Every operation's name ([`Op::name`]).
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "enqueue",
         "refresh",
         "renew",
@@ -322,6 +330,7 @@ impl Op {
         "cancel_queued",
         "submit",
         "claim",
+        "run_succeeded",
         "complete",
         "retry_once",
         "tick",

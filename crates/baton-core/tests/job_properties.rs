@@ -35,7 +35,10 @@ enum Step {
     Enqueue,
     /// A worker claims the next job.
     Claim,
-    /// A running job (by index among the running) ends so.
+    /// A running job's worker (by index among the running) says its command succeeded; it
+    /// goes on renewing, or stops, as any worker may.
+    SaySucceeded(usize),
+    /// A running job (by index among the running) ends so (succeeded, if its worker said so).
     Complete(usize, Ending),
     /// A completion by a token that holds nothing (a run that ended).
     StaleComplete(usize),
@@ -67,6 +70,7 @@ fn step() -> impl Strategy<Value = Step> {
             1 => Just(Ending::ReleasedBack),
         ])
             .prop_map(|(i, e)| Step::Complete(i, e)),
+        2 => any::<usize>().prop_map(Step::SaySucceeded),
         1 => any::<usize>().prop_map(Step::StaleComplete),
         2 => any::<usize>().prop_map(Step::Release),
         1 => any::<usize>().prop_map(Step::Cancel),
@@ -87,6 +91,8 @@ struct Key {
     running: Vec<(String, String)>,
     /// Tokens of runs that ended.
     stale: Vec<String>,
+    /// Jobs whose running worker said, and was told it was heard, that its command succeeded.
+    said: BTreeSet<String>,
     /// Holders after the last step, with their fences.
     held: BTreeSet<(String, u64)>,
     max_fence: u64,
@@ -104,6 +110,7 @@ impl Key {
             tickets: BTreeMap::new(),
             running: Vec::new(),
             stale: Vec::new(),
+            said: BTreeSet::new(),
             held: BTreeSet::new(),
             max_fence: 0,
             failures: BTreeMap::new(),
@@ -196,6 +203,12 @@ impl Key {
                     return;
                 }
                 let (id, token) = self.running.remove(i % self.running.len());
+                // A worker says so only when the command exited 0, and completes it so.
+                let ending = if self.said.contains(&id) {
+                    Ending::Succeeded
+                } else {
+                    *ending
+                };
                 let result = match ending {
                     Ending::Succeeded => JobResult::Succeeded,
                     Ending::Failed => JobResult::Failed {
@@ -211,6 +224,15 @@ impl Key {
                     result,
                 });
                 self.stale.push(token);
+            }
+            Step::SaySucceeded(i) => {
+                if self.running.is_empty() {
+                    return;
+                }
+                let (id, token) = self.running[i % self.running.len()].clone();
+                if self.w.run(Op::RunSucceeded { token }).is_ok() {
+                    self.said.insert(id);
+                }
             }
             Step::StaleComplete(i) => {
                 if self.stale.is_empty() {
@@ -334,11 +356,34 @@ impl Key {
     }
 
     /// The invariants, after a step.
+    /// A job whose worker was heard saying its command succeeded ends succeeded (or cancelled
+    /// by an operator), whether its worker completes it or stops: it is never queued again.
+    fn check_said(
+        &self,
+        step: &Step,
+        holders: &BTreeSet<(String, u64)>,
+    ) -> Result<(), TestCaseError> {
+        for id in &self.said {
+            match self.w.ended.iter().find(|(ended, _)| ended == id) {
+                Some((_, outcome)) => prop_assert!(
+                    matches!(outcome, Outcome::Succeeded | Outcome::Cancelled),
+                    "after {step:?}: {id} said it succeeded, then ended {outcome:?}"
+                ),
+                None => prop_assert!(
+                    holders.iter().any(|(held, _)| held == id),
+                    "after {step:?}: {id} said it succeeded, then was queued again"
+                ),
+            }
+        }
+        Ok(())
+    }
+
     fn check(&mut self, step: &Step) -> Result<(), TestCaseError> {
         let Some(doc) = self.w.doc.clone() else {
             return Ok(());
         };
         let holders = self.holders();
+        self.check_said(step, &holders)?;
         let normal = doc.holders().filter(|t| t.mode == Mode::Normal).count();
         prop_assert!(
             normal <= self.limit as usize,

@@ -214,6 +214,81 @@ fn a_run_whose_lease_runs_out_is_a_failed_attempt_and_its_worker_is_refused() {
     }
 }
 
+/// A worker that said its command succeeded, then stopped before recording the job's end
+/// (killed, paused, cut off): when its lease runs out the job ends succeeded with that run's
+/// fence, and is never handed to another worker.
+#[test]
+fn a_lapsed_run_whose_worker_said_it_succeeded_ends_the_job_succeeded() {
+    let mut w = World::new();
+    w.run(Op::Submit(submit("j1"))).expect("j1");
+    claimed(w.run(claim(1)).expect("claim")).expect("j1");
+    let fence = w
+        .doc
+        .as_ref()
+        .and_then(|d| d.by_id("j1"))
+        .expect("live")
+        .fence;
+    w.run(Op::RunSucceeded { token: token(1) })
+        .expect("told while it holds");
+    w.run(Op::RunSucceeded { token: token(1) })
+        .expect("told again: the same");
+    w.now_ms += 30_001;
+    w.run(Op::Tick).expect("tick");
+    assert_eq!(w.finished, [("j1".into(), Outcome::Succeeded)]);
+    assert!(w.doc.as_ref().and_then(|d| d.by_id("j1")).is_none());
+    assert_eq!(
+        claimed(w.run(claim(2)).expect("claim")),
+        None,
+        "nothing to run"
+    );
+    let entry = w.entries.last().expect("a history entry");
+    assert_eq!(entry.fence, Some(fence), "the run's own fence");
+    assert!(entry
+        .reason
+        .as_deref()
+        .is_some_and(|r| r.contains("succeeded")));
+    // Its late completion is answered with the end, not a second one.
+    let refusal = w.run(complete(1, JobResult::Succeeded)).expect_err("ended");
+    assert!(
+        matches!(
+            refusal,
+            Refusal::Ended {
+                outcome: Outcome::Succeeded,
+                ..
+            }
+        ),
+        "{refusal:?}"
+    );
+}
+
+/// A worker that says its command succeeded after its lease ran out (it was paused after the
+/// command ended) is refused: the job runs again, and that worker's success counts for nothing.
+/// A run that said so and then ran out on a restarted store clock ends succeeded too.
+#[test]
+fn a_success_told_after_the_lease_ran_out_is_refused_and_the_job_runs_again() {
+    let mut w = World::new();
+    w.run(Op::Submit(submit("j1"))).expect("j1");
+    claimed(w.run(claim(1)).expect("claim")).expect("j1");
+    w.now_ms += 30_001;
+    w.run(Op::Tick).expect("tick");
+    let refusal = w
+        .run(Op::RunSucceeded { token: token(1) })
+        .expect_err("a stale worker");
+    assert!(
+        matches!(refusal, Refusal::RunEnded { ref id, .. } if id == "j1"),
+        "{refusal:?}"
+    );
+    w.now_ms += 3_600_000; // past its backoff
+    let (id, attempt) = claimed(w.run(claim(2)).expect("claim")).expect("runs again");
+    assert_eq!((id.as_str(), attempt), ("j1", 2));
+    w.run(Op::RunSucceeded { token: token(2) }).expect("told");
+    let mut doc = w.doc.clone().expect("doc");
+    doc.epoch = Some("boot-0".into());
+    w.doc = Some(doc);
+    w.run(Op::Tick).expect("tick");
+    assert_eq!(w.finished.last(), Some(&("j1".into(), Outcome::Succeeded)));
+}
+
 /// A worker whose claim's answer came after the lease it set had run out never starts the
 /// command: it gives the run back. The lapse had spent an attempt; the give-back returns it,
 /// so a run that never started costs the job nothing. Only a give-back does: a completion of

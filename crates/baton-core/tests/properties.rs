@@ -1414,6 +1414,7 @@ impl World {
             // operation it cannot predict must never be delivered to it.
             Op::Submit(_)
             | Op::Claim { .. }
+            | Op::RunSucceeded { .. }
             | Op::Complete { .. }
             | Op::CancelInBacklog { .. }
             | Op::RetryOnce

@@ -81,7 +81,11 @@ fn expected(op: &Op) -> Scope {
         Op::Enqueue(e) if e.override_freeze.is_some() => Scope::Admin,
         Op::Enqueue(_) => Scope::Lock,
         Op::Refresh { .. } | Op::Renew { .. } | Op::Release { .. } => Scope::Lock,
-        Op::Submit(_) | Op::Claim { .. } | Op::Complete { .. } | Op::Tick => Scope::Lock,
+        Op::Submit(_)
+        | Op::Claim { .. }
+        | Op::RunSucceeded { .. }
+        | Op::Complete { .. }
+        | Op::Tick => Scope::Lock,
         Op::Cancel { .. } | Op::CancelInBacklog { .. } | Op::CancelQueued { .. } => Scope::Admin,
         Op::RetryOnce => Scope::Admin,
         // Acknowledging a delivery moves (or drops) a rule's cursor: the rule's events are
@@ -157,6 +161,7 @@ fn operations() -> Vec<Op> {
             token: token(),
             ttl_ms: 60_000,
         },
+        Op::RunSucceeded { token: token() },
         Op::Complete {
             token: token(),
             id: None,

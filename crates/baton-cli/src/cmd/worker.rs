@@ -284,6 +284,7 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     let started = Instant::now();
     let (ended, stdout_tail, stderr_tail) = run_command(&job, &ctx, &mut stop).await;
     let (result, exit_code, error) = judge(&ended, &ctx);
+    let (result, error) = tell_success(&job, result, error, ctx.args.asynchronous).await;
     let report = RunReport {
         attempt: job.attempt,
         run: job.run,
@@ -312,6 +313,34 @@ async fn run_job(job: Job, ctx: Arc<Ctx>, mut stop: watch::Receiver<Stop>) {
     if !ctx.args.quiet {
         let said = crate::render::one_line(&said);
         eprintln!("baton: {key} {id} attempt {attempt}: {said}");
+    }
+}
+
+/// A command that succeeded is told to the store before the run's report says so
+/// (`Job::succeeded`, fenced like the run): a run that no longer holds the job keeps no success
+/// and reports `lease lost`, so that a report kept late (this worker was paused after its
+/// command ended) never claims a success while the job runs again elsewhere.
+async fn tell_success(
+    job: &Job,
+    result: Option<JobResult>,
+    error: Option<String>,
+    asynchronous: bool,
+) -> (Option<JobResult>, Option<String>) {
+    if asynchronous || !matches!(result, Some(JobResult::Succeeded)) {
+        return (result, error);
+    }
+    match job.succeeded().await {
+        Ok(true) => (result, error),
+        Ok(false) => (
+            None,
+            Some("the command succeeded, but the run no longer held the job (its lease ran out first)".into()),
+        ),
+        Err(e) => (
+            None,
+            Some(format!(
+                "the command succeeded, but the store could not be told while the run held the job: {e}"
+            )),
+        ),
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use baton_core::job::JobResult;
 use baton_core::op::TicketView;
-use baton_core::{Op, Reply, Request, TicketState};
+use baton_core::{Op, Outcome, Refusal, Reply, Request, TicketState};
 use serde::{Deserialize, Serialize};
 
 use super::errors::{params_replaced, unexpected};
@@ -99,6 +99,45 @@ impl Job {
     /// The job's id.
     pub fn id(&self) -> &str {
         &self.lease.id
+    }
+
+    /// Tells the store this run's command succeeded, before its report is kept and its end
+    /// recorded: from then on a lease that runs out ends the job succeeded
+    /// ([`baton_core::job::JobState::succeeded_run`]) instead of running it again. Sent again
+    /// after a store error while the lease stands. `false`: the run no longer holds the job
+    /// (its lease ran out first, or an operator ended it), so its success is not recorded and
+    /// the job may run again; its report must not say it succeeded.
+    pub async fn succeeded(&self) -> Result<bool, ClientError> {
+        let op = Op::RunSucceeded {
+            token: self.lease.token.clone(),
+        };
+        let mut request = Request::new(ids::new_attempt_id(), op);
+        let stands = |pause: Duration| {
+            let pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+            let until_ms = self
+                .heartbeat
+                .holds_until_ms()
+                .unwrap_or(self.lease.holds_until_ms);
+            self.coord.local_ms().saturating_add(pause_ms) < until_ms
+        };
+        let (executed, _) = end_retrying(&self.coord, self.key(), &mut request, stands).await;
+        match executed {
+            Ok(_) => Ok(true),
+            // A try that landed unseen, then the lease ran out: the job ended succeeded by it.
+            Err(ClientError::Refused {
+                refusal:
+                    Refusal::Ended {
+                        outcome: Outcome::Succeeded,
+                        ..
+                    },
+                ..
+            }) => Ok(true),
+            Err(ClientError::Refused {
+                refusal: Refusal::Ended { .. } | Refusal::RunEnded { .. } | Refusal::UnknownToken,
+                ..
+            }) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Writes this run's report (before [`Job::complete`], so the record is there when the

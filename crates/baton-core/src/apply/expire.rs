@@ -48,8 +48,9 @@ impl Work<'_> {
             }
             if ticket.job.is_some() {
                 // A running job whose worker stopped renewing: a failed attempt. The job waits
-                // again at `idx` (examined once more: it no longer lapses) or is dead.
-                self.end_run(idx, RunEnd::LeaseRanOut, None, None, 0);
+                // again at `idx` (examined once more: it no longer lapses) or is dead. Unless
+                // the worker had said its command succeeded: then the job has succeeded.
+                self.end_lapsed_run(idx, None);
                 continue;
             }
             let (outcome, reason) = match (ticket.state, ticket.claimed) {
@@ -73,10 +74,7 @@ impl Work<'_> {
             let ticket = &self.doc.tickets[idx];
             match (ticket.state, ticket.job.is_some()) {
                 (TicketState::Queued, true) => idx += 1,
-                (TicketState::Held, true) => {
-                    let error = Some(reason.to_owned());
-                    self.end_run(idx, RunEnd::LeaseRanOut, error, None, 0);
-                }
+                (TicketState::Held, true) => self.end_lapsed_run(idx, Some(reason)),
                 (TicketState::Held, false) => {
                     self.finish(idx, Outcome::Expired, false, Some(reason.into()), None);
                 }
@@ -84,6 +82,23 @@ impl Work<'_> {
                     self.finish(idx, Outcome::Abandoned, false, Some(reason.into()), None);
                 }
             }
+        }
+    }
+
+    /// Ends the run of the running job `idx` whose lease lapsed (`why`: other than running
+    /// out): as succeeded if its worker had said its command succeeded
+    /// ([`crate::job::JobState::succeeded_run`]), else as a failed attempt.
+    fn end_lapsed_run(&mut self, idx: usize, why: Option<&str>) {
+        let said_succeeded = self.doc.tickets[idx]
+            .job
+            .as_deref()
+            .is_some_and(|job| job.succeeded_run.is_some_and(|run| run == job.runs));
+        if said_succeeded {
+            let reason = "its worker stopped after saying its command succeeded";
+            self.finish(idx, Outcome::Succeeded, false, Some(reason.into()), None);
+        } else {
+            let error = why.map(str::to_owned);
+            self.end_run(idx, RunEnd::LeaseRanOut, error, None, 0);
         }
     }
 }

@@ -212,6 +212,27 @@ impl Work<'_> {
         Ok((Reply::Ticket(self.view(&id)), None))
     }
 
+    /// The worker of the run `token` holds says its command succeeded: kept on the job, so that
+    /// the run's lease running out ends the job succeeded ([`JobState::succeeded_run`]). A
+    /// token that no longer holds is refused as a completion would be: the worker then knows
+    /// its success is not recorded, and the job may run again.
+    pub(super) fn run_succeeded(&mut self, token: &str) -> Answer {
+        limits::check_token(token)?;
+        let hash = token_hash(token);
+        let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+            return self.completed_before(&hash);
+        };
+        let ticket = &mut self.doc.tickets[idx];
+        let Some(job) = ticket.job.as_deref_mut() else {
+            return Err(Refusal::NotAJob(
+                "this token holds a lock ticket, not a job: end it with `baton release`".into(),
+            ));
+        };
+        job.succeeded_run = Some(job.runs);
+        let id = ticket.id.clone();
+        Ok((Reply::Ticket(self.view(&id)), None))
+    }
+
     /// A release back of a run whose lease ran out before its worker started the command (the
     /// claim's answer came too late: the worker checks that its lease still stands before it
     /// spawns). The lapse spent an attempt; the release returns it, so a run that never

@@ -36,6 +36,7 @@ pub fn scope_of(op: &Op) -> Scope {
         | Op::Release { .. }
         | Op::Submit(_)
         | Op::Claim { .. }
+        | Op::RunSucceeded { .. }
         | Op::Complete { .. }
         | Op::Tick => Scope::Lock,
         Op::Notified(_)
