@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use common::ci::{
-    baton_bin_dir, finish_work, gated_work, hold_as, keeper_pid, on_sqlite_and_s3, path_with,
-    turns, wait_held_for, wait_keeper_gone, wait_work_started,
+    assert_said, baton_bin_dir, finish_work, gated_work, hold_as, keeper_pid, on_sqlite_and_s3,
+    path_with, turns, wait_held_for, wait_keeper_gone, wait_work_started,
 };
 use common::{send_signal, with_fresh_sqlite, Ctx, Done, Proc, PROMPT};
 use serde_json::{json, Value};
@@ -289,14 +289,6 @@ impl<'c> Job<'c> {
         done.assert_code(0);
         done
     }
-}
-
-fn assert_said(done: &Done, text: &str) {
-    assert!(
-        done.stdout.contains(text) || done.stderr.contains(text),
-        "the job's log should say {text:?}:\n{}",
-        done.describe()
-    );
 }
 
 // ----- the scenarios -----

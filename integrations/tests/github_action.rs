@@ -17,25 +17,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::ci::on_sqlite_and_s3;
 use common::dist::{dist_command, run_checked, stripped_baton};
-use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, with_store, Ctx, Done, Proc, PROMPT};
+use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, Ctx, Done, Proc, PROMPT};
 
 /// The action's folder in the repository.
 fn action_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("github")
-}
-
-/// Runs `test` on a fresh SQLite store and, when the test servers run, on S3 (moto).
-fn on_sqlite_and_s3(test: impl Fn(&Ctx)) {
-    eprintln!("--- store: a fresh SQLite file");
-    with_fresh_sqlite(&test);
-    match std::env::var("BATON_TEST_S3_URL") {
-        Ok(url) if !url.is_empty() => {
-            eprintln!("--- store: {url}");
-            with_store(&url, &test);
-        }
-        _ => eprintln!("--- S3 not tested: BATON_TEST_S3_URL is not set (scripts/test.sh sets it)"),
-    }
 }
 
 /// What the runner knows of one job: its number (for file names) and its variables.

@@ -140,3 +140,12 @@ pub fn turns(ctx: &Ctx, key: &str) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Fails unless the job's log (its stdout or stderr) says `text`.
+pub fn assert_said(done: &crate::Done, text: &str) {
+    assert!(
+        done.stdout.contains(text) || done.stderr.contains(text),
+        "the job's log should say {text:?}:\n{}",
+        done.describe()
+    );
+}

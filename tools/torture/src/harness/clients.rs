@@ -190,12 +190,13 @@ impl ClientPlan {
     ) -> Vec<String> {
         let store = client_store(config, proxy, c);
         let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
-        let library = match config.client {
-            ClientKind::Cli | ClientKind::Kept => false,
-            ClientKind::Library => true,
-            ClientKind::Mixed => c % 2 == 1,
+        let (library, kept) = match config.client {
+            ClientKind::Cli => (false, false),
+            ClientKind::Library => (true, false),
+            ClientKind::Kept => (false, true),
+            // Odd clients the library; of the even ones, every other takes kept-alive turns.
+            ClientKind::Mixed => (c % 2 == 1, c % 4 == 2),
         };
-        let kept = config.client == ClientKind::Kept;
         let mut command: Vec<String> = Vec::new();
         let own = config.own.display().to_string();
         let hold = format!("{}ms", config.hold.as_millis());

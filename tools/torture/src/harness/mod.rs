@@ -145,7 +145,8 @@ pub enum ClientKind {
     Cli,
     /// `baton-torture lib-client`: the library's `acquire_many`, heartbeat and release.
     Library,
-    /// Even clients the CLI, odd clients the library.
+    /// Odd clients the library; even clients the CLI, every other one as `Kept` does (so every
+    /// store's faults reach keepers too).
     Mixed,
     /// `baton-torture kept-client`: `baton acquire --keep-alive`, the work, `baton release`, as
     /// a CI job's steps take a turn; a kill or a pause of the client reaches its keeper too, as
