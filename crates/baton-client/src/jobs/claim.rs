@@ -142,9 +142,9 @@ impl Job {
 
     /// Writes this run's report (before [`Job::complete`], so the record is there when the
     /// job's end is seen). A store error is retried while the lease stands (the write replaces
-    /// the whole record, so a retry of one that landed changes nothing): a report saying the
-    /// command succeeded is what keeps the job from running again if this worker stops before
-    /// its end is recorded ([`Job::unrecorded_success`]).
+    /// the whole record, so a retry of one that landed changes nothing). A report may say the
+    /// command succeeded only once [`Job::succeeded`] was heard: the record is written beside
+    /// the document, unfenced, and may land after the lease ran out.
     pub async fn report(&self, report: &RunReport) -> Result<(), ClientError> {
         let bytes = serde_json::to_vec(report).unwrap_or_default();
         let name = run_record(self.id(), self.run);
@@ -174,7 +174,9 @@ impl Job {
     ///
     /// Only the latest earlier run that kept a report counts (runs whose worker died before
     /// its command ended keep none); a `--async` run's exit 0 is not a success
-    /// ([`RunReport::awaiting_complete`]). A first run reads nothing.
+    /// ([`RunReport::awaiting_complete`]). A first run reads nothing. A worker that tells the
+    /// store first ([`Job::succeeded`]) never leaves such a job to be claimed (its lapse ends
+    /// it succeeded): this is for the reports of workers that did not.
     pub async fn unrecorded_success(&self) -> Result<Option<RunReport>, ClientError> {
         for run in (1..self.run).rev() {
             let name = run_record(self.id(), run);
