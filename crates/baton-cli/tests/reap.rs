@@ -271,47 +271,39 @@ fn turns_that_cannot_be_judged_are_left_alone_and_named() {
 fn follow_frees_a_turn_once_its_run_ends_and_serve_reap_does_the_same() {
     with_fresh_sqlite(|ctx| {
         let fake = FakeCi::start();
+        let asked = |path: &str| fake.seen().iter().filter(|s| s.path == path).count();
+        // `reap --follow`, alone: the server below reaps every key, and would race it.
         fake.github_run("octo/app", 301, 1, "in_progress", None);
-        fake.gitlab_pipeline(4242, 77, "running");
-        take_in_ci(ctx, &ctx.key("ci/follow"), &github_env(301));
-        take_in_ci(ctx, &ctx.key("ci/served"), &gitlab_env(77));
-
-        let follow = ctx.baton(["reap", &ctx.key("ci/follow"), "--follow", "--every", "1s"]);
+        let key = ctx.key("ci/follow");
+        take_in_ci(ctx, &key, &github_env(301));
+        let follow = ctx.baton(["reap", &key, "--follow", "--every", "1s"]);
         let mut follow = with_env(follow, &fake.env()).spawn();
+        let run = "/repos/octo/app/actions/runs/301/attempts/1";
+        wait_until("two passes asked about the run", PROMPT, || asked(run) >= 2);
+        assert!(held(ctx, &key), "a run going keeps its turn");
+        fake.github_run("octo/app", 301, 1, "completed", Some("success"));
+        wait_until("the turn freed", PROMPT, || !held(ctx, &key));
+        assert_reaped(ctx, &key, "success");
+        follow.kill();
+        let said = follow.stdout();
+        assert!(said.contains(&format!("freed {key}")), "{said}");
+
+        // `serve --reap`.
+        fake.gitlab_pipeline(4242, 77, "running");
+        let key = ctx.key("ci/served");
+        take_in_ci(ctx, &key, &gitlab_env(77));
         let (mut server, _address) =
             ctx.serve_with_env(&["--reap", "--reap-every", "1s"], &fake.env());
-        let asked = |path: &str| fake.seen().iter().filter(|s| s.path == path).count();
-        wait_until("two passes asked about each run", PROMPT, || {
-            asked("/repos/octo/app/actions/runs/301/attempts/1") >= 2
-                && asked("/api/v4/projects/4242/pipelines/77") >= 2
+        let pipeline = "/api/v4/projects/4242/pipelines/77";
+        wait_until("two passes asked about the pipeline", PROMPT, || {
+            asked(pipeline) >= 2
         });
-        assert!(
-            held(ctx, &ctx.key("ci/follow")) && held(ctx, &ctx.key("ci/served")),
-            "runs going keep their turns"
-        );
-
-        fake.github_run("octo/app", 301, 1, "completed", Some("success"));
+        assert!(held(ctx, &key), "a pipeline running keeps its turn");
         fake.gitlab_pipeline(4242, 77, "canceled");
-        wait_until("both turns freed", PROMPT, || {
-            !held(ctx, &ctx.key("ci/follow")) && !held(ctx, &ctx.key("ci/served"))
-        });
-        assert_reaped(ctx, &ctx.key("ci/follow"), "success");
-        assert_reaped(ctx, &ctx.key("ci/served"), "canceled");
-        follow.kill();
+        wait_until("the turn freed", PROMPT, || !held(ctx, &key));
+        assert_reaped(ctx, &key, "canceled");
         server.kill();
-        assert!(
-            follow
-                .stdout()
-                .contains(&format!("freed {}", ctx.key("ci/follow"))),
-            "{}",
-            follow.stdout()
-        );
-        assert!(
-            server
-                .stderr()
-                .contains(&format!("reap: freed {}", ctx.key("ci/served"))),
-            "{}",
-            server.stderr()
-        );
+        let said = server.stderr();
+        assert!(said.contains(&format!("reap: freed {key}")), "{said}");
     });
 }

@@ -212,7 +212,13 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = i32::try_from(child.id()).unwrap();
-        let found = with_env("BATON_TORTURE_PROBE", |value| value == mark);
+        // The environment is the child's own only once it has exec'd `sleep`: look until then.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut found = Vec::new();
+        while found.is_empty() && std::time::Instant::now() < deadline {
+            found = with_env("BATON_TORTURE_PROBE", |value| value == mark);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
         let other = with_env("BATON_TORTURE_PROBE", |value| value == "someone else");
         child.kill().unwrap();
         child.wait().unwrap();
