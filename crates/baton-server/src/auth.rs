@@ -1,7 +1,9 @@
 //! Who is calling: the `Authorization: Bearer TOKEN` header, checked against the tokens file
-//! ([`crate::tokens`]). A route takes a [`Caller`] and asks it for the scope it needs on its
-//! key: no token or an unknown one answers 401, too little scope 403, both with a JSON body.
-//! The token itself is never logged or echoed; only its name is.
+//! ([`crate::tokens`]), or, when it is a JWT and the server trusts CI identities, against the
+//! trust file's policies and the issuer's keys ([`crate::oidc`]). A route takes a [`Caller`]
+//! and asks it for the scope it needs on its key: no token or an unknown one answers 401, too
+//! little scope 403, both with a JSON body. The token itself is never logged or echoed; only
+//! its name is (an identity's name: its project, ref and run, and its policies).
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use baton_client::permission::{Denial, Presented};
 use serde_json::json;
 
 use crate::error::ApiError;
+use crate::oidc::{Refused, Trust};
 use crate::tokens::{Principal, Scope};
 use crate::State;
 
@@ -69,9 +72,9 @@ impl FromRequestParts<Arc<State>> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<State>) -> Result<Caller, ApiError> {
-        let Some(tokens) = &state.tokens else {
+        if state.tokens.is_none() && state.trust.is_none() {
             return Ok(Caller(Principal::everyone()));
-        };
+        }
         let header = parts
             .headers
             .get(AUTHORIZATION)
@@ -84,6 +87,27 @@ impl FromRequestParts<Arc<State>> for Caller {
             .ok_or_else(|| {
                 ApiError::unauthorized("the Authorization header must be `Bearer TOKEN`")
             })?;
+        if let Some(trust) = state
+            .trust
+            .as_ref()
+            .filter(|_| Trust::looks_like_jwt(token))
+        {
+            return match trust.judge(token).await {
+                Ok(principal) => Ok(Caller(principal)),
+                Err(Refused::Invalid(why)) => Err(ApiError::unauthorized(why)),
+                // Nothing about the policies: which claims would have matched is the
+                // operator's to know, not a caller's.
+                Err(Refused::NoPolicy) => Err(ApiError::forbidden(
+                    "no trust policy grants this identity anything",
+                )),
+            };
+        }
+        let Some(tokens) = &state.tokens else {
+            return Err(ApiError::unauthorized(
+                "this server takes only ID tokens of the CIs it trusts (--trust), and this is \
+                 not one (a JWT)",
+            ));
+        };
         tokens
             .current()
             .identify(token)

@@ -8,6 +8,7 @@
 //! [`routes`] from the binary, no external assets) and Prometheus metrics ([`metrics`]).
 //!
 //! - [`tokens`]: the tokens file, hashes and scopes; [`tokens_file`]: editing it (`baton tokens`).
+//! - [`oidc`]: CI ID tokens (`--trust FILE`): trust policies and the issuers' keys.
 //! - [`hosts`]: which `Host` and `Origin` a server without tokens answers (DNS rebinding).
 //! - [`feeds`]: the watched keys' feeds.
 //! - [`metrics`]: `/metrics`, and the store wrapper that times every call.
@@ -23,6 +24,7 @@ pub mod extract;
 pub mod feeds;
 pub mod hosts;
 pub mod metrics;
+pub mod oidc;
 pub mod routes;
 pub mod tls;
 pub mod tokens;
@@ -39,6 +41,7 @@ use baton_store::Store;
 use crate::feeds::Feeds;
 use crate::hosts::AllowedHosts;
 use crate::metrics::{Measured, Metrics};
+use crate::oidc::Trust;
 use crate::tokens::LiveTokens;
 
 /// The largest request body a route reads: a job's parameters (256 KiB) with room for the rest.
@@ -64,6 +67,17 @@ pub struct Options {
     /// Serve `/metrics` to anyone: a scraper without a token. Without it, with a tokens file,
     /// `/metrics` needs a token that may read some key (its gauges name key prefixes).
     pub metrics_public: bool,
+    /// The trust file: CI ID tokens its policies accept ([`oidc`]).
+    pub trust: Option<TrustFile>,
+}
+
+/// `--trust FILE`, and how often an issuer's keys may be fetched again for a `kid` they lack.
+#[derive(Clone, Debug)]
+pub struct TrustFile {
+    /// The trust file (TOML: `[[trust]]` policies).
+    pub path: PathBuf,
+    /// At most one fetch of an issuer's keys per this long (a minute; tests shorten it).
+    pub refresh_min: std::time::Duration,
 }
 
 /// What every request handler shares.
@@ -75,6 +89,8 @@ pub struct State {
     pub coord: Arc<Coordinator>,
     /// The tokens it accepts, read again on SIGHUP; `None`: everyone may do everything.
     pub tokens: Option<Arc<LiveTokens>>,
+    /// The CI identities it trusts ([`oidc`]); `None`: no ID token is accepted.
+    pub trust: Option<Arc<Trust>>,
     /// Without tokens, the hosts a request may name ([`hosts`]); `None` with tokens.
     pub hosts: Option<AllowedHosts>,
     /// The watched keys' feeds.
@@ -105,7 +121,14 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
         )),
         None => None,
     };
-    if tokens.is_none() && !options.listen.ip().is_loopback() && !options.insecure {
+    let trust = match &options.trust {
+        Some(file) => Some(Arc::new(
+            Trust::read(&file.path, file.refresh_min).map_err(ServeError::Refused)?,
+        )),
+        None => None,
+    };
+    let callers_judged = tokens.is_some() || trust.is_some();
+    if !callers_judged && !options.listen.ip().is_loopback() && !options.insecure {
         return Err(ServeError::Refused(format!(
             "without --tokens FILE every caller may do everything, so baton serve listens on \
              loopback only; {} is not: give --tokens FILE (`baton tokens new NAME --scope \
@@ -114,19 +137,21 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
             options.listen
         )));
     }
-    let hosts =
-        match &tokens {
-            Some(_) if !options.allow_hosts.is_empty() => return Err(ServeError::Refused(
-                "--allow-host is for a server without --tokens (it answers only loopback hosts); \
-                 with a tokens file every request is judged by its token, whatever its host"
+    let hosts = match callers_judged {
+        true if !options.allow_hosts.is_empty() => {
+            return Err(ServeError::Refused(
+                "--allow-host is for a server without --tokens or --trust (it answers only \
+                 loopback hosts); with them every request is judged by its token, whatever its \
+                 host"
                     .to_owned(),
-            )),
-            Some(_) => None,
-            None => Some(
-                AllowedHosts::new(options.listen, options.insecure, &options.allow_hosts)
-                    .map_err(ServeError::Refused)?,
-            ),
-        };
+            ))
+        }
+        true => None,
+        false => Some(
+            AllowedHosts::new(options.listen, options.insecure, &options.allow_hosts)
+                .map_err(ServeError::Refused)?,
+        ),
+    };
     let metrics = Arc::new(Metrics::new());
     let store: Arc<dyn Store> = Arc::new(Measured::new(store, metrics.clone()));
     Ok(State {
@@ -134,6 +159,7 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
         coord: Arc::new(Coordinator::new(store.clone())),
         store,
         tokens,
+        trust,
         hosts,
         metrics,
         metrics_public: options.metrics_public,

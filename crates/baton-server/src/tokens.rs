@@ -85,6 +85,9 @@ pub struct Principal {
     pub name: String,
     /// Its grants.
     pub grants: Vec<Grant>,
+    /// Whether it is a CI identity proven by an ID token ([`crate::oidc`]), whose name goes
+    /// into the contexts of the tickets it makes.
+    pub from_trust: bool,
 }
 
 impl Principal {
@@ -106,6 +109,7 @@ impl Principal {
                 scope: Scope::Admin,
                 prefix: String::new(),
             }],
+            from_trust: false,
         }
     }
 }
@@ -186,6 +190,7 @@ impl Tokens {
                 principal: Principal {
                     name: entry.name,
                     grants,
+                    from_trust: false,
                 },
             });
         }

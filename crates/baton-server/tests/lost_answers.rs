@@ -34,6 +34,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         poll: Duration::from_millis(250),
         tls: None,
         metrics_public: false,
+        trust: None,
     };
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -361,6 +361,7 @@ async fn app(dir: &tempfile::TempDir, callers: &[Who]) -> axum::Router {
         poll: Duration::from_millis(250),
         tls: None,
         metrics_public: false,
+        trust: None,
     };
     router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

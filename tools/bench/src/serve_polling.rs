@@ -97,6 +97,7 @@ pub async fn run(
         poll,
         tls: None,
         metrics_public: false,
+        trust: None,
     };
     let state = baton_server::prepare(&options, counting.clone() as Arc<dyn Store>)
         .context("cannot prepare")?;

@@ -37,6 +37,14 @@ job's parameters are never replaced once submitted. The file keeps SHA-256 hashe
 tokens new|ls|revoke --file` edit it, and SIGHUP makes the server read it again (a file that
 does not parse is reported and the tokens as they were stay).
 
+With --trust FILE (beside or instead of --tokens) a request may also bear the ID token its CI
+issued to the run (GitHub Actions, GitLab CI, CircleCI: a JWT), checked against the issuer's
+published keys (fetched over HTTPS, cached, fetched again for a new key at most once a minute)
+and given the scopes of every [[trust]] policy whose issuer, audience and claim globs it matches
+(403 if none; 401 if it is not valid). The turn's context names the identity (`acme/app@refs/
+heads/main run 42`); a ticket's own operations (renew, release, complete) need only the
+ticket's token, so a turn outlives the short-lived ID token that began it.
+
 Waiters are pushed their turn: the server follows each waited-on key once (reading it every
 --poll on S3 and DynamoDB, however many wait) and streams its changes. SIGTERM or Ctrl-C: stop
 accepting, end every stream (clients follow another server), finish the requests under way.";
@@ -50,6 +58,13 @@ pub struct ServeArgs {
     /// The tokens file (written by `baton tokens new --file FILE`; read again on SIGHUP)
     #[arg(long, value_name = "FILE", env = "BATON_TOKENS_FILE")]
     pub tokens: Option<std::path::PathBuf>,
+    /// The trust file (TOML, `[[trust]]` policies): CI ID tokens (GitHub Actions, GitLab,
+    /// CircleCI) its policies accept, with their scopes; beside or instead of --tokens
+    #[arg(long, value_name = "FILE", env = "BATON_TRUST_FILE")]
+    pub trust: Option<std::path::PathBuf>,
+    /// The least time between two fetches of an issuer's keys for a kid they lack (tests)
+    #[arg(long, value_parser = parse_interval, default_value = "1m", value_name = "DUR", hide = true)]
+    pub trust_refresh_min: Duration,
     /// Serve /metrics without a token (to a scraper that has none); by default, with a tokens
     /// file, /metrics needs a token with read on some key, since its gauges name key prefixes
     #[arg(long)]
@@ -60,7 +75,7 @@ pub struct ServeArgs {
     pub insecure: bool,
     /// Without --tokens: also answer requests whose Host or Origin is NAME (a name or address
     /// of this machine, on any port; repeatable); loopback ones always are
-    #[arg(long = "allow-host", value_name = "NAME", conflicts_with = "tokens")]
+    #[arg(long = "allow-host", value_name = "NAME", conflicts_with_all = ["tokens", "trust"])]
     pub allow_hosts: Vec<String>,
     /// How often the server reads a key that clients wait on, on a store that cannot push
     /// (S3, DynamoDB): once per key, however many wait (stores that push are read every
@@ -92,6 +107,10 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
         poll: args.poll,
         tls: args.tls_cert.zip(args.tls_key),
         metrics_public: args.metrics_public,
+        trust: args.trust.map(|path| baton_server::TrustFile {
+            path,
+            refresh_min: args.trust_refresh_min,
+        }),
     };
     if args.reap {
         crate::cmd::reap::start_in_server(opened.coord.clone(), args.reap_every)?;
@@ -99,9 +118,15 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
     let described = opened.coord.store().describe();
     let store = opened.coord.store().clone();
     let state = baton_server::prepare(&options, store).map_err(failure)?;
-    let who = match &state.tokens {
-        Some(tokens) => format!("{} tokens", tokens.current().len()),
-        None => "no tokens file: every caller may do everything".to_owned(),
+    let who = match (&state.tokens, &state.trust) {
+        (Some(tokens), None) => format!("{} tokens", tokens.current().len()),
+        (Some(tokens), Some(trust)) => format!(
+            "{} tokens; ID tokens of {} trusted issuers",
+            tokens.current().len(),
+            trust.n_issuers()
+        ),
+        (None, Some(trust)) => format!("ID tokens of {} trusted issuers", trust.n_issuers()),
+        (None, None) => "no tokens file: every caller may do everything".to_owned(),
     };
     // A reload's line is printed whatever -v says: it is the only answer a SIGHUP gets.
     baton_server::reload_tokens_on_sighup(state.tokens.clone(), |said| {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::State as Shared;
-use axum::http::StatusCode;
+use axum::http::{header::AUTHORIZATION, HeaderMap, StatusCode};
 use axum::Json;
 use baton_client::ClientError;
 use baton_core::{Op, Refusal, Request};
@@ -47,6 +47,66 @@ pub fn scope_of(op: &Op) -> Scope {
     }
 }
 
+/// Whether `op` acts on a ticket the caller already holds, named by the ticket's secret token
+/// (a heartbeat, a claim of its own grant, a release, a run's success or completion): one
+/// that makes no new ticket and no new holding.
+pub fn names_own_ticket(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Refresh { .. }
+            | Op::Renew { .. }
+            | Op::Release { .. }
+            | Op::RunSucceeded { .. }
+            | Op::Complete { .. }
+    )
+}
+
+/// Refuses `op` unless the caller may do it on `key`. On a server that trusts CI identities, an
+/// operation on one's own ticket ([`names_own_ticket`]) is authorised by the ticket's token
+/// (the core refuses one it does not know): an ID token lives minutes, a turn may last
+/// longer, so the caller's bearer token may have expired since the ticket was made; a bearer
+/// token must still be sent. A new ticket made by a CI identity has it in its context, so
+/// that the history says who held.
+fn authorise(
+    state: &State,
+    headers: &HeaderMap,
+    caller: Result<Caller, ApiError>,
+    op: &mut Op,
+    key: &str,
+) -> Result<(), ApiError> {
+    if state.trust.is_some() && names_own_ticket(op) && headers.contains_key(AUTHORIZATION) {
+        return Ok(());
+    }
+    let caller = caller?;
+    caller.require(scope_of(op), key)?;
+    if caller.0.from_trust {
+        match op {
+            Op::Enqueue(enqueue) => {
+                enqueue.context = with_identity(&caller.0.name, &enqueue.context)
+            }
+            Op::Submit(submit) => submit.context = with_identity(&caller.0.name, &submit.context),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A context that starts with the identity that asked: `IDENTITY: CONTEXT`, within the limit
+/// of a context (the caller's part cut first).
+fn with_identity(identity: &str, context: &str) -> String {
+    let mut text = if context.is_empty() {
+        identity.to_owned()
+    } else {
+        format!("{identity}: {context}")
+    };
+    let mut end = text.len().min(baton_core::limits::CONTEXT_MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
+}
+
 /// Runs an operation: `{"reply", "document", "granted": [[id, fence]],
 /// "started_before_ms"}`.
 ///
@@ -60,12 +120,13 @@ pub fn scope_of(op: &Op) -> Scope {
 /// key's finish count the server's attempt had seen (`finishes_seen`), for the retry.
 pub(super) async fn execute(
     Shared(state): Shared<Arc<State>>,
-    caller: Caller,
+    headers: HeaderMap,
+    caller: Result<Caller, ApiError>,
     ApiPath(key): ApiPath<String>,
     ApiJson(mut request): ApiJson<Request>,
 ) -> Result<Json<Value>, ApiError> {
     checked_key(&key)?;
-    caller.require(scope_of(&request.op), &key)?;
+    authorise(&state, &headers, caller, &mut request.op, &key)?;
     let received_ms = state.coord.local_ms();
     let op = request.op.name();
     let result = state.coord.execute(&key, &mut request).await;
