@@ -137,6 +137,17 @@ pub struct Cli {
     )]
     pub server_token: Option<String>,
 
+    /// A file holding the token for `baton serve` (a CI's ID token that a step rewrites
+    /// before each call, say): read by every command; --token or BATON_TOKEN win over it
+    #[arg(
+        long = "token-file",
+        global = true,
+        env = "BATON_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = GLOBAL
+    )]
+    pub token_file: Option<std::path::PathBuf>,
+
     /// Log what baton does to stderr: -v each operation, wait step and notification, -vv each
     /// request made of the store (BATON_LOG=FILTER, e.g. `debug`, logs dependencies too)
     #[arg(short, long, global = true, action = clap::ArgAction::Count, help_heading = GLOBAL)]

@@ -45,6 +45,11 @@ fn main() {
     // before any thread starts.
     if let Some(token) = &cli.server_token {
         std::env::set_var("BATON_TOKEN", token);
+    } else if let Some(path) = &cli.token_file {
+        match read_token_file(path) {
+            Ok(token) => std::env::set_var("BATON_TOKEN", token),
+            Err(message) => fail(Failure::usage(message)),
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -280,6 +285,26 @@ async fn open(store: StoreChoice) -> Result<Opened, OpenError> {
         coord: Arc::new(coord),
         url,
     })
+}
+
+/// The token in `path` (`--token-file`, `BATON_TOKEN_FILE`): its one line, read at every
+/// command so that a token that expires (a CI's ID token) can be written anew between calls.
+fn read_token_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(format!(
+            "the token file {} must hold one token on one line; it holds {}",
+            path.display(),
+            if token.is_empty() {
+                "none"
+            } else {
+                "several words"
+            }
+        ));
+    }
+    Ok(token.to_owned())
 }
 
 /// baton's own crates: what `-v` turns up. Everything else (hyper, h2, sqlx, the AWS SDK…)

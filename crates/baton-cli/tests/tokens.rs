@@ -679,3 +679,51 @@ fn metrics_need_a_token_unless_public() {
         );
     });
 }
+
+/// `--token-file FILE` and `BATON_TOKEN_FILE` give the token for a server, read by every
+/// command (so a token that expires can be written anew between calls); `--token` wins over
+/// them; a missing or empty file is a usage error that names it.
+#[test]
+fn the_token_for_a_server_may_come_from_a_file() {
+    with_fresh_sqlite(|ctx| {
+        let path = ctx.path("tokens.json");
+        let file = path.to_str().expect("a path");
+        let ci = new_server_token(ctx, file, "ci", &["read:"]);
+        let (_server, address) = ctx.serve(&["--tokens", file]);
+        let store = format!("http://{address}");
+        let token_file = ctx.path("ci.token");
+        let token_path = token_file.to_str().expect("a path");
+        std::fs::write(&token_file, format!("{ci}\n")).expect("write");
+        let status = |extra: &[&str], env: Option<&str>| {
+            let mut args = vec!["status", "k", "--store", &store];
+            args.extend_from_slice(extra);
+            let mut cmd = ctx.baton(&args);
+            if let Some(env) = env {
+                cmd = cmd.env("BATON_TOKEN_FILE", env);
+            }
+            cmd.run()
+        };
+        status(&["--token-file", token_path], None).assert_code(0);
+        status(&[], Some(token_path)).assert_code(0);
+        std::fs::write(&token_file, "bt_revoked\n").expect("write");
+        let refused = status(&[], Some(token_path));
+        assert_ne!(refused.code, Some(0), "read again: {}", refused.describe());
+        status(&["--token", &ci], Some(token_path)).assert_code(0);
+        let missing = ctx.path("missing.token");
+        let done = status(&["--token-file", missing.to_str().expect("a path")], None);
+        done.assert_code(2);
+        assert!(
+            done.stderr.contains("cannot read the token file"),
+            "{}",
+            done.describe()
+        );
+        std::fs::write(&token_file, "\n").expect("write");
+        let done = status(&[], Some(token_path));
+        done.assert_code(2);
+        assert!(
+            done.stderr.contains("must hold one token"),
+            "{}",
+            done.describe()
+        );
+    });
+}
