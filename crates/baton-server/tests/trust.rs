@@ -237,11 +237,18 @@ async fn bad_tokens_are_refused_with_401() {
         b64(&good)
     );
     let public_key = serde_json::to_string(&key.jwk()).unwrap();
+    // By hand: the server's crypto provider (ring) signs no HMAC either.
     let hmac = {
-        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
-        header.kid = Some("a".into());
-        let secret = jsonwebtoken::EncodingKey::from_secret(public_key.as_bytes());
-        jsonwebtoken::encode(&header, &good, &secret).unwrap()
+        let message = format!(
+            "{}.{}",
+            b64(&json!({"alg": "HS256", "kid": "a"})),
+            b64(&good)
+        );
+        let secret = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, public_key.as_bytes());
+        let tag = ring::hmac::sign(&secret, message.as_bytes());
+        use base64::Engine;
+        let signature = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(tag.as_ref());
+        format!("{message}.{signature}")
     };
     let embedded = {
         let mut header = jsonwebtoken::Header::new(key.alg);
@@ -496,4 +503,22 @@ async fn a_turn_outlives_its_id_token() {
             .contains("acme/app@refs/heads/main run 42 (acme main)"),
         "the history: {body}"
     );
+}
+
+/// The policies docs/server.md shows (one for each CI) are trust files the server reads.
+#[test]
+fn the_documented_policies_parse() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/server.md");
+    let text = std::fs::read_to_string(path).unwrap();
+    let blocks: Vec<&str> = text
+        .split("```toml\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert_eq!(blocks.len(), 2, "the example and the three CIs' policies");
+    for block in blocks {
+        let policies = baton_server::oidc::policy::Policies::parse(block)
+            .unwrap_or_else(|e| panic!("{e}:\n{block}"));
+        assert!(!policies.issuers().is_empty());
+    }
 }

@@ -41,9 +41,9 @@ With --trust FILE (beside or instead of --tokens) a request may also bear the ID
 issued to the run (GitHub Actions, GitLab CI, CircleCI: a JWT), checked against the issuer's
 published keys (fetched over HTTPS, cached, fetched again for a new key at most once a minute)
 and given the scopes of every [[trust]] policy whose issuer, audience and claim globs it matches
-(403 if none; 401 if it is not valid). The turn's context names the identity (`acme/app@refs/
-heads/main run 42`); a ticket's own operations (renew, release, complete) need only the
-ticket's token, so a turn outlives the short-lived ID token that began it.
+(403 if none; 401 if it is not valid). The turn's context names the identity
+(`acme/app@refs/heads/main run 42`); a ticket's own operations (renew, release, complete) need
+only the ticket's token, so a turn outlives the short-lived ID token that began it.
 
 Waiters are pushed their turn: the server follows each waited-on key once (reading it every
 --poll on S3 and DynamoDB, however many wait) and streams its changes. SIGTERM or Ctrl-C: stop

@@ -5,6 +5,7 @@
 //!
 //! - [`policy`]: the trust file, its policies and claim globs.
 //! - [`keys`]: an issuer's keys, from its discovery document and JWKS, cached.
+//! - [`ring_provider`]: jsonwebtoken's cryptography on ring.
 //!
 //! A token is refused (401) unless: its header names an asymmetric algorithm
 //! ([`ALGORITHMS`]) and a `kid`, and embeds no key (`jwk`, `jku`, `x5u`, `x5c`); its `iss` is
@@ -14,6 +15,7 @@
 
 pub mod keys;
 pub mod policy;
+pub mod ring_provider;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -72,6 +74,7 @@ impl Trust {
 
     /// Trusts `policies`.
     pub fn new(policies: Policies, refresh_min: Duration) -> Result<Trust, String> {
+        ring_provider::install();
         let mut issuers = BTreeMap::new();
         for issuer in policies.issuers() {
             issuers.insert(issuer.to_owned(), IssuerKeys::new(issuer, refresh_min)?);

@@ -25,6 +25,7 @@ pub struct Key {
 impl Key {
     /// The RSA key `rsa-a` or `rsa-b`, or the P-256 key `ec-a`, named `kid`.
     pub fn load(file: &str, kid: &'static str) -> Key {
+        baton_server::oidc::ring_provider::install();
         let path = format!("{}/tests/keys/{file}.pem", env!("CARGO_MANIFEST_DIR"));
         let pem = std::fs::read(&path).expect("a test key");
         let (alg, encoding) = if file.starts_with("ec") {
