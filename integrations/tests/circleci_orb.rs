@@ -502,6 +502,17 @@ fn through_baton_serve_a_lock_token_is_enough() {
         assert_stderr(&ended, "could not add the notify rule");
         assert_stderr(&ended, "baton notify add --name circleci-recovered-");
         assert_eq!(outcomes(ctx, &key), ["succeeded", "failed"]);
+        // No BATON_TOKEN: the job's OIDC ID token ($CIRCLE_OIDC_TOKEN_V2) is the bearer token
+        // (here one the server knows from its tokens file; what a server started with --trust
+        // does with a real one is baton-server's tests/trust.rs).
+        let by_oidc = [
+            ("BATON_STORE", url.as_str()),
+            ("CIRCLE_OIDC_TOKEN_V2", token),
+        ];
+        let oidc = Workflow::new(ctx, &repo, &key, &sha, "oidc");
+        oidc.take_turn(&by_oidc);
+        oidc.exit("on_success", &by_oidc).assert_code(0);
+        assert_eq!(outcomes(ctx, &key), ["succeeded", "succeeded", "failed"]);
     });
 }
 

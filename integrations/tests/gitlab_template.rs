@@ -687,7 +687,10 @@ fn the_template_declares_what_it_uses_and_adds_no_job_of_its_own() {
         .into_iter()
         .map(|(k, _)| k)
         .collect();
-    assert_eq!(fields, ["variables", "before_script", "after_script"]);
+    assert_eq!(
+        fields,
+        ["variables", "id_tokens", "before_script", "after_script"]
+    );
 
     // Every input reaches the job as a variable, and the README documents each.
     let text = std::fs::read_to_string(template_path()).expect("read the template");
@@ -708,4 +711,44 @@ fn the_template_declares_what_it_uses_and_adds_no_job_of_its_own() {
         include(&[]).before_script.len() == 1,
         "before_script is one entry"
     );
+}
+
+/// Through `baton serve` with no `BATON_TOKEN`: the job's OIDC ID token (`id_tokens:
+/// BATON_ID_TOKEN`, which GitLab sets) is the bearer token, in before_script and after_script
+/// alike. Here the server knows it from its tokens file; what a server started with --trust does
+/// with a real one is baton-server's tests/trust.rs.
+#[test]
+fn through_baton_serve_the_jobs_id_token_is_the_bearer_token() {
+    with_fresh_sqlite(|ctx| {
+        let tokens = ctx.path("tokens.json");
+        let file = tokens.to_str().expect("a path");
+        let made = ctx
+            .baton([
+                "tokens", "new", "gitlab", "--scope", "lock:", "--file", file,
+            ])
+            .run();
+        made.assert_code(0);
+        let id_token = made.stdout.trim().to_owned();
+        let (_server, address) = ctx.serve(&["--tokens", file]);
+        let store = format!("http://{address}");
+        let key = ctx.key("deploy/production");
+        let template = include(&[("store", &store), ("key", &key)]);
+        let job = Job::new(ctx, &template, "oidc").variable("BATON_ID_TOKEN", &id_token);
+        let script = [job.template.before_script.clone(), gated_work("o")].concat();
+        let mut main = job.shell_with("main", &script, &[]);
+        wait_work_started(ctx, "o");
+        assert_eq!(
+            ctx.key_view(&key).holders().len(),
+            1,
+            "held through the server"
+        );
+        finish_work(ctx, "o", 0);
+        main.wait(PROMPT).assert_code(0);
+        let after = [("CI_JOB_STATUS", "success")];
+        let done = job
+            .shell_with("after", &job.template.after_script, &after)
+            .wait(PROMPT);
+        done.assert_code(0);
+        assert_said(&done, &format!("gave {key} back (succeeded)"));
+    });
 }

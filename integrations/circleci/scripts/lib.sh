@@ -33,6 +33,17 @@ orb_use_store() {
     fi
     [ -n "${BATON_STORE:-}" ] ||
         orb_fail "no store: set the store parameter or BATON_STORE (in a context) to a store every job reaches (postgres://…, redis://…, dynamodb://TABLE, or http://… through baton serve)"
+    # Through baton serve with no token of its own: the job's OIDC ID token (its audience is the
+    # organisation's id), which a server started with --trust checks against CircleCI's keys, so
+    # that no token need be kept in a context.
+    case $BATON_STORE in
+        http://* | https://*)
+            if [ -z "${BATON_TOKEN:-}" ] && [ -z "${BATON_TOKEN_FILE:-}" ] && [ -n "${CIRCLE_OIDC_TOKEN_V2:-}" ]; then
+                BATON_TOKEN=$CIRCLE_OIDC_TOKEN_V2
+                export BATON_TOKEN
+            fi
+            ;;
+    esac
 }
 
 # Sets KEY from the key parameter, else from WORKFLOW_LOCK_KEY.

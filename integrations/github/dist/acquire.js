@@ -125,6 +125,13 @@ function prepareKeyValueMessage(key, value) {
 var os4 = __toESM(require("os"), 1);
 var path = __toESM(require("path"), 1);
 
+// baton-stub:oidc-utils
+var OidcClient = class {
+  static async getIDToken() {
+    throw new Error("getIDToken is not bundled in the baton action");
+  }
+};
+
 // node_modules/@actions/core/lib/summary.js
 var import_os = require("os");
 var import_fs = require("fs");
@@ -426,6 +433,33 @@ var platform = import_os2.default.platform();
 var arch = import_os2.default.arch();
 
 // node_modules/@actions/core/lib/core.js
+var __awaiter2 = function(thisArg, _arguments, P, generator) {
+  function adopt(value) {
+    return value instanceof P ? value : new P(function(resolve) {
+      resolve(value);
+    });
+  }
+  return new (P || (P = Promise))(function(resolve, reject) {
+    function fulfilled(value) {
+      try {
+        step(generator.next(value));
+      } catch (e) {
+        reject(e);
+      }
+    }
+    function rejected(value) {
+      try {
+        step(generator["throw"](value));
+      } catch (e) {
+        reject(e);
+      }
+    }
+    function step(result) {
+      result.done ? resolve(result.value) : adopt(result.value).then(fulfilled, rejected);
+    }
+    step((generator = generator.apply(thisArg, _arguments || [])).next());
+  });
+};
 var ExitCode;
 (function(ExitCode2) {
   ExitCode2[ExitCode2["Success"] = 0] = "Success";
@@ -474,6 +508,11 @@ function warning(message, properties = {}) {
 function info(message) {
   process.stdout.write(message + os4.EOL);
 }
+function getIDToken(aud) {
+  return __awaiter2(this, void 0, void 0, function* () {
+    return yield OidcClient.getIDToken(aud);
+  });
+}
 
 // src/baton.js
 var import_node_child_process = require("node:child_process");
@@ -505,6 +544,27 @@ function storeFrom(storeInput) {
     );
   }
   return store;
+}
+async function serverTokenFor({ tokenInput, store, audience }) {
+  if (tokenInput) {
+    setSecret(tokenInput);
+    return tokenInput;
+  }
+  if (!/^https?:\/\//.test(store)) return "";
+  if (!process.env.ACTIONS_ID_TOKEN_REQUEST_URL) {
+    info(
+      "baton: no token given and no ID token to ask for (the workflow needs `permissions: id-token: write` for baton serve --trust): going on without a token"
+    );
+    return "";
+  }
+  let idToken;
+  try {
+    idToken = await getIDToken(audience || "baton");
+  } catch (error2) {
+    throw new Error(`cannot get this run's ID token from GitHub for audience "${audience}": ${error2.message}`);
+  }
+  setSecret(idToken);
+  return idToken;
 }
 function onPath(name) {
   for (const dir of (process.env.PATH || "").split(path2.delimiter)) {
@@ -640,7 +700,8 @@ function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
     maskTicket: input("mask-ticket") === "" ? maskTicketByDefault : booleanInput("mask-ticket"),
     version: input("baton-version"),
     url: input("baton-url"),
-    serverToken: input("token")
+    serverToken: input("token"),
+    audience: input("audience") || "baton"
   };
 }
 function positionFromWaitingLine(stderr) {
@@ -733,7 +794,11 @@ function entry(body) {
 // src/acquire.js
 entry(async () => {
   const options = readAcquireInputs({ maskTicketByDefault: false });
-  if (options.serverToken) setSecret(options.serverToken);
+  options.serverToken = await serverTokenFor({
+    tokenInput: options.serverToken,
+    store: options.store,
+    audience: options.audience
+  });
   const bin = await locateBaton({ version: options.version, url: options.url });
   const turn = await acquire(bin, options);
   setAcquireOutputs(turn, { maskTicket: options.maskTicket });

@@ -113,6 +113,13 @@ function issueFileCommand(command, message) {
 var os4 = __toESM(require("os"), 1);
 var path = __toESM(require("path"), 1);
 
+// baton-stub:oidc-utils
+var OidcClient = class {
+  static async getIDToken() {
+    throw new Error("getIDToken is not bundled in the baton action");
+  }
+};
+
 // node_modules/@actions/core/lib/summary.js
 var import_os = require("os");
 var import_fs = require("fs");
@@ -414,6 +421,33 @@ var platform = import_os2.default.platform();
 var arch = import_os2.default.arch();
 
 // node_modules/@actions/core/lib/core.js
+var __awaiter2 = function(thisArg, _arguments, P, generator) {
+  function adopt(value) {
+    return value instanceof P ? value : new P(function(resolve) {
+      resolve(value);
+    });
+  }
+  return new (P || (P = Promise))(function(resolve, reject) {
+    function fulfilled(value) {
+      try {
+        step(generator.next(value));
+      } catch (e) {
+        reject(e);
+      }
+    }
+    function rejected(value) {
+      try {
+        step(generator["throw"](value));
+      } catch (e) {
+        reject(e);
+      }
+    }
+    function step(result) {
+      result.done ? resolve(result.value) : adopt(result.value).then(fulfilled, rejected);
+    }
+    step((generator = generator.apply(thisArg, _arguments || [])).next());
+  });
+};
 var ExitCode;
 (function(ExitCode2) {
   ExitCode2[ExitCode2["Success"] = 0] = "Success";
@@ -454,6 +488,11 @@ function warning(message, properties = {}) {
 function info(message) {
   process.stdout.write(message + os4.EOL);
 }
+function getIDToken(aud) {
+  return __awaiter2(this, void 0, void 0, function* () {
+    return yield OidcClient.getIDToken(aud);
+  });
+}
 
 // src/baton.js
 var import_node_child_process = require("node:child_process");
@@ -491,6 +530,27 @@ function storeFrom(storeInput) {
     );
   }
   return store;
+}
+async function serverTokenFor({ tokenInput, store, audience }) {
+  if (tokenInput) {
+    setSecret(tokenInput);
+    return tokenInput;
+  }
+  if (!/^https?:\/\//.test(store)) return "";
+  if (!process.env.ACTIONS_ID_TOKEN_REQUEST_URL) {
+    info(
+      "baton: no token given and no ID token to ask for (the workflow needs `permissions: id-token: write` for baton serve --trust): going on without a token"
+    );
+    return "";
+  }
+  let idToken;
+  try {
+    idToken = await getIDToken(audience || "baton");
+  } catch (error2) {
+    throw new Error(`cannot get this run's ID token from GitHub for audience "${audience}": ${error2.message}`);
+  }
+  setSecret(idToken);
+  return idToken;
 }
 function onPath(name) {
   for (const dir of (process.env.PATH || "").split(path2.delimiter)) {
@@ -615,13 +675,17 @@ entry(async () => {
   const key = input("key");
   const ticket = input("ticket");
   if (ticket) setSecret(ticket);
-  const serverToken = input("token");
-  if (serverToken) setSecret(serverToken);
   if (!ticket) {
     info("baton: nothing to release: input `ticket` is empty (no turn was taken)");
     return;
   }
   if (!key) throw new Error("input `key` is required with `ticket` (the acquire step's `key` output)");
+  const store = storeFrom(input("store"));
+  const serverToken = await serverTokenFor({
+    tokenInput: input("token"),
+    store,
+    audience: input("audience")
+  });
   const bin = await locateBaton({
     version: input("baton-version"),
     url: input("baton-url")
@@ -630,7 +694,7 @@ entry(async () => {
     key,
     ticket,
     outcome: outcomeFrom(input("outcome")),
-    store: storeFrom(input("store")),
+    store,
     serverToken
   });
 });

@@ -11,7 +11,11 @@ import * as baton from './baton.js';
 
 baton.entry(async () => {
   const options = baton.readAcquireInputs({ maskTicketByDefault: false });
-  if (options.serverToken) core.setSecret(options.serverToken);
+  options.serverToken = await baton.serverTokenFor({
+    tokenInput: options.serverToken,
+    store: options.store,
+    audience: options.audience,
+  });
   const bin = await baton.locateBaton({ version: options.version, url: options.url });
   const turn = await baton.acquire(bin, options);
   baton.setAcquireOutputs(turn, { maskTicket: options.maskTicket });

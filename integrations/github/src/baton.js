@@ -87,6 +87,37 @@ export function storeFrom(storeInput) {
   return store;
 }
 
+/**
+ * The token for a store reached through `baton serve`: the `token` input when given; else, for
+ * an http(s):// store, the ID token GitHub issues to this run for `audience` (a server started
+ * with --trust checks it against GitHub's keys and its policies), masked. Asking for one needs
+ * `permissions: id-token: write`; without it the runner sets no ACTIONS_ID_TOKEN_REQUEST_URL and
+ * the action goes on without a token (a server without --tokens or --trust needs none), saying
+ * so. '' for any other store.
+ */
+export async function serverTokenFor({ tokenInput, store, audience }) {
+  if (tokenInput) {
+    core.setSecret(tokenInput);
+    return tokenInput;
+  }
+  if (!/^https?:\/\//.test(store)) return '';
+  if (!process.env.ACTIONS_ID_TOKEN_REQUEST_URL) {
+    core.info(
+      'baton: no token given and no ID token to ask for (the workflow needs `permissions: ' +
+        'id-token: write` for baton serve --trust): going on without a token',
+    );
+    return '';
+  }
+  let idToken;
+  try {
+    idToken = await core.getIDToken(audience || 'baton');
+  } catch (error) {
+    throw new Error(`cannot get this run's ID token from GitHub for audience "${audience}": ${error.message}`);
+  }
+  core.setSecret(idToken);
+  return idToken;
+}
+
 /** A file named `name` on PATH that is executable, or ''. */
 function onPath(name) {
   for (const dir of (process.env.PATH || '').split(path.delimiter)) {
@@ -275,6 +306,7 @@ export function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
     version: input('baton-version'),
     url: input('baton-url'),
     serverToken: input('token'),
+    audience: input('audience') || 'baton',
   };
 }
 

@@ -14,7 +14,11 @@ import * as baton from './baton.js';
 
 baton.entry(async () => {
   const options = baton.readAcquireInputs({ maskTicketByDefault: true, keepAlive: true });
-  if (options.serverToken) core.setSecret(options.serverToken);
+  options.serverToken = await baton.serverTokenFor({
+    tokenInput: options.serverToken,
+    store: options.store,
+    audience: options.audience,
+  });
   const bin = await baton.locateBaton({ version: options.version, url: options.url });
   const turn = await baton.acquire(bin, options);
   // State first: if anything below failed, the post step must still give the turn back.

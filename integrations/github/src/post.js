@@ -16,7 +16,15 @@ baton.entry(async () => {
     return;
   }
   core.setSecret(ticket);
-  const serverToken = core.getState('server-token') || baton.input('token');
+  // The main step's token, an ID token included: a release needs the ticket's own token, and
+  // a server with --trust takes it with an expired ID token beside it.
+  const serverToken =
+    core.getState('server-token') ||
+    (await baton.serverTokenFor({
+      tokenInput: baton.input('token'),
+      store: core.getState('store'),
+      audience: baton.input('audience'),
+    }));
   if (serverToken) core.setSecret(serverToken);
   const bin = await baton.locateBaton({
     version: baton.input('baton-version'),

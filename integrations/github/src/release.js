@@ -9,13 +9,17 @@ baton.entry(async () => {
   const key = baton.input('key');
   const ticket = baton.input('ticket');
   if (ticket) core.setSecret(ticket);
-  const serverToken = baton.input('token');
-  if (serverToken) core.setSecret(serverToken);
   if (!ticket) {
     core.info('baton: nothing to release: input `ticket` is empty (no turn was taken)');
     return;
   }
   if (!key) throw new Error('input `key` is required with `ticket` (the acquire step\'s `key` output)');
+  const store = baton.storeFrom(baton.input('store'));
+  const serverToken = await baton.serverTokenFor({
+    tokenInput: baton.input('token'),
+    store,
+    audience: baton.input('audience'),
+  });
   const bin = await baton.locateBaton({
     version: baton.input('baton-version'),
     url: baton.input('baton-url'),
@@ -24,7 +28,7 @@ baton.entry(async () => {
     key,
     ticket,
     outcome: baton.outcomeFrom(baton.input('outcome')),
-    store: baton.storeFrom(baton.input('store')),
+    store,
     serverToken,
   });
 });
