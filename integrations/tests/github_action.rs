@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 
 use common::ci::on_sqlite_and_s3;
 use common::dist::{dist_command, run_checked, stripped_baton};
+use common::fake_ci::{FakeCi, Reply, GITHUB_TOKEN};
+use common::fake_issuer::FakeIssuer;
 use common::{as_u64_lenient, baton_bin, with_fresh_sqlite, Ctx, Done, Proc, PROMPT};
 
 /// The action's folder in the repository.
@@ -35,6 +37,8 @@ struct Job<'c> {
     bin_dir: Option<PathBuf>,
     /// `RUNNER_TOOL_CACHE`, where the action installs baton (unset: under `RUNNER_TEMP`).
     tool_cache: Option<PathBuf>,
+    /// More of the runner's variables.
+    env: Vec<(String, String)>,
 }
 
 /// The files and output of one step (main, post, or a sub-action's only step).
@@ -57,7 +61,14 @@ impl<'c> Job<'c> {
             name: name.to_owned(),
             bin_dir: Some(bin_dir),
             tool_cache: None,
+            env: Vec::new(),
         }
+    }
+
+    /// This job, with the runner's variables `env` besides the usual ones.
+    fn with_env(mut self, env: Vec<(String, String)>) -> Job<'c> {
+        self.env = env;
+        self
     }
 
     /// A job on a runner without `baton` (`PATH` as the test's, which has none) and with a
@@ -68,6 +79,7 @@ impl<'c> Job<'c> {
             name: name.to_owned(),
             bin_dir: None,
             tool_cache: Some(tool_cache.to_owned()),
+            env: Vec::new(),
         }
     }
 
@@ -126,6 +138,9 @@ impl<'c> Job<'c> {
         }
         for (name, value) in state {
             cmd = cmd.env(format!("STATE_{name}"), value);
+        }
+        for (name, value) in &self.env {
+            cmd = cmd.env(name, value);
         }
         cmd.spawn()
     }
@@ -263,6 +278,7 @@ fn main_inputs<'a>(key: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, 
         ("baton-version", ""),
         ("baton-url", ""),
         ("token", ""),
+        ("audience", "baton"),
     ];
     for (name, value) in extra {
         match inputs.iter_mut().find(|(known, _)| known == name) {
@@ -973,5 +989,81 @@ fn cancel_running_stops_a_running_deploy_and_takes_the_turn_after_it() {
         assert!(fence_of(&main) > ctx.written_fence("deploy"));
         assert_eq!(ctx.key_view(&key).holder_contexts(), ["newer"]);
         assert_step_ok(&job.run("post", "post", &[("outcome", "success")], &main.state));
+    });
+}
+
+/// Through a `baton serve --trust` and with no `token` input, the action asks the runner's
+/// token service (`ACTIONS_ID_TOKEN_REQUEST_URL`, faked on loopback) for the run's ID token
+/// with its `audience`, masks it, and bears it: the server checks it against the (fake)
+/// issuer's keys and its policy, and the turn names the run. Without `permissions: id-token:
+/// write` the runner sets no request URL: the action goes on without a token and says why.
+#[test]
+fn through_baton_serve_the_action_bears_the_runs_id_token() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("deploy/prod");
+        let issuer = FakeIssuer::start();
+        let policy = issuer.policy(
+            "acme app",
+            "ci-lock",
+            r#"repository = "acme/app""#,
+            &[&format!("lock:{key}")],
+        );
+        let trust = ctx.path("trust.toml");
+        std::fs::write(&trust, policy).expect("write the trust file");
+        let (_server, address) = ctx.serve(&["--trust", trust.to_str().expect("a path")]);
+        let store = format!("http://{address}");
+        let mut claims = issuer.github_claims("acme/app", "refs/heads/main", "1234567", 300);
+        claims["aud"] = "ci-lock".into();
+        let id_token = issuer.id_token(&claims);
+        let service = FakeCi::start();
+        let asked = "/id-token?api-version=2.0&audience=ci-lock";
+        service.reply(asked, Reply::json(serde_json::json!({ "value": id_token })));
+        let runner = vec![
+            (
+                "ACTIONS_ID_TOKEN_REQUEST_URL".to_owned(),
+                format!("{}/id-token?api-version=2.0", service.url()),
+            ),
+            (
+                "ACTIONS_ID_TOKEN_REQUEST_TOKEN".to_owned(),
+                GITHUB_TOKEN.to_owned(),
+            ),
+        ];
+        let job = Job::new(ctx, "ship").with_env(runner);
+        let inputs = main_inputs(&key, &[("store", &store), ("audience", "ci-lock")]);
+        let main = job.run("main", "main", &inputs, &BTreeMap::new());
+        assert_step_ok(&main);
+        let seen = service.seen();
+        assert_eq!(seen.len(), 1, "one ID token asked for: {seen:?}");
+        assert_eq!(seen[0].path, asked, "with the audience input");
+        assert_eq!(
+            seen[0].headers.get("authorization"),
+            Some(&format!("Bearer {GITHUB_TOKEN}")),
+            "with the runner's request token"
+        );
+        assert!(
+            main.done
+                .stdout
+                .contains(&format!("::add-mask::{id_token}")),
+            "the ID token is masked:\n{}",
+            main.done.describe()
+        );
+        let holders = ctx.key_view(&key).holder_contexts();
+        assert_eq!(holders.len(), 1, "held through the server");
+        assert!(
+            holders[0].starts_with("acme/app@refs/heads/main run 1234567 (acme app): deploy #7"),
+            "the turn names the run: {holders:?}"
+        );
+        let post = job.run("post", "post", &[("outcome", "success")], &main.state);
+        assert_step_ok(&post);
+        assert!(ctx.key_view(&key).holders().is_empty(), "released");
+
+        let job = Job::new(ctx, "no-permission");
+        let main = job.run("main", "main", &inputs, &BTreeMap::new());
+        assert_step_failed(&main, "takes only the ID tokens of the CIs it trusts");
+        assert!(
+            main.done.stdout.contains("id-token: write"),
+            "{}",
+            main.done.describe()
+        );
     });
 }

@@ -1,5 +1,6 @@
 //! The HTTP client's settings, shared by notification deliveries and the transport to
-//! `baton serve`: baton's user agent, rustls with ring, and errors told with their causes.
+//! `baton serve` (and by the server's fetches of an OIDC issuer's keys): baton's user agent,
+//! rustls with ring, and errors told with their causes.
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> 
 }
 
 /// An HTTP client's settings before its timeouts: baton's user agent, rustls.
-pub(crate) fn http_builder() -> reqwest::ClientBuilder {
+pub fn http_builder() -> reqwest::ClientBuilder {
     // rustls needs a crypto provider; ring is already in the tree.
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -23,7 +24,7 @@ pub(crate) fn http_builder() -> reqwest::ClientBuilder {
 
 /// An error and each of its sources, in one line (`reqwest` hides the cause of a failed
 /// connection in its source chain).
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(inner) = source {

@@ -59,7 +59,7 @@ mod follow;
 pub mod freeze;
 pub mod heartbeat;
 mod hold;
-mod http;
+pub mod http;
 pub mod jobs;
 mod known;
 pub mod kv;

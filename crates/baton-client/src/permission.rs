@@ -16,6 +16,9 @@ pub enum Presented<'a> {
     Unknown,
     /// A known token, by its name (never the token itself).
     Named(&'a str),
+    /// A CI's ID token that a trust policy accepted (`baton serve --trust`), by the identity
+    /// it proves and the policies it matched.
+    Identity(&'a str),
 }
 
 /// A request refused for want of a token or a scope.
@@ -41,6 +44,12 @@ impl Denial<'_> {
                 format!("the token {name:?} has no `{scope}` scope {on}")
             }
             (Presented::Named(name), None) => format!("the token {name:?} may not do that"),
+            (Presented::Identity(name), Some(scope)) => {
+                format!("the CI identity {name:?} has no `{scope}` scope {on}")
+            }
+            (Presented::Identity(name), None) => {
+                format!("the CI identity {name:?} may not do that")
+            }
             (Presented::Unknown, _) => {
                 "this server does not know the token sent (mistyped, revoked, or made for \
                  another server)"
@@ -51,13 +60,21 @@ impl Denial<'_> {
         format!("{what}; {}", self.remedy())
     }
 
-    /// How to get a token that may: the command that makes one, with the scope it needs.
+    /// How to get a token that may: the command that makes one, with the scope it needs (for
+    /// a CI identity: the trust policy that grants it).
     fn remedy(&self) -> String {
         let scope = match (self.scope, self.key) {
             (Some(scope), Some(key)) => format!("{scope}:{key}"),
             (Some(scope), None) => format!("{scope}:"),
             (None, _) => "SCOPE:PREFIX".to_owned(),
         };
+        if let Presented::Identity(_) = self.token {
+            return format!(
+                "whoever keeps the server's trust file (baton serve --trust) can add {} to the \
+                 scopes of a [[trust]] policy this identity matches",
+                shell_word(&scope)
+            );
+        }
         let which = if self.scope.is_none() {
             " (read to look, lock to take turns and run jobs, admin to cancel others' turns)"
         } else {
@@ -129,6 +146,17 @@ mod tests {
                  file can make one with `baton tokens new NAME --scope SCOPE:PREFIX` (read to \
                  look, lock to take turns and run jobs, admin to cancel others' turns); give it \
                  in BATON_TOKEN or --token",
+            ),
+            (
+                Denial {
+                    scope: Some("lock"),
+                    key: Some("deploy/prod"),
+                    token: Presented::Identity("acme/app@refs/heads/main run 42 (acme main)"),
+                },
+                "the CI identity \"acme/app@refs/heads/main run 42 (acme main)\" has no `lock` \
+                 scope on the key \"deploy/prod\"; whoever keeps the server's trust file (baton \
+                 serve --trust) can add lock:deploy/prod to the scopes of a [[trust]] policy \
+                 this identity matches",
             ),
             (
                 Denial {

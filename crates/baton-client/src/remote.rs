@@ -387,6 +387,23 @@ impl RemoteStore {
     /// token, and how to get one ([`crate::permission`]). Whether a token was sent at all only
     /// the client knows.
     fn denied(&self, status: reqwest::StatusCode, error: &Value) -> StoreError {
+        let reason = match error["message"].as_str() {
+            // An ID token's refusal says what only the server knows (why the token was
+            // refused, which trust file grants scopes): shown as it is.
+            Some(message) if error["id_token"] == true => message.to_owned(),
+            _ => self.denial(status, error),
+        };
+        StoreError::Denied {
+            store: self.described.clone(),
+            // The whole sentence is the reason: a scope is not a policy action to allow.
+            action: String::new(),
+            resource: String::new(),
+            reason,
+        }
+    }
+
+    /// The sentence of a refusal of a tokens-file token, or of no token.
+    fn denial(&self, status: reqwest::StatusCode, error: &Value) -> String {
         let token = match (&self.token, error["token"].as_str()) {
             (None, _) => Presented::Nothing,
             (Some(_), Some(name)) if status == reqwest::StatusCode::FORBIDDEN => {
@@ -399,13 +416,7 @@ impl RemoteStore {
             key: error["key"].as_str(),
             token,
         };
-        StoreError::Denied {
-            store: self.described.clone(),
-            // The whole sentence is the reason: a scope is not a policy action to allow.
-            action: String::new(),
-            resource: String::new(),
-            reason: denial.sentence(),
-        }
+        denial.sentence()
     }
 
     /// The refusal of a write the server takes only as an operation.

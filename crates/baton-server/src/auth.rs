@@ -41,14 +41,24 @@ impl Caller {
     }
 
     /// The 403: its message, and its parts as fields for clients (the scope, the key, the
-    /// token's name), which rebuild the same sentence with what only they know.
+    /// token's name), which rebuild the same sentence with what only they know. A CI
+    /// identity's is [`id_token_refusal`]: clients show its message as it is.
     fn forbidden(&self, needed: Scope, key: Option<&str>) -> ApiError {
+        let token = match self.0.from_trust {
+            true => Presented::Identity(&self.0.name),
+            false => Presented::Named(&self.0.name),
+        };
         let denial = Denial {
             scope: Some(needed.as_str()),
             key,
-            token: Presented::Named(&self.0.name),
+            token,
         };
-        let error = ApiError::forbidden(denial.sentence())
+        let error = ApiError::forbidden(denial.sentence());
+        let error = match self.0.from_trust {
+            true => id_token_refusal(error),
+            false => error,
+        };
+        let error = error
             .with("scope", json!(needed.as_str()))
             .with("token", json!(self.0.name));
         match key {
@@ -56,6 +66,27 @@ impl Caller {
             None => error,
         }
     }
+}
+
+/// A server with `--trust` and no tokens file, to a request without a token (`sent`: with one
+/// that is not a JWT).
+fn only_id_tokens(sent: bool) -> ApiError {
+    let which = match sent {
+        true => "the token sent is not one (a JWT)",
+        false => "none was sent",
+    };
+    id_token_refusal(ApiError::unauthorized(format!(
+        "this server takes only the ID tokens of the CIs it trusts (baton serve --trust), and \
+         {which}: give the CI's ID token in BATON_TOKEN or --token-file (the GitHub Action asks \
+         for one itself, given `permissions: id-token: write`)"
+    )))
+}
+
+/// A refusal of an ID token (`--trust`): marked `id_token`, so that a client shows the
+/// server's message, which says what the client could not know (why the token was refused,
+/// which trust file to change), rather than the sentence it builds for a tokens-file token.
+fn id_token_refusal(error: ApiError) -> ApiError {
+    error.with("id_token", json!(true))
 }
 
 /// A 401: no token, or one the server does not know.
@@ -78,7 +109,10 @@ impl FromRequestParts<Arc<State>> for Caller {
         let header = parts
             .headers
             .get(AUTHORIZATION)
-            .ok_or_else(|| unauthorized(Presented::Nothing))?;
+            .ok_or_else(|| match state.tokens {
+                Some(_) => unauthorized(Presented::Nothing),
+                None => only_id_tokens(false),
+            })?;
         let token = header
             .to_str()
             .ok()
@@ -94,19 +128,16 @@ impl FromRequestParts<Arc<State>> for Caller {
         {
             return match trust.judge(token).await {
                 Ok(principal) => Ok(Caller(principal)),
-                Err(Refused::Invalid(why)) => Err(ApiError::unauthorized(why)),
+                Err(Refused::Invalid(why)) => Err(id_token_refusal(ApiError::unauthorized(why))),
                 // Nothing about the policies: which claims would have matched is the
                 // operator's to know, not a caller's.
-                Err(Refused::NoPolicy) => Err(ApiError::forbidden(
+                Err(Refused::NoPolicy) => Err(id_token_refusal(ApiError::forbidden(
                     "no trust policy grants this identity anything",
-                )),
+                ))),
             };
         }
         let Some(tokens) = &state.tokens else {
-            return Err(ApiError::unauthorized(
-                "this server takes only ID tokens of the CIs it trusts (--trust), and this is \
-                 not one (a JWT)",
-            ));
+            return Err(only_id_tokens(true));
         };
         tokens
             .current()

@@ -207,13 +207,14 @@ async fn a_good_token_may_do_what_its_policy_allows_and_nothing_else() {
         );
     }
     // A server with --trust and no --tokens has no tokenless access, and takes no other token.
-    assert_eq!(
-        send(&app, "GET", "/v1/whoami", None, None).await.0,
-        StatusCode::UNAUTHORIZED
-    );
+    let (status, body) = send(&app, "GET", "/v1/whoami", None, None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(message(&body).contains("only the ID tokens"), "{body}");
+    assert!(message(&body).contains("none was sent"), "{body}");
     let (status, body) = whoami(&app, "bt_0123").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert!(message(&body).contains("only ID tokens"), "{body}");
+    assert!(message(&body).contains("only the ID tokens"), "{body}");
+    assert!(message(&body).contains("is not one (a JWT)"), "{body}");
 }
 
 /// Every token that is not a valid one of a trusted issuer for the policy's audience is 401,

@@ -46,6 +46,8 @@ pub struct Seen {
 #[derive(Default)]
 struct State {
     replies: HashMap<String, Reply>,
+    /// Paths answered without any token.
+    public: std::collections::HashSet<String>,
     seen: Vec<Seen>,
 }
 
@@ -72,7 +74,7 @@ impl FakeCi {
 
     /// The variables that point the reaper at this fake, with each provider's token.
     pub fn env(&self) -> Vec<(String, String)> {
-        let base = format!("http://{}", self.address);
+        let base = self.url();
         vec![
             ("BATON_GITHUB_TOKEN".into(), GITHUB_TOKEN.into()),
             ("BATON_GITHUB_API_URL".into(), base.clone()),
@@ -112,9 +114,22 @@ impl FakeCi {
         self.reply(&path, Reply::json(body));
     }
 
+    /// Its base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
     /// Answers `path` with `reply` from now on.
     pub fn reply(&self, path: &str, reply: Reply) {
         self.lock().replies.insert(path.to_owned(), reply);
+    }
+
+    /// Answers `path` with `reply` from now on, to anyone (no provider token needed): a
+    /// public document such as an OpenID issuer's keys.
+    pub fn reply_public(&self, path: &str, reply: Reply) {
+        let mut state = self.lock();
+        state.public.insert(path.to_owned());
+        state.replies.insert(path.to_owned(), reply);
     }
 
     /// The requests received so far.
@@ -139,7 +154,7 @@ fn answer(stream: TcpStream, state: &Mutex<State>) {
         let mut state = state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let reply = if !authorized(&seen) {
+        let reply = if !state.public.contains(&seen.path) && !authorized(&seen) {
             Reply {
                 status: 401,
                 headers: Vec::new(),

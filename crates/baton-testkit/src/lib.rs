@@ -18,6 +18,7 @@
 //! - [`files::ReadOnlyFile`]: a file nobody, root included, may write, for as long as it lives.
 //! - [`KeyView`], [`TicketView`]: `baton status --json`, read in one place, so a change of field
 //!   names is one edit here.
+//! - [`fake_ci`], [`fake_issuer`]: a CI provider's API and an OpenID issuer, faked on loopback.
 //! - [`ci`]: what the tests of the integrations that hold a turn for a whole CI job share (the
 //!   stores they run on, a job's work as a gate, the history's turns).
 //!
@@ -28,6 +29,7 @@
 pub mod ci;
 pub mod dist;
 pub mod fake_ci;
+pub mod fake_issuer;
 pub mod files;
 pub mod help;
 pub mod http;

@@ -113,13 +113,6 @@ function issueFileCommand(command, message) {
 var os4 = __toESM(require("os"), 1);
 var path = __toESM(require("path"), 1);
 
-// baton-stub:oidc-utils
-var OidcClient = class {
-  static async getIDToken() {
-    throw new Error("getIDToken is not bundled in the baton action");
-  }
-};
-
 // node_modules/@actions/core/lib/summary.js
 var import_os = require("os");
 var import_fs = require("fs");
@@ -421,33 +414,6 @@ var platform = import_os2.default.platform();
 var arch = import_os2.default.arch();
 
 // node_modules/@actions/core/lib/core.js
-var __awaiter2 = function(thisArg, _arguments, P, generator) {
-  function adopt(value) {
-    return value instanceof P ? value : new P(function(resolve) {
-      resolve(value);
-    });
-  }
-  return new (P || (P = Promise))(function(resolve, reject) {
-    function fulfilled(value) {
-      try {
-        step(generator.next(value));
-      } catch (e) {
-        reject(e);
-      }
-    }
-    function rejected(value) {
-      try {
-        step(generator["throw"](value));
-      } catch (e) {
-        reject(e);
-      }
-    }
-    function step(result) {
-      result.done ? resolve(result.value) : adopt(result.value).then(fulfilled, rejected);
-    }
-    step((generator = generator.apply(thisArg, _arguments || [])).next());
-  });
-};
 var ExitCode;
 (function(ExitCode2) {
   ExitCode2[ExitCode2["Success"] = 0] = "Success";
@@ -490,11 +456,6 @@ function info(message) {
 }
 function getState(name) {
   return process.env[`STATE_${name}`] || "";
-}
-function getIDToken(aud) {
-  return __awaiter2(this, void 0, void 0, function* () {
-    return yield OidcClient.getIDToken(aud);
-  });
 }
 
 // src/baton.js
@@ -539,12 +500,36 @@ async function serverTokenFor({ tokenInput, store, audience }) {
   }
   let idToken;
   try {
-    idToken = await getIDToken(audience || "baton");
+    idToken = await requestIdToken(audience || "baton");
   } catch (error2) {
     throw new Error(`cannot get this run's ID token from GitHub for audience "${audience}": ${error2.message}`);
   }
   setSecret(idToken);
   return idToken;
+}
+async function requestIdToken(audience) {
+  const url = `${process.env.ACTIONS_ID_TOKEN_REQUEST_URL}&audience=${encodeURIComponent(audience)}`;
+  const response = await fetch(url, {
+    headers: {
+      Authorization: `Bearer ${process.env.ACTIONS_ID_TOKEN_REQUEST_TOKEN || ""}`,
+      Accept: "application/json"
+    },
+    signal: AbortSignal.timeout(3e4)
+  });
+  const text = await response.text();
+  if (!response.ok) {
+    throw new Error(`the token service answered ${response.status}: ${text.slice(0, 200)}`);
+  }
+  let value;
+  try {
+    value = JSON.parse(text).value;
+  } catch {
+    value = void 0;
+  }
+  if (typeof value !== "string" || value === "") {
+    throw new Error('the token service answered without a token (no "value")');
+  }
+  return value;
 }
 function onPath(name) {
   for (const dir of (process.env.PATH || "").split(path2.delimiter)) {

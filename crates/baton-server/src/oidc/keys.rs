@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use serde::Deserialize;
 
+use baton_client::http::error_chain;
+
 use super::policy::is_loopback_http;
 
 /// The shortest time keys are kept, whatever the issuer says.
@@ -74,11 +76,7 @@ impl IssuerKeys {
     /// Keys of `issuer`, fetched when first needed; a `kid` they lack is looked for again at
     /// most once per `refresh_min`.
     pub fn new(issuer: &str, refresh_min: Duration) -> Result<IssuerKeys, String> {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("baton/", env!("CARGO_PKG_VERSION")))
+        let http = baton_client::http::http_builder()
             .timeout(FETCH_TIMEOUT)
             // A redirect could lead from HTTPS to anywhere: the URLs must be the issuer's own.
             .redirect(reqwest::redirect::Policy::none())
@@ -211,17 +209,6 @@ fn max_age(value: &str) -> Option<Duration> {
         }
     }
     age
-}
-
-/// An error and its sources in one line (reqwest hides a connection's cause in the chain).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(inner) = source {
-        text.push_str(&format!(": {inner}"));
-        source = inner.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -36,16 +36,12 @@ pub fn install() {
 
 /// ring's verification algorithm for `alg`, and the key family it needs.
 fn verification(alg: Algorithm) -> Result<(&'static dyn VerificationAlgorithm, AlgorithmFamily)> {
-    use AlgorithmFamily::{Ec, Rsa};
+    if let Some(rsa) = rsa_parameters(alg) {
+        return Ok((rsa, AlgorithmFamily::Rsa));
+    }
     Ok(match alg {
-        Algorithm::RS256 => (&ring_sig::RSA_PKCS1_2048_8192_SHA256, Rsa),
-        Algorithm::RS384 => (&ring_sig::RSA_PKCS1_2048_8192_SHA384, Rsa),
-        Algorithm::RS512 => (&ring_sig::RSA_PKCS1_2048_8192_SHA512, Rsa),
-        Algorithm::PS256 => (&ring_sig::RSA_PSS_2048_8192_SHA256, Rsa),
-        Algorithm::PS384 => (&ring_sig::RSA_PSS_2048_8192_SHA384, Rsa),
-        Algorithm::PS512 => (&ring_sig::RSA_PSS_2048_8192_SHA512, Rsa),
-        Algorithm::ES256 => (&ring_sig::ECDSA_P256_SHA256_FIXED, Ec),
-        Algorithm::ES384 => (&ring_sig::ECDSA_P384_SHA384_FIXED, Ec),
+        Algorithm::ES256 => (&ring_sig::ECDSA_P256_SHA256_FIXED, AlgorithmFamily::Ec),
+        Algorithm::ES384 => (&ring_sig::ECDSA_P384_SHA384_FIXED, AlgorithmFamily::Ec),
         _ => return Err(ErrorKind::InvalidAlgorithm.into()),
     })
 }
@@ -64,8 +60,8 @@ impl Verifier<Vec<u8>> for RingVerifier {
         signature: &Vec<u8>,
     ) -> std::result::Result<(), SignatureError> {
         let checked = match &self.key {
-            // A JWK's RSA key: its modulus and exponent. ring's RSA parameters are the same
-            // objects as its verification algorithms, looked up again by name here.
+            // A JWK's RSA key: its modulus and exponent, verified with the RSA parameters of
+            // the algorithm (the same objects [`verification`] gives).
             DecodingKeyKind::RsaModulusExponent { n, e } => {
                 let parameters = rsa_parameters(self.alg).ok_or_else(SignatureError::new)?;
                 RsaPublicKeyComponents { n, e }.verify(parameters, message, signature)
@@ -86,7 +82,7 @@ impl JwtVerifier for RingVerifier {
     }
 }
 
-/// ring's RSA parameters for an RSA algorithm.
+/// ring's RSA parameters for an RSA algorithm; `None` for any other.
 fn rsa_parameters(alg: Algorithm) -> Option<&'static ring_sig::RsaParameters> {
     Some(match alg {
         Algorithm::RS256 => &ring_sig::RSA_PKCS1_2048_8192_SHA256,
