@@ -44,8 +44,8 @@ fn assert_refused(done: &Done, why: &str) {
 
 /// A run's identity may take what its policy grants and nothing else; a fork's pull request
 /// gets nothing; the turn a token began outlives the token (renewals and the release are
-/// authorised by the ticket's own token), while a new turn needs a valid one; the history
-/// names the identity.
+/// authorised by the ticket's own token), and so does a wait that began with it, while a new
+/// turn needs a valid one; the history names the identity.
 #[test]
 fn a_ci_identity_takes_what_its_policy_grants_and_its_turn_outlives_its_token() {
     with_fresh_sqlite(|ctx| {
@@ -67,6 +67,16 @@ fn a_ci_identity_takes_what_its_policy_grants_and_its_turn_outlives_its_token() 
             .env("BATON_TOKEN_FILE", token_path)
             .spawn();
         wait_work_started(ctx, "w");
+        // A second run waits its turn behind the first, past the ID token's end.
+        let mut waiter = ctx
+            .baton([
+                "-vv", "run", &key, "--ttl", "3s", "--store", &store, "--", "true",
+            ])
+            .env("BATON_TOKEN_FILE", token_path)
+            .spawn();
+        ctx.wait_status("the second run queued", &key, PROMPT, |view| {
+            view.queue().len() == 1
+        });
         let outside = ctx.key("other/thing");
         let refused = bearing(
             ctx,
@@ -98,6 +108,7 @@ fn a_ci_identity_takes_what_its_policy_grants_and_its_turn_outlives_its_token() 
         assert_eq!(ctx.key_view(&key).holders().len(), 1, "still held");
         finish_work(ctx, "w", 0);
         run.wait(PROMPT).assert_code(0);
+        waiter.wait(PROMPT).assert_code(0);
         assert!(ctx.key_view(&key).holders().is_empty(), "released");
 
         let history = ctx.history(&key);

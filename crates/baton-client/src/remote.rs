@@ -16,7 +16,12 @@
 //! that was sent and whose answer was lost is *ambiguous*: it may have run. Operations and
 //! value writes carry ids that let the next attempt recognise an earlier one that ran, as
 //! direct writes do. The token (`BATON_TOKEN`) goes in every request's `Authorization` header
-//! and nowhere else.
+//! and nowhere else; the reads of a key on which this process has a ticket name that ticket
+//! too ([`tickets`]), so that a wait outlives a CI's ID token.
+
+mod tickets;
+
+pub use tickets::TICKET_HEADER;
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +37,7 @@ use baton_store::{
 };
 use reqwest::Method;
 use serde_json::{json, Value};
+use tickets::{naming, Tickets};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -53,6 +59,8 @@ pub struct RemoteStore {
     streaming: reqwest::Client,
     described: String,
     capabilities: Capabilities,
+    /// The tickets this process made, named in the reads of their keys ([`tickets`]).
+    tickets: Tickets,
 }
 
 impl std::fmt::Debug for RemoteStore {
@@ -161,6 +169,7 @@ impl RemoteStore {
             http,
             streaming,
             capabilities: Capabilities::default(),
+            tickets: Tickets::default(),
         };
         let about = store.get("/v1/store").await?;
         let serving = about["store"].as_str().unwrap_or("a store");
@@ -183,7 +192,9 @@ impl RemoteStore {
     pub async fn run(&self, key: &str, request: &Request) -> Result<Ran, RunError> {
         let body = serde_json::to_value(request).map_err(|e| RunError::Failed(self.bug(&e)))?;
         let path = format!("/v1/keys/{}/ops", segment(key));
+        self.tickets.before(key, &request.op);
         let answer = self.judged(Method::POST, &path, Some(&body)).await?;
+        self.tickets.released(key, &request.op);
         let ran: RanAnswer = self.parsed(&answer).map_err(RunError::Failed)?;
         Ok(Ran {
             reply: ran.reply,
@@ -265,7 +276,12 @@ impl RemoteStore {
 
     /// GET `path` from the first server that answers; the body.
     async fn get(&self, path: &str) -> Result<Value, StoreError> {
-        match self.send(Method::GET, path, None).await {
+        self.get_naming(path, None).await
+    }
+
+    /// GET `path`, naming `ticket` (a secret token) beside the bearer token.
+    async fn get_naming(&self, path: &str, ticket: Option<&str>) -> Result<Value, StoreError> {
+        match self.send_naming(Method::GET, path, None, ticket).await {
             Sent::Answered(status, body) if status.is_success() => self.parsed(&body),
             Sent::Answered(status, body) => Err(self.error_of(status, &error_body(&body))),
             Sent::NotRun(error) | Sent::Lost(error, _) => Err(error),
@@ -274,12 +290,24 @@ impl RemoteStore {
 
     /// Sends to each server in turn until one answers for itself.
     async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Sent {
+        self.send_naming(method, path, body, None).await
+    }
+
+    /// [`RemoteStore::send`], naming `ticket` (a secret token) beside the bearer token.
+    async fn send_naming(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        ticket: Option<&str>,
+    ) -> Sent {
         let mut not_run = None;
         for server in &self.servers {
             let mut request = self.http.request(method.clone(), format!("{server}{path}"));
             if let Some(token) = &self.token {
                 request = request.bearer_auth(token);
             }
+            request = naming(request, ticket);
             if let Some(body) = body {
                 request = request.json(body);
             }
@@ -473,6 +501,9 @@ struct Feed {
     token: Option<String>,
     http: reqwest::Client,
     path: String,
+    key: String,
+    /// Looked up at each (re)connection: the ticket may have been made after the watch began.
+    tickets: Tickets,
 }
 
 /// How one server's feed ended.
@@ -521,6 +552,7 @@ impl Feed {
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
+        request = naming(request, self.tickets.of(&self.key).as_deref());
         let mut response = match request.send().await {
             Ok(response) if response.status().is_success() => response,
             _ => return FeedEnd::Failed,
@@ -673,8 +705,9 @@ impl Store for RemoteStore {
     }
 
     async fn load(&self, key: &str) -> Result<Option<Versioned>, StoreError> {
+        let path = format!("/v1/keys/{}/document", segment(key));
         let body = self
-            .get(&format!("/v1/keys/{}/document", segment(key)))
+            .get_naming(&path, self.tickets.of(key).as_deref())
             .await?;
         Ok(versioned(&body))
     }
@@ -740,6 +773,8 @@ impl Store for RemoteStore {
             token: self.token.clone(),
             http: self.streaming.clone(),
             path: format!("/v1/keys/{}/watch", segment(key)),
+            key: key.to_owned(),
+            tickets: self.tickets.clone(),
         };
         tokio::spawn(feed.follow(sender));
         Ok(Some(WatchHandle::new(receiver)))
@@ -747,7 +782,13 @@ impl Store for RemoteStore {
 
     async fn clock(&self) -> Result<StoreClock, StoreError> {
         let sent = Instant::now();
-        let body = self.get("/v1/clock").await?;
+        let body = match self.tickets.any() {
+            Some((key, ticket)) => {
+                let path = format!("/v1/clock?key={}", segment(&key));
+                self.get_naming(&path, Some(&ticket)).await?
+            }
+            None => self.get("/v1/clock").await?,
+        };
         // The reading is behind the store's time by as much as the request took.
         let transit_ms = sent.elapsed().as_millis() as u64;
         match (body["kind"].as_str(), body["now_ms"].as_u64()) {

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
 
 use baton_client::permission::{Denial, Presented};
 use serde_json::json;
 
 use crate::error::ApiError;
 use crate::oidc::{Refused, Trust};
-use crate::tokens::{Principal, Scope};
+use crate::tokens::{Grant, Principal, Scope};
 use crate::State;
 
 /// The principal a request comes from.
@@ -66,6 +67,55 @@ impl Caller {
             None => error,
         }
     }
+}
+
+/// The header in which a request names a ticket by its secret token
+/// ([`baton_client::remote::TICKET_HEADER`]).
+const TICKET_HEADER: &str = baton_client::remote::TICKET_HEADER;
+
+/// `caller`, or, when its bearer token was refused (401) on a server that trusts CI identities,
+/// a caller that names a live ticket of `key` by its secret token (`Baton-Ticket`): it may read
+/// `key`. An ID token lives minutes and the wait or turn it began may last longer; the
+/// operations on one's own ticket are authorised by the ticket's token
+/// ([`crate::routes::ops`]), and so are the reads of its key that waiting and holding make
+/// (its document, its feed, the store's clock).
+pub async fn caller_or_ticket(
+    state: &State,
+    headers: &HeaderMap,
+    caller: Result<Caller, ApiError>,
+    key: &str,
+) -> Result<Caller, ApiError> {
+    let refused = match caller {
+        Ok(caller) => return Ok(caller),
+        Err(refused) => refused,
+    };
+    if refused.status != StatusCode::UNAUTHORIZED || state.trust.is_none() {
+        return Err(refused);
+    }
+    let Some(token) = headers.get(TICKET_HEADER).and_then(|v| v.to_str().ok()) else {
+        return Err(refused);
+    };
+    if baton_core::limits::check_key(key).is_err() || !names_live_ticket(state, key, token).await {
+        return Err(refused);
+    }
+    Ok(Caller(Principal {
+        name: format!("the holder of a ticket of {key}"),
+        // A prefix grant, but checked only against `key` itself: the route reads that key.
+        grants: vec![Grant {
+            scope: Scope::Read,
+            prefix: key.to_owned(),
+        }],
+        from_trust: false,
+    }))
+}
+
+/// Whether `key`'s document has a live ticket whose token is `token`.
+async fn names_live_ticket(state: &State, key: &str, token: &str) -> bool {
+    let Ok(Some(read)) = state.store.load(key).await else {
+        return false;
+    };
+    baton_core::decode(&read.bytes)
+        .is_ok_and(|doc| doc.by_token_hash(&baton_core::token_hash(token)).is_some())
 }
 
 /// A server with `--trust` and no tokens file, to a request without a token (`sent`: with one

@@ -116,10 +116,25 @@ async fn send(
     body: Option<String>,
     bearer: Option<&str>,
 ) -> (StatusCode, Value) {
+    send_naming(app, method, uri, body, bearer, None).await
+}
+
+/// [`send`], naming the ticket whose secret token is `ticket` (`Baton-Ticket`).
+async fn send_naming(
+    app: &axum::Router,
+    method: &str,
+    uri: &str,
+    body: Option<String>,
+    bearer: Option<&str>,
+    ticket: Option<&str>,
+) -> (StatusCode, Value) {
     let mut request = HttpRequest::builder()
         .method(method)
         .uri(uri)
         .header("host", "127.0.0.1:7878");
+    if let Some(ticket) = ticket {
+        request = request.header("baton-ticket", ticket);
+    }
     if let Some(bearer) = bearer {
         request = request.header("authorization", format!("Bearer {bearer}"));
     }
@@ -131,6 +146,14 @@ async fn send(
         .unwrap();
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
+    let streamed = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"text/event-stream"));
+    if streamed {
+        // A feed never ends: its status is all.
+        return (status, Value::Null);
+    }
     let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
         .await
         .unwrap();
@@ -426,8 +449,9 @@ async fn an_unreachable_issuer_keeps_cached_keys_and_says_so_without() {
 }
 
 /// A turn outlives the ID token that began it: its renewals and its release are authorised by
-/// the ticket's own token, with the bearer token expired; a new ticket needs a valid one. The
-/// history names the identity that held.
+/// the ticket's own token, with the bearer token expired, and so are the reads of its key that
+/// name the ticket (`Baton-Ticket`) while it lives; a new ticket needs a valid one. The history
+/// names the identity that held.
 #[tokio::test]
 async fn a_turn_outlives_its_id_token() {
     let key = Key::load("rsa-a", "a");
@@ -478,8 +502,29 @@ async fn a_turn_outlives_its_id_token() {
         run(&app, "deploy/prod", new, Some(&expired)).await.0,
         StatusCode::UNAUTHORIZED
     );
+    // The reads a wait makes of its key (the document, the clock, the feed) name the ticket.
+    let reads = |ticket: Option<String>| {
+        let app = app.clone();
+        let expired = expired.clone();
+        async move {
+            let mut statuses = Vec::new();
+            for uri in [
+                "/v1/keys/deploy%2Fprod/document",
+                "/v1/clock?key=deploy%2Fprod",
+                "/v1/keys/deploy%2Fprod/watch",
+                "/v1/keys/deploy%2Fprod2/document",
+            ] {
+                let sent = send_naming(&app, "GET", uri, None, Some(&expired), ticket.as_deref());
+                statuses.push(sent.await.0.as_u16());
+            }
+            statuses
+        }
+    };
+    assert_eq!(reads(Some(ticket.clone())).await, [200, 200, 200, 401]);
+    assert_eq!(reads(Some("9".repeat(32))).await, [401, 401, 401, 401]);
+    assert_eq!(reads(None).await, [401, 401, 401, 401]);
     let release = Op::Release {
-        token: ticket,
+        token: ticket.clone(),
         outcome: Outcome::Succeeded,
         reason: None,
     };
@@ -488,6 +533,11 @@ async fn a_turn_outlives_its_id_token() {
         status,
         StatusCode::OK,
         "released with an expired ID token: {body}"
+    );
+    assert_eq!(
+        reads(Some(ticket)).await,
+        [401, 401, 401, 401],
+        "a released ticket names nothing"
     );
     // The history names who held.
     let (status, body) = send(

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use axum::extract::State as Shared;
+use axum::http::HeaderMap;
 use axum::Json;
 use baton_core::{names, Finished};
 use baton_store::StoreClock;
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::checked_key;
-use crate::auth::Caller;
+use crate::auth::{caller_or_ticket, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
 use crate::tokens::Scope;
@@ -97,9 +98,11 @@ fn entry_json(seq: u64, finished: &Finished) -> Value {
 /// A name's document as stored: `{"version", "bytes"}`, both null when it has none.
 pub(super) async fn document(
     Shared(state): Shared<Arc<State>>,
-    caller: Caller,
+    headers: HeaderMap,
+    caller: Result<Caller, ApiError>,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let caller = caller_or_ticket(&state, &headers, caller, &name).await?;
     require_read(&caller, &name)?;
     Ok(Json(match state.store.load(&name).await? {
         Some(read) => json!({ "version": read.version.0, "bytes": text(read.bytes)? }),
@@ -185,12 +188,26 @@ pub(super) async fn list(
     Ok(Json(json!({ "keys": keys })))
 }
 
+/// `?key=`: a key of which the request names a ticket (`Baton-Ticket`), for a caller whose
+/// bearer token no longer proves an identity ([`caller_or_ticket`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ClockQuery {
+    key: Option<String>,
+}
+
 /// The store's clock, read now: `{"kind": "time", "now_ms", "behind_ms", "epoch"}` or
 /// `{"kind": "none"}`. A caller adds the time its request took to `behind_ms`.
 pub(super) async fn clock(
     Shared(state): Shared<Arc<State>>,
-    caller: Caller,
+    headers: HeaderMap,
+    caller: Result<Caller, ApiError>,
+    ApiQuery(query): ApiQuery<ClockQuery>,
 ) -> Result<Json<Value>, ApiError> {
+    let caller = match &query.key {
+        Some(key) => caller_or_ticket(&state, &headers, caller, key).await?,
+        None => caller?,
+    };
     caller.require_somewhere(Scope::Read)?;
     Ok(Json(match state.store.clock().await? {
         StoreClock::Time {

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State as Shared;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
 use serde_json::json;
 use tokio::sync::watch;
 
 use super::keys::require_read;
-use crate::auth::Caller;
+use crate::auth::{caller_or_ticket, Caller};
 use crate::error::ApiError;
 use crate::extract::ApiPath;
 use crate::feeds::Latest;
@@ -29,9 +30,11 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Follows a key.
 pub(super) async fn watch(
     Shared(state): Shared<Arc<State>>,
-    caller: Caller,
+    headers: HeaderMap,
+    caller: Result<Caller, ApiError>,
     ApiPath(key): ApiPath<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let caller = caller_or_ticket(&state, &headers, caller, &key).await?;
     require_read(&caller, &key)?;
     let feed = state.feeds.subscribe(&key);
     let closing = state.feeds.closing();
