@@ -27,6 +27,9 @@ const REPLIES_LOST_MAX: usize = 2;
 /// How long a stopped client may take to stop in every thread before its reply is forwarded
 /// anyway.
 const STOP_PATIENCE: Duration = Duration::from_millis(100);
+/// How long a process fault that found no process to hit is tried again, and how often.
+const RETRY_FOR: Duration = Duration::from_secs(10);
+const RETRY_EVERY: Duration = Duration::from_millis(250);
 
 /// The fault thread.
 pub(super) struct Injector {
@@ -48,7 +51,16 @@ impl Injector {
             if self.sleep(wait) {
                 return;
             }
-            self.inject(fault);
+            // A process fault may find nothing to hit (no holder of a fenced key just then: in
+            // a mixed run most hold the other keys, and a kept turn's client has exited): it
+            // is tried again shortly rather than skipped, so each fault dealt lands (a run
+            // on etcd once dealt `pause-holder` twice and never caught a holder).
+            let give_up = Instant::now() + RETRY_FOR;
+            while !self.inject(fault) && Instant::now() < give_up {
+                if self.sleep(RETRY_EVERY) {
+                    return;
+                }
+            }
         }
     }
 
@@ -64,16 +76,19 @@ impl Injector {
         self.shared.done.load(Ordering::SeqCst)
     }
 
-    fn inject(&mut self, fault: Fault) {
+    /// Injects `fault`; false when it found no process to hit (the other faults are armed
+    /// or done whenever asked).
+    fn inject(&mut self, fault: Fault) -> bool {
         let shared = &self.shared;
         match fault {
             Fault::KillHolder => {
                 let (live, running) = self.live_holders(|_| true);
-                if let Some(i) = self.schedule.pick(live.len()) {
-                    let who = live[i].who.clone();
-                    self.kill(&who, running[&who].pid);
-                    shared.record(fault, Some(who), Duration::ZERO);
-                }
+                let Some(i) = self.schedule.pick(live.len()) else {
+                    return false;
+                };
+                let who = live[i].who.clone();
+                self.kill(&who, running[&who].pid);
+                shared.record(fault, Some(who), Duration::ZERO);
             }
             Fault::KillWaiter => {
                 let holders: HashSet<String> = lock(&shared.resource)
@@ -92,23 +107,26 @@ impl Injector {
                     .map(|(who, r)| (who.clone(), *r))
                     .collect();
                 waiting.sort_by(|a, b| a.0.cmp(&b.0));
-                if let Some(i) = self.schedule.pick(waiting.len()) {
-                    let (who, running) = waiting.swap_remove(i);
-                    self.kill(&who, running.pid);
-                    shared.record(fault, Some(who), Duration::ZERO);
-                }
+                let Some(i) = self.schedule.pick(waiting.len()) else {
+                    return false;
+                };
+                let (who, running) = waiting.swap_remove(i);
+                self.kill(&who, running.pid);
+                shared.record(fault, Some(who), Duration::ZERO);
             }
             Fault::PauseHolder => {
                 // Waits for a holder of a fenced key in particular: in a mixed run most holders
                 // hold the other keys, and a wait for any holder would often end on one of them.
                 let (live, running) = self.live_holders(|h| shared.is_fenced(&h.key));
-                if let Some(i) = self.schedule.pick(live.len()) {
-                    let who = live[i].who.clone();
-                    let pause = self.ttl + Duration::from_secs(1);
-                    if pause_client(shared, &who, running[&who].pid, pause) {
-                        shared.record(fault, Some(who), pause);
-                    }
+                let Some(i) = self.schedule.pick(live.len()) else {
+                    return false;
+                };
+                let who = live[i].who.clone();
+                let pause = self.ttl + Duration::from_secs(1);
+                if !pause_client(shared, &who, running[&who].pid, pause) {
+                    return false;
                 }
+                shared.record(fault, Some(who), pause);
             }
             Fault::PauseInTransaction => self.pause_in_transaction(),
             Fault::Restart => {
@@ -187,6 +205,7 @@ impl Injector {
                 }
             }
         }
+        true
     }
 
     /// Processes already hit (killed, or paused and not yet continued): not hit again.
