@@ -47,7 +47,9 @@ impl Takeovers {
 }
 
 /// For every holder killed or paused at t (or client stopped before a reply): the time to the
-/// next hold of the key by another client, against the bound: the TTL, plus one claim window
+/// next hold of the key by another client, against the bound: the longer of the TTL and the
+/// claim window (a holder hit before its claim landed holds the key for the claim window), plus
+/// one claim window
 /// for each waiter killed (or stopped before a reply) in the window that could have been ahead,
 /// plus the longest poll interval (with its jitter), plus the slack for starting a process. A
 /// takeover during a store or network fault is reported but not held to the bound (the store
@@ -111,7 +113,11 @@ pub(super) fn takeovers(
                     + u64::try_from(config.ttl.as_nanos()).unwrap_or(0)
                     >= event.at_ns
         });
-        let bound = config.ttl
+        // A holder hit right after its grant may not have claimed it yet (a library client
+        // starts its work on a grant it saw unclaimed, and its heartbeat claims it a moment
+        // later): its ticket then lives out the claim window, not the lease.
+        let victim_phase = config.ttl.max(config.claim());
+        let bound = victim_phase
             + config.claim() * dead_waiters
             + config.poll_max.mul_f64(1.2)
             + config.takeover_slack;
