@@ -27,6 +27,10 @@ use common::{pid_alive, wait_until, with_store, Ctx, PROMPT};
 /// The leases of these tests.
 const TTL: Duration = Duration::from_secs(2);
 const TTL_FLAG: &str = "2s";
+/// The exclusion test's lease: renewed several times through its holder's 6 s command, each
+/// renewal with over 2 s to land (with 2 s, a renewal has 1.3 s, and moto's DynamoDB under the
+/// test suite's load took longer: the holder rightly gave up, exit 78).
+const EXCLUSION_TTL_FLAG: &str = "4s";
 
 /// A store whose leases no client's wall clock decides, and the faketime offsets its clients
 /// run at.
@@ -119,7 +123,7 @@ rmdir "$TEST_DIR/held""#
     )
 }
 
-/// A holder ahead renews a 2 s lease through a 6 s command; a waiter behind waits it out: its
+/// A holder ahead renews a 4 s lease through a 6 s command; a waiter behind waits it out: its
 /// command starts only after the holder's ended, with a larger fence. Then the other way round
 /// (holder behind, waiter ahead), where deadlines on wall clocks would let the waiter straight
 /// in.
@@ -155,7 +159,7 @@ fn exclusion_between(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
                 "run",
                 &key,
                 "--ttl",
-                TTL_FLAG,
+                EXCLUSION_TTL_FLAG,
                 "--context",
                 "H",
                 "--",
@@ -177,7 +181,7 @@ fn exclusion_between(ctx: &Ctx, holder_offset: &str, waiter_offset: &str) {
                 "run",
                 &key,
                 "--ttl",
-                TTL_FLAG,
+                EXCLUSION_TTL_FLAG,
                 "--poll",
                 "100ms",
                 "--context",
