@@ -31,6 +31,7 @@ pub fn options(
         baton_core::limits::check_order(order).map_err(|e| Failure::usage(e.to_string()))?;
     }
     baton_core::limits::check_limit(args.limit).map_err(|e| Failure::usage(e.to_string()))?;
+    let pool = pool_of(args)?;
     if let Some(reason) = &args.override_freeze {
         baton_core::limits::check_reason(reason)
             .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
@@ -51,7 +52,7 @@ pub fn options(
         } else {
             Mode::Normal
         },
-        limit: args.limit,
+        limit: pool.as_ref().map_or(args.limit, |p| p.slots.len() as u32),
         ttl,
         waiter_ttl: args.waiting.waiter_ttl,
         timeout: args.waiting.timeout,
@@ -67,7 +68,31 @@ pub fn options(
         cancel_running: args.cancel_running,
         override_freeze: args.override_freeze.clone(),
         ci_run: crate::ci_run::from_env(),
+        pool,
     })
+}
+
+/// `--slots`, `--slot` and `--count` as the pool a turn asks for; `--limit`, if given, must be
+/// the number of slots.
+fn pool_of(args: &WaitArgs) -> Result<Option<baton_core::pool::PoolAsk>, Failure> {
+    if args.slots.is_empty() {
+        return Ok(None);
+    }
+    let pool = baton_core::pool::PoolAsk {
+        slots: args.slots.clone(),
+        only: args.slot.clone(),
+        count: args.count.unwrap_or(1),
+    };
+    pool.check().map_err(|e| Failure::usage(e.to_string()))?;
+    if args.limit != 1 && args.limit as usize != pool.slots.len() {
+        return Err(Failure::usage(format!(
+            "--limit {} disagrees with the {} slots of --slots: a pool's limit is its number of \
+             slots; leave --limit out",
+            args.limit,
+            pool.slots.len()
+        )));
+    }
+    Ok(Some(pool))
 }
 
 /// Checks every key before anything is written, and makes their tickets (sorted, without

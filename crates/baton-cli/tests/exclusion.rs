@@ -231,6 +231,77 @@ rm "$TEST_DIR/active/$me""#;
     });
 }
 
+/// A pool of three named slots (`--slots a,b,c`) and six loops of `baton run`: each command
+/// is handed one slot in `BATON_SLOT` and holds it alone (a second `mkdir` of the same slot
+/// would fail), never more than three run at once, three do at some point, and every slot is
+/// used.
+#[test]
+fn a_pool_gives_each_slot_to_one_command_at_a_time() {
+    let _heavy = heavy();
+    for_each_store(|ctx| {
+        const N_LOOPS: usize = 6;
+        const N_TURNS: usize = 3;
+        std::fs::create_dir(ctx.path("active")).expect("mkdir active");
+        let key = ctx.key("pool");
+        let child = r#"
+me=$$
+if mkdir "$TEST_DIR/slot-$BATON_SLOT" 2>/dev/null; then :; else echo "$BATON_SLOT $BATON_FENCE" >> "$TEST_DIR/overlaps"; fi
+echo "$BATON_SLOT" >> "$TEST_DIR/slots"
+touch "$TEST_DIR/active/$me"
+t=0
+while [ "$(ls "$TEST_DIR/active" | wc -l)" -lt 3 ] && [ $t -lt 30 ]; do sleep 0.1; t=$((t+1)); done
+ls "$TEST_DIR/active" | wc -l >> "$TEST_DIR/counts"
+rm "$TEST_DIR/active/$me"
+rmdir "$TEST_DIR/slot-$BATON_SLOT""#;
+        let command = format!(
+            r#""$TEST_BATON" run "$KEY" --slots a,b,c --poll 100ms -- sh -c '{}'"#,
+            child.replace('\'', r"'\''")
+        );
+        let mut loops = start_loops(ctx, N_LOOPS, N_TURNS, &command, &[("KEY", &key)]);
+        wait_loops(&mut loops, Instant::now() + Duration::from_secs(180));
+        assert_eq!(
+            ctx.read("failures"),
+            "",
+            "some `baton run`s failed; they said:\n{}",
+            loops_said(ctx)
+        );
+        assert_eq!(
+            ctx.read("overlaps"),
+            "",
+            "a slot was handed to two commands"
+        );
+        let slots = ctx.lines("slots");
+        assert_eq!(slots.len(), N_LOOPS * N_TURNS, "every turn had a slot");
+        for slot in ["a", "b", "c"] {
+            assert!(
+                slots.iter().any(|s| s == slot),
+                "{slot} never used: {slots:?}"
+            );
+        }
+        assert!(
+            slots.iter().all(|s| ["a", "b", "c"].contains(&s.as_str())),
+            "{slots:?}"
+        );
+        let counts: Vec<usize> = ctx
+            .lines("counts")
+            .iter()
+            .map(|line| line.parse().expect("a count"))
+            .collect();
+        assert!(
+            counts.iter().all(|&n| n <= 3),
+            "more than 3 at once: {counts:?}"
+        );
+        assert!(counts.contains(&3), "never 3 at once: {counts:?}");
+        let history = ctx.history(&key);
+        assert!(
+            history
+                .iter()
+                .all(|entry| entry["slots"].as_array().is_some_and(|s| s.len() == 1)),
+            "the history records each turn's slot: {history:?}"
+        );
+    });
+}
+
 /// `baton run a b` and `baton run b a`, 20 times each and concurrently, all finish: keys are
 /// taken in sorted order, so opposite orders cannot deadlock. Each command also checks it holds
 /// both keys alone and sees the keys in sorted order.

@@ -34,6 +34,8 @@ pub struct KeyStatus {
     pub key: String,
     /// Its limit (1: a mutex).
     pub limit: u32,
+    /// A pool's slots, in the order they are given out; empty: no pool.
+    pub slots: Vec<String>,
     /// The last fence granted.
     pub fence: u64,
     /// Holders, in queue order.
@@ -100,6 +102,10 @@ pub struct TicketStatus {
     pub stop_asked: Option<String>,
     /// The CI run that took it, for `baton reap` ([`baton_core::ci_run`]).
     pub ci_run: Option<baton_core::ci_run::CiRun>,
+    /// On a pool: the slots it holds (holders).
+    pub slots: Vec<String>,
+    /// On a pool: the one slot it asked for (`--slot`).
+    pub wants_slot: Option<String>,
 }
 
 impl TicketStatus {
@@ -129,6 +135,8 @@ impl TicketStatus {
             estimate_ms: None,
             stop_asked: t.stop_asked.clone(),
             ci_run: t.ci_run.clone(),
+            slots: t.slots.as_ref().map(|p| p.held.clone()).unwrap_or_default(),
+            wants_slot: t.slots.as_ref().and_then(|p| p.only.clone()),
         }
     }
 
@@ -151,6 +159,8 @@ impl TicketStatus {
             estimate_ms: None,
             stop_asked: None,
             ci_run: t.ci_run.clone(),
+            slots: Vec::new(),
+            wants_slot: t.slots.as_ref().and_then(|p| p.only.clone()),
         }
     }
 }
@@ -193,6 +203,7 @@ impl KeyStatus {
         KeyStatus {
             key: key.to_string(),
             limit: doc.limit,
+            slots: doc.slots.clone(),
             fence: doc.fence,
             busy: !holders.is_empty() || !queue.is_empty() || backlog > 0,
             holders,
@@ -231,7 +242,7 @@ impl KeyStatus {
             .holders
             .iter()
             .map(|t| {
-                json!({
+                let mut holder = json!({
                     "id": t.id,
                     "mode": mode_name(t.mode),
                     "context": t.context,
@@ -243,14 +254,19 @@ impl KeyStatus {
                     "job": t.job,
                     "stop_asked": t.stop_asked,
                     "ci_run": t.ci_run,
-                })
+                });
+                if !t.slots.is_empty() {
+                    holder["slot"] = json!(t.slots.join(","));
+                    holder["slots"] = json!(t.slots);
+                }
+                holder
             })
             .collect();
         let queue: Vec<Value> = self
             .queue
             .iter()
             .map(|t| {
-                json!({
+                let mut queued = json!({
                     "id": t.id,
                     "position": t.position,
                     "mode": mode_name(t.mode),
@@ -261,9 +277,33 @@ impl KeyStatus {
                     "waiting_ms": t.for_ms,
                     "job": t.job,
                     "wait_estimate_ms": t.estimate_ms,
-                })
+                });
+                if let Some(slot) = &t.wants_slot {
+                    queued["wants_slot"] = json!(slot);
+                }
+                queued
             })
             .collect();
+        let mut key = self.key_json(holders, queue);
+        if !self.slots.is_empty() {
+            key["slots"] = json!(self.pool_json());
+        }
+        key
+    }
+
+    /// The pool's slots, each with its holder's id or null: `[{"slot", "holder"}]`.
+    fn pool_json(&self) -> Vec<Value> {
+        self.slots
+            .iter()
+            .map(|slot| {
+                let holder = self.holders.iter().find(|t| t.slots.contains(slot));
+                json!({ "slot": slot, "holder": holder.map(|t| &t.id) })
+            })
+            .collect()
+    }
+
+    /// The key's object, with its `holders` and `queue`.
+    fn key_json(&self, holders: Vec<Value>, queue: Vec<Value>) -> Value {
         json!({
             "key": self.key,
             "limit": self.limit,

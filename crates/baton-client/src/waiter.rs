@@ -164,6 +164,7 @@ async fn enqueue(
 
 fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
     Enqueue {
+        pool: options.pool.clone(),
         id: pending.id.clone(),
         token: pending.token.clone(),
         mode: options.mode,

@@ -53,6 +53,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
     Request::new(
         attempt,
         baton_core::Op::Enqueue(baton_core::Enqueue {
+            pool: None,
             ci_run: None,
             id: pending.id.clone(),
             token: pending.token.clone(),
@@ -336,6 +337,7 @@ async fn a_slow_renewal_of_one_key_does_not_hold_up_the_claim_of_another() {
         ttl_ms: 3_000,
         holds_until_ms: coord.local_ms() + 800,
         claimed: false,
+        slots: Vec::new(),
     };
     heartbeat.add(&b);
     tokio::time::sleep(Duration::from_millis(500)).await;

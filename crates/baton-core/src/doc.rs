@@ -232,6 +232,9 @@ pub struct Ticket {
     /// The CI run that enqueued it ([`crate::ci_run`]), for `baton reap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_run: Option<crate::ci_run::CiRun>,
+    /// On a pool: the slots it asked for and, once granted, holds ([`crate::pool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slots: Option<crate::pool::TicketSlots>,
 }
 
 impl Ticket {
@@ -442,6 +445,10 @@ pub struct Doc {
     pub fence: u64,
     /// The key's limit, set by the first live ticket.
     pub limit: u32,
+    /// A pool's slots, in the order they are given out, set by the first live ticket
+    /// ([`crate::pool`]); empty: the key is no pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
     /// The clock deadlines refer to (the SQLite host's boot id, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
@@ -482,6 +489,7 @@ impl Default for Doc {
             format: FORMAT,
             fence: 0,
             limit: 1,
+            slots: Vec::new(),
             epoch: None,
             next_arrival: 1,
             tickets: Vec::new(),

@@ -82,6 +82,7 @@ mod tests {
     fn ticket(id: &str, state: TicketState, fence: u64, granted_wall_ms: u64) -> Ticket {
         Ticket {
             ci_run: None,
+            slots: None,
             id: id.into(),
             token_hash: format!("hash-{id}"),
             mode: Mode::Normal,

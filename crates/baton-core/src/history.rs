@@ -53,6 +53,9 @@ pub struct Finished {
     /// Granted through a freeze (`--override-freeze`): the reason given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub override_freeze: Option<String>,
+    /// On a pool: the slots it held ([`crate::pool`]); empty if it held none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
 }
 
 /// What a history entry says of a run-once ticket ([`crate::once`]).
@@ -132,6 +135,11 @@ impl Finished {
             }),
             events: Vec::new(),
             override_freeze: ticket.override_freeze.clone().filter(|_| granted),
+            slots: ticket
+                .slots
+                .as_ref()
+                .map(|part| part.held.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -170,6 +178,7 @@ mod tests {
             once: None,
             events: Vec::new(),
             override_freeze: None,
+            slots: Vec::new(),
         };
         let bytes = record.encode();
         assert!(!String::from_utf8_lossy(&bytes).contains("forced"));

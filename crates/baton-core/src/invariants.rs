@@ -27,6 +27,8 @@ pub fn check(doc: &Doc) -> Result<(), String> {
     if doc.tickets.len() > LIVE_TICKETS_MAX as usize {
         return Err(format!("{} live tickets", doc.tickets.len()));
     }
+    // A pool's slots: each held by one ticket at most, as many as it asked.
+    crate::pool::check(doc)?;
     let mut ids = HashSet::new();
     let mut hashes = HashSet::new();
     let mut arrivals = HashSet::new();
@@ -122,6 +124,9 @@ pub fn check_settled(doc: &Doc) -> Result<(), String> {
     // A freeze holds it back (`apply` records only a freeze in force at its clock).
     if doc.held_back(head) {
         return Ok(());
+    }
+    if !doc.slots.is_empty() {
+        return crate::pool::check_settled(doc);
     }
     let holders: Vec<_> = doc.holders().collect();
     let n_normal = holders.iter().filter(|t| t.mode == Mode::Normal).count() as u64;

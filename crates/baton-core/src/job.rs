@@ -371,14 +371,24 @@ pub fn claimable_head(doc: &Doc, now_ms: u64, wall_ms: u64) -> Result<&Ticket, O
     if !job.is_ready(now_ms) {
         return Err(job.ready_at_ms);
     }
-    if !has_room_for_a_job(doc) {
+    if !has_room_for_a_job(doc, head.slots.as_ref()) {
         return Err(None);
     }
     Ok(head)
 }
 
-/// Whether a job (always normal mode) would fit beside the key's holders.
-fn has_room_for_a_job(doc: &Doc) -> bool {
+/// Whether a job (always normal mode) would fit beside the key's holders; on a pool, whether
+/// the slots it asks for (`ask`; `None`: any one) are free ([`crate::pool::Walk`]).
+pub fn has_room_for_a_job(doc: &Doc, ask: Option<&crate::pool::TicketSlots>) -> bool {
+    if !doc.slots.is_empty() {
+        let any = crate::pool::TicketSlots {
+            only: None,
+            count: 1,
+            held: Vec::new(),
+        };
+        let taken = crate::pool::Walk::new(doc).take(&doc.slots, ask.unwrap_or(&any));
+        return matches!(taken, crate::pool::Take::Slots(_));
+    }
     let n_normal = doc.holders().filter(|t| t.mode == Mode::Normal).count();
     let shared_held = doc.holders().any(|t| t.mode == Mode::Shared);
     !shared_held && n_normal < doc.limit as usize
@@ -435,7 +445,7 @@ fn frozen_until(doc: &Doc, now_ms: u64, wall_ms: u64) -> Option<u64> {
 
 /// When a key whose backlog must be taken in next needs a worker: now if a job fits.
 fn backlog_due(doc: &Doc, now_ms: u64, phase_end: impl Fn(&Ticket) -> u64) -> Option<u64> {
-    if has_room_for_a_job(doc) {
+    if has_room_for_a_job(doc, None) {
         Some(now_ms)
     } else {
         doc.holders().map(phase_end).min()
@@ -451,7 +461,7 @@ fn head_job_due(
 ) -> Option<u64> {
     head.and_then(|head| {
         let job = head.job.as_deref()?;
-        if !has_room_for_a_job(doc) {
+        if !has_room_for_a_job(doc, head.slots.as_ref()) {
             return doc.holders().map(phase_end).min();
         }
         let since = job

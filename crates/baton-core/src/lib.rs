@@ -55,6 +55,7 @@ pub mod notify;
 pub mod once;
 pub mod op;
 pub mod order;
+pub mod pool;
 pub mod settings;
 
 pub use apply::{apply, apply_with, Applied, Inputs};

@@ -183,6 +183,9 @@ pub struct Enqueue {
     /// `baton reap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ci_run: Option<crate::ci_run::CiRun>,
+    /// A turn at a pool of named slots (`--slots`), and which it wants ([`crate::pool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::PoolAsk>,
 }
 
 /// Arguments of [`Op::Submit`].
@@ -223,6 +226,9 @@ pub struct Submit {
     /// clients older than the binding: their jobs run unchecked, as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub params_sha256: Option<String>,
+    /// A job of a pool of named slots (`--slots`), and which it wants ([`crate::pool`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<crate::pool::PoolAsk>,
 }
 
 /// A live ticket's standing, as returned to its owner.
@@ -249,6 +255,9 @@ pub struct TicketStatus {
     /// A held ticket asked to stop by a newer one ([`Enqueue::cancel_running`]): who asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_asked: Option<String>,
+    /// On a pool: the slots it holds, in the pool's order ([`crate::pool`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub slots: Vec<String>,
 }
 
 /// A ticket's standing: live, or ended.
@@ -372,6 +381,18 @@ pub enum Refusal {
         asked: u32,
         /// The key's current limit.
         current: u32,
+    },
+    /// The key's live tickets use another pool of slots (or none, or one where this asks for
+    /// none).
+    #[error(
+        "the key is in use with slots {current:?}, and this asks for slots {asked:?} (\"\": \
+         none); use the same --slots as the others, or wait until the key is idle to change them"
+    )]
+    SlotsMismatch {
+        /// The slots asked for, comma-separated.
+        asked: String,
+        /// The key's slots, comma-separated.
+        current: String,
     },
     /// The key has as many live tickets as allowed.
     #[error("the key already has {max} live tickets, its limit; try again later")]

@@ -80,11 +80,13 @@ fn order_values_go_first_then_arrival() {
     w.run(Op::Enqueue(enqueue(1))).expect("holder");
     w.run(Op::Enqueue(enqueue(2))).expect("no order");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         order: Some("0002".into()),
         ..enqueue(3)
     }))
     .expect("3");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         order: Some("0001".into()),
         ..enqueue(4)
     }))
@@ -100,12 +102,14 @@ fn supersede_cancels_queued_tickets_before_it_except_keep_and_holders() {
     w.run(Op::Enqueue(enqueue(1))).expect("holder");
     w.run(Op::Enqueue(enqueue(2))).expect("2");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         keep: true,
         ..enqueue(3)
     }))
     .expect("3 keep");
     w.run(Op::Enqueue(enqueue(4))).expect("4");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         supersede: true,
         ..enqueue(5)
     }))
@@ -134,6 +138,7 @@ fn semaphore_and_shared_modes() {
     let mut w = World::new();
     for n in 1..=4 {
         w.run(Op::Enqueue(Enqueue {
+            pool: None,
             limit: 3,
             ..enqueue(n)
         }))
@@ -143,6 +148,7 @@ fn semaphore_and_shared_modes() {
     assert_eq!(w.state("t4"), Some(TicketState::Queued));
     let err = w
         .run(Op::Enqueue(Enqueue {
+            pool: None,
             limit: 2,
             ..enqueue(9)
         }))
@@ -158,6 +164,7 @@ fn semaphore_and_shared_modes() {
     // Readers and writers: readers hold together; a writer waits; readers behind it wait too.
     let mut w = World::new();
     let shared = |n| Enqueue {
+        pool: None,
         mode: Mode::Shared,
         ..enqueue(n)
     };
@@ -390,26 +397,32 @@ fn bad_input_is_refused_and_changes_nothing() {
     let before = w.doc.clone();
     let cases = vec![
         Op::Enqueue(Enqueue {
+            pool: None,
             context: "x".repeat(1025),
             ..enqueue(2)
         }),
         Op::Enqueue(Enqueue {
+            pool: None,
             ttl_ms: 10,
             ..enqueue(2)
         }),
         Op::Enqueue(Enqueue {
+            pool: None,
             id: "bad id".into(),
             ..enqueue(2)
         }),
         Op::Enqueue(Enqueue {
+            pool: None,
             limit: 0,
             ..enqueue(2)
         }),
         Op::Enqueue(Enqueue {
+            pool: None,
             order: Some(String::new()),
             ..enqueue(2)
         }),
         Op::Enqueue(Enqueue {
+            pool: None,
             max_live: 1,
             ..enqueue(2)
         }),
@@ -546,6 +559,7 @@ fn a_forgotten_tickets_id_may_start_a_new_ticket() {
     let mut w = World::new();
     cycle(&mut w, 1, 2);
     let reuse = Enqueue {
+        pool: None,
         token: token(999),
         ..enqueue(1)
     };
@@ -604,6 +618,7 @@ fn a_renewal_never_moves_a_deadline_earlier() {
     // A grant's claim window (3 s) longer than its TTL (1 s): the claim keeps the window.
     let mut w = World::new();
     let short = |n| Enqueue {
+        pool: None,
         ttl_ms: 1_000,
         ..enqueue(n)
     };

@@ -11,6 +11,7 @@ use common::{enqueue, live, token, World};
 
 fn cancelling(n: u32) -> Enqueue {
     Enqueue {
+        pool: None,
         cancel_running: true,
         ..enqueue(n)
     }
@@ -72,17 +73,20 @@ fn a_holder_is_asked_and_the_new_ticket_waits_until_it_releases_as_superseded() 
 fn holders_queued_with_keep_are_not_asked_and_unasked_holders_cannot_claim_superseded() {
     let mut w = World::new();
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         keep: true,
         limit: 2,
         ..enqueue(1)
     }))
     .expect("1");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         limit: 2,
         ..enqueue(2)
     }))
     .expect("2");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         limit: 2,
         ..cancelling(3)
     }))
@@ -127,6 +131,7 @@ fn who_asked_is_cut_short_enough_for_a_release_reason() {
     let mut w = World::new();
     w.run(Op::Enqueue(enqueue(1))).expect("1");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         context: "é".repeat(500),
         ..cancelling(2)
     }))

@@ -113,6 +113,7 @@ fn without_a_store_clock_the_document_decides_and_a_minimum_left_cannot_be_told(
 fn a_holder_asked_to_stop_still_holds_and_the_check_says_who_asked() {
     let (mut w, fence) = held();
     w.run(Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         cancel_running: true,
         ..common::enqueue(3)
     }))

@@ -27,6 +27,7 @@ fn freeze_on(target: &str) -> Freeze {
 
 fn overriding(n: u32) -> Enqueue {
     Enqueue {
+        pool: None,
         override_freeze: Some("hotfix INC-42".into()),
         ..enqueue(n)
     }
@@ -359,6 +360,7 @@ proptest! {
                 Step::Enqueue { overrides } => {
                     next += 1;
                     let e = Enqueue {
+                        pool: None,
                         limit,
                         ..if overrides { overriding(next) } else { enqueue(next) }
                     };

@@ -251,11 +251,13 @@ fn an_expired_lease_a_forced_cancel_and_a_supersede_are_their_own_events() {
     w.run(release(8, Outcome::Succeeded)).unwrap();
     w.run(Op::Enqueue(enqueue(3))).unwrap();
     w.run(Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         order: Some("1".into()),
         ..enqueue(4)
     }))
     .unwrap();
     w.run(Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         order: Some("2".into()),
         supersede: true,
         ..enqueue(5)
@@ -269,6 +271,7 @@ fn a_run_once_key_going_dead_is_a_dead_event() {
     let mut w = World::new();
     w.rules = vec![rule("dead", "", &[EventKind::Dead])];
     w.run(Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         once: Some(baton_core::OnceSpec {
             seq: None,
             max_attempts: 1,

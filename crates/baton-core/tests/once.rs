@@ -11,6 +11,7 @@ use common::*;
 
 fn once(n: u32, seq: Option<u64>) -> Op {
     Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         once: Some(OnceSpec {
             seq,
             max_attempts: 2,
@@ -173,12 +174,14 @@ fn a_success_is_forgotten_after_its_retention() {
 fn a_once_ticket_is_a_mutex_and_its_spec_is_checked() {
     let mut w = World::new();
     let shared = Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         mode: Mode::Shared,
         once: Some(OnceSpec::new()),
         ..enqueue(1)
     });
     assert!(matches!(w.run(shared), Err(Refusal::Invalid(_))));
     let seq0 = Op::Enqueue(baton_core::Enqueue {
+        pool: None,
         once: Some(OnceSpec {
             seq: Some(0),
             ..OnceSpec::new()

@@ -9,6 +9,7 @@ use common::*;
 
 fn ordered(n: u32, order: &str) -> Enqueue {
     Enqueue {
+        pool: None,
         order: Some(order.into()),
         ..enqueue(n)
     }
@@ -46,6 +47,7 @@ fn build_98_supersedes_099_but_not_100() {
     w.run(Op::Enqueue(ordered(2, "099"))).expect("099");
     w.run(Op::Enqueue(ordered(3, "100"))).expect("100");
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         supersede: true,
         ..ordered(4, "98")
     }))
@@ -58,6 +60,7 @@ fn build_98_supersedes_099_but_not_100() {
     );
     // 101 supersedes every queued build before it.
     w.run(Op::Enqueue(Enqueue {
+        pool: None,
         supersede: true,
         ..ordered(5, "101")
     }))

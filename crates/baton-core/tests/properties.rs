@@ -864,6 +864,7 @@ impl World {
                 let (id, token) = client.planned[client.sent].clone();
                 client.sent += 1;
                 Op::Enqueue(Enqueue {
+                    pool: None,
                     ci_run: None,
                     id,
                     token,
@@ -941,6 +942,7 @@ impl World {
                 let id = known[*pick as usize % known.len()].id.clone();
                 self.extra += 1;
                 Op::Enqueue(Enqueue {
+                    pool: None,
                     ci_run: None,
                     id,
                     token: format!("{:032x}", 0x5ea1_0000u64 + self.extra),
@@ -1029,6 +1031,7 @@ impl World {
     fn invalid(&mut self, n: usize, c: usize, kind: u8) -> Result<(), TestCaseError> {
         self.extra += 1;
         let base = Enqueue {
+            pool: None,
             ci_run: None,
             id: format!("inv{}", self.extra),
             token: format!("{:032x}", 0x1_0000_0000u64 + self.extra),
@@ -1049,32 +1052,39 @@ impl World {
         let own = self.own_token(c, kind);
         let op = match kind % 17 {
             0 => Op::Enqueue(Enqueue {
+                pool: None,
                 context: "x".repeat(1025),
                 ..base
             }),
             1 => Op::Enqueue(Enqueue {
+                pool: None,
                 id: "bad id".into(),
                 ..base
             }),
             2 => Op::Enqueue(Enqueue { ttl_ms: 10, ..base }),
             3 => Op::Enqueue(Enqueue {
+                pool: None,
                 waiter_ttl_ms: 999,
                 ..base
             }),
             4 => Op::Enqueue(Enqueue {
+                pool: None,
                 claim_ms: 50,
                 ..base
             }),
             5 => Op::Enqueue(Enqueue { limit: 0, ..base }),
             6 => Op::Enqueue(Enqueue {
+                pool: None,
                 order: Some(String::new()),
                 ..base
             }),
             7 => Op::Enqueue(Enqueue {
+                pool: None,
                 order: Some("a\nb".into()),
                 ..base
             }),
             8 => Op::Enqueue(Enqueue {
+                pool: None,
                 max_live: 0,
                 ..base
             }),
@@ -1096,14 +1106,17 @@ impl World {
                 token: "f".repeat(129),
             },
             13 => Op::Enqueue(Enqueue {
+                pool: None,
                 id: "i".repeat(65),
                 ..base
             }),
             14 => Op::Enqueue(Enqueue {
+                pool: None,
                 limit: 100_001,
                 ..base
             }),
             15 => Op::Enqueue(Enqueue {
+                pool: None,
                 ttl_ms: WEEK_MS + 1,
                 ..base
             }),
@@ -2115,6 +2128,7 @@ fn a_retried_cancel_queued_is_recognised() {
         finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
+            pool: None,
             ci_run: None,
             id: format!("t{n}"),
             token: format!("{n:032x}"),

@@ -138,6 +138,7 @@ fn enqueue(pending: &Pending) -> Request {
     Request::new(
         baton_client::ids::new_attempt_id(),
         Op::Enqueue(baton_core::Enqueue {
+            pool: None,
             ci_run: None,
             id: pending.id.clone(),
             token: pending.token.clone(),

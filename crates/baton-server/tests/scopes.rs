@@ -96,6 +96,7 @@ fn expected(op: &Op) -> Scope {
 
 fn enqueue(override_freeze: Option<String>) -> Op {
     Op::Enqueue(Enqueue {
+        pool: None,
         ci_run: None,
         id: "t-0000000000000001".into(),
         token: "0".repeat(32),
@@ -144,6 +145,7 @@ fn operations() -> Vec<Op> {
         },
         Op::CancelQueued { by: "ops".into() },
         Op::Submit(Submit {
+            pool: None,
             id: "j-1".into(),
             limit: 1,
             context: "scopes".into(),

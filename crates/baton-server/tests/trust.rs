@@ -71,6 +71,7 @@ fn with(mut claims: Value, changes: Value) -> Value {
 
 fn enqueue_op(id: &str, token: &str) -> Op {
     Op::Enqueue(Enqueue {
+        pool: None,
         ci_run: None,
         id: id.into(),
         token: token.into(),

@@ -15,8 +15,24 @@ pub struct WaitArgs {
     pub limit: u32,
 
     /// Hold together with other --shared tickets (readers), never beside a normal holder
-    #[arg(long)]
+    #[arg(long, conflicts_with = "slots")]
     pub shared: bool,
+
+    /// Make the key a pool of these named slots (comma-separated; every live ticket must agree,
+    /// and the limit is their number). A turn gets the first free slot, in BATON_SLOT. Turns
+    /// for any slot are granted in the key's order, one that cannot be yet holding back those
+    /// behind it; a --slot turn waiting for its busy slot holds back only later turns for it
+    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+    pub slots: Vec<String>,
+
+    /// With --slots: this slot only; it waits for it, and gets it before anyone later
+    #[arg(long, requires = "slots", value_name = "NAME")]
+    pub slot: Option<String>,
+
+    /// With --slots: take N slots in one turn, all together or not at all (BATON_SLOT lists
+    /// them, comma-separated)
+    #[arg(long, requires = "slots", conflicts_with = "slot", value_name = "N")]
+    pub count: Option<u32>,
 
     /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire, 1m for
     /// acquire --keep-alive (renewed every TTL/3)]

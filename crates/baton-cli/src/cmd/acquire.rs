@@ -15,8 +15,8 @@ use crate::{wait, Opened};
 
 pub const ACQUIRE_HELP: &str = "\
 Prints the token alone on stdout (or a JSON object with --json). When GITHUB_OUTPUT is set, also
-appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it,
-for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
+appends key=, ticket=, fence=, acquired-at=, waited-seconds= and position-at-start= lines to it
+(and slot= on a pool), for later steps and jobs. position-at-start is 0 when the turn came at once, else 1 + the tickets
 queued ahead when the wait began. In a GitHub Actions step (GITHUB_ACTIONS=true) it first prints
 ::add-mask::TOKEN on stderr, so the runner hides the token in the job's log; stdout is unchanged
 (--no-mask leaves it out, for a token passed to another job as a job output).
@@ -40,7 +40,7 @@ pub struct AcquireArgs {
     pub key: String,
 
     /// Print a JSON object (key, id, token, fence, acquired_at, lease_until, waited_ms,
-    /// position_at_start) instead of the token alone
+    /// position_at_start; slot and slots on a pool) instead of the token alone
     #[arg(long)]
     pub json: bool,
 
@@ -209,6 +209,11 @@ fn print_turn(turn: &Turn, json: bool) -> std::io::Result<()> {
             "position_at_start": turn.position_at_start,
         });
         let mut value = value;
+        if !lease.slots.is_empty() {
+            // `slot` for the common case of one; `slots` always, for --count.
+            value["slot"] = serde_json::json!(lease.slots.join(","));
+            value["slots"] = serde_json::json!(lease.slots);
+        }
         if let Some((pid, _)) = &turn.keeper {
             value["keeper_pid"] = serde_json::json!(pid);
         }
@@ -221,7 +226,7 @@ fn print_turn(turn: &Turn, json: bool) -> std::io::Result<()> {
 /// Appends the turn to GitHub's step outputs (`GITHUB_OUTPUT`), for later steps and jobs; a file
 /// that cannot be written is warned of, the turn kept.
 fn append_github_output(turn: &Turn, path: &std::path::Path) {
-    let lines = format!(
+    let mut lines = format!(
         "key={}\nticket={}\nfence={}\nacquired-at={}\nwaited-seconds={:.1}\nposition-at-start={}\n",
         turn.lease.key,
         turn.lease.token,
@@ -230,6 +235,9 @@ fn append_github_output(turn: &Turn, path: &std::path::Path) {
         turn.waited_ms as f64 / 1000.0,
         turn.position_at_start
     );
+    if !turn.lease.slots.is_empty() {
+        lines.push_str(&format!("slot={}\n", turn.lease.slots.join(",")));
+    }
     let appended = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

@@ -255,9 +255,18 @@ impl<'a> Entry<'a> {
         }
     }
 
-    /// Why it ended; for a run-once run, which attempt (and step) it was.
+    /// Why it ended; for a run-once run, which attempt (and step) it was; on a pool, which
+    /// slots it held.
     fn reason(f: &Finished) -> String {
         let mut reason = f.reason.clone().unwrap_or_default();
+        if !f.slots.is_empty() {
+            let held = format!("slot {}", f.slots.join(","));
+            reason = if reason.is_empty() {
+                held
+            } else {
+                format!("{held}; {reason}")
+            };
+        }
         if let Some(why) = &f.override_freeze {
             let through = format!("granted through a freeze: {why}");
             reason = if reason.is_empty() {
@@ -317,6 +326,7 @@ impl<'a> Entry<'a> {
                 "hold_ms": Entry::hold_ms(f),
                 "once": f.once,
                 "override_freeze": f.override_freeze,
+                "slots": f.slots,
             }),
             Err(error) => json!({ "seq": self.seq, "key": self.key, "error": error }),
         }
@@ -518,6 +528,7 @@ mod tests {
             once: None,
             events: Vec::new(),
             override_freeze: None,
+            slots: Vec::new(),
         }
     }
 

@@ -164,6 +164,9 @@ fn wait_args(args: &OnceArgs) -> WaitArgs {
     WaitArgs {
         limit: 1,
         shared: false,
+        slots: Vec::new(),
+        slot: None,
+        count: None,
         ttl: Some(args.ttl),
         order: None,
         supersede: false,

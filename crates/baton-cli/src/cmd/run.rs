@@ -318,6 +318,9 @@ pub fn command_env(leases: &[Lease], store_url: &str) -> Vec<(String, String)> {
         env.push(("BATON_KEY".into(), first.key.clone()));
         env.push(("BATON_TICKET".into(), first.token.clone()));
         env.push(("BATON_FENCE".into(), first.fence.to_string()));
+        if !first.slots.is_empty() {
+            env.push(("BATON_SLOT".into(), first.slots.join(",")));
+        }
     }
     if leases.len() > 1 {
         env.push(("BATON_KEYS".into(), leases.len().to_string()));
@@ -326,6 +329,9 @@ pub fn command_env(leases: &[Lease], store_url: &str) -> Vec<(String, String)> {
             env.push((format!("BATON_KEY_{n}"), lease.key.clone()));
             env.push((format!("BATON_TICKET_{n}"), lease.token.clone()));
             env.push((format!("BATON_FENCE_{n}"), lease.fence.to_string()));
+            if !lease.slots.is_empty() {
+                env.push((format!("BATON_SLOT_{n}"), lease.slots.join(",")));
+            }
         }
     }
     env

@@ -48,9 +48,11 @@ impl Executor for Locked {
         let mut lost = Lost::of(request);
         let cached = direct.known.cached(key);
         match self.run_locked(key, request, cached, &mut lost).await? {
-            Update::Done(executed) => Ok(executed),
+            Update::Done(executed) => Ok(*executed),
             Update::Fallback { seen, read } => {
-                self.0.run_from(key, request, seen, read, lost).await
+                self.0
+                    .run_from(key, request, seen.map(|s| *s), read, lost)
+                    .await
             }
         }
     }
@@ -77,11 +79,14 @@ impl Executor for Locked {
 
 /// How a locked update ended.
 enum Update {
-    /// With an answer.
-    Done(Executed),
+    /// With an answer. (Both variants are boxed: a document in each makes them large.)
+    Done(Box<Executed>),
     /// Without one: the CAS path takes over from `seen` (`read`: as read under the lock, as
     /// fresh as a load), or from a fresh read when `None`.
-    Fallback { seen: Option<Cached>, read: bool },
+    Fallback {
+        seen: Option<Box<Cached>>,
+        read: bool,
+    },
 }
 
 /// What the computation found under the store's lock, for the answer.
@@ -120,7 +125,7 @@ impl Locked {
             // Without a clock, leases are judged by observing documents as they are read: the
             // CAS path reads them where the observer sees them.
             return Ok(Update::Fallback {
-                seen: cached,
+                seen: cached.map(Box::new),
                 read: false,
             });
         }
@@ -166,11 +171,13 @@ impl Locked {
         let direct = self.direct();
         match (updated, found) {
             (Ok(Some(Updated::Written { version })), Some(Found::Write { applied, .. })) => Ok(
-                Update::Done(direct.written(key, applied, version, prepared)),
+                Update::Done(Box::new(direct.written(key, applied, version, prepared))),
             ),
             (Ok(Some(Updated::Kept)), Some(Found::Unchanged { seen, applied })) => {
                 direct.known.remember(key, seen.version, seen.doc);
-                Ok(Update::Done(std::mem::take(lost).unchanged(applied)))
+                Ok(Update::Done(Box::new(
+                    std::mem::take(lost).unchanged(applied),
+                )))
             }
             (Ok(Some(Updated::Kept)), Some(Found::Refused { seen, refusal })) => {
                 direct.known.remember(key, seen.version, seen.doc);
@@ -180,7 +187,7 @@ impl Locked {
                 })
             }
             (Ok(Some(Updated::Kept)), Some(Found::OtherSegment { seen })) => Ok(Update::Fallback {
-                seen: Some(seen),
+                seen: Some(Box::new(seen)),
                 read: true,
             }),
             (Ok(Some(Updated::Kept)), Some(Found::Failed(error))) => {

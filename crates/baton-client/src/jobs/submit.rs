@@ -123,6 +123,7 @@ async fn submit_op(
     let id = options.id.clone().unwrap_or_else(ids::new_job_id);
     baton_core::limits::check_id(&id).map_err(|e| invalid(key, e.0))?;
     let submit = Submit {
+        pool: None,
         id: id.clone(),
         limit: options.limit,
         context: options.context.clone(),

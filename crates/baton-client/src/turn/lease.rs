@@ -60,6 +60,8 @@ pub struct Lease {
     /// heartbeat) is claimed by the heartbeat's first renewal, sent a third into the time it
     /// surely stands ([`lease::claim_unclaimed_at_local_ms`]).
     pub claimed: bool,
+    /// On a pool: the slots this turn was given, in the pool's order (`BATON_SLOT`).
+    pub slots: Vec<String>,
 }
 
 /// A renewal confirmed by the store.
@@ -160,6 +162,7 @@ impl Lease {
             ttl_ms,
             holds_until_ms: basis.holds_until_local_ms(ttl_ms),
             claimed: true,
+            slots: status.slots.clone(),
         })
     }
 
@@ -194,6 +197,11 @@ impl Lease {
             ttl_ms: mine.ttl_ms,
             holds_until_ms: until_ms,
             claimed: false,
+            slots: mine
+                .slots
+                .as_ref()
+                .map(|part| part.held.clone())
+                .unwrap_or_default(),
         })
     }
 
@@ -216,6 +224,7 @@ impl Lease {
             ttl_ms: renewed.ttl_ms,
             holds_until_ms: renewed.holds_until_ms,
             claimed: true,
+            slots: status.slots.clone(),
         }
     }
 

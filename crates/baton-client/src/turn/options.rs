@@ -54,6 +54,8 @@ pub struct AcquireOptions {
     /// The CI run taking the turn, recorded on the ticket for `baton reap`
     /// ([`baton_core::ci_run`]).
     pub ci_run: Option<baton_core::ci_run::CiRun>,
+    /// A turn at a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
+    pub pool: Option<baton_core::pool::PoolAsk>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -88,6 +90,7 @@ impl Default for AcquireOptions {
             cancel_running: false,
             override_freeze: None,
             ci_run: None,
+            pool: None,
         }
     }
 }

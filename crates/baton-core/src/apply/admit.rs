@@ -49,9 +49,10 @@ impl Work<'_> {
         &mut self,
         order: Option<&str>,
         limit: u32,
+        slots: &[String],
         max_live: u32,
     ) -> Result<(), Refusal> {
-        self.make_room(limit, max_live)?;
+        self.make_room(limit, slots, max_live)?;
         let Some(asked) = order else {
             return Ok(());
         };
@@ -65,9 +66,10 @@ impl Work<'_> {
         }
     }
 
-    /// Checks that a new ticket expecting `limit` may join (the key's limit, the bound on live
-    /// tickets `max_live`), and sets the key's limit when it is idle.
-    fn make_room(&mut self, limit: u32, max_live: u32) -> Result<(), Refusal> {
+    /// Checks that a new ticket expecting `limit` (and the pool `slots`, empty for none) may
+    /// join (the key's limit and slots, the bound on live tickets `max_live`), and sets the
+    /// key's limit and slots when it is idle.
+    fn make_room(&mut self, limit: u32, slots: &[String], max_live: u32) -> Result<(), Refusal> {
         if !(1..=LIVE_TICKETS_MAX).contains(&max_live) {
             return Err(limits::InvalidInput(format!(
                 "the live-ticket bound is {max_live}; it must be between 1 and {LIVE_TICKETS_MAX}"
@@ -75,6 +77,12 @@ impl Work<'_> {
             .into());
         }
         let busy = !self.doc.tickets.is_empty() || self.doc.backlog.is_some();
+        if busy && self.doc.slots != slots {
+            return Err(Refusal::SlotsMismatch {
+                asked: slots.join(","),
+                current: self.doc.slots.join(","),
+            });
+        }
         if busy && self.doc.limit != limit {
             return Err(Refusal::LimitMismatch {
                 asked: limit,
@@ -86,6 +94,7 @@ impl Work<'_> {
         }
         if !busy {
             self.doc.limit = limit;
+            self.doc.slots = slots.to_vec();
         }
         Ok(())
     }

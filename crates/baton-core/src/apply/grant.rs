@@ -1,12 +1,25 @@
 //! The last step of every operation: walk the queue in order and grant while the head fits
 //! beside the holders, stopping at the first that does not (no barging), or at a job (only a
-//! worker's claim takes it, `apply/jobs.rs`). With the fences and phases a grant starts.
+//! worker's claim takes it, `apply/jobs.rs`). On a pool a ticket waiting for a busy slot by
+//! name is passed by those that take other slots ([`crate::pool`]). With the fences and phases
+//! a grant starts.
 
 use super::Work;
 use crate::doc::{Mode, TicketState};
 use crate::lease;
 use crate::once;
 use crate::op::Refusal;
+use crate::pool::{Take, Walk};
+
+/// What the grant walk does with a queued ticket.
+enum Place {
+    /// Grant it (with these slots, on a pool).
+    Grant(Option<Vec<String>>),
+    /// It waits; the walk goes on to the next (a pool's ticket waiting for its named slot).
+    Skip,
+    /// It waits, and so does everyone behind it (no barging).
+    Stop,
+}
 
 impl Work<'_> {
     /// Grants in queue order while the head fits beside the holders.
@@ -27,6 +40,7 @@ impl Work<'_> {
                 .queue_key()
                 .cmp(&self.doc.tickets[b].queue_key())
         });
+        let mut pool = Walk::new(&self.doc);
         // Run-once tickets that must not run end after the walk (indices stay valid meanwhile);
         // nothing the walk does changes their verdict.
         let mut settled = Vec::new();
@@ -45,18 +59,11 @@ impl Work<'_> {
                     continue;
                 }
             }
-            let fits = match self.doc.tickets[idx].mode {
-                Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
-                Mode::Shared => n_normal == 0,
+            let slots = match self.place(idx, n_normal, n_shared, &mut pool) {
+                Place::Grant(slots) => slots,
+                Place::Skip => continue,
+                Place::Stop => break,
             };
-            // Paused: waiters keep their places; only the queue up to an override moves.
-            if !fits
-                || self
-                    .doc
-                    .frozen_for(&self.doc.tickets[idx], self.clock.wall_ms())
-            {
-                break;
-            }
             let fence = self.next_fence()?;
             let claimed = looking == Some(self.doc.tickets[idx].id.as_str());
             let ticket = &mut self.doc.tickets[idx];
@@ -64,6 +71,9 @@ impl Work<'_> {
             ticket.fence = fence;
             ticket.granted_wall_ms = self.clock.wall_ms();
             ticket.claimed = claimed;
+            if let (Some(part), Some(slots)) = (ticket.slots.as_mut(), slots) {
+                part.held = slots;
+            }
             let phase_ms = ticket.phase_ms();
             self.start_phase(idx, phase_ms);
             let ticket = &self.doc.tickets[idx];
@@ -78,6 +88,33 @@ impl Work<'_> {
             self.finish(idx, outcome, false, Some(reason), None);
         }
         Ok(())
+    }
+
+    /// Whether queued ticket `idx` is granted now, beside `n_normal` and `n_shared` holders
+    /// and the pool's slots as the walk has them: never while the key is paused (but for the
+    /// queue up to an override), as its mode fits for a lock or semaphore, as
+    /// [`Walk::take`] says for a pool.
+    fn place(&self, idx: usize, n_normal: u32, n_shared: u32, pool: &mut Walk) -> Place {
+        let ticket = &self.doc.tickets[idx];
+        // Paused: waiters keep their places; only the queue up to an override moves.
+        if self.doc.frozen_for(ticket, self.clock.wall_ms()) {
+            return Place::Stop;
+        }
+        if let Some(ask) = &ticket.slots {
+            return match pool.take(&self.doc.slots, ask) {
+                Take::Slots(slots) => Place::Grant(Some(slots)),
+                Take::Wait => Place::Skip,
+                Take::Block => Place::Stop,
+            };
+        }
+        let fits = match ticket.mode {
+            Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
+            Mode::Shared => n_normal == 0,
+        };
+        match fits {
+            true => Place::Grant(None),
+            false => Place::Stop,
+        }
     }
 
     /// Hands out the next fence: strictly above the last one, and at least the granting

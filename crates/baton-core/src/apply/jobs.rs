@@ -14,6 +14,7 @@ use crate::job::{
 };
 use crate::limits;
 use crate::op::{Refusal, Reply, Submit, TicketView};
+use crate::pool::{Take, Walk};
 
 impl Work<'_> {
     /// Queues a new job, in the window or the backlog's tail; the same id again answers with
@@ -35,7 +36,14 @@ impl Work<'_> {
             // looks there (`baton_client::jobs`); nothing is queued twice.
             return Err(Refusal::Uncertain);
         }
+        let slots = s.pool.as_ref().map_or(&[][..], |pool| &pool.slots[..]);
         if to_backlog {
+            if self.doc.slots != slots {
+                return Err(Refusal::SlotsMismatch {
+                    asked: slots.join(","),
+                    current: self.doc.slots.join(","),
+                });
+            }
             if self.doc.limit != s.limit {
                 return Err(Refusal::LimitMismatch {
                     asked: s.limit,
@@ -43,7 +51,7 @@ impl Work<'_> {
                 });
             }
         } else {
-            self.admit(s.order.as_deref(), s.limit, s.max_live)?;
+            self.admit(s.order.as_deref(), s.limit, slots, s.max_live)?;
         }
         let ticket = new_job(s, self.doc.next_arrival, self.clock);
         self.doc.next_arrival += 1;
@@ -117,11 +125,22 @@ impl Work<'_> {
             Ok(idx) => idx,
             Err(ready_at_ms) => return Ok((Reply::NoJob { ready_at_ms }, None)),
         };
+        let slots = match &self.doc.tickets[idx].slots {
+            Some(ask) => match Walk::new(&self.doc).take(&self.doc.slots, ask) {
+                Take::Slots(slots) => Some(slots),
+                // `claimable_head` found them free: never here.
+                Take::Wait | Take::Block => return Ok((Reply::NoJob { ready_at_ms: None }, None)),
+            },
+            None => None,
+        };
         let fence = self.next_fence()?;
         let wall_ms = self.clock.wall_ms();
         let ticket = &mut self.doc.tickets[idx];
         ticket.state = TicketState::Held;
         ticket.claimed = true;
+        if let (Some(part), Some(slots)) = (ticket.slots.as_mut(), slots) {
+            part.held = slots;
+        }
         ticket.fence = fence;
         ticket.token_hash = hash;
         ticket.ttl_ms = ttl_ms;
@@ -411,6 +430,9 @@ fn check_submit(s: &Submit) -> Result<(), Refusal> {
         limits::check_order(order)?;
     }
     limits::check_limit(s.limit)?;
+    if let Some(pool) = &s.pool {
+        super::turns::check_pool(pool, s.limit, Mode::Normal)?;
+    }
     s.spec.check()?;
     if let Some(hash) = &s.params_sha256 {
         check_params_sha256(hash)?;
@@ -425,6 +447,7 @@ fn new_job(s: &Submit, arrival: u64, clock: &Clock<'_>) -> Ticket {
     let ready_at_ms = (s.spec.delay_ms > 0).then(|| now_ms.saturating_add(s.spec.delay_ms));
     Ticket {
         ci_run: None,
+        slots: s.pool.as_ref().map(crate::pool::PoolAsk::ticket_slots),
         id: s.id.clone(),
         token_hash: queued_token_hash(&s.id),
         mode: Mode::Normal,

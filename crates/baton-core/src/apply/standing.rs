@@ -47,7 +47,17 @@ pub fn status_of(doc: &Doc, id: &str) -> Option<TicketStatus> {
         granted_wall_ms: ticket.granted_wall_ms,
         job: ticket.job.clone(),
         stop_asked: ticket.stop_asked.clone(),
+        slots: held_slots(ticket),
     })
+}
+
+/// The slots `ticket` holds on a pool (none while queued).
+fn held_slots(ticket: &Ticket) -> Vec<String> {
+    ticket
+        .slots
+        .as_ref()
+        .map(|part| part.held.clone())
+        .unwrap_or_default()
 }
 
 /// The standing of a waiting job kept in the backlog (position 0: the caller knows it).
@@ -63,6 +73,7 @@ pub fn waiting_status(ticket: &Ticket) -> TicketStatus {
         granted_wall_ms: 0,
         job: ticket.job.clone(),
         stop_asked: None,
+        slots: Vec::new(),
     }
 }
 

@@ -34,7 +34,8 @@ impl Work<'_> {
                 return Ok((Reply::Ticket(view), None));
             }
         }
-        self.admit(e.order.as_deref(), e.limit, e.max_live)?;
+        let slots = e.pool.as_ref().map_or(&[][..], |pool| &pool.slots[..]);
+        self.admit(e.order.as_deref(), e.limit, slots, e.max_live)?;
         let ticket = new_ticket(e, hash, self.doc.next_arrival, self.clock);
         self.doc.next_arrival += 1;
         self.doc.tickets.push(ticket);
@@ -180,6 +181,32 @@ fn check_enqueue(e: &Enqueue) -> Result<(), Refusal> {
     if let Some(run) = &e.ci_run {
         run.check()?;
     }
+    if let Some(pool) = &e.pool {
+        check_pool(pool, e.limit, e.mode)?;
+    }
+    Ok(())
+}
+
+/// Checks a pool's ask ([`crate::pool::PoolAsk::check`]) and that it agrees with the rest of
+/// the ticket: the limit is the number of slots, and a pool's turns are not shared.
+pub(super) fn check_pool(
+    pool: &crate::pool::PoolAsk,
+    limit: u32,
+    mode: crate::doc::Mode,
+) -> Result<(), Refusal> {
+    pool.check()?;
+    if limit as usize != pool.slots.len() {
+        return Err(limits::InvalidInput(format!(
+            "the limit of a pool is its number of slots, {}; this asks for {limit}",
+            pool.slots.len()
+        ))
+        .into());
+    }
+    if mode != crate::doc::Mode::Normal {
+        return Err(
+            limits::InvalidInput("a pool's turns cannot be shared (--shared)".into()).into(),
+        );
+    }
     Ok(())
 }
 
@@ -209,5 +236,6 @@ fn new_ticket(e: &Enqueue, token_hash: String, arrival: u64, clock: &Clock<'_>) 
         stop_asked: None,
         override_freeze: e.override_freeze.clone(),
         ci_run: e.ci_run.clone(),
+        slots: e.pool.as_ref().map(crate::pool::PoolAsk::ticket_slots),
     }
 }

@@ -16,6 +16,7 @@ pub fn token(n: u32) -> String {
 
 pub fn enqueue(n: u32) -> Enqueue {
     Enqueue {
+        pool: None,
         ci_run: None,
         id: format!("t{n}"),
         token: token(n),
@@ -162,6 +163,7 @@ pub fn live(reply: Reply) -> baton_core::TicketStatus {
 /// A submit of job `id` with the default spec, limit 1.
 pub fn submit(id: &str) -> Submit {
     Submit {
+        pool: None,
         id: id.into(),
         limit: 1,
         context: format!("submitted {id}"),

@@ -158,6 +158,8 @@ mod fixtures {
             job: false,
             estimate_ms: None,
             stop_asked: None,
+            slots: Vec::new(),
+            wants_slot: None,
         }
     }
 
@@ -165,6 +167,7 @@ mod fixtures {
         KeyStatus {
             key: name.into(),
             limit: 1,
+            slots: Vec::new(),
             fence: 0,
             busy: !holders.is_empty() || !queue.is_empty(),
             holders,

@@ -117,7 +117,7 @@ impl View {
                     } else {
                         ""
                     };
-                    Cell::painted(format!("{name}{shared}"), Some(paint))
+                    Cell::painted(format!("{name}{shared}{}", slot_words(t)), Some(paint))
                 }
                 (Column::State, None) => Cell::plain("free"),
                 (Column::Position, Some(t)) if !t.held => Cell::plain(t.position.to_string()),
@@ -235,9 +235,37 @@ fn once_words(key: &KeyStatus) -> Option<String> {
     })
 }
 
-/// The line under the table for a busy key: limit, last outcome, failures in a row, mean hold.
+/// On a pool: the slots a holder holds (` slot a`), or the one a waiter waits for
+/// (` for slot b`).
+fn slot_words(t: &TicketStatus) -> String {
+    match (&t.wants_slot, t.slots.as_slice()) {
+        (_, [one]) => format!(" slot {one}"),
+        (_, [_, ..]) => format!(" slots {}", t.slots.join(",")),
+        (Some(wanted), []) => format!(" for slot {wanted}"),
+        (None, []) => String::new(),
+    }
+}
+
+/// A pool's slots as the line under the table gives them: `slots a held, b free`.
+fn pool_words(key: &KeyStatus) -> Option<String> {
+    if key.slots.is_empty() {
+        return None;
+    }
+    let words: Vec<String> = key
+        .slots
+        .iter()
+        .map(|slot| {
+            let held = key.holders.iter().any(|t| t.slots.contains(slot));
+            format!("{slot} {}", if held { "held" } else { "free" })
+        })
+        .collect();
+    Some(format!("slots {}", words.join(", ")))
+}
+
+/// The line under the table for a busy key: limit (a pool's slots), last outcome, failures in
+/// a row, mean hold.
 fn key_line(key: &KeyStatus, colour: bool) -> String {
-    let mut parts = vec![format!("limit {}", key.limit)];
+    let mut parts = vec![pool_words(key).unwrap_or_else(|| format!("limit {}", key.limit))];
     if let Some(words) = paused_words(key) {
         parts.push(render::paint(&words, Some(Paint::Yellow), colour));
     }
