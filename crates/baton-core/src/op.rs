@@ -385,8 +385,9 @@ pub enum Refusal {
     /// The key's live tickets use another pool of slots (or none, or one where this asks for
     /// none).
     #[error(
-        "the key is in use with slots {current:?}, and this asks for slots {asked:?} (\"\": \
-         none); use the same --slots as the others, or wait until the key is idle to change them"
+        "the key is in use with slots [{current}], and this asks for slots [{asked}]; use the \
+         same --slots as the others (none for a plain lock or semaphore), or wait until the key \
+         is idle to change them"
     )]
     SlotsMismatch {
         /// The slots asked for, comma-separated.
