@@ -31,7 +31,7 @@ pub fn options(
         baton_core::limits::check_order(order).map_err(|e| Failure::usage(e.to_string()))?;
     }
     baton_core::limits::check_limit(args.limit).map_err(|e| Failure::usage(e.to_string()))?;
-    let pool = pool_of(args)?;
+    let pool = pool_from(&args.slots, args.slot.as_ref(), args.count, args.limit)?;
     if let Some(reason) = &args.override_freeze {
         baton_core::limits::check_reason(reason)
             .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
@@ -72,23 +72,27 @@ pub fn options(
     })
 }
 
-/// `--slots`, `--slot` and `--count` as the pool a turn asks for; `--limit`, if given, must be
-/// the number of slots.
-fn pool_of(args: &WaitArgs) -> Result<Option<baton_core::pool::PoolAsk>, Failure> {
-    if args.slots.is_empty() {
+/// `--slots`, `--slot` and `--count` as the pool a turn or a job asks for; `--limit`, if
+/// given, must be the number of slots.
+pub fn pool_from(
+    slots: &[String],
+    slot: Option<&String>,
+    count: Option<u32>,
+    limit: u32,
+) -> Result<Option<baton_core::pool::PoolAsk>, Failure> {
+    if slots.is_empty() {
         return Ok(None);
     }
     let pool = baton_core::pool::PoolAsk {
-        slots: args.slots.clone(),
-        only: args.slot.clone(),
-        count: args.count.unwrap_or(1),
+        slots: slots.to_vec(),
+        only: slot.cloned(),
+        count: count.unwrap_or(1),
     };
     pool.check().map_err(|e| Failure::usage(e.to_string()))?;
-    if args.limit != 1 && args.limit as usize != pool.slots.len() {
+    if limit != 1 && limit as usize != pool.slots.len() {
         return Err(Failure::usage(format!(
-            "--limit {} disagrees with the {} slots of --slots: a pool's limit is its number of \
-             slots; leave --limit out",
-            args.limit,
+            "--limit {limit} disagrees with the {} slots of --slots: a pool's limit is its number \
+             of slots; leave --limit out",
             pool.slots.len()
         )));
     }

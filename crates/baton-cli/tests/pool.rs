@@ -1,7 +1,7 @@
 //! Named pools (`--slots a,b,c`) through real processes on every store: a turn for one slot by
 //! name waits for it while other turns take the other slots, `--count 2` takes two at once, a
-//! holder killed with `kill -9` frees its slot once its lease runs out, and a ticket with
-//! another slot list is refused while the key is in use. How many at once, and one holder per
+//! holder killed with `kill -9` frees its slot once its lease runs out, a ticket with another
+//! slot list is refused while the key is in use, and jobs on a pool run with their slot. How many at once, and one holder per
 //! slot under load, is `exclusion.rs`'s pool test.
 
 use baton_testkit as common;
@@ -141,5 +141,57 @@ fn another_slot_list_is_refused_while_the_key_is_in_use() {
             .baton(["acquire", &key, "--slots", "x,y", "--json"])
             .run();
         assert_eq!(turn(&changed)["slot"], "x");
+    });
+}
+
+/// Jobs on a pool (`submit --slots`): a worker running two at once hands each job its slot in
+/// `BATON_SLOT`, never one slot to two jobs at once, and the history names each run's slot.
+#[test]
+fn jobs_on_a_pool_run_with_their_slot() {
+    for_each_store(|ctx| {
+        let key = ctx.key("devices");
+        for n in 1..=4 {
+            let id = format!("j{n}");
+            ctx.baton(["submit", &key, "--slots", "d1,d2", "--id", &id])
+                .run()
+                .assert_code(0);
+        }
+        let job = r#"mkdir "$TEST_DIR/slot-$BATON_SLOT" || echo "$BATON_SLOT" >> "$TEST_DIR/overlaps"
+echo "$BATON_JOB_ID $BATON_SLOT" >> "$TEST_DIR/ran"
+sleep 0.3
+rmdir "$TEST_DIR/slot-$BATON_SLOT""#;
+        let mut worker = ctx
+            .baton([
+                "worker",
+                &key,
+                "--concurrency",
+                "2",
+                "--poll",
+                "100ms",
+                "--",
+                "sh",
+                "-c",
+                job,
+            ])
+            .spawn();
+        common::wait_for("four jobs run", PROMPT, || {
+            (ctx.lines("ran").len() == 4).then_some(())
+        });
+        common::send_signal(worker.pid(), libc::SIGTERM);
+        worker.wait(PROMPT).assert_code(0);
+        assert_eq!(ctx.read("overlaps"), "", "a slot ran two jobs at once");
+        let ran = ctx.lines("ran");
+        assert!(
+            ran.iter()
+                .all(|line| line.ends_with(" d1") || line.ends_with(" d2")),
+            "{ran:?}"
+        );
+        let history = ctx.history(&key);
+        assert!(
+            history
+                .iter()
+                .all(|e| e["slots"].as_array().is_some_and(|s| s.len() == 1)),
+            "{history:?}"
+        );
     });
 }

@@ -32,7 +32,7 @@ Runs the oldest ready job of any matching key whose key has room, up to --concur
 keys take turns (the one whose head job has waited longest first), so a busy key never delays a
 job of a free one. CMD gets the job's parameters on stdin and, in its environment, BATON_KEY,
 BATON_JOB_ID, BATON_ATTEMPT (1 for the first attempt), BATON_FENCE, BATON_JOB_TOKEN,
-BATON_PARAMS and BATON_STORE. Its output passes through; the last 16 KiB of each stream are kept
+BATON_PARAMS and BATON_STORE (and BATON_SLOT on a pool: submit --slots). Its output passes through; the last 16 KiB of each stream are kept
 with the run (`baton jobs show`, `baton wait`).
 
 CMD's exit status decides:
@@ -634,7 +634,7 @@ async fn pump(mut from: impl AsyncRead + Unpin, mut to: Box<dyn Write>) -> Strin
 
 /// CMD's environment for `job`.
 fn job_env(job: &Job, store_url: &str) -> Vec<(String, String)> {
-    vec![
+    let mut env = vec![
         ("BATON_KEY".into(), job.key().to_owned()),
         ("BATON_JOB_ID".into(), job.id().to_owned()),
         ("BATON_ATTEMPT".into(), job.attempt.to_string()),
@@ -645,5 +645,9 @@ fn job_env(job: &Job, store_url: &str) -> Vec<(String, String)> {
             String::from_utf8_lossy(&job.params).into_owned(),
         ),
         ("BATON_STORE".into(), store_url.to_owned()),
-    ]
+    ];
+    if !job.lease.slots.is_empty() {
+        env.push(("BATON_SLOT".into(), job.lease.slots.join(",")));
+    }
+    env
 }

@@ -37,6 +37,8 @@ pub struct SubmitOptions {
     pub max_live: u32,
     /// Ask the key's lock holders not queued with `keep` to stop (`--cancel-running`).
     pub cancel_running: bool,
+    /// A job of a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
+    pub pool: Option<baton_core::pool::PoolAsk>,
 }
 
 impl Default for SubmitOptions {
@@ -51,6 +53,7 @@ impl Default for SubmitOptions {
             context: String::new(),
             max_live: baton_core::limits::LIVE_TICKETS_DEFAULT,
             cancel_running: false,
+            pool: None,
         }
     }
 }
@@ -123,7 +126,7 @@ async fn submit_op(
     let id = options.id.clone().unwrap_or_else(ids::new_job_id);
     baton_core::limits::check_id(&id).map_err(|e| invalid(key, e.0))?;
     let submit = Submit {
-        pool: None,
+        pool: options.pool.clone(),
         id: id.clone(),
         limit: options.limit,
         context: options.context.clone(),
