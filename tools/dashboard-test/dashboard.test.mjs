@@ -3,7 +3,8 @@
 // shifting the page, a waiter is cancelled with the button (by keyboard), a holder is
 // force-released with the button (and the history says forced), a holder asked to stop by
 // `--cancel-running` shows "stopping", a paused key says who paused it and why until it is
-// resumed, and the page reads on a phone. Screenshots go to $ARTIFACTS.
+// resumed, a pool shows each slot held or free, each holder's slot and a waiter's wanted slot,
+// and the page reads on a phone. Screenshots go to $ARTIFACTS.
 //
 // Run by crates/baton-cli/tests/dashboard.rs, which starts `baton serve` with a tokens file and
 // passes: BATON_BIN (the CLI), BATON_URL (the server), ADMIN_TOKEN, PREFIX (this run's keys),
@@ -169,11 +170,33 @@ try {
   await card.locator(".paused-line").waitFor({ state: "detached" });
   check(await afterFreeze.exited === 0, "the waiter held by the freeze is granted after the resume");
 
-  // 8. On a phone: the overview fits the width (no sideways scrolling).
+  // 8. A pool of three named slots: two held, one free; a waiter for the busy "blue" slot says
+  // so and is given it when its holder releases.
+  const pool = PREFIX + "staging";
+  const poolArgs = ["--slots", "blue,green,red", "--ttl", "10m", "--quiet"];
+  const onBlue = await baton(["acquire", pool, ...poolArgs, "--context", "on blue"]);
+  const onGreen = await baton(["acquire", pool, ...poolArgs, "--context", "on green"]);
+  const poolCard = page.locator(`article[data-key="${pool}"]`);
+  await poolCard.locator(".holders li", { hasText: "on green" }).locator(".slot-tag", { hasText: "slot green" }).waitFor();
+  const slotStates = () => poolCard.locator(".slots li").evaluateAll(
+    (chips) => chips.map((c) => c.getAttribute("data-slot") + " " + c.querySelector(".slot-state").textContent));
+  check(JSON.stringify(await slotStates()) === JSON.stringify(["blue held", "green held", "red free"]),
+    `the pool's slots: ${await slotStates()}`);
+  check(/pool of 3/.test(await poolCard.locator(".meta").textContent()), "the card says it is a pool of 3");
+  const wantsBlue = baton(["acquire", pool, ...poolArgs, "--slot", "blue", "--context", "wants blue"]);
+  await poolCard.locator(".queue li", { hasText: "wants blue" }).locator(".slot-tag", { hasText: "for slot blue" }).waitFor();
+  await page.screenshot({ path: join(ARTIFACTS, "8-pool.png"), fullPage: true });
+  await baton(["release", pool, onBlue]);
+  await poolCard.locator(".holders li", { hasText: "wants blue" }).locator(".slot-tag", { hasText: "slot blue" }).waitFor();
+  await baton(["release", pool, await wantsBlue]);
+  await baton(["release", pool, onGreen]);
+  await poolCard.locator(".badge.free").waitFor();
+
+  // 9. On a phone: the overview fits the width (no sideways scrolling).
   await page.setViewportSize({ width: 390, height: 844 });
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   check(overflow <= 0, `the overview is wider than a phone by ${overflow}px`);
-  await page.screenshot({ path: join(ARTIFACTS, "8-phone.png"), fullPage: true });
+  await page.screenshot({ path: join(ARTIFACTS, "9-phone.png"), fullPage: true });
 
   check(errors.length === 0, `the page logged errors: ${errors.join("; ")}`);
   console.log("dashboard: every step passed; screenshots in " + ARTIFACTS);

@@ -1,8 +1,9 @@
 //! Named pools (`--slots a,b,c`) through real processes on every store: a turn for one slot by
 //! name waits for it while other turns take the other slots, `--count 2` takes two at once, a
 //! holder killed with `kill -9` frees its slot once its lease runs out, a ticket with another
-//! slot list is refused while the key is in use, and jobs on a pool run with their slot. How many at once, and one holder per
-//! slot under load, is `exclusion.rs`'s pool test.
+//! slot list is refused while the key is in use, jobs on a pool run with their slot, and `baton
+//! why` names the slot a waiting job needs. How many at once, and one holder per slot under
+//! load, is `exclusion.rs`'s pool test.
 
 use baton_testkit as common;
 
@@ -193,5 +194,59 @@ rmdir "$TEST_DIR/slot-$BATON_SLOT""#;
                 .all(|e| e["slots"].as_array().is_some_and(|s| s.len() == 1)),
             "{history:?}"
         );
+    });
+}
+
+/// `baton why` on a pool: the slot a job waits for by name and who holds it, or how many slots
+/// a job needs and which are free; a running job's slot.
+#[test]
+fn why_names_the_slot_a_waiting_job_needs() {
+    for_each_store(|ctx| {
+        let key = ctx.key("devices");
+        let held = ctx
+            .baton(["acquire", &key, "--slots", "d1,d2", "--ttl", "1m", "--json"])
+            .run();
+        let held = turn(&held);
+        let submit = |id: &str, extra: &[&str]| {
+            let mut args = vec!["submit", key.as_str(), "--slots", "d1,d2", "--id", id];
+            args.extend_from_slice(extra);
+            ctx.baton(&args).run().assert_code(0);
+        };
+        submit("j1", &["--slot", "d1"]);
+        submit("j2", &["--count", "2"]);
+        let why = ctx.baton(["why", &key, "j1"]).run();
+        why.assert_code(0);
+        let holder = held["id"].as_str().expect("an id");
+        assert!(
+            why.stdout
+                .contains(&format!("it needs the slot d1, held by turn {holder}")),
+            "{}",
+            why.stdout
+        );
+        assert!(
+            why.stdout.contains(&format!("turn {holder} on slot d1 by")),
+            "{}",
+            why.stdout
+        );
+        let why = ctx.baton(["why", &key, "j2"]).run();
+        assert!(
+            why.stdout
+                .contains("it needs 2 slots at once of the pool d1,d2; free: d2"),
+            "{}",
+            why.stdout
+        );
+        release(ctx, &key, &held);
+        let mut worker = ctx
+            .baton(["worker", &key, "--poll", "100ms", "--", "sleep", "30"])
+            .spawn();
+        ctx.wait_status("j1 runs", &key, PROMPT, |view| !view.holders().is_empty());
+        let why = ctx.baton(["why", &key, "j1"]).run();
+        assert!(
+            why.stdout.contains("j1: running on slot d1 (attempt 1"),
+            "{}",
+            why.stdout
+        );
+        common::send_signal(worker.pid(), libc::SIGKILL);
+        worker.wait(PROMPT);
     });
 }

@@ -52,8 +52,9 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
     let mut lines = Vec::new();
     if ticket.state == TicketState::Held {
         lines.push(format!(
-            "{} {job_id}: running (attempt {}, fence {}) for {}",
+            "{} {job_id}: running{} (attempt {}, fence {}) for {}",
             args.key,
+            on_slots(ticket),
             ticket.job.as_deref().map_or(1, |j| j.attempt()),
             ticket.fence,
             render::duration_ms(wall_ms().saturating_sub(ticket.granted_wall_ms))
@@ -76,6 +77,7 @@ pub async fn why(opened: &Opened, args: WhyArgs) -> Result<i32, Failure> {
             "  {position} ahead of it on the key (jobs and `baton run` turns run in order)"
         ));
     }
+    lines.extend(slot_line(&doc, ticket));
     lines.extend(holders_lines(&doc, ticket, snapshot.wall_ms));
     lines.push(worker_line(opened, &args.key).await?);
     print_lines(&lines)?;
@@ -127,16 +129,18 @@ fn holders_lines(doc: &Doc, ticket: &Ticket, now_wall_ms: u64) -> Vec<String> {
     if holders.is_empty() {
         return Vec::new();
     }
-    let mut lines = vec![format!(
-        "  the key is full: {} of {} held",
-        holders.len(),
-        doc.limit
-    )];
+    let mut lines = vec![if doc.slots.is_empty() {
+        format!("  the key is full: {} of {} held", holders.len(), doc.limit)
+    } else {
+        let held: usize = holders.iter().map(|t| held_slots(t).len()).sum();
+        format!("  {held} of the pool's {} slots held", doc.slots.len())
+    }];
     for holder in holders {
         let what = if holder.job.is_some() { "job" } else { "turn" };
         lines.push(format!(
-            "    {what} {} by {} for {}",
+            "    {what} {}{} by {} for {}",
             holder.id,
+            on_slots(holder),
             if holder.context.is_empty() {
                 "?"
             } else {
@@ -152,6 +156,58 @@ fn holders_lines(doc: &Doc, ticket: &Ticket, now_wall_ms: u64) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// On a pool: the slot the waiting job needs (`--slot`) and who holds it, or how many it needs
+/// and which are free.
+fn slot_line(doc: &Doc, ticket: &Ticket) -> Option<String> {
+    let ask = ticket.slots.as_ref()?;
+    let holder_of = |slot: &str| {
+        doc.holders()
+            .find(|t| held_slots(t).iter().any(|s| s == slot))
+    };
+    if let Some(only) = &ask.only {
+        return Some(match holder_of(only) {
+            Some(holder) => format!(
+                "  it needs the slot {only}, held by {} {}",
+                if holder.job.is_some() { "job" } else { "turn" },
+                holder.id
+            ),
+            None => format!("  it needs the slot {only}, which is free: it goes after those ahead"),
+        });
+    }
+    let free: Vec<&str> = doc
+        .slots
+        .iter()
+        .filter(|s| holder_of(s).is_none())
+        .map(String::as_str)
+        .collect();
+    let needs = match ask.count {
+        1 => "any one slot".to_owned(),
+        n => format!("{n} slots at once"),
+    };
+    let free = match free.as_slice() {
+        [] => "none is free".to_owned(),
+        some => format!("free: {}", some.join(",")),
+    };
+    Some(format!(
+        "  it needs {needs} of the pool {}; {free}",
+        doc.slots.join(",")
+    ))
+}
+
+/// The slots a ticket holds (empty off a pool or while queued).
+fn held_slots(ticket: &Ticket) -> &[String] {
+    ticket.slots.as_ref().map_or(&[], |p| p.held.as_slice())
+}
+
+/// ` on slot a` (or ` on slots a,b`) for a holder of a pool; empty otherwise.
+fn on_slots(ticket: &Ticket) -> String {
+    match held_slots(ticket) {
+        [] => String::new(),
+        [one] => format!(" on slot {one}"),
+        many => format!(" on slots {}", many.join(",")),
+    }
 }
 
 /// Whether a worker serves the key, by the latest that said so.

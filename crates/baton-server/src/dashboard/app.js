@@ -229,7 +229,7 @@ function card(key, large) {
   const head = el("div", { class: "card-head" },
     el("a", { href: "#/key/" + encodeURIComponent(key), text: key, title: key }),
     badge,
-    el("span", { class: "meta t", text: (s.limit > 1 ? "limit " + s.limit + " · " : "") + "fence " + s.fence }));
+    el("span", { class: "meta t", text: (s.slots ? "pool of " + s.slots.length + " · " : s.limit > 1 ? "limit " + s.limit + " · " : "") + "fence " + s.fence }));
 
   const action = (label, name, act) => el("span", { class: "act" }, s.admin ? el("button", {
     type: "button", class: "small", text: label, "aria-label": name, onclick: act,
@@ -238,6 +238,8 @@ function card(key, large) {
     el("span", { class: "pos", text: "▶", title: "holds the key" }),
     el("span", { class: "who", text: t.context || t.id, title: t.id + (t.job ? " (a job)" : "") }),
     el("span", { class: "times" },
+      t.slots ? el("span", { class: "slot-tag", text: (t.slots.length > 1 ? "slots " : "slot ") + t.slots.join(","), title: "holds " + t.slots.join(", ") }) : null,
+      t.slots ? " · " : null,
       t.stop_asked ? el("span", { class: "stopping", text: "stopping · ", title: "asked to stop by " + t.stop_asked + " (--cancel-running)" }) : null,
       "held ", counting(t.held_ms, 1, at, "", { title: "since " + t.acquired_at }),
       t.lease_left_ms === null ? null : " · lease ",
@@ -254,6 +256,8 @@ function card(key, large) {
     el("span", { class: "pos t", text: "#" + t.position }),
     el("span", { class: "who", text: t.context || t.id, title: t.id + (t.job ? " (a job)" : "") }),
     el("span", { class: "times" },
+      t.wants_slot ? el("span", { class: "slot-tag", text: "for slot " + t.wants_slot, title: "waits for this slot only (--slot)" }) : null,
+      t.wants_slot ? " · " : null,
       "waiting ", counting(t.waiting_ms, 1, at, "", { title: "since " + t.enqueued_at }),
       t.wait_estimate_ms === null || t.wait_estimate_ms === undefined ? null : " · turn in ",
       counting(t.wait_estimate_ms, -1, at, "~", { title: "estimated from recent hold times" })),
@@ -278,12 +282,25 @@ function card(key, large) {
   return el("article", { class: "card", "data-key": key, "aria-label": key },
     head,
     paused,
+    s.slots ? poolStrip(s.slots, holders) : null,
     el("p", { class: "section-label" }, el("span", { text: "Holding" })),
     el("ul", { class: "rows holders" }, ...holderRows),
     el("p", { class: "section-label" }, el("span", { text: "Queue" }), el("span", { class: "t", text: queue.length + (s.backlog || 0) ? String(queue.length + (s.backlog || 0)) : "" })),
     el("ul", { class: "rows queue" }, ...queueRows),
     el("p", { class: "more", text: hidden > 0 ? "and " + hidden + " more" : "" }),
     foot);
+}
+
+// A pool's slots in the order they are given out, each held (by whom) or free.
+function poolStrip(slots, holders) {
+  const chips = slots.map(({ slot, holder }) => {
+    const by = holders.find((t) => t.id === holder);
+    const who = by ? by.context || by.id : null;
+    return el("li", { class: "slot " + (holder ? "held" : "free"), "data-slot": slot, title: who ? slot + ": held by " + who : slot + ": free" },
+      el("span", { class: "slot-name", text: slot }),
+      el("span", { class: "slot-state", text: holder ? "held" : "free" }));
+  });
+  return el("ul", { class: "slots", "aria-label": "slots" }, ...chips);
 }
 
 // Counts the durations on, every second, in place.
