@@ -45,8 +45,15 @@ pub fn run(kept: &Kept) -> Result<ExitCode, String> {
         .map_err(|e| format!("baton acquire printed no turn: {e}"))?;
     let token = turn["token"].as_str().ok_or("the turn has no token")?;
     let fence = turn["fence"].as_u64().ok_or("the turn has no fence")?;
+    // On a pool, the slot it was given is the resource.
+    let resource_key = match turn["slot"].as_str() {
+        Some(slot) => baton_torture::slot_resource(kept.key, slot),
+        None => kept.key.to_owned(),
+    };
     let mut session = Session::connect(kept.resource, kept.who)?;
-    let end = session.hold(kept.key, token, fence, kept.shared, kept.hold, || false)?;
+    let end = session.hold(&resource_key, token, fence, kept.shared, kept.hold, || {
+        false
+    })?;
     // The keeper ends with the turn; a release refused (the lease was lost) changes nothing.
     let _ = Command::new(kept.baton)
         .args(["release", kept.key, token, "--store", kept.store])

@@ -6,7 +6,7 @@
 //!   that lost its lease while paused is fenced off; it records every accepted interval.
 //! - [`checker`]: reads the records, the key's history and what is still live, and lists every
 //!   violation: two holds overlapping on a mutex, more than the limit on a semaphore, shared
-//!   beside normal, a fence lower than an earlier one, a ticket lost or ended twice, a grant
+//!   beside normal, a slot of a pool held twice, a fence lower than an earlier one, a ticket lost or ended twice, a grant
 //!   that jumped the queue. It trusts nothing the
 //!   resource decided: a resource that accepted a stale fence is caught too.
 //! - [`proxy`]: a TCP fault proxy between clients and a store: latency, cut connections, a
@@ -27,6 +27,18 @@ pub mod proxy;
 pub mod resource;
 pub mod work;
 pub mod work_checker;
+
+/// The resource of one slot of a pool key: each slot is a resource of its own that takes one
+/// writer at a time and refuses a fence below the highest it has accepted, as a test device or
+/// a staging environment remembers who last deployed to it.
+pub fn slot_resource(key: &str, slot: &str) -> String {
+    format!("{key}@{slot}")
+}
+
+/// The pool key a hold of `resource` (a key, or a slot's resource) counts against.
+pub fn pool_of(resource: &str) -> &str {
+    resource.split_once('@').map_or(resource, |(key, _)| key)
+}
 
 /// How a ticket holds its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

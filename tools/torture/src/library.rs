@@ -17,6 +17,7 @@ use std::time::Duration;
 use baton_client::acquire::{acquire_many, AcquireOptions, Pending};
 use baton_client::poll::PollBounds;
 use baton_client::{ClientError, Coordinator, Heartbeat, LeaseGuard};
+use baton_core::pool::PoolAsk;
 use baton_core::{Mode, Outcome};
 
 use baton_torture::work::{HoldEnd, Session};
@@ -29,6 +30,8 @@ pub struct Turn {
     pub key: String,
     /// The key's limit.
     pub limit: u32,
+    /// A pool's slots (empty: no pool); the turn takes any one of them.
+    pub slots: Vec<String>,
     /// Hold as a shared holder.
     pub shared: bool,
     /// `cC-rR`: the ticket's context and the name the resource knows it by.
@@ -69,7 +72,17 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         } else {
             Mode::Normal
         },
-        limit: turn.limit,
+        // A pool's limit is its number of slots.
+        limit: if turn.slots.is_empty() {
+            turn.limit
+        } else {
+            u32::try_from(turn.slots.len()).unwrap_or(u32::MAX)
+        },
+        pool: (!turn.slots.is_empty()).then(|| PoolAsk {
+            slots: turn.slots.clone(),
+            only: None,
+            count: 1,
+        }),
         ttl: turn.ttl,
         waiter_ttl: turn.waiter_ttl,
         poll: turn.poll,
@@ -106,7 +119,12 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
             }
         })
     };
-    let (key, shared, hold) = (turn.key.clone(), turn.shared, turn.hold);
+    // On a pool, the slot it was given is the resource.
+    let key = match lease.slots.as_slice() {
+        [slot] => baton_torture::slot_resource(&turn.key, slot),
+        _ => turn.key.clone(),
+    };
+    let (shared, hold) = (turn.shared, turn.hold);
     let flag = stop.clone();
     let end = tokio::task::spawn_blocking(move || {
         session.hold(&key, &lease.id, lease.fence, shared, hold, || {

@@ -240,6 +240,9 @@ struct LibArgs {
     poll_max: Duration,
     #[arg(long, default_value_t = 1)]
     limit: u32,
+    /// A pool's slots, comma-separated (the limit is their number).
+    #[arg(long, value_delimiter = ',')]
+    slots: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -351,7 +354,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
 }
 
 /// The protected work under `baton run`, `baton once` or `baton worker`: hold with the fence
-/// it was given. Exit 3 when the resource refuses a write (fenced off). Under a worker the hold
+/// it was given (on a pool, at the slot it was given). Exit 3 when the resource refuses a write (fenced off). Under a worker the hold
 /// is named by the job's run (`ID.ATTEMPT.FENCE`) and the exit status is what the job's
 /// parameters say its behaviour is on this attempt; `--fail-one-in N` fails one time in N.
 fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
@@ -372,6 +375,11 @@ fn use_resource(args: UseArgs) -> Result<ExitCode, String> {
         None => var("BATON_TICKET").or_else(|| var("BATON_JOB_TOKEN")).ok_or(
             "neither BATON_TICKET nor BATON_JOB_TOKEN is set: run me under `baton run` or `baton worker`",
         )?,
+    };
+    // On a pool, the slot `baton run` gave is the resource.
+    let key = match var("BATON_SLOT") {
+        Some(slot) => baton_torture::slot_resource(&key, &slot),
+        None => key,
     };
     let mut session = Session::connect(&args.resource, &args.who)?;
     match session.hold(&key, &ticket, fence, args.shared, args.hold, || false)? {
@@ -474,6 +482,7 @@ fn lib_client(args: LibArgs) -> Result<ExitCode, String> {
         store: args.store,
         key: args.work.key.ok_or("lib-client needs --key")?,
         limit: args.limit,
+        slots: args.slots,
         shared: args.work.shared,
         who: args.work.who,
         resource: args.work.resource,

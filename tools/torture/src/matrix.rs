@@ -219,7 +219,7 @@ pub fn run(
             store: servers.as_ref().map_or(case.store, ServePair::url),
             baton: baton.clone(),
             own: own.clone(),
-            // Mixed runs spread their clients over three keys.
+            // Mixed runs spread their clients over their keys.
             clients: if case.kind == Kind::Mixed || case.work != Work::Locks {
                 6
             } else {
@@ -228,10 +228,11 @@ pub fn run(
             rounds: 0,
             duration: Some(duration),
             kind: case.kind,
-            keys: if case.kind == Kind::Mixed || case.work != Work::Locks {
-                3
-            } else {
-                1
+            // A mixed lock run has a mutex, a semaphore, a shared key and a pool.
+            keys: match (case.kind, case.work) {
+                (_, work) if work != Work::Locks => 3,
+                (Kind::Mixed, _) => 4,
+                _ => 1,
             },
             limit: 2,
             hold: Duration::from_millis(50),

@@ -1,5 +1,5 @@
-//! `baton-torture run` end to end: real `baton run` processes on a mutex, a semaphore and a
-//! shared key, on a fresh SQLite file and on every server store the test scripts started
+//! `baton-torture run` end to end: real `baton run` processes on a mutex, a semaphore, a
+//! shared key and a pool, on a fresh SQLite file and on every server store the test scripts started
 //! (`BATON_TEST_STORES`), with no violation; and the same work run without baton, which the
 //! checker must catch, or it could not catch a broken lock either.
 //!
@@ -65,6 +65,7 @@ fn real_clients_violate_nothing_on_every_store() {
             &["--kind", "mutex"][..],
             &["--kind", "semaphore", "--limit", "2"],
             &["--kind", "shared"],
+            &["--kind", "pool", "--limit", "2"],
         ] {
             let output = run(&store, kind);
             let text = report(&output);
@@ -87,4 +88,23 @@ fn the_checker_catches_clients_that_skip_the_lock() {
     assert_eq!(output.status.code(), Some(1), "{text}");
     assert!(!text.contains("violations:  0"), "{text}");
     assert!(text.contains("OverLimit"), "{text}");
+    // On a pool, every client writes to one slot: the slot's resource sees two writers.
+    let output = run(
+        &store,
+        &[
+            "--unprotected",
+            "--hold",
+            "200ms",
+            "--kind",
+            "pool",
+            "--limit",
+            "2",
+        ],
+    );
+    let text = report(&output);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("OverLimit { key: \"") && text.contains("@s0\""),
+        "{text}"
+    );
 }

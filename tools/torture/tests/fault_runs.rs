@@ -35,6 +35,14 @@ fn every_store_survives_its_faults() {
         assert_eq!(summary["violations"], 0, "{}", with_log());
         assert_eq!(summary["lost"], 0, "{}", with_log());
         assert!(summary["holds"].as_u64().unwrap() > 0, "{}", with_log());
+        if summary["kind"] == "mixed" {
+            // The mixed runs' fourth key is a pool: its slots were held too.
+            assert!(
+                summary["pool_holds"].as_u64().unwrap() > 0,
+                "{}",
+                with_log()
+            );
+        }
         // Every kind of fault asked for was injected at least once.
         for fault in summary["faults"].as_array().unwrap() {
             let fault = fault.as_str().unwrap();

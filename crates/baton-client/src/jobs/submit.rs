@@ -38,6 +38,7 @@ pub struct SubmitOptions {
     /// Ask the key's lock holders not queued with `keep` to stop (`--cancel-running`).
     pub cancel_running: bool,
     /// A job of a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
+    /// `limit` must then be the number of slots, or the submit is refused.
     pub pool: Option<baton_core::pool::PoolAsk>,
 }
 

@@ -55,6 +55,7 @@ pub struct AcquireOptions {
     /// ([`baton_core::ci_run`]).
     pub ci_run: Option<baton_core::ci_run::CiRun>,
     /// A turn at a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
+    /// `limit` must then be the number of slots, or the enqueue is refused.
     pub pool: Option<baton_core::pool::PoolAsk>,
 }
 

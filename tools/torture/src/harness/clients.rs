@@ -169,7 +169,7 @@ impl ClientPlan {
             // A paused job worker or run-once caller is what the fences are for.
             fenced: keys
                 .iter()
-                .map(|k| work != Work::Locks || k.kind == Kind::Mutex)
+                .map(|k| work != Work::Locks || k.fenced())
                 .collect(),
             env,
             log: log
@@ -205,9 +205,8 @@ impl ClientPlan {
             format!("{}ms", config.ttl.as_millis()),
             "--waiter-ttl".to_owned(),
             format!("{}ms", config.waiter_ttl.as_millis()),
-            "--limit".to_owned(),
-            key.limit.to_string(),
         ];
+        timing.extend(key.shape_flags());
         if library {
             timing.extend([
                 "--poll-min".to_owned(),
@@ -222,6 +221,12 @@ impl ClientPlan {
             command.extend([own, "use".into()]);
             if !env.iter().any(|(k, _)| k == "BATON_FENCE") {
                 env.push(("BATON_FENCE".into(), "1".into()));
+            }
+            // Without baton every client of a pool writes to its first slot.
+            if let Some(first) = key.slots.first() {
+                if !env.iter().any(|(k, _)| k == "BATON_SLOT") {
+                    env.push(("BATON_SLOT".into(), first.clone()));
+                }
             }
         } else if library {
             command.extend([own, "lib-client".into(), "--store".into(), store]);

@@ -52,7 +52,11 @@ pub enum Kind {
     Semaphore,
     /// Every client shared except one in three, which is normal: shared never beside normal.
     Shared,
-    /// With --keys 3 or more: a mutex, a semaphore and a shared key, and so on in turn.
+    /// A pool of --limit named slots (`--slots s0,s1,…`): each turn takes any free one, and
+    /// each slot is a resource of its own that refuses a second writer and a stale fence.
+    Pool,
+    /// With --keys 3 or more: a mutex, a semaphore, a shared key and a pool, and so on in
+    /// turn.
     Mixed,
 }
 
@@ -62,6 +66,7 @@ impl Kind {
             Kind::Mutex => "mutex",
             Kind::Semaphore => "semaphore",
             Kind::Shared => "shared",
+            Kind::Pool => "pool",
             Kind::Mixed => "mixed",
         }
     }
@@ -72,8 +77,10 @@ impl Kind {
 pub struct KeyPlan {
     pub name: String,
     pub kind: Kind,
-    /// The key's limit (1 but for a semaphore).
+    /// The key's limit (1 but for a semaphore and a pool).
     pub limit: u32,
+    /// A pool's slots (empty but for a pool).
+    pub slots: Vec<String>,
 }
 
 impl KeyPlan {
@@ -81,6 +88,38 @@ impl KeyPlan {
         KeySpec {
             limit: self.limit,
             fenced: self.kind == Kind::Mutex,
+        }
+    }
+
+    /// Whether a holder that outlives its lease meets a fence at the resource: a mutex's, or
+    /// the slot's of a pool.
+    fn fenced(&self) -> bool {
+        matches!(self.kind, Kind::Mutex | Kind::Pool)
+    }
+
+    /// What the resource serves for this key, and whether it checks fences there: the key, or
+    /// each slot of a pool (one writer at a time, fenced).
+    fn resources(&self) -> Vec<(String, KeySpec)> {
+        if self.slots.is_empty() {
+            return vec![(self.name.clone(), self.spec())];
+        }
+        let slot = KeySpec {
+            limit: 1,
+            fenced: true,
+        };
+        self.slots
+            .iter()
+            .map(|s| (baton_torture::slot_resource(&self.name, s), slot))
+            .collect()
+    }
+
+    /// The flags that make a turn's ticket agree with the key: `--limit N`, or a pool's
+    /// `--slots s0,s1,…`.
+    fn shape_flags(&self) -> [String; 2] {
+        if self.slots.is_empty() {
+            ["--limit".to_owned(), self.limit.to_string()]
+        } else {
+            ["--slots".to_owned(), self.slots.join(",")]
         }
     }
 }
@@ -230,8 +269,12 @@ impl Config {
         (0..n)
             .map(|i| {
                 let kind = match self.kind {
-                    Kind::Mixed => [Kind::Mutex, Kind::Semaphore, Kind::Shared][i % 3],
+                    Kind::Mixed => [Kind::Mutex, Kind::Semaphore, Kind::Shared, Kind::Pool][i % 4],
                     kind => kind,
+                };
+                let limit = match kind {
+                    Kind::Semaphore | Kind::Pool => self.limit,
+                    _ => 1,
                 };
                 KeyPlan {
                     name: if n == 1 {
@@ -240,10 +283,10 @@ impl Config {
                         format!("{}/k{i}", self.key)
                     },
                     kind,
-                    limit: if kind == Kind::Semaphore {
-                        self.limit
-                    } else {
-                        1
+                    limit,
+                    slots: match kind {
+                        Kind::Pool => (0..limit).map(|s| format!("s{s}")).collect(),
+                        _ => Vec::new(),
                     },
                 }
             })
@@ -253,14 +296,13 @@ impl Config {
     /// Refuses combinations that cannot mean anything, saying what to do instead.
     pub fn check(&self) -> Result<(), String> {
         // The work half's resource keys (job keys, run-once keys) are all fenced.
-        let mutexes =
-            self.work != Work::Locks || self.key_plans().iter().any(|k| k.kind == Kind::Mutex);
+        let mutexes = self.work != Work::Locks || self.key_plans().iter().any(KeyPlan::fenced);
         for stopping in [Fault::PauseHolder, Fault::StopBeforeReply] {
             if self.faults.contains(&stopping) && !mutexes {
                 return Err(format!(
-                    "{} needs a mutex key (--kind mutex, or mixed): only a fence protects a \
-                     resource from a holder paused past its lease, and only a mutex's \
-                     resource checks fences",
+                    "{} needs a mutex or a pool key (--kind mutex, pool or mixed): only a \
+                     fence protects a resource from a holder paused past its lease, and only \
+                     a mutex's resource and a pool's slots check fences",
                     stopping.name()
                 ));
             }
@@ -287,8 +329,13 @@ impl Config {
         }
         if self.kind == Kind::Mixed && self.keys < 3 {
             return Err(
-                "--kind mixed needs --keys 3 or more (a mutex, a semaphore, a shared key)".into(),
+                "--kind mixed needs --keys 3 or more (a mutex, a semaphore, a shared \
+                        key, then a pool)"
+                    .into(),
             );
+        }
+        if self.kind == Kind::Pool && self.limit < 2 {
+            return Err("--kind pool needs --limit 2 or more (the pool's slots)".into());
         }
         Ok(())
     }
@@ -401,12 +448,15 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     let keys = config.key_plans();
     let shared = Arc::new(Shared {
         resource: Mutex::new(Resource::new(
-            keys.iter().map(|k| (k.name.clone(), k.spec().fenced)),
+            keys.iter()
+                .flat_map(KeyPlan::resources)
+                .map(|(name, spec)| (name, spec.fenced)),
         )),
         fenced: keys
             .iter()
-            .filter(|k| k.spec().fenced)
-            .map(|k| k.name.clone())
+            .flat_map(KeyPlan::resources)
+            .filter(|(_, spec)| spec.fenced)
+            .map(|(name, _)| name)
             .collect(),
         all_fenced: config.work != Work::Locks,
         started: Instant::now(),
@@ -603,6 +653,11 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "exits": exits,
         "failed_in_quiet_run": quiet_failures,
         "holds": intervals.len(),
+        // Holds of a pool's slots (the key's own resource is each slot).
+        "pool_holds": intervals
+            .iter()
+            .filter(|i| baton_torture::pool_of(&i.key) != i.key)
+            .count(),
         "writes": writes,
         "fenced_off": fenced_off.len(),
         "injected": injected,
@@ -642,8 +697,22 @@ fn lock_verdict(
     events: &[Event],
     log: &File,
 ) -> Result<(Vec<Violation>, Value), String> {
-    let specs: HashMap<String, KeySpec> = keys.iter().map(|k| (k.name.clone(), k.spec())).collect();
-    let mut violations = check_intervals(&specs, intervals);
+    let mut specs: HashMap<String, KeySpec> = keys.iter().flat_map(KeyPlan::resources).collect();
+    // A pool's holds count against the pool too: never more than its slots at once.
+    let mut counted = intervals.to_vec();
+    for key in keys.iter().filter(|k| !k.slots.is_empty()) {
+        specs.insert(key.name.clone(), key.spec());
+        counted.extend(
+            intervals
+                .iter()
+                .filter(|i| i.key != key.name && baton_torture::pool_of(&i.key) == key.name)
+                .map(|i| Interval {
+                    key: key.name.clone(),
+                    ..i.clone()
+                }),
+        );
+    }
+    let mut violations = check_intervals(&specs, &counted);
     // Each key's history, checked on its own: arrival numbers are per key.
     let mut history = Vec::new();
     for (k, key) in keys.iter().enumerate() {
@@ -658,7 +727,7 @@ fn lock_verdict(
             .collect();
         let holds: Vec<Interval> = intervals
             .iter()
-            .filter(|i| i.key == key.name)
+            .filter(|i| baton_torture::pool_of(&i.key) == key.name)
             .cloned()
             .collect();
         violations.extend(check_history(&turns, &entries, &holds, &still_live));

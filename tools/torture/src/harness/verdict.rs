@@ -81,10 +81,9 @@ pub(super) fn takeovers(
             continue;
         }
         let key = key_of.get(victim).copied().unwrap_or("");
-        let Some(next) = by_start
-            .iter()
-            .find(|i| i.start_ns > event.at_ns && i.who != victim && i.key == key)
-        else {
+        let Some(next) = by_start.iter().find(|i| {
+            i.start_ns > event.at_ns && i.who != victim && baton_torture::pool_of(&i.key) == key
+        }) else {
             continue;
         };
         let took_ns = next.start_ns - event.at_ns;
@@ -144,7 +143,7 @@ pub(super) fn sweep(
     key: &KeyPlan,
     log: &File,
 ) -> Result<(Vec<Entry>, Vec<String>), String> {
-    let limit = key.limit.to_string();
+    let shape = key.shape_flags();
     let ttl = format!("{}ms", config.ttl.as_millis());
     // Held long enough that a dead holder's lease and a dead waiter's grant lapse while the
     // sweep holds: observation-judged stores need a full phase seen unchanged.
@@ -158,7 +157,8 @@ pub(super) fn sweep(
             .map(|i| {
                 Command::new(&config.baton)
                     .args(["run", &key.name, "--quiet", "--store", &config.store])
-                    .args(["--limit", &limit, "--ttl", &ttl, "--timeout", "120s"])
+                    .args(&shape)
+                    .args(["--ttl", &ttl, "--timeout", "120s"])
                     .args(["--context", &format!("sweep-{round}-{i}")])
                     .args(["--", "sleep", &sleep])
                     .stdin(Stdio::null())
