@@ -269,6 +269,9 @@ fn main_inputs<'a>(key: &'a str, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, 
         ("context", ""),
         ("store", ""),
         ("limit", ""),
+        ("slots", ""),
+        ("slot", ""),
+        ("count", ""),
         ("shared", "false"),
         ("order", ""),
         ("supersede", "false"),
@@ -469,6 +472,59 @@ fn two_jobs_contending_take_turns_in_order_with_rising_fences() {
             &second_main.state,
         );
         assert_step_ok(&second_post);
+        assert!(ctx.key_view(&key).holders().is_empty());
+    });
+}
+
+/// A pool (`slots`): each job gets a free slot as its `slot` output, in the pool's order, and
+/// a job asking for one slot by name (`slot`) waits for that one.
+#[test]
+fn on_a_pool_each_job_gets_a_free_slot_as_its_output() {
+    on_sqlite_and_s3(|ctx| {
+        let key = ctx.key("envs/staging");
+        let pool = [("slots", "staging-1,staging-2")];
+        let first = Job::new(ctx, "first");
+        let first_main = first.run("main", "main", &main_inputs(&key, &pool), &BTreeMap::new());
+        assert_step_ok(&first_main);
+        assert_eq!(first_main.outputs["slot"], "staging-1");
+        assert!(
+            first_main.done.stdout.contains("holding ")
+                && first_main.done.stdout.contains(" slot staging-1 "),
+            "{}",
+            first_main.done.stdout
+        );
+
+        let wants_first = Job::new(ctx, "wants-first");
+        let inputs = [
+            pool[0],
+            ("slot", "staging-1"),
+            ("context", "wants staging-1"),
+        ];
+        let mut waiting = wants_first.spawn(
+            "main",
+            "main",
+            &main_inputs(&key, &inputs),
+            &BTreeMap::new(),
+        );
+        ctx.wait_queued(&key, "wants staging-1");
+
+        let second = Job::new(ctx, "second");
+        let second_main = second.run("main", "main", &main_inputs(&key, &pool), &BTreeMap::new());
+        assert_step_ok(&second_main);
+        assert_eq!(
+            second_main.outputs["slot"], "staging-2",
+            "the free slot, past the waiter"
+        );
+        assert!(!waiting.has_exited(), "staging-1 is still held");
+
+        let post = first.run("post", "post", &[("outcome", "success")], &first_main.state);
+        assert_step_ok(&post);
+        let waited = wants_first.finish("main", &mut waiting);
+        assert_step_ok(&waited);
+        assert_eq!(waited.outputs["slot"], "staging-1");
+        for (job, main) in [(&second, &second_main), (&wants_first, &waited)] {
+            assert_step_ok(&job.run("post", "post", &[("outcome", "success")], &main.state));
+        }
         assert!(ctx.key_view(&key).holders().is_empty());
     });
 }

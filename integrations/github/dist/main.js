@@ -661,6 +661,9 @@ function acquireArgs(options) {
   if (options.context) args.push("--context", options.context);
   if (options.store) args.push("--store", options.store);
   if (options.limit) args.push("--limit", options.limit);
+  if (options.slots) args.push("--slots", options.slots);
+  if (options.slot) args.push("--slot", options.slot);
+  if (options.count) args.push("--count", options.count);
   if (options.shared) args.push("--shared");
   if (options.order) args.push("--order", options.order);
   if (options.supersede) args.push("--supersede");
@@ -684,6 +687,9 @@ function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
     context: input("context"),
     store: storeFrom(input("store")),
     limit: input("limit"),
+    slots: input("slots"),
+    slot: input("slot"),
+    count: input("count"),
     shared: booleanInput("shared"),
     order: input("order"),
     supersede: booleanInput("supersede"),
@@ -732,6 +738,8 @@ async function acquire(bin, options) {
     leaseUntil: parsed.lease_until || "",
     waitedSeconds: (waitedMs / 1e3).toFixed(1),
     positionAtStart: String(position),
+    // On a pool: the slot (or with --count, the slots, comma-separated) the turn holds.
+    slot: typeof parsed.slot === "string" ? parsed.slot : "",
     // With --keep-alive: the process that renews the lease, for the post step to wait on.
     keeperPid: Number.isInteger(parsed.keeper_pid) ? String(parsed.keeper_pid) : "",
     lease: options.lease,
@@ -770,7 +778,8 @@ function setAcquireOutputs(turn, { maskTicket }) {
   setOutput("lease-until", turn.leaseUntil);
   setOutput("waited-seconds", turn.waitedSeconds);
   setOutput("position-at-start", turn.positionAtStart);
-  const held = `baton: holding ${turn.key} (ticket ${turn.id}, fence ${turn.fence}) after waiting ${turn.waitedSeconds}s`;
+  setOutput("slot", turn.slot);
+  const held = `baton: holding ${turn.key}${turn.slot ? ` slot ${turn.slot}` : ""} (ticket ${turn.id}, fence ${turn.fence}) after waiting ${turn.waitedSeconds}s`;
   if (turn.keeperPid) {
     info(
       `${held}; a keeper (pid ${turn.keeperPid}) renews its ${turn.lease} lease until the post step releases it, for at most ${turn.expires}`

@@ -298,6 +298,9 @@ export function acquireArgs(options) {
   if (options.context) args.push('--context', options.context);
   if (options.store) args.push('--store', options.store);
   if (options.limit) args.push('--limit', options.limit);
+  if (options.slots) args.push('--slots', options.slots);
+  if (options.slot) args.push('--slot', options.slot);
+  if (options.count) args.push('--count', options.count);
   if (options.shared) args.push('--shared');
   if (options.order) args.push('--order', options.order);
   if (options.supersede) args.push('--supersede');
@@ -328,6 +331,9 @@ export function readAcquireInputs({ maskTicketByDefault, keepAlive = false }) {
     context: input('context'),
     store: storeFrom(input('store')),
     limit: input('limit'),
+    slots: input('slots'),
+    slot: input('slot'),
+    count: input('count'),
     shared: booleanInput('shared'),
     order: input('order'),
     supersede: booleanInput('supersede'),
@@ -389,6 +395,8 @@ export async function acquire(bin, options) {
     leaseUntil: parsed.lease_until || '',
     waitedSeconds: (waitedMs / 1000).toFixed(1),
     positionAtStart: String(position),
+    // On a pool: the slot (or with --count, the slots, comma-separated) the turn holds.
+    slot: typeof parsed.slot === 'string' ? parsed.slot : '',
     // With --keep-alive: the process that renews the lease, for the post step to wait on.
     keeperPid: Number.isInteger(parsed.keeper_pid) ? String(parsed.keeper_pid) : '',
     lease: options.lease,
@@ -443,8 +451,10 @@ export function setAcquireOutputs(turn, { maskTicket }) {
   core.setOutput('lease-until', turn.leaseUntil);
   core.setOutput('waited-seconds', turn.waitedSeconds);
   core.setOutput('position-at-start', turn.positionAtStart);
+  core.setOutput('slot', turn.slot);
   const held =
-    `baton: holding ${turn.key} (ticket ${turn.id}, fence ${turn.fence}) after waiting ` +
+    `baton: holding ${turn.key}${turn.slot ? ` slot ${turn.slot}` : ''} ` +
+    `(ticket ${turn.id}, fence ${turn.fence}) after waiting ` +
     `${turn.waitedSeconds}s`;
   if (turn.keeperPid) {
     core.info(
