@@ -18,7 +18,9 @@ use common::with_fresh_sqlite;
 #[test]
 fn the_document_is_served_and_the_api_survives_a_schema_driven_fuzz_run() {
     with_fresh_sqlite(|ctx| {
-        let (_server, address) = ctx.serve(&[]);
+        // A turn waits at most a second in its request, so that a fuzzed turn at a held key
+        // answers 202 soon.
+        let (_server, address) = ctx.serve(&["--turn-wait", "1s"]);
         let document = get(address, "/v1/openapi.json", None);
         assert_eq!(document.status, 200);
         assert_eq!(document.body["openapi"], "3.1.0", "{}", document.raw);

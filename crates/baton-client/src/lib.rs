@@ -42,6 +42,8 @@
 //! - [`reap`]: frees the turns of CI runs that have ended, asking each CI provider (`baton reap`).
 //! - [`time`]: the local clock safety deadlines are kept on ([`LocalClock`]), wall time.
 //! - [`ids`] (in [`turn`]): ticket ids, tokens and attempt ids, made before the first attempt.
+//! - [`durations`]: durations and times as people write them, bounded where they are parsed
+//!   (the CLI's flags and the server's request bodies).
 //! - [`error`]: what can go wrong, in words a CLI can print.
 //! - `traced`: `-vv`, every request made of the store, logged (a wrapper, only when asked for).
 //!
@@ -53,6 +55,7 @@
 pub mod acquire;
 pub mod coordinator;
 mod delivery;
+pub mod durations;
 pub mod error;
 mod executor;
 mod follow;

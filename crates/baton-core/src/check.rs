@@ -71,6 +71,76 @@ impl FenceCheck {
             FenceCheck::Holds { .. } | FenceCheck::StopAsked { .. }
         )
     }
+
+    /// The lease left on the store's clock, where the check could tell it.
+    pub fn lease_left_ms(&self) -> Option<u64> {
+        match self {
+            FenceCheck::Holds { lease_left_ms, .. } => *lease_left_ms,
+            FenceCheck::TooLittleLeft { lease_left_ms, .. } => Some(*lease_left_ms),
+            _ => None,
+        }
+    }
+
+    /// Who asked the holder to stop, if a newer ticket did.
+    pub fn stop_asked_by(&self) -> Option<&str> {
+        match self {
+            FenceCheck::StopAsked { by, .. } => Some(by),
+            _ => None,
+        }
+    }
+
+    /// One line saying what the check found, as `baton check` and the server's check say it.
+    pub fn why(&self, key: &str, fence: u64) -> String {
+        match self {
+            FenceCheck::Holds {
+                id,
+                lease_left_ms: Some(left),
+                ..
+            } => format!(
+                "fence {fence} holds {key} (ticket {id}, {} of its lease left)",
+                crate::duration::human_ms(*left)
+            ),
+            FenceCheck::Holds { id, .. } => format!("fence {fence} holds {key} (ticket {id})"),
+            FenceCheck::StopAsked { id, by } => format!(
+                "fence {fence} holds {key} (ticket {id}), but {by} asked it to stop \
+                 (--cancel-running): stop, and give the turn back (release it as superseded)"
+            ),
+            FenceCheck::TooLittleLeft { id, lease_left_ms } => format!(
+                "fence {fence} holds {key} (ticket {id}) with only {} of its lease left: less than \
+                 --min-left",
+                crate::duration::human_ms(*lease_left_ms)
+            ),
+            FenceCheck::LeaseEnded { id } => format!(
+                "fence {fence} no longer holds {key}: the lease of ticket {id} ran out (the next \
+                 write to the key ends it)"
+            ),
+            FenceCheck::NotHeld {
+                last_fence: 0,
+                holders,
+            } if holders.is_empty() => {
+                format!("fence {fence} does not hold {key}: it was never granted")
+            }
+            FenceCheck::NotHeld {
+                last_fence,
+                holders,
+            } => {
+                let now = if holders.is_empty() {
+                    "nobody holds it now".to_owned()
+                } else {
+                    let named: Vec<String> = holders
+                        .iter()
+                        .map(|(f, context)| format!("fence {f}, {context}"))
+                        .collect();
+                    format!("held now by {}", named.join("; "))
+                };
+                format!(
+                    "fence {fence} does not hold {key}: its turn ended or was never granted (the \
+                     key's last fence is {last_fence}; {now})"
+                )
+            }
+            FenceCheck::NoClock => "a minimum lease left cannot be told on this store".to_owned(),
+        }
+    }
 }
 
 /// Checks whether the ticket with `fence` holds the key of `doc` (`None`: never used).

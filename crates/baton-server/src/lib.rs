@@ -69,6 +69,9 @@ pub struct Options {
     pub metrics_public: bool,
     /// The trust file: CI ID tokens its policies accept ([`oidc`]).
     pub trust: Option<TrustFile>,
+    /// How long a turn's request waits before it is answered 202 and asked again
+    /// (`--turn-wait`, 50 s: under the minute after which proxies cut an idle request).
+    pub turn_wait: std::time::Duration,
 }
 
 /// `--trust FILE`, and how often an issuer's keys may be fetched again for a `kid` they lack.
@@ -99,6 +102,10 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     /// Whether `/metrics` is served without a token ([`Options::metrics_public`]).
     pub metrics_public: bool,
+    /// The turns the server waits for on its clients' behalf ([`routes::turns`]).
+    pub(crate) waits: Arc<routes::turns::Waits>,
+    /// [`Options::turn_wait`].
+    pub(crate) turn_wait: std::time::Duration,
 }
 
 /// Why the server could not start or stopped.
@@ -163,6 +170,8 @@ pub fn prepare(options: &Options, store: Arc<dyn Store>) -> Result<State, ServeE
         hosts,
         metrics,
         metrics_public: options.metrics_public,
+        waits: Arc::default(),
+        turn_wait: options.turn_wait,
     })
 }
 

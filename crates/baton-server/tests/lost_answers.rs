@@ -35,6 +35,7 @@ async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
         tls: None,
         metrics_public: false,
         trust: None,
+        turn_wait: std::time::Duration::from_secs(50),
     };
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -288,6 +288,25 @@ fn cases_of(method: &str, path: &str) -> Vec<Case> {
                 case("kv delete", "POST", &uri, Some(write(None)), OnKey(Admin)),
             ]
         }
+        ("post", "/v1/turns/{key}") => {
+            let uri = format!("/v1/turns/{key}");
+            let ask = json!({ "timeout": "0", "ttl": "1s" });
+            vec![case("take a turn", "POST", &uri, Some(ask), OnKey(Lock))]
+        }
+        ("delete", "/v1/turns/{key}") => {
+            let uri = format!("/v1/turns/{key}");
+            let body = json!({ "token": "1".repeat(32) });
+            vec![case("end a turn", "DELETE", &uri, Some(body), OnKey(Lock))]
+        }
+        ("post", "/v1/turns/{key}/renew") => {
+            let uri = format!("/v1/turns/{key}/renew");
+            let body = json!({ "token": "1".repeat(32) });
+            vec![case("renew a turn", "POST", &uri, Some(body), OnKey(Lock))]
+        }
+        ("get", "/v1/turns/{key}/check") => {
+            let uri = format!("/v1/turns/{key}/check?fence=1");
+            vec![case("check a fence", "GET", &uri, None, OnKey(Read))]
+        }
         ("post", "/v1/settings/notify") => {
             let body = json!({ "expected": "none-such", "bytes": "{\"format\":1,\"rules\":[]}" });
             vec![case(path, "POST", path, Some(body), OnEveryKey(Admin))]
@@ -364,6 +383,7 @@ async fn app(dir: &tempfile::TempDir, callers: &[Who]) -> axum::Router {
         tls: None,
         metrics_public: false,
         trust: None,
+        turn_wait: std::time::Duration::from_secs(50),
     };
     router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

@@ -40,6 +40,7 @@ async fn server(dir: &tempfile::TempDir, issuer_url: &str, refresh_min: Duration
         tls: None,
         metrics_public: false,
         trust: Some(baton_server::TrustFile { path, refresh_min }),
+        turn_wait: std::time::Duration::from_secs(50),
     };
     baton_server::routes::router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

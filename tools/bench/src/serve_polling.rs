@@ -98,6 +98,7 @@ pub async fn run(
         tls: None,
         metrics_public: false,
         trust: None,
+        turn_wait: Duration::from_secs(50),
     };
     let state = baton_server::prepare(&options, counting.clone() as Arc<dyn Store>)
         .context("cannot prepare")?;

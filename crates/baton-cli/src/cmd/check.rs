@@ -11,7 +11,6 @@ use serde_json::json;
 use crate::args::duration::parse_lease;
 use crate::args::key::check_key;
 use crate::exit::{self, Failure};
-use crate::render::duration_ms;
 use crate::Opened;
 
 /// `baton check`.
@@ -80,23 +79,14 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
             opened.coord.store().describe()
         )));
     }
-    let why = why(&args.key, args.fence, &verdict);
+    let why = verdict.why(&args.key, args.fence);
     if args.json {
-        let lease_left_ms = match &verdict {
-            FenceCheck::Holds { lease_left_ms, .. } => *lease_left_ms,
-            FenceCheck::TooLittleLeft { lease_left_ms, .. } => Some(*lease_left_ms),
-            _ => None,
-        };
-        let stop_asked = match &verdict {
-            FenceCheck::StopAsked { by, .. } => Some(by.clone()),
-            _ => None,
-        };
         let value = json!({
             "key": args.key,
             "fence": args.fence,
             "holds": verdict.holds(),
-            "stop_asked": stop_asked,
-            "lease_left_ms": lease_left_ms,
+            "stop_asked": verdict.stop_asked_by(),
+            "lease_left_ms": verdict.lease_left_ms(),
             "why": why,
         });
         // The verdict is the exit code: a reader gone does not change it.
@@ -108,57 +98,4 @@ pub async fn check(opened: &Opened, args: CheckArgs) -> Result<i32, Failure> {
         FenceCheck::StopAsked { .. } => exit::SUPERSEDED,
         _ => exit::LOST,
     })
-}
-
-/// One line saying what the check found.
-fn why(key: &str, fence: u64, verdict: &FenceCheck) -> String {
-    match verdict {
-        FenceCheck::Holds {
-            id,
-            lease_left_ms: Some(left),
-            ..
-        } => format!(
-            "fence {fence} holds {key} (ticket {id}, {} of its lease left)",
-            duration_ms(*left)
-        ),
-        FenceCheck::Holds { id, .. } => format!("fence {fence} holds {key} (ticket {id})"),
-        FenceCheck::StopAsked { id, by } => format!(
-            "fence {fence} holds {key} (ticket {id}), but {by} asked it to stop \
-             (--cancel-running): stop, and give the turn back (release it as superseded)"
-        ),
-        FenceCheck::TooLittleLeft { id, lease_left_ms } => format!(
-            "fence {fence} holds {key} (ticket {id}) with only {} of its lease left: less than \
-             --min-left",
-            duration_ms(*lease_left_ms)
-        ),
-        FenceCheck::LeaseEnded { id } => format!(
-            "fence {fence} no longer holds {key}: the lease of ticket {id} ran out (the next \
-             write to the key ends it)"
-        ),
-        FenceCheck::NotHeld {
-            last_fence: 0,
-            holders,
-        } if holders.is_empty() => {
-            format!("fence {fence} does not hold {key}: it was never granted")
-        }
-        FenceCheck::NotHeld {
-            last_fence,
-            holders,
-        } => {
-            let now = if holders.is_empty() {
-                "nobody holds it now".to_owned()
-            } else {
-                let named: Vec<String> = holders
-                    .iter()
-                    .map(|(f, context)| format!("fence {f}, {context}"))
-                    .collect();
-                format!("held now by {}", named.join("; "))
-            };
-            format!(
-                "fence {fence} does not hold {key}: its turn ended or was never granted (the \
-                 key's last fence is {last_fence}; {now})"
-            )
-        }
-        FenceCheck::NoClock => "a minimum lease left cannot be told on this store".to_owned(),
-    }
 }

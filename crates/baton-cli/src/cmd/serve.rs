@@ -95,6 +95,11 @@ pub struct ServeArgs {
     /// With --reap, the pause between two passes
     #[arg(long, value_parser = crate::args::duration::parse_duration, default_value = "1m", value_name = "DUR", requires = "reap")]
     pub reap_every: Duration,
+    /// How long a request for a turn (POST /v1/turns/KEY) waits before it is answered 202,
+    /// to be asked again with the ticket's token: under the idle limit of the proxies between
+    /// the server and its clients
+    #[arg(long, value_parser = parse_interval, default_value = "50s", value_name = "DUR")]
+    pub turn_wait: Duration,
 }
 
 /// Runs the `serve` subcommand until SIGTERM or Ctrl-C.
@@ -111,6 +116,7 @@ pub async fn serve(opened: &Opened, args: ServeArgs) -> Result<i32, Failure> {
             path,
             refresh_min: args.trust_refresh_min,
         }),
+        turn_wait: args.turn_wait,
     };
     if args.reap {
         crate::cmd::reap::start_in_server(opened.coord.clone(), args.reap_every)?;

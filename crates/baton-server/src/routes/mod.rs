@@ -6,6 +6,7 @@
 //!   transport makes: document, history, records, the list of keys, the store's clock);
 //! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them;
 //! - [`writes`]: shared values, a job's records, the notification rules;
+//! - [`turns`]: turns for clients in any language, the server doing the waiting;
 //! - [`watch`]: a key's feed, as server-sent events;
 //! - [`dashboard`]: the page at `/` and the overview it shows.
 
@@ -13,6 +14,7 @@ mod dashboard;
 mod freezes;
 mod keys;
 mod ops;
+pub(crate) mod turns;
 mod watch;
 mod writes;
 
@@ -85,6 +87,10 @@ impl Routes {
         .put("/v1/keys/{key}/records/{name}", writes::put_record)
         .post("/v1/keys/{key}/ops", ops::execute)
         .get("/v1/keys/{key}/watch", watch::watch)
+        .post("/v1/turns/{key}", turns::take)
+        .delete("/v1/turns/{key}", turns::end)
+        .post("/v1/turns/{key}/renew", turns::renew_turn)
+        .get("/v1/turns/{key}/check", turns::check)
         .post("/v1/values/{name}", writes::write_value)
         .post("/v1/settings/notify", writes::write_settings)
         .get("/v1/freezes", freezes::list)
@@ -115,6 +121,14 @@ impl Routes {
         T: 'static,
     {
         self.add("post", path, routing::post(handler))
+    }
+
+    fn delete<H, T>(self, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, Arc<State>>,
+        T: 'static,
+    {
+        self.add("delete", path, routing::delete(handler))
     }
 
     fn add(

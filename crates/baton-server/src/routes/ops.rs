@@ -67,7 +67,7 @@ pub fn names_own_ticket(op: &Op) -> bool {
 /// longer, so the caller's bearer token may have expired since the ticket was made; a bearer
 /// token must still be sent. A new ticket made by a CI identity has it in its context, so
 /// that the history says who held.
-fn authorise(
+pub(super) fn authorise(
     state: &State,
     headers: &HeaderMap,
     caller: Result<Caller, ApiError>,
@@ -93,7 +93,7 @@ fn authorise(
 
 /// A context that starts with the identity that asked: `IDENTITY: CONTEXT`, within the limit
 /// of a context (the caller's part cut first).
-fn with_identity(identity: &str, context: &str) -> String {
+pub(super) fn with_identity(identity: &str, context: &str) -> String {
     let mut text = if context.is_empty() {
         identity.to_owned()
     } else {
