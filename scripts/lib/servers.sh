@@ -59,6 +59,8 @@ need_tool protoc protobuf-compiler # etcd-client compiles etcd's protocol buffer
 # ... and they import protobuf's own descriptor.proto, which Debian ships in libprotobuf-dev (a
 # recommendation of protobuf-compiler that --no-install-recommends leaves out)
 need_file /usr/include/google/protobuf/descriptor.proto libprotobuf-dev
+need_tool go golang-go      # the Go client's suite (integrations/tests/clients.rs); Python and
+                            # node, for the other two, are needed above and by the browser
 
 # The test servers' scripts (see "test servers" below) add their packages here, when sourced.
 server_names=()

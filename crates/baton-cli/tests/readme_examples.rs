@@ -62,6 +62,9 @@ const DOCUMENTS: &[&str] = &[
     "integrations/circleci/README.md",
     "integrations/gitlab/README.md",
     "integrations/buildkite/README.md",
+    "clients/python/README.md",
+    "clients/typescript/README.md",
+    "clients/go/README.md",
 ];
 
 /// The other documents at the top of the repository, whose links are checked too.

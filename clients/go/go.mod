@@ -1,0 +1,3 @@
+module github.com/baton-locks/baton/clients/go
+
+go 1.19

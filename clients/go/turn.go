@@ -1,0 +1,258 @@
+package baton
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Turn is a held turn, renewed by a goroutine until released.
+type Turn struct {
+	// Key, ID and Token name the ticket; Token is its secret.
+	Key, ID, Token string
+	// Fence rises with every grant of the key: hand it to what the work changes.
+	Fence uint64
+	// Slot and Slots: on a pool, the slots this turn was given.
+	Slot  string
+	Slots []string
+
+	transport *transport
+	path      string
+	ctx       context.Context
+	cancel    context.CancelFunc
+	stop      chan struct{}
+	done      chan struct{}
+
+	mu          sync.Mutex
+	bound       time.Time
+	lease       time.Duration
+	renewedSent time.Time
+	lost        bool
+	stopAsked   string
+	ended       bool
+}
+
+// counted is what a grant or a renewal says of its lease.
+type counted struct {
+	LeaseMs         int64   `json:"lease_ms"`
+	StartedBeforeMs int64   `json:"started_before_ms"`
+	MarginMs        int64   `json:"margin_ms"`
+	RenewFirst      bool    `json:"renew_first"`
+	StopAsked       *string `json:"stop_asked"`
+}
+
+type grant struct {
+	counted
+	ID       string   `json:"id"`
+	Token    string   `json:"token"`
+	Fence    uint64   `json:"fence"`
+	Slot     *string  `json:"slot"`
+	Slots    []string `json:"slots"`
+	Position *int     `json:"position"`
+}
+
+// Turn waits for a turn at key. ctx bounds the wait (the server waits; a 202 is asked again
+// with the ticket), not the turn: the turn lasts until Release, or until it is lost, which
+// cancels t.Context().
+func (c *Client) Turn(ctx context.Context, key string, options ...TurnOption) (*Turn, error) {
+	ask := map[string]interface{}{"ttl": duration(30 * time.Second)}
+	for _, option := range options {
+		option(ask)
+	}
+	path := "/v1/turns/" + segment(key)
+	var body interface{} = ask
+	for {
+		sent := time.Now()
+		var g grant
+		status, err := c.transport.call(ctx, "POST", path, body, &g, 0)
+		if err != nil {
+			return nil, err
+		}
+		if status == 202 {
+			body = map[string]string{"resume": g.Token}
+			continue
+		}
+		return c.hold(ctx, key, path, &g, sent)
+	}
+}
+
+// hold makes the granted turn, renewed first if it came after a wait, and starts renewing it.
+func (c *Client) hold(ctx context.Context, key, path string, g *grant, sent time.Time) (*Turn, error) {
+	t := &Turn{Key: key, ID: g.ID, Token: g.Token, Fence: g.Fence, Slots: g.Slots,
+		transport: c.transport, path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	if g.Slot != nil {
+		t.Slot = *g.Slot
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if g.RenewFirst {
+		if err := t.Renew(ctx); err != nil {
+			t.cancel()
+			return nil, err
+		}
+	} else {
+		t.count(&g.counted, sent)
+	}
+	if !t.Holds() {
+		t.cancel()
+		_ = t.End(ctx, "cancelled")
+		return nil, &Error{Code: "lost", Status: 409,
+			Message: fmt.Sprintf("%s: the lease ran out before its answer could be used", key)}
+	}
+	go t.keep()
+	return t, nil
+}
+
+// count sets the bound by the one rule, from an answer to a request sent at sent.
+func (t *Turn) count(c *counted, sent time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	usable := time.Duration(c.LeaseMs-c.StartedBeforeMs-c.MarginMs) * time.Millisecond
+	t.bound = sent.Add(usable)
+	t.lease = time.Duration(c.LeaseMs) * time.Millisecond
+	t.renewedSent = sent
+	if c.StopAsked != nil {
+		t.stopAsked = *c.StopAsked
+	}
+}
+
+// Context is cancelled when the turn is lost or released: stop the work.
+func (t *Turn) Context() context.Context { return t.ctx }
+
+// Holds says whether the lease may still be relied on now.
+func (t *Turn) Holds() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.lost && time.Now().Before(t.bound)
+}
+
+// StopAsked names who asked this holder to stop (CancelRunning), or is "".
+func (t *Turn) StopAsked() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.stopAsked
+}
+
+// Renew renews the lease now (the turn's goroutine does this by itself).
+func (t *Turn) Renew(ctx context.Context) error {
+	sent := time.Now()
+	t.mu.Lock()
+	left := 30 * time.Second
+	if !t.bound.IsZero() {
+		left = t.bound.Sub(sent)
+	}
+	t.mu.Unlock()
+	if left < 10*time.Millisecond {
+		left = 10 * time.Millisecond
+	}
+	var c counted
+	body := map[string]string{"token": t.Token}
+	if _, err := t.transport.call(ctx, "POST", t.path+"/renew", body, &c, left); err != nil {
+		return err
+	}
+	t.count(&c, sent)
+	return nil
+}
+
+// keep renews a third of the way into the lease, and cancels the context at the bound.
+func (t *Turn) keep() {
+	defer close(t.done)
+	for {
+		t.mu.Lock()
+		bound, due := t.bound, t.renewedSent.Add(t.lease/3)
+		t.mu.Unlock()
+		if !time.Now().Before(bound) {
+			t.lose()
+			return
+		}
+		next := due
+		if bound.Before(next) {
+			next = bound
+		}
+		select {
+		case <-t.stop:
+			return
+		case <-time.After(time.Until(next)):
+		}
+		if !time.Now().Before(bound) {
+			t.lose()
+			return
+		}
+		if time.Now().Before(due) {
+			continue
+		}
+		if !t.renewOnce(bound) {
+			return
+		}
+	}
+}
+
+// renewOnce renews; false when the turn is lost. A renewal that could not land is tried
+// again soon while the lease stands.
+func (t *Turn) renewOnce(bound time.Time) bool {
+	renewed := make(chan error, 1)
+	go func() { renewed <- t.Renew(context.Background()) }()
+	var err error
+	select {
+	case err = <-renewed:
+	case <-time.After(time.Until(bound)):
+		// The bound passed while the renewal was under way.
+		t.lose()
+		return false
+	}
+	var e *Error
+	if err != nil && (!errors.As(err, &e) || !e.Transient()) {
+		t.lose()
+		return false
+	}
+	if err != nil {
+		t.mu.Lock()
+		retry := time.Until(t.bound) / 4
+		if retry > time.Second {
+			retry = time.Second
+		}
+		t.renewedSent = time.Now().Add(-t.lease / 3).Add(retry)
+		t.mu.Unlock()
+	}
+	return true
+}
+
+func (t *Turn) lose() {
+	t.mu.Lock()
+	t.lost = true
+	t.mu.Unlock()
+	t.cancel()
+}
+
+// Release ends the turn as succeeded.
+func (t *Turn) Release(ctx context.Context) error { return t.End(ctx, "succeeded") }
+
+// End ends the turn: "succeeded", "failed" or "cancelled". A lost turn sends nothing.
+func (t *Turn) End(ctx context.Context, outcome string) error {
+	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return nil
+	}
+	t.ended = true
+	lost := t.lost
+	t.mu.Unlock()
+	close(t.stop)
+	if lost {
+		return nil
+	}
+	defer t.cancel()
+	body := map[string]string{"token": t.Token, "outcome": outcome}
+	_, err := t.transport.call(ctx, "DELETE", t.path, body, nil, 0)
+	if errors.Is(err, ErrLost) {
+		return nil
+	}
+	return err
+}
+
+// Check asks the server whether this turn's fence still holds the key.
+func (t *Turn) Check(ctx context.Context, minLeft time.Duration) (*Checked, error) {
+	c := &Client{transport: t.transport}
+	return c.Check(ctx, t.Key, t.Fence, minLeft)
+}

@@ -1,0 +1,52 @@
+"""JSON over HTTP with the standard library: one request, one answer, errors as baton's."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Optional, Tuple
+
+from .errors import Error, from_answer
+
+
+class Http:
+    """The server's address and the caller's token."""
+
+    def __init__(self, url: str, token: Optional[str], timeout: float = 120.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Optional[dict] = None,
+        timeout: Optional[float] = None,
+    ) -> Tuple[int, Any]:
+        """Sends one request; returns a 2xx answer's status and JSON, raises the others."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method)
+        request.add_header("Content-Type", "application/json")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
+                text = answer.read()
+                return answer.status, json.loads(text) if text else None
+        except urllib.error.HTTPError as answer:
+            try:
+                parsed = json.loads(answer.read() or b"null")
+            except ValueError:
+                parsed = None
+            raise from_answer(answer.code, parsed) from None
+        except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as e:
+            raise Error("unreachable", f"{self.url}: no answer: {e}") from None
+
+
+def segment(key: str) -> str:
+    """A key as one path segment: its ``/`` sent as ``%2F``."""
+    return urllib.parse.quote(key, safe="")
