@@ -307,6 +307,24 @@ fn cases_of(method: &str, path: &str) -> Vec<Case> {
             let uri = format!("/v1/turns/{key}/check?fence=1");
             vec![case("check a fence", "GET", &uri, None, OnKey(Read))]
         }
+        ("get", "/v1/values/{name}") => {
+            let uri = format!("/v1/values/{value}");
+            vec![case("read a value", "GET", &uri, None, OnKey(Read))]
+        }
+        ("put", "/v1/values/{name}") => {
+            let uri = format!("/v1/values/{value}");
+            let body = json!({ "value": "1" });
+            vec![case("put a value", "PUT", &uri, Some(body), OnKey(Lock))]
+        }
+        ("delete", "/v1/values/{name}") => {
+            let uri = format!("/v1/values/{value}");
+            vec![case("delete a value", "DELETE", &uri, None, OnKey(Admin))]
+        }
+        ("post", "/v1/once/{key}") => {
+            let uri = format!("/v1/once/{key}");
+            let ask = json!({ "timeout": "0", "ttl": "1s" });
+            vec![case("run once", "POST", &uri, Some(ask), OnKey(Lock))]
+        }
         ("post", "/v1/settings/notify") => {
             let body = json!({ "expected": "none-such", "bytes": "{\"format\":1,\"rules\":[]}" });
             vec![case(path, "POST", path, Some(body), OnEveryKey(Admin))]

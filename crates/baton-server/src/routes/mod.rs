@@ -5,16 +5,20 @@
 //! - [`keys`]: reads of a key (its log, and the store-level reads the client library's HTTP
 //!   transport makes: document, history, records, the list of keys, the store's clock);
 //! - [`ops`]: operations, run by the server's coordinator as the CLI's would run them;
-//! - [`writes`]: shared values, a job's records, the notification rules;
+//! - [`writes`]: shared values as the CLI writes them, a job's records, the notification rules;
+//! - [`values`]: shared values as HTTP resources (`ETag`, `If-Match`, a fence header);
 //! - [`turns`]: turns for clients in any language, the server doing the waiting;
+//! - [`once`]: run once for them, the verdict and the turn to run in;
 //! - [`watch`]: a key's feed, as server-sent events;
 //! - [`dashboard`]: the page at `/` and the overview it shows.
 
 mod dashboard;
 mod freezes;
 mod keys;
+mod once;
 mod ops;
 pub(crate) mod turns;
+mod values;
 mod watch;
 mod writes;
 
@@ -91,7 +95,11 @@ impl Routes {
         .delete("/v1/turns/{key}", turns::end)
         .post("/v1/turns/{key}/renew", turns::renew_turn)
         .get("/v1/turns/{key}/check", turns::check)
+        .post("/v1/once/{key}", once::once)
         .post("/v1/values/{name}", writes::write_value)
+        .get("/v1/values/{name}", values::get)
+        .put("/v1/values/{name}", values::put)
+        .delete("/v1/values/{name}", values::delete)
         .post("/v1/settings/notify", writes::write_settings)
         .get("/v1/freezes", freezes::list)
         .post("/v1/freezes", freezes::change)
@@ -219,6 +227,17 @@ async fn metrics(
 async fn whoami(caller: Caller) -> Json<Value> {
     let scopes: Vec<String> = caller.0.grants.iter().map(|g| g.to_text()).collect();
     Json(json!({ "name": caller.0.name, "scopes": scopes }))
+}
+
+/// A body's or a query's duration field, parsed as the CLI parses its flag (`"30s"`), or a 400
+/// naming the field.
+fn duration_field(
+    field: &str,
+    text: Option<&str>,
+    parse: fn(&str) -> Result<Duration, String>,
+) -> Result<Option<Duration>, ApiError> {
+    text.map(|text| parse(text).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))))
+        .transpose()
 }
 
 /// Refuses a malformed key (400).

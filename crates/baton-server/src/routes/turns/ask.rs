@@ -1,14 +1,13 @@
 //! What `POST /v1/turns/{key}` asks for: the CLI's flags as a JSON body, durations written as
 //! the CLI takes them (`"30s"`, `"15m"`), checked by the same rules before anything is written.
 
-use std::time::Duration;
-
 use baton_client::durations::{self, parse_duration, parse_lease};
 use baton_client::AcquireOptions;
 use baton_core::{limits, Mode};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
+use crate::routes::duration_field;
 
 /// The body of `POST /v1/turns/{key}`. Every field may be left out.
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -50,9 +49,9 @@ impl TurnAsk {
     /// The options to wait with, or a 400 that names the field and says what to write.
     pub fn options(&self) -> Result<AcquireOptions, ApiError> {
         let defaults = AcquireOptions::default();
-        let ttl = duration("ttl", self.ttl.as_deref(), parse_lease)?.unwrap_or(defaults.ttl);
+        let ttl = duration_field("ttl", self.ttl.as_deref(), parse_lease)?.unwrap_or(defaults.ttl);
         limits::check_ttl("ttl", durations::millis(ttl)).map_err(bad)?;
-        let timeout = duration("timeout", self.timeout.as_deref(), parse_duration)?;
+        let timeout = duration_field("timeout", self.timeout.as_deref(), parse_duration)?;
         let limit = self.limit.unwrap_or(1);
         limits::check_limit(limit).map_err(bad)?;
         let context = self.context.clone().unwrap_or_default();
@@ -105,16 +104,6 @@ impl TurnAsk {
         }
         Ok(Some(pool))
     }
-}
-
-/// A field's duration, parsed as the CLI parses its flag, or a 400 naming the field.
-pub fn duration(
-    field: &str,
-    text: Option<&str>,
-    parse: fn(&str) -> Result<Duration, String>,
-) -> Result<Option<Duration>, ApiError> {
-    text.map(|text| parse(text).map_err(|e| ApiError::bad_request(format!("{field}: {e}"))))
-        .transpose()
 }
 
 fn bad(error: impl std::fmt::Display) -> ApiError {

@@ -32,8 +32,8 @@ pub use answer::Counted;
 pub use ask::TurnAsk;
 pub use waits::{Attached, Until, Waits, REATTACH};
 
-use super::checked_key;
 use super::ops::{authorise, refused, with_identity};
+use super::{checked_key, duration_field};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
@@ -44,7 +44,7 @@ use crate::State;
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TakeQuery {
-    wait: Option<bool>,
+    pub(crate) wait: Option<bool>,
 }
 
 /// `POST /v1/turns/{key}`: waits for a turn, or takes up a wait this server answered with 202.
@@ -59,46 +59,91 @@ pub(crate) async fn take(
     checked_key(&key)?;
     let received_ms = state.coord.local_ms();
     let wait = match &ask.resume {
-        Some(token) => {
-            // Judged as a renewal by the ticket's token is.
-            let mut op = Op::Renew {
-                token: token.clone(),
-                ttl_ms: None,
-            };
-            authorise(&state, &headers, caller, &mut op, &key)?;
-            state
-                .waits
-                .find(&key, token)
-                .ok_or_else(|| no_such_wait(&key))?
-        }
+        Some(token) => resumed(&state, &headers, caller, &key, token)?,
         None => {
             let mut options = ask.options()?;
-            let caller = caller?;
-            caller.require(Scope::Lock, &key)?;
-            if caller.0.from_trust {
-                options.context = with_identity(&caller.0.name, &options.context);
-            }
+            may_take(&caller?, &key, &mut options)?;
             state.waits.start(&state.coord, &key, options, turn_error)
         }
     };
-    let until = match query.wait {
+    Ok(follow(&state, &wait, query.wait, received_ms)
+        .await?
+        .into_response())
+}
+
+/// The wait this server keeps for the ticket with `token`, if the caller may take it up:
+/// judged as a renewal by the ticket's token is.
+pub(crate) fn resumed(
+    state: &State,
+    headers: &HeaderMap,
+    caller: Result<Caller, ApiError>,
+    key: &str,
+    token: &str,
+) -> Result<Arc<waits::Wait>, ApiError> {
+    let mut op = Op::Renew {
+        token: token.to_owned(),
+        ttl_ms: None,
+    };
+    authorise(state, headers, caller, &mut op, key)?;
+    state
+        .waits
+        .find(key, token)
+        .ok_or_else(|| no_such_wait(key))
+}
+
+/// Refuses a caller without `lock` on `key`; a CI identity is named in the ticket's context.
+pub(crate) fn may_take(
+    caller: &Caller,
+    key: &str,
+    options: &mut baton_client::AcquireOptions,
+) -> Result<(), ApiError> {
+    caller.require(Scope::Lock, key)?;
+    if caller.0.from_trust {
+        options.context = with_identity(&caller.0.name, &options.context);
+    }
+    Ok(())
+}
+
+/// How a request attached to a wait is answered.
+#[derive(Debug)]
+pub(crate) enum Taken {
+    /// 200: the grant.
+    Granted(serde_json::Value),
+    /// 202: still waiting; the ticket, to resume.
+    Waiting(serde_json::Value),
+}
+
+impl IntoResponse for Taken {
+    fn into_response(self) -> Response {
+        match self {
+            Taken::Granted(body) => Json(body).into_response(),
+            Taken::Waiting(body) => (StatusCode::ACCEPTED, Json(body)).into_response(),
+        }
+    }
+}
+
+/// Attaches the request to `wait` (until it ends, `--turn-wait`, or, with `?wait=false`,
+/// until queued) and says what to answer.
+pub(crate) async fn follow(
+    state: &State,
+    wait: &Arc<waits::Wait>,
+    wait_param: Option<bool>,
+    received_ms: u64,
+) -> Result<Taken, ApiError> {
+    let until = match wait_param {
         Some(false) => Until::Queued,
         _ => Until::Ended(state.turn_wait),
     };
-    match state.waits.attach(&wait, until).await {
-        Attached::Done(Ok(lease)) => granted(&state, lease, received_ms, wait.queued()).await,
+    match state.waits.attach(wait, until).await {
+        Attached::Done(Ok(lease)) => granted(state, lease, received_ms, wait.queued()).await,
         Attached::Done(Err(error)) => Err(error),
-        Attached::Waiting(position) => Ok((
-            StatusCode::ACCEPTED,
-            Json(json!({
-                "key": key,
-                "id": wait.id,
-                "token": wait.token,
-                "position": position,
-                "resume_within_ms": millis(REATTACH),
-            })),
-        )
-            .into_response()),
+        Attached::Waiting(position) => Ok(Taken::Waiting(json!({
+            "key": wait.key,
+            "id": wait.id,
+            "token": wait.token,
+            "position": position,
+            "resume_within_ms": millis(REATTACH),
+        }))),
     }
 }
 
@@ -110,7 +155,7 @@ async fn granted(
     lease: Lease,
     received_ms: u64,
     waited: bool,
-) -> Result<Response, ApiError> {
+) -> Result<Taken, ApiError> {
     let now_ms = state.coord.local_ms();
     if !lease.stands_at(now_ms) {
         let _ = release_with_reason(
@@ -127,7 +172,7 @@ async fn granted(
         ));
     }
     let counted = Counted::of_lease(&lease, received_ms, waited);
-    Ok(Json(json!({
+    Ok(Taken::Granted(json!({
         "key": lease.key,
         "id": lease.id,
         "token": lease.token,
@@ -138,8 +183,7 @@ async fn granted(
         "started_before_ms": counted.started_before_ms,
         "margin_ms": counted.margin_ms,
         "renew_first": counted.renew_first,
-    }))
-    .into_response())
+    })))
 }
 
 /// The body of a renewal.
@@ -160,7 +204,7 @@ pub(crate) async fn renew_turn(
     ApiJson(ask): ApiJson<RenewAsk>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     checked_key(&key)?;
-    let ttl = ask::duration("ttl", ask.ttl.as_deref(), parse_lease)?;
+    let ttl = duration_field("ttl", ask.ttl.as_deref(), parse_lease)?;
     let mut op = Op::Renew {
         token: ask.token.clone(),
         ttl_ms: ttl.map(millis),
@@ -249,7 +293,7 @@ pub(crate) async fn check(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     checked_key(&key)?;
     caller?.require(Scope::Read, &key)?;
-    let min_left = ask::duration("min_left", query.min_left.as_deref(), parse_lease)?;
+    let min_left = duration_field("min_left", query.min_left.as_deref(), parse_lease)?;
     let snapshot = state.coord.read(&key).await.map_err(refused)?;
     let store_now_ms = match &snapshot.clock {
         StoreClock::Time { now_ms, .. } => Some(*now_ms),
