@@ -325,6 +325,44 @@ fn cases_of(method: &str, path: &str) -> Vec<Case> {
             let ask = json!({ "timeout": "0", "ttl": "1s" });
             vec![case("run once", "POST", &uri, Some(ask), OnKey(Lock))]
         }
+        ("post", "/v1/jobs/{key}") => {
+            let uri = format!("/v1/jobs/{key}");
+            vec![case(
+                "submit a job",
+                "POST",
+                &uri,
+                Some(json!({})),
+                OnKey(Lock),
+            )]
+        }
+        ("post", "/v1/claims") => {
+            let body = json!({ "keys": [KEY], "wait": "0s" });
+            vec![case("claim a job", "POST", path, Some(body), OnKey(Lock))]
+        }
+        ("post", "/v1/jobs/{key}/{id}/renew") => {
+            let uri = format!("/v1/jobs/{key}/j-1/renew");
+            let body = json!({ "token": "1".repeat(32) });
+            vec![case("renew a run", "POST", &uri, Some(body), OnKey(Lock))]
+        }
+        ("post", "/v1/jobs/{key}/{id}/complete") => {
+            let uri = format!("/v1/jobs/{key}/j-1/complete");
+            let body = json!({ "token": "1".repeat(32), "result": "succeeded" });
+            vec![case(
+                "complete a run",
+                "POST",
+                &uri,
+                Some(body),
+                OnKey(Lock),
+            )]
+        }
+        ("get", "/v1/jobs/{key}/{id}") => {
+            let uri = format!("/v1/jobs/{key}/j-1");
+            vec![case("read a job", "GET", &uri, None, OnKey(Read))]
+        }
+        ("get", "/v1/jobs/{key}/{id}/wait") => {
+            let uri = format!("/v1/jobs/{key}/j-1/wait?timeout=0s");
+            vec![case("wait for a job", "GET", &uri, None, OnKey(Read))]
+        }
         ("post", "/v1/settings/notify") => {
             let body = json!({ "expected": "none-such", "bytes": "{\"format\":1,\"rules\":[]}" });
             vec![case(path, "POST", path, Some(body), OnEveryKey(Admin))]

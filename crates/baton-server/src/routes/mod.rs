@@ -9,11 +9,13 @@
 //! - [`values`]: shared values as HTTP resources (`ETag`, `If-Match`, a fence header);
 //! - [`turns`]: turns for clients in any language, the server doing the waiting;
 //! - [`once`]: run once for them, the verdict and the turn to run in;
+//! - [`jobs`]: jobs for them: submit, claim with a long poll, renew, complete, wait;
 //! - [`watch`]: a key's feed, as server-sent events;
 //! - [`dashboard`]: the page at `/` and the overview it shows.
 
 mod dashboard;
 mod freezes;
+mod jobs;
 mod keys;
 mod once;
 mod ops;
@@ -96,6 +98,12 @@ impl Routes {
         .post("/v1/turns/{key}/renew", turns::renew_turn)
         .get("/v1/turns/{key}/check", turns::check)
         .post("/v1/once/{key}", once::once)
+        .post("/v1/jobs/{key}", jobs::submit)
+        .post("/v1/claims", jobs::claim)
+        .post("/v1/jobs/{key}/{id}/renew", jobs::renew_run)
+        .post("/v1/jobs/{key}/{id}/complete", jobs::complete)
+        .get("/v1/jobs/{key}/{id}", jobs::get)
+        .get("/v1/jobs/{key}/{id}/wait", jobs::wait)
         .post("/v1/values/{name}", writes::write_value)
         .get("/v1/values/{name}", values::get)
         .put("/v1/values/{name}", values::put)
