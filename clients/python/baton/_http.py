@@ -7,8 +7,9 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
+from . import _clock
 from .errors import Error, from_answer
 
 
@@ -26,6 +27,7 @@ class Http:
         path: str,
         body: Optional[dict] = None,
         timeout: Optional[float] = None,
+        headers: Optional[Dict[str, str]] = None,
     ) -> Tuple[int, Any]:
         """Sends one request; returns a 2xx answer's status and JSON, raises the others."""
         data = None if body is None else json.dumps(body).encode()
@@ -33,6 +35,8 @@ class Http:
         request.add_header("Content-Type", "application/json")
         if self.token:
             request.add_header("Authorization", f"Bearer {self.token}")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
         try:
             with urllib.request.urlopen(request, timeout=timeout or self.timeout) as answer:
                 text = answer.read()
@@ -50,3 +54,15 @@ class Http:
 def segment(key: str) -> str:
     """A key as one path segment: its ``/`` sent as ``%2F``."""
     return urllib.parse.quote(key, safe="")
+
+
+def take(http: Http, path: str, body: Dict[str, Any]) -> Tuple[Dict[str, Any], float]:
+    """POSTs a request the server may answer 202 (still waiting) and asks again with the
+    ticket's token until it answers otherwise; the answer, and when its last request was sent
+    (on the lease clock)."""
+    while True:
+        sent = _clock.now()
+        status, answer = http.call("POST", path, body)
+        if status != 202:
+            return answer, sent
+        body = {"resume": answer["token"]}

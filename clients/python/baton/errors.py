@@ -40,11 +40,32 @@ class Lost(Error):
     """The turn was lost: its lease ran out before a renewal landed (exit 78). Stop the work."""
 
 
+class PreconditionFailed(Error):
+    """A value's version was not the one given (``if_version``), or it existed (``if_absent``):
+    someone wrote in between (``baton kv`` exits 4). Nothing was written."""
+
+
+class StaleFence(Error):
+    """A higher fence already wrote the value: a newer holder took over. Nothing was written."""
+
+
+class Dead(Error):
+    """A run-once key whose attempts are spent: nothing runs until ``baton retry KEY``."""
+
+
+class OutOfOrder(Error):
+    """A step whose predecessor has not completed (``baton once`` exits 80)."""
+
+
 _BY_CODE = {
     "timed_out": TimedOut,
     "superseded": Superseded,
     "cancelled": Cancelled,
     "lost": Lost,
+    "precondition_failed": PreconditionFailed,
+    "stale_fence": StaleFence,
+    "dead": Dead,
+    "out_of_order": OutOfOrder,
 }
 
 
