@@ -171,3 +171,41 @@ fn the_keeper_starts_even_when_baton_was_removed_while_acquire_waited() {
         });
     });
 }
+
+/// An `acquire --keep-alive` killed after its keeper started but before it handed the turn to
+/// its caller (here: blocked printing the token into a full pipe) leaves a keeper whose turn
+/// nobody knows: the keeper gives it back at once, rather than renew it for `--max-hold`.
+#[test]
+fn an_acquire_killed_before_handing_its_turn_over_has_it_given_back() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("unhanded");
+        // A FIFO opened both ways and filled to its capacity: the token's write blocks.
+        let script = r#"cd "$TEST_DIR" && mkfifo full && exec 3<>full
+            dd if=/dev/zero bs=65536 count=1 >&3 2>/dev/null
+            "$TEST_BATON" acquire --keep-alive --ttl 60s "$KEY" >&3 &
+            echo $! > acquire.pid
+            wait"#;
+        let mut shell = ctx
+            .sh("blocked-acquire", script)
+            .env("KEY", &key)
+            .env("XDG_STATE_HOME", ctx.path("state"))
+            .spawn();
+        let pid = ctx.wait_pid("acquire.pid", PROMPT);
+        wait_until("the keeper started", PROMPT, || {
+            keeper_log(ctx).contains("keeping")
+        });
+        assert!(ctx.key_view(&key).holders().len() == 1, "the turn is held");
+        // SAFETY: kill(2) on a pid this test started.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        // Given back by the keeper, long before its 60 s lease could run out.
+        wait_until("the turn given back", Duration::from_secs(15), || {
+            ctx.key_status(&key)
+                .is_none_or(|view| view.holders().is_empty())
+        });
+        assert_eq!(last_outcome(ctx, &key), "\"cancelled\"");
+        wait_until("the keeper ended", PROMPT, || {
+            keeper_log(ctx).contains("before it handed the turn to its caller")
+        });
+        shell.kill();
+    });
+}

@@ -89,9 +89,12 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
         lease,
         keeper: None,
     };
+    let mut handoff = None;
     if args.keep_alive {
         let max_hold = args.max_hold.unwrap_or(KEEP_ALIVE_MAX_HOLD);
-        turn.keeper = Some(start_keeper(opened, &turn.lease, options.ttl, max_hold).await?);
+        let (pid, log, made) = start_keeper(opened, &turn.lease, options.ttl, max_hold).await?;
+        turn.keeper = Some((pid, log));
+        handoff = Some(made);
     }
     if !args.no_mask {
         mask_in_github_actions(&turn.lease.token);
@@ -112,6 +115,11 @@ pub async fn acquire(opened: &Opened, args: AcquireArgs) -> Result<i32, Failure>
     }
     if let Some(path) = std::env::var_os("GITHUB_OUTPUT").filter(|p| !p.is_empty()) {
         append_github_output(&turn, std::path::Path::new(&path));
+    }
+    // The caller has the token: the keeper keeps the turn from now on (killed before this, the
+    // keeper gives it back).
+    if let Some(handoff) = handoff {
+        handoff.made();
     }
     if !args.wait.waiting.quiet && !args.json {
         eprintln!(
@@ -137,7 +145,7 @@ async fn start_keeper(
     lease: &Lease,
     ttl: Duration,
     max_hold: Duration,
-) -> Result<(u32, std::path::PathBuf), Failure> {
+) -> Result<(u32, std::path::PathBuf, crate::cmd::keep::Handoff), Failure> {
     match crate::cmd::keep::spawn(&opened.url, &lease.key, &lease.token, ttl, max_hold) {
         Ok(keeper) => Ok(keeper),
         Err(error) => {

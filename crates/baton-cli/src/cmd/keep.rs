@@ -11,7 +11,12 @@
 //! - `--max-hold` has passed since it started: it stops renewing and the lease runs out, so a
 //!   keeper that escaped its job (a self-hosted runner that kills nothing) cannot hold a key
 //!   forever;
-//! - it is killed: the lease then runs out by itself.
+//! - it is killed: the lease then runs out by itself;
+//! - the `acquire` that started it ends before handing the turn to its caller (killed while it
+//!   printed the token, say): nobody knows the token, so nobody would release it, and the keeper
+//!   gives the turn back at once. `acquire` tells it the handoff was made through a pipe
+//!   ([`Handoff`]): one byte when the token is out; the pipe closed without it means its caller
+//!   never got the turn.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -47,19 +52,60 @@ pub struct KeepArgs {
     /// Where to write what it does
     #[arg(long, value_name = "PATH")]
     pub log: PathBuf,
+    /// The pipe on which `acquire` says it handed the turn to its caller ([`Handoff`])
+    #[arg(long, value_name = "FD", hide = true)]
+    pub handoff_fd: Option<i32>,
 }
 
-/// Starts a keeper for `key`'s turn `token` on the store `store_url`: its process id, and the
-/// log it writes to.
+/// The file descriptor the keeper reads the handoff from.
+const HANDOFF_FD: i32 = 3;
+
+/// `acquire`'s end of the handoff pipe: [`Handoff::made`] once the caller has the token.
+/// Dropped without it (or `acquire` killed), the keeper gives the turn back.
+#[derive(Debug)]
+pub struct Handoff(std::fs::File);
+
+impl Handoff {
+    /// Tells the keeper the caller has the turn: from now on it keeps it.
+    pub fn made(mut self) {
+        // A keeper already gone has nothing to be told.
+        let _ = self.0.write_all(b"1");
+    }
+}
+
+/// A pipe whose ends close on exec: the read end is made the keeper's [`HANDOFF_FD`] after the
+/// fork, so that no other process holds the write end and its closing is seen.
+fn handoff_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made, and are owned here alone.
+    let (read, write) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
+    Ok((read, write))
+}
+
+/// Starts a keeper for `key`'s turn `token` on the store `store_url`: its process id, the log
+/// it writes to, and the handoff to make once the caller has the token.
 pub fn spawn(
     store_url: &str,
     key: &str,
     token: &str,
     ttl: Duration,
     max_hold: Duration,
-) -> std::io::Result<(u32, PathBuf)> {
+) -> std::io::Result<(u32, PathBuf, Handoff)> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let log = log_path(key, token)?;
+    let (read, write) = handoff_pipe()?;
+    let read_fd = read.as_raw_fd();
     // The image this process runs, not the path it was started from: a `baton` replaced
     // meanwhile (an upgrade while a CI job waited) leaves that path naming another file, or none.
     let mut command = std::process::Command::new("/proc/self/exe");
@@ -72,21 +118,34 @@ pub fn spawn(
         .arg(format!("{}ms", max_hold.as_millis()))
         .arg("--log")
         .arg(&log)
+        .arg("--handoff-fd")
+        .arg(HANDOFF_FD.to_string())
         .env(TOKEN_VARIABLE, token)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    // SAFETY: setsid is async-signal-safe and touches no memory of this process.
+    // SAFETY: setsid, dup2 and fcntl are async-signal-safe and touch no memory of this
+    // process. dup2 onto another descriptor clears close-on-exec on the copy; a read end that
+    // is already HANDOFF_FD has it cleared by fcntl.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
             if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let kept = if read_fd == HANDOFF_FD {
+                libc::fcntl(HANDOFF_FD, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(read_fd, HANDOFF_FD)
+            };
+            if kept < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
     }
     let child = command.spawn()?;
-    Ok((child.id(), log))
+    drop(read);
+    Ok((child.id(), log, Handoff(write)))
 }
 
 /// `$XDG_STATE_HOME/baton/keepers/KEY-TICKET.log` (beside the default store), with the key's
@@ -121,6 +180,8 @@ enum Ended {
     Lost(String),
     /// `--max-hold` passed.
     MaxHold,
+    /// The `acquire` that started it ended before its caller had the token.
+    NotHandedOver,
 }
 
 /// Runs the `keep` subcommand: renews until the turn ends, then says why in its log.
@@ -139,7 +200,8 @@ pub async fn keep(opened: &Opened, args: KeepArgs) -> Result<i32, Failure> {
         humantime::format_duration(args.ttl / 3),
         humantime::format_duration(args.max_hold)
     ));
-    let ended = renew_until_over(opened, &args, &token, &mut log).await;
+    let handoff = args.handoff_fd.map(handed_over);
+    let ended = renew_until_over(opened, &args, &token, &mut log, handoff).await;
     let (line, code) = match ended {
         Ended::TurnOver(why) => (format!("the turn is over ({why}): done"), exit::OK),
         Ended::Lost(why) => (format!("the lease was lost: {why}"), exit::LOST),
@@ -150,14 +212,55 @@ pub async fn keep(opened: &Opened, args: KeepArgs) -> Result<i32, Failure> {
             ),
             exit::OK,
         ),
+        Ended::NotHandedOver => (give_back(opened, &args.key, &token).await, exit::OK),
     };
     log.line(&line);
     Ok(code)
 }
 
+/// Whether the `acquire` at the other end of pipe `fd` handed the turn over: one byte read, or
+/// the pipe closed without it (read in a thread of its own: a blocking read of a pipe).
+fn handed_over(fd: i32) -> tokio::sync::oneshot::Receiver<bool> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    // SAFETY: the descriptor was made for this process by `spawn`, and is read here alone.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    std::thread::spawn(move || {
+        let mut byte = [0u8; 1];
+        let made = matches!(pipe.read(&mut byte), Ok(1));
+        let _ = tx.send(made);
+    });
+    rx
+}
+
+/// Gives the turn back: its `acquire` died before its caller had the token. Says so.
+async fn give_back(opened: &Opened, key: &str, token: &str) -> String {
+    let reason = "baton acquire --keep-alive ended before it handed the turn to its caller";
+    let given = baton_client::acquire::release_with_reason(
+        &opened.coord,
+        key,
+        token,
+        baton_core::Outcome::Cancelled,
+        Some(reason.to_owned()),
+    )
+    .await;
+    match given {
+        Ok(()) => format!("{reason}: the turn was given back"),
+        Err(error) => format!("{reason}; giving the turn back failed ({error}): it runs out"),
+    }
+}
+
 /// Renews every TTL/3 and looks every [`LOOK_EVERY`] in between, until the turn is over, the
-/// lease is lost or `--max-hold` passes.
-async fn renew_until_over(opened: &Opened, args: &KeepArgs, token: &str, log: &mut Log) -> Ended {
+/// lease is lost, `--max-hold` passes, or the `acquire` that started it ends without handing
+/// the turn over (`handoff`).
+async fn renew_until_over(
+    opened: &Opened,
+    args: &KeepArgs,
+    token: &str,
+    log: &mut Log,
+    mut handoff: Option<tokio::sync::oneshot::Receiver<bool>>,
+) -> Ended {
     let started = Instant::now();
     let hash = token_hash(token);
     let mut renewed_at = Instant::now();
@@ -193,7 +296,20 @@ async fn renew_until_over(opened: &Opened, args: &KeepArgs, token: &str, log: &m
             }
         }
         let wake = next_renewal.min(Instant::now() + LOOK_EVERY);
-        tokio::time::sleep_until(wake.into()).await;
+        let sleep = tokio::time::sleep_until(wake.into());
+        match handoff.as_mut() {
+            None => sleep.await,
+            Some(told) => tokio::select! {
+                () = sleep => {}
+                made = told => {
+                    if made != Ok(true) {
+                        return Ended::NotHandedOver;
+                    }
+                    log.line("the caller has the token");
+                    handoff = None;
+                }
+            },
+        }
     }
 }
 
