@@ -17,8 +17,17 @@ type transport struct {
 	client *http.Client
 }
 
+// callWith is call with more headers, and the default timeout.
+func (t *transport) callWith(ctx context.Context, method, path string, body, out interface{}, headers map[string]string) (int, error) {
+	return t.send(ctx, method, path, body, out, 0, headers)
+}
+
 // call sends one request and decodes a 2xx answer into out; other answers are *Error.
 func (t *transport) call(ctx context.Context, method, path string, body, out interface{}, timeout time.Duration) (int, error) {
+	return t.send(ctx, method, path, body, out, timeout, nil)
+}
+
+func (t *transport) send(ctx context.Context, method, path string, body, out interface{}, timeout time.Duration, headers map[string]string) (int, error) {
 	var reader io.Reader
 	if body != nil {
 		data, err := json.Marshal(body)
@@ -39,6 +48,9 @@ func (t *transport) call(ctx context.Context, method, path string, body, out int
 	request.Header.Set("Content-Type", "application/json")
 	if t.token != "" {
 		request.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	for name, value := range headers {
+		request.Header.Set(name, value)
 	}
 	answer, err := t.client.Do(request)
 	if err != nil {

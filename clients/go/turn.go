@@ -10,16 +10,22 @@ import (
 
 // Turn is a held turn, renewed by a goroutine until released.
 type Turn struct {
+	*lease
+	// Slot and Slots: on a pool, the slots this turn was given.
+	Slot  string
+	Slots []string
+	path  string
+}
+
+// lease is what a turn and a job's run share: the ticket, its fence, the renewing goroutine.
+type lease struct {
 	// Key, ID and Token name the ticket; Token is its secret.
 	Key, ID, Token string
 	// Fence rises with every grant of the key: hand it to what the work changes.
 	Fence uint64
-	// Slot and Slots: on a pool, the slots this turn was given.
-	Slot  string
-	Slots []string
 
 	transport *transport
-	path      string
+	renewPath string
 	ctx       context.Context
 	cancel    context.CancelFunc
 	stop      chan struct{}
@@ -80,32 +86,51 @@ func (c *Client) Turn(ctx context.Context, key string, options ...TurnOption) (*
 
 // hold makes the granted turn, renewed first if it came after a wait, and starts renewing it.
 func (c *Client) hold(ctx context.Context, key, path string, g *grant, sent time.Time) (*Turn, error) {
-	t := &Turn{Key: key, ID: g.ID, Token: g.Token, Fence: g.Fence, Slots: g.Slots,
-		transport: c.transport, path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	t := &Turn{lease: newLease(c.transport, key, path+"/renew", g), Slots: g.Slots, path: path}
 	if g.Slot != nil {
 		t.Slot = *g.Slot
 	}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if err := t.start(ctx, g, sent); err != nil {
+		if errors.Is(err, ErrLost) {
+			_ = t.End(ctx, "cancelled")
+		}
+		return nil, err
+	}
+	return t, nil
+}
+
+func newLease(tr *transport, key, renewPath string, g *grant) *lease {
+	l := &lease{Key: key, ID: g.ID, Token: g.Token, Fence: g.Fence, transport: tr,
+		renewPath: renewPath, stop: make(chan struct{}), done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	return l
+}
+
+// start takes a grant's answer: renews first when it says so, checks the bound, and starts
+// the renewing goroutine. A lease already past its bound is ErrLost.
+func (t *lease) start(ctx context.Context, g *grant, sent time.Time) error {
 	if g.RenewFirst {
 		if err := t.Renew(ctx); err != nil {
 			t.cancel()
-			return nil, err
+			return err
 		}
 	} else {
 		t.count(&g.counted, sent)
 	}
 	if !t.Holds() {
+		t.mu.Lock()
+		t.lost = true
+		t.mu.Unlock()
 		t.cancel()
-		_ = t.End(ctx, "cancelled")
-		return nil, &Error{Code: "lost", Status: 409,
-			Message: fmt.Sprintf("%s: the lease ran out before its answer could be used", key)}
+		return &Error{Code: "lost", Status: 409,
+			Message: fmt.Sprintf("%s: the lease ran out before its answer could be used", t.Key)}
 	}
 	go t.keep()
-	return t, nil
+	return nil
 }
 
 // count sets the bound by the one rule, from an answer to a request sent at sent.
-func (t *Turn) count(c *counted, sent time.Time) {
+func (t *lease) count(c *counted, sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	usable := time.Duration(c.LeaseMs-c.StartedBeforeMs-c.MarginMs) * time.Millisecond
@@ -118,24 +143,24 @@ func (t *Turn) count(c *counted, sent time.Time) {
 }
 
 // Context is cancelled when the turn is lost or released: stop the work.
-func (t *Turn) Context() context.Context { return t.ctx }
+func (t *lease) Context() context.Context { return t.ctx }
 
 // Holds says whether the lease may still be relied on now.
-func (t *Turn) Holds() bool {
+func (t *lease) Holds() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return !t.lost && time.Now().Before(t.bound)
 }
 
 // StopAsked names who asked this holder to stop (CancelRunning), or is "".
-func (t *Turn) StopAsked() string {
+func (t *lease) StopAsked() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.stopAsked
 }
 
 // Renew renews the lease now (the turn's goroutine does this by itself).
-func (t *Turn) Renew(ctx context.Context) error {
+func (t *lease) Renew(ctx context.Context) error {
 	sent := time.Now()
 	t.mu.Lock()
 	left := 30 * time.Second
@@ -148,7 +173,7 @@ func (t *Turn) Renew(ctx context.Context) error {
 	}
 	var c counted
 	body := map[string]string{"token": t.Token}
-	if _, err := t.transport.call(ctx, "POST", t.path+"/renew", body, &c, left); err != nil {
+	if _, err := t.transport.call(ctx, "POST", t.renewPath, body, &c, left); err != nil {
 		return err
 	}
 	t.count(&c, sent)
@@ -156,7 +181,7 @@ func (t *Turn) Renew(ctx context.Context) error {
 }
 
 // keep renews a third of the way into the lease, and cancels the context at the bound.
-func (t *Turn) keep() {
+func (t *lease) keep() {
 	defer close(t.done)
 	for {
 		t.mu.Lock()
@@ -190,7 +215,7 @@ func (t *Turn) keep() {
 
 // renewOnce renews; false when the turn is lost. A renewal that could not land is tried
 // again soon while the lease stands.
-func (t *Turn) renewOnce(bound time.Time) bool {
+func (t *lease) renewOnce(bound time.Time) bool {
 	renewed := make(chan error, 1)
 	go func() { renewed <- t.Renew(context.Background()) }()
 	var err error
@@ -218,7 +243,7 @@ func (t *Turn) renewOnce(bound time.Time) bool {
 	return true
 }
 
-func (t *Turn) lose() {
+func (t *lease) lose() {
 	t.mu.Lock()
 	t.lost = true
 	t.mu.Unlock()
@@ -230,16 +255,8 @@ func (t *Turn) Release(ctx context.Context) error { return t.End(ctx, "succeeded
 
 // End ends the turn: "succeeded", "failed" or "cancelled". A lost turn sends nothing.
 func (t *Turn) End(ctx context.Context, outcome string) error {
-	t.mu.Lock()
-	if t.ended {
-		t.mu.Unlock()
-		return nil
-	}
-	t.ended = true
-	lost := t.lost
-	t.mu.Unlock()
-	close(t.stop)
-	if lost {
+	lost, first := t.finish()
+	if !first || (lost && outcome != "cancelled") {
 		return nil
 	}
 	defer t.cancel()
@@ -249,6 +266,19 @@ func (t *Turn) End(ctx context.Context, outcome string) error {
 		return nil
 	}
 	return err
+}
+
+// finish stops the renewals once: whether the lease was lost, and whether this was the first
+// call.
+func (t *lease) finish() (lost, first bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		return t.lost, false
+	}
+	t.ended = true
+	close(t.stop)
+	return t.lost, true
 }
 
 // Check asks the server whether this turn's fence still holds the key.

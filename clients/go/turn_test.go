@@ -32,6 +32,8 @@ func TestMain(m *testing.M) {
 		os.Exit(holder(os.Args[len(os.Args)-3:]))
 	case "sleeper":
 		os.Exit(sleeper(os.Args[len(os.Args)-2:]))
+	case "duplicate":
+		os.Exit(duplicate(os.Args[len(os.Args)-2:]))
 	}
 	os.Exit(m.Run())
 }

@@ -31,7 +31,25 @@ export class Cancelled extends BatonError {}
 /** The lease ran out before a renewal landed (exit 78): stop the work. */
 export class Lost extends BatonError {}
 
-const BY_CODE = { timed_out: TimedOut, superseded: Superseded, cancelled: Cancelled, lost: Lost };
+/** A value's version was not the one given, or it existed (`ifAbsent`): nothing written. */
+export class PreconditionFailed extends BatonError {}
+/** A higher fence already wrote the value: a newer holder took over. Nothing written. */
+export class StaleFence extends BatonError {}
+/** A run-once key whose attempts are spent: nothing runs until `baton retry KEY`. */
+export class Dead extends BatonError {}
+/** A step whose predecessor has not completed (`baton once` exits 80). */
+export class OutOfOrder extends BatonError {}
+
+const BY_CODE = {
+  timed_out: TimedOut,
+  superseded: Superseded,
+  cancelled: Cancelled,
+  lost: Lost,
+  precondition_failed: PreconditionFailed,
+  stale_fence: StaleFence,
+  dead: Dead,
+  out_of_order: OutOfOrder,
+};
 
 /** Milliseconds on a clock that never goes back. */
 const now = () => performance.now();
@@ -52,8 +70,8 @@ class Http {
   }
 
   /** One request: a 2xx answer's status and JSON; other answers thrown as BatonErrors. */
-  async call(method, path, body, timeoutMs = 120_000) {
-    const headers = { "content-type": "application/json" };
+  async call(method, path, body, timeoutMs = 120_000, extra = {}) {
+    const headers = { "content-type": "application/json", ...extra };
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     let answer;
     try {
@@ -82,11 +100,22 @@ class Http {
 
 const segment = (key) => encodeURIComponent(key);
 
-/** A held turn. End it with `release()`, or hold it with `await using`. */
-export class Turn {
-  constructor(http, key, answer) {
+/** POSTs a request the server may answer 202 (still waiting), asking again with the ticket's
+ * token until it answers otherwise: the answer, and when its last request was sent. */
+async function take(http, path, body) {
+  for (;;) {
+    const sent = now();
+    const answer = await http.call("POST", path, body);
+    if (answer.status !== 202) return { answer: answer.body, sent };
+    body = { resume: answer.body.token };
+  }
+}
+
+/** What a turn and a job's run share: the ticket, its fence, and the renewing timer. */
+class Lease {
+  constructor(http, key, renewPath, answer) {
     this.http = http;
-    this.path = `/v1/turns/${segment(key)}`;
+    this.renewPath = renewPath;
     this.key = key;
     this.id = answer.id;
     this.token = answer.token;
@@ -124,7 +153,7 @@ export class Turn {
   async renew() {
     const sent = now();
     const left = this.bound ? this.bound - sent : 30_000;
-    const { body } = await this.http.call("POST", `${this.path}/renew`, { token: this.token }, Math.max(left, 10));
+    const { body } = await this.http.call("POST", this.renewPath, { token: this.token }, Math.max(left, 10));
     this.count(body, sent);
     if (body.stop_asked) this.stopAsked = body.stop_asked;
   }
@@ -156,11 +185,36 @@ export class Turn {
     if (!this.signal.aborted) this.controller.abort(new Lost("lost", `${this.key}: the turn was lost`));
   }
 
-  /** Ends the turn: "succeeded", "failed" or "cancelled". A lost turn sends nothing. */
-  async release(outcome = "succeeded") {
+  /** Holds what a grant's answer (sent at `sent`) gives: renewed first when it says so. A lease
+   * already past its bound is lost, and thrown as such. */
+  async hold(answer, sent) {
+    if (answer.renew_first) await this.renew();
+    else this.count(answer, sent);
+    if (!this.holds()) {
+      this.stopRenewing();
+      throw new Lost("lost", `${this.key}: the lease ran out before its answer could be used`);
+    }
+    this.keep();
+  }
+
+  stopRenewing() {
     this.stopped = true;
     clearTimeout(this.timer);
     clearTimeout(this.deadline);
+  }
+}
+
+/** A held turn. End it with `release()`, or hold it with `await using`. */
+export class Turn extends Lease {
+  constructor(http, key, answer) {
+    const path = `/v1/turns/${segment(key)}`;
+    super(http, key, `${path}/renew`, answer);
+    this.path = path;
+  }
+
+  /** Ends the turn: "succeeded", "failed" or "cancelled". A lost turn sends nothing. */
+  async release(outcome = "succeeded") {
+    this.stopRenewing();
     if (this.signal.aborted) return;
     try {
       await this.http.call("DELETE", this.path, { token: this.token, outcome });
@@ -180,36 +234,174 @@ export class Turn {
   }
 }
 
+/** A claimed run of a job: its `params`, `attempt` and lease, renewed by a timer. */
+export class Run extends Lease {
+  constructor(http, answer) {
+    const path = `/v1/jobs/${segment(answer.key)}/${segment(answer.id)}`;
+    super(http, answer.key, `${path}/renew`, answer);
+    this.path = path;
+    this.params = answer.params;
+    this.attempt = answer.attempt;
+  }
+
+  /** Ends the run: "succeeded", "failed" (an attempt spent) or "released_back". A lost run
+   * sends nothing: it has lapsed, and the job runs again. */
+  async complete(result = "succeeded", error) {
+    this.stopRenewing();
+    if (this.signal.aborted) return;
+    const body = { token: this.token, result };
+    if (error !== undefined) body.error = String(error).slice(0, 1000);
+    try {
+      await this.http.call("POST", `${this.path}/complete`, body);
+    } catch (e) {
+      if (!(e instanceof Lost)) throw e;
+    }
+  }
+}
+
+/** Shared values: `client.values.get(name)`, `.set(...)`, `.delete(...)`. */
+export class Values {
+  constructor(http) {
+    this.http = http;
+  }
+
+  /** The value `{ name, value, version, ... }`, or null when there is none. */
+  async get(name) {
+    try {
+      return (await this.http.call("GET", `/v1/values/${segment(name)}`)).body;
+    } catch (error) {
+      if (error.code === "missing") return null;
+      throw error;
+    }
+  }
+
+  /** Sets the value; its new version. `ifVersion`: only at that version, `ifAbsent`: only if
+   * there is none (else PreconditionFailed); `fence`: refused below the last writer's
+   * (StaleFence). */
+  async set(name, value, { ifVersion, ifAbsent, fence, ttl, json, context } = {}) {
+    const body = { value, json: Boolean(json) };
+    if (ttl !== undefined) body.ttl = duration(ttl);
+    if (context !== undefined) body.context = context;
+    const headers = conditions(ifVersion, ifAbsent, fence);
+    return (await this.http.call("PUT", `/v1/values/${segment(name)}`, body, undefined, headers)).body.version;
+  }
+
+  /** Deletes the value (an admin token's). */
+  async delete(name, { ifVersion, fence } = {}) {
+    const headers = conditions(ifVersion, false, fence);
+    return (await this.http.call("DELETE", `/v1/values/${segment(name)}`, undefined, undefined, headers)).body.version;
+  }
+}
+
+function conditions(ifVersion, ifAbsent, fence) {
+  const headers = {};
+  if (ifVersion !== undefined) headers["if-match"] = `"${ifVersion}"`;
+  if (ifAbsent) headers["if-none-match"] = "*";
+  if (fence !== undefined) headers["baton-fence"] = String(fence);
+  return headers;
+}
+
 /** A client of `baton serve` at `url` (default BATON_URL), with a token (default BATON_TOKEN). */
 export class Client {
   constructor(url = process.env.BATON_URL, { token = process.env.BATON_TOKEN } = {}) {
     if (!url) throw new TypeError("give the server's URL, or set BATON_URL (http://HOST:PORT)");
     this.http = new Http(url, token);
+    /** Shared values. */
+    this.values = new Values(this.http);
+  }
+
+  /** Runs `fn(turn)` unless a run of it already succeeded on `key` (`baton once`): its result
+   * records the success, a throw spends an attempt and is thrown again. Rejects with Dead when
+   * the attempts are spent, OutOfOrder for a step whose predecessor has not completed.
+   * Resolves to `{ verdict, ran, value, attempt }`. */
+  async once(key, fn, { seq, maxAttempts, retain, ttl = 30, timeout, context } = {}) {
+    const body = { ttl: duration(ttl) };
+    if (seq !== undefined) body.seq = seq;
+    if (maxAttempts !== undefined) body.max_attempts = maxAttempts;
+    if (retain !== undefined) body.retain = duration(retain);
+    if (timeout !== undefined) body.timeout = duration(timeout);
+    if (context !== undefined) body.context = context;
+    const { answer, sent } = await take(this.http, `/v1/once/${segment(key)}`, body);
+    if (answer.verdict !== "run") return { verdict: answer.verdict, ran: false };
+    const turn = new Turn(this.http, key, answer);
+    await turn.hold(answer, sent);
+    let value;
+    try {
+      value = await fn(turn);
+    } catch (error) {
+      await turn.release("failed");
+      throw error;
+    }
+    await turn.release("succeeded");
+    return { verdict: "run", ran: true, value, attempt: answer.attempt };
+  }
+
+  /** Queues a job for `key` with JSON `params` (`baton submit`): `{ key, id, state, already }`.
+   * Options: id, limit, order, supersede, keep, maxAttempts, backoff, delay, maxRun, context. */
+  async submit(key, params = {}, options = {}) {
+    const body = { params };
+    const names = { maxAttempts: "max_attempts", maxRun: "max_run", cancelRunning: "cancel_running" };
+    for (const [name, value] of Object.entries(options)) {
+      if (value === undefined || value === false) continue;
+      const field = names[name] ?? name;
+      body[field] = ["backoff", "delay", "max_run"].includes(field) ? duration(value) : value;
+    }
+    return (await this.http.call("POST", `/v1/jobs/${segment(key)}`, body)).body;
+  }
+
+  /** Where job `id` stands: `{ state, position, attempt, ... }`. */
+  async job(key, id) {
+    return (await this.http.call("GET", `/v1/jobs/${segment(key)}/${segment(id)}`)).body;
+  }
+
+  /** Waits for job `id` to end (`baton wait`): how it ended, `{ state, reason, ... }`. */
+  async waitJob(key, id) {
+    for (;;) {
+      const answer = await this.http.call("GET", `/v1/jobs/${segment(key)}/${segment(id)}/wait?timeout=50s`);
+      if (answer.status === 200) return answer.body;
+    }
+  }
+
+  /** Runs jobs of `keys` (exact keys, and prefixes ending in "/") with `await handler(run)`
+   * until `signal` aborts (or `maxJobs` ran): a result completes the run as succeeded, a throw
+   * as failed (retried after its backoff). Resolves to how many ran. */
+  async worker(keys, handler, { ttl = 30, wait = 20, signal, maxJobs } = {}) {
+    let ran = 0;
+    while (!signal?.aborted && (maxJobs === undefined || ran < maxJobs)) {
+      const sent = now();
+      const body = { keys, wait: duration(wait), ttl: duration(ttl) };
+      const answer = await this.http.call("POST", "/v1/claims", body);
+      if (answer.status === 204) continue;
+      const run = new Run(this.http, answer.body);
+      try {
+        await run.hold(answer.body, sent);
+      } catch (error) {
+        if (error instanceof Lost) continue;
+        throw error;
+      }
+      ran += 1;
+      try {
+        await handler(run);
+      } catch (error) {
+        await run.complete("failed", error?.message ?? String(error));
+        continue;
+      }
+      await run.complete("succeeded");
+    }
+    return ran;
   }
 
   /** Waits for a turn at `key`; the options are `baton acquire`'s flags. */
   async turn(key, options = {}) {
-    let body = ask(options);
-    const path = `/v1/turns/${segment(key)}`;
-    for (;;) {
-      const sent = now();
-      const answer = await this.http.call("POST", path, body);
-      if (answer.status === 202) {
-        body = { resume: answer.body.token };
-        continue;
-      }
-      const turn = new Turn(this.http, key, answer.body);
-      if (answer.body.renew_first) await turn.renew();
-      else turn.count(answer.body, sent);
-      if (!turn.holds()) {
-        turn.stopped = true;
-        clearTimeout(turn.deadline);
-        await this.http.call("DELETE", path, { token: turn.token, outcome: "cancelled" }).catch(() => {});
-        throw new Lost("lost", `${key}: the lease ran out before its answer could be used`);
-      }
-      turn.keep();
-      return turn;
+    const { answer, sent } = await take(this.http, `/v1/turns/${segment(key)}`, ask(options));
+    const turn = new Turn(this.http, key, answer);
+    try {
+      await turn.hold(answer, sent);
+    } catch (error) {
+      await turn.http.call("DELETE", turn.path, { token: turn.token, outcome: "cancelled" }).catch(() => {});
+      throw error;
     }
+    return turn;
   }
 
   /** Runs `work(turn)` holding a turn, and ends it as succeeded, or failed if `work` threw. */
