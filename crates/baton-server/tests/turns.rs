@@ -229,3 +229,40 @@ async fn bad_input_is_refused_with_what_to_write() {
         "nothing was written"
     );
 }
+
+/// A ticket of the client's making (`id` and `token`) is the same ticket however often it is
+/// asked for, and on whichever server: a client whose server died with its wait asks another,
+/// and waits on as the ticket it had, never as a second one.
+#[tokio::test]
+async fn a_ticket_of_the_clients_making_is_one_ticket_on_any_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, store) = server(&dir, Duration::from_secs(50)).await;
+    let (second, _) = server(&dir, Duration::from_secs(50)).await;
+    let (_, holder) = post(&format!("{first}/v1/turns/k"), json!({})).await;
+    let mine = json!({ "id": "t-mine", "token": "a-secret-of-the-clients-making" });
+    let (status, queued) = post(&format!("{first}/v1/turns/k?wait=false"), mine.clone()).await;
+    assert_eq!(
+        (status, &queued["id"]),
+        (StatusCode::ACCEPTED, &json!("t-mine")),
+        "{queued}"
+    );
+    let asked_again = tokio::spawn({
+        let url = format!("{second}/v1/turns/k");
+        async move { post(&url, mine).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let ids = live_ids(&store, "k").await;
+    assert_eq!(ids.len(), 2, "the holder and one ticket of mine: {ids:?}");
+    let end = json!({ "token": holder["token"] });
+    call(reqwest::Method::DELETE, &format!("{first}/v1/turns/k"), end).await;
+    let (status, grant) = asked_again.await.unwrap();
+    assert_eq!(
+        (status, &grant["id"]),
+        (StatusCode::OK, &json!("t-mine")),
+        "{grant}"
+    );
+    assert_eq!(live_ids(&store, "k").await, vec!["t-mine".to_owned()]);
+    let half = json!({ "id": "t-half" });
+    let (status, error) = post(&format!("{first}/v1/turns/k2"), half).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+}

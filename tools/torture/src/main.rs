@@ -6,6 +6,7 @@
 //!   violation; 1: violations (listed); 2: the run itself could not be made.
 //! - `use` is the protected work `baton run` starts (it reads `BATON_FENCE`).
 //! - `lib-client` is one turn through the library.
+//! - `turns-client` is one turn through `baton serve`'s turns API, the one rule kept here.
 
 mod harness;
 mod kept_client;
@@ -13,6 +14,7 @@ mod kv_client;
 mod library;
 mod matrix;
 mod serve;
+mod turns_client;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +54,9 @@ enum Cmd {
     /// One turn as a CI job's steps take it: `baton acquire --keep-alive`, the work, `baton
     /// release`.
     KeptClient(KeptArgs),
+    /// One turn through `baton serve`'s turns API (as the clients of other languages take it),
+    /// then the work of `use`.
+    TurnsClient(TurnsArgs),
     /// Every store in the environment (scripts/with-servers.sh) under its faults, one run
     /// each, then the summary table.
     Matrix(MatrixArgs),
@@ -223,6 +228,21 @@ struct KeptArgs {
     acquire: Vec<String>,
 }
 
+/// `turns-client` does the same work as `use`, taking the turn through `baton serve`'s turns
+/// API and keeping the one rule itself.
+#[derive(clap::Args)]
+struct TurnsArgs {
+    #[command(flatten)]
+    work: UseArgs,
+    /// The servers: `http://HOST:PORT[,HOST:PORT…]`.
+    #[arg(long)]
+    store: String,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    waiter_ttl: Duration,
+}
+
 /// `lib-client` does the same work as `use`, after taking the turn itself.
 #[derive(clap::Args)]
 struct LibArgs {
@@ -251,6 +271,16 @@ fn main() -> ExitCode {
         Cmd::Run(args) => run(*args),
         Cmd::Use(args) => use_resource(args),
         Cmd::LibClient(args) => lib_client(args),
+        Cmd::TurnsClient(args) => turns_client::run(&turns_client::Turns {
+            store: &args.store,
+            key: args.work.key.as_deref().unwrap_or_default(),
+            who: &args.work.who,
+            resource: &args.work.resource,
+            shared: args.work.shared,
+            hold: args.work.hold,
+            ttl: args.ttl,
+            waiter_ttl: args.waiter_ttl,
+        }),
         Cmd::KeptClient(args) => kept_client::run(&kept_client::Kept {
             baton: &args.baton,
             store: &args.store,

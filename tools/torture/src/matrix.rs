@@ -61,6 +61,19 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
         },
+        // Turns through two `baton serve` on one SQLite file, taken with the turns API as the
+        // clients of other languages take them: the servers wait, the clients keep only the
+        // one rule; a server killed with its waits attached.
+        Case {
+            store: sqlite("turns.db"),
+            kind: Kind::Mutex,
+            client: ClientKind::Turns,
+            faults: vec![KillHolder, KillWaiter, PauseHolder, Restart],
+            restart_cmd: None,
+            skew: None,
+            behind_servers: true,
+            work: Work::Locks,
+        },
         Case {
             store: sqlite("mixed.db"),
             kind: Kind::Mixed,
@@ -395,6 +408,8 @@ pub fn table(summaries: &[Value]) -> String {
 fn store_name(summary: &Value) -> &str {
     let store = summary["store"].as_str().unwrap_or("?");
     match store.split(':').next().unwrap_or(store) {
+        // The turns clients' servers stand on SQLite, the others' on PostgreSQL.
+        "http" if summary["client"] == "turns" => "2 × baton serve, one SQLite (turns API)",
         "http" => "2 × baton serve, one PostgreSQL",
         scheme => scheme,
     }

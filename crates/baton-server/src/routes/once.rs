@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use baton_client::durations::{parse_lease, parse_retention};
 use baton_client::once::{attempt_of, judge, NotRun};
+use baton_client::turn::Pending;
 use baton_core::once::{OnceSpec, Verdict, MAX_ATTEMPTS_DEFAULT, RETAIN_DEFAULT_MS};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -95,7 +96,7 @@ pub(super) async fn once(
             options.once = Some(spec);
             state
                 .waits
-                .start(&state.coord, &key, options, turns::turn_error)
+                .start(&state.coord, Pending::new(&key), options, turns::turn_error)
         }
     };
     match turns::follow(&state, &wait, query.wait, received_ms).await {

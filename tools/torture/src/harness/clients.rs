@@ -191,7 +191,7 @@ impl ClientPlan {
         let store = client_store(config, proxy, c);
         let shared = key.kind == Kind::Shared && !c.is_multiple_of(3);
         let (library, kept) = match config.client {
-            ClientKind::Cli => (false, false),
+            ClientKind::Cli | ClientKind::Turns => (false, false),
             ClientKind::Library => (true, false),
             ClientKind::Kept => (false, true),
             // Odd clients the library; of the even ones, every other takes kept-alive turns.
@@ -228,6 +228,11 @@ impl ClientPlan {
                     env.push(("BATON_SLOT".into(), first.clone()));
                 }
             }
+        } else if config.client == ClientKind::Turns {
+            command.extend([own, "turns-client".into(), "--store".into(), store]);
+            command.extend(["--ttl".into(), format!("{}ms", config.ttl.as_millis())]);
+            let waiter_ttl = format!("{}ms", config.waiter_ttl.as_millis());
+            command.extend(["--waiter-ttl".into(), waiter_ttl]);
         } else if library {
             command.extend([own, "lib-client".into(), "--store".into(), store]);
             command.append(&mut timing);

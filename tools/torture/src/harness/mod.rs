@@ -191,6 +191,9 @@ pub enum ClientKind {
     /// a CI job's steps take a turn; a kill or a pause of the client reaches its keeper too, as
     /// a runner that dies takes the job's leftover processes with it.
     Kept,
+    /// `baton-torture turns-client`: a turn through `baton serve`'s turns API, the server
+    /// waiting, the client keeping only the one rule (as the Python, TypeScript and Go clients).
+    Turns,
 }
 
 /// The environment variable every client process carries (`RUN WHO`), and so the keepers that

@@ -35,6 +35,9 @@ pub struct TurnAsk {
     pub context: Option<String>,
     /// How long to wait in all (`--timeout`; none: as long as it takes).
     pub timeout: Option<String>,
+    /// The ticket's waiter lease while it queues (`--waiter-ttl`, default 1m): a ticket whose
+    /// server died with its wait is abandoned this long after.
+    pub waiter_ttl: Option<String>,
     /// A pool's slots (`--slots`).
     pub slots: Option<Vec<String>>,
     /// Only this slot of the pool (`--slot`).
@@ -43,15 +46,43 @@ pub struct TurnAsk {
     pub count: Option<u32>,
     /// Take up a wait this server answered with 202: its ticket's token.
     pub resume: Option<String>,
+    /// The ticket's id, made by the client (with `token`): asking again with the same pair,
+    /// on any server, is the same ticket, never a second one (a lost answer, a server that
+    /// died with the wait).
+    pub id: Option<String>,
+    /// The ticket's secret token, made by the client (with `id`).
+    pub token: Option<String>,
 }
 
 impl TurnAsk {
+    /// The ticket to wait with: the client's `id` and `token`, or new ones.
+    pub fn pending(&self, key: &str) -> Result<baton_client::turn::Pending, ApiError> {
+        match (&self.id, &self.token) {
+            (None, None) => Ok(baton_client::turn::Pending::new(key)),
+            (Some(id), Some(token)) => {
+                limits::check_id(id).map_err(bad)?;
+                limits::check_token(token).map_err(bad)?;
+                Ok(baton_client::turn::Pending {
+                    key: key.to_owned(),
+                    id: id.clone(),
+                    token: token.clone(),
+                })
+            }
+            _ => Err(ApiError::bad_request(
+                "id and token go together: give both (a ticket of the client's making), or neither",
+            )),
+        }
+    }
+
     /// The options to wait with, or a 400 that names the field and says what to write.
     pub fn options(&self) -> Result<AcquireOptions, ApiError> {
         let defaults = AcquireOptions::default();
         let ttl = duration_field("ttl", self.ttl.as_deref(), parse_lease)?.unwrap_or(defaults.ttl);
         limits::check_ttl("ttl", durations::millis(ttl)).map_err(bad)?;
         let timeout = duration_field("timeout", self.timeout.as_deref(), parse_duration)?;
+        let waiter_ttl = duration_field("waiter_ttl", self.waiter_ttl.as_deref(), parse_lease)?
+            .unwrap_or(defaults.waiter_ttl);
+        limits::check_ttl("waiter_ttl", durations::millis(waiter_ttl)).map_err(bad)?;
         let limit = self.limit.unwrap_or(1);
         limits::check_limit(limit).map_err(bad)?;
         let context = self.context.clone().unwrap_or_default();
@@ -68,6 +99,7 @@ impl TurnAsk {
             },
             limit: pool.as_ref().map_or(limit, |p| p.slots.len() as u32),
             ttl,
+            waiter_ttl,
             timeout,
             context,
             order: self.order.clone(),

@@ -62,8 +62,11 @@ pub(crate) async fn take(
         Some(token) => resumed(&state, &headers, caller, &key, token)?,
         None => {
             let mut options = ask.options()?;
+            let pending = ask.pending(&key)?;
             may_take(&caller?, &key, &mut options)?;
-            state.waits.start(&state.coord, &key, options, turn_error)
+            state
+                .waits
+                .start(&state.coord, pending, options, turn_error)
         }
     };
     Ok(follow(&state, &wait, query.wait, received_ms)

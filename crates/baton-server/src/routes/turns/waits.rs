@@ -72,16 +72,19 @@ pub enum Until {
 }
 
 impl Waits {
-    /// Starts waiting for a turn at `key`, in a task of its own; `to_error` says how an error
-    /// of the wait is answered.
+    /// Starts waiting for the turn of `pending`, in a task of its own; `to_error` says how an
+    /// error of the wait is answered. A wait this server keeps for the same ticket already is
+    /// that wait (the client asked again).
     pub fn start(
         &self,
         coord: &Arc<Coordinator>,
-        key: &str,
+        pending: Pending,
         mut options: AcquireOptions,
         to_error: fn(baton_client::ClientError) -> ApiError,
     ) -> Arc<Wait> {
-        let pending = Pending::new(key);
+        if let Some(wait) = self.find(&pending.key, &pending.token) {
+            return wait;
+        }
         let (position_tx, position) = watch::channel(None);
         options.on_progress = Some(Arc::new(move |p: &baton_client::WaitProgress| {
             position_tx.send_replace(Some(p.position));
