@@ -65,10 +65,12 @@ class Proxy:
     """A TCP forwarder that can turn into a black hole: it then takes bytes and answers
     nothing, as a cut network does."""
 
-    def __init__(self, upstream):
+    def __init__(self, upstream, delay=0.0):
         host, port = upstream.split("//", 1)[1].rsplit(":", 1)
         self.upstream = (host, int(port))
         self.black_hole = threading.Event()
+        #: Seconds every answer is held back (a late reply).
+        self.delay = delay
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
@@ -84,15 +86,16 @@ class Proxy:
         if self.black_hole.is_set():
             return self._swallow(client)
         server = socket.create_connection(self.upstream)
-        threading.Thread(target=self._pipe, args=(server, client), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(server, client, self.delay), daemon=True).start()
         self._pipe(client, server)
 
-    def _pipe(self, source, sink):
+    def _pipe(self, source, sink, delay=0.0):
         try:
             while True:
                 data = source.recv(65536)
                 if not data or self.black_hole.is_set():
                     break
+                time.sleep(delay)
                 sink.sendall(data)
         except OSError:
             pass
@@ -165,6 +168,16 @@ class Turns(unittest.TestCase):
             self.assertGreater(next_turn.fence, t.fence)
         self.assertLessEqual(lost_at, granted_at, "the work stopped before the next holder began")
         t.release()  # a lost turn is not released: nothing is sent, nothing hangs
+
+    def test_a_grant_answered_too_late_is_lost_and_given_back(self):
+        key, late = fresh_key("late"), Proxy(URL, delay=2.5)
+        started = _clock.now()
+        with self.assertRaises(baton.Lost):
+            baton.Client(late.url).turn(key, ttl=2).acquire()
+        self.assertGreater(_clock.now() - started, 2.0, "the answer came after the lease")
+        # The key is free for the next: the late grant was never used, only given back.
+        with self.client.turn(key, ttl=10, timeout=1) as t:
+            self.assertGreater(t.fence, 0)
 
     def test_a_wait_past_its_timeout_raises_timed_out(self):
         key = fresh_key("timeout")
