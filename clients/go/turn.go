@@ -2,6 +2,8 @@ package baton
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -62,17 +64,32 @@ type grant struct {
 // Turn waits for a turn at key. ctx bounds the wait (the server waits; a 202 is asked again
 // with the ticket), not the turn: the turn lasts until Release, or until it is lost, which
 // cancels t.Context().
+//
+// The ticket is of this client's making: a request that got no answer (or a server that no
+// longer keeps the wait) is sent again as first asked, for up to 30 s, and the server takes it
+// up as the same ticket, never a second one.
 func (c *Client) Turn(ctx context.Context, key string, options ...TurnOption) (*Turn, error) {
-	ask := map[string]interface{}{"ttl": duration(30 * time.Second)}
+	id, token, err := newTicket()
+	if err != nil {
+		return nil, err
+	}
+	ask := map[string]interface{}{"ttl": duration(30 * time.Second), "id": id, "token": token}
 	for _, option := range options {
 		option(ask)
 	}
 	path := "/v1/turns/" + segment(key)
 	var body interface{} = ask
+	giveUp := time.Now().Add(30 * time.Second)
 	for {
 		sent := time.Now()
 		var g grant
 		status, err := c.transport.call(ctx, "POST", path, body, &g, 0)
+		var e *Error
+		if errors.As(err, &e) && (e.Transient() || e.Code == "no_such_wait") && time.Now().Before(giveUp) {
+			body = ask
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -82,6 +99,15 @@ func (c *Client) Turn(ctx context.Context, key string, options ...TurnOption) (*
 		}
 		return c.hold(ctx, key, path, &g, sent)
 	}
+}
+
+// newTicket makes a ticket's id and secret token.
+func newTicket() (string, string, error) {
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return "", "", fmt.Errorf("baton: no randomness for a ticket: %w", err)
+	}
+	return "t-" + hex.EncodeToString(b[:8]), hex.EncodeToString(b[8:]), nil
 }
 
 // hold makes the granted turn, renewed first if it came after a wait, and starts renewing it.

@@ -191,8 +191,11 @@ func TestAHolderKilledIsTakenOverAfterItsLease(t *testing.T) {
 type blackHole struct {
 	listener net.Listener
 	cut      atomic.Bool
-	mu       sync.Mutex
-	conns    []net.Conn
+	// loseReplies answers to drop: the request reached the server, the client's connection is
+	// closed.
+	loseReplies atomic.Int32
+	mu          sync.Mutex
+	conns       []net.Conn
 }
 
 func newBlackHole(t *testing.T, upstream string) *blackHole {
@@ -220,7 +223,7 @@ func newBlackHole(t *testing.T, upstream string) *blackHole {
 			}
 			b.track(up)
 			go b.pipe(client, up)
-			go b.pipe(up, client)
+			go b.answer(up, client)
 		}
 	}()
 	t.Cleanup(b.close)
@@ -247,6 +250,20 @@ func (b *blackHole) pipe(from, to net.Conn) {
 			return
 		}
 	}
+}
+
+// answer passes the server's answers on, but drops one whole while loseReplies says so.
+func (b *blackHole) answer(up, client net.Conn) {
+	if b.loseReplies.Load() > 0 {
+		buf := make([]byte, 65536)
+		if n, err := up.Read(buf); n > 0 || err == nil {
+			b.loseReplies.Add(-1)
+			up.Close()
+			client.Close()
+			return
+		}
+	}
+	b.pipe(up, client)
 }
 
 func (b *blackHole) close() {
@@ -288,6 +305,35 @@ func TestALeaseCutOffFromTheServerIsLostBeforeAnyoneElseHolds(t *testing.T) {
 	if err := cutOff.Release(ctx); err != nil {
 		t.Fatalf("a lost turn's release sends nothing: %v", err)
 	}
+}
+
+func TestALostAnswerIsAskedAgainAsTheSameTicket(t *testing.T) {
+	url := server(t)
+	key, lossy, ctx := freshKey("lost-answer"), newBlackHole(t, url), context.Background()
+	lossy.loseReplies.Store(1)
+	c := mustClient(t, url)
+	held, err := mustClient(t, "http://"+lossy.listener.Addr().String()).Turn(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lossy.loseReplies.Load() != 0 {
+		t.Fatal("the first answer was not lost")
+	}
+	if checked, err := c.Check(ctx, key, held.Fence, 0); err != nil || !checked.Holds {
+		t.Fatalf("it holds: %+v %v", checked, err)
+	}
+	if _, err := c.Turn(ctx, key, Timeout(300*time.Millisecond)); !errors.Is(err, ErrTimedOut) {
+		t.Fatalf("one holder only: %v", err)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No second ticket: a ghost would hold the key for its 30 s lease.
+	next, err := c.Turn(ctx, key, Timeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("the key is free: %v", err)
+	}
+	_ = next.Release(ctx)
 }
 
 func TestAWaitPastItsTimeoutIsErrTimedOut(t *testing.T) {

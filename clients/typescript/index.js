@@ -101,14 +101,36 @@ class Http {
 const segment = (key) => encodeURIComponent(key);
 
 /** POSTs a request the server may answer 202 (still waiting), asking again with the ticket's
- * token until it answers otherwise: the answer, and when its last request was sent. */
-async function take(http, path, body) {
+ * token until it answers otherwise: the answer, and when its last request was sent. With
+ * `retryForMs`, a request that got no answer (or a server that no longer keeps the wait) is
+ * sent again as first asked, for that long: the body names a ticket of the client's making,
+ * so the server takes it up as the same ticket. */
+async function take(http, path, body, retryForMs = 0) {
+  const first = body;
+  const giveUp = now() + retryForMs;
   for (;;) {
     const sent = now();
-    const answer = await http.call("POST", path, body);
+    let answer;
+    try {
+      answer = await http.call("POST", path, body);
+    } catch (error) {
+      const again = error.transient || error.code === "no_such_wait";
+      if (retryForMs && again && now() < giveUp) {
+        body = first;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        continue;
+      }
+      throw error;
+    }
     if (answer.status !== 202) return { answer: answer.body, sent };
     body = { resume: answer.body.token };
   }
+}
+
+/** A ticket of this client's making: asked again, it is the same ticket. */
+function ticket() {
+  const hex = (n) => Array.from(globalThis.crypto.getRandomValues(new Uint8Array(n)), (b) => b.toString(16).padStart(2, "0")).join("");
+  return { id: `t-${hex(8)}`, token: hex(16) };
 }
 
 /** What a turn and a job's run share: the ticket, its fence, and the renewing timer. */
@@ -393,7 +415,8 @@ export class Client {
 
   /** Waits for a turn at `key`; the options are `baton acquire`'s flags. */
   async turn(key, options = {}) {
-    const { answer, sent } = await take(this.http, `/v1/turns/${segment(key)}`, ask(options));
+    const body = { ...ask(options), ...ticket() };
+    const { answer, sent } = await take(this.http, `/v1/turns/${segment(key)}`, body, 30_000);
     const turn = new Turn(this.http, key, answer);
     try {
       await turn.hold(answer, sent);

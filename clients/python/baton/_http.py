@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import socket
 import urllib.error
 import urllib.parse
@@ -56,13 +57,27 @@ def segment(key: str) -> str:
     return urllib.parse.quote(key, safe="")
 
 
-def take(http: Http, path: str, body: Dict[str, Any]) -> Tuple[Dict[str, Any], float]:
+def take(
+    http: Http, path: str, body: Dict[str, Any], retry_for: float = 0.0
+) -> Tuple[Dict[str, Any], float]:
     """POSTs a request the server may answer 202 (still waiting) and asks again with the
     ticket's token until it answers otherwise; the answer, and when its last request was sent
-    (on the lease clock)."""
+    (on the lease clock). With ``retry_for``, a request that got no answer (or a server that no
+    longer keeps the wait) is sent again, as first asked, for that many seconds: the body names
+    a ticket of the client's making, so the server takes it up as the same ticket."""
+    first = dict(body)
+    give_up = _clock.now() + retry_for
     while True:
         sent = _clock.now()
-        status, answer = http.call("POST", path, body)
+        try:
+            status, answer = http.call("POST", path, body)
+        except Error as error:
+            again = error.transient or error.code == "no_such_wait"
+            if retry_for and again and _clock.now() < give_up:
+                body = first
+                time.sleep(0.2)
+                continue
+            raise
         if status != 202:
             return answer, sent
         body = {"resume": answer["token"]}

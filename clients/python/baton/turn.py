@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Dict, List, Optional
 
 from ._http import Http, segment, take
@@ -17,16 +18,21 @@ class Turn(Lease):
     each step that must not overlap another holder's.
     """
 
-    def __init__(self, http: Http, key: str, ask: Dict[str, Any]) -> None:
+    def __init__(
+        self, http: Http, key: str, ask: Dict[str, Any], retry_for: float = 30.0
+    ) -> None:
         self._path = f"/v1/turns/{segment(key)}"
         super().__init__(http, key, self._path + "/renew")
-        self._ask = ask
+        # The ticket, of this client's making: a request sent again after a lost answer (or to
+        # another server after one died) is the same ticket, never a second one.
+        self._ask = dict(ask, id=f"t-{secrets.token_hex(8)}", token=secrets.token_hex(16))
+        self._retry_for = retry_for
         self.slot: Optional[str] = None
         self.slots: List[str] = []
 
     def acquire(self) -> "Turn":
         """Waits for the turn (the server waits; a 202 is asked again with the ticket)."""
-        answer, sent = take(self._http, self._path, dict(self._ask))
+        answer, sent = take(self._http, self._path, dict(self._ask), self._retry_for)
         self.hold(answer, sent)
         return self
 

@@ -71,6 +71,8 @@ class Proxy:
         self.black_hole = threading.Event()
         #: Seconds every answer is held back (a late reply).
         self.delay = delay
+        #: Answers to drop: the request reached the server, the client's connection is closed.
+        self.lose_replies = 0
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
@@ -86,8 +88,22 @@ class Proxy:
         if self.black_hole.is_set():
             return self._swallow(client)
         server = socket.create_connection(self.upstream)
-        threading.Thread(target=self._pipe, args=(server, client, self.delay), daemon=True).start()
+        threading.Thread(target=self._answer, args=(server, client), daemon=True).start()
         self._pipe(client, server)
+
+    def _answer(self, server, client):
+        if self.lose_replies > 0:
+            first = server.recv(65536)
+            if first:
+                self.lose_replies -= 1
+                for s in (client, server):
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                    s.close()
+                return
+        self._pipe(server, client, self.delay)
 
     def _pipe(self, source, sink, delay=0.0):
         try:
@@ -178,6 +194,18 @@ class Turns(unittest.TestCase):
         # The key is free for the next: the late grant was never used, only given back.
         with self.client.turn(key, ttl=10, timeout=1) as t:
             self.assertGreater(t.fence, 0)
+
+    def test_a_lost_answer_is_asked_again_as_the_same_ticket(self):
+        key, lossy = fresh_key("lost-answer"), Proxy(URL)
+        lossy.lose_replies = 1
+        with baton.Client(lossy.url).turn(key, ttl=30) as t:
+            self.assertEqual(lossy.lose_replies, 0, "the first answer was lost")
+            self.assertTrue(self.client.check(key, t.fence)["holds"])
+            with self.assertRaises(baton.TimedOut):
+                self.client.turn(key, timeout=0.3).acquire()
+        # No second ticket (a ghost would hold the key for its 30 s lease).
+        with self.client.turn(key, timeout=2):
+            pass
 
     def test_a_wait_past_its_timeout_raises_timed_out(self):
         key = fresh_key("timeout")

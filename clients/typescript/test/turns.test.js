@@ -54,7 +54,7 @@ function run(script, ...args) {
 /** A TCP forwarder that can turn into a black hole: it takes bytes and answers nothing. */
 function proxy(upstream) {
   const target = new globalThis.URL(upstream);
-  const state = { blackHole: false, sockets: new Set() };
+  const state = { blackHole: false, loseReplies: 0, sockets: new Set() };
   const server = net.createServer((client) => {
     state.sockets.add(client);
     client.on("error", () => {});
@@ -63,7 +63,16 @@ function proxy(upstream) {
     state.sockets.add(up);
     up.on("error", () => client.destroy());
     client.on("data", (data) => state.blackHole || up.write(data));
-    up.on("data", (data) => state.blackHole || client.write(data));
+    up.on("data", (data) => {
+      if (state.loseReplies > 0) {
+        // The request reached the server; its answer never reaches the client.
+        state.loseReplies -= 1;
+        up.destroy();
+        client.destroy();
+        return;
+      }
+      if (!state.blackHole) client.write(data);
+    });
     client.on("end", () => state.blackHole || up.end());
     up.on("end", () => state.blackHole || client.end());
   });
@@ -128,6 +137,22 @@ test("a lease cut off from the server is lost before anyone else holds", { skip 
   await next.release();
   await t.release(); // a lost turn sends nothing, and nothing hangs
   cut.close();
+});
+
+test("a lost answer is asked again as the same ticket", { skip }, async () => {
+  const key = freshKey("lost-answer");
+  const lossy = await proxy(URL);
+  lossy.loseReplies = 1;
+  const client = new Client(URL);
+  const t = await new Client(lossy.url).turn(key, { ttl: 30 });
+  assert.equal(lossy.loseReplies, 0, "the first answer was lost");
+  assert.equal((await client.check(key, t.fence)).holds, true);
+  await assert.rejects(client.turn(key, { timeout: 0.3 }), TimedOut);
+  await t.release();
+  // No second ticket: a ghost would hold the key for its 30 s lease.
+  const next = await client.turn(key, { timeout: 2 });
+  await next.release();
+  lossy.close();
 });
 
 test("a wait past its timeout throws TimedOut", { skip }, async () => {
