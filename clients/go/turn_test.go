@@ -194,8 +194,10 @@ type blackHole struct {
 	// loseReplies answers to drop: the request reached the server, the client's connection is
 	// closed.
 	loseReplies atomic.Int32
-	mu          sync.Mutex
-	conns       []net.Conn
+	// delayMs holds every answer back this long (a late reply).
+	delayMs atomic.Int64
+	mu      sync.Mutex
+	conns   []net.Conn
 }
 
 func newBlackHole(t *testing.T, upstream string) *blackHole {
@@ -263,7 +265,29 @@ func (b *blackHole) answer(up, client net.Conn) {
 			return
 		}
 	}
+	if b.delayMs.Load() > 0 {
+		b.late(up, client)
+		return
+	}
 	b.pipe(up, client)
+}
+
+// late passes the server's answers on, each held back by delayMs.
+func (b *blackHole) late(up, client net.Conn) {
+	buf := make([]byte, 65536)
+	for {
+		n, err := up.Read(buf)
+		if n > 0 {
+			time.Sleep(time.Duration(b.delayMs.Load()) * time.Millisecond)
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			client.Close()
+			return
+		}
+	}
 }
 
 func (b *blackHole) close() {
@@ -330,6 +354,26 @@ func TestALostAnswerIsAskedAgainAsTheSameTicket(t *testing.T) {
 	}
 	// No second ticket: a ghost would hold the key for its 30 s lease.
 	next, err := c.Turn(ctx, key, Timeout(2*time.Second))
+	if err != nil {
+		t.Fatalf("the key is free: %v", err)
+	}
+	_ = next.Release(ctx)
+}
+
+func TestAGrantAnsweredAfterItsLeaseIsLostNeverUsed(t *testing.T) {
+	url := server(t)
+	key, late, ctx := freshKey("late"), newBlackHole(t, url), context.Background()
+	late.delayMs.Store(2500)
+	started := time.Now()
+	_, err := mustClient(t, "http://"+late.listener.Addr().String()).Turn(ctx, key, TTL(2*time.Second))
+	if !errors.Is(err, ErrLost) {
+		t.Fatalf("want ErrLost, got %v", err)
+	}
+	if time.Since(started) < 2*time.Second {
+		t.Fatal("the answer came before the lease ran out")
+	}
+	// The key is free for the next: the late grant was never used, only given back.
+	next, err := mustClient(t, url).Turn(ctx, key, TTL(10*time.Second), Timeout(time.Second))
 	if err != nil {
 		t.Fatalf("the key is free: %v", err)
 	}

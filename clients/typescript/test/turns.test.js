@@ -12,7 +12,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import net from "node:net";
 import { randomBytes } from "node:crypto";
-import { Client, TimedOut, BatonError } from "../index.js";
+import { Client, TimedOut, BatonError, Lost } from "../index.js";
 
 const URL = process.env.BATON_URL;
 const skip = URL ? false : "BATON_URL is not set: no server to test against";
@@ -54,7 +54,8 @@ function run(script, ...args) {
 /** A TCP forwarder that can turn into a black hole: it takes bytes and answers nothing. */
 function proxy(upstream) {
   const target = new globalThis.URL(upstream);
-  const state = { blackHole: false, loseReplies: 0, sockets: new Set() };
+  // delayMs: every answer held back this long (a late reply).
+  const state = { blackHole: false, loseReplies: 0, delayMs: 0, sockets: new Set() };
   const server = net.createServer((client) => {
     state.sockets.add(client);
     client.on("error", () => {});
@@ -71,10 +72,12 @@ function proxy(upstream) {
         client.destroy();
         return;
       }
-      if (!state.blackHole) client.write(data);
+      if (state.blackHole) return;
+      if (state.delayMs > 0) setTimeout(() => client.write(data), state.delayMs);
+      else client.write(data);
     });
     client.on("end", () => state.blackHole || up.end());
-    up.on("end", () => state.blackHole || client.end());
+    up.on("end", () => state.blackHole || setTimeout(() => client.end(), state.delayMs));
   });
   return new Promise((resolve) =>
     server.listen(0, "127.0.0.1", () => {
@@ -153,6 +156,19 @@ test("a lost answer is asked again as the same ticket", { skip }, async () => {
   const next = await client.turn(key, { timeout: 2 });
   await next.release();
   lossy.close();
+});
+
+test("a grant answered after its lease is lost, never used", { skip }, async () => {
+  const key = freshKey("late");
+  const late = await proxy(URL);
+  late.delayMs = 2500;
+  const started = performance.now();
+  await assert.rejects(new Client(late.url).turn(key, { ttl: 2 }), Lost);
+  assert.ok(performance.now() - started > 2000, "the answer came after the lease");
+  // The key is free for the next: the late grant was never used, only given back.
+  const next = await new Client(URL).turn(key, { ttl: 10, timeout: 1 });
+  await next.release();
+  late.close();
 });
 
 test("a wait past its timeout throws TimedOut", { skip }, async () => {
