@@ -1,10 +1,15 @@
 package baton
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
 
 // Error is an error answered by baton serve, or the server could not be reached (Status 0).
 // Code is the API's stable word: "timed_out", "superseded", "cancelled", "lost",
-// "bad_request", "unreachable", ...
+// "bad_request"; "unreachable" (nothing listens at the URL), "no_answer" (sent, never
+// answered), ...
 type Error struct {
 	Code    string
 	Message string
@@ -36,6 +41,12 @@ var (
 	ErrLost = &Error{Code: "lost"}
 )
 
+// unreachable is a request that got no answer: "unreachable" when nothing listens at url (it
+// was never sent), "no_answer" otherwise (it may have been).
 func unreachable(url string, err error) *Error {
-	return &Error{Code: "unreachable", Message: fmt.Sprintf("%s: no answer: %v", url, err)}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return &Error{Code: "unreachable", Message: fmt.Sprintf(
+			"%s: nothing listens there (%v): is baton serve running, and is the URL right?", url, err)}
+	}
+	return &Error{Code: "no_answer", Message: fmt.Sprintf("%s: no answer: %v", url, err)}
 }

@@ -80,19 +80,28 @@ func (c *Client) Turn(ctx context.Context, key string, options ...TurnOption) (*
 	path := "/v1/turns/" + segment(key)
 	var body interface{} = ask
 	giveUp := time.Now().Add(30 * time.Second)
+	reached := false
 	for {
 		sent := time.Now()
 		var g grant
 		status, err := c.transport.call(ctx, "POST", path, body, &g, 0)
 		var e *Error
-		if errors.As(err, &e) && (e.Transient() || e.Code == "no_such_wait") && time.Now().Before(giveUp) {
-			body = ask
-			time.Sleep(200 * time.Millisecond)
-			continue
+		if errors.As(err, &e) {
+			// A server never reached is a wrong URL or a server not started: said at once.
+			// One that answered before and refuses now is restarting: asked again.
+			refusedFirst := e.Code == "unreachable" && !reached
+			again := (e.Transient() && !refusedFirst) || e.Code == "no_such_wait"
+			reached = reached || e.Status != 0
+			if again && time.Now().Before(giveUp) {
+				body = ask
+				time.Sleep(200 * time.Millisecond)
+				continue
+			}
 		}
 		if err != nil {
 			return nil, err
 		}
+		reached = true
 		if status == 202 {
 			body = map[string]string{"resume": g.Token}
 			continue

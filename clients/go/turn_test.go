@@ -436,4 +436,19 @@ func TestBadInputSaysWhatToWrite(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != 400 || !strings.Contains(e.Message, "ttl") {
 		t.Fatalf("want a 400 naming ttl, got %v", err)
 	}
+	// A URL nothing listens on is said at once, not retried.
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowhere := "http://" + closed.Addr().String()
+	closed.Close()
+	started := time.Now()
+	_, err = mustClient(t, nowhere).Turn(context.Background(), freshKey("nowhere"))
+	if err == nil || !strings.Contains(err.Error(), "is baton serve running") {
+		t.Fatalf("want the URL named, got %v", err)
+	}
+	if time.Since(started) > 5*time.Second {
+		t.Fatalf("said after %v: it was retried", time.Since(started))
+	}
 }

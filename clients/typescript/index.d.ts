@@ -1,6 +1,6 @@
 /** An error answered by baton serve, or the server could not be reached (status 0). */
 export class BatonError extends Error {
-  /** The API's stable word: `timed_out`, `lost`, `bad_request`, `unreachable`, ... */
+  /** The API's stable word: `timed_out`, `lost`, `bad_request`; `unreachable` (nothing listens at the URL), `no_answer` (sent, never answered), ... */
   readonly code: string;
   /** The HTTP status; 0 when no answer came. */
   readonly status: number;

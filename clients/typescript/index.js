@@ -82,7 +82,14 @@ class Http {
         signal: AbortSignal.timeout(Math.max(1, Math.round(timeoutMs))),
       });
     } catch (error) {
-      throw new BatonError("unreachable", `${this.url}: no answer: ${error.message}`);
+      if (error?.cause?.code === "ECONNREFUSED") {
+        // Nothing was sent: nothing listens there.
+        throw new BatonError(
+          "unreachable",
+          `${this.url}: nothing listens there (${error.cause.code}): is baton serve running, and is the URL right?`,
+        );
+      }
+      throw new BatonError("no_answer", `${this.url}: no answer: ${error?.cause?.message ?? error.message}`);
     }
     const text = await answer.text().catch(() => "");
     let parsed = null;
@@ -108,13 +115,18 @@ const segment = (key) => encodeURIComponent(key);
 async function take(http, path, body, retryForMs = 0) {
   const first = body;
   const giveUp = now() + retryForMs;
+  let reached = false;
   for (;;) {
     const sent = now();
     let answer;
     try {
       answer = await http.call("POST", path, body);
     } catch (error) {
-      const again = error.transient || error.code === "no_such_wait";
+      // A server never reached is a wrong URL or a server not started: said at once. One that
+      // answered before and refuses now is restarting: asked again.
+      const refusedFirst = error.code === "unreachable" && !reached;
+      const again = (error.transient && !refusedFirst) || error.code === "no_such_wait";
+      reached ||= error.status !== 0;
       if (retryForMs && again && now() < giveUp) {
         body = first;
         await new Promise((resolve) => setTimeout(resolve, 200));
@@ -122,6 +134,7 @@ async function take(http, path, body, retryForMs = 0) {
       }
       throw error;
     }
+    reached = true;
     if (answer.status !== 202) return { answer: answer.body, sent };
     body = { resume: answer.body.token };
   }

@@ -49,7 +49,15 @@ class Http:
                 parsed = None
             raise from_answer(answer.code, parsed) from None
         except (urllib.error.URLError, socket.timeout, ConnectionError, OSError) as e:
-            raise Error("unreachable", f"{self.url}: no answer: {e}") from None
+            reason = getattr(e, "reason", e)
+            if isinstance(reason, ConnectionRefusedError):
+                # Nothing was sent: nothing listens there.
+                raise Error(
+                    "unreachable",
+                    f"{self.url}: nothing listens there ({reason}): is baton serve running, "
+                    "and is the URL right?",
+                ) from None
+            raise Error("no_answer", f"{self.url}: no answer: {e}") from None
 
 
 def segment(key: str) -> str:
@@ -67,17 +75,23 @@ def take(
     a ticket of the client's making, so the server takes it up as the same ticket."""
     first = dict(body)
     give_up = _clock.now() + retry_for
+    reached = False
     while True:
         sent = _clock.now()
         try:
             status, answer = http.call("POST", path, body)
         except Error as error:
-            again = error.transient or error.code == "no_such_wait"
+            # A server never reached is a wrong URL or a server not started: said at once. One
+            # that answered before and refuses now is restarting: asked again.
+            refused_first = error.code == "unreachable" and not reached
+            again = (error.transient and not refused_first) or error.code == "no_such_wait"
+            reached = reached or error.status != 0
             if retry_for and again and _clock.now() < give_up:
                 body = first
                 time.sleep(0.2)
                 continue
             raise
+        reached = True
         if status != 202:
             return answer, sent
         body = {"resume": answer["token"]}

@@ -8,7 +8,8 @@ from typing import Optional
 class Error(Exception):
     """An error answered by baton serve, or the server could not be reached.
 
-    ``code`` is the API's stable word (``timed_out``, ``lost``, ``bad_request``, ...),
+    ``code`` is the API's stable word (``timed_out``, ``lost``, ``bad_request``;
+    ``unreachable``: nothing listens at the URL; ``no_answer``: sent, never answered; ...),
     ``status`` the HTTP status (0: no answer at all).
     """
 

@@ -243,6 +243,16 @@ class Turns(unittest.TestCase):
             self.client.turn(fresh_key("bad"), ttl="forever").acquire()
         self.assertEqual(caught.exception.status, 400)
         self.assertIn("ttl", caught.exception.message)
+        # A URL nothing listens on is said at once, not retried.
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d" % closed.getsockname()[1]
+        closed.close()
+        started = time.time()
+        with self.assertRaises(baton.Error) as caught:
+            baton.Client(url).turn(fresh_key("nowhere")).acquire()
+        self.assertLess(time.time() - started, 5)
+        self.assertIn("is baton serve running", caught.exception.message)
 
 
 if __name__ == "__main__":

@@ -217,4 +217,15 @@ test("bad input says what to write", { skip }, async () => {
     new Client(URL).turn(freshKey("bad"), { ttl: "forever" }),
     (e) => e instanceof BatonError && e.status === 400 && e.message.includes("ttl"),
   );
+  // A URL nothing listens on is said at once, not retried.
+  const closed = net.createServer();
+  await new Promise((resolve) => closed.listen(0, "127.0.0.1", resolve));
+  const nowhere = `http://127.0.0.1:${closed.address().port}`;
+  await new Promise((resolve) => closed.close(resolve));
+  const started = performance.now();
+  await assert.rejects(
+    new Client(nowhere).turn(freshKey("nowhere")),
+    (e) => e instanceof BatonError && e.message.includes("is baton serve running"),
+  );
+  assert.ok(performance.now() - started < 5000);
 });
