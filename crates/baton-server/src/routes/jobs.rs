@@ -14,7 +14,6 @@ use axum::extract::State as Shared;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use baton_client::acquire::renew;
 use baton_client::durations::{millis, parse_delay, parse_duration, parse_lease};
 use baton_client::jobs::{
     self, look_for_job, ClaimOptions, JobStanding, KeyPatterns, Look, SubmitOptions, WorkWaker,
@@ -24,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::ops::{authorise, with_identity};
-use super::turns::{turn_error, Counted};
+use super::turns::{renewal, turn_error, Counted, RenewAsk};
 use super::{checked_key, duration_field};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -204,43 +203,17 @@ fn claimed(job: &jobs::Job, received_ms: u64, waited: bool) -> Json<Value> {
     }))
 }
 
-/// The body of a run's renewal.
-#[derive(Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RenewRun {
-    token: String,
-    ttl: Option<String>,
-}
-
-/// `POST /v1/jobs/{key}/{id}/renew`: extends a claimed run by its token.
+/// `POST /v1/jobs/{key}/{id}/renew`: extends a claimed run by its token, as a turn is renewed.
 pub(super) async fn renew_run(
     Shared(state): Shared<Arc<State>>,
     headers: HeaderMap,
     caller: Result<Caller, ApiError>,
     ApiPath((key, id)): ApiPath<(String, String)>,
-    ApiJson(ask): ApiJson<RenewRun>,
+    ApiJson(ask): ApiJson<RenewAsk>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_key(&key)?;
-    let ttl = duration_field("ttl", ask.ttl.as_deref(), parse_lease)?;
-    let mut op = Op::Renew {
-        token: ask.token.clone(),
-        ttl_ms: ttl.map(millis),
-    };
-    authorise(&state, &headers, caller, &mut op, &key)?;
-    let received_ms = state.coord.local_ms();
-    let renewed = renew(&state.coord, &key, &ask.token, ttl)
-        .await
-        .map_err(turn_error)?;
-    let counted = Counted::of_renewal(&renewed, received_ms);
-    Ok(Json(json!({
-        "key": key,
-        "id": id,
-        "lease_ms": counted.lease_ms,
-        "started_before_ms": counted.started_before_ms,
-        "margin_ms": counted.margin_ms,
-        "renew_first": false,
-        "stop_asked": renewed.stop_asked,
-    })))
+    let mut answer = renewal(&state, &headers, caller, &key, &ask).await?;
+    answer["id"] = json!(id);
+    Ok(Json(answer))
 }
 
 /// The body of a run's completion.

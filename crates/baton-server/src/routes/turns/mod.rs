@@ -206,26 +206,40 @@ pub(crate) async fn renew_turn(
     ApiPath(key): ApiPath<String>,
     ApiJson(ask): ApiJson<RenewAsk>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    checked_key(&key)?;
+    renewal(&state, &headers, caller, &key, &ask)
+        .await
+        .map(Json)
+}
+
+/// Renews the turn or run `ask.token` holds at `key` (the first renewal of a grant claims it):
+/// the counted answer, and who asked it to stop. A turn's and a job run's renewal alike.
+pub(crate) async fn renewal(
+    state: &State,
+    headers: &HeaderMap,
+    caller: Result<Caller, ApiError>,
+    key: &str,
+    ask: &RenewAsk,
+) -> Result<serde_json::Value, ApiError> {
+    checked_key(key)?;
     let ttl = duration_field("ttl", ask.ttl.as_deref(), parse_lease)?;
     let mut op = Op::Renew {
         token: ask.token.clone(),
         ttl_ms: ttl.map(millis),
     };
-    authorise(&state, &headers, caller, &mut op, &key)?;
+    authorise(state, headers, caller, &mut op, key)?;
     let received_ms = state.coord.local_ms();
-    let renewed = renew(&state.coord, &key, &ask.token, ttl)
+    let renewed = renew(&state.coord, key, &ask.token, ttl)
         .await
         .map_err(turn_error)?;
     let counted = Counted::of_renewal(&renewed, received_ms);
-    Ok(Json(json!({
+    Ok(json!({
         "key": key,
         "lease_ms": counted.lease_ms,
         "started_before_ms": counted.started_before_ms,
         "margin_ms": counted.margin_ms,
         "renew_first": false,
         "stop_asked": renewed.stop_asked,
-    })))
+    }))
 }
 
 /// The body of `DELETE /v1/turns/{key}`.
