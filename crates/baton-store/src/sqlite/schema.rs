@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use rusqlite::config::DbConfig;
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 
@@ -18,6 +19,12 @@ use crate::{Result, StoreError};
 
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
 pub(super) const SCHEMA_VERSION: u64 = 4;
+
+/// The WAL's length, in pages, past which a commit checkpoints it (SQLite's default is
+/// 1,000). Every process that opens the file alone reads the whole WAL to rebuild its index, so
+/// this bounds what a cold `baton run` pays for it (a fraction of a millisecond); a turn writes
+/// a handful of pages, so a checkpoint comes every few dozen turns.
+const WAL_CHECKPOINT_PAGES: u32 = 128;
 
 /// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
 /// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
@@ -156,6 +163,7 @@ pub(super) fn open_connection(
     connection
         .pragma_update(None, "synchronous", "NORMAL")
         .map_err(|error| sqlite_error(description, path, error))?;
+    keep_wal_on_close(&connection).map_err(|error| sqlite_error(description, path, error))?;
     retry_while_busy(|| migrate(&mut connection, description), description, path)?;
     retry_while_busy(
         || Ok(connection.execute_batch(CREATE_WATCHERS)?),
@@ -163,6 +171,17 @@ pub(super) fn open_connection(
         path,
     )?;
     Ok(connection)
+}
+
+/// Most baton processes live for one command, and the last connection to a file to close
+/// would checkpoint its WAL into it (three `fsync`s), then delete the WAL and its index, for
+/// the next process to create again: in a `baton run` that was more time than its turn's
+/// writes. The WAL is left for the next process instead, which rebuilds the index by reading
+/// it (a few microseconds a page); so that this stays small, the WAL is checkpointed by
+/// whichever commit takes it past [`WAL_CHECKPOINT_PAGES`].
+fn keep_wal_on_close(connection: &Connection) -> rusqlite::Result<()> {
+    connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    connection.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
 }
 
 /// The error for a store that is not there, opened to be read.
