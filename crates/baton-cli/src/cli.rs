@@ -4,6 +4,8 @@
 
 use clap::{Parser, Subcommand};
 
+use crate::args::lazy::Lazy;
+
 use crate::cmd::{
     acquire, cancel, check, docs, init, job, jobs, keep, kv, log, notify, once, pause, reap, run,
     serve, status, token, tokens, why, worker,
@@ -165,49 +167,49 @@ pub enum Command {
     // ----- locks -----
     /// Wait for a turn at KEY..., run CMD while holding it, release when CMD exits
     #[command(after_help = run::RUN_HELP)]
-    Run(run::RunArgs),
+    Run(Lazy<run::RunArgs>),
     /// Wait for a turn at KEY and print its token; release it later with `baton release`
     #[command(after_help = acquire::ACQUIRE_HELP)]
-    Acquire(acquire::AcquireArgs),
+    Acquire(Lazy<acquire::AcquireArgs>),
     /// Give back a turn taken with `baton acquire`
-    Release(token::ReleaseArgs),
+    Release(Lazy<token::ReleaseArgs>),
     /// Extend the lease of a turn taken with `baton acquire`
-    Renew(token::RenewArgs),
+    Renew(Lazy<token::RenewArgs>),
     /// Renew a turn until it ends: the keeper `baton acquire --keep-alive` starts
     #[command(hide = true)]
-    Keep(keep::KeepArgs),
+    Keep(Lazy<keep::KeepArgs>),
     /// Show who holds each key, who waits, and how the last turn ended
-    Status(status::StatusArgs),
+    Status(Lazy<status::StatusArgs>),
     /// Whether the turn with fence F still holds KEY: exit 0 if so, 78 if not, 76 if asked to stop
     #[command(after_help = check::CHECK_HELP)]
-    Check(check::CheckArgs),
+    Check(Lazy<check::CheckArgs>),
     /// Cancel a queued ticket, or force-release a held one (recorded as forced)
     #[command(override_usage = "baton cancel [OPTIONS] <KEY> <ID|--queued>")]
-    Cancel(cancel::CancelArgs),
+    Cancel(Lazy<cancel::CancelArgs>),
     /// Show how a key's past turns ended, newest first; --follow for new ones
-    Log(log::LogArgs),
+    Log(Lazy<log::LogArgs>),
     // ----- jobs -----
     /// Queue a job for KEY: work a `baton worker` runs when the key has room
     #[command(after_help = job::SUBMIT_HELP)]
-    Submit(job::SubmitArgs),
+    Submit(Lazy<job::SubmitArgs>),
     /// Run the jobs of matching keys with CMD, each when its key has room
     #[command(after_help = worker::WORKER_HELP)]
-    Worker(worker::WorkerArgs),
+    Worker(Lazy<worker::WorkerArgs>),
     /// List jobs (queued and running by default); `baton jobs show KEY JOB_ID` for one
     #[command(args_conflicts_with_subcommands = true, after_help = jobs::JOBS_HELP)]
-    Jobs(jobs::JobsArgs),
+    Jobs(Lazy<jobs::JobsArgs>),
     /// Wait until a job has ended; exit 0 succeeded, 1 dead, 77 cancelled, 76 superseded
-    Wait(job::WaitJobArgs),
+    Wait(Lazy<job::WaitJobArgs>),
     /// Why a job (or KEY's next job) is not running yet, in a few lines
-    Why(why::WhyArgs),
+    Why(Lazy<why::WhyArgs>),
     /// End a job's run held under --async: `baton complete KEY JOB_ID --job-token TOKEN`
-    Complete(job::CompleteArgs),
+    Complete(Lazy<job::CompleteArgs>),
     /// Queue a dead job again (KEY JOB_ID), or give a dead run-once KEY its attempts back
-    Retry(job::RetryArgs),
+    Retry(Lazy<job::RetryArgs>),
     // ----- run-once -----
     /// Run CMD unless a run of it already succeeded on KEY (--seq N: run step N in order)
     #[command(after_help = once::ONCE_HELP)]
-    Once(once::OnceArgs),
+    Once(Lazy<once::OnceArgs>),
     // ----- values -----
     /// Shared values: `baton kv set ci/version 1.4.2`, `baton kv get ci/version`
     #[command(subcommand, after_help = kv::KV_HELP)]
@@ -219,27 +221,27 @@ pub enum Command {
     // ----- operations -----
     /// Stop new grants on KEY or PREFIX/ for a while (holders finish, waiters keep their places)
     #[command(after_help = pause::PAUSE_HELP)]
-    Pause(pause::PauseArgs),
+    Pause(Lazy<pause::PauseArgs>),
     /// End the freezes set on KEY or PREFIX/ with `baton pause`
-    Resume(pause::ResumeArgs),
+    Resume(Lazy<pause::ResumeArgs>),
     /// Free the turns of CI runs that have ended (GitHub, CircleCI, GitLab), asking each CI
     #[command(after_help = reap::REAP_HELP)]
-    Reap(reap::ReapArgs),
+    Reap(Lazy<reap::ReapArgs>),
     /// Prepare a store for use: create a DynamoDB table; check or create other stores' schemas
     #[command(after_help = init::INIT_HELP)]
-    Init(init::InitArgs),
+    Init(Lazy<init::InitArgs>),
     // ----- server -----
     /// Serve the store over HTTP: an API for every command, for runners without store credentials
     #[command(after_help = serve::SERVE_HELP)]
-    Serve(serve::ServeArgs),
+    Serve(Lazy<serve::ServeArgs>),
     /// Tokens for `baton serve`: `baton tokens new ci --scope lock:deploy/ --file tokens.json`
     #[command(subcommand, after_help = tokens::TOKENS_HELP)]
     Tokens(tokens::TokensCommand),
     // ----- shell -----
     /// Print a shell completion script: `baton completions bash > /etc/bash_completion.d/baton`
-    Completions(docs::CompletionsArgs),
+    Completions(Lazy<docs::CompletionsArgs>),
     /// Print a manual page (roff): `baton man > baton.1`, `baton man run > baton-run.1`
-    Man(docs::ManArgs),
+    Man(Lazy<docs::ManArgs>),
 }
 
 #[cfg(test)]

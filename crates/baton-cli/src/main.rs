@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use baton_store::url::OpenMode;
 
+use crate::args::lazy::Lazy;
 use crate::cli::{Cli, Command};
 use crate::cmd::kv::KvCommand;
 use crate::cmd::notify::NotifyCommand;
@@ -92,7 +93,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
         mode: open_mode(&cli.command),
     };
     match cli.command {
-        Command::Run(args) => {
+        Command::Run(Lazy(args)) => {
             let opened = open_retrying(
                 store_url,
                 args.wait.waiting.store_retry,
@@ -101,12 +102,12 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             .await?;
             cmd::run::run(&opened, args).await
         }
-        Command::Once(args) => {
+        Command::Once(Lazy(args)) => {
             let opened =
                 open_retrying(store_url, args.waiting.store_retry, args.waiting.quiet).await?;
             cmd::once::once(&opened, args).await
         }
-        Command::Acquire(args) => {
+        Command::Acquire(Lazy(args)) => {
             let opened = open_retrying(
                 store_url,
                 args.wait.waiting.store_retry,
@@ -115,33 +116,33 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
             .await?;
             cmd::acquire::acquire(&opened, args).await
         }
-        Command::Release(args) => cmd::token::release(&open(store_url).await?, args).await,
-        Command::Renew(args) => cmd::token::renew(&open(store_url).await?, args).await,
-        Command::Keep(args) => {
+        Command::Release(Lazy(args)) => cmd::token::release(&open(store_url).await?, args).await,
+        Command::Renew(Lazy(args)) => cmd::token::renew(&open(store_url).await?, args).await,
+        Command::Keep(Lazy(args)) => {
             // A store out of reach at the start is ridden out as a renewal would be.
             let opened = open_retrying(store_url, args.ttl, true).await?;
             cmd::keep::keep(&opened, args).await
         }
-        Command::Status(args) => cmd::status::status(&open(store_url).await?, args).await,
-        Command::Cancel(args) => cmd::cancel::cancel(&open(store_url).await?, args).await,
-        Command::Check(args) => cmd::check::check(&open(store_url).await?, args).await,
-        Command::Pause(args) => cmd::pause::pause(&open(store_url).await?, args).await,
-        Command::Resume(args) => cmd::pause::resume(&open(store_url).await?, args).await,
-        Command::Reap(args) => cmd::reap::reap(&open(store_url).await?, args).await,
-        Command::Completions(args) => cmd::docs::completions(args.shell),
-        Command::Man(args) => cmd::docs::man(args.subcommand.as_deref()),
-        Command::Log(args) => cmd::log::log(&open(store_url).await?, args).await,
-        Command::Init(args) => cmd::init::init(&open(store_url).await?, args).await,
-        Command::Submit(args) => cmd::job::submit(&open(store_url).await?, args).await,
-        Command::Complete(args) => cmd::job::complete(&open(store_url).await?, args).await,
-        Command::Wait(args) => cmd::job::wait(&open(store_url).await?, args).await,
-        Command::Retry(args) => cmd::job::retry(&open(store_url).await?, args).await,
-        Command::Why(args) => cmd::why::why(&open(store_url).await?, args).await,
-        Command::Jobs(args) => cmd::jobs::jobs(&open(store_url).await?, args).await,
-        Command::Worker(args) => cmd::worker::worker(&open(store_url).await?, args).await,
+        Command::Status(Lazy(args)) => cmd::status::status(&open(store_url).await?, args).await,
+        Command::Cancel(Lazy(args)) => cmd::cancel::cancel(&open(store_url).await?, args).await,
+        Command::Check(Lazy(args)) => cmd::check::check(&open(store_url).await?, args).await,
+        Command::Pause(Lazy(args)) => cmd::pause::pause(&open(store_url).await?, args).await,
+        Command::Resume(Lazy(args)) => cmd::pause::resume(&open(store_url).await?, args).await,
+        Command::Reap(Lazy(args)) => cmd::reap::reap(&open(store_url).await?, args).await,
+        Command::Completions(Lazy(args)) => cmd::docs::completions(args.shell),
+        Command::Man(Lazy(args)) => cmd::docs::man(args.subcommand.as_deref()),
+        Command::Log(Lazy(args)) => cmd::log::log(&open(store_url).await?, args).await,
+        Command::Init(Lazy(args)) => cmd::init::init(&open(store_url).await?, args).await,
+        Command::Submit(Lazy(args)) => cmd::job::submit(&open(store_url).await?, args).await,
+        Command::Complete(Lazy(args)) => cmd::job::complete(&open(store_url).await?, args).await,
+        Command::Wait(Lazy(args)) => cmd::job::wait(&open(store_url).await?, args).await,
+        Command::Retry(Lazy(args)) => cmd::job::retry(&open(store_url).await?, args).await,
+        Command::Why(Lazy(args)) => cmd::why::why(&open(store_url).await?, args).await,
+        Command::Jobs(Lazy(args)) => cmd::jobs::jobs(&open(store_url).await?, args).await,
+        Command::Worker(Lazy(args)) => cmd::worker::worker(&open(store_url).await?, args).await,
         Command::Kv(command) => cmd::kv::kv(&open(store_url).await?, command).await,
         Command::Notify(command) => cmd::notify::notify(&open(store_url).await?, command).await,
-        Command::Serve(args) => cmd::serve::serve(&open(store_url).await?, args).await,
+        Command::Serve(Lazy(args)) => cmd::serve::serve(&open(store_url).await?, args).await,
         Command::Tokens(command) => cmd::tokens::tokens(command),
     }
 }

@@ -6,4 +6,5 @@ pub use baton_client::durations as duration;
 #[cfg(test)]
 mod duration_tests;
 pub mod key;
+pub mod lazy;
 pub mod wait;
