@@ -282,3 +282,54 @@ fn a_waited_rule_fires_near_its_threshold() {
         );
     });
 }
+
+#[test]
+fn a_command_found_nowhere_exits_127_naming_it() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("k");
+        let done = ctx
+            .baton(["run", &key, "--", "no-such-program-anywhere"])
+            .run();
+        done.assert_code(127);
+        assert!(
+            done.stderr.contains("cannot run no-such-program-anywhere"),
+            "{}",
+            done.describe()
+        );
+    });
+}
+
+/// CMD is looked up on `PATH` as a shell would: the first executable file of that name, a
+/// file without the execute bit passed over, and the program gets its name as typed.
+#[test]
+fn a_command_is_the_first_executable_on_path_and_keeps_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    with_fresh_sqlite(|ctx| {
+        let (first, second) = (ctx.path("first"), ctx.path("second"));
+        for (dir, says, mode) in [(&first, "first", 0o644), (&second, "second", 0o755)] {
+            std::fs::create_dir_all(dir).expect("make a PATH directory");
+            let tool = dir.join("baton-test-tool");
+            std::fs::write(&tool, format!("#!/bin/sh\necho {says}\n")).expect("write the tool");
+            std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(mode))
+                .expect("set the tool's mode");
+        }
+        let path = format!(
+            "{}:{}:{}",
+            first.display(),
+            second.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let key = ctx.key("k");
+        let ran = ctx
+            .baton(["run", "-q", &key, "--", "baton-test-tool"])
+            .env("PATH", &path)
+            .run();
+        ran.assert_code(0);
+        assert_eq!(ran.stdout.trim(), "second", "{}", ran.describe());
+        let named = ctx
+            .baton(["run", "-q", &key, "--", "sh", "-c", "echo $0"])
+            .run();
+        named.assert_code(0);
+        assert_eq!(named.stdout.trim(), "sh", "{}", named.describe());
+    });
+}

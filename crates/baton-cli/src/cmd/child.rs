@@ -42,8 +42,9 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
     let give_terminal = !piped && owns_terminal();
-    let mut command = Command::new(program);
+    let mut command = Command::new(on_path(program));
     command
+        .arg0(program)
         .args(args)
         .envs(env.iter().cloned())
         .kill_on_drop(false);
@@ -95,6 +96,45 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         pgid,
         gave_terminal: give_terminal,
     })
+}
+
+/// Where `program` is on `PATH`, found before the fork: the C library's `execvp` would try
+/// every directory in turn in the forked child, one failed `exec` each, after baton's memory
+/// was copied for it. The first executable file wins, as with `execvp`; a name with a `/`, or
+/// one found nowhere, is passed on as it is, so the child's `exec` fails as it always did.
+fn on_path(program: &str) -> std::path::PathBuf {
+    let as_given = std::path::PathBuf::from(program);
+    if program.is_empty() || program.contains('/') {
+        return as_given;
+    }
+    let Some(path) = std::env::var_os("PATH") else {
+        return as_given;
+    };
+    std::env::split_paths(&path)
+        .map(|dir| {
+            // An empty entry is the current directory, to execvp as to a shell.
+            let dir = if dir.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                dir
+            };
+            dir.join(program)
+        })
+        .find(|candidate| is_executable_file(candidate))
+        .unwrap_or(as_given)
+}
+
+/// A regular file this process may execute (`access(X_OK)`, as `execvp` finds out by trying).
+fn is_executable_file(candidate: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    if !std::fs::metadata(candidate).is_ok_and(|meta| meta.is_file()) {
+        return false;
+    }
+    let Ok(path) = std::ffi::CString::new(candidate.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access reads the NUL-terminated path it is given and nothing else.
+    unsafe { libc::access(path.as_ptr(), libc::X_OK) == 0 }
 }
 
 impl Running {
