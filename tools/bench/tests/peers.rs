@@ -94,3 +94,53 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
         assert_eq!(detail["figures"][1]["overlaps"], 0, "{detail}");
     }
 }
+
+/// B7 measures the floor beside baton and `flock`: two rows more (the floor against `flock`,
+/// baton against the floor), and the floor is a working program: it takes and gives back its
+/// row around CMD and exits as CMD did.
+#[test]
+fn b7_measures_the_floor_beside_baton() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = dir.path().join("floor.db");
+    let floor = env!("CARGO_BIN_EXE_baton-floor-run");
+    let exited = Command::new(floor)
+        .args([
+            db.to_str().expect("a UTF-8 path"),
+            "k",
+            "--",
+            "sh",
+            "-c",
+            "exit 3",
+        ])
+        .status()
+        .expect("baton-floor-run runs");
+    assert_eq!(exited.code(), Some(3), "the floor exits as CMD did");
+    let output = Command::new(env!("CARGO_BIN_EXE_baton-bench"))
+        .args(["peers", "--json", "--scenarios", "b7", "--processes", "2"])
+        .env_remove("BATON_TEST_ETCD_URL")
+        .output()
+        .expect("baton-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        matches!(output.status.code(), Some(0 | 3)),
+        "baton-bench peers failed ({}): {stderr}",
+        output.status
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let rows = report["rows"].as_array().expect("rows");
+    let b7 = |peer: &str| {
+        rows.iter()
+            .any(|r| r["scenario"] == "B7" && r["peer"].as_str().is_some_and(|p| p.contains(peer)))
+    };
+    assert!(b7("flock"), "no B7 row against flock: {stderr}");
+    assert!(
+        b7("floor"),
+        "no B7 row of baton against the floor: {stderr}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r["scenario"] == "B7"
+                && r["measure"].as_str().is_some_and(|m| m.contains("floor"))),
+        "no B7 row of the floor against flock: {stderr}"
+    );
+}

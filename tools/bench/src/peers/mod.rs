@@ -556,7 +556,12 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         let baton_run = whole::Cmd::baton_run(&baton_bin, &workdir.store_url, &key);
         let flock = whole::Cmd::flock(&workdir.path("b78.lock"));
         if wants(Scenario::B7) {
+            let floor_db = workdir.path("b7-floor.db").display().to_string();
+            let floor = whole::Cmd::floor_run(&baton_bin, &floor_db, &key);
             let mut commands = vec![baton_run.clone(), flock.clone()];
+            if floor.program.is_file() {
+                commands.push(floor);
+            }
             if let Some(url) = &args.etcd {
                 commands.push(whole::Cmd::etcdctl(&contenders::etcd_endpoint(url)?));
             }

@@ -36,6 +36,14 @@ impl Cmd {
         }
     }
 
+    /// `baton-floor-run DB KEY -- true`: B7's floor, beside the baton binary it was built with.
+    pub fn floor_run(baton: &Path, db: &str, key: &str) -> Cmd {
+        Cmd {
+            program: baton.with_file_name("baton-floor-run"),
+            args: [db, key, "--", "true"].map(String::from).to_vec(),
+        }
+    }
+
     /// `flock FILE true`.
     pub fn flock(file: &Path) -> Cmd {
         Cmd {
