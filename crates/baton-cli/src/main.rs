@@ -87,6 +87,15 @@ fn fail(failure: Failure) -> ! {
 
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     warn_of_memory(cli.store.as_deref());
+    // A process that runs one command leaves a SQLite store's WAL short for the next one; a
+    // server, a worker or a keeper stays, and checkpoints at SQLite's default.
+    #[cfg(feature = "sqlite")]
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Worker(_) | Command::Keep(_)
+    ) {
+        baton_store::sqlite::one_command_per_process();
+    }
     // The store `--store` names, with whether this command may create it.
     let store_url = StoreChoice {
         url: cli.store.clone(),

@@ -333,3 +333,24 @@ fn a_command_is_the_first_executable_on_path_and_keeps_its_name() {
         assert_eq!(named.stdout.trim(), "sh", "{}", named.describe());
     });
 }
+
+/// Each `baton run` is a process of its own that opens the store alone and reads its whole
+/// WAL: the CLI keeps the WAL short for the next one (checkpointed at 128 pages, not SQLite's
+/// 1,000), and leaves it in place at exit rather than checkpoint it with three `fsync`s.
+#[test]
+fn one_command_processes_keep_the_sqlite_wal_short() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("k");
+        for _ in 0..80 {
+            ctx.baton(["run", "-q", &key, "--", "true"])
+                .run()
+                .assert_code(0);
+        }
+        let wal = ctx.path("baton.db-wal");
+        let len = std::fs::metadata(&wal)
+            .unwrap_or_else(|e| panic!("the WAL {} outlives the runs: {e}", wal.display()))
+            .len();
+        // 80 turns write a few pages each, hundreds in all; a frame is 4 KiB and 24 bytes.
+        assert!(len <= 160 * (4096 + 24), "the WAL grew to {len} bytes");
+    });
+}

@@ -39,6 +39,7 @@ use crate::{
 };
 use errors::sqlite_error;
 use layout::{history_record, read_row, versioned};
+pub use schema::one_command_per_process;
 
 /// How long a write waits for another process's write transaction before giving up with
 /// [`StoreError::Unavailable`]. baton's transactions last microseconds, so reaching this means

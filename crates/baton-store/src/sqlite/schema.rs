@@ -6,6 +6,7 @@
 //! `BEGIN IMMEDIATE`, so exactly one process creates it and the others find it done.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
@@ -20,11 +21,26 @@ use crate::{Result, StoreError};
 /// The schema this code reads and writes. Bump it with a step in [`MIGRATIONS`].
 pub(super) const SCHEMA_VERSION: u64 = 4;
 
-/// The WAL's length, in pages, past which a commit checkpoints it (SQLite's default is
-/// 1,000). Every process that opens the file alone reads the whole WAL to rebuild its index, so
-/// this bounds what a cold `baton run` pays for it (a fraction of a millisecond); a turn writes
-/// a handful of pages, so a checkpoint comes every few dozen turns.
-const WAL_CHECKPOINT_PAGES: u32 = 128;
+/// The WAL's length, in pages, past which a commit checkpoints it, in a process that stays
+/// (a server, a worker, an application): SQLite's default, where each checkpoint (two
+/// `fsync`s) costs that process's own writes; at 128 pages one writer alone ran 15% fewer
+/// cycles a second (B2 of BENCHMARKS.md, alternating rounds).
+const WAL_CHECKPOINT_PAGES: u32 = 1000;
+
+/// The same, in a process that runs one command and exits ([`one_command_per_process`]):
+/// every such process that opens the file alone reads the whole WAL to rebuild its index, so
+/// it keeps the WAL short for the next one (a fraction of a millisecond to read); a command
+/// writes a handful of pages, so a checkpoint comes every few dozen commands.
+const WAL_CHECKPOINT_PAGES_ONE_COMMAND: u32 = 128;
+
+/// Whether this process runs one command and exits ([`one_command_per_process`]).
+static ONE_COMMAND: AtomicBool = AtomicBool::new(false);
+
+/// Says that this process runs one command and exits (the CLI's, but for `serve` and
+/// `worker`): the files it opens from then on keep their WAL short for the next process.
+pub fn one_command_per_process() {
+    ONE_COMMAND.store(true, Ordering::Relaxed);
+}
 
 /// How long opening keeps retrying steps that failed with `SQLITE_BUSY` without waiting (the
 /// busy timeout does not cover every lock SQLite takes while a fresh file is set up).
@@ -178,10 +194,16 @@ pub(super) fn open_connection(
 /// the next process to create again: in a `baton run` that was more time than its turn's
 /// writes. The WAL is left for the next process instead, which rebuilds the index by reading
 /// it (a few microseconds a page); so that this stays small, the WAL is checkpointed by
-/// whichever commit takes it past [`WAL_CHECKPOINT_PAGES`].
+/// whichever commit takes it past [`WAL_CHECKPOINT_PAGES_ONE_COMMAND`] in a short-lived
+/// process, [`WAL_CHECKPOINT_PAGES`] in one that stays.
 fn keep_wal_on_close(connection: &Connection) -> rusqlite::Result<()> {
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-    connection.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
+    let pages = if ONE_COMMAND.load(Ordering::Relaxed) {
+        WAL_CHECKPOINT_PAGES_ONE_COMMAND
+    } else {
+        WAL_CHECKPOINT_PAGES
+    };
+    connection.pragma_update(None, "wal_autocheckpoint", pages)
 }
 
 /// The error for a store that is not there, opened to be read.
