@@ -33,10 +33,28 @@ pub trait Locker: Send {
     fn last_grant(&self) -> Option<Ticketed> {
         None
     }
-    /// Of the requests, the reads of a whole document, where the lock tells them apart (baton:
-    /// loads; the rest are CASes).
-    fn loads(&self) -> Option<u64> {
+    /// Of the requests, the reads of a whole document and the writes that lost to another,
+    /// where the lock tells them apart (baton: loads, and CASes that conflicted).
+    fn split(&self) -> Option<Split> {
         None
+    }
+}
+
+/// What a lock's requests were, where it tells them apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Split {
+    /// Reads of a whole document.
+    pub loads: u64,
+    /// Writes that lost to a concurrent write and wrote nothing.
+    pub conflicts: u64,
+}
+
+impl std::iter::Sum for Split {
+    fn sum<I: Iterator<Item = Split>>(iter: I) -> Split {
+        iter.fold(Split::default(), |a, b| Split {
+            loads: a.loads + b.loads,
+            conflicts: a.conflicts + b.conflicts,
+        })
     }
 }
 
@@ -163,8 +181,12 @@ impl Locker for BatonLocker {
         self.counting.counts().round_trips()
     }
 
-    fn loads(&self) -> Option<u64> {
-        Some(self.counting.counts().load)
+    fn split(&self) -> Option<Split> {
+        let counts = self.counting.counts();
+        Some(Split {
+            loads: counts.load,
+            conflicts: counts.cas_conflicts,
+        })
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use super::contenders::{Contender, Locker, Ticketed};
+use super::contenders::{Contender, Locker, Split, Ticketed};
 use crate::setup::fresh_key;
 use crate::stats::Summary;
 
@@ -41,8 +41,8 @@ fn requests_of(clients: &[Box<dyn Locker>]) -> u64 {
     clients.iter().map(|c| c.requests()).sum()
 }
 
-fn loads_of(clients: &[Box<dyn Locker>]) -> Option<u64> {
-    clients.iter().map(|c| c.loads()).sum()
+fn split_of(clients: &[Box<dyn Locker>]) -> Option<Split> {
+    clients.iter().map(|c| c.split()).sum()
 }
 
 /// B1's figures for one side.
@@ -188,6 +188,9 @@ pub struct HotKey {
     pub requests_per_grant: f64,
     /// Of those, document reads per grant, where the lock tells them apart.
     pub loads_per_grant: Option<f64>,
+    /// Of those, writes per grant that lost to another and wrote nothing, where the lock tells
+    /// them apart.
+    pub conflicts_per_grant: Option<f64>,
     /// Holds that began before the previous one ended: must be 0 for any lock.
     pub overlaps: usize,
     /// How long a client waited for its grant.
@@ -212,7 +215,7 @@ pub async fn hot_key(
     let mut overlaps = [0, 0];
     let mut per_round_fifo = [0, 0];
     let before = [requests_of(&sides[0]), requests_of(&sides[1])];
-    let loads_before = [loads_of(&sides[0]), loads_of(&sides[1])];
+    let split_before = [split_of(&sides[0]), split_of(&sides[1])];
     for round in 0..rounds {
         for side in order(round, 0, 1) {
             let key = Arc::new(fresh_key(&format!("b3-{side}")));
@@ -278,9 +281,12 @@ pub async fn hot_key(
             fairness: jain(all, n),
             requests_per_grant: (requests_of(&sides[side]) - before[side]) as f64
                 / all.len() as f64,
-            loads_per_grant: loads_of(&sides[side])
-                .zip(loads_before[side])
-                .map(|(after, before)| (after - before) as f64 / all.len() as f64),
+            loads_per_grant: split_of(&sides[side])
+                .zip(split_before[side])
+                .map(|(after, before)| (after.loads - before.loads) as f64 / all.len() as f64),
+            conflicts_per_grant: split_of(&sides[side]).zip(split_before[side]).map(
+                |(after, before)| (after.conflicts - before.conflicts) as f64 / all.len() as f64,
+            ),
             overlaps: overlaps[side],
             wait_ms: Summary::of(&waits).context("no waits")?,
         })

@@ -200,7 +200,10 @@ pub fn b3(
         baton.requests_per_grant,
         baton
             .loads_per_grant
-            .map_or(String::new(), |loads| format!(" ({loads:.1} loads)")),
+            .zip(baton.conflicts_per_grant)
+            .map_or(String::new(), |(loads, lost)| format!(
+                " ({loads:.1} loads, {lost:.1} lost writes)"
+            )),
         other.requests_per_grant,
         baton.fifo_violations,
         if baton.fifo_exact { "" } else { " (by time)" },
