@@ -162,7 +162,8 @@ async fn enqueue(
     }
 }
 
-fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
+/// The enqueue of `pending` with `options`.
+pub(crate) fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
     Enqueue {
         pool: options.pool.clone(),
         id: pending.id.clone(),

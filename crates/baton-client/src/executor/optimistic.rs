@@ -3,13 +3,16 @@
 //!
 //! A warm client keeps each key's last document and version, so an uncontended operation costs
 //! one round trip (the CAS); a stale cache costs a conflict, which returns the current document
-//! where the store can. An answer computed from a cached document is trusted only if it writes
+//! where the store can (an enqueue that only queues its ticket first yields: the retry
+//! policy's [`Conflicts::yield_one`]). An answer computed from a cached document is trusted only if it writes
 //! (the CAS proves the cache was current); a refusal or an unchanged result from a cached
 //! document is recomputed from a fresh read before it is reported.
 //!
 //! Shared values are written the same way ([`write_value_by_cas`]), each judged again against
 //! the document that won a conflict, so `--if-version`, `--if-absent` and `--fence` hold at the
 //! moment of the write.
+
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_core::kv::{self, ValueDoc, Write};
@@ -20,7 +23,7 @@ use super::direct::{Direct, Lost, Prepared};
 use super::{freezing, Executed, Executor};
 use crate::error::ClientError;
 use crate::known::Cached;
-use crate::retry::{AfterConflict, Conflicts, OPERATION_CONFLICTS, VALUE_CONFLICTS};
+use crate::retry::{queues_only, AfterConflict, Conflicts, OPERATION_CONFLICTS, VALUE_CONFLICTS};
 use crate::settings::{read_freezes, Freezes, SettingsChange, SettingsChanged};
 use crate::time::{mono_ms, wall_ms};
 
@@ -82,10 +85,13 @@ impl Optimistic {
                 }
                 return Ok(lost.unchanged(applied));
             }
+            let yields = queues_only(request, &applied);
+            let sent = Instant::now();
             match self.write(key, &cached, &prepared, applied).await? {
                 Wrote::Done(executed) => return Ok(executed),
                 Wrote::Conflict(now) => {
-                    current = self.after_conflict(key, now, &mut conflicts).await?;
+                    let took = yields.then(|| sent.elapsed());
+                    current = self.after_conflict(key, now, &mut conflicts, took).await?;
                     fresh = current.is_some();
                 }
                 Wrote::Ambiguous(applied) => {
@@ -137,12 +143,14 @@ impl Optimistic {
     }
 
     /// After a conflict: the document to compute from next (`None`: read it), as the retry
-    /// policy says ([`Conflicts::lost_one`]).
+    /// policy says ([`Conflicts::lost_one`]; [`Conflicts::yield_one`] for a write that only
+    /// queued a ticket, whose CAS took `yielding`).
     async fn after_conflict(
         &self,
         key: &str,
         now: Option<Versioned>,
         conflicts: &mut Conflicts,
+        yielding: Option<Duration>,
     ) -> Result<Option<Cached>, ClientError> {
         let direct = &self.0;
         direct.known.conflicted();
@@ -155,6 +163,10 @@ impl Optimistic {
             }),
             None => None,
         };
+        if let Some(took) = yielding.filter(|_| conflicts.may_yield()) {
+            conflicts.yield_one(key, took).await?;
+            return Ok(returned);
+        }
         Ok(match conflicts.lost_one(key).await? {
             AfterConflict::Again => returned,
             AfterConflict::ReadAgain => None,
