@@ -9,36 +9,43 @@ use std::process::Command;
 
 use serde_json::Value;
 
-#[test]
-fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
-    let output = Command::new(env!("CARGO_BIN_EXE_baton-bench"))
-        .args([
-            "peers",
-            "--json",
-            "--scenarios",
-            "b1,b3,b4",
-            "--rounds",
-            "1",
-            "--cycles",
-            "3",
-            "--load-rounds",
-            "1",
-            "--duration",
-            "1s",
-            "--handoffs",
-            "2",
-        ])
-        .output()
-        .expect("baton-bench runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    // 0: every goal met; 3: the run went through and some goal was not (a 1 s run is no
-    // measurement); anything else is an error.
+/// Runs `baton-bench peers --json ARGS` without the variables `without`, and returns its report
+/// and what it wrote to standard error. Exit 0 means every goal was met; 3, that the run went
+/// through and some goal was not (a run this short is no measurement); anything else fails.
+fn peers(args: &[&str], without: &[&str]) -> (Value, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_baton-bench"));
+    command.args(["peers", "--json"]).args(args);
+    for variable in without {
+        command.env_remove(variable);
+    }
+    let output = command.output().expect("baton-bench runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(
         matches!(output.status.code(), Some(0 | 3)),
         "baton-bench peers failed ({}): {stderr}",
         output.status
     );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let report = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    (report, stderr)
+}
+
+#[test]
+fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
+    let args = [
+        "--scenarios",
+        "b1,b3,b4",
+        "--rounds",
+        "1",
+        "--cycles",
+        "3",
+        "--load-rounds",
+        "1",
+        "--duration",
+        "1s",
+        "--handoffs",
+        "2",
+    ];
+    let (report, stderr) = peers(&args, &[]);
     let rows = report["rows"].as_array().expect("rows");
     let mut stores = vec!["SQLite"];
     for (variable, store) in [
@@ -89,6 +96,10 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
             baton["fifo_violations"], 0,
             "a ticket passed one that arrived before it: {detail}"
         );
+        // baton's requests are told apart: reads, and writes that lost to another.
+        for split in ["loads_per_grant", "conflicts_per_grant"] {
+            assert!(baton[split].as_f64().is_some(), "no {split}: {detail}");
+        }
         // And the peers' holds never overlap either, except where the peer has no exclusion
         // to speak of: none here has a lease shorter than the run.
         assert_eq!(detail["figures"][1]["overlaps"], 0, "{detail}");
@@ -115,18 +126,8 @@ fn b7_measures_the_floor_beside_baton() {
         .status()
         .expect("baton-floor-run runs");
     assert_eq!(exited.code(), Some(3), "the floor exits as CMD did");
-    let output = Command::new(env!("CARGO_BIN_EXE_baton-bench"))
-        .args(["peers", "--json", "--scenarios", "b7", "--processes", "2"])
-        .env_remove("BATON_TEST_ETCD_URL")
-        .output()
-        .expect("baton-bench runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        matches!(output.status.code(), Some(0 | 3)),
-        "baton-bench peers failed ({}): {stderr}",
-        output.status
-    );
-    let report: Value = serde_json::from_slice(&output.stdout).expect("one JSON object");
+    let args = ["--scenarios", "b7", "--processes", "2"];
+    let (report, stderr) = peers(&args, &["BATON_TEST_ETCD_URL"]);
     let rows = report["rows"].as_array().expect("rows");
     let b7 = |peer: &str| {
         rows.iter()
