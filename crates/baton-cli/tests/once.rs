@@ -21,6 +21,16 @@ fn logged(name: &str, secs: &str, code: i32) -> String {
     )
 }
 
+/// [`logged`], but the command waits for the file `gate` in the test's directory before it
+/// sleeps: a holder that stays until the test has seen what it waits for, however slow the
+/// machine.
+fn gated(name: &str, gate: &str, code: i32) -> String {
+    format!(
+        "echo \"ran {name} $BATON_FENCE $BATON_ATTEMPT\" >> \"$TEST_DIR/log\"; \
+         while [ ! -e \"$TEST_DIR/{gate}\" ]; do sleep 0.05; done; exit {code}"
+    )
+}
+
 fn once<'c>(ctx: &'c Ctx, name: &str, key: &str, flags: &[&str], script: &str) -> common::Cmd<'c> {
     let mut args = vec!["once", key, "--poll", "100ms", "--context", name];
     args.extend_from_slice(flags);
@@ -94,10 +104,11 @@ fn a_failing_cmd_is_tried_by_the_next_caller_then_dead_until_retry() {
     for_each_store(|ctx| {
         let key = ctx.key("email/u42");
         let flags = ["--max-attempts", "2"];
-        let mut a = once(ctx, "A", &key, &flags, &logged("A", "1", 3)).spawn();
+        let mut a = once(ctx, "A", &key, &flags, &gated("A", "a-fails", 3)).spawn();
         ctx.wait_holding(&key, "A");
         let mut b = once(ctx, "B", &key, &flags, &logged("B", "0", 4)).spawn();
         ctx.wait_queued(&key, "B");
+        ctx.touch("a-fails");
         let a = a.wait(PROMPT);
         a.assert_code(3);
         assert!(a.stderr.contains("attempt 1 of 2 failed"), "{}", a.stderr);
