@@ -409,6 +409,12 @@ async fn a_cas_without_an_answer_is_ambiguous() {
         panic!("create must write");
     };
     server.signal(libc::SIGSTOP);
+    // kill(2) returns before etcd stops: a thread still running could take the CAS below.
+    let pid = server.child.as_ref().expect("the server runs").id() as i32;
+    assert!(
+        baton_testkit::stopped::all_threads_stopped(pid, Duration::from_secs(10)),
+        "etcd did not stop"
+    );
     let started = Instant::now();
     let error = store
         .cas("k", Some(&version), b"2", &[b"h".to_vec()])

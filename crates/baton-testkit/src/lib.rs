@@ -34,6 +34,7 @@ pub mod files;
 pub mod help;
 pub mod http;
 mod process;
+pub mod stopped;
 mod view;
 
 pub use process::{Cmd, Done, Proc};

@@ -14,7 +14,6 @@
 use std::fs;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::{Duration, Instant};
 
 /// The kernel's TCP tables, IPv4 then IPv6.
 const TCP_TABLES: [&str; 2] = ["/proc/net/tcp", "/proc/net/tcp6"];
@@ -130,37 +129,7 @@ pub fn children(pid: i32) -> Vec<i32> {
     children
 }
 
-/// The state letter of a `/proc/…/stat` line: the field after the command name, which is in
-/// parentheses and may itself hold spaces and parentheses (hence the last `") "`).
-pub fn stat_state(stat: &str) -> Option<char> {
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next())
-}
-
-/// Waits (up to `patience`) until every thread of `pid` is stopped (`T` or `t` in its
-/// `/proc/PID/task/TID/stat`); false if one still runs then, or the process is gone.
-///
-/// `kill(2)` returns before the target stops: a thread still running could read a socket or
-/// finish a transaction after the signal was sent.
-pub fn all_threads_stopped(pid: i32, patience: Duration) -> bool {
-    let give_up = Instant::now() + patience;
-    loop {
-        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
-            return false;
-        };
-        let running = tasks.flatten().any(|task| {
-            let stat = fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-            !matches!(stat_state(&stat), Some('T' | 't'))
-        });
-        if !running {
-            return true;
-        }
-        if Instant::now() >= give_up {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+pub use baton_testkit::stopped::{all_threads_stopped, stat_state};
 
 /// The processes whose environment has `name` with a value `wanted` accepts (one that cannot
 /// be read, or ends meanwhile, is left out): how the harness finds a client's keeper, which is
@@ -202,6 +171,7 @@ mod tests {
     use std::io::{BufRead, BufReader, Write};
     use std::net::{TcpListener, TcpStream};
     use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
 
     #[test]
     fn processes_are_found_by_a_variable_of_their_environment() {
@@ -289,14 +259,6 @@ mod tests {
         assert_eq!(inode_in_table(&table, local, remote), Some(777));
         assert_eq!(inode_in_table(&table, remote, local), None);
         assert_eq!(inode_in_table("", local, remote), None);
-    }
-
-    #[test]
-    fn stat_states_are_read_past_odd_command_names() {
-        assert_eq!(stat_state("12 (bash) S 1 12"), Some('S'));
-        assert_eq!(stat_state("12 (a) b) (c) T 1 12"), Some('T'));
-        assert_eq!(stat_state("12 (cut"), None);
-        assert_eq!(stat_state(""), None);
     }
 
     #[test]
