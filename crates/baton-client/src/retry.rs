@@ -118,9 +118,9 @@ impl Conflicts {
     /// more it lost, leave the releases a clear run: fewer lost writes per grant, more grants
     /// per second (measured in BENCHMARKS.md, B3). Only the first [`YIELDS_MAX`] conflicts
     /// yield: yielding without a bound lost fewer writes still, but a client that kept losing
-    /// kept falling behind the others in grants. The document the
-    /// conflict returned is used after the pause rather than a fresh read: if it went stale,
-    /// the CAS that finds out costs what the read would have, and returns the current one.
+    /// kept falling behind the others in grants. The document the conflict returned is used
+    /// after the pause rather than a fresh read: if it went stale, the CAS that finds out costs
+    /// what the read would have, and returns the current one.
     pub async fn yield_one(&mut self, key: &str, took: Duration) -> Result<(), ClientError> {
         self.seen += 1;
         if self.seen >= self.limit {

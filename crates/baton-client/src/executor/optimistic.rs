@@ -3,10 +3,10 @@
 //!
 //! A warm client keeps each key's last document and version, so an uncontended operation costs
 //! one round trip (the CAS); a stale cache costs a conflict, which returns the current document
-//! where the store can (an enqueue that only queues its ticket first yields: the retry
-//! policy's [`Conflicts::yield_one`]). An answer computed from a cached document is trusted only if it writes
-//! (the CAS proves the cache was current); a refusal or an unchanged result from a cached
-//! document is recomputed from a fresh read before it is reported.
+//! where the store can (an enqueue that only queues its ticket first yields: the retry policy's
+//! [`Conflicts::yield_one`]). An answer computed from a cached document is trusted only if it
+//! writes (the CAS proves the cache was current); a refusal or an unchanged result from a
+//! cached document is recomputed from a fresh read before it is reported.
 //!
 //! Shared values are written the same way ([`write_value_by_cas`]), each judged again against
 //! the document that won a conflict, so `--if-version`, `--if-absent` and `--fence` hold at the
