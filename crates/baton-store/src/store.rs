@@ -117,6 +117,11 @@ pub struct Capabilities {
     /// the lock is local (SQLite's file lock, taken in microseconds), this spares a hot key the
     /// conflicts, retries and backoffs that optimistic writers pay.
     pub locked_update: bool,
+    /// [`Store::update`] holds a lock on the key in the server for a few round trips
+    /// (PostgreSQL's row lock): too dear for every write, it spares a write that already lost
+    /// a CAS on a hot key from losing again, since writers then queue on the lock instead of
+    /// racing. It runs nothing and answers `None` for a key that has no document yet.
+    pub update_when_contended: bool,
 }
 
 /// What a [`Store::update`] writes: as [`Store::cas_due`] does, and the records first.
@@ -348,7 +353,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// transaction under the store's write lock ([`Capabilities::locked_update`]): no other
     /// write to the key comes between the read and the write. Watchers are woken as by a CAS.
     ///
-    /// A store without the capability runs nothing and answers `Ok(None)`: use [`Store::cas`].
+    /// A store without the capability ([`Capabilities::locked_update`] or
+    /// [`Capabilities::update_when_contended`]), or one that cannot lock this key, runs
+    /// nothing and answers `Ok(None)`: use [`Store::cas`].
     /// On an error the computation may or may not have run, and nothing was written.
     async fn update(&self, _key: &str, _compute: Compute) -> Result<Option<Updated>> {
         Ok(None)

@@ -12,11 +12,14 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_store::postgres::PostgresStore;
 use baton_store::{
-    conformance, CasOutcome, Store, StoreClock, StoreError, Version, Versioned, WithDocs,
+    conformance, CasOutcome, Change, Replacement, Store, StoreClock, StoreError, Updated, Version,
+    Versioned, WithDocs,
 };
 use sqlx::{Connection, Executor, PgConnection, Row};
 
@@ -46,6 +49,15 @@ async fn fresh_schema() -> (String, String) {
 
 async fn shared_store() -> PostgresStore {
     PostgresStore::open(&server_url()).await.unwrap()
+}
+
+/// A store whose sessions show `application_name` in `pg_stat_activity`.
+async fn store_named(application_name: &str) -> PostgresStore {
+    let url = with_parameter(
+        &server_url(),
+        &format!("application_name={application_name}"),
+    );
+    PostgresStore::open(&url).await.unwrap()
 }
 
 baton_store::conformance_tests!(shared_store(), prefix, keep: |keep: u64| async move {
@@ -375,11 +387,7 @@ async fn a_server_that_never_answers_is_unavailable_after_the_connect_timeout() 
 #[tokio::test]
 async fn reads_survive_connections_the_server_closed() {
     let application_name = format!("baton-test-closed-{}", nanos());
-    let url = with_parameter(
-        &server_url(),
-        &format!("application_name={application_name}"),
-    );
-    let store = PostgresStore::open(&url).await.unwrap();
+    let store = store_named(&application_name).await;
     let key = format!("{}k", prefix("closed"));
     store.cas(&key, None, b"1", &[]).await.unwrap();
 
@@ -637,11 +645,7 @@ async fn next_pushed(handle: &mut baton_store::WatchHandle, version: &Version) -
 #[tokio::test]
 async fn a_lost_listener_reconnects_and_wakes_its_waiters() {
     let application_name = format!("baton-test-listener-{}", nanos());
-    let url = with_parameter(
-        &server_url(),
-        &format!("application_name={application_name}"),
-    );
-    let store = PostgresStore::open(&url).await.unwrap();
+    let store = store_named(&application_name).await;
     let key = format!("{}k", prefix("lost-listener"));
     let mut handle = store.watch(&key).await.unwrap().expect("LISTEN works");
 
@@ -673,48 +677,19 @@ async fn a_lost_listener_reconnects_and_wakes_its_waiters() {
 #[tokio::test]
 async fn a_write_whose_connection_dies_is_ambiguous() {
     let application_name = format!("baton-test-ambiguous-{}", nanos());
-    let url = with_parameter(
-        &server_url(),
-        &format!("application_name={application_name}"),
-    );
-    let store = PostgresStore::open(&url).await.unwrap();
+    let store = store_named(&application_name).await;
     let key = format!("{}k", prefix("ambiguous"));
     let CasOutcome::Written { version } = store.cas(&key, None, b"1", &[]).await.unwrap() else {
         panic!("create must write");
     };
 
     // Another session holds the row, so the CAS waits on the server until it is killed.
-    let mut holder = PgConnection::connect(&server_url()).await.unwrap();
-    holder.execute("BEGIN").await.unwrap();
-    sqlx::query("SELECT 1 FROM baton_docs WHERE key = $1 FOR UPDATE")
-        .bind(&key)
-        .execute(&mut holder)
-        .await
-        .unwrap();
+    let mut holder = hold_row(&key).await;
     let cas = tokio::spawn({
         let (store, key, version) = (store.clone(), key.clone(), version.clone());
         async move { store.cas(&key, Some(&version), b"2", &[]).await }
     });
-    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
-    let started = Instant::now();
-    loop {
-        let n_terminated: i64 = sqlx::query_scalar(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE application_name = $1 AND wait_event_type = 'Lock'",
-        )
-        .bind(&application_name)
-        .fetch_one(&mut admin)
-        .await
-        .unwrap();
-        if n_terminated == 1 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the CAS never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    terminate_when_waiting_on_a_lock(&application_name).await;
     let error = cas.await.unwrap().unwrap_err();
     assert!(matches!(error, StoreError::Ambiguous { .. }), "{error:?}");
     holder.execute("ROLLBACK").await.unwrap();
@@ -959,4 +934,172 @@ async fn failures_are_classified() {
     baton_store::url::open_in(&empty, OpenMode::Existing)
         .await
         .unwrap();
+}
+
+/// A locked update costs four statements (`BEGIN`, the locking read, the CAS, `COMMIT`), and
+/// for a key without a row, three, running nothing: there is nothing to lock.
+#[tokio::test]
+async fn an_update_is_four_statements_and_runs_only_for_a_key_with_a_row() {
+    let store = shared_store().await;
+    let key = format!("{}k", prefix("update-statements"));
+    let write = |bytes: &'static [u8]| -> baton_store::Compute {
+        Box::new(move |_: Option<&Versioned>| {
+            Change::Write(Replacement {
+                bytes: bytes.to_vec(),
+                ..Replacement::default()
+            })
+        })
+    };
+
+    let before = store.n_statements();
+    assert_eq!(store.update(&key, write(b"never")).await.unwrap(), None);
+    assert_eq!(
+        store.n_statements() - before,
+        3,
+        "an update of a key without a row"
+    );
+    assert_eq!(store.load(&key).await.unwrap(), None, "it wrote nothing");
+
+    let CasOutcome::Written { .. } = store.cas(&key, None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    let before = store.n_statements();
+    let updated = store.update(&key, write(b"2")).await.unwrap();
+    assert!(
+        matches!(updated, Some(Updated::Written { .. })),
+        "{updated:?}"
+    );
+    assert_eq!(
+        store.n_statements() - before,
+        4,
+        "an update of a key with a row"
+    );
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"2");
+}
+
+/// An update waiting for a row another session holds, whose connection dies there, had not
+/// sent its `COMMIT`: it is `Unavailable` (nothing written), not `Ambiguous`, and its
+/// computation never ran.
+#[tokio::test]
+async fn an_update_cut_off_before_its_commit_wrote_nothing() {
+    let application_name = format!("baton-test-update-cut-{}", nanos());
+    let store = store_named(&application_name).await;
+    let key = format!("{}k", prefix("update-cut"));
+    let CasOutcome::Written { .. } = store.cas(&key, None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    let mut holder = hold_row(&key).await;
+    let ran = Arc::new(AtomicBool::new(false));
+    let update = tokio::spawn({
+        let (store, key, ran) = (store.clone(), key.clone(), ran.clone());
+        async move {
+            let compute = Box::new(move |_: Option<&Versioned>| {
+                ran.store(true, Ordering::SeqCst);
+                Change::Write(Replacement {
+                    bytes: b"2".to_vec(),
+                    ..Replacement::default()
+                })
+            });
+            store.update(&key, compute).await
+        }
+    });
+    terminate_when_waiting_on_a_lock(&application_name).await;
+    let error = update.await.unwrap().unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the computation never ran");
+    holder.execute("ROLLBACK").await.unwrap();
+    assert_eq!(store.load(&key).await.unwrap().unwrap().bytes, b"1");
+}
+
+/// A session of its own that holds `key`'s row locked until it rolls back.
+async fn hold_row(key: &str) -> PgConnection {
+    let mut holder = PgConnection::connect(&server_url()).await.unwrap();
+    holder.execute("BEGIN").await.unwrap();
+    sqlx::query("SELECT 1 FROM baton_docs WHERE key = $1 FOR UPDATE")
+        .bind(key)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// Ends the one session of `application_name` that waits for a lock, once it does.
+async fn terminate_when_waiting_on_a_lock(application_name: &str) {
+    let mut admin = PgConnection::connect(&server_url()).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let n_terminated: i64 = sqlx::query_scalar(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE application_name = $1 AND wait_event_type = 'Lock'",
+        )
+        .bind(application_name)
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+        if n_terminated == 1 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the statement never waited for the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A client stopped inside its update's transaction (here its computation blocks its thread,
+/// which runs a runtime of its own, as a stopped process would) holds the key's row only until
+/// the server ends the idle session: another store's CAS on the key then writes, long before the
+/// stopped client goes on, and the stopped update answers that nothing was written.
+#[tokio::test]
+async fn a_client_stopped_inside_an_update_frees_the_row() {
+    let stall = Duration::from_millis(baton_store::postgres::IDLE_IN_TRANSACTION_MS)
+        + Duration::from_secs(4);
+    let other = shared_store().await;
+    let key = format!("{}k", prefix("update-stalled"));
+    let CasOutcome::Written { version } = other.cas(&key, None, b"1", &[]).await.unwrap() else {
+        panic!("create must write");
+    };
+    let (in_compute, computing) = std::sync::mpsc::channel();
+    let stalled_done = Arc::new(AtomicBool::new(false));
+    let stopped = std::thread::spawn({
+        let (key, stalled_done) = (key.clone(), stalled_done.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let store = shared_store().await;
+                let compute = Box::new(move |_: Option<&Versioned>| {
+                    in_compute.send(()).unwrap();
+                    std::thread::sleep(stall);
+                    stalled_done.store(true, Ordering::SeqCst);
+                    Change::Write(Replacement {
+                        bytes: b"stalled".to_vec(),
+                        ..Replacement::default()
+                    })
+                });
+                store.update(&key, compute).await
+            })
+        }
+    });
+    tokio::task::spawn_blocking(move || computing.recv().unwrap())
+        .await
+        .unwrap();
+    let outcome = other
+        .cas(&key, Some(&version), b"other", &[])
+        .await
+        .unwrap();
+    assert!(matches!(outcome, CasOutcome::Written { .. }), "{outcome:?}");
+    assert!(
+        !stalled_done.load(Ordering::SeqCst),
+        "the CAS waited for the stopped client to go on"
+    );
+    let updated = tokio::task::spawn_blocking(move || stopped.join().unwrap())
+        .await
+        .unwrap();
+    let error = updated.unwrap_err();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert_eq!(other.load(&key).await.unwrap().unwrap().bytes, b"other");
 }

@@ -59,7 +59,9 @@ where
         let key = key.clone();
         // Where the store has locked updates, half the writers use them: a CAS and an update
         // racing on one key must not lose each other's writes.
-        let by_update = n % 2 == 1 && store.capabilities().locked_update;
+        let capabilities = store.capabilities();
+        let by_update =
+            n % 2 == 1 && (capabilities.locked_update || capabilities.update_when_contended);
         tasks.spawn(async move {
             if by_update {
                 increment_by_update(&store, &key, per_store).await;

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::concurrent_writes::check_counter;
+use super::concurrent_writes::{check_counter, increment};
 use super::support::{entries, join_all, ok, parse_counter, written};
 use super::watch::expect_pushed;
 use super::WATCH_WAKE_WITHIN;
@@ -13,16 +13,59 @@ use crate::{Change, Replacement, Store, Updated, Version, Versioned, WithDocs};
 /// A store with [`crate::Capabilities::locked_update`] shows an update's computation the
 /// key's current document and writes what it returns in the same transaction: the document
 /// under a new version a CAS can name, its history, its due time and its records; `Keep` and a
-/// refused write leave everything as it was; watchers wake as after a CAS. A store without the
-/// capability never runs the computation and answers `None`.
+/// refused write leave everything as it was; watchers wake as after a CAS. A store with
+/// [`crate::Capabilities::update_when_contended`] does the same for a key that has a document,
+/// and for one that has none runs nothing and answers `None`, as does a store with neither.
 pub async fn locked_update(store: &dyn Store, prefix: &str) {
     let key = format!("{prefix}locked_update/key");
+    let capabilities = store.capabilities();
+    let (ran, first) = first_update(None);
+    let outcome = ok("update", store.update(&key, first).await);
+    if !capabilities.locked_update {
+        assert_eq!(
+            outcome, None,
+            "no document to lock, or no update: update says so"
+        );
+        assert!(!ran.load(Ordering::SeqCst), "and runs nothing");
+        assert_eq!(
+            ok("load", store.load(&key).await),
+            None,
+            "and writes nothing"
+        );
+        if !capabilities.update_when_contended {
+            return;
+        }
+        let zero = written(
+            store.cas(&key, None, b"zero", &[]).await,
+            "a CAS creating the key",
+        );
+        let (ran, first) = first_update(Some(Versioned {
+            version: zero,
+            bytes: b"zero".to_vec(),
+        }));
+        let outcome = ok("update", store.update(&key, first).await);
+        assert!(
+            ran.load(Ordering::SeqCst),
+            "an update of a key with a document runs"
+        );
+        return check_updates(store, &key, outcome).await;
+    }
+    check_updates(store, &key, outcome).await;
+}
+
+/// The first update of the test: it checks that it is shown `expected` and writes "one" with
+/// an entry, a due time and a record; the flag says whether it ran.
+fn first_update(expected: Option<Versioned>) -> (Arc<AtomicBool>, crate::Compute) {
     let ran = Arc::new(AtomicBool::new(false));
-    let first = {
+    let compute = {
         let ran = ran.clone();
         Box::new(move |current: Option<&Versioned>| {
             ran.store(true, Ordering::SeqCst);
-            assert_eq!(current, None, "a key never written shows no document");
+            assert_eq!(
+                current,
+                expected.as_ref(),
+                "an update sees the current document"
+            );
             Change::Write(Replacement {
                 bytes: b"one".to_vec(),
                 history: vec![b"h1".to_vec()],
@@ -31,23 +74,18 @@ pub async fn locked_update(store: &dyn Store, prefix: &str) {
             })
         })
     };
-    let outcome = ok("update", store.update(&key, first).await);
-    if !store.capabilities().locked_update {
-        assert_eq!(outcome, None, "no locked_update: update says so");
-        assert!(!ran.load(Ordering::SeqCst), "and runs nothing");
-        assert_eq!(
-            ok("load", store.load(&key).await),
-            None,
-            "and writes nothing"
-        );
-        return;
-    }
+    (ran, compute)
+}
+
+/// After the first update answered `outcome`: what it wrote, `Keep`, a refused update and a
+/// second update.
+async fn check_updates(store: &dyn Store, key: &str, outcome: Option<Updated>) {
     let Some(Updated::Written { version: v1 }) = outcome else {
         panic!("the update must write, got {outcome:?}");
     };
-    let loaded = check_first_update_written(store, &key, &v1).await;
-    check_keep_and_refusals_write_nothing(store, &key, &loaded).await;
-    check_second_update(store, &key, &v1).await;
+    let loaded = check_first_update_written(store, key, &v1).await;
+    check_keep_and_refusals_write_nothing(store, key, &loaded).await;
+    check_second_update(store, key, &v1).await;
 }
 
 /// The first update of `key` wrote version `v1` with its history, record and due time;
@@ -187,7 +225,8 @@ async fn check_second_update(store: &dyn Store, key: &str, v1: &Version) {
 pub async fn concurrent_updates(store: &dyn Store, prefix: &str) {
     const N_TASKS: usize = 16;
     const INCREMENTS_PER_TASK: usize = 25;
-    if !store.capabilities().locked_update {
+    let capabilities = store.capabilities();
+    if !capabilities.locked_update && !capabilities.update_when_contended {
         return;
     }
     let key = format!("{prefix}concurrent_updates/counter");
@@ -200,8 +239,9 @@ pub async fn concurrent_updates(store: &dyn Store, prefix: &str) {
 }
 
 /// Does `n_increments` increments of the decimal counter at `key` by [`Store::update`], each
-/// appending the new value to the log. Public so that tests of several processes sharing a
-/// store can use the same loop.
+/// appending the new value to the log (by CAS while the key has no document to lock, on a
+/// store that locks only those). Public so that tests of several processes sharing a store can
+/// use the same loop.
 pub async fn increment_by_update(store: &dyn Store, key: &str, n_increments: usize) {
     for _ in 0..n_increments {
         let add_one = Box::new(|current: Option<&Versioned>| {
@@ -213,10 +253,10 @@ pub async fn increment_by_update(store: &dyn Store, key: &str, n_increments: usi
                 ..Replacement::default()
             })
         });
-        let updated = ok("update", store.update(key, add_one).await);
-        assert!(
-            matches!(updated, Some(Updated::Written { .. })),
-            "{key}: an increment must write, got {updated:?}"
-        );
+        match ok("update", store.update(key, add_one).await) {
+            Some(Updated::Written { .. }) => {}
+            None if store.capabilities().update_when_contended => increment(store, key, 1).await,
+            updated => panic!("{key}: an increment must write, got {updated:?}"),
+        }
     }
 }

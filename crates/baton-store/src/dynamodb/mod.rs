@@ -509,6 +509,7 @@ impl Store for DynamoStore {
             clock_uncertain_ms: 0,
             due_index: false,
             locked_update: false,
+            update_when_contended: false,
             watch_complete: false,
         }
     }

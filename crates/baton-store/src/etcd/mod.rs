@@ -257,6 +257,7 @@ impl Store for EtcdStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: false,
+            update_when_contended: false,
             watch_complete: false,
         }
     }

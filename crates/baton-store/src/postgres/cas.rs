@@ -2,7 +2,8 @@
 //! statement (which checks the expected version, writes the row, appends the history, trims
 //! it and moves the due index), and what its answer means.
 
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgArguments, PgRow, Postgres};
+use sqlx::query::Query;
 use sqlx::Row;
 
 use super::errors::Kind;
@@ -21,19 +22,10 @@ impl PostgresStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<Vec<PgRow>> {
-        // A bigint; a due time past it is "never" for any real clock.
-        let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
-        // A version that is not a number was not made by this store: it matches nothing (NULL
-        // compares equal to nothing), and the CAS conflicts like any stale one.
-        let expected_number: Option<i64> = expected.and_then(|v| v.0.parse().ok());
-        let keep = i64::try_from(self.inner.retention.keep).unwrap_or(i64::MAX);
-        let max_age_ms: Option<i64> = self
-            .inner
-            .retention
-            .max_age_ms()
-            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
-        Ok(match expected {
+        let due_ms = due_bigint(due_ms);
+        match expected {
             None => {
+                let (keep, max_age_ms) = self.retention_binds();
                 self.fetch(Kind::Write, || {
                     sqlx::query(CAS_CREATE)
                         .bind(key)
@@ -43,22 +35,65 @@ impl PostgresStore {
                         .bind(keep)
                         .bind(max_age_ms)
                 })
-                .await?
+                .await
             }
-            Some(_) => {
+            Some(expected) => {
                 self.fetch(Kind::Write, || {
-                    sqlx::query(CAS_UPDATE)
-                        .bind(key)
-                        .bind(expected_number)
-                        .bind(bytes)
-                        .bind(history)
-                        .bind(due_ms)
-                        .bind(keep)
-                        .bind(max_age_ms)
+                    self.cas_update(key, expected, bytes, history, due_ms)
                 })
-                .await?
+                .await
             }
-        })
+        }
+    }
+
+    /// The CAS statement of an existing row at version `expected`.
+    pub(super) fn cas_update<'q>(
+        &self,
+        key: &'q str,
+        expected: &Version,
+        bytes: &'q [u8],
+        history: &'q [Vec<u8>],
+        due_ms: Option<i64>,
+    ) -> Query<'q, Postgres, PgArguments> {
+        // A version that is not a number was not made by this store: it matches nothing (NULL
+        // compares equal to nothing), and the CAS conflicts like any stale one.
+        let expected_number: Option<i64> = expected.0.parse().ok();
+        let (keep, max_age_ms) = self.retention_binds();
+        sqlx::query(CAS_UPDATE)
+            .bind(key)
+            .bind(expected_number)
+            .bind(bytes)
+            .bind(history)
+            .bind(due_ms)
+            .bind(keep)
+            .bind(max_age_ms)
+    }
+
+    /// `history_keep` and `history_max_age` as the CAS statements bind them.
+    fn retention_binds(&self) -> (i64, Option<i64>) {
+        let retention = &self.inner.retention;
+        let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
+        let max_age_ms = retention
+            .max_age_ms()
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
+        (keep, max_age_ms)
+    }
+
+    /// The row the CAS statement (sent at `sent`) answered and the version it wrote, if it
+    /// wrote; the server's time it carried is recorded.
+    pub(super) fn cas_answer<'r>(
+        &self,
+        rows: &'r [PgRow],
+        sent: BootInstant,
+    ) -> Result<(&'r PgRow, Option<i64>)> {
+        let row = rows
+            .first()
+            .ok_or_else(|| self.backend("the CAS statement returned no row"))?;
+        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
+        let written: Option<i64> = row
+            .try_get("written_version")
+            .map_err(|e| self.backend(e))?;
+        Ok((row, written))
     }
 
     /// What the CAS statement (sent at `sent`) answered: written at its new version, or a
@@ -71,13 +106,7 @@ impl PostgresStore {
         rows: &[PgRow],
         sent: BootInstant,
     ) -> Result<CasOutcome> {
-        let row = rows
-            .first()
-            .ok_or_else(|| self.backend("the CAS statement returned no row"))?;
-        self.observe_clock(row.try_get("now_ms").map_err(|e| self.backend(e))?, sent);
-        let written: Option<i64> = row
-            .try_get("written_version")
-            .map_err(|e| self.backend(e))?;
+        let (row, written) = self.cas_answer(rows, sent)?;
         if let Some(version) = written {
             return Ok(CasOutcome::Written {
                 version: Version(version.to_string()),
@@ -101,4 +130,10 @@ impl PostgresStore {
         };
         Ok(CasOutcome::Conflict { current })
     }
+}
+
+/// A due time as the statements bind it: a bigint; a due time past it is "never" for any real
+/// clock.
+pub(super) fn due_bigint(due_ms: Option<u64>) -> Option<i64> {
+    due_ms.and_then(|ms| i64::try_from(ms).ok())
 }

@@ -35,10 +35,11 @@ pub(super) fn connection_lost(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::WorkerCrashed => true,
         // Connection exceptions, and the server ending the session (shutdown, a terminated
-        // backend, crash recovery) arrive as errors from the server just before it hangs up.
-        sqlx::Error::Database(error) => error
-            .code()
-            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        // backend, crash recovery, a transaction left idle too long) arrive as errors from the
+        // server just before it hangs up.
+        sqlx::Error::Database(error) => error.code().is_some_and(|code| {
+            code.starts_with("08") || code.starts_with("57P") || code == "25P03"
+        }),
         _ => false,
     }
 }

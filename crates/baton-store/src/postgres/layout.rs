@@ -119,6 +119,26 @@ pub(super) const LOAD: &str = concat!(
 
 pub(super) const CLOCK: &str = concat!("SELECT ", now_ms!(), " AS now_ms");
 
+/// How long the server waits for the next statement of an update's transaction before it ends
+/// the session, and with it the transaction and its row lock (`update.rs`). Its statements
+/// follow each other within milliseconds.
+pub const IDLE_IN_TRANSACTION_MS: u64 = 2_000;
+
+/// Opens an update's transaction (`update.rs`): one round trip, by the simple protocol, which
+/// takes two statements in one message.
+pub(super) const BEGIN: &str = "BEGIN; SET LOCAL idle_in_transaction_session_timeout = 2000";
+
+/// Reads a key's row and locks it until the transaction ends ([`Store::update`]): `$1` key. No
+/// row, no reply row (and nothing locked).
+///
+/// [`Store::update`]: crate::Store::update
+pub(super) const LOCK_ROW: &str = concat!(
+    "SELECT doc.version, doc.doc, ",
+    now_ms!(),
+    " AS now_ms
+     FROM baton_docs AS doc WHERE doc.key = $1 FOR UPDATE"
+);
+
 /// The CAS of an existing document: `$1` key, `$2` expected version, `$3` document, `$4`
 /// history entries, `$5` due time (the due index), `$6` `history_keep`, `$7` `history_max_age`
 /// in ms (or null). The current row is read (from the statement's snapshot) only when the
@@ -235,6 +255,11 @@ pub(super) const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key =
 #[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_update_ends_a_session_idle_in_its_transaction_as_documented() {
+        assert!(BEGIN.ends_with(&format!("= {IDLE_IN_TRANSACTION_MS}")));
+    }
 
     #[test]
     fn every_cas_notifies_the_channel_the_listener_listens_on() {

@@ -7,7 +7,9 @@
 //! record, keyed by key and name). `schema.rs` creates them on first use, and migrates older
 //! ones, safely when many processes start at once.
 //!
-//! Every operation is ONE statement, so a warm connection pays one round trip for it:
+//! Every operation but one is ONE statement, so a warm connection pays one round trip for it
+//! (the exception, [`Store::update`], locks a hot key's row for a write that lost a CAS:
+//! `update.rs`):
 //! - a CAS is one statement of data-modifying CTEs: the conditional `UPDATE` (or, for a create,
 //!   `INSERT … ON CONFLICT DO NOTHING`) bumps the version and the key's history counter by the
 //!   number of entries; the history rows are inserted only from the row the write returned, with
@@ -40,6 +42,7 @@ mod errors;
 mod layout;
 mod listen;
 mod schema;
+mod update;
 pub mod url;
 
 use std::fmt;
@@ -60,12 +63,12 @@ use crate::history_retention::HistoryRetention;
 use crate::server_clock::ServerClock;
 use crate::url::OpenMode;
 use crate::{
-    check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
-    Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
+    check_record, check_record_name, Capabilities, CasOutcome, Compute, DueKey, HistoryRecord,
+    Result, Store, StoreClock, StoreError, Updated, Version, Versioned, WatchHandle, WithDocs,
 };
 use errors::{connect_error, connection_lost, statement_error, Kind};
-pub use layout::PUSHED_DOCUMENT_MAX;
 use layout::*;
+pub use layout::{IDLE_IN_TRANSACTION_MS, PUSHED_DOCUMENT_MAX};
 pub use url::is_postgres_url;
 use url::{describe, server_address};
 
@@ -371,6 +374,7 @@ impl Store for PostgresStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: false,
+            update_when_contended: true,
             watch_complete: false,
         }
     }
@@ -390,6 +394,10 @@ impl Store for PostgresStore {
         let sent = BootInstant::now();
         let rows = self.send_cas(key, expected, bytes, history, due_ms).await?;
         self.outcome_of_write(key, expected, &rows, sent).await
+    }
+
+    async fn update(&self, key: &str, compute: Compute) -> Result<Option<Updated>> {
+        self.update_row(key, compute).await
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

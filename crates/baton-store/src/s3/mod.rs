@@ -373,6 +373,7 @@ impl Store for S3Store {
             clock_uncertain_ms: clock::UNCERTAIN_MS,
             due_index: false,
             locked_update: false,
+            update_when_contended: false,
             watch_complete: false,
         }
     }

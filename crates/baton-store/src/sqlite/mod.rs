@@ -243,6 +243,7 @@ impl Store for SqliteStore {
             clock_uncertain_ms: 0,
             due_index: true,
             locked_update: true,
+            update_when_contended: false,
             watch_complete: false,
         }
     }
