@@ -16,7 +16,7 @@ use baton_store::{Store, StoreClock, StoreError, Version, Versioned};
 use crate::delivery::{spawn_delivery, Recorder};
 use crate::error::ClientError;
 use crate::executor::direct::Direct;
-use crate::executor::locked::Locked;
+use crate::executor::locked::{LockWhen, Locked};
 use crate::executor::optimistic::Optimistic;
 use crate::executor::server::Server;
 pub use crate::executor::Executed;
@@ -134,8 +134,11 @@ impl Coordinator {
                     local.clone(),
                     events_due,
                 );
-                if store.capabilities().locked_update {
-                    Arc::new(Locked::new(direct))
+                let capabilities = store.capabilities();
+                if capabilities.locked_update {
+                    Arc::new(Locked::new(direct, LockWhen::Always))
+                } else if capabilities.update_when_contended {
+                    Arc::new(Locked::new(direct, LockWhen::Contended))
                 } else {
                     Arc::new(Optimistic::new(direct))
                 }

@@ -5,8 +5,9 @@
 //! Three implementations, chosen once when the coordinator is made, so that no feature ever
 //! asks which transport it runs on:
 //! - `optimistic`: load → `core::apply` → compare-and-swap, again on a conflict;
-//! - `locked`: the core's apply inside the store's own write transaction (SQLite), which never
-//!   loses a CAS, falling back to `optimistic` where it cannot serve;
+//! - `locked`: the core's apply inside the store's own write transaction, which never loses a
+//!   CAS: for every write on SQLite, for a write that lost a CAS on PostgreSQL (`hot`); falling
+//!   back to `optimistic` where it cannot serve;
 //! - `server`: each write sent to `baton serve`, which runs it with its own coordinator.
 //!
 //! All three follow the client's one retry policy ([`crate::retry`]): conflicts judged again
@@ -27,6 +28,7 @@ use crate::turn::WriteAnswer;
 
 pub(crate) mod direct;
 pub(crate) mod freezing;
+pub(crate) mod hot;
 pub(crate) mod locked;
 pub(crate) mod optimistic;
 pub(crate) mod server;

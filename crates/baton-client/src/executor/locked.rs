@@ -1,13 +1,18 @@
-//! Operations on a store with locked updates ([`baton_store::Capabilities::locked_update`]):
-//! the core's apply runs inside the store's write transaction, on the document read in it, so
-//! the write never loses a CAS. Where a locked update cannot serve (a store without a clock,
-//! another backlog segment wanted, a write whose answer was lost) the optimistic path takes
-//! over from what it saw; shared values, settings and records are written optimistically.
+//! Operations on a store with locked updates ([`baton_store::Store::update`]): the core's apply
+//! runs inside the store's write transaction, on the document read in it, so the write never
+//! loses a CAS. Where a locked update cannot serve (a store without a clock, another backlog
+//! segment wanted, a write whose answer was lost, a key with nothing to lock yet) the
+//! optimistic path takes over from what it saw; shared values, settings and records are
+//! written optimistically.
 //!
 //! On a hot key, optimistic writers lose CASes to each other, retry and back off; a releasing
 //! holder that backs off stalls the whole queue behind it (BENCHMARKS.md, B3). Under the lock
-//! each write costs one transaction whatever the contention. The rules are the core's, as on
-//! the CAS path: only where the core's work happens moves.
+//! each write costs one transaction whatever the contention. Where the lock is local and cheap
+//! (SQLite: [`LockWhen::Always`]) every write takes it; where it costs round trips
+//! (PostgreSQL's row lock: [`LockWhen::Contended`]) a write first tries one CAS, and takes the
+//! lock only once that lost, as do this coordinator's next writes to the key for a while
+//! ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
+//! happens moves.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -18,25 +23,45 @@ use baton_core::{decode, Applied, Doc, Request};
 use baton_store::{Change, StoreClock, StoreError, Updated, Versioned};
 
 use super::direct::{Direct, Lost, Prepared};
-use super::optimistic::Optimistic;
+use super::hot::HotKeys;
+use super::optimistic::{OnConflict, Optimistic, Ran};
 use super::{Executed, Executor};
 use crate::error::ClientError;
 use crate::known::Cached;
 use crate::settings::{Freezes, SettingsChange, SettingsChanged};
 use crate::time::mono_ms;
 
+/// Which writes take the store's lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockWhen {
+    /// Every write ([`baton_store::Capabilities::locked_update`]: SQLite's lock is local).
+    Always,
+    /// A write that lost a CAS ([`baton_store::Capabilities::update_when_contended`]:
+    /// PostgreSQL's row lock costs round trips).
+    Contended,
+}
+
 /// Locked updates, with optimistic writes where they cannot serve.
 #[derive(Debug)]
-pub(crate) struct Locked(Optimistic);
+pub(crate) struct Locked {
+    cas: Optimistic,
+    when: LockWhen,
+    /// Keys on which a CAS lost lately ([`LockWhen::Contended`]).
+    hot: HotKeys,
+}
 
 impl Locked {
-    /// Writes through `direct`.
-    pub(crate) fn new(direct: Direct) -> Locked {
-        Locked(Optimistic::new(direct))
+    /// Writes through `direct`, taking the store's lock for the writes `when` says.
+    pub(crate) fn new(direct: Direct, when: LockWhen) -> Locked {
+        Locked {
+            cas: Optimistic::new(direct),
+            when,
+            hot: HotKeys::default(),
+        }
     }
 
     fn direct(&self) -> &Direct {
-        &self.0 .0
+        &self.cas.0
     }
 }
 
@@ -46,34 +71,50 @@ impl Executor for Locked {
         let direct = self.direct();
         direct.settings.prefetch(&direct.store, mono_ms());
         let mut lost = Lost::of(request);
-        let cached = direct.known.cached(key);
+        let mut cached = direct.known.cached(key);
+        if self.when == LockWhen::Contended && !self.hot.is_hot(key) {
+            let ran = self
+                .cas
+                .run_from(key, request, cached, false, lost, OnConflict::HandOver)
+                .await?;
+            match ran {
+                Ran::Done(executed) => return Ok(executed),
+                Ran::HandedOver {
+                    current,
+                    lost: left,
+                } => {
+                    self.hot.lost_on(key);
+                    (cached, lost) = (current, left);
+                }
+            }
+        }
         match self.run_locked(key, request, cached, &mut lost).await? {
             Update::Done(executed) => Ok(*executed),
             Update::Fallback { seen, read } => {
-                self.0
-                    .run_from(key, request, seen.map(|s| *s), read, lost)
+                self.cas
+                    .run_retrying(key, request, seen.map(|s| *s), read, lost)
                     .await
             }
         }
     }
 
     async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
-        self.0.write_value(name, write).await
+        self.cas.write_value(name, write).await
     }
 
     async fn change_settings(
         &self,
         change: SettingsChange,
     ) -> Result<SettingsChanged, ClientError> {
-        self.0.change_settings(change).await
+        self.cas.change_settings(change).await
     }
 
     async fn freezes(&self) -> Result<Freezes, ClientError> {
-        self.0.freezes().await
+        self.cas.freezes().await
     }
 
     async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
-        self.0.put_record(key, name, bytes).await
+        self.cas.put_record(key, name, bytes).await
     }
 }
 

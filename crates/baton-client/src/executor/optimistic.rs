@@ -31,6 +31,24 @@ use crate::time::{mono_ms, wall_ms};
 #[derive(Debug)]
 pub(crate) struct Optimistic(pub(super) Direct);
 
+/// What [`Optimistic::run_from`] does when a CAS loses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OnConflict {
+    /// Computes again and retries, as the retry policy says.
+    Retry,
+    /// Stops and hands the document the conflict returned back to the caller.
+    HandOver,
+}
+
+/// How [`Optimistic::run_from`] ended.
+pub(super) enum Ran {
+    /// With an answer.
+    Done(Executed),
+    /// A CAS lost ([`OnConflict::HandOver`]): the document it returned (`None`: read it), and
+    /// what earlier attempts that may have landed left.
+    HandedOver { current: Option<Cached>, lost: Lost },
+}
+
 /// How one CAS of an operation's write ended.
 enum Wrote {
     /// Written: the answer.
@@ -49,7 +67,7 @@ impl Optimistic {
 
     /// Runs `request` on `key` by optimistic writes, starting from `current` (a fresh read
     /// when `None`; `fresh`: `current` is as fresh as a read), with what earlier attempts that
-    /// may have landed left in `lost`.
+    /// may have landed left in `lost`; a lost CAS is retried or handed over (`on_conflict`).
     pub(super) async fn run_from(
         &self,
         key: &str,
@@ -57,7 +75,8 @@ impl Optimistic {
         mut current: Option<Cached>,
         mut fresh: bool,
         mut lost: Lost,
-    ) -> Result<Executed, ClientError> {
+        on_conflict: OnConflict,
+    ) -> Result<Ran, ClientError> {
         let direct = &self.0;
         let mut conflicts = Conflicts::new(OPERATION_CONFLICTS);
         loop {
@@ -83,12 +102,17 @@ impl Optimistic {
                 if !fresh {
                     continue;
                 }
-                return Ok(lost.unchanged(applied));
+                return Ok(Ran::Done(lost.unchanged(applied)));
             }
             let yields = queues_only(request, &applied);
             let sent = Instant::now();
             match self.write(key, &cached, &prepared, applied).await? {
-                Wrote::Done(executed) => return Ok(executed),
+                Wrote::Done(executed) => return Ok(Ran::Done(executed)),
+                Wrote::Conflict(now) if on_conflict == OnConflict::HandOver => {
+                    direct.known.conflicted();
+                    let current = self.returned(key, now)?;
+                    return Ok(Ran::HandedOver { current, lost });
+                }
                 Wrote::Conflict(now) => {
                     let took = yields.then(|| sent.elapsed());
                     current = self.after_conflict(key, now, &mut conflicts, took).await?;
@@ -152,17 +176,8 @@ impl Optimistic {
         conflicts: &mut Conflicts,
         yielding: Option<Duration>,
     ) -> Result<Option<Cached>, ClientError> {
-        let direct = &self.0;
-        direct.known.conflicted();
-        let returns_current = direct.store.capabilities().conflict_returns_current;
-        let returned = match now {
-            Some(versioned) => Some(direct.known.decode(key, versioned)?),
-            None if returns_current => Some(Cached {
-                version: None,
-                doc: None,
-            }),
-            None => None,
-        };
+        self.0.known.conflicted();
+        let returned = self.returned(key, now)?;
         if let Some(took) = yielding.filter(|_| conflicts.may_yield()) {
             conflicts.yield_one(key, took).await?;
             return Ok(returned);
@@ -172,6 +187,45 @@ impl Optimistic {
             AfterConflict::ReadAgain => None,
         })
     }
+
+    /// The document a lost CAS returned (`now`), to compute from next: `None` when the store
+    /// does not return it (read it then).
+    fn returned(&self, key: &str, now: Option<Versioned>) -> Result<Option<Cached>, ClientError> {
+        let direct = &self.0;
+        let returns_current = direct.store.capabilities().conflict_returns_current;
+        Ok(match now {
+            Some(versioned) => Some(direct.known.decode(key, versioned)?),
+            None if returns_current => Some(Cached {
+                version: None,
+                doc: None,
+            }),
+            None => None,
+        })
+    }
+
+    /// [`Optimistic::run_from`] until it answers, every lost CAS retried.
+    pub(super) async fn run_retrying(
+        &self,
+        key: &str,
+        request: &mut Request,
+        mut current: Option<Cached>,
+        mut fresh: bool,
+        mut lost: Lost,
+    ) -> Result<Executed, ClientError> {
+        loop {
+            let ran = self
+                .run_from(key, request, current, fresh, lost, OnConflict::Retry)
+                .await?;
+            match ran {
+                Ran::Done(executed) => return Ok(executed),
+                // Not sent by a run that retries; were it, the run would go on from there.
+                Ran::HandedOver {
+                    current: returned,
+                    lost: left,
+                } => (current, fresh, lost) = (returned, true, left),
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -180,7 +234,7 @@ impl Executor for Optimistic {
         let direct = &self.0;
         direct.settings.prefetch(&direct.store, mono_ms());
         let current = direct.known.cached(key);
-        self.run_from(key, request, current, false, Lost::of(request))
+        self.run_retrying(key, request, current, false, Lost::of(request))
             .await
     }
 

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use baton_store::memory::MemoryStore;
 use baton_store::{
-    Capabilities, CasOutcome, HistoryRecord, Store, StoreClock, StoreError, Version, Versioned,
-    WatchHandle,
+    Capabilities, CasOutcome, Change, Compute, HistoryRecord, Store, StoreClock, StoreError,
+    Updated, Version, Versioned, WatchHandle,
 };
 
 /// A view of a shared [`MemoryStore`], as one process has it.
@@ -53,6 +53,13 @@ pub struct Probe {
     /// The next this many record writes (a job's parameters, a run's report) are written and
     /// their answers lost (`Ambiguous`): a connection cut under them.
     pub lose_record_replies: AtomicU64,
+    /// Where set, the store locks a key for an update as PostgreSQL locks its row
+    /// (`Capabilities::update_when_contended`), and a CAS waits for it: shared by every view
+    /// of the store, one lock for every key (enough for a test).
+    row_lock: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// CASes that lost, and updates asked for.
+    pub conflicts: AtomicU64,
+    pub updates: AtomicU64,
 }
 
 impl Probe {
@@ -75,6 +82,19 @@ impl Probe {
         probe
     }
 
+    /// A view of `inner` that locks keys for updates with `row_lock`, which every view of the
+    /// store shares.
+    pub fn row_locked(
+        inner: Arc<MemoryStore>,
+        row_lock: &Arc<tokio::sync::Mutex<()>>,
+    ) -> Arc<Probe> {
+        let mut probe = Self::with_wakes(inner, true, false);
+        if let Some(probe) = Arc::get_mut(&mut probe) {
+            probe.row_lock = Some(row_lock.clone());
+        }
+        probe
+    }
+
     fn with_wakes(inner: Arc<MemoryStore>, push: bool, bare: bool) -> Arc<Probe> {
         Arc::new(Probe {
             inner,
@@ -91,6 +111,9 @@ impl Probe {
             reply_delay_ms: AtomicU64::new(0),
             slow_keys: Mutex::new(HashMap::new()),
             lose_record_replies: AtomicU64::new(0),
+            row_lock: None,
+            conflicts: AtomicU64::new(0),
+            updates: AtomicU64::new(0),
         })
     }
 
@@ -121,6 +144,7 @@ impl Store for Probe {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             watch: self.push,
+            update_when_contended: self.row_lock.is_some(),
             ..self.inner.capabilities()
         }
     }
@@ -153,10 +177,18 @@ impl Store for Probe {
             tokio::time::sleep(Duration::from_millis(slow_ms)).await;
         }
         self.cases.fetch_add(1, Ordering::SeqCst);
+        let row = match &self.row_lock {
+            Some(lock) => Some(lock.lock().await),
+            None => None,
+        };
         let outcome = self
             .inner
             .cas_due(key, expected, bytes, history, due_ms)
             .await;
+        drop(row);
+        if matches!(outcome, Ok(CasOutcome::Conflict { .. })) {
+            self.conflicts.fetch_add(1, Ordering::SeqCst);
+        }
         let delay_ms = self.reply_delay_ms.load(Ordering::SeqCst);
         if delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
@@ -272,5 +304,38 @@ impl Store for Probe {
     }
     async fn get_record(&self, key: &str, name: &str) -> baton_store::Result<Option<Vec<u8>>> {
         self.inner.get_record(key, name).await
+    }
+    /// A locked update, as [`Probe::row_locked`] makes one: the key's document read and
+    /// written under the row lock; a key without one has nothing to lock.
+    async fn update(&self, key: &str, compute: Compute) -> baton_store::Result<Option<Updated>> {
+        let Some(lock) = &self.row_lock else {
+            return Ok(None);
+        };
+        self.reach()?;
+        self.updates.fetch_add(1, Ordering::SeqCst);
+        let _row = lock.lock().await;
+        let Some(current) = self.inner.load(key).await? else {
+            return Ok(None);
+        };
+        let replacement = match compute(Some(&current)) {
+            Change::Keep => return Ok(Some(Updated::Kept)),
+            Change::Write(replacement) => replacement,
+        };
+        for (name, bytes) in &replacement.records {
+            self.inner.put_record(key, name, bytes).await?;
+        }
+        let expected = Some(&current.version);
+        let (bytes, history) = (&replacement.bytes, &replacement.history);
+        match self
+            .inner
+            .cas_due(key, expected, bytes, history, replacement.due_ms)
+            .await?
+        {
+            CasOutcome::Written { version } => Ok(Some(Updated::Written { version })),
+            CasOutcome::Conflict { .. } => Err(StoreError::Backend {
+                store: self.describe(),
+                source: "a write came between the locked read and its write".into(),
+            }),
+        }
     }
 }

@@ -1,0 +1,134 @@
+//! A store whose locked update costs round trips (PostgreSQL's row lock:
+//! `Capabilities::update_when_contended`), on the in-memory store: a write goes by CAS until one
+//! loses, then under the lock, and so do the coordinator's next writes to that key for a while;
+//! other keys keep writing by CAS; and writers mixing both paths never hold a key together.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
+use baton_client::{ClientError, Coordinator};
+use baton_core::Outcome;
+use baton_store::memory::MemoryStore;
+
+mod common;
+use common::Probe;
+
+/// What a view of the store was asked: CASes, CASes that lost, locked updates.
+fn counts(view: &Probe) -> (u64, u64, u64) {
+    (
+        view.cases(),
+        view.conflicts.load(Ordering::SeqCst),
+        view.updates.load(Ordering::SeqCst),
+    )
+}
+
+fn options(timeout: Option<Duration>) -> AcquireOptions {
+    AcquireOptions {
+        ttl: Duration::from_secs(30),
+        timeout,
+        ..AcquireOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_write_that_lost_a_cas_is_written_under_the_lock_and_so_are_the_next_to_its_key() {
+    let (memory, lock) = (Arc::new(MemoryStore::new()), Arc::default());
+    let a = Probe::row_locked(memory.clone(), &lock);
+    let b = Probe::row_locked(memory.clone(), &lock);
+    let (coord_a, coord_b) = (Coordinator::new(a.clone()), Coordinator::new(b.clone()));
+
+    let held = acquire(&coord_a, &Pending::new("k"), &options(None))
+        .await
+        .unwrap();
+    assert_eq!(counts(&a), (1, 0, 0), "an uncontended acquire is one CAS");
+    // Another process enqueues and gives up: a's cached document is stale now.
+    let tried = acquire(&coord_b, &Pending::new("k"), &options(Some(Duration::ZERO))).await;
+    assert!(
+        matches!(tried, Err(ClientError::TimedOut { .. })),
+        "{tried:?}"
+    );
+
+    release(&coord_a, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&a),
+        (2, 1, 1),
+        "the release lost one CAS, then was written under the lock"
+    );
+
+    let again = acquire(&coord_a, &Pending::new("k"), &options(None))
+        .await
+        .unwrap();
+    release(&coord_a, "k", &again.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&a),
+        (2, 1, 3),
+        "the key is hot: its next writes take the lock at once"
+    );
+
+    let other = acquire(&coord_a, &Pending::new("j"), &options(None))
+        .await
+        .unwrap();
+    assert_eq!(counts(&a), (3, 1, 3), "another key is written by CAS");
+    release(&coord_a, "j", &other.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+}
+
+/// Holders counted at the protected resource: never more than one, whichever path each
+/// write took.
+#[derive(Default)]
+struct Resource {
+    holders: AtomicU32,
+    turns: AtomicU64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_mixing_cas_and_the_lock_never_hold_a_key_together() {
+    const WRITERS: usize = 8;
+    const TURNS: u64 = 15;
+    let (memory, lock) = (Arc::new(MemoryStore::new()), Arc::default());
+    let resource = Arc::new(Resource::default());
+    let views: Vec<Arc<Probe>> = (0..WRITERS)
+        .map(|_| Probe::row_locked(memory.clone(), &lock))
+        .collect();
+    let mut writers = tokio::task::JoinSet::new();
+    for view in &views {
+        let (coord, resource) = (Coordinator::new(view.clone()), resource.clone());
+        writers.spawn(async move {
+            for _ in 0..TURNS {
+                let lease = acquire(&coord, &Pending::new("hot"), &options(None))
+                    .await
+                    .unwrap();
+                let holders = resource.holders.fetch_add(1, Ordering::SeqCst) + 1;
+                assert_eq!(holders, 1, "two holders at once");
+                tokio::task::yield_now().await;
+                resource.holders.fetch_sub(1, Ordering::SeqCst);
+                resource.turns.fetch_add(1, Ordering::SeqCst);
+                release(&coord, "hot", &lease.token, Outcome::Succeeded)
+                    .await
+                    .unwrap();
+            }
+        });
+    }
+    while let Some(joined) = writers.join_next().await {
+        if let Err(error) = joined {
+            std::panic::resume_unwind(error.into_panic());
+        }
+    }
+    assert_eq!(
+        resource.turns.load(Ordering::SeqCst),
+        WRITERS as u64 * TURNS
+    );
+    let updates: u64 = views.iter().map(|v| counts(v).2).sum();
+    assert!(
+        updates > 0,
+        "no write took the lock: the race never happened"
+    );
+}
