@@ -15,6 +15,7 @@ pub struct CountingStore {
     load: AtomicU64,
     cas: AtomicU64,
     cas_conflicts: AtomicU64,
+    updates: AtomicU64,
     clock: AtomicU64,
     watch: AtomicU64,
     other: AtomicU64,
@@ -29,6 +30,10 @@ pub struct Counts {
     pub cas: u64,
     /// Of those, how many lost to a concurrent write.
     pub cas_conflicts: u64,
+    /// `Store::update`, counted in `cas` too: a write under the store's lock (on SQLite one
+    /// transaction on the file; on PostgreSQL four statements, the row locked between them).
+    #[serde(default)]
+    pub updates: u64,
     /// `Store::clock`: free on SQLite (the host's clock, no file access), a round trip on a
     /// store whose clock is the server's.
     pub clock: u64,
@@ -51,6 +56,7 @@ impl Counts {
             load: self.load + other.load,
             cas: self.cas + other.cas,
             cas_conflicts: self.cas_conflicts + other.cas_conflicts,
+            updates: self.updates + other.updates,
             clock: self.clock + other.clock,
             watch: self.watch + other.watch,
             other: self.other + other.other,
@@ -66,6 +72,7 @@ impl CountingStore {
             load: AtomicU64::new(0),
             cas: AtomicU64::new(0),
             cas_conflicts: AtomicU64::new(0),
+            updates: AtomicU64::new(0),
             clock: AtomicU64::new(0),
             watch: AtomicU64::new(0),
             other: AtomicU64::new(0),
@@ -78,6 +85,7 @@ impl CountingStore {
             load: self.load.load(Ordering::Relaxed),
             cas: self.cas.load(Ordering::Relaxed),
             cas_conflicts: self.cas_conflicts.load(Ordering::Relaxed),
+            updates: self.updates.load(Ordering::Relaxed),
             clock: self.clock.load(Ordering::Relaxed),
             watch: self.watch.load(Ordering::Relaxed),
             other: self.other.load(Ordering::Relaxed),
@@ -90,6 +98,7 @@ impl CountingStore {
             &self.load,
             &self.cas,
             &self.cas_conflicts,
+            &self.updates,
             &self.clock,
             &self.watch,
             &self.other,
@@ -162,6 +171,7 @@ impl Store for CountingStore {
         compute: baton_store::Compute,
     ) -> baton_store::Result<Option<baton_store::Updated>> {
         bump(&self.cas);
+        bump(&self.updates);
         self.inner.update(key, compute).await
     }
 

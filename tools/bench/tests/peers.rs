@@ -96,8 +96,9 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
             baton["fifo_violations"], 0,
             "a ticket passed one that arrived before it: {detail}"
         );
-        // baton's requests are told apart: reads, and writes that lost to another.
-        for split in ["loads_per_grant", "conflicts_per_grant"] {
+        // baton's requests are told apart: reads, writes that lost to another, and writes
+        // under the store's lock.
+        for split in ["loads_per_grant", "conflicts_per_grant", "locked_per_grant"] {
             assert!(baton[split].as_f64().is_some(), "no {split}: {detail}");
         }
         // And the peers' holds never overlap either, except where the peer has no exclusion

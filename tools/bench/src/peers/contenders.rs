@@ -33,8 +33,9 @@ pub trait Locker: Send {
     fn last_grant(&self) -> Option<Ticketed> {
         None
     }
-    /// Of the requests, the reads of a whole document and the writes that lost to another,
-    /// where the lock tells them apart (baton: loads, and CASes that conflicted).
+    /// Of the requests, the reads of a whole document, the writes that lost to another and
+    /// those made under the store's lock, where the lock tells them apart (baton: loads, CASes
+    /// that conflicted, updates).
     fn split(&self) -> Option<Split> {
         None
     }
@@ -47,6 +48,8 @@ pub struct Split {
     pub loads: u64,
     /// Writes that lost to a concurrent write and wrote nothing.
     pub conflicts: u64,
+    /// Writes under the store's lock (`Store::update`), which cannot lose.
+    pub locked: u64,
 }
 
 impl std::iter::Sum for Split {
@@ -54,6 +57,7 @@ impl std::iter::Sum for Split {
         iter.fold(Split::default(), |a, b| Split {
             loads: a.loads + b.loads,
             conflicts: a.conflicts + b.conflicts,
+            locked: a.locked + b.locked,
         })
     }
 }
@@ -186,6 +190,7 @@ impl Locker for BatonLocker {
         Some(Split {
             loads: counts.load,
             conflicts: counts.cas_conflicts,
+            locked: counts.updates,
         })
     }
 }

@@ -191,6 +191,9 @@ pub struct HotKey {
     /// Of those, writes per grant that lost to another and wrote nothing, where the lock tells
     /// them apart.
     pub conflicts_per_grant: Option<f64>,
+    /// Of those, writes per grant under the store's lock (which cannot lose; on PostgreSQL
+    /// each is four statements), where the lock tells them apart.
+    pub locked_per_grant: Option<f64>,
     /// Holds that began before the previous one ended: must be 0 for any lock.
     pub overlaps: usize,
     /// How long a client waited for its grant.
@@ -287,6 +290,9 @@ pub async fn hot_key(
             conflicts_per_grant: split_of(&sides[side]).zip(split_before[side]).map(
                 |(after, before)| (after.conflicts - before.conflicts) as f64 / all.len() as f64,
             ),
+            locked_per_grant: split_of(&sides[side])
+                .zip(split_before[side])
+                .map(|(after, before)| (after.locked - before.locked) as f64 / all.len() as f64),
             overlaps: overlaps[side],
             wait_ms: Summary::of(&waits).context("no waits")?,
         })

@@ -198,12 +198,13 @@ pub fn b3(
         "requests/grant {:.1}{} vs {:.1}; FIFO violations {}{} vs {}{}; Jain {:.2} vs {:.2}; \
          overlaps {} vs {}; wait p99 {:.0} vs {:.0} ms",
         baton.requests_per_grant,
-        baton
-            .loads_per_grant
-            .zip(baton.conflicts_per_grant)
-            .map_or(String::new(), |(loads, lost)| format!(
-                " ({loads:.1} loads, {lost:.1} lost writes)"
-            )),
+        baton.loads_per_grant.zip(baton.conflicts_per_grant).map_or(
+            String::new(),
+            |(loads, lost)| {
+                let locked = baton.locked_per_grant.unwrap_or(0.0);
+                format!(" ({loads:.1} loads, {lost:.1} lost writes, {locked:.1} locked writes)")
+            }
+        ),
         other.requests_per_grant,
         baton.fifo_violations,
         if baton.fifo_exact { "" } else { " (by time)" },
