@@ -31,7 +31,7 @@ pub fn options(
         baton_core::limits::check_order(order).map_err(|e| Failure::usage(e.to_string()))?;
     }
     baton_core::limits::check_limit(args.limit).map_err(|e| Failure::usage(e.to_string()))?;
-    let pool = pool_from(&args.slots, args.slot.as_ref(), args.count, args.limit)?;
+    let pool = args.pool.pool(args.limit)?;
     if let Some(reason) = &args.override_freeze {
         baton_core::limits::check_reason(reason)
             .map_err(|e| Failure::usage(format!("--override-freeze: {e}")))?;
@@ -70,33 +70,6 @@ pub fn options(
         ci_run: crate::ci_run::from_env(),
         pool,
     })
-}
-
-/// `--slots`, `--slot` and `--count` as the pool a turn or a job asks for; `--limit`, if
-/// given, must be the number of slots.
-pub fn pool_from(
-    slots: &[String],
-    slot: Option<&String>,
-    count: Option<u32>,
-    limit: u32,
-) -> Result<Option<baton_core::pool::PoolAsk>, Failure> {
-    if slots.is_empty() {
-        return Ok(None);
-    }
-    let pool = baton_core::pool::PoolAsk {
-        slots: slots.to_vec(),
-        only: slot.cloned(),
-        count: count.unwrap_or(1),
-    };
-    pool.check().map_err(|e| Failure::usage(e.to_string()))?;
-    if limit != 1 && limit as usize != pool.slots.len() {
-        return Err(Failure::usage(format!(
-            "--limit {limit} disagrees with the {} slots of --slots: a pool's limit is its number \
-             of slots; leave --limit out",
-            pool.slots.len()
-        )));
-    }
-    Ok(Some(pool))
 }
 
 /// Checks every key before anything is written, and makes their tickets (sorted, without

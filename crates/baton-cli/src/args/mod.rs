@@ -7,4 +7,5 @@ pub use baton_client::durations as duration;
 mod duration_tests;
 pub mod key;
 pub mod lazy;
+pub mod slots;
 pub mod wait;

@@ -6,6 +6,7 @@ use baton_client::poll::PollBounds;
 use clap::Args;
 
 use crate::args::duration::{parse_duration, parse_lease, parse_poll};
+use crate::args::slots::SlotArgs;
 
 /// How to wait for a turn and how to hold it (shared by `run` and `acquire`).
 #[derive(Debug, Args, Clone)]
@@ -18,21 +19,8 @@ pub struct WaitArgs {
     #[arg(long, conflicts_with = "slots")]
     pub shared: bool,
 
-    /// Make the key a pool of these named slots (comma-separated; every live ticket must agree,
-    /// and the limit is their number). A turn gets the first free slot, in BATON_SLOT. Turns
-    /// for any slot are granted in the key's order, one that cannot be yet holding back those
-    /// behind it; a --slot turn waiting for its busy slot holds back only later turns for it
-    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub slots: Vec<String>,
-
-    /// With --slots: this slot only; it waits for it, and gets it before anyone later
-    #[arg(long, requires = "slots", value_name = "NAME")]
-    pub slot: Option<String>,
-
-    /// With --slots: take N slots in one turn, all together or not at all (BATON_SLOT lists
-    /// them, comma-separated)
-    #[arg(long, requires = "slots", conflicts_with = "slot", value_name = "N")]
-    pub count: Option<u32>,
+    #[command(flatten)]
+    pub pool: SlotArgs,
 
     /// Lease duration [default: 30s for run (renewed every TTL/3), 15m for acquire, 1m for
     /// acquire --keep-alive (renewed every TTL/3)]

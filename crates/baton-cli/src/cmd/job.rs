@@ -13,6 +13,7 @@ use clap::{Args, ValueEnum};
 
 use crate::args::duration::{check_not_before, parse_interval, parse_lease};
 use crate::args::key::{check_job_id, check_key};
+use crate::args::slots::SlotArgs;
 use crate::exit::{self, Failure};
 use crate::render;
 use crate::Opened;
@@ -49,16 +50,8 @@ pub struct SubmitArgs {
     /// How many of the key's jobs and turns may run at once. Every live ticket must agree
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub limit: u32,
-    /// Make the key a pool of these named slots (as `baton run --slots`): the job runs with
-    /// the first free one, in BATON_SLOT; every live ticket must agree
-    #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
-    pub slots: Vec<String>,
-    /// With --slots: this slot only
-    #[arg(long, requires = "slots", value_name = "NAME")]
-    pub slot: Option<String>,
-    /// With --slots: N slots at once (BATON_SLOT lists them, comma-separated)
-    #[arg(long, requires = "slots", conflicts_with = "slot", value_name = "N")]
-    pub count: Option<u32>,
+    #[command(flatten)]
+    pub pool: SlotArgs,
     /// Sort value: jobs and tickets with one go first, then by arrival. Two numbers (digits
     /// only) compare as integers (100 after 99; 099 ties with 99), other values as strings. A
     /// key's live jobs and tickets all use numbers or all text: the other kind is refused
@@ -203,7 +196,7 @@ pub async fn submit(opened: &Opened, args: SubmitArgs) -> Result<i32, Failure> {
         max_run_ms: args.max_run.map(millis),
     };
     spec.check().map_err(|e| Failure::usage(e.to_string()))?;
-    let pool = crate::wait::pool_from(&args.slots, args.slot.as_ref(), args.count, args.limit)?;
+    let pool = args.pool.pool(args.limit)?;
     let options = SubmitOptions {
         id: args.id.clone(),
         limit: pool.as_ref().map_or(args.limit, |p| p.slots.len() as u32),

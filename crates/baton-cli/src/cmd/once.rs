@@ -15,6 +15,7 @@ use clap::Args;
 
 use crate::args::duration::{parse_duration, parse_lease, parse_retention};
 use crate::args::key::check_key;
+use crate::args::slots::SlotArgs;
 use crate::args::wait::WaitArgs;
 use crate::args::wait::WaitingArgs;
 use crate::cmd::run;
@@ -164,9 +165,11 @@ fn wait_args(args: &OnceArgs) -> WaitArgs {
     WaitArgs {
         limit: 1,
         shared: false,
-        slots: Vec::new(),
-        slot: None,
-        count: None,
+        pool: SlotArgs {
+            slots: Vec::new(),
+            slot: None,
+            count: None,
+        },
         ttl: Some(args.ttl),
         order: None,
         supersede: false,
