@@ -214,6 +214,7 @@ fn sigterm_stops_the_server_cleanly() {
 /// An enqueue of ticket `n` of `key`, as the client library makes it.
 fn enqueue(n: u32, context: &str) -> baton_core::Request {
     let op = baton_core::Op::Enqueue(baton_core::Enqueue {
+        may_wait_in_backlog: false,
         pool: None,
         ci_run: None,
         id: format!("t-{n:016x}"),

@@ -165,6 +165,7 @@ async fn enqueue(
 /// The enqueue of `pending` with `options`.
 pub(crate) fn enqueue_op(pending: &Pending, options: &AcquireOptions) -> Enqueue {
     Enqueue {
+        may_wait_in_backlog: false,
         pool: options.pool.clone(),
         id: pending.id.clone(),
         token: pending.token.clone(),

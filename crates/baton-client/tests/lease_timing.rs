@@ -53,6 +53,7 @@ fn enqueue_request(attempt: &str, pending: &Pending) -> Request {
     Request::new(
         attempt,
         baton_core::Op::Enqueue(baton_core::Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: pending.id.clone(),

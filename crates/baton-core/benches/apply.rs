@@ -27,6 +27,7 @@ fn enqueue(n: u64) -> Request {
         finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: format!("t-{n:016x}"),

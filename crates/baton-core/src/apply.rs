@@ -14,7 +14,8 @@
 //!
 //! - `turns`: a lock's or semaphore's ticket: enqueue, refresh, renew, release;
 //! - `jobs`: submit, claim, complete, and how a job's run ends;
-//! - `backlog`: jobs kept outside the window: taking them in, the tail, cancels there;
+//! - `backlog`: jobs and turns kept outside the window: taking them in, the tail, cancels
+//!   and withdrawals there;
 //! - `cancel`: an operator's cancels, of one ticket or of every queued one;
 //! - `once`: run-once keys: the check of their enqueue, `baton retry`;
 //!
@@ -165,7 +166,15 @@ impl Work<'_> {
                 generation,
                 segment,
                 by,
+                withdrawn: None,
             } => self.cancel(id, Some((*generation, *segment)), by, None),
+            Op::CancelInBacklog {
+                id,
+                generation,
+                segment,
+                withdrawn: Some(outcome),
+                ..
+            } => self.withdraw_from_segment(id, (*generation, *segment), *outcome),
             Op::CancelQueued { by } => self.cancel_queued(by),
             Op::RetryOnce => self.retry_once(),
             Op::Tick => Ok((Reply::Nothing, None)),

@@ -23,16 +23,26 @@
 //! Order: every job in the backlog arrived after `taken_through`, and a plain ticket or job of
 //! the window that arrived after it waits behind the backlog ([`Doc::behind_backlog`]) until
 //! the jobs ahead of it have been taken in. Tickets with an order value sort first, as always.
+//!
+//! Waiting turns of a lock or semaphore go to the backlog too, when their client can wait there
+//! ([`crate::op::Enqueue::may_wait_in_backlog`]) and they are plain (no order value, run-once
+//! spec, pool, supersede, stop request or freeze override: what those do is decided in the
+//! window). Nothing is granted in the backlog: every grant is made in the window, by the same
+//! rules. A waiter's lease needs its heartbeats, which a segment cannot take (it is written
+//! once), so a turn in the backlog has none: its client writes nothing while it waits there,
+//! and its waiter lease starts afresh when it is taken in ([`Backlog::waiters`]). A client that
+//! died in the backlog is found out one waiter lease after its turn reaches the window.
 
 use serde::{Deserialize, Serialize};
 
 use crate::doc::{Doc, Outcome, Ticket, TicketState};
 
-/// Waiting jobs the document holds before later plain jobs go to the backlog.
+/// Waiting tickets (jobs and turns) the document holds before later plain ones go to the
+/// backlog.
 pub const WINDOW_JOBS: usize = 16;
-/// The window is refilled from the backlog when fewer jobs than this wait in it.
+/// The window is refilled from the backlog when fewer tickets than this wait in it.
 pub const REFILL_BELOW: usize = 8;
-/// Jobs in a segment (and most in the tail).
+/// Tickets in a segment (and most in the tail).
 pub const SEGMENT_JOBS: usize = 32;
 /// Most jobs a key's backlog holds.
 pub const BACKLOG_MAX: u64 = 10_000_000;
@@ -67,27 +77,45 @@ pub struct Backlog {
     /// restarted: a job time they carry is ready at once when taken in.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub ready_now_below: u64,
+    /// Waiting turns of a lock (not only jobs) went to this backlog: the document is written
+    /// in the format that says so, which a baton that would not give them a fresh waiter lease
+    /// when taken in refuses.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiters: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// A backlog job an operator cancelled, and who (their context; empty: unknown).
+/// A backlog ticket an operator cancelled, and who (their context; empty: unknown), or one its
+/// own waiter withdrew (`outcome`: timed out, or cancelled).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "DroppedForm")]
 pub struct Dropped {
-    /// The job's id.
+    /// The ticket's id.
     pub id: String,
     /// Who cancelled it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub by: String,
+    /// How its own waiter ended it; `None`: an operator's cancel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub withdrawn: Option<Outcome>,
 }
 
 impl Dropped {
-    /// Why the job ended, for its history entry.
+    /// How the ticket ends when taken in.
+    pub fn outcome(&self) -> Outcome {
+        self.withdrawn.unwrap_or(Outcome::Cancelled)
+    }
+
+    /// Why the ticket ended, for its history entry.
     pub fn reason(&self) -> String {
-        crate::op::cancel_reason(false, &self.by)
+        match self.withdrawn {
+            Some(Outcome::TimedOut) => "its waiter gave up (--timeout) in the backlog".into(),
+            Some(_) => "its waiter withdrew it from the backlog".into(),
+            None => crate::op::cancel_reason(false, &self.by),
+        }
     }
 }
 
@@ -100,6 +128,8 @@ enum DroppedForm {
         id: String,
         #[serde(default)]
         by: String,
+        #[serde(default)]
+        withdrawn: Option<Outcome>,
     },
 }
 
@@ -109,8 +139,9 @@ impl From<DroppedForm> for Dropped {
             DroppedForm::Id(id) => Dropped {
                 id,
                 by: String::new(),
+                withdrawn: None,
             },
-            DroppedForm::Full { id, by } => Dropped { id, by },
+            DroppedForm::Full { id, by, withdrawn } => Dropped { id, by, withdrawn },
         }
     }
 }
@@ -163,9 +194,10 @@ impl Segment {
                 segment.generation, segment.number
             ));
         }
-        if segment.tickets.iter().any(|t| !t.is_waiting_job()) {
+        if segment.tickets.iter().any(|t| !t.fits_backlog()) {
             return Err(format!(
-                "backlog segment {generation}/{number} holds something other than waiting jobs"
+                "backlog segment {generation}/{number} holds something other than waiting \
+                 tickets"
             ));
         }
         Ok(segment)
@@ -190,6 +222,7 @@ impl Backlog {
             dropped: Vec::new(),
             cuts: Vec::new(),
             ready_now_below: 0,
+            waiters: false,
         }
     }
 
@@ -212,7 +245,7 @@ impl Backlog {
     /// outcome and why.
     pub fn fate(&self, ticket: &Ticket) -> Option<(Outcome, String)> {
         if let Some(dropped) = self.dropped.iter().find(|d| d.id == ticket.id) {
-            return Some((Outcome::Cancelled, dropped.reason()));
+            return Some((dropped.outcome(), dropped.reason()));
         }
         self.cuts
             .iter()
@@ -234,6 +267,17 @@ impl Backlog {
         self.tail.iter().find(|t| t.id == id)
     }
 
+    /// Whether the ticket that arrived `arrival`th may wait in this backlog's written segments:
+    /// it arrived after every ticket taken in, before the tail's first, and within this
+    /// generation. (Whether it does, only the segment can say.)
+    pub fn may_hold_in_segments(&self, arrival: u64) -> bool {
+        let before_tail = self.tail.first().is_none_or(|t| arrival < t.arrival);
+        self.has_segments()
+            && arrival >= self.generation
+            && arrival > self.taken_through
+            && before_tail
+    }
+
     /// Forgets the cancels and cuts that name no job left in it.
     pub fn forget_settled(&mut self, taken: &[String]) {
         self.dropped.retain(|d| !taken.contains(&d.id));
@@ -252,17 +296,45 @@ impl Doc {
             .is_some_and(|b| ticket.order.is_none() && ticket.arrival > b.taken_through)
     }
 
-    /// Waiting jobs in the window (the document's tickets).
-    pub fn window_jobs(&self) -> usize {
-        self.tickets.iter().filter(|t| t.is_waiting_job()).count()
+    /// Waiting tickets in the window (the document's tickets): jobs, and turns still queued.
+    pub fn window_waiting(&self) -> usize {
+        self.tickets
+            .iter()
+            .filter(|t| t.state == TicketState::Queued)
+            .count()
     }
 
     /// The segment the coordinator should read and hand to the next apply, if the window runs
     /// low and one is written: `(generation, number)`.
     pub fn segment_wanted(&self) -> Option<(u64, u64)> {
         let backlog = self.backlog.as_ref()?;
-        (backlog.has_segments() && self.window_jobs() < REFILL_BELOW)
+        (backlog.has_segments() && self.window_waiting() < REFILL_BELOW)
             .then_some((backlog.generation, backlog.first))
+    }
+
+    /// Where the ticket `id` that arrived `arrival`th (with `keep`) waits if it is in the backlog: the
+    /// window's tickets ahead of it and the backlog's, at most (a ticket in a segment counts
+    /// every ticket of the segments). `None` if the document shows it elsewhere or ended.
+    pub fn in_backlog(&self, id: &str, arrival: u64, keep: bool) -> Option<usize> {
+        if self.by_id(id).is_some() {
+            return None;
+        }
+        let backlog = self.backlog.as_ref()?;
+        if let Some(ticket) = backlog.tail_job(id) {
+            return backlog
+                .fate(ticket)
+                .is_none()
+                .then(|| self.tail_position(id))?;
+        }
+        if backlog.dropped.iter().any(|d| d.id == id) {
+            return None;
+        }
+        let cut = backlog
+            .cuts
+            .iter()
+            .any(|c| arrival < c.below && !(c.spares_keep && keep));
+        (backlog.may_hold_in_segments(arrival) && !cut)
+            .then(|| self.backlog_position(backlog.in_segments as usize))
     }
 
     /// Where job `id` stands if it waits in the backlog's tail (not yet ended by a cancel or

@@ -19,9 +19,15 @@ use crate::once::{OnceRecord, OnceSpec};
 /// Format 3 has jobs ([`Ticket::job`]), run-once records ([`Doc::once`]), notification
 /// outboxes and freezes ([`Doc::paused`], [`Ticket::override_freeze`]); a document without any
 /// is still written in format 2, so an older baton keeps working on every key that has none.
-/// An older baton refuses a paused key rather than grant it through the freeze it cannot see. Format 2 stores finished-ticket
-/// marks as short strings ([`FinishedMark`]); a format 1 document is still read.
-pub const FORMAT: u32 = 3;
+/// An older baton refuses a paused key rather than grant it through the freeze it cannot see.
+/// Format 4 has waiting turns in the backlog ([`crate::backlog::Backlog::waiters`]), written
+/// only for a key whose queue outgrew the window. Format 2 stores finished-ticket marks as
+/// short strings ([`FinishedMark`]); a format 1 document is still read.
+pub const FORMAT: u32 = 4;
+
+/// The format of a document with jobs, run-once records, outboxes or freezes, but no waiting
+/// turns in the backlog.
+pub const FORMAT_JOBS: u32 = 3;
 
 /// The format of a document without jobs.
 pub const FORMAT_LOCKS: u32 = 2;
@@ -31,6 +37,7 @@ fn release_reading(format: u64) -> &'static str {
     match format {
         0..=2 => "0.1",
         3 => "0.2",
+        4 => "0.3",
         _ => "a newer one",
     }
 }
@@ -241,6 +248,25 @@ impl Ticket {
     /// A job waiting for a worker: no process refreshes it, and it never lapses.
     pub fn is_waiting_job(&self) -> bool {
         self.job.is_some() && self.state == TicketState::Queued
+    }
+
+    /// A waiting turn that may wait in the backlog ([`crate::backlog`]): queued, with nothing
+    /// decided in the window (an order value, a run-once spec, a pool, a freeze override, a
+    /// stop request).
+    pub fn is_plain_waiting_turn(&self) -> bool {
+        self.job.is_none()
+            && self.state == TicketState::Queued
+            && self.fence == 0
+            && self.order.is_none()
+            && self.once.is_none()
+            && self.slots.is_none()
+            && self.override_freeze.is_none()
+            && self.stop_asked.is_none()
+    }
+
+    /// Whether this ticket may wait in the backlog: a waiting job, or a plain waiting turn.
+    pub fn fits_backlog(&self) -> bool {
+        self.is_waiting_job() || self.is_plain_waiting_turn()
     }
 
     /// Duration of the phase the ticket is in: waiter lease, claim window or lease (endless for
@@ -640,11 +666,13 @@ pub struct TooLarge {
 
 /// Writes a document, refusing one over [`DOC_MAX_BYTES`].
 ///
-/// A document with nothing of [`FORMAT`]'s is written in [`FORMAT_LOCKS`], which an older baton
-/// reads.
+/// A document is written in the oldest format that holds what it has ([`FORMAT_LOCKS`],
+/// [`FORMAT_JOBS`], [`FORMAT`]), so an older baton keeps working on every key it can.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
-    let format = if doc.backlog.is_some()
+    let format = if doc.backlog.as_ref().is_some_and(|b| b.waiters) {
+        FORMAT
+    } else if doc.backlog.is_some()
         || doc.once.is_some()
         || doc.outbox.is_some()
         || doc.paused.is_some()
@@ -653,7 +681,7 @@ pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
             .iter()
             .any(|t| t.job.is_some() || t.once.is_some() || t.override_freeze.is_some())
     {
-        FORMAT
+        FORMAT_JOBS
     } else {
         FORMAT_LOCKS
     };
@@ -715,7 +743,7 @@ mod tests {
             since_ms: 1,
             until_ms: None,
         });
-        assert_eq!(format_of(&doc), Some(u64::from(FORMAT)));
+        assert_eq!(format_of(&doc), Some(u64::from(FORMAT_JOBS)));
         let back = decode(&encode(&doc).expect("encode")).expect("decode");
         assert_eq!(back.paused, doc.paused);
     }
@@ -726,7 +754,7 @@ mod tests {
             let err = decode(bytes).expect_err("must be refused").to_string();
             assert!(err.contains(expect), "{err} does not mention {expect}");
         };
-        check(b"{\"format\": 4, \"anything\": true}", "newer");
+        check(b"{\"format\": 5, \"anything\": true}", "newer");
         check(b"", "not JSON");
         check(b"\xff\xfe", "not JSON");
         check(b"[]", "no format");

@@ -86,8 +86,9 @@ pub fn check(doc: &Doc) -> Result<(), String> {
     Ok(())
 }
 
-/// A backlog holds jobs, its tail only waiting jobs with fresh ids that arrived after every job
-/// taken in, its counters in order.
+/// A backlog's tail holds only waiting jobs and plain waiting turns (these only in a backlog
+/// marked as holding them) with fresh ids that arrived after every ticket taken in, its
+/// counters in order.
 fn check_backlog<'a>(
     doc: &'a Doc,
     backlog: &'a Backlog,
@@ -104,8 +105,11 @@ fn check_backlog<'a>(
             return Err(format!("ticket id {} twice", t.id));
         }
         let fresh = t.arrival > backlog.taken_through && t.arrival < doc.next_arrival;
-        if !t.is_waiting_job() || !fresh || t.order.is_some() {
-            return Err(format!("backlog job {} is inconsistent", t.id));
+        if !t.fits_backlog() || !fresh || t.order.is_some() {
+            return Err(format!("backlog ticket {} is inconsistent", t.id));
+        }
+        if t.job.is_none() && !backlog.waiters {
+            return Err(format!("backlog turn {} in a backlog of jobs", t.id));
         }
     }
     Ok(())

@@ -412,6 +412,7 @@ mod tests {
     #[test]
     fn an_enqueue_set_a_lease_only_if_it_granted_its_own_ticket() {
         let enqueue = Op::Enqueue(crate::op::Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: "mine".into(),

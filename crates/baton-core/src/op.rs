@@ -91,6 +91,11 @@ pub enum Op {
         segment: u64,
         /// Who cancels (their context); empty: unknown.
         by: String,
+        /// Set by a waiter withdrawing its own turn from the backlog: how it ends (`timed_out`
+        /// or `cancelled`). A segment holds the token's hash, which the document cannot check,
+        /// so a waiter names its turn as an operator would.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        withdrawn: Option<Outcome>,
     },
     /// An operator cancels every queued ticket of the key.
     CancelQueued {
@@ -186,6 +191,11 @@ pub struct Enqueue {
     /// A turn at a pool of named slots (`--slots`), and which it wants ([`crate::pool`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<crate::pool::PoolAsk>,
+    /// The client can wait in the key's backlog ([`crate::backlog`]): a plain turn that finds
+    /// the window full goes there. A client that says nothing always gets a place in the
+    /// window, as before backlogs held turns.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub may_wait_in_backlog: bool,
 }
 
 /// Arguments of [`Op::Submit`].

@@ -192,6 +192,7 @@ fn cancels_and_supersedes_reach_jobs_in_the_backlog() {
         generation: backlog.generation,
         segment,
         by: "ops lead".into(),
+        withdrawn: None,
     };
     let reply = w.run(cancel.clone()).expect("cancel");
     assert!(

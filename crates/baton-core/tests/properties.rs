@@ -864,6 +864,7 @@ impl World {
                 let (id, token) = client.planned[client.sent].clone();
                 client.sent += 1;
                 Op::Enqueue(Enqueue {
+                    may_wait_in_backlog: false,
                     pool: None,
                     ci_run: None,
                     id,
@@ -942,6 +943,7 @@ impl World {
                 let id = known[*pick as usize % known.len()].id.clone();
                 self.extra += 1;
                 Op::Enqueue(Enqueue {
+                    may_wait_in_backlog: false,
                     pool: None,
                     ci_run: None,
                     id,
@@ -1031,6 +1033,7 @@ impl World {
     fn invalid(&mut self, n: usize, c: usize, kind: u8) -> Result<(), TestCaseError> {
         self.extra += 1;
         let base = Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: format!("inv{}", self.extra),
@@ -2128,6 +2131,7 @@ fn a_retried_cancel_queued_is_recognised() {
         finishes_seen: None,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: format!("t{n}"),

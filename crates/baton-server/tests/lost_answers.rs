@@ -139,6 +139,7 @@ fn enqueue(pending: &Pending) -> Request {
     Request::new(
         baton_client::ids::new_attempt_id(),
         Op::Enqueue(baton_core::Enqueue {
+            may_wait_in_backlog: false,
             pool: None,
             ci_run: None,
             id: pending.id.clone(),

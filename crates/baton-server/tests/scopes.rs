@@ -96,6 +96,7 @@ fn expected(op: &Op) -> Scope {
 
 fn enqueue(override_freeze: Option<String>) -> Op {
     Op::Enqueue(Enqueue {
+        may_wait_in_backlog: false,
         pool: None,
         ci_run: None,
         id: "t-0000000000000001".into(),
@@ -142,6 +143,7 @@ fn operations() -> Vec<Op> {
             generation: 1,
             segment: 1,
             by: "ops".into(),
+            withdrawn: None,
         },
         Op::CancelQueued { by: "ops".into() },
         Op::Submit(Submit {

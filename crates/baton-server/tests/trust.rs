@@ -72,6 +72,7 @@ fn with(mut claims: Value, changes: Value) -> Value {
 
 fn enqueue_op(id: &str, token: &str) -> Op {
     Op::Enqueue(Enqueue {
+        may_wait_in_backlog: false,
         pool: None,
         ci_run: None,
         id: id.into(),

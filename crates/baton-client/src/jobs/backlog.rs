@@ -90,6 +90,7 @@ pub async fn cancel_in_backlog(
         generation: found.generation,
         segment: found.number,
         by: by.to_owned(),
+        withdrawn: None,
     };
     let mut request = Request::new(ids::new_attempt_id(), op);
     coord.execute(key, &mut request).await.map(Some)

@@ -70,12 +70,7 @@ impl Work<'_> {
     /// join (the key's limit and slots, the bound on live tickets `max_live`), and sets the
     /// key's limit and slots when it is idle.
     fn make_room(&mut self, limit: u32, slots: &[String], max_live: u32) -> Result<(), Refusal> {
-        if !(1..=LIVE_TICKETS_MAX).contains(&max_live) {
-            return Err(limits::InvalidInput(format!(
-                "the live-ticket bound is {max_live}; it must be between 1 and {LIVE_TICKETS_MAX}"
-            ))
-            .into());
-        }
+        check_bound(max_live, 0)?;
         let busy = !self.doc.tickets.is_empty() || self.doc.backlog.is_some();
         if busy && self.doc.slots != slots {
             return Err(Refusal::SlotsMismatch {
@@ -89,9 +84,7 @@ impl Work<'_> {
                 current: self.doc.limit,
             });
         }
-        if self.doc.tickets.len() >= max_live as usize {
-            return Err(Refusal::QueueFull { max: max_live });
-        }
+        check_bound(max_live, self.doc.tickets.len() as u64)?;
         if !busy {
             self.doc.limit = limit;
             self.doc.slots = slots.to_vec();
@@ -127,4 +120,19 @@ impl Work<'_> {
             self.finish(idx, Outcome::Superseded, false, Some(reason.clone()), None);
         }
     }
+}
+
+/// Checks the bound on live tickets a joining ticket asks for, `max_live`, and that `live`
+/// tickets leave it room.
+pub(super) fn check_bound(max_live: u32, live: u64) -> Result<(), Refusal> {
+    if !(1..=LIVE_TICKETS_MAX).contains(&max_live) {
+        return Err(limits::InvalidInput(format!(
+            "the live-ticket bound is {max_live}; it must be between 1 and {LIVE_TICKETS_MAX}"
+        ))
+        .into());
+    }
+    if live >= u64::from(max_live) {
+        return Err(Refusal::QueueFull { max: max_live });
+    }
+    Ok(())
 }

@@ -1,18 +1,22 @@
-//! The backlog's part of `apply` ([`crate::backlog`]): taking jobs into the window, routing a
-//! submit to the tail and writing the tail out, and the cancel of a job that waits there.
+//! The backlog's part of `apply` ([`crate::backlog`]): taking tickets into the window, routing a
+//! submit or a plain turn to the tail and writing the tail out, and the cancel or withdrawal of
+//! a ticket that waits there.
 
 use super::{Answer, Work};
-use crate::backlog::{Backlog, Dropped, Segment, PENDING_MAX, REFILL_BELOW, SEGMENT_JOBS};
-use crate::doc::{Outcome, Ticket};
-use crate::op::{CancelledTicket, Refusal, Reply, TicketView};
+use crate::backlog::{
+    Backlog, Dropped, Segment, PENDING_MAX, REFILL_BELOW, SEGMENT_JOBS, WINDOW_JOBS,
+};
+use crate::doc::{token_hash, Outcome, Ticket, TicketState};
+use crate::op::{CancelledTicket, Enqueue, Refusal, Reply, TicketView};
 
 impl Work<'_> {
-    /// When the window runs low, takes the backlog's next jobs into it: `segment` if it is the
-    /// oldest written one, else (none written) the whole tail, which needs no read. Jobs an
-    /// operator cancelled or a cut ended while they were in the backlog end now, with their
-    /// history entries.
+    /// When the window runs low, takes the backlog's next tickets into it: `segment` if it is
+    /// the oldest written one, else (none written) the whole tail, which needs no read. Tickets
+    /// an operator cancelled, a cut ended or a waiter withdrew while they were in the backlog
+    /// end now, with their history entries. A turn starts its waiter lease now: it had none in
+    /// the backlog.
     pub(super) fn take_in(&mut self, segment: Option<&Segment>) {
-        if self.doc.window_jobs() >= REFILL_BELOW {
+        if self.doc.window_waiting() >= REFILL_BELOW {
             return;
         }
         let Some(backlog) = self.doc.backlog.as_mut() else {
@@ -58,6 +62,10 @@ impl Work<'_> {
                     job.ready_at_ms = Some(now_ms);
                 }
             }
+            if ticket.job.is_none() {
+                ticket.deadline_ms = self.clock.deadline_ms(ticket.waiter_ttl_ms);
+                ticket.heartbeat = ticket.heartbeat.wrapping_add(1);
+            }
             taken.push(ticket.id.clone());
             self.doc.tickets.push(ticket);
         }
@@ -76,8 +84,81 @@ impl Work<'_> {
     /// Whether a new plain job goes to the backlog: one is there already, or the window is
     /// full. Jobs with an order value sort before every plain one, so they stay in the window.
     pub(super) fn goes_to_backlog(&self, order: Option<&str>) -> bool {
-        order.is_none()
-            && (self.doc.backlog.is_some() || self.doc.window_jobs() >= crate::backlog::WINDOW_JOBS)
+        order.is_none() && (self.doc.backlog.is_some() || self.doc.window_waiting() >= WINDOW_JOBS)
+    }
+
+    /// Whether a new turn goes to the backlog: its client can wait there, it is plain (what an
+    /// order value, a run-once spec, a pool, `--supersede`, `--cancel-running` or a freeze
+    /// override do is decided in the window), and the window is full or a backlog is there.
+    pub(super) fn turn_goes_to_backlog(&self, e: &Enqueue) -> bool {
+        let plain = e.order.is_none()
+            && e.once.is_none()
+            && e.pool.is_none()
+            && !e.supersede
+            && !e.cancel_running
+            && e.override_freeze.is_none();
+        e.may_wait_in_backlog && plain && self.goes_to_backlog(None)
+    }
+
+    /// Queues the plain turn `e` in the backlog's tail ([`Self::turn_goes_to_backlog`]): the
+    /// key's limit must be the one it expects, and the live tickets, the backlog's counted,
+    /// fewer than its bound. The retry of an enqueue that may have landed in a tail written out
+    /// since is refused as uncertain: the caller looks in the segments.
+    pub(super) fn enqueue_in_backlog(&mut self, e: &Enqueue, hash: String) -> Answer {
+        let segments = self.doc.backlog.as_ref().is_some_and(|b| b.has_segments());
+        if segments && self.finishes_seen.is_some() {
+            return Err(Refusal::Uncertain);
+        }
+        self.fits_key(e.limit, &[])?;
+        let in_backlog = self.doc.backlog.as_ref().map_or(0, Backlog::len);
+        let live = (self.doc.tickets.len() as u64).saturating_add(in_backlog);
+        super::admit::check_bound(e.max_live, live)?;
+        let ticket = super::turns::new_ticket(e, hash, self.doc.next_arrival, self.clock);
+        self.doc.next_arrival += 1;
+        self.push_to_backlog(ticket)?;
+        Ok((Reply::Ticket(self.view(&e.id)), None))
+    }
+
+    /// Checks that a ticket joining the backlog expects the key's limit and pool `slots`.
+    pub(super) fn fits_key(&self, limit: u32, slots: &[String]) -> Result<(), Refusal> {
+        if self.doc.slots != slots {
+            return Err(Refusal::SlotsMismatch {
+                asked: slots.join(","),
+                current: self.doc.slots.join(","),
+            });
+        }
+        if self.doc.limit != limit {
+            return Err(Refusal::LimitMismatch {
+                asked: limit,
+                current: self.doc.limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// The id of the turn waiting in the backlog's tail with `token`, if one does; refused if a
+    /// cancel, a cut or its waiter ended it there.
+    pub(super) fn turn_in_tail(&self, token: &str) -> Result<Option<String>, Refusal> {
+        crate::limits::check_token(token)?;
+        let hash = token_hash(token);
+        let Some(backlog) = self.doc.backlog.as_ref() else {
+            return Ok(None);
+        };
+        let Some(ticket) = backlog.tail.iter().find(|t| t.token_hash == hash) else {
+            return Ok(None);
+        };
+        match self.backlog_fate_view(&ticket.id) {
+            Some(TicketView::Finished {
+                id,
+                outcome,
+                forced,
+            }) => Err(Refusal::Ended {
+                id,
+                outcome,
+                forced,
+            }),
+            _ => Ok(Some(ticket.id.clone())),
+        }
     }
 
     /// Appends `ticket` (a new waiting job) to the backlog's tail, first writing a full tail
@@ -93,6 +174,7 @@ impl Work<'_> {
                 max: crate::backlog::BACKLOG_MAX,
             });
         }
+        backlog.waiters |= ticket.job.is_none();
         if backlog.tail.len() >= SEGMENT_JOBS {
             let segment = Segment {
                 generation: backlog.generation,
@@ -115,6 +197,7 @@ impl Work<'_> {
         id: &str,
         in_segment: Option<(u64, u64)>,
         by: &str,
+        withdrawn: Option<Outcome>,
     ) -> Option<Answer> {
         let backlog = self.doc.backlog.as_mut()?;
         let cancelled = || {
@@ -144,8 +227,78 @@ impl Work<'_> {
         backlog.dropped.push(Dropped {
             id: id.to_owned(),
             by: by.to_owned(),
+            withdrawn,
         });
         Some(cancelled())
+    }
+
+    /// A waiter withdraws its own turn from the backlog's tail (`release` with a token found
+    /// there): it ends with `outcome` when taken in. `None` if the token is not in the tail.
+    pub(super) fn withdraw_from_tail(&mut self, token: &str, outcome: Outcome) -> Option<Answer> {
+        let hash = token_hash(token);
+        let id = self
+            .doc
+            .backlog
+            .as_ref()?
+            .tail
+            .iter()
+            .find(|t| t.token_hash == hash)?
+            .id
+            .clone();
+        Some(self.withdraw(&id, None, outcome))
+    }
+
+    /// A waiter withdraws its own turn `id`, which it last saw in written segment
+    /// `in_segment` of the backlog: it ends with `outcome` when taken in. Taken in since, it
+    /// ends now, as a release of a queued ticket would end it.
+    pub(super) fn withdraw_from_segment(
+        &mut self,
+        id: &str,
+        in_segment: (u64, u64),
+        outcome: Outcome,
+    ) -> Answer {
+        crate::limits::check_id(id)?;
+        self.withdraw(id, Some(in_segment), outcome)
+    }
+
+    fn withdraw(&mut self, id: &str, in_segment: Option<(u64, u64)>, outcome: Outcome) -> Answer {
+        if !matches!(outcome, Outcome::Cancelled | Outcome::TimedOut) {
+            let state = TicketState::Queued;
+            return Err(Refusal::BadOutcome { state, outcome });
+        }
+        let finished = || {
+            let (id, forced) = (id.to_owned(), false);
+            Ok((
+                Reply::Ticket(TicketView::Finished {
+                    id,
+                    outcome,
+                    forced,
+                }),
+                None,
+            ))
+        };
+        if let Some(idx) = self.doc.tickets.iter().position(|t| t.id == id) {
+            let state = self.doc.tickets[idx].state;
+            if state != TicketState::Queued || self.doc.tickets[idx].job.is_some() {
+                return Err(Refusal::BadOutcome { state, outcome });
+            }
+            let attempt = Some(self.attempt.to_string());
+            self.finish(idx, outcome, false, None, attempt);
+            return finished();
+        }
+        match self.cancel_in_backlog(id, in_segment, "", Some(outcome)) {
+            Some(Ok(_)) => finished(),
+            Some(Err(refusal)) => Err(refusal),
+            None => match self.doc.finished.iter().find(|m| m.id == id) {
+                Some(mark) if mark.ended_by(self.attempt) => finished(),
+                Some(mark) => Err(Refusal::Ended {
+                    id: id.to_owned(),
+                    outcome: mark.outcome,
+                    forced: mark.forced,
+                }),
+                None => Err(self.not_found(Refusal::UnknownId { id: id.to_owned() })),
+            },
+        }
     }
 
     /// How a backlog job that a cancel or a cut ended looks to its owner: finished.
@@ -153,8 +306,7 @@ impl Work<'_> {
         let backlog = self.doc.backlog.as_ref()?;
         let outcome = match backlog.tail_job(id) {
             Some(ticket) => backlog.fate(ticket)?.0,
-            None if backlog.dropped.iter().any(|d| d.id == id) => Outcome::Cancelled,
-            None => return None,
+            None => backlog.dropped.iter().find(|d| d.id == id)?.outcome(),
         };
         Some(TicketView::Finished {
             id: id.to_owned(),

@@ -33,7 +33,7 @@ impl Work<'_> {
             let ended = CancelledTicket::new(id.to_owned(), forced);
             return Ok((Reply::Cancelled(vec![ended]), None));
         }
-        if let Some(answer) = self.cancel_in_backlog(id, in_segment, by) {
+        if let Some(answer) = self.cancel_in_backlog(id, in_segment, by, None) {
             return answer;
         }
         match self.doc.finished.iter().find(|m| m.id == id) {

@@ -38,18 +38,7 @@ impl Work<'_> {
         }
         let slots = s.pool.as_ref().map_or(&[][..], |pool| &pool.slots[..]);
         if to_backlog {
-            if self.doc.slots != slots {
-                return Err(Refusal::SlotsMismatch {
-                    asked: slots.join(","),
-                    current: self.doc.slots.join(","),
-                });
-            }
-            if self.doc.limit != s.limit {
-                return Err(Refusal::LimitMismatch {
-                    asked: s.limit,
-                    current: self.doc.limit,
-                });
-            }
+            self.fits_key(s.limit, slots)?;
         } else {
             self.admit(s.order.as_deref(), s.limit, slots, s.max_live)?;
         }

@@ -34,6 +34,9 @@ impl Work<'_> {
                 return Ok((Reply::Ticket(view), None));
             }
         }
+        if self.turn_goes_to_backlog(e) {
+            return self.enqueue_in_backlog(e, hash);
+        }
         let slots = e.pool.as_ref().map_or(&[][..], |pool| &pool.slots[..]);
         self.admit(e.order.as_deref(), e.limit, slots, e.max_live)?;
         let ticket = new_ticket(e, hash, self.doc.next_arrival, self.clock);
@@ -59,6 +62,12 @@ impl Work<'_> {
             }
             return Some(Ok(self.live_reply(idx)));
         }
+        if let Some(ticket) = self.doc.backlog.as_ref().and_then(|b| b.tail_job(&e.id)) {
+            if ticket.token_hash != hash || ticket.job.is_some() {
+                return Some(Err(Refusal::DuplicateId { id: e.id.clone() }));
+            }
+            return Some(Ok((Reply::Ticket(self.view(&e.id)), None)));
+        }
         let mark = self.doc.finished.iter().find(|m| m.id == e.id)?;
         if !mark.has_token_hash(hash) {
             return Some(Err(Refusal::DuplicateId { id: e.id.clone() }));
@@ -74,6 +83,10 @@ impl Work<'_> {
     /// A beat of the ticket holding `token`: a waiter's keeps its place, a holder's claims its
     /// grant and extends its lease by its TTL.
     pub(super) fn refresh(&mut self, token: &str) -> Answer {
+        if let Some(id) = self.turn_in_tail(token)? {
+            // No waiter lease in the backlog: nothing to extend.
+            return Ok((Reply::Ticket(self.view(&id)), None));
+        }
         let idx = self.live_by_token(token)?;
         let phase_ms = match self.doc.tickets[idx].state {
             TicketState::Queued => self.doc.tickets[idx].waiter_ttl_ms,
@@ -89,6 +102,10 @@ impl Work<'_> {
     /// Renews the lease held with `token` (with a new TTL if one is given); a ticket still
     /// queued is refused with its position.
     pub(super) fn renew(&mut self, token: &str, ttl_ms: Option<u64>) -> Answer {
+        if let Some(id) = self.turn_in_tail(token)? {
+            let position = super::status_of(&self.doc, &id).map_or(0, |s| s.position);
+            return Err(Refusal::NotHeld { position });
+        }
         let idx = self.live_by_token(token)?;
         if self.doc.tickets[idx].state == TicketState::Queued {
             let id = self.doc.tickets[idx].id.clone();
@@ -119,6 +136,9 @@ impl Work<'_> {
         }
         let hash = token_hash(token);
         let Some(idx) = self.doc.tickets.iter().position(|t| t.token_hash == hash) else {
+            if let Some(answer) = self.withdraw_from_tail(token, outcome) {
+                return answer;
+            }
             return self
                 .ended_by_hash(&hash)
                 .map(|view| (Reply::Ticket(view), None));
@@ -212,7 +232,12 @@ pub(super) fn check_pool(
 
 /// The ticket `e` asks for, queued with arrival number `arrival`, its waiter's phase started
 /// on `clock`.
-fn new_ticket(e: &Enqueue, token_hash: String, arrival: u64, clock: &Clock<'_>) -> Ticket {
+pub(super) fn new_ticket(
+    e: &Enqueue,
+    token_hash: String,
+    arrival: u64,
+    clock: &Clock<'_>,
+) -> Ticket {
     Ticket {
         id: e.id.clone(),
         token_hash,

@@ -16,6 +16,7 @@ pub fn token(n: u32) -> String {
 
 pub fn enqueue(n: u32) -> Enqueue {
     Enqueue {
+        may_wait_in_backlog: false,
         pool: None,
         ci_run: None,
         id: format!("t{n}"),

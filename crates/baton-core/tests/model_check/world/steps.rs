@@ -674,6 +674,7 @@ fn heard_of(op: &Op, applied: &Applied, id: &str) -> Heard {
 /// An enqueue with the model's phases (TTL, waiter TTL, claim window) and no options.
 fn enqueue_op(id: String, token: String, mode: Mode, limit: u32) -> Op {
     Op::Enqueue(Enqueue {
+        may_wait_in_backlog: false,
         pool: None,
         ci_run: None,
         id,
