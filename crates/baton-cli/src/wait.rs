@@ -246,13 +246,11 @@ pub async fn acquire_unless_interrupted(
     Ok(acquired)
 }
 
-/// Withdraws every ticket (queued or held) after an interruption, ignoring refusals (a
-/// ticket may never have been enqueued).
+/// Withdraws every ticket (queued, in the window or the backlog, or held) after an
+/// interruption, ignoring refusals (a ticket may never have been enqueued).
 pub async fn withdraw(coord: &baton_client::Coordinator, pendings: &[Pending]) {
     for p in pendings {
-        let _ =
-            baton_client::acquire::release(coord, &p.key, &p.token, baton_core::Outcome::Cancelled)
-                .await;
+        let _ = baton_client::acquire::withdraw(coord, p, baton_core::Outcome::Cancelled).await;
     }
 }
 

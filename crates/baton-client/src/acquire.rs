@@ -28,7 +28,7 @@ use baton_core::Outcome;
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
 use crate::heartbeat::Heartbeat;
-pub use crate::hold::{release, release_with_reason, renew};
+pub use crate::hold::{release, release_with_reason, renew, withdraw};
 pub use crate::retry::retry_pause;
 pub use crate::turn::{
     AcquireOptions, HolderView, Lease, Pending, ProgressFn, Renewed, WaitProgress,

@@ -52,6 +52,9 @@ pub struct Coordinator {
     settings: Arc<SettingsCache>,
     /// How its writes reach the store.
     executor: Arc<dyn Executor>,
+    /// Its writes run the core here (not on a server): its waiters may wait in a key's
+    /// backlog, since it can withdraw them from a segment there.
+    direct: bool,
 }
 
 /// How a coordinator's writes reach its store.
@@ -121,6 +124,7 @@ impl Coordinator {
         transport: Transport,
     ) -> Coordinator {
         let known = Arc::new(Known::default());
+        let direct = matches!(transport, Transport::Direct { .. });
         let executor: Arc<dyn Executor> = match transport {
             Transport::Server(server) => {
                 Arc::new(Server::new(server, known.clone(), local.clone()))
@@ -150,7 +154,15 @@ impl Coordinator {
             local,
             settings,
             executor,
+            direct,
         }
+    }
+
+    /// Whether its waiters may wait in a key's backlog ([`baton_core::backlog`]): its writes
+    /// run the core here. Through a server they do not (a server that predates backlogged
+    /// turns refuses the ask, and withdrawing from a segment is an operator's operation there).
+    pub(crate) fn may_wait_in_backlog(&self) -> bool {
+        self.direct
     }
 
     /// Now on the local clock that safety deadlines are kept on ([`LocalClock`]): the

@@ -10,7 +10,7 @@ use baton_core::{Op, Outcome, Refusal, Request};
 use crate::coordinator::{Coordinator, Executed};
 use crate::error::ClientError;
 use crate::retry::Doubling;
-use crate::turn::{ids, release_request, Lease, Renewed};
+use crate::turn::{ids, release_request, Lease, Pending, Renewed};
 
 /// Ends a ticket by its token. `Outcome::Cancelled` withdraws a waiting ticket or gives back a
 /// held one.
@@ -21,6 +21,48 @@ pub async fn release(
     outcome: Outcome,
 ) -> Result<(), ClientError> {
     release_with_reason(coord, key, token, outcome, None).await
+}
+
+/// Withdraws the waiting turn `pending` as `outcome` (`timed_out` or `cancelled`) wherever it
+/// waits: in the window or the backlog's tail, by its token; in a written segment of the
+/// backlog, by its id, found there (a segment keeps its token's hash where the document cannot
+/// check it). A held turn is given back as a release would.
+pub async fn withdraw(
+    coord: &Coordinator,
+    pending: &Pending,
+    outcome: Outcome,
+) -> Result<(), ClientError> {
+    let (key, id) = (pending.key.as_str(), pending.id.as_str());
+    match release(coord, key, &pending.token, outcome).await {
+        Err(
+            error @ ClientError::Refused {
+                refusal: Refusal::UnknownToken | Refusal::Uncertain,
+                ..
+            },
+        ) => match crate::segments::cancel_in_backlog(coord, key, id, "", Some(outcome)).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err(error),
+            Err(busy) => left_to_lapse(key, busy),
+        },
+        Err(busy) => left_to_lapse(key, busy),
+        ok => ok,
+    }
+}
+
+/// A withdrawal the backlog has no room to remember (too many withdrawals and cancels wait to
+/// be taken in): the turn is left there, where nobody refreshes it, and is dropped one waiter
+/// lease after it reaches the window. Any other error stands.
+fn left_to_lapse(key: &str, error: ClientError) -> Result<(), ClientError> {
+    match error {
+        ClientError::Refused {
+            refusal: Refusal::BacklogBusy,
+            ..
+        } => {
+            tracing::info!(key, "the backlog is busy: the turn is left there to lapse");
+            Ok(())
+        }
+        other => Err(other),
+    }
 }
 
 /// [`release`] with a reason recorded in the history.

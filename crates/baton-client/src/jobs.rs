@@ -31,7 +31,7 @@ mod standing;
 mod submit;
 mod wait;
 
-pub use backlog::{cancel_in_backlog, find_in_backlog, InBacklog};
+pub use crate::segments::{cancel_in_backlog, find_in_backlog, InBacklog};
 pub use claim::{claim, complete, complete_job, ClaimOptions, Job, RunReport};
 pub use listing::{last_report, list, params, reports, runs, JobRow};
 pub use liveness::{last_worker_seen, worker_seen, WorkerSeen, EVERY_KEY, SEEN_EVERY, SEEN_RECORD};

@@ -72,6 +72,7 @@ pub mod permission;
 pub mod reap;
 pub mod remote;
 mod retry;
+mod segments;
 mod settings;
 pub mod status;
 pub mod time;

@@ -40,9 +40,10 @@ pub struct KeyStatus {
     pub fence: u64,
     /// Holders, in queue order.
     pub holders: Vec<TicketStatus>,
-    /// The queue, in grant order (the window's tickets: the backlog's jobs are counted only).
+    /// The queue, in grant order (the window's tickets: the backlog's are counted only).
     pub queue: Vec<TicketStatus>,
-    /// Jobs waiting in the key's backlog, outside its document (listed by `baton jobs`).
+    /// Jobs and turns waiting in the key's backlog, outside its document (jobs are listed by
+    /// `baton jobs`).
     pub backlog: u64,
     /// Whether the key had live tickets (before any filtering): a key without shows a `free` row.
     pub busy: bool,

@@ -21,6 +21,7 @@
 
 use std::time::{Duration, Instant};
 
+use baton_core::backlog::BacklogStanding;
 use baton_core::lease::{self, Reading};
 use baton_core::op::Enqueue;
 use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Request, Ticket, TicketState};
@@ -28,7 +29,7 @@ use baton_store::{StoreClock, Versioned, WatchHandle};
 
 use crate::coordinator::{Coordinator, Executed, KeySnapshot};
 use crate::error::ClientError;
-use crate::hold::release;
+use crate::hold::withdraw;
 use crate::retry::retry_pause;
 use crate::time::wall_ms;
 use crate::turn::poll::{self, PollBounds};
@@ -113,6 +114,8 @@ struct Enqueued {
     executed: Executed,
     /// When the last request was sent (local clock) whose answer showed the ticket queued.
     queued_at_ms: u64,
+    /// The ticket's place in the key's arrivals (0: not known).
+    arrival: u64,
 }
 
 /// Enqueues `pending`, retrying transient store errors for `store_retry` with the same request:
@@ -125,10 +128,14 @@ async fn enqueue(
     options: &AcquireOptions,
 ) -> Result<Enqueued, ClientError> {
     let key = pending.key.as_str();
-    let mut request = Request::new(
-        ids::new_attempt_id(),
-        Op::Enqueue(enqueue_op(pending, options)),
-    );
+    // A try (`--timeout 0`) is never granted from the backlog: it takes a place in the window
+    // for its one look, and leaves nothing behind it there.
+    let tries = options.timeout == Some(Duration::ZERO);
+    let op = Enqueue {
+        may_wait_in_backlog: coord.may_wait_in_backlog() && !tries,
+        ..enqueue_op(pending, options)
+    };
+    let mut request = Request::new(ids::new_attempt_id(), Op::Enqueue(op));
     // Any grant to this ticket was written after its first attempt was sent.
     let first_sent_ms = coord.local_ms();
     let mut failing_since: Option<Instant> = None;
@@ -143,10 +150,12 @@ async fn enqueue(
                 } else {
                     first_sent_ms
                 };
+                let arrival = executed.doc.arrival_of(&pending.id).unwrap_or(0);
                 return Ok(Enqueued {
                     op: request.op,
                     executed,
                     queued_at_ms,
+                    arrival,
                 });
             }
             Err(error) if error.is_transient() => {
@@ -157,9 +166,55 @@ async fn enqueue(
                 tracing::warn!(key, %error, "the store failed; retrying the enqueue");
                 tokio::time::sleep(retry_pause(since.elapsed())).await;
             }
-            Err(error) => return Err(error),
+            Err(error) => {
+                let found = in_a_segment(coord, pending, error).await?;
+                return Ok(Enqueued {
+                    op: request.op,
+                    executed: found.0,
+                    queued_at_ms: first_sent_ms,
+                    arrival: found.1,
+                });
+            }
         }
     }
+}
+
+/// After an enqueue refused as uncertain: the core cannot see the key's written backlog
+/// segments, where a turn whose first attempt landed unseen may be by now. Found there, it
+/// waits there (the answer, and its arrival); else the refusal stands.
+async fn in_a_segment(
+    coord: &Coordinator,
+    pending: &Pending,
+    error: ClientError,
+) -> Result<(Executed, u64), ClientError> {
+    let ClientError::Refused {
+        refusal: Refusal::Uncertain,
+        ..
+    } = &error
+    else {
+        return Err(error);
+    };
+    let key = pending.key.as_str();
+    let snapshot = coord.read(key).await?;
+    let Some(doc) = snapshot.doc else {
+        return Err(error);
+    };
+    let Some(found) = crate::segments::find_in_backlog(coord, key, &doc, &pending.id).await? else {
+        return Err(error);
+    };
+    let status = baton_core::TicketStatus {
+        position: doc.backlog_position(doc.backlog.as_ref().map_or(0, |b| b.in_segments) as usize),
+        ..baton_core::apply::waiting_status(&found.ticket)
+    };
+    let executed = Executed {
+        reply: baton_core::Reply::Ticket(baton_core::op::TicketView::Live(status)),
+        doc,
+        version: None,
+        ended: Vec::new(),
+        granted: Vec::new(),
+        basis: None,
+    };
+    Ok((executed, found.ticket.arrival))
 }
 
 /// The enqueue of `pending` with `options`.
@@ -271,12 +326,11 @@ impl<'a> Waiter<'a> {
             Some(watch) => (Some(watch), false),
             None => (coord.store().watch(key).await?, true),
         };
-        let held = !is_queued(&enqueued.executed.doc, &pending.id);
-        let arrival = enqueued
-            .executed
-            .doc
+        let doc = &enqueued.executed.doc;
+        let held = doc
             .by_id(&pending.id)
-            .map_or(0, |ticket| ticket.arrival);
+            .is_some_and(|t| t.state == TicketState::Held);
+        let arrival = enqueued.arrival;
         let clock = coord.store().clock().await?;
         let waited_after_ms = coord.waited_after_ms(key).await;
         Ok(Waiter {
@@ -322,11 +376,24 @@ impl<'a> Waiter<'a> {
     }
 
     fn position(&self) -> usize {
+        if let BacklogStanding::Waiting { position, .. } = self.in_backlog() {
+            return position;
+        }
         self.doc
             .queued()
             .iter()
             .position(|t| t.id == self.pending.id)
             .unwrap_or(0)
+    }
+
+    /// How this turn stands in the key's backlog, by the document as last seen.
+    fn in_backlog(&self) -> BacklogStanding {
+        let (id, keep) = (&self.pending.id, self.options.keep);
+        self.doc.backlog_standing(id, self.arrival, keep)
+    }
+
+    fn waits_in_backlog(&self) -> bool {
+        matches!(self.in_backlog(), BacklogStanding::Waiting { .. })
     }
 
     fn refresh_every(&self) -> Duration {
@@ -368,17 +435,7 @@ impl<'a> Waiter<'a> {
             let interval = self.options.poll.interval(self.position(), pushes);
             PollBounds::jittered(interval, rand::random::<f64>())
         };
-        let refresh_at = self.last_refresh + self.refresh_every();
-        sleep = sleep.min(refresh_at.saturating_duration_since(now));
-        if let Some(until) = self.next_expiry() {
-            sleep = sleep.min(until + Duration::from_millis(2));
-        }
-        if let Some(until) = self.freeze_ends_in() {
-            sleep = sleep.min(until + Duration::from_millis(2));
-        }
-        if let Some(until) = self.waited_due_in() {
-            sleep = sleep.min(until + Duration::from_millis(2));
-        }
+        sleep = sleep.min(self.next_timer(now));
         if !pushes {
             sleep = sleep.max(self.options.poll.floor());
         }
@@ -419,13 +476,37 @@ impl<'a> Waiter<'a> {
         }
     }
 
+    /// How long until this waiter must look whatever the store says: its refresh, the end of
+    /// another ticket's phase, of a freeze, of a `waited` rule's wait.
+    fn next_timer(&self, now: Instant) -> Duration {
+        let in_backlog = self.waits_in_backlog();
+        let mut sleep = if in_backlog {
+            // No waiter lease to refresh there; but one starts when the turn is taken in, so
+            // look at least as often as a waiter lease is refreshed.
+            self.refresh_every()
+        } else {
+            let refresh_at = self.last_refresh + self.refresh_every();
+            refresh_at.saturating_duration_since(now)
+        };
+        // A turn in the backlog is not woken by each expiry: the window's own waiters write
+        // for those, and it looks at its next poll.
+        let expiry = self.next_expiry().filter(|_| !in_backlog);
+        for until in [expiry, self.freeze_ends_in(), self.waited_due_in()]
+            .into_iter()
+            .flatten()
+        {
+            sleep = sleep.min(until + Duration::from_millis(2));
+        }
+        sleep
+    }
+
     /// How many wake-ups to let pass before looking ([`poll::wakes_before_look`]), by
     /// this ticket's place in the document as last seen.
     fn wakes_before_look(&self) -> usize {
-        let always = self
-            .doc
-            .by_id(&self.pending.id)
-            .is_none_or(|t| t.mode == Mode::Shared || t.state == TicketState::Held);
+        let always = match self.doc.by_id(&self.pending.id) {
+            Some(t) => t.mode == Mode::Shared || t.state == TicketState::Held,
+            None => !self.waits_in_backlog(),
+        };
         poll::wakes_before_look(self.position(), self.doc.limit, always)
     }
 
@@ -477,11 +558,20 @@ impl<'a> Waiter<'a> {
         }
         self.clock_reading = (snapshot.clock.clone(), Instant::now());
         let Some(doc) = snapshot.doc.clone() else {
-            return Err(lost(self.key(), &self.doc, &self.pending.id));
+            let ended = BacklogStanding::Absent;
+            return Err(lost(self.key(), &self.doc, &self.pending.id, ended));
         };
         self.doc = doc;
         let Some(mine) = self.doc.by_id(&self.pending.id).cloned() else {
-            return Err(lost(self.key(), &self.doc, &self.pending.id));
+            if self.waits_in_backlog() {
+                return self.tend_window(&snapshot).await;
+            }
+            return Err(lost(
+                self.key(),
+                &self.doc,
+                &self.pending.id,
+                self.in_backlog(),
+            ));
         };
         if self.heartbeat_claims && mine.state == TicketState::Held && !mine.claimed {
             if let Some(lease) = self.fresh_grant(&mine, &snapshot) {
@@ -516,16 +606,28 @@ impl<'a> Waiter<'a> {
             match self.coord.adopt_unless(self.key(), pushed, older).await? {
                 None => return Ok(None),
                 Some(snapshot) => {
-                    let doc = snapshot.doc.as_ref();
-                    if doc.and_then(|d| d.by_id(&self.pending.id)).is_some() {
+                    let (id, keep) = (&self.pending.id, self.options.keep);
+                    let there = snapshot.doc.as_ref().is_some_and(|d| {
+                        d.by_id(id).is_some()
+                            || d.backlog_standing(id, arrival, keep) != BacklogStanding::Absent
+                    });
+                    if there {
                         return Ok(Some(snapshot));
                     }
                 }
             }
         }
         let snapshot = self.coord.read(self.key()).await?;
-        let doc = snapshot.doc.as_ref();
-        if doc.is_some_and(|doc| is_queued(doc, &self.pending.id)) {
+        let (id, keep) = (&self.pending.id, self.options.keep);
+        // Queued (in the window or the backlog) at this read: a grant comes after it.
+        let queued = snapshot.doc.as_ref().is_some_and(|doc| {
+            is_queued(doc, id)
+                || matches!(
+                    doc.backlog_standing(id, self.arrival, keep),
+                    BacklogStanding::Waiting { .. }
+                )
+        });
+        if queued {
             self.queued_at_ms = snapshot.read_from_ms;
         }
         Ok(Some(snapshot))
@@ -591,6 +693,25 @@ impl<'a> Waiter<'a> {
         Ok(Next::Wait)
     }
 
+    /// A look that found this turn waiting in the backlog, where it writes nothing: unless the
+    /// window wants refilling from a written segment, or something in it has ended or a freeze
+    /// lifted, and nobody has written since. Then a tick takes the next turns in (the
+    /// coordinator reads the segment) and grants what it can.
+    async fn tend_window(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
+        let refill = self.doc.segment_wanted().is_some();
+        if !(refill || self.something_expired(snapshot) || self.freeze_ended()) {
+            return Ok(Next::Wait);
+        }
+        let mut request = Request::new(ids::new_attempt_id(), Op::Tick);
+        let executed = self.coord.execute(self.key(), &mut request).await?;
+        self.doc = executed.doc;
+        if self.doc.by_id(&self.pending.id).is_some() {
+            // Taken in: its waiter lease started at that write; refresh at the next look.
+            self.look_now = true;
+        }
+        Ok(Next::Wait)
+    }
+
     /// A look failed: a transient error is ridden out (a pause, then a fresh look) until the
     /// store has failed for `store_retry`; any other error is final.
     fn ride_out(&mut self, error: ClientError) -> Result<(), ClientError> {
@@ -616,7 +737,7 @@ impl<'a> Waiter<'a> {
             key: key.to_string(),
             detail: describe_wait(&self.doc, self.position()),
         };
-        match release(coord, key, &self.pending.token, Outcome::TimedOut).await {
+        match withdraw(coord, self.pending, Outcome::TimedOut).await {
             Ok(()) => Err(timed_out()),
             Err(ClientError::Refused {
                 refusal:
@@ -671,11 +792,13 @@ fn is_queued(doc: &Doc, id: &str) -> bool {
         .is_some_and(|ticket| ticket.state == TicketState::Queued)
 }
 
-/// The waiting ticket is gone from the document: say how it ended.
-fn lost(key: &str, doc: &Doc, id: &str) -> ClientError {
-    let (outcome, forced) = match doc.finished.iter().rev().find(|m| m.id == id) {
-        Some(mark) => (mark.outcome, mark.forced),
-        None => (Outcome::Abandoned, false),
+/// The waiting ticket is gone from the document: say how it ended (ended in the backlog by a
+/// cancel, a cut or a withdrawal, it is not in the marks until taken in).
+fn lost(key: &str, doc: &Doc, id: &str, in_backlog: BacklogStanding) -> ClientError {
+    let (outcome, forced) = match (doc.finished.iter().rev().find(|m| m.id == id), in_backlog) {
+        (Some(mark), _) => (mark.outcome, mark.forced),
+        (None, BacklogStanding::Ended(outcome)) => (outcome, false),
+        (None, _) => (Outcome::Abandoned, false),
     };
     ClientError::Ended {
         key: key.to_string(),

@@ -161,6 +161,23 @@ pub struct Cut {
     pub reason: String,
 }
 
+/// How a turn stands in its key's backlog ([`Doc::backlog_standing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BacklogStanding {
+    /// It waits there, with about `position` tickets ahead of it (at most that many when in a
+    /// segment), in the tail or a written segment.
+    Waiting {
+        /// Tickets ahead of it.
+        position: usize,
+        /// In a written segment, which only a read of the segment can show.
+        in_segment: bool,
+    },
+    /// A cancel, a cut or its waiter's withdrawal ended it there: it ends so when taken in.
+    Ended(Outcome),
+    /// It is not in the backlog (in the window, ended, or never there).
+    Absent,
+}
+
 /// A written-out tail: the record `backlog/GEN/N` of a key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Segment {
@@ -312,29 +329,46 @@ impl Doc {
             .then_some((backlog.generation, backlog.first))
     }
 
-    /// Where the ticket `id` that arrived `arrival`th (with `keep`) waits if it is in the backlog: the
-    /// window's tickets ahead of it and the backlog's, at most (a ticket in a segment counts
-    /// every ticket of the segments). `None` if the document shows it elsewhere or ended.
-    pub fn in_backlog(&self, id: &str, arrival: u64, keep: bool) -> Option<usize> {
-        if self.by_id(id).is_some() {
-            return None;
-        }
-        let backlog = self.backlog.as_ref()?;
+    /// How the turn `id`, that arrived `arrival`th (with `keep`), stands in the backlog, as far
+    /// as the document can tell: one in a written segment waits there unless a cut or a
+    /// withdrawal ended it, behind at most every ticket of the segments.
+    pub fn backlog_standing(&self, id: &str, arrival: u64, keep: bool) -> BacklogStanding {
+        let Some(backlog) = self.backlog.as_ref().filter(|_| self.by_id(id).is_none()) else {
+            return BacklogStanding::Absent;
+        };
         if let Some(ticket) = backlog.tail_job(id) {
-            return backlog
-                .fate(ticket)
-                .is_none()
-                .then(|| self.tail_position(id))?;
+            return match backlog.fate(ticket) {
+                Some((outcome, _)) => BacklogStanding::Ended(outcome),
+                None => BacklogStanding::Waiting {
+                    position: self.tail_position(id).unwrap_or_default(),
+                    in_segment: false,
+                },
+            };
         }
-        if backlog.dropped.iter().any(|d| d.id == id) {
-            return None;
+        if let Some(dropped) = backlog.dropped.iter().find(|d| d.id == id) {
+            return BacklogStanding::Ended(dropped.outcome());
+        }
+        if !backlog.may_hold_in_segments(arrival) {
+            return BacklogStanding::Absent;
         }
         let cut = backlog
             .cuts
             .iter()
-            .any(|c| arrival < c.below && !(c.spares_keep && keep));
-        (backlog.may_hold_in_segments(arrival) && !cut)
-            .then(|| self.backlog_position(backlog.in_segments as usize))
+            .find(|c| arrival < c.below && !(c.spares_keep && keep));
+        match cut {
+            Some(cut) => BacklogStanding::Ended(cut.outcome),
+            None => BacklogStanding::Waiting {
+                position: self.backlog_position(backlog.in_segments as usize),
+                in_segment: true,
+            },
+        }
+    }
+
+    /// The arrival number of live ticket `id`, in the window or the backlog's tail.
+    pub fn arrival_of(&self, id: &str) -> Option<u64> {
+        self.by_id(id)
+            .or_else(|| self.backlog.as_ref()?.tail_job(id))
+            .map(|t| t.arrival)
     }
 
     /// Where job `id` stands if it waits in the backlog's tail (not yet ended by a cancel or

@@ -365,6 +365,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         );
         println!("injected:    {}", s["injected"]);
         println!("takeover ms: {}", s["takeover_ms"]);
+        println!("queues:      {}", s["queues"]);
         println!("lost:        {}", s["lost"]);
         println!("log:         {}", s["log"].as_str().unwrap_or_default());
     }

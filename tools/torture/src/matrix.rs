@@ -31,6 +31,27 @@ struct Case {
     skew: Option<Duration>,
     /// What the clients do.
     work: Work,
+    /// Client threads, when not the usual number (a queue longer than a key's window).
+    clients: Option<usize>,
+}
+
+/// Clients of a long-queue run: more than a key's window (16 waiting), its backlog's segment
+/// (32) and a tail, so that turns wait in written segments.
+const LONG_QUEUE_CLIENTS: usize = 56;
+
+/// Every fault a server that can be restarted gets.
+fn server_faults() -> Vec<Fault> {
+    use Fault::*;
+    vec![
+        KillHolder,
+        KillWaiter,
+        PauseHolder,
+        Restart,
+        ProxyDrop,
+        ProxyHole,
+        ProxyLoseReply,
+        StopBeforeReply,
+    ]
 }
 
 /// Every run for the stores in the environment.
@@ -48,6 +69,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: None,
             behind_servers: false,
             work: Work::Locks,
+            clients: None,
         },
         // Turns kept alive by a keeper process, as CI jobs take them: killed and paused with
         // their clients.
@@ -60,6 +82,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: None,
             behind_servers: false,
             work: Work::Locks,
+            clients: None,
         },
         // Turns through two `baton serve` on one SQLite file, taken with the turns API as the
         // clients of other languages take them: the servers wait, the clients keep only the
@@ -73,6 +96,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: None,
             behind_servers: true,
             work: Work::Locks,
+            clients: None,
         },
         Case {
             store: sqlite("mixed.db"),
@@ -83,6 +107,20 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: None,
             behind_servers: false,
             work: Work::Locks,
+            clients: None,
+        },
+        // A queue longer than the window: turns wait in the backlog's tail and written
+        // segments, and are killed, paused and stopped mid-write there.
+        Case {
+            store: sqlite("long.db"),
+            kind: Kind::Mutex,
+            client: ClientKind::Mixed,
+            faults: vec![KillWaiter, PauseHolder, PauseInTransaction],
+            restart_cmd: None,
+            skew: None,
+            behind_servers: false,
+            work: Work::Locks,
+            clients: Some(LONG_QUEUE_CLIENTS),
         },
     ];
     let servers = [
@@ -96,23 +134,30 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 store: url,
                 kind: Kind::Mixed,
                 client: ClientKind::Mixed,
-                faults: vec![
-                    KillHolder,
-                    KillWaiter,
-                    PauseHolder,
-                    Restart,
-                    ProxyDrop,
-                    ProxyHole,
-                    ProxyLoseReply,
-                    StopBeforeReply,
-                ],
+                faults: server_faults(),
                 restart_cmd: restart_of(server),
                 // Leases are judged on the server's clock: clients' clocks must not matter.
                 skew: Some(Duration::from_secs(30)),
                 behind_servers: false,
                 work: Work::Locks,
+                clients: None,
             });
         }
+    }
+    // The long queue on a server, under every fault a server gets: lost and held-back replies
+    // to writes into the backlog, restarts between a segment's write and the document's.
+    if let Ok(url) = std::env::var("BATON_TEST_POSTGRES_URL") {
+        cases.push(Case {
+            store: url,
+            kind: Kind::Mutex,
+            client: ClientKind::Mixed,
+            faults: server_faults(),
+            restart_cmd: restart_of("postgres"),
+            skew: Some(Duration::from_secs(30)),
+            behind_servers: false,
+            work: Work::Locks,
+            clients: Some(LONG_QUEUE_CLIENTS),
+        });
     }
     // Two `baton serve` on one PostgreSQL store, each client going to one first and to the
     // other when it fails: servers killed with clients attached.
@@ -126,6 +171,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             skew: Some(Duration::from_secs(30)),
             behind_servers: true,
             work: Work::Locks,
+            clients: None,
         });
     }
     let listed = std::env::var("BATON_TEST_STORES").unwrap_or_default();
@@ -151,6 +197,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 skew: Some(Duration::from_secs(30)),
                 behind_servers: false,
                 work: Work::Locks,
+                clients: None,
             });
         }
     }
@@ -175,11 +222,12 @@ fn work_cases(scratch: &Path, restart: &Path) -> Vec<Case> {
         skew: None,
         behind_servers: false,
         work: Work::All,
+        clients: None,
     }];
     cases.extend(
         self::cases(scratch, restart)
             .into_iter()
-            .filter(|case| !case.store.starts_with("sqlite:"))
+            .filter(|case| !case.store.starts_with("sqlite:") && case.clients.is_none())
             .map(|case| Case {
                 work: Work::All,
                 ..case
@@ -233,10 +281,10 @@ pub fn run(
             baton: baton.clone(),
             own: own.clone(),
             // Mixed runs spread their clients over their keys.
-            clients: if case.kind == Kind::Mixed || case.work != Work::Locks {
-                6
-            } else {
-                4
+            clients: match case.clients {
+                Some(n) => n,
+                None if case.kind == Kind::Mixed || case.work != Work::Locks => 6,
+                None => 4,
             },
             rounds: 0,
             duration: Some(duration),
@@ -492,19 +540,20 @@ fn work_table(summaries: &[&Value]) -> String {
 fn locks_table(summaries: &[&Value]) -> String {
     let mut out = String::from(
         "| store | keys | clients | faults injected | skew | turns | violations | lost | \
-         fenced off | takeover p50 / p99 / max ms (n) |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+         fenced off | takeover p50 / p99 / max ms (n) | most waiting: window, backlog |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in summaries {
         let scheme = store_name(s);
         let t = &s["takeover_ms"];
         let ms = |v: &Value| v.as_u64().map_or("-".to_owned(), |n| n.to_string());
         out.push_str(&format!(
-            "| {scheme} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} / {} ({}) |\n",
+            "| {scheme} | {} | {} {} | {} | {} | {} | {} | {} | {} | {} / {} / {} ({}) | {}, {} |\n",
             match s["keys"].as_u64() {
                 Some(n) if n > 1 => format!("{} ×{n}", s["kind"].as_str().unwrap_or("?")),
                 _ => s["kind"].as_str().unwrap_or("?").to_owned(),
             },
+            s["clients"],
             s["client"].as_str().unwrap_or("?"),
             injected(s),
             s["skew_s"]
@@ -518,6 +567,8 @@ fn locks_table(summaries: &[&Value]) -> String {
             ms(&t["p99"]),
             ms(&t["max"]),
             t["samples"],
+            ms(&s["queues"]["window_max"]),
+            ms(&s["queues"]["backlog_max"]),
         ));
     }
     out

@@ -43,6 +43,12 @@ fn every_store_survives_its_faults() {
                 with_log()
             );
         }
+        if summary["clients"].as_u64().unwrap_or(0) >= 50 {
+            // The long-queue runs: turns waited in a written segment of the backlog (its tail
+            // holds at most 32).
+            let most = summary["queues"]["backlog_max"].as_u64().unwrap_or(0);
+            assert!(most > 32, "no turn waited in a segment: {}", with_log());
+        }
         // Every kind of fault asked for was injected at least once.
         for fault in summary["faults"].as_array().unwrap() {
             let fault = fault.as_str().unwrap();

@@ -56,7 +56,7 @@ pub async fn cancel(opened: &Opened, args: CancelArgs) -> Result<i32, Failure> {
             },
         ) => {
             let id = args.id.as_deref().unwrap_or_default();
-            match jobs::cancel_in_backlog(&opened.coord, &args.key, id, &by).await? {
+            match jobs::cancel_in_backlog(&opened.coord, &args.key, id, &by, None).await? {
                 Some(executed) => executed,
                 None => return Err(error.into()),
             }

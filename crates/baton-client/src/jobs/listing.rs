@@ -3,13 +3,14 @@
 
 use baton_core::{Doc, JobState, Ticket, TicketState};
 
-use super::backlog::{final_entry, read_segment};
+use super::backlog::final_entry;
 use super::claim::RunReport;
 use super::records::{read_job_record, run_record};
 use super::standing::JobStanding;
 use super::wait::standing;
 use crate::coordinator::{Coordinator, KeySnapshot};
 use crate::error::ClientError;
+use crate::segments::read_segment;
 /// One job, as `baton jobs` lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobRow {

@@ -6,7 +6,7 @@ use baton_core::job::JobSpec;
 use baton_core::op::{Submit, TicketView};
 use baton_core::{Doc, Op, Refusal, Reply, Request};
 
-use super::backlog::{final_run, find_in_backlog};
+use super::backlog::final_run;
 use super::errors::{invalid, params_replaced, unexpected};
 use super::records::{
     bound_params, check_params, decode_job_record, encode_job_record, job_record,
@@ -15,6 +15,7 @@ use super::standing::{live_or_marked, JobStanding};
 use super::wait::standing;
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
+use crate::segments::find_in_backlog;
 use crate::turn::ids;
 /// How to submit a job.
 #[derive(Clone, Debug)]

@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::backlog::{final_entry, find_in_backlog, InBacklog};
+use super::backlog::final_entry;
 use super::records::job_record;
 use super::standing::{live_or_marked, JobEnd, JobStanding};
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
+use crate::segments::{find_in_backlog, InBacklog};
 
 /// Where job `id` of `key` stands now: live in the document, or ended (its mark, else its
 /// final history entry).

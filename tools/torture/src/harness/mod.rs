@@ -13,11 +13,13 @@
 //! - [`clients`]: how each client thread starts its processes (CLI or library, skewed or not,
 //!   through the fault proxy or not).
 //! - [`injector`]: the fault thread.
+//! - [`sampler`]: how long the queues grew.
 //! - [`verdict`]: the sweep, the history read back, and the takeover times.
 
 mod clients;
 mod injector;
 mod jobs;
+mod sampler;
 mod verdict;
 mod work_verdict;
 
@@ -504,6 +506,10 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
             }))
         })
         .collect::<Result<_, String>>()?;
+    let sampler = (!config.unprotected).then(|| {
+        let (baton, store) = (config.baton.clone(), config.store.clone());
+        sampler::start(baton, store, config.key.clone(), shared.clone())
+    });
     let submitter = config
         .work
         .has_jobs()
@@ -532,6 +538,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     };
     shared.done.store(true, Ordering::SeqCst);
     let _ = faults.join();
+    let queues = sampler.and_then(|s| s.join().ok()).unwrap_or_default();
     // Keepers left by kept-alive clients that were killed while their acquire ran: the run is
     // over, as a CI job whose runner kills what it left.
     for pid in marked(&config.key, "") {
@@ -647,6 +654,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "key": config.key,
         "keys": keys.len(),
         "kind": config.kind.name(),
+        "clients": config.clients,
         "work": config.work.name(),
         "client": format!("{:?}", config.client).to_lowercase(),
         "seed": config.seed,
@@ -674,6 +682,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "violations": violations.len(),
         "lost": lost,
         "takeover_ms": details["takeover_ms"],
+        // The most turns seen waiting on one key: in its window, in its backlog.
+        "queues": queues.json(),
         "work_half": details["work_half"],
         "elapsed_s": began.elapsed().as_secs_f64(),
         "log": log_path.display().to_string(),

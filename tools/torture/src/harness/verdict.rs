@@ -182,7 +182,12 @@ pub(super) fn sweep(
             .flat_map(|k| {
                 let holders = k["holders"].as_array().cloned().unwrap_or_default();
                 let queue = k["queue"].as_array().cloned().unwrap_or_default();
-                holders.into_iter().chain(queue)
+                // Turns in the backlog are only counted by status.
+                let backlog = k["backlog"]
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .map(|n| json!({"id": format!("{n} in the backlog"), "context": ""}));
+                holders.into_iter().chain(queue).chain(backlog)
             })
             .map(|t| {
                 format!(

@@ -283,7 +283,7 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
     }
     if key.backlog > 0 {
         parts.push(format!(
-            "{} more jobs in the backlog (`baton jobs {}`)",
+            "{} more waiting in the backlog (jobs: `baton jobs {}`)",
             key.backlog,
             render::one_line(&key.key)
         ));

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_client::acquire::{acquire, release};
+use baton_client::acquire::{acquire, withdraw};
 use baton_client::turn::{Lease, Pending};
 use baton_client::{AcquireOptions, Coordinator};
 use baton_core::Outcome;
@@ -153,7 +153,12 @@ impl Waits {
         wait.task.abort();
         let wait = wait.clone();
         tokio::spawn(async move {
-            let _ = release(&wait.coord, &wait.key, &wait.token, Outcome::Cancelled).await;
+            let pending = Pending {
+                key: wait.key.clone(),
+                id: wait.id.clone(),
+                token: wait.token.clone(),
+            };
+            let _ = withdraw(&wait.coord, &pending, Outcome::Cancelled).await;
         });
     }
 
