@@ -266,3 +266,88 @@ async fn a_ticket_of_the_clients_making_is_one_ticket_on_any_server() {
     let (status, error) = post(&format!("{first}/v1/turns/k2"), half).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
 }
+
+/// The turns API's waits, which the server runs, use the key's backlog past the first 16
+/// waiting: 50 waits queued at once leave a small document, a wait withdrawn while its ticket
+/// is in a written segment ends there (and is never granted), and the rest are granted in the
+/// order they were queued, with rising fences.
+#[tokio::test]
+async fn waits_past_the_window_wait_in_the_backlog_and_come_in_order() {
+    const WAITS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let (base, store) = server(&dir, Duration::from_secs(50)).await;
+    let turns = format!("{base}/v1/turns/k");
+    let (_, holder) = post(&turns, json!({})).await;
+    let mut queued = Vec::new();
+    for _ in 0..WAITS {
+        let (status, wait) = post(&format!("{turns}?wait=false"), json!({})).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{wait}");
+        queued.push(wait);
+    }
+    let read = store.load("k").await.unwrap().unwrap();
+    let doc = baton_core::decode(&read.bytes).unwrap();
+    let backlog = doc.backlog.clone().expect("a backlog");
+    assert_eq!(doc.window_waiting(), 16, "the window is full");
+    assert_eq!(backlog.len(), WAITS as u64 - 16, "the rest in the backlog");
+    assert!(backlog.has_segments(), "{backlog:?}");
+    // The 20th wait is in the written segment: withdrawn by its token, as a client does.
+    let withdrawn = queued.remove(19);
+    let end = json!({ "token": withdrawn["token"] });
+    let (status, ended) = call(reqwest::Method::DELETE, &turns, end).await;
+    assert_eq!(status, StatusCode::OK, "{ended}");
+    let id = withdrawn["id"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = store.load("k").await.unwrap().unwrap();
+        let doc = baton_core::decode(&read.bytes).unwrap();
+        if doc
+            .backlog
+            .is_some_and(|b| b.dropped.iter().any(|d| d.id == id))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the withdrawal reached the backlog"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every other wait resumes at once and gives its turn back as soon as it is granted.
+    let granted = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = queued
+        .iter()
+        .map(|wait| {
+            let (turns, granted) = (turns.clone(), granted.clone());
+            let resume = json!({ "resume": wait["token"] });
+            tokio::spawn(async move {
+                loop {
+                    let (status, grant) = post(&turns, resume.clone()).await;
+                    if status == StatusCode::OK {
+                        let fence = grant["fence"].as_u64().unwrap();
+                        granted.lock().unwrap().push((grant["id"].clone(), fence));
+                        let end = json!({ "token": grant["token"], "outcome": "succeeded" });
+                        call(reqwest::Method::DELETE, &turns, end).await;
+                        return;
+                    }
+                    assert_eq!(status, StatusCode::ACCEPTED, "{grant}");
+                }
+            })
+        })
+        .collect();
+    let end = json!({ "token": holder["token"], "outcome": "succeeded" });
+    call(reqwest::Method::DELETE, &turns, end).await;
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(120), task)
+            .await
+            .expect("every wait is granted")
+            .unwrap();
+    }
+    let granted = granted.lock().unwrap().clone();
+    let ids: Vec<Value> = granted.iter().map(|(id, _)| id.clone()).collect();
+    let expected: Vec<Value> = queued.iter().map(|w| w["id"].clone()).collect();
+    assert_eq!(ids, expected, "granted in the order they were queued");
+    let fences: Vec<u64> = granted.iter().map(|(_, fence)| *fence).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert!(live_ids(&store, "k").await.is_empty());
+}
