@@ -66,6 +66,10 @@ fn a_queue_longer_than_the_window_runs_in_arrival_order() {
             );
         } else {
             assert_eq!((window, backlog), (16, WAITERS as u64 - 16));
+            let said = ctx.baton(["status", &key]).run();
+            said.assert_code(0);
+            let counted = format!("{} more waiting in the backlog", WAITERS - 16);
+            assert!(said.stdout.contains(&counted), "{}", said.stdout);
         }
 
         interrupt(&mut waiters, INTERRUPTED_IN_SEGMENT);

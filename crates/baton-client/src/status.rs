@@ -45,6 +45,8 @@ pub struct KeyStatus {
     /// Jobs and turns waiting in the key's backlog, outside its document (jobs are listed by
     /// `baton jobs`).
     pub backlog: u64,
+    /// Turns of a lock went to the backlog (not only jobs, which `baton jobs` lists).
+    pub backlog_turns: bool,
     /// Whether the key had live tickets (before any filtering): a key without shows a `free` row.
     pub busy: bool,
     /// How the last turn ended.
@@ -210,6 +212,7 @@ impl KeyStatus {
             holders,
             queue,
             backlog,
+            backlog_turns: doc.backlog.as_ref().is_some_and(|b| b.waiters),
             last_outcome: doc.summary.last_outcome,
             last_finished_wall_ms: doc.summary.last_finished_wall_ms,
             consecutive_failures: doc.summary.consecutive_failures,

@@ -173,6 +173,7 @@ mod fixtures {
             holders,
             queue,
             backlog: 0,
+            backlog_turns: false,
             last_outcome: None,
             last_finished_wall_ms: 0,
             consecutive_failures: 0,

@@ -281,9 +281,11 @@ fn key_line(key: &KeyStatus, colour: bool) -> String {
         }
         None => parts.push("no turn has ended yet".into()),
     }
-    if key.backlog > 0 {
+    if key.backlog > 0 && key.backlog_turns {
+        parts.push(format!("{} more waiting in the backlog", key.backlog));
+    } else if key.backlog > 0 {
         parts.push(format!(
-            "{} more waiting in the backlog (jobs: `baton jobs {}`)",
+            "{} more jobs in the backlog (`baton jobs {}`)",
             key.backlog,
             render::one_line(&key.key)
         ));
