@@ -321,11 +321,21 @@ impl Doc {
             .count()
     }
 
+    /// Waiting tickets in the window ahead of the backlog: those that do not wait behind it
+    /// (a turn of a client that cannot wait in the backlog, queued after it, does). The window
+    /// is refilled when these run low, however many wait behind.
+    pub fn window_ahead_of_backlog(&self) -> usize {
+        self.tickets
+            .iter()
+            .filter(|t| t.state == TicketState::Queued && !self.behind_backlog(t))
+            .count()
+    }
+
     /// The segment the coordinator should read and hand to the next apply, if the window runs
     /// low and one is written: `(generation, number)`.
     pub fn segment_wanted(&self) -> Option<(u64, u64)> {
         let backlog = self.backlog.as_ref()?;
-        (backlog.has_segments() && self.window_waiting() < REFILL_BELOW)
+        (backlog.has_segments() && self.window_ahead_of_backlog() < REFILL_BELOW)
             .then_some((backlog.generation, backlog.first))
     }
 

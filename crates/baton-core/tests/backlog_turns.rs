@@ -580,3 +580,32 @@ mod properties {
         Ok(run.w.records.len())
     }
 }
+
+/// Turns of clients that cannot wait in the backlog queue in the window behind it: however many
+/// of them wait there, the backlog is still taken in when the turns ahead of them have run (a
+/// window counted full of turns that wait behind the backlog would never be refilled).
+#[test]
+fn turns_waiting_behind_the_backlog_do_not_stop_it_being_taken_in() {
+    let waiting = WINDOW_JOBS as u32 + 20;
+    let mut w = queue(waiting);
+    for n in waiting + 1..=waiting + 12 {
+        w.run(Op::Enqueue(enqueue(n))).expect("an older client");
+    }
+    let mut granted = Vec::new();
+    let mut current = 0;
+    while let Some(next) = {
+        release(&mut w, current);
+        w.doc
+            .as_ref()
+            .and_then(|d| d.holders().next().map(|t| t.id.clone()))
+    } {
+        current = next[1..].parse().expect("number");
+        w.run(Op::Refresh {
+            token: token(current),
+        })
+        .expect("claim");
+        granted.push(current);
+    }
+    let expected: Vec<u32> = (1..=waiting + 12).collect();
+    assert_eq!(granted, expected, "every turn, in arrival order");
+}

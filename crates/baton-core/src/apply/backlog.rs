@@ -16,7 +16,7 @@ impl Work<'_> {
     /// end now, with their history entries. A turn starts its waiter lease now: it had none in
     /// the backlog.
     pub(super) fn take_in(&mut self, segment: Option<&Segment>) {
-        if self.doc.window_waiting() >= REFILL_BELOW {
+        if self.doc.window_ahead_of_backlog() >= REFILL_BELOW {
             return;
         }
         let Some(backlog) = self.doc.backlog.as_mut() else {
