@@ -49,7 +49,9 @@ fn a_queue_longer_than_the_window_runs_in_arrival_order() {
         ctx.wait_started("H");
         let mut waiters: Vec<(String, common::Proc)> = Vec::new();
         for i in 1..=WAITERS {
-            let args = ["--poll", "200ms", "--waiter-ttl", "10s"];
+            // Polls up to 2 s make a claim window of 6 s: 50 processes polling the emulated S3
+            // and DynamoDB load them so that a grant may take over 2 s to be claimed.
+            let args = ["--poll", "200ms..2s", "--waiter-ttl", "10s"];
             let proc = ctx.spawn_gated(&name(i), &key, &args);
             ctx.wait_status(&format!("{} queued", name(i)), &key, PROMPT, |view| {
                 let (window, backlog) = waiting(view);
