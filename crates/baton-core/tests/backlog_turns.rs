@@ -45,6 +45,26 @@ fn release(w: &mut World, n: u32) -> Reply {
     .expect("release")
 }
 
+/// Releases the holder `t0`, then each turn granted after it as soon as it has claimed its
+/// grant; the numbers of the turns granted, in grant order.
+fn run_to_the_end(w: &mut World) -> Vec<u32> {
+    let mut granted = Vec::new();
+    let mut current = 0;
+    loop {
+        release(w, current);
+        let next = w.doc.as_ref().and_then(|d| d.holders().next());
+        let Some(next) = next.map(|t| t.id.clone()) else {
+            return granted;
+        };
+        current = next[1..].parse().expect("number");
+        w.run(Op::Refresh {
+            token: token(current),
+        })
+        .expect("claim");
+        granted.push(current);
+    }
+}
+
 fn holder(w: &World) -> (String, u64) {
     let doc = w.doc.as_ref().expect("doc");
     let holders: Vec<_> = doc.holders().collect();
@@ -205,22 +225,10 @@ fn a_waiter_withdraws_its_turn_from_the_tail_or_a_segment_and_the_others_keep_th
     assert!(matches!(bad, Err(Refusal::BadOutcome { .. })), "{bad:?}");
 
     let total = WINDOW_JOBS as u32 + SEGMENT_JOBS as u32 + 10;
-    let mut granted = Vec::new();
-    let mut current = 0;
-    loop {
-        release(&mut w, current);
-        let Some(doc) = w.doc.as_ref() else { break };
-        let Some(next) = doc.holders().next() else {
-            break;
-        };
-        let next = next.id.clone();
-        current = next[1..].parse().expect("number");
-        w.run(Op::Refresh {
-            token: token(current),
-        })
-        .expect("claim");
-        granted.push(next);
-    }
+    let granted: Vec<String> = run_to_the_end(&mut w)
+        .into_iter()
+        .map(|n| format!("t{n}"))
+        .collect();
     let expected: Vec<String> = (1..=total)
         .map(|n| format!("t{n}"))
         .filter(|id| *id != in_segment && *id != in_tail)
@@ -250,21 +258,7 @@ fn a_client_that_cannot_wait_in_the_backlog_keeps_a_place_in_the_window_behind_i
         w.state(&format!("t{}", late + 1)).is_some(),
         "in the window"
     );
-    let mut granted = Vec::new();
-    let mut current = 0;
-    while let Some(next) = {
-        release(&mut w, current);
-        w.doc
-            .as_ref()
-            .and_then(|d| d.holders().next().map(|t| t.id.clone()))
-    } {
-        current = next[1..].parse().expect("number");
-        w.run(Op::Refresh {
-            token: token(current),
-        })
-        .expect("claim");
-        granted.push(current);
-    }
+    let granted = run_to_the_end(&mut w);
     let mut expected = vec![late + 1];
     expected.extend(1..=late);
     assert_eq!(granted, expected, "the order value first, then arrival");
@@ -591,21 +585,7 @@ fn turns_waiting_behind_the_backlog_do_not_stop_it_being_taken_in() {
     for n in waiting + 1..=waiting + 12 {
         w.run(Op::Enqueue(enqueue(n))).expect("an older client");
     }
-    let mut granted = Vec::new();
-    let mut current = 0;
-    while let Some(next) = {
-        release(&mut w, current);
-        w.doc
-            .as_ref()
-            .and_then(|d| d.holders().next().map(|t| t.id.clone()))
-    } {
-        current = next[1..].parse().expect("number");
-        w.run(Op::Refresh {
-            token: token(current),
-        })
-        .expect("claim");
-        granted.push(current);
-    }
+    let granted = run_to_the_end(&mut w);
     let expected: Vec<u32> = (1..=waiting + 12).collect();
     assert_eq!(granted, expected, "every turn, in arrival order");
 }
