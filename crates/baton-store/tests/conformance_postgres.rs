@@ -833,6 +833,64 @@ async fn the_due_index_is_read_through_its_index_however_stale_the_statistics() 
         .unwrap();
 }
 
+/// Every CAS statement is planned once per connection, and the plan reused, however the tables'
+/// statistics stand: the server weighs a generic plan against plans made for each call's
+/// parameters, and one statement whose parts a parameter switched off (no entries, no age)
+/// lost that weighing once the tables had statistics, and was planned again on every call,
+/// which took longer than running it.
+#[tokio::test]
+async fn cas_statements_are_planned_once_however_the_statistics_stand() {
+    let (schema, url) = fresh_schema().await;
+    // Statistics of a long history, most of it one key's (as a busy lock's would be).
+    let writer = PostgresStore::open(&url).await.unwrap();
+    let entries: Vec<Vec<u8>> = (0..2_000)
+        .map(|i| format!("entry {i}").into_bytes())
+        .collect();
+    writer.cas("busy", None, b"doc", &entries).await.unwrap();
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    admin.execute("ANALYZE").await.unwrap();
+    for retention in ["history_keep=10000", "history_max_age=1h"] {
+        let store = PostgresStore::open(&with_parameter(&url, retention))
+            .await
+            .unwrap();
+        // A key written as a lock is: writes without entries, and with.
+        let key = format!("hot/{retention}");
+        let mut version = None;
+        for i in 0..30_usize {
+            let entries = if i % 2 == 0 {
+                vec![]
+            } else {
+                vec![b"ended".to_vec()]
+            };
+            let outcome = store.cas(&key, version.as_ref(), b"doc", &entries).await;
+            let CasOutcome::Written { version: written } = outcome.unwrap() else {
+                panic!("a write of a key nobody else writes conflicted");
+            };
+            version = Some(written);
+        }
+        let plans = store.prepared_plans().await.unwrap();
+        let cas: Vec<_> = plans
+            .iter()
+            .filter(|(statement, ..)| statement.starts_with("WITH written AS"))
+            .filter(|(_, generic, custom)| generic + custom >= 15)
+            .collect();
+        assert!(
+            !cas.is_empty(),
+            "{retention}: no CAS statement ran 15 times:\n{plans:#?}"
+        );
+        for (statement, generic, custom) in cas {
+            assert!(
+                *custom <= 5,
+                "{retention}: planned for {custom} calls and generic for {generic}:\n{statement}"
+            );
+        }
+    }
+    admin
+        .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .await
+        .unwrap();
+}
+
 /// With `history_max_age`, the CAS that appends trims the entries older than the age (by the
 /// server's clock when they were written), keeping their seqs for the rest.
 #[tokio::test]

@@ -7,7 +7,7 @@ use sqlx::query::Query;
 use sqlx::Row;
 
 use super::errors::Kind;
-use super::layout::{CAS_CREATE, CAS_UPDATE};
+use super::layout::Appends;
 use super::PostgresStore;
 use crate::boot_clock::BootInstant;
 use crate::{CasOutcome, Result, Version};
@@ -25,15 +25,13 @@ impl PostgresStore {
         let due_ms = due_bigint(due_ms);
         match expected {
             None => {
-                let (keep, max_age_ms) = self.retention_binds();
                 self.fetch(Kind::Write, || {
-                    sqlx::query(CAS_CREATE)
+                    let appends = self.appends(history);
+                    let query = sqlx::query(appends.create_statement())
                         .bind(key)
                         .bind(bytes)
-                        .bind(history)
-                        .bind(due_ms)
-                        .bind(keep)
-                        .bind(max_age_ms)
+                        .bind(due_ms);
+                    self.bind_history(query, appends, history)
                 })
                 .await
             }
@@ -58,25 +56,38 @@ impl PostgresStore {
         // A version that is not a number was not made by this store: it matches nothing (NULL
         // compares equal to nothing), and the CAS conflicts like any stale one.
         let expected_number: Option<i64> = expected.0.parse().ok();
-        let (keep, max_age_ms) = self.retention_binds();
-        sqlx::query(CAS_UPDATE)
+        let appends = self.appends(history);
+        let query = sqlx::query(appends.update_statement())
             .bind(key)
             .bind(expected_number)
             .bind(bytes)
-            .bind(history)
-            .bind(due_ms)
-            .bind(keep)
-            .bind(max_age_ms)
+            .bind(due_ms);
+        self.bind_history(query, appends, history)
     }
 
-    /// `history_keep` and `history_max_age` as the CAS statements bind them.
-    fn retention_binds(&self) -> (i64, Option<i64>) {
+    /// What a CAS appending `history` needs of its statement.
+    fn appends(&self, history: &[Vec<u8>]) -> Appends {
+        Appends::of(history.len(), self.inner.retention.max_age.is_some())
+    }
+
+    /// Binds, after the parameters every CAS statement takes, those of its history parts:
+    /// the entries and `history_keep`, then `history_max_age` in ms.
+    fn bind_history<'q>(
+        &self,
+        query: Query<'q, Postgres, PgArguments>,
+        appends: Appends,
+        history: &'q [Vec<u8>],
+    ) -> Query<'q, Postgres, PgArguments> {
         let retention = &self.inner.retention;
         let keep = i64::try_from(retention.keep).unwrap_or(i64::MAX);
         let max_age_ms = retention
             .max_age_ms()
             .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX));
-        (keep, max_age_ms)
+        match appends {
+            Appends::Nothing => query,
+            Appends::Entries => query.bind(history).bind(keep),
+            Appends::EntriesAged => query.bind(history).bind(keep).bind(max_age_ms),
+        }
     }
 
     /// The row the CAS statement (sent at `sent`) answered and the version it wrote, if it

@@ -216,6 +216,25 @@ impl PostgresStore {
         self.inner.n_statements.load(Ordering::Relaxed)
     }
 
+    /// How the server planned the statements prepared on the connection the next statement
+    /// takes (the only one, for a store used by one task at a time): each statement's text
+    /// with the number of generic plans and of plans made for one call, from
+    /// `pg_prepared_statements`. For tests that a statement is planned once.
+    #[doc(hidden)]
+    pub async fn prepared_plans(&self) -> Result<Vec<(String, i64, i64)>> {
+        let rows = self
+            .fetch(Kind::Read, || {
+                sqlx::query(
+                    "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements",
+                )
+            })
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(|error| self.backend(error))
+    }
+
     /// A connection, or why there is none.
     async fn acquire(&self) -> Result<Lease<'_>> {
         self.inner
