@@ -891,6 +891,43 @@ async fn cas_statements_are_planned_once_however_the_statistics_stand() {
         .unwrap();
 }
 
+/// A write trims the entries it pushed out of its `history_keep`, and every 64 seqs all older
+/// ones: what a writer with a larger `history_keep` left is gone within 64 entries of one with
+/// a smaller.
+#[tokio::test]
+async fn a_smaller_history_keep_trims_what_a_larger_left_within_64_entries() {
+    let key = format!("{}keep", prefix("sweep"));
+    let larger = PostgresStore::open(&with_parameter(&server_url(), "history_keep=100"))
+        .await
+        .unwrap();
+    let smaller = PostgresStore::open(&with_parameter(&server_url(), "history_keep=5"))
+        .await
+        .unwrap();
+    let entries: Vec<Vec<u8>> = (1..=100).map(|i| format!("{i}").into_bytes()).collect();
+    let CasOutcome::Written { mut version } =
+        larger.cas(&key, None, b"doc", &entries).await.unwrap()
+    else {
+        panic!("a create of a fresh key conflicted");
+    };
+    let mut lengths = Vec::new();
+    for i in 101..=164 {
+        let entry = vec![format!("{i}").into_bytes()];
+        version = written_version(
+            smaller
+                .cas(&key, Some(&version), b"doc", &entry)
+                .await
+                .unwrap(),
+        );
+        lengths.push(smaller.history(&key, 0, 1_000).await.unwrap().len());
+    }
+    // Each write takes one out (the 100 stay 100) until seq 128 sweeps down to 5.
+    assert_eq!(lengths[..27], [100; 27], "before the sweep");
+    assert_eq!(lengths[27..], [5; 37], "from the sweep at seq 128 on");
+    let kept = smaller.history_tail(&key, 10).await.unwrap();
+    let seqs: Vec<u64> = kept.iter().map(|record| record.seq).collect();
+    assert_eq!(seqs, [164, 163, 162, 161, 160]);
+}
+
 /// With `history_max_age`, the CAS that appends trims the entries older than the age (by the
 /// server's clock when they were written), keeping their seqs for the rest.
 #[tokio::test]

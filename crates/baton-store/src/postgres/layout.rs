@@ -61,7 +61,13 @@ pub(super) use now_ms;
 /// `$keep` `history_keep`. Entries are numbered from the key's counter in `written` (so only a
 /// CAS that wrote appends); of them only those within the newest `$keep` are inserted, and
 /// older rows of the key go in the same statement, a range of the primary key. Seqs are never
-/// changed. The rows to trim are found by the key the write returned, not by the parameter:
+/// changed.
+///
+/// The range deleted is the entries this write pushed out of the newest `$keep`, and only
+/// once every 64 seqs everything older: a deleted row stays in the index until a vacuum, and a
+/// range from the key's first seq walked every one of them, on each write of a key past
+/// `$keep` (0.06 ms more a lock cycle after 2,000 writes, and growing). The sweep from the
+/// first seq still takes what a writer with a larger `history_keep` left. The rows to trim are found by the key the write returned, not by the parameter:
 /// how many rows a key has is then estimated alike for a generic plan and for one made with
 /// the key in hand, so the server keeps the generic plan ([`Appends`]); with the parameter, a
 /// history most of which is one key's made the generic plan look dear.
@@ -90,6 +96,17 @@ macro_rules! append_and_trim {
         WHERE old.key = written.key AND old.seq <= written.history_seq - ",
             $keep,
             "::bigint
+          AND old.seq > CASE
+              WHEN written.history_seq / 64 > (written.history_seq - cardinality(",
+            $entries,
+            "::bytea[])) / 64
+              THEN 0
+              ELSE written.history_seq - cardinality(",
+            $entries,
+            "::bytea[]) - ",
+            $keep,
+            "::bigint
+          END
     ),"
         )
     };
