@@ -502,6 +502,54 @@ mod properties {
         );
     }
 
+    /// Liveness: the clients still alive go on, each holder ending its turn as soon as it has
+    /// it, while time passes; every one of them is granted its turn and ends it, however the
+    /// steps left the window, the tail and the segments (the turns of dead clients lapse on
+    /// the way).
+    fn live_clients_all_get_their_turn(run: &mut Run) -> Result<(), TestCaseError> {
+        let live: Vec<u32> = (0..run.enqueued)
+            .filter(|n| {
+                !run.dead[*n as usize] && !run.w.ended.iter().any(|(id, _)| *id == Run::id(*n))
+            })
+            .collect();
+        // Each round a second passes: a dead client's turn lapses within its waiter lease of
+        // eight, and a live one is granted once those ahead of it are done.
+        let rounds = (run.enqueued as usize + 1) * 16;
+        for _ in 0..rounds {
+            if live.iter().all(|n| run.dead[*n as usize]) {
+                break;
+            }
+            let doc = run.w.doc.clone().unwrap_or_default();
+            if let Some(holder) = doc.holders().find(|t| t.claimed) {
+                let n: u32 = holder.id[1..].parse().expect("number");
+                if !run.dead[n as usize] {
+                    run.end(n);
+                    run.dead[n as usize] = true;
+                }
+            }
+            run.w.now_ms += 1_000;
+            run.keep_alive();
+            run.w.run(Op::Tick).expect("tick");
+            run.claim_grants();
+            run.check()?;
+        }
+        let waiting: Vec<u32> = live
+            .iter()
+            .copied()
+            .filter(|n| {
+                !run.w
+                    .ended
+                    .iter()
+                    .any(|(id, o)| *id == Run::id(*n) && *o == Outcome::Succeeded)
+            })
+            .collect();
+        prop_assert!(
+            waiting.is_empty(),
+            "live clients never granted: {waiting:?}"
+        );
+        Ok(())
+    }
+
     /// One run of `steps`; the backlog segments it wrote.
     fn one_run(steps: Vec<Step>) -> Result<usize, TestCaseError> {
         let mut run = Run {
@@ -547,6 +595,7 @@ mod properties {
             run.claim_grants();
             run.check()?;
         }
+        live_clients_all_get_their_turn(&mut run)?;
         // Every client goes away; time passes; the key drains.
         for n in 0..run.enqueued {
             run.dead[n as usize] = true;
