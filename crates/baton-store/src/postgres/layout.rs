@@ -65,12 +65,14 @@ pub(super) use now_ms;
 ///
 /// The range deleted is the entries this write pushed out of the newest `$keep`, and only
 /// once every 64 seqs everything older: a deleted row stays in the index until a vacuum, and a
-/// range from the key's first seq walked every one of them, on each write of a key past
-/// `$keep` (0.06 ms more a lock cycle after 2,000 writes, and growing). The sweep from the
-/// first seq still takes what a writer with a larger `history_keep` left. The rows to trim are found by the key the write returned, not by the parameter:
-/// how many rows a key has is then estimated alike for a generic plan and for one made with
-/// the key in hand, so the server keeps the generic plan ([`Appends`]); with the parameter, a
-/// history most of which is one key's made the generic plan look dear.
+/// range from the key's first seq walked every one of them on each write of a key past
+/// `$keep`, a cost that grew with the key's writes. The sweep from the first seq still takes
+/// what a writer with a larger `history_keep` left.
+///
+/// The rows to trim are found by the key the write returned, not by the parameter: how many
+/// rows a key has is then estimated alike for a generic plan and for one made with the key in
+/// hand, so the server keeps the generic plan ([`Appends`]); with the parameter, a history
+/// most of which is one key's made the generic plan look dear.
 macro_rules! append_and_trim {
     ($entries:literal, $keep:literal) => {
         concat!(
