@@ -49,13 +49,40 @@ impl WakeRouter {
             .is_some_and(|sender| sender.receiver_count() > 0)
     }
 
+    /// The keys someone watches (a receiver of their channel is alive).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn watched_keys(&self) -> impl Iterator<Item = &str> {
+        self.keys
+            .iter()
+            .filter(|(_, sender)| sender.receiver_count() > 0)
+            .map(|(key, _)| key.as_str())
+    }
+
+    /// Whether anyone watches a prefix.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn watches_a_prefix(&self) -> bool {
+        self.prefixes
+            .iter()
+            .any(|(_, sender)| sender.receiver_count() > 0)
+    }
+
     /// Tells `key`'s watchers, and those of every prefix of it, that it changed.
     pub(crate) fn wake(&self, key: &str, wake: Wake) {
+        self.wake_prefixes(key);
+        self.wake_key(key, wake);
+    }
+
+    /// Tells the watchers of every prefix of `key` that it changed.
+    pub(crate) fn wake_prefixes(&self, key: &str) {
         for (prefix, sender) in &self.prefixes {
             if key.starts_with(prefix.as_str()) {
                 Wake::read_again().send(sender);
             }
         }
+    }
+
+    /// Tells `key`'s own watchers that it changed.
+    pub(crate) fn wake_key(&self, key: &str, wake: Wake) {
         if let Some(sender) = self.keys.get(key) {
             wake.send(sender);
         }

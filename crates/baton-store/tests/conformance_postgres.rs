@@ -573,6 +573,61 @@ async fn a_write_through_another_store_wakes_a_watcher() {
         .unwrap();
 }
 
+/// A process is told of the writes to the keys it watches, not of every write in the database:
+/// each key has its own channel (on one shared channel, 20 idle holders made every acquire +
+/// release four times as long). A key no longer watched is left at the next `watch`.
+#[tokio::test]
+async fn a_process_is_told_only_of_the_keys_it_watches() {
+    let watching = shared_store().await;
+    let writer = shared_store().await;
+    let watched = format!("{}ключ {}", prefix("told-only"), nanos());
+    let other = format!("{}other", prefix("told-only"));
+    let left = format!("{}left", prefix("told-only"));
+    drop(watching.watch(&left).await.unwrap().expect("LISTEN works"));
+    let mut handle = watching
+        .watch(&watched)
+        .await
+        .unwrap()
+        .expect("LISTEN works");
+    let before = watching.notifications_received().await;
+    let mut versions = [None, None];
+    for _ in 0..30 {
+        for (key, version) in [&other, &left].into_iter().zip(&mut versions) {
+            let outcome = writer.cas(key, version.as_ref(), b"x", &[]).await.unwrap();
+            *version = Some(written_version(outcome));
+        }
+    }
+    let written = written_version(writer.cas(&watched, None, b"1", &[]).await.unwrap());
+    assert_eq!(
+        next_pushed(&mut handle, &written).await.as_deref(),
+        Some(&b"1"[..]),
+        "the watched key's write wakes its watcher with the document"
+    );
+    let told = watching.notifications_received().await - before;
+    assert!(
+        (1..=3).contains(&told),
+        "{told} notifications for 1 write to the watched key among 60 to others"
+    );
+}
+
+/// A baton that listened only on the shared channel (before wake-ups went by key) is still
+/// woken by every write, told the key to read again.
+#[tokio::test]
+async fn a_listener_on_the_shared_channel_is_told_every_key_written() {
+    let store = shared_store().await;
+    let key = format!("{}k{}", prefix("shared-channel"), nanos());
+    let mut older = sqlx::postgres::PgListener::connect(&server_url())
+        .await
+        .unwrap();
+    older.listen("baton_changed").await.unwrap();
+    store.cas(&key, None, b"1", &[]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while older.recv().await.unwrap().payload() != key {}
+    })
+    .await
+    .expect("the bare key arrives on the shared channel within 5 s");
+}
+
 /// A wake-up carries a document of up to `PUSHED_DOCUMENT_MAX` bytes, any bytes, under the
 /// longest key and beside the longest version: `NOTIFY`'s 8,000-byte limit holds (base64 and
 /// its line breaks). One byte more wakes the watcher without the document. (In hex, a key

@@ -10,9 +10,40 @@
 //!
 //! `schema.rs` creates and migrates the tables; `mod.rs` sends these statements.
 
-/// The `NOTIFY` channel of every baton store. Stores in other schemas of the same database share
-/// it, which only means spurious wake-ups for equal keys.
+/// The `NOTIFY` channel every write is also told on, by its bare key: the channel of prefix
+/// watchers (idle workers) and of batons that listened on it alone before wake-ups went by key.
+/// Stores in other schemas of the same database share it, which only means spurious wake-ups.
 pub(super) const CHANNEL: &str = "baton_changed";
+
+/// What starts a key's own channel ([`key_channel`]).
+const KEY_CHANNEL_MARK: &str = "baton_k_";
+
+/// How many bytes of the key's SHA-256 name its channel: 12 (24 hex digits), far from a chance
+/// collision, which would only cost spurious wake-ups; the name stays under PostgreSQL's 63.
+const KEY_CHANNEL_BYTES: usize = 12;
+
+/// The channel a write of `key` notifies with its document, and that watchers of the key listen
+/// on: `baton_k_` and the first 12 bytes of the SHA-256 of the key's UTF-8, in hex. A channel
+/// per key, so that a write wakes only the processes watching that key: on one shared channel
+/// every listener of the database received, woke for and decoded every write (with 20 idle
+/// holders beside it, an uncontended acquire + release took four times as long). A hash, as a
+/// channel is a name of at most 63 bytes and a key may hold 256. Every baton must compute the
+/// same name: the statements compute it in SQL ([`key_channel_sql`]), the listener here.
+pub(super) fn key_channel(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(key.as_bytes());
+    format!(
+        "{KEY_CHANNEL_MARK}{}",
+        hex::encode(&digest[..KEY_CHANNEL_BYTES])
+    )
+}
+
+/// [`key_channel`] of the statement's key (`$1`), in SQL.
+macro_rules! key_channel_sql {
+    () => {
+        "'baton_k_' || left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), 24)"
+    };
+}
 
 /// The largest document a wake-up carries (in bytes, before base64 makes it a third larger):
 /// `NOTIFY` takes payloads under 8,000 bytes, and a key (up to 256 bytes), a version (up to
@@ -137,17 +168,20 @@ macro_rules! trim_by_age {
     };
 }
 
-/// The end of every CAS statement, after its CTEs: the wake-up of the key's watchers (with the
-/// document `$doc`) and the answer: the version written, or the current row (read from the
+/// The end of every CAS statement, after its CTEs: the wake-up of the key's watchers on the
+/// key's channel (with the document `$doc`), and on the shared [`CHANNEL`] by the bare key (its
+/// listeners read again); then the answer: the version written, or the current row (read from the
 /// statement's snapshot) when the write did not happen, with the server's time either way.
 macro_rules! notify_and_answer {
     ($doc:literal) => {
         concat!(
             "
     notified AS (
-        SELECT pg_notify('baton_changed', ",
+        SELECT pg_notify(",
+            key_channel_sql!(),
+            ", ",
             notify_payload!($doc),
-            ") FROM written
+            "), pg_notify('baton_changed', $1) FROM written
     )
     SELECT
         (SELECT version FROM written) AS written_version,
@@ -392,6 +426,24 @@ mod tests {
     }
 
     #[test]
+    fn a_keys_channel_is_a_name_every_baton_computes_alike() {
+        // Batons of different versions must agree on it: a change here strands their waiters.
+        assert_eq!(
+            key_channel("deploy/prod"),
+            "baton_k_1a7b4df2e228a8eea1973c5a"
+        );
+        assert_eq!(key_channel("a b/ключ").len(), "baton_k_".len() + 24);
+        assert!(key_channel(&"k".repeat(256)).len() <= 63);
+        assert_eq!(
+            key_channel_sql!(),
+            format!(
+                "'{KEY_CHANNEL_MARK}' || left(encode(sha256(convert_to($1, 'UTF8')), 'hex'), {})",
+                KEY_CHANNEL_BYTES * 2
+            )
+        );
+    }
+
+    #[test]
     fn each_cas_statement_names_exactly_the_parameters_its_caller_binds() {
         // `cas.rs` binds the key, the version (updates), the document and the due time, then
         // the entries and `history_keep`, then `history_max_age`: PostgreSQL refuses a bind of
@@ -429,9 +481,11 @@ mod tests {
     }
 
     #[test]
-    fn every_cas_notifies_the_channel_the_listener_listens_on() {
+    fn every_cas_notifies_the_keys_channel_with_its_document_and_the_shared_one_by_key() {
         for statement in all_cas() {
-            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1 ||")));
+            let own = concat!("pg_notify(", key_channel_sql!(), ", $1 ||");
+            assert!(statement.contains(own), "{statement}");
+            assert!(statement.contains(&format!("pg_notify('{CHANNEL}', $1)")));
             // The statement's limit is the constant the listener and the docs name.
             assert!(statement.contains(&format!(
                 ") <= {PUSHED_DOCUMENT_MAX} THEN '{BASE64_MARK}' || encode("

@@ -1,27 +1,35 @@
 //! Wake-ups for the PostgreSQL store: one `LISTEN` connection per store.
 //!
-//! Every CAS that writes sends `pg_notify('baton_changed', KEY \n VERSION \n b64,BASE64(DOCUMENT))` in
-//! its own statement, delivered when it commits (the document only when it fits the payload:
-//! see [`super::PUSHED_DOCUMENT_MAX`]).
-//! The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
+//! Every CAS that writes sends, in its own statement and delivered when it commits, its key's
+//! version and document on the key's own channel (`pg_notify(baton_k_…, KEY \n VERSION \n
+//! b64,BASE64(DOCUMENT))`, the document only when it fits the payload: see
+//! [`super::PUSHED_DOCUMENT_MAX`] and [`super::layout::key_channel`]), and its bare key on the
+//! shared [`CHANNEL`]. The first [`super::PostgresStore::watch`] opens a [`PgListener`] on a
 //! connection of its own, checks that notifications really arrive (a transaction-mode pooler
 //! such as PgBouncer accepts `LISTEN` but delivers nothing: then `watch` returns `None` and
 //! waiters poll), and starts a task that hands each notification's document to the watchers of
-//! the key it names. Every watch handle of the store follows its key's channel.
+//! the key it names. The task listens on the channels of the watched keys, and on the shared
+//! one only while a prefix is watched: a process is told of the writes it waits for, not of
+//! every write in the database. A `watch` returns once the server listens on its key's channel;
+//! the channels of keys no longer watched are left at the next `watch`.
 //!
 //! Missed wake-ups are not allowed; spurious ones are. Notifications sent while the connection
 //! was down are lost, so every time the listener reconnects it bumps every counter: each waiter
 //! reads again and finds whatever changed in the gap.
 
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::connections::Connections;
+use super::layout::key_channel;
 use super::{CHANNEL, CONNECT_TIMEOUT};
 use crate::wakes::WakeRouter;
 use crate::{Version, Versioned, Wake, WatchHandle};
@@ -37,6 +45,10 @@ const RETRY_AFTER: Duration = Duration::from_secs(60);
 /// The longest pause between attempts to bring a lost listener back.
 const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(5);
 
+/// How long a `watch` waits for the server to listen on its key's channel before it answers
+/// `None` (the waiter polls): a round trip, unless the listener is reconnecting.
+const LISTEN_WAIT: Duration = CONNECT_TIMEOUT;
+
 /// Where the store's listener is.
 pub(super) enum State {
     NotStarted,
@@ -49,10 +61,24 @@ pub(super) enum State {
 /// dropped are swept at the next subscription.
 type Counters = Arc<Mutex<WakeRouter>>;
 
-/// A running listener: the counters it bumps and the task that bumps them (aborted on drop, so
-/// the connection closes with the store).
+/// What the listener's task is asked to do on its connection (which it alone uses).
+enum Command {
+    /// Listen on these channels too; `done` is told once the server has answered, or once the
+    /// task has given up on the connection (then it listens on every channel again on a new one
+    /// and wakes every watcher, which covers the gap).
+    Listen(Vec<String>, oneshot::Sender<()>),
+    /// Stop listening on these channels.
+    Unlisten(Vec<String>),
+}
+
+/// A running listener: the counters it bumps, the channels its task was told to listen on, and
+/// the task (aborted on drop, so the connection closes with the store).
 pub(super) struct Listener {
     counters: Counters,
+    listened: BTreeSet<String>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Notifications received, for tests: how many writes woke this process.
+    received: Arc<AtomicU64>,
     task: JoinHandle<()>,
 }
 
@@ -72,15 +98,15 @@ impl State {
         connections: &Connections,
     ) -> Option<WatchHandle> {
         match self {
-            State::Running(listener) => return Some(listener.subscribe(watched)),
+            State::Running(listener) => return listener.subscribe(watched).await,
             State::Failed(at) if at.elapsed() < RETRY_AFTER => return None,
             State::Failed(_) | State::NotStarted => {}
         }
         match start(options, connections).await {
-            Ok(listener) => {
-                let handle = listener.subscribe(watched);
+            Ok(mut listener) => {
+                let handle = listener.subscribe(watched).await;
                 *self = State::Running(listener);
-                Some(handle)
+                handle
             }
             Err(reason) => {
                 tracing::info!(
@@ -90,6 +116,14 @@ impl State {
                 *self = State::Failed(Instant::now());
                 None
             }
+        }
+    }
+
+    /// Notifications the listener has received since it started (0 before), for tests.
+    pub(super) fn received(&self) -> u64 {
+        match self {
+            State::Running(listener) => listener.received.load(Ordering::Relaxed),
+            State::NotStarted | State::Failed(_) => 0,
         }
     }
 }
@@ -102,18 +136,51 @@ pub(super) enum Watched<'a> {
 }
 
 impl Listener {
-    fn subscribe(&self, watched: Watched<'_>) -> WatchHandle {
-        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        WatchHandle::new(match watched {
-            Watched::Key(key) => router.subscribe_key(key),
-            Watched::Prefix(prefix) => router.subscribe_prefix(prefix),
-        })
+    /// Registers the watcher, then has the task listen on the channels now watched and leave
+    /// those no longer watched; returns once the server listens (`None` if that takes longer
+    /// than [`LISTEN_WAIT`]: the waiter polls). Callers are serialised by the store's lock on
+    /// [`State`], so a second watcher of a key never returns before the first one's `LISTEN`.
+    async fn subscribe(&mut self, watched: Watched<'_>) -> Option<WatchHandle> {
+        let (receiver, needed) = {
+            let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+            let receiver = match watched {
+                Watched::Key(key) => router.subscribe_key(key),
+                Watched::Prefix(prefix) => router.subscribe_prefix(prefix),
+            };
+            (receiver, channels_of(&router))
+        };
+        let gone: Vec<String> = self.listened.difference(&needed).cloned().collect();
+        let new: Vec<String> = needed.difference(&self.listened).cloned().collect();
+        self.listened = needed;
+        if !gone.is_empty() {
+            // Nobody waits for it: sent without waiting for the server.
+            let _ = self.commands.send(Command::Unlisten(gone));
+        }
+        if !new.is_empty() {
+            let (done, listening) = oneshot::channel();
+            self.commands.send(Command::Listen(new, done)).ok()?;
+            tokio::time::timeout(LISTEN_WAIT, listening)
+                .await
+                .ok()?
+                .ok()?;
+        }
+        Some(WatchHandle::new(receiver))
     }
+}
+
+/// The channels a process listens on for its watchers: each watched key's own, and the shared
+/// one while a prefix is watched (a write under it is told there by its key).
+fn channels_of(router: &WakeRouter) -> BTreeSet<String> {
+    let mut channels: BTreeSet<String> = router.watched_keys().map(key_channel).collect();
+    if router.watches_a_prefix() {
+        channels.insert(CHANNEL.to_owned());
+    }
+    channels
 }
 
 /// Opens the listener, checks that a notification comes back, and starts the task.
 async fn start(options: &PgConnectOptions, connections: &Connections) -> Result<Listener, String> {
-    let mut listener = connect(options).await?;
+    let mut listener = connect(options, &BTreeSet::from([CHANNEL.to_owned()])).await?;
     // The test notification goes out on another connection, as other processes' would: an
     // empty payload, which no key can be (keys have at least one byte).
     let mut lease = connections
@@ -148,20 +215,45 @@ async fn start(options: &PgConnectOptions, connections: &Connections) -> Result<
             ))
         }
     }
+    // The shared channel was only for the test; the watchers' channels come with them.
+    listener
+        .unlisten(CHANNEL)
+        .await
+        .map_err(|error| format!("UNLISTEN failed: {error}"))?;
     let counters = Counters::default();
-    let task = tokio::spawn(follow(listener, options.clone(), Arc::clone(&counters)));
-    Ok(Listener { counters, task })
+    let received = Arc::new(AtomicU64::new(0));
+    let (commands, requests) = mpsc::unbounded_channel();
+    let task = tokio::spawn(follow(
+        listener,
+        options.clone(),
+        Arc::clone(&counters),
+        requests,
+        Arc::clone(&received),
+    ));
+    Ok(Listener {
+        counters,
+        listened: BTreeSet::new(),
+        commands,
+        received,
+        task,
+    })
 }
 
-/// A listener on a connection of its own (its pool of one only serves to reconnect), listening;
-/// within twice [`CONNECT_TIMEOUT`] (connecting, then `LISTEN`).
-async fn connect(options: &PgConnectOptions) -> Result<PgListener, String> {
-    tokio::time::timeout(CONNECT_TIMEOUT * 2, connect_and_listen(options))
+/// A listener on a connection of its own (its pool of one only serves to reconnect), listening
+/// on `channels`; within twice [`CONNECT_TIMEOUT`] (connecting, then `LISTEN`).
+async fn connect(
+    options: &PgConnectOptions,
+    channels: &BTreeSet<String>,
+) -> Result<PgListener, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT * 2, connect_and_listen(options, channels))
         .await
         .unwrap_or_else(|_| Err("connecting and LISTEN took too long".to_owned()))
 }
 
-async fn connect_and_listen(options: &PgConnectOptions) -> Result<PgListener, String> {
+async fn connect_and_listen(
+    options: &PgConnectOptions,
+    channels: &BTreeSet<String>,
+) -> Result<PgListener, String> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(CONNECT_TIMEOUT)
@@ -173,43 +265,118 @@ async fn connect_and_listen(options: &PgConnectOptions) -> Result<PgListener, St
     let mut listener = PgListener::connect_with(&pool)
         .await
         .map_err(|error| format!("cannot open a connection to LISTEN on: {error}"))?;
-    listener
-        .listen(CHANNEL)
-        .await
-        .map_err(|error| format!("LISTEN failed: {error}"))?;
+    if !channels.is_empty() {
+        listener
+            .listen_all(channels.iter().map(String::as_str))
+            .await
+            .map_err(|error| format!("LISTEN failed: {error}"))?;
+    }
     Ok(listener)
 }
 
-/// Bumps the counter of each notified key, for as long as the store lives.
-async fn follow(mut listener: PgListener, options: PgConnectOptions, counters: Counters) {
+/// What woke the listener's task.
+enum Event {
+    Received(Result<Option<sqlx::postgres::PgNotification>, sqlx::Error>),
+    Asked(Command),
+}
+
+/// Bumps the counter of each notified key and carries out the subscriptions' commands, for as
+/// long as the store lives (its end closes `commands`).
+async fn follow(
+    mut listener: PgListener,
+    options: PgConnectOptions,
+    counters: Counters,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    received: Arc<AtomicU64>,
+) {
+    // The channels the task listens on, or will again after a reconnection.
+    let mut channels = BTreeSet::new();
     loop {
-        match listener.try_recv().await {
-            Ok(Some(notification)) => {
-                let (key, wake) = parse_payload(notification.payload());
-                let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
-                router.wake(key, wake);
+        // Both are cancel-safe: a notification half read stays in sqlx's buffer.
+        let event = tokio::select! {
+            notification = listener.try_recv() => Event::Received(notification),
+            command = commands.recv() => match command {
+                Some(command) => Event::Asked(command),
+                None => return,
+            },
+        };
+        let healthy = match event {
+            Event::Received(Ok(Some(notification))) => {
+                received.fetch_add(1, Ordering::Relaxed);
+                route(&counters, notification.channel(), notification.payload());
+                true
             }
             // sqlx reconnected and listens again; what was sent in between is lost.
-            Ok(None) => wake_all(&counters),
-            Err(error) => {
-                // A failure sqlx does not recover from by itself (a reset connection, a
-                // terminated backend, a failed reconnect): start over with a new listener.
-                tracing::debug!(%error, "the PostgreSQL listener failed; reconnecting");
-                drop(listener);
-                listener = reconnect(&options).await;
+            Event::Received(Ok(None)) => {
                 wake_all(&counters);
+                true
             }
+            Event::Received(Err(error)) => {
+                // A failure sqlx does not recover from by itself (a reset connection, a
+                // terminated backend, a failed reconnect).
+                tracing::debug!(%error, "the PostgreSQL listener failed; reconnecting");
+                false
+            }
+            Event::Asked(command) => carry_out(&mut listener, &mut channels, command).await,
+        };
+        if !healthy {
+            drop(listener);
+            listener = reconnect(&options, &channels).await;
+            wake_all(&counters);
         }
     }
 }
 
-/// A new listener, trying until one is up, pausing longer each time (up to
+/// Hands a notification to its watchers: one on a key's channel to the key's, one on the
+/// shared channel (listened on only while a prefix is watched) to the prefixes': the key's own
+/// came on its channel, with the document.
+fn route(counters: &Counters, channel: &str, payload: &str) {
+    let (key, wake) = parse_payload(payload);
+    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    if channel == CHANNEL {
+        router.wake_prefixes(key);
+    } else {
+        router.wake_key(key, wake);
+    }
+}
+
+/// Listens on or leaves channels; false when the connection failed meanwhile.
+async fn carry_out(
+    listener: &mut PgListener,
+    channels: &mut BTreeSet<String>,
+    command: Command,
+) -> bool {
+    match command {
+        Command::Listen(new, done) => {
+            channels.extend(new.iter().cloned());
+            let listening = listener.listen_all(new.iter().map(String::as_str)).await;
+            // Told either way: on failure the task listens again on a new connection and
+            // wakes every watcher.
+            let _ = done.send(());
+            listening
+                .map_err(|error| tracing::debug!(%error, "LISTEN failed; reconnecting"))
+                .is_ok()
+        }
+        Command::Unlisten(gone) => {
+            for channel in &gone {
+                channels.remove(channel);
+                if let Err(error) = listener.unlisten(channel).await {
+                    tracing::debug!(%error, "UNLISTEN failed; reconnecting");
+                    return false;
+                }
+            }
+            true
+        }
+    }
+}
+
+/// A new listener on `channels`, trying until one is up, pausing longer each time (up to
 /// [`RECONNECT_PAUSE_MAX`]). Meanwhile waiters poll on their own timers.
-async fn reconnect(options: &PgConnectOptions) -> PgListener {
+async fn reconnect(options: &PgConnectOptions, channels: &BTreeSet<String>) -> PgListener {
     let mut pause = Duration::from_millis(50);
     loop {
         tokio::time::sleep(pause).await;
-        match connect(options).await {
+        match connect(options, channels).await {
             Ok(listener) => return listener,
             Err(reason) => tracing::debug!(reason, "the PostgreSQL listener is still down"),
         }

@@ -216,6 +216,14 @@ impl PostgresStore {
         self.inner.n_statements.load(Ordering::Relaxed)
     }
 
+    /// Notifications this store's listener has received since it started (0 before the first
+    /// `watch`): how many writes woke this process. For tests that a process is told of the
+    /// keys it watches only.
+    #[doc(hidden)]
+    pub async fn notifications_received(&self) -> u64 {
+        self.inner.listener.lock().await.received()
+    }
+
     /// How the server planned the statements prepared on the connection the next statement
     /// takes (the only one, for a store used by one task at a time): each statement's text
     /// with the number of generic plans and of plans made for one call, from

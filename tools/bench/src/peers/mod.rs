@@ -16,6 +16,7 @@
 pub mod cloud;
 pub mod contenders;
 pub mod growth;
+pub mod idle;
 pub mod scenarios;
 pub mod table;
 pub mod takeover;
@@ -52,6 +53,8 @@ pub enum Scenario {
     B7,
     /// Loops of whole processes on one hot key.
     B8,
+    /// B1 beside idle `baton run` holders of other keys (stores that push wake-ups).
+    B9,
 }
 
 /// The options of `baton-bench peers`.
@@ -79,7 +82,7 @@ pub struct PeersArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "b1,b2,b3,b4,b5,b6,b7,b8"
+        default_value = "b1,b2,b3,b4,b5,b6,b7,b8,b9"
     )]
     pub scenarios: Vec<Scenario>,
     /// B1: rounds per side (alternating)
@@ -115,6 +118,9 @@ pub struct PeersArgs {
     /// B8: how long a round of loops lasts
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub loop_duration: Duration,
+    /// B9: idle holders of other keys beside the one client
+    #[arg(long, default_value_t = 20)]
+    pub idle_holders: usize,
     /// Lease of every lock that has one (baton's `--ttl`, Redis's PX, etcd's lease, the S3
     /// object's expiry, the DynamoDB item's): what a crashed holder costs (B5)
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
@@ -360,6 +366,21 @@ pub struct PeersReport {
     pub details: Vec<serde_json::Value>,
 }
 
+/// B1's rounds for `a` and `b` while idle `baton run` holders of other keys follow theirs.
+async fn beside_idle_holders(
+    args: &PeersArgs,
+    target: &Target,
+    a: &dyn Contender,
+    b: &dyn Contender,
+) -> Result<[scenarios::Latency; 2]> {
+    let baton = baton_path(&args.common)?;
+    let holders =
+        idle::IdleHolders::start(&baton, &target.url, args.ttl, args.idle_holders).await?;
+    let figures = scenarios::uncontended(a, b, args.rounds, args.cycles).await;
+    drop(holders);
+    figures
+}
+
 /// Runs every scenario asked for on every store given.
 pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
     let load_start = load_average_1m();
@@ -390,6 +411,20 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                         .with_context(|| format!("B1 on {}", target.name))?;
                 rows.push(table::b1(target.name, &peer_name, &b, &p));
                 detail("B1", target.name, &peer_name, serde_json::json!([b, p]));
+            }
+            if wants(Scenario::B9) && target.pushes {
+                eprintln!("  B9 vs {peer_name}, {} idle holders", args.idle_holders);
+                let [b, p] = beside_idle_holders(args, target, baton.as_ref(), peer.as_ref())
+                    .await
+                    .with_context(|| format!("B9 on {}", target.name))?;
+                rows.push(table::b9(
+                    target.name,
+                    &peer_name,
+                    &b,
+                    &p,
+                    args.idle_holders,
+                ));
+                detail("B9", target.name, &peer_name, serde_json::json!([b, p]));
             }
             if wants(Scenario::B2) || wants(Scenario::B3) {
                 for n in [1, 8, 64] {
@@ -482,6 +517,15 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                     &floor_name,
                 ));
                 detail("B1", target.name, &floor_name, serde_json::json!([f, a]));
+            }
+            if wants(Scenario::B9) {
+                eprintln!("  B9: {floor_name} vs {against_name}");
+                let [f, a] = beside_idle_holders(args, target, floor.as_ref(), against.as_ref())
+                    .await
+                    .with_context(|| format!("B9 (floor) on {}", target.name))?;
+                let row = table::b9(target.name, &against_name, &f, &a, args.idle_holders);
+                rows.push(table::floor(row, &floor_name));
+                detail("B9", target.name, &floor_name, serde_json::json!([f, a]));
             }
             if wants(Scenario::B4) {
                 eprintln!("  B4: {floor_name} vs {against_name}");

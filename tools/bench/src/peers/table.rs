@@ -132,6 +132,19 @@ pub fn b1(store: &str, peer: &str, baton: &Latency, other: &Latency) -> Row {
     }
 }
 
+/// B9: B1 beside `idle` holders of other keys. No goal of its own: next to B1's row it shows
+/// what a write costs the processes that do not wait for it.
+pub fn b9(store: &str, peer: &str, baton: &Latency, other: &Latency, idle: usize) -> Row {
+    Row {
+        scenario: "B9",
+        measure: format!(
+            "acquire + release, 1 client, beside {idle} idle holders of other keys, ms"
+        ),
+        goal: None,
+        ..b1(store, peer, baton, other)
+    }
+}
+
 /// A row of B1 or B4 whose baton columns hold a floor (`floor`, not a lock: what the store's own
 /// costs allow a lock built as baton's is), next to the row's peer. No goal: it shows how much
 /// of a goal the store leaves reachable.

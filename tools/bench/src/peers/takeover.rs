@@ -44,7 +44,8 @@ pub enum Holder<'a> {
 }
 
 impl Holder<'_> {
-    fn start(&self, key: &str) -> Result<Child> {
+    /// Starts the holder of `key`, in a process group of its own, its stdout piped.
+    pub(super) fn start(&self, key: &str) -> Result<Child> {
         let mut command = match self {
             Holder::BatonRun { baton, url, ttl } => {
                 let mut command = Command::new(baton);
@@ -87,7 +88,7 @@ impl Holder<'_> {
 }
 
 /// Reads the holder's stdout until it says `held`.
-fn await_held(child: &mut Child) -> Result<()> {
+pub(super) fn await_held(child: &mut Child) -> Result<()> {
     let stdout = child.stdout.take().context("the holder's stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -104,7 +105,7 @@ fn await_held(child: &mut Child) -> Result<()> {
 }
 
 /// SIGKILL to the holder's whole group (what is left after the measured kill).
-fn kill_group(child: &Child) {
+pub(super) fn kill_group(child: &Child) {
     let _ = Command::new("kill")
         .args(["-KILL", "--", &format!("-{}", child.id())])
         .stderr(Stdio::null())
