@@ -50,7 +50,7 @@ impl WakeRouter {
     }
 
     /// The keys someone watches (a receiver of their channel is alive).
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "redis"))]
     pub(crate) fn watched_keys(&self) -> impl Iterator<Item = &str> {
         self.keys
             .iter()
@@ -59,7 +59,7 @@ impl WakeRouter {
     }
 
     /// Whether anyone watches a prefix.
-    #[cfg(feature = "postgres")]
+    #[cfg(any(feature = "postgres", feature = "redis"))]
     pub(crate) fn watches_a_prefix(&self) -> bool {
         self.prefixes
             .iter()

@@ -195,6 +195,63 @@ async fn a_write_through_another_connection_wakes_a_watcher() {
     woken(&mut handle, "the other store's write").await;
 }
 
+/// A process is told of the writes to the keys it watches, not of every write in the
+/// namespace: each key has its own channel (on the namespace's one channel, 20 idle holders
+/// made every acquire + release almost three times as long). A key no longer watched is left
+/// at the next `watch`.
+#[tokio::test]
+async fn a_process_is_told_only_of_the_keys_it_watches() {
+    let watching = shared_store().await;
+    let writer = shared_store().await;
+    let watched = format!("{}ключ k", prefix("told-only"));
+    let (other, left) = (prefix("told-only-other"), prefix("told-only-left"));
+    let mut first = watching.watch(&left).await.unwrap().unwrap();
+    settle(&mut first).await;
+    drop(first);
+    let mut handle = watching.watch(&watched).await.unwrap().unwrap();
+    settle(&mut handle).await;
+    let before = watching.messages_received();
+    let mut versions = [None, None];
+    for _ in 0..30 {
+        for (key, version) in [&other, &left].into_iter().zip(&mut versions) {
+            let outcome = writer.cas(key, version.as_ref(), b"x", &[]).await.unwrap();
+            *version = Some(written(outcome));
+        }
+    }
+    let version = written(writer.cas(&watched, None, b"1", &[]).await.unwrap());
+    let pushed = tokio::time::timeout(Duration::from_secs(10), handle.changed())
+        .await
+        .expect("woken within 10 s")
+        .unwrap()
+        .expect("the wake-up carries the document");
+    assert_eq!((pushed.version, pushed.bytes), (version, b"1".to_vec()));
+    let told = watching.messages_received() - before;
+    assert_eq!(told, 1, "for 1 write to the watched key among 60 to others");
+}
+
+/// A baton that subscribed only to the namespace's channel (before wake-ups went by key) is
+/// still woken by every write, told the key to read again.
+#[tokio::test]
+async fn a_subscriber_of_the_namespace_channel_is_told_every_key_written() {
+    let store = shared_store().await;
+    let key = prefix("namespace-channel");
+    let client = redis::Client::open(server_url()).unwrap();
+    let mut older = client.get_async_pubsub().await.unwrap();
+    older.subscribe("baton:wake:0").await.unwrap();
+    store.cas(&key, None, b"1", &[]).await.unwrap();
+    let mut messages = older.on_message();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(message) = next_of(&mut messages).await {
+            if message.get_payload_bytes() == key.as_bytes() {
+                return;
+            }
+        }
+        panic!("the subscriber's stream ended");
+    })
+    .await
+    .expect("the bare key arrives on the namespace's channel within 10 s");
+}
+
 /// A closed port fails the open quickly, as Unavailable, saying what to check.
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_quickly() {
@@ -445,6 +502,18 @@ async fn versions_stay_distinct_after_data_loss() {
 }
 
 // ----- helpers ------------------------------------------------------------------------------
+
+fn written(outcome: CasOutcome) -> Version {
+    match outcome {
+        CasOutcome::Written { version } => version,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+/// The next item of a stream (the tests have no stream combinators).
+async fn next_of<S: futures_core::Stream + Unpin>(stream: &mut S) -> Option<S::Item> {
+    std::future::poll_fn(|context| std::pin::Pin::new(&mut *stream).poll_next(context)).await
+}
 
 /// Waits for a wake-up, or fails naming what should have caused it.
 async fn woken(handle: &mut WatchHandle, cause: &str) {

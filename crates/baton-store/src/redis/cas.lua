@@ -9,7 +9,7 @@
 -- ARGV[2]  the expected version
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
--- ARGV[5]  the wake-up channel of the store's namespace
+-- ARGV[5]  the wake-up channel of the store's namespace; a key's own is ARGV[5] .. ':' .. ARGV[4]
 -- ARGV[6]  how to trim each key's history: '=N' keeps exactly the newest N entries, '~N' about
 --          N (whole stream nodes at a time: at least N)
 -- ARGV[7]  when the key next needs a worker (ms), or '' for never: the key's score in KEYS[4]
@@ -80,13 +80,16 @@ if ARGV[7] == '' then
 else
     redis.call('ZADD', KEYS[4], ARGV[7], ARGV[4])
 end
--- The wake-up says which key changed and, unless the document is large, what it now holds, so a
--- woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control characters).
--- Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: every subscriber of the
--- namespace receives every wake-up, and Redis disconnects subscribers that fall behind.
+-- The wake-up goes on the key's own channel (`CHANNEL:KEY`, which only the key's watchers
+-- subscribe to) and says which key changed and, unless the document is large, what it now
+-- holds, so a woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control
+-- characters). Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: Redis disconnects
+-- subscribers that fall behind. The namespace's channel is told the bare key, for prefix
+-- watchers (idle job workers) and batons that subscribed to it alone.
 if #ARGV[3] <= 8192 then
-    redis.call('PUBLISH', ARGV[5], ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3])
+    redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3])
 else
-    redis.call('PUBLISH', ARGV[5], ARGV[4])
+    redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], ARGV[4])
 end
+redis.call('PUBLISH', ARGV[5], ARGV[4])
 return {1, now[1], now[2], new_version}

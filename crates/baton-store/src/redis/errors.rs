@@ -87,7 +87,7 @@ fn refused(description: &str, error: &RedisError) -> Option<StoreError> {
             format!(
                 "the Redis user may not run a command baton needs ({error}): baton runs EVALSHA, \
                  SCRIPT LOAD, HMGET, HSET, HGET, XRANGE, XREVRANGE, ZRANGEBYLEX, TIME, SUBSCRIBE \
-                 and PUBLISH on its namespace's keys and channel"
+                 and PUBLISH on its namespace's keys and channels"
             ),
         ),
         ErrorKind::Server(ServerErrorKind::BusyLoading) => unavailable(

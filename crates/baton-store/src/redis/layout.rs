@@ -11,8 +11,8 @@
 //! | `baton:due` | sorted set | keys with a due time, scored by it (the due index) |
 //! | `baton:rec:K` | hash | K's records: field = record name, value = the record's bytes |
 //!
-//! and the pub/sub channel `baton:wake:DB` carries a key's name, new version and document after
-//! each write to it. `K` is taken byte for byte (Redis keys are binary), so no key needs
+//! and the pub/sub channel `baton:wake:DB:K` carries K's name, new version and document after
+//! each write to it; `baton:wake:DB` the bare name of every key written. `K` is taken byte for byte (Redis keys are binary), so no key needs
 //! escaping and none can reach another's names: the fixed part comes first. Namespaces should
 //! not be prefixes of one another.
 
@@ -36,6 +36,11 @@ impl Names {
             namespace: namespace.to_owned(),
             channel: format!("{namespace}wake:{db}"),
         }
+    }
+
+    /// `<channel>:K`: the channel of K's wake-ups, which only K's watchers subscribe to.
+    pub fn key_channel(&self, key: &str) -> String {
+        format!("{}:{key}", self.channel)
     }
 
     pub fn doc(&self, key: &str) -> String {

@@ -125,7 +125,7 @@ struct Inner {
     cas_script: Script,
     clock: ServerClock,
     /// Started by the first `watch`.
-    watcher: Mutex<Option<watch::Watcher>>,
+    watcher: Mutex<Option<Arc<watch::Watcher>>>,
     /// The URL without password and without query parameters other than `namespace`.
     description: String,
     /// The CAS script's trimming argument: `=N` (exact) or `~N` (approximate), N the
@@ -142,21 +142,34 @@ impl fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Runs `subscribe` on the store's one subscriber, started on first use.
-    fn with_watcher<T>(&self, subscribe: impl FnOnce(&watch::Watcher) -> T) -> T {
+    /// The store's one subscriber, started on first use.
+    fn watcher(&self) -> Arc<watch::Watcher> {
         let mut watcher = self
             .inner
             .watcher
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let watcher = watcher.get_or_insert_with(|| {
-            watch::Watcher::start(
+            Arc::new(watch::Watcher::start(
                 self.inner.client.clone(),
-                self.inner.names.channel.clone(),
+                self.inner.names.clone(),
                 self.inner.description.clone(),
-            )
+            ))
         });
-        subscribe(watcher)
+        Arc::clone(watcher)
+    }
+
+    /// Messages this store's subscriber has received since it started (0 before the first
+    /// `watch`): how many writes woke this process. For tests that a process is told of the
+    /// keys it watches only.
+    #[doc(hidden)]
+    pub fn messages_received(&self) -> u64 {
+        let watcher = self
+            .inner
+            .watcher
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        watcher.as_ref().map_or(0, |watcher| watcher.received())
     }
 
     /// Whether `url` names a Redis store (`redis:` or `rediss:`, in any case).
@@ -613,15 +626,21 @@ impl Store for RedisStore {
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
-        Ok(Some(WatchHandle::new(
-            self.with_watcher(|watcher| watcher.subscribe(key)),
-        )))
+        let watched = watch::Watched::Key(key);
+        Ok(self
+            .watcher()
+            .subscribe(watched)
+            .await
+            .map(WatchHandle::new))
     }
 
     async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
-        Ok(Some(WatchHandle::new(
-            self.with_watcher(|watcher| watcher.subscribe_prefix(prefix)),
-        )))
+        let watched = watch::Watched::Prefix(prefix);
+        Ok(self
+            .watcher()
+            .subscribe(watched)
+            .await
+            .map(WatchHandle::new))
     }
 
     async fn clock(&self) -> Result<StoreClock> {

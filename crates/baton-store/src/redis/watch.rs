@@ -1,28 +1,34 @@
 //! Wake-ups for the Redis store: one pub/sub subscriber per store.
 //!
-//! Every CAS publishes the key it wrote, with the new version and document, on the namespace's
-//! channel. One background task per store holds a subscriber connection to that channel and
-//! hands each message's document to the watchers of the key it names; every
-//! [`crate::WatchHandle`] of a key follows that key's channel.
+//! Every CAS publishes the key it wrote, with the new version and document, on the key's own
+//! channel (`<namespace>wake:<db>:KEY`), and the bare key on the namespace's channel. One
+//! background task per store holds a subscriber connection and hands each message's document
+//! to the watchers of the key it names. The connection is subscribed to the channels of the
+//! watched keys, and to the namespace's only while a prefix is watched: a process receives the
+//! writes it waits for, not every write of the namespace. A `watch` returns once Redis has
+//! confirmed its key's subscription; the channels of keys no longer watched are left at the
+//! next `watch`.
 //!
 //! Pub/sub delivers at most once: a message published while the subscriber is disconnected is
-//! gone. So the task, each time its subscription is (re)confirmed, bumps *every* counter once:
+//! gone. So the task, each time its subscriptions are (re)confirmed, bumps *every* counter once:
 //! a waiter then re-reads its key, and a change made while nobody listened is not missed (only
 //! a spurious wake-up is paid). A connection that goes silent is checked with a PING, so a
 //! half-open TCP connection is noticed too. Waiters also poll, so a subscriber that cannot
 //! connect only makes them slower.
 
+use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use ::redis::aio::{PubSub, PubSubStream};
+use ::redis::aio::{PubSubSink, PubSubStream};
 use ::redis::{Client, Msg, Value};
 use futures_core::Stream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::layout::Names;
 use super::{CONNECT_TIMEOUT, RESPONSE_TIMEOUT};
 use crate::wakes::WakeRouter;
 use crate::{Version, Versioned, Wake};
@@ -35,40 +41,101 @@ const PING_AFTER_SILENCE: Duration = Duration::from_secs(15);
 const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(5);
 
-/// The channels of the watched keys and prefixes. A std mutex: taken briefly, never across an
-/// `.await`.
-type Counters = Mutex<WakeRouter>;
+/// What the watchers and the subscriber task share. A std mutex: taken briefly, never across
+/// an `.await`.
+#[derive(Default)]
+struct Shared {
+    router: WakeRouter,
+    /// The live connection's subscribing half; `None` while (re)connecting, when the task
+    /// subscribes to every watched channel itself and then wakes every watcher.
+    sink: Option<PubSubSink>,
+    /// The channels the live connection is subscribed to, or is being subscribed to.
+    subscribed: BTreeSet<String>,
+    /// Messages received, for tests: how many writes woke this process.
+    received: u64,
+}
 
-/// A running subscriber: the counters, and the task that feeds them (aborted on drop).
+type Counters = Mutex<Shared>;
+
+/// What a watcher follows: one key, or every key under a prefix.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Watched<'a> {
+    Key(&'a str),
+    Prefix(&'a str),
+}
+
+/// A running subscriber: the state shared with the task, and the task (aborted on drop).
 pub(super) struct Watcher {
     counters: Arc<Counters>,
+    names: Names,
+    /// Serialises subscriptions, so that a second watcher of a key never returns before Redis
+    /// has confirmed the first one's `SUBSCRIBE`.
+    subscribing: tokio::sync::Mutex<()>,
     task: JoinHandle<()>,
 }
 
 impl Watcher {
-    /// Starts the subscriber task for `channel`. Needs a tokio runtime.
-    pub(super) fn start(client: Client, channel: String, description: String) -> Watcher {
-        let counters = Arc::new(Mutex::new(WakeRouter::default()));
+    /// Starts the subscriber task. Needs a tokio runtime.
+    pub(super) fn start(client: Client, names: Names, description: String) -> Watcher {
+        let counters = Arc::new(Mutex::new(Shared::default()));
         // The task holds the counters weakly: it ends when the store is dropped.
         let task = tokio::spawn(follow(
             client,
-            channel,
+            names.clone(),
             description,
             Arc::downgrade(&counters),
         ));
-        Watcher { counters, task }
+        Watcher {
+            counters,
+            names,
+            subscribing: tokio::sync::Mutex::new(()),
+            task,
+        }
     }
 
-    /// A receiver that changes after each write to `key` (and after each reconnection).
-    pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<Wake> {
-        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        router.subscribe_key(key)
+    /// Messages received since the subscriber started, for tests.
+    pub(super) fn received(&self) -> u64 {
+        let shared = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.received
     }
 
-    /// A receiver that changes after each write to a key under `prefix`.
-    pub(super) fn subscribe_prefix(&self, prefix: &str) -> watch::Receiver<Wake> {
-        let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
-        router.subscribe_prefix(prefix)
+    /// A receiver that changes after each write to the watched key (or under the prefix), and
+    /// after each reconnection; `None` when Redis refused the subscription (the waiter polls).
+    pub(super) async fn subscribe(&self, watched: Watched<'_>) -> Option<watch::Receiver<Wake>> {
+        let _one_at_a_time = self.subscribing.lock().await;
+        let (receiver, sink, new, gone) = {
+            let mut shared = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+            let receiver = match watched {
+                Watched::Key(key) => shared.router.subscribe_key(key),
+                Watched::Prefix(prefix) => shared.router.subscribe_prefix(prefix),
+            };
+            let Some(sink) = shared.sink.clone() else {
+                // Connecting: the task subscribes to this key's channel with the others.
+                return Some(receiver);
+            };
+            let needed = channels_of(&shared.router, &self.names);
+            let new: Vec<String> = needed.difference(&shared.subscribed).cloned().collect();
+            let gone: Vec<String> = shared.subscribed.difference(&needed).cloned().collect();
+            shared.subscribed = needed;
+            (receiver, sink, new, gone)
+        };
+        if !gone.is_empty() {
+            // At worst a few messages nobody waits for.
+            let _ = tokio::time::timeout(RESPONSE_TIMEOUT, sink.clone().unsubscribe(&gone)).await;
+        }
+        if new.is_empty() {
+            return Some(receiver);
+        }
+        let confirmed = tokio::time::timeout(RESPONSE_TIMEOUT, sink.clone().subscribe(&new)).await;
+        if matches!(confirmed, Ok(Ok(()))) {
+            return Some(receiver);
+        }
+        // Not subscribed: the next watcher of these keys tries again.
+        let mut shared = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        for channel in &new {
+            shared.subscribed.remove(channel);
+        }
+        None
     }
 }
 
@@ -78,20 +145,34 @@ impl Drop for Watcher {
     }
 }
 
+/// The channels a process subscribes to for its watchers: each watched key's own, and the
+/// namespace's while a prefix is watched (a write under it is told there by its key).
+fn channels_of(router: &WakeRouter, names: &Names) -> BTreeSet<String> {
+    let mut channels: BTreeSet<String> = router
+        .watched_keys()
+        .map(|key| names.key_channel(key))
+        .collect();
+    if router.watches_a_prefix() {
+        channels.insert(names.channel.clone());
+    }
+    channels
+}
+
 /// Subscribes, follows the messages, and starts over after any failure, until the store is
 /// dropped.
-async fn follow(client: Client, channel: String, description: String, counters: Weak<Counters>) {
+async fn follow(client: Client, names: Names, description: String, counters: Weak<Counters>) {
     let mut reconnect_delay = RECONNECT_DELAY_MIN;
     loop {
-        match tokio::time::timeout(CONNECT_TIMEOUT, subscribe(&client, &channel)).await {
-            Ok(Ok(pubsub)) => {
+        match tokio::time::timeout(CONNECT_TIMEOUT, subscribe(&client, &names, &counters)).await {
+            Ok(Ok(Some(stream))) => {
                 reconnect_delay = RECONNECT_DELAY_MIN;
-                // Whatever was published before the subscription was confirmed is lost.
-                if !bump_all(&counters) || !listen(pubsub, &counters).await {
+                // Whatever was published before the subscriptions were confirmed is lost.
+                if !bump_all(&counters) || !listen(stream, &counters, &names).await {
                     return;
                 }
                 tracing::debug!(store = %description, "subscriber connection lost; resubscribing");
             }
+            Ok(Ok(None)) => return,
             Ok(Err(error)) => {
                 tracing::debug!(store = %description, %error, "cannot subscribe; waiters poll");
             }
@@ -99,7 +180,7 @@ async fn follow(client: Client, channel: String, description: String, counters: 
                 tracing::debug!(store = %description, "subscribing timed out; waiters poll");
             }
         }
-        if counters.strong_count() == 0 {
+        if !disconnected(&counters) {
             return;
         }
         tokio::time::sleep(reconnect_delay).await;
@@ -107,16 +188,33 @@ async fn follow(client: Client, channel: String, description: String, counters: 
     }
 }
 
+/// Forgets the lost connection: watchers now leave subscribing to the task. False when the
+/// store is gone.
+fn disconnected(counters: &Weak<Counters>) -> bool {
+    let Some(counters) = counters.upgrade() else {
+        return false;
+    };
+    let mut shared = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    shared.sink = None;
+    shared.subscribed.clear();
+    true
+}
+
 /// Bumps counters for each message until the connection is lost (true) or the store is gone
 /// (false).
-async fn listen(pubsub: PubSub, counters: &Weak<Counters>) -> bool {
-    let (mut sink, stream) = pubsub.split();
+async fn listen(stream: PubSubStream, counters: &Weak<Counters>, names: &Names) -> bool {
+    let Some(mut sink) = counters.upgrade().and_then(|c| {
+        let shared = c.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.sink.clone()
+    }) else {
+        return false;
+    };
     let mut stream = Box::pin(stream);
     loop {
         tokio::select! {
             message = next_message(&mut stream) => match message {
                 Some(message) => {
-                    if !bump(counters, &message) {
+                    if !bump(counters, &message, names) {
                         return false;
                     }
                 }
@@ -132,10 +230,30 @@ async fn listen(pubsub: PubSub, counters: &Weak<Counters>) -> bool {
     }
 }
 
-async fn subscribe(client: &Client, channel: &str) -> ::redis::RedisResult<PubSub> {
-    let mut pubsub = client.get_async_pubsub().await?;
-    pubsub.subscribe(channel).await?;
-    Ok(pubsub)
+/// A new subscriber connection, subscribed to the channels of every watcher registered so far
+/// (later ones subscribe through its sink themselves); `None` when the store is gone.
+async fn subscribe(
+    client: &Client,
+    names: &Names,
+    counters: &Weak<Counters>,
+) -> ::redis::RedisResult<Option<PubSubStream>> {
+    let (mut sink, stream) = client.get_async_pubsub().await?.split();
+    let Some(counters) = counters.upgrade() else {
+        return Ok(None);
+    };
+    let channels = {
+        let mut shared = counters.lock().unwrap_or_else(PoisonError::into_inner);
+        let channels = channels_of(&shared.router, names);
+        shared.sink = Some(sink.clone());
+        shared.subscribed = channels.clone();
+        channels
+    };
+    drop(counters);
+    if !channels.is_empty() {
+        sink.subscribe(&channels.into_iter().collect::<Vec<_>>())
+            .await?;
+    }
+    Ok(Some(stream))
 }
 
 /// The next message, or `None` once the connection is gone.
@@ -143,16 +261,23 @@ fn next_message(stream: &mut Pin<Box<PubSubStream>>) -> impl Future<Output = Opt
     std::future::poll_fn(move |context| stream.as_mut().poll_next(context))
 }
 
-/// Wakes the watchers of the key a message names. False when the store is gone.
-fn bump(counters: &Weak<Counters>, message: &Msg) -> bool {
+/// Wakes the watchers a message is for: one on a key's channel, the key's; one on the
+/// namespace's (subscribed to only while a prefix is watched), the prefixes' (the key's own
+/// came on its channel, with the document). False when the store is gone.
+fn bump(counters: &Weak<Counters>, message: &Msg, names: &Names) -> bool {
     let Some(counters) = counters.upgrade() else {
         return false;
     };
     let (key, wake) = parse_payload(message.get_payload_bytes());
     // Keys are UTF-8; anything else was not published by baton.
     if let Ok(key) = std::str::from_utf8(key) {
-        let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
-        router.wake(key, wake);
+        let mut shared = counters.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.received += 1;
+        if message.get_channel_name() == names.channel {
+            shared.router.wake_prefixes(key);
+        } else {
+            shared.router.wake_key(key, wake);
+        }
     }
     true
 }
@@ -185,8 +310,8 @@ fn bump_all(counters: &Weak<Counters>) -> bool {
     let Some(counters) = counters.upgrade() else {
         return false;
     };
-    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
-    router.wake_all();
+    let shared = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    shared.router.wake_all();
     true
 }
 
