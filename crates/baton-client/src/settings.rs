@@ -3,7 +3,7 @@
 //! or applies a freeze) and changes it ([`change_settings_of`], by CAS, under the client's one
 //! retry policy: [`crate::retry`]), in a store or through `baton serve` alike ([`SettingsDoc`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use async_trait::async_trait;
 use baton_core::freeze::{Freeze, Resumed};
@@ -83,22 +83,33 @@ pub struct Touched {
 /// takes effect within it. The default poll interval's upper end.
 pub const SETTINGS_FRESH_MS: u64 = 1_000;
 /// The rules as one process last read them.
+///
+/// A write takes the copy it has while the copy is young enough, even with a read under way: a
+/// read started in the background ([`SettingsCache::prefetch`], at half the copy's life) is
+/// there to keep writes from waiting, and a write that waited for it paid a round trip before
+/// its own (every other release after a turn of over half a second did).
 #[derive(Debug, Default)]
 pub struct SettingsCache {
-    state: tokio::sync::Mutex<Option<(u64, Arc<Settings>)>>,
+    copy: std::sync::Mutex<Copy>,
+    /// Held while a read is under way, so that one runs at a time.
+    reading: tokio::sync::Mutex<()>,
+}
+
+/// The copy, and how many times it was dropped (a read started before a drop is not kept).
+#[derive(Debug, Default)]
+struct Copy {
+    /// When it was read (the reader's monotonic ms at its start), and what it holds.
+    read: Option<(u64, Arc<Settings>)>,
+    dropped: u64,
 }
 
 impl SettingsCache {
     /// Starts reading the rules in the background when the copy is older than half its life,
     /// so it is fresh when a write needs it.
     pub(crate) fn prefetch(self: &Arc<Self>, store: &Arc<dyn Store>, mono_ms: u64) {
-        let stale = match self.state.try_lock() {
-            Ok(state) => state
-                .as_ref()
-                .is_none_or(|(read_at, _)| mono_ms >= read_at + SETTINGS_FRESH_MS / 2),
-            Err(_) => false, // a read is under way
-        };
-        if stale {
+        let stale = self.fresh(mono_ms, SETTINGS_FRESH_MS / 2).is_none();
+        // A read under way will do.
+        if stale && self.reading.try_lock().is_ok() {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let (cache, store) = (self.clone(), store.clone());
                 runtime.spawn(async move {
@@ -108,29 +119,49 @@ impl SettingsCache {
         }
     }
 
-    /// Drops the copy (when it is not being read): the next use reads the settings.
+    /// Drops the copy: the next use reads the settings (after this process changed them), and
+    /// a read under way, which may have missed the change, is not kept.
     pub(crate) fn forget(&self) {
-        if let Ok(mut state) = self.state.try_lock() {
-            *state = None;
-        }
+        let mut copy = self.copy.lock().unwrap_or_else(PoisonError::into_inner);
+        copy.read = None;
+        copy.dropped += 1;
     }
 
-    /// The settings, read again when the copy is older than `max_age_ms`.
+    /// The settings, read again when the copy is older than `max_age_ms` (waiting for a read
+    /// under way rather than starting another).
     pub(crate) async fn settings(
         &self,
         store: &Arc<dyn Store>,
         mono_ms: u64,
         max_age_ms: u64,
     ) -> Result<Arc<Settings>, ClientError> {
-        let mut state = self.state.lock().await;
-        if let Some((read_at, settings)) = state.as_ref() {
-            if mono_ms < read_at + max_age_ms {
-                return Ok(settings.clone());
-            }
+        if let Some(settings) = self.fresh(mono_ms, max_age_ms) {
+            return Ok(settings);
         }
+        let _reading = self.reading.lock().await;
+        if let Some(settings) = self.fresh(mono_ms, max_age_ms) {
+            return Ok(settings);
+        }
+        let dropped = self.copy_now().dropped;
         let settings = Arc::new(read_settings(store.as_ref()).await?);
-        *state = Some((mono_ms, settings.clone()));
+        let mut copy = self.copy.lock().unwrap_or_else(PoisonError::into_inner);
+        if copy.dropped == dropped {
+            copy.read = Some((mono_ms, settings.clone()));
+        }
         Ok(settings)
+    }
+
+    /// The copy, when it is younger than `max_age_ms` at `mono_ms`.
+    fn fresh(&self, mono_ms: u64, max_age_ms: u64) -> Option<Arc<Settings>> {
+        let copy = self.copy_now();
+        copy.read
+            .as_ref()
+            .filter(|(read_at, _)| mono_ms < read_at + max_age_ms)
+            .map(|(_, settings)| settings.clone())
+    }
+
+    fn copy_now(&self) -> std::sync::MutexGuard<'_, Copy> {
+        self.copy.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -255,4 +286,166 @@ pub(crate) async fn read_freezes(store: &dyn Store) -> Result<Freezes, ClientErr
         freezes: settings.freezes,
         resumed: settings.resumed,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use baton_store::memory::MemoryStore;
+    use baton_store::{Capabilities, HistoryRecord, StoreClock, WatchHandle};
+    use tokio::sync::{Notify, Semaphore};
+
+    use super::*;
+
+    /// The memory store, whose reads of the settings wait for a permit once `gate` is closed,
+    /// telling `entered` when one starts waiting.
+    #[derive(Debug)]
+    struct Gated {
+        inner: MemoryStore,
+        closed: std::sync::atomic::AtomicBool,
+        gate: Semaphore,
+        entered: Notify,
+        loads: AtomicU64,
+    }
+
+    #[async_trait]
+    impl Store for Gated {
+        fn describe(&self) -> String {
+            "memory, gated".into()
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
+            self.loads.fetch_add(1, Ordering::SeqCst);
+            if self.closed.load(Ordering::SeqCst) {
+                self.entered.notify_one();
+                let _permit = self.gate.acquire().await;
+            }
+            self.inner.load(key).await
+        }
+        async fn cas_due(
+            &self,
+            key: &str,
+            expected: Option<&Version>,
+            bytes: &[u8],
+            history: &[Vec<u8>],
+            due_ms: Option<u64>,
+        ) -> baton_store::Result<CasOutcome> {
+            self.inner
+                .cas_due(key, expected, bytes, history, due_ms)
+                .await
+        }
+        async fn history(
+            &self,
+            k: &str,
+            after: u64,
+            n: usize,
+        ) -> baton_store::Result<Vec<HistoryRecord>> {
+            self.inner.history(k, after, n).await
+        }
+        async fn history_tail(&self, k: &str, n: usize) -> baton_store::Result<Vec<HistoryRecord>> {
+            self.inner.history_tail(k, n).await
+        }
+        async fn list(&self, prefix: &str) -> baton_store::Result<Vec<String>> {
+            self.inner.list(prefix).await
+        }
+        async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
+            self.inner.watch(key).await
+        }
+        async fn clock(&self) -> baton_store::Result<StoreClock> {
+            self.inner.clock().await
+        }
+        async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> baton_store::Result<()> {
+            self.inner.put_record(key, name, bytes).await
+        }
+        async fn get_record(&self, key: &str, name: &str) -> baton_store::Result<Option<Vec<u8>>> {
+            self.inner.get_record(key, name).await
+        }
+    }
+
+    /// Long enough to tell a wait that never ends (the settings read is held) from none.
+    const STUCK: Duration = Duration::from_secs(5);
+
+    /// A store whose first settings read has been made at 0, and whose later ones are held.
+    async fn read_once_then_held() -> (Arc<Gated>, Arc<dyn Store>, Arc<SettingsCache>) {
+        let gated = Arc::new(Gated {
+            inner: MemoryStore::new(),
+            closed: Default::default(),
+            gate: Semaphore::new(0),
+            entered: Notify::new(),
+            loads: AtomicU64::new(0),
+        });
+        let store: Arc<dyn Store> = gated.clone();
+        let cache = Arc::new(SettingsCache::default());
+        cache
+            .settings(&store, 0, SETTINGS_FRESH_MS)
+            .await
+            .expect("read");
+        gated.closed.store(true, Ordering::SeqCst);
+        (gated, store, cache)
+    }
+
+    #[tokio::test]
+    async fn a_write_takes_its_young_enough_copy_while_the_prefetch_reads() {
+        let (gated, store, cache) = read_once_then_held().await;
+        let half = SETTINGS_FRESH_MS / 2;
+        cache.prefetch(&store, half + 10);
+        tokio::time::timeout(STUCK, gated.entered.notified())
+            .await
+            .expect("past half its life, the copy is read again in the background");
+        let taken =
+            tokio::time::timeout(STUCK, cache.settings(&store, half + 20, SETTINGS_FRESH_MS))
+                .await
+                .expect("a write with a copy younger than its limit does not wait for the read");
+        assert!(taken.is_ok());
+        assert_eq!(gated.loads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_copy_is_too_old_waits_for_the_read_under_way_instead_of_another() {
+        let (gated, store, cache) = read_once_then_held().await;
+        cache.prefetch(&store, SETTINGS_FRESH_MS / 2 + 10);
+        tokio::time::timeout(STUCK, gated.entered.notified())
+            .await
+            .expect("a read in the background");
+        let waiting = tokio::spawn({
+            let (cache, store) = (cache.clone(), store.clone());
+            async move {
+                cache
+                    .settings(&store, SETTINGS_FRESH_MS + 10, SETTINGS_FRESH_MS)
+                    .await
+            }
+        });
+        gated.gate.add_permits(1);
+        let got = tokio::time::timeout(STUCK, waiting)
+            .await
+            .expect("the read ended");
+        assert!(got.expect("no panic").is_ok());
+        assert_eq!(gated.loads.load(Ordering::SeqCst), 2, "one read, shared");
+    }
+
+    #[tokio::test]
+    async fn a_read_under_way_when_the_copy_is_dropped_is_not_kept() {
+        let (gated, store, cache) = read_once_then_held().await;
+        cache.prefetch(&store, SETTINGS_FRESH_MS / 2 + 10);
+        tokio::time::timeout(STUCK, gated.entered.notified())
+            .await
+            .expect("a read in the background");
+        cache.forget();
+        gated.gate.add_permits(2);
+        gated.closed.store(false, Ordering::SeqCst);
+        cache
+            .settings(&store, SETTINGS_FRESH_MS / 2 + 20, SETTINGS_FRESH_MS)
+            .await
+            .expect("read");
+        assert_eq!(
+            gated.loads.load(Ordering::SeqCst),
+            3,
+            "read again after the drop"
+        );
+    }
 }
