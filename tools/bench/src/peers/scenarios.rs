@@ -380,6 +380,14 @@ pub struct Handoff {
     /// The holder's `unlock` call alone: the part of the handoff before the waiter can know
     /// (where the waiter holds before `unlock` returns, the whole handoff).
     pub release_ms: Summary,
+    /// Store requests the holder sent from calling `unlock` to its return, per handoff: a
+    /// release that lost to a write it had not seen sends more than one; what the holder's
+    /// background tasks send meanwhile counts too (baton: the settings read a write starts
+    /// when its copy is past half its life, which the write does not wait for).
+    pub release_requests: f64,
+    /// Of those, the reads of a whole document and the writes that lost, per handoff, where
+    /// the lock tells them apart.
+    pub release_loads_and_conflicts: Option<(f64, f64)>,
 }
 
 /// B4: a holder, a waiter queued behind it for `settle`; the time from the holder's release to
@@ -393,6 +401,8 @@ pub async fn handoff(
     let mut sides = [clients(baton, 2).await?, clients(peer, 2).await?];
     let mut samples: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     let mut releases: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+    let mut release_requests = [0_u64; 2];
+    let mut release_split: [Option<Split>; 2] = [Some(Split::default()), Some(Split::default())];
     for round in 0..rounds {
         for side in order(round, 0, 1) {
             let key = fresh_key(&format!("b4-{side}"));
@@ -409,9 +419,19 @@ pub async fn handoff(
             if waiting.is_finished() {
                 bail!("the waiter was granted while the holder held (round {round})");
             }
+            let (requests_before, split_before) = (holder.requests(), holder.split());
             let released = Instant::now();
             holder.unlock(&key).await?;
             let unlocked = Instant::now();
+            release_requests[side] += holder.requests() - requests_before;
+            release_split[side] = match (release_split[side], split_before, holder.split()) {
+                (Some(sum), Some(before), Some(after)) => Some(Split {
+                    loads: sum.loads + (after.loads - before.loads),
+                    conflicts: sum.conflicts + (after.conflicts - before.conflicts),
+                    locked: sum.locked + (after.locked - before.locked),
+                }),
+                _ => None,
+            };
             let (mut waiter, held) = waiting.await.context("the waiter panicked")??;
             samples[side].push(held.saturating_duration_since(released));
             releases[side].push(unlocked.min(held).saturating_duration_since(released));
@@ -419,16 +439,18 @@ pub async fn handoff(
             sides[side].push(waiter);
         }
     }
-    Ok([
-        Handoff {
-            handoff_ms: Summary::of(&samples[0]).context("no handoffs")?,
-            release_ms: Summary::of(&releases[0]).context("no handoffs")?,
-        },
-        Handoff {
-            handoff_ms: Summary::of(&samples[1]).context("no handoffs")?,
-            release_ms: Summary::of(&releases[1]).context("no handoffs")?,
-        },
-    ])
+    let figures = |side: usize| -> Result<Handoff> {
+        Ok(Handoff {
+            handoff_ms: Summary::of(&samples[side]).context("no handoffs")?,
+            release_ms: Summary::of(&releases[side]).context("no handoffs")?,
+            release_requests: release_requests[side] as f64 / rounds as f64,
+            release_loads_and_conflicts: release_split[side].map(|split| {
+                let per = |n: u64| n as f64 / rounds as f64;
+                (per(split.loads), per(split.conflicts))
+            }),
+        })
+    };
+    Ok([figures(0)?, figures(1)?])
 }
 
 #[cfg(test)]

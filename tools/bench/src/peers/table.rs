@@ -262,8 +262,15 @@ pub fn b4(store: &str, peer: &str, baton: &Handoff, other: &Handoff, own_wake_up
         ratio: r,
         goal: own_wake_up.then(|| Goal::at_most(r, 2.0)),
         notes: format!(
-            "of which the release call: {:.2} vs {:.2} ms",
-            baton.release_ms.p50_ms, other.release_ms.p50_ms
+            "of which the release call: {:.2} vs {:.2} ms, {:.2}{} vs {:.2} requests",
+            baton.release_ms.p50_ms,
+            other.release_ms.p50_ms,
+            baton.release_requests,
+            baton
+                .release_loads_and_conflicts
+                .map(|(loads, lost)| format!(" ({loads:.2} loads, {lost:.2} lost writes)"))
+                .unwrap_or_default(),
+            other.release_requests
         ),
     }
 }
