@@ -100,6 +100,11 @@ pub struct PeersArgs {
     /// B4: handoffs per side
     #[arg(long, default_value_t = 20)]
     pub handoffs: usize,
+    /// B4: how long the waiter waits behind the holder before the release (queued and
+    /// watching). After a long idle the first work of every process and server on the way runs
+    /// in cold caches; a few ms leaves them warm, which shows what the code itself costs
+    #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
+    pub settle: Duration,
     /// B5: kills per side
     #[arg(long, default_value_t = 3)]
     pub kills: usize,
@@ -224,9 +229,6 @@ impl Spec {
         }
     }
 }
-
-/// How long B4's waiter waits behind the holder before the release (it is queued and watching).
-const HANDOFF_SETTLE: Duration = Duration::from_millis(300);
 
 /// One store and what baton is compared with on it.
 struct Target {
@@ -533,12 +535,12 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                     floor.as_ref(),
                     against.as_ref(),
                     args.handoffs,
-                    HANDOFF_SETTLE,
+                    args.settle,
                 )
                 .await
                 .with_context(|| format!("B4 (floor) on {}", target.name))?;
                 rows.push(table::floor(
-                    table::b4(target.name, &against_name, &f, &a, false),
+                    table::b4(target.name, &against_name, [&f, &a], args.settle, false),
                     &floor_name,
                 ));
                 detail("B4", target.name, &floor_name, serde_json::json!([f, a]));
@@ -577,19 +579,21 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 let peer = spec.contender();
                 let peer_name = peer.name();
                 eprintln!("  B4 vs {peer_name}");
-                let [b, p] = scenarios::handoff(
-                    baton.as_ref(),
-                    peer.as_ref(),
-                    args.handoffs,
-                    HANDOFF_SETTLE,
-                )
-                .await
-                .with_context(|| format!("B4 on {}", target.name))?;
+                let [b, p] =
+                    scenarios::handoff(baton.as_ref(), peer.as_ref(), args.handoffs, args.settle)
+                        .await
+                        .with_context(|| format!("B4 on {}", target.name))?;
                 // The goal is set against a server's own wake-up (PostgreSQL's lock queue,
                 // Redis's BLPOP, etcd's lock); SQLite has no server, flock is shown as is.
                 let own_wake_up = spec == &target.handoff_peers[0]
                     && matches!(target.name, "PostgreSQL" | "Redis" | "etcd");
-                rows.push(table::b4(target.name, &peer_name, &b, &p, own_wake_up));
+                rows.push(table::b4(
+                    target.name,
+                    &peer_name,
+                    [&b, &p],
+                    args.settle,
+                    own_wake_up,
+                ));
                 detail("B4", target.name, &peer_name, serde_json::json!([b, p]));
             }
         }

@@ -1,5 +1,7 @@
 //! The rows of `peers`, the goals of issue 19 each row is held to, and the Markdown table.
 
+use std::time::Duration;
+
 use serde::Serialize;
 
 use super::growth::Growth;
@@ -244,12 +246,21 @@ pub fn b3(
 }
 
 /// B4: release to the next holder. Goal where the peer is the store's own wake-up: 2x.
-pub fn b4(store: &str, peer: &str, baton: &Handoff, other: &Handoff, own_wake_up: bool) -> Row {
+pub fn b4(
+    store: &str,
+    peer: &str,
+    [baton, other]: [&Handoff; 2],
+    settle: Duration,
+    own_wake_up: bool,
+) -> Row {
     let r = ratio(baton.handoff_ms.p50_ms, other.handoff_ms.p50_ms);
     Row {
         scenario: "B4",
         store: store.into(),
-        measure: "handoff, release → next holder, ms".into(),
+        measure: format!(
+            "handoff, release → next holder, ms (queued {} ms before)",
+            settle.as_millis()
+        ),
         baton: Fig {
             median: baton.handoff_ms.p50_ms,
             p99: Some(baton.handoff_ms.p99_ms),
