@@ -1,7 +1,8 @@
 //! A store whose locked update costs round trips (PostgreSQL's row lock:
-//! `Capabilities::update_when_contended`), on the in-memory store: a write goes by CAS until one
-//! loses, then under the lock, and so do the coordinator's next writes to that key for a while;
-//! other keys keep writing by CAS; and writers mixing both paths never hold a key together.
+//! `Capabilities::update_when_contended`), on the in-memory store: a write goes by CAS, once more
+//! from the document a lost one returned, then under the lock; the coordinator's next writes to
+//! a key that lost one take the lock at once for a while; other keys keep writing by CAS; and
+//! writers mixing both paths never hold a key together.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -34,7 +35,7 @@ fn options(timeout: Option<Duration>) -> AcquireOptions {
 }
 
 #[tokio::test]
-async fn a_write_that_lost_a_cas_is_written_under_the_lock_and_so_are_the_next_to_its_key() {
+async fn a_write_that_lost_a_cas_tries_once_more_then_the_next_to_its_key_take_the_lock() {
     let (memory, lock) = (Arc::new(MemoryStore::new()), Arc::default());
     let a = Probe::row_locked(memory.clone(), &lock);
     let b = Probe::row_locked(memory.clone(), &lock);
@@ -56,8 +57,8 @@ async fn a_write_that_lost_a_cas_is_written_under_the_lock_and_so_are_the_next_t
         .unwrap();
     assert_eq!(
         counts(&a),
-        (2, 1, 1),
-        "the release lost one CAS, then was written under the lock"
+        (3, 1, 0),
+        "the release lost one CAS, then was written by CAS from the document it returned"
     );
 
     let again = acquire(&coord_a, &Pending::new("k"), &options(None))
@@ -68,17 +69,38 @@ async fn a_write_that_lost_a_cas_is_written_under_the_lock_and_so_are_the_next_t
         .unwrap();
     assert_eq!(
         counts(&a),
-        (2, 1, 3),
+        (3, 1, 2),
         "the key is hot: its next writes take the lock at once"
     );
 
     let other = acquire(&coord_a, &Pending::new("j"), &options(None))
         .await
         .unwrap();
-    assert_eq!(counts(&a), (3, 1, 3), "another key is written by CAS");
+    assert_eq!(counts(&a), (4, 1, 2), "another key is written by CAS");
     release(&coord_a, "j", &other.token, Outcome::Succeeded)
         .await
         .unwrap();
+}
+
+#[tokio::test]
+async fn a_write_that_lost_its_cas_twice_is_written_under_the_lock() {
+    let (memory, lock) = (Arc::new(MemoryStore::new()), Arc::default());
+    let a = Probe::row_locked(memory, &lock);
+    let coord = Coordinator::new(a.clone());
+    let held = acquire(&coord, &Pending::new("k"), &options(None))
+        .await
+        .unwrap();
+    a.lose_next_cases.store(2, Ordering::SeqCst);
+    release(&coord, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    assert_eq!(
+        counts(&a),
+        (3, 2, 1),
+        "two CASes lost (the second from the document the first returned), then the lock"
+    );
+    let doc = coord.read("k").await.unwrap().doc.unwrap();
+    assert_eq!(doc.holders().count(), 0, "released: {doc:?}");
 }
 
 /// Holders counted at the protected resource: never more than one, whichever path each

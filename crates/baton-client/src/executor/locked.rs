@@ -9,9 +9,9 @@
 //! holder that backs off stalls the whole queue behind it (BENCHMARKS.md, B3). Under the lock
 //! each write costs one transaction whatever the contention. Where the lock is local and cheap
 //! (SQLite: [`LockWhen::Always`]) every write takes it; where it costs round trips
-//! (PostgreSQL's row lock: [`LockWhen::Contended`]) a write first tries one CAS, and takes the
-//! lock only once that lost, as do this coordinator's next writes to the key for a while
-//! ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
+//! (PostgreSQL's row lock: [`LockWhen::Contended`]) a write first tries a CAS, then one more
+//! from the document the conflict returned, and takes the lock only once that lost too; this
+//! coordinator's next writes to a key that lost one take it at once for a while ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
 //! happens moves.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,6 +30,14 @@ use crate::error::ClientError;
 use crate::known::Cached;
 use crate::settings::{Freezes, SettingsChange, SettingsChanged};
 use crate::time::mono_ms;
+
+/// CASes a write on a key not known to be hot sends before it takes the lock
+/// ([`LockWhen::Contended`]): the second from the document the first one's conflict returned.
+/// One lost write is mostly a release that meets a waiter's enqueue it had not seen (a turn
+/// shorter than [`crate::follow::FOLLOW_AFTER`] does not follow its key), which that document
+/// settles in one more statement; under the lock it took four (`BEGIN`, `SELECT … FOR
+/// UPDATE`, the write, `COMMIT`). Either loss marks the key hot all the same.
+const CAS_TRIES: usize = 2;
 
 /// Which writes take the store's lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,18 +81,25 @@ impl Executor for Locked {
         let mut lost = Lost::of(request);
         let mut cached = direct.known.cached(key);
         if self.when == LockWhen::Contended && !self.hot.is_hot(key) {
-            let ran = self
-                .cas
-                .run_from(key, request, cached, false, lost, OnConflict::HandOver)
-                .await?;
-            match ran {
-                Ran::Done(executed) => return Ok(executed),
-                Ran::HandedOver {
-                    current,
-                    lost: left,
-                } => {
-                    self.hot.lost_on(key);
-                    (cached, lost) = (current, left);
+            let mut fresh = false;
+            for attempt in 0..CAS_TRIES {
+                // Only from a document the conflict returned: else the lock reads it.
+                if attempt > 0 && cached.is_none() {
+                    break;
+                }
+                let ran = self
+                    .cas
+                    .run_from(key, request, cached, fresh, lost, OnConflict::HandOver)
+                    .await?;
+                match ran {
+                    Ran::Done(executed) => return Ok(executed),
+                    Ran::HandedOver {
+                        current,
+                        lost: left,
+                    } => {
+                        self.hot.lost_on(key);
+                        (cached, lost, fresh) = (current, left, true);
+                    }
                 }
             }
         }

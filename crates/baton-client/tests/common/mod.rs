@@ -53,6 +53,9 @@ pub struct Probe {
     /// The next this many record writes (a job's parameters, a run's report) are written and
     /// their answers lost (`Ambiguous`): a connection cut under them.
     pub lose_record_replies: AtomicU64,
+    /// The next this many CASes lose without writing, answered with the document as it is:
+    /// as if another process had written just before each.
+    pub lose_next_cases: AtomicU64,
     /// Where set, the store locks a key for an update as PostgreSQL locks its row
     /// (`Capabilities::update_when_contended`), and a CAS waits for it: shared by every view
     /// of the store, one lock for every key (enough for a test).
@@ -111,6 +114,7 @@ impl Probe {
             reply_delay_ms: AtomicU64::new(0),
             slow_keys: Mutex::new(HashMap::new()),
             lose_record_replies: AtomicU64::new(0),
+            lose_next_cases: AtomicU64::new(0),
             row_lock: None,
             conflicts: AtomicU64::new(0),
             updates: AtomicU64::new(0),
@@ -177,6 +181,15 @@ impl Store for Probe {
             tokio::time::sleep(Duration::from_millis(slow_ms)).await;
         }
         self.cases.fetch_add(1, Ordering::SeqCst);
+        let loses = self
+            .lose_next_cases
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if loses {
+            self.conflicts.fetch_add(1, Ordering::SeqCst);
+            let current = self.inner.load(key).await?;
+            return Ok(CasOutcome::Conflict { current });
+        }
         let row = match &self.row_lock {
             Some(lock) => Some(lock.lock().await),
             None => None,
