@@ -101,8 +101,9 @@ pub struct PeersArgs {
     #[arg(long, default_value_t = 20)]
     pub handoffs: usize,
     /// B4: how long the waiter waits behind the holder before the release (queued and
-    /// watching). After a long idle the first work of every process and server on the way runs
-    /// in cold caches; a few ms leaves them warm, which shows what the code itself costs
+    /// watching), at least 5 ms. After a long idle the first work of every process and server
+    /// on the way runs in cold caches; a few ms leaves them warm, which shows what the code
+    /// itself costs
     #[arg(long, default_value = "300ms", value_parser = humantime::parse_duration)]
     pub settle: Duration,
     /// B5: kills per side
@@ -383,8 +384,20 @@ async fn beside_idle_holders(
     figures
 }
 
+/// The shortest `--settle`.
+const SETTLE_MIN: Duration = Duration::from_millis(5);
+
 /// Runs every scenario asked for on every store given.
 pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
+    // B4 releases after the pause, not once the waiter is seen queued (a peer such as flock
+    // has no queue to look at): shorter, the waiter may take the key free.
+    if args.settle < SETTLE_MIN {
+        anyhow::bail!(
+            "--settle {} is too short for B4's waiter to queue before the release: give {} or more",
+            humantime::format_duration(args.settle),
+            humantime::format_duration(SETTLE_MIN)
+        );
+    }
     let load_start = load_average_1m();
     let workdir = Workdir::new(&args.common)?;
     let targets = targets(args, &workdir)?;
