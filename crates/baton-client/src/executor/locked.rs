@@ -11,7 +11,8 @@
 //! (SQLite: [`LockWhen::Always`]) every write takes it; where it costs round trips
 //! (PostgreSQL's row lock: [`LockWhen::Contended`]) a write first tries a CAS, then one more
 //! from the document the conflict returned, and takes the lock only once that lost too; this
-//! coordinator's next writes to a key that lost one take it at once for a while ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
+//! coordinator's next writes to a key that lost one take it at once for a while
+//! ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
 //! happens moves.
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -3,7 +3,7 @@
 //! between: writers that would lose CASes to each other queue on the row's lock instead.
 //!
 //! It costs four round trips (`BEGIN`, the locking read, the CAS statement, `COMMIT`) where a
-//! CAS costs one, so a coordinator takes it only for a write that already lost a CAS
+//! CAS costs one, so a coordinator takes it only for a key where its CASes lose
 //! ([`crate::Capabilities::update_when_contended`]). A key without a row has nothing to lock:
 //! the update runs nothing and answers `None`, and the caller writes by CAS.
 //!
