@@ -184,6 +184,55 @@ async fn a_key_with_a_long_backlog_delays_another_key_by_one_run_at_most() {
     assert_eq!(after.key(), "hot", "and the hot key goes on");
 }
 
+/// A look reads only the first [`jobs::DUE_SCAN`] due keys. When other workers took every one
+/// of them between the read and this worker's claims while more keys were due, the worker looks
+/// again at once: it claims the next due key, not waits for a push or its poll.
+#[tokio::test]
+async fn a_look_whose_due_keys_were_all_taken_looks_again() {
+    let store = Arc::new(MemoryStore::new());
+    let others = Arc::new(Coordinator::new(store.clone()));
+    let keys: Vec<String> = (0..jobs::DUE_SCAN + 2)
+        .map(|n| format!("w/k{n:03}"))
+        .collect();
+    for key in &keys {
+        jobs::submit(&others, key, b"{}", &SubmitOptions::default())
+            .await
+            .unwrap();
+        // Due times a millisecond apart: the due order is the keys' order.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let before = store
+        .due_keys("w/", jobs::DUE_SCAN, baton_store::WithDocs::NONE)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(before.len(), jobs::DUE_SCAN);
+    let mut taken = Vec::new();
+    for key in &keys[..jobs::DUE_SCAN] {
+        taken.push(
+            jobs::claim(&others, key, &claim_options())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+
+    let probe = Probe::new(store.clone(), false);
+    probe.stale_due.lock().unwrap().push(before);
+    let worker = Arc::new(Coordinator::new(probe.clone()));
+    let patterns = KeyPatterns::new(vec!["w/".into()]);
+    let job = jobs::claim_next(&worker, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .expect("a due key was left: the worker should have claimed it");
+    assert_eq!(job.key(), keys[jobs::DUE_SCAN]);
+    assert_eq!(probe.due_looks.load(Ordering::SeqCst), 2);
+    job.complete(JobResult::Succeeded).await.unwrap();
+    for job in taken {
+        job.complete(JobResult::Succeeded).await.unwrap();
+    }
+}
+
 /// Finding work reads only the keys that need a worker: 200 keys whose jobs are done, one whose
 /// job waits for its `--not-before`, and 3 with ready jobs cost an idle worker's look the 3
 /// ready keys' reads (the due index, kept by the same writes as the documents), not 204.

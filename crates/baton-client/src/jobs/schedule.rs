@@ -66,11 +66,14 @@ impl KeyPatterns {
             due_by_ms: due_by,
         };
         let mut due: Vec<baton_store::DueKey> = Vec::new();
+        let mut more_due = false;
         for pattern in patterns {
             let found = store
                 .due_keys(pattern, DUE_SCAN, docs)
                 .await?
                 .unwrap_or_default();
+            // A full scan whose last key is due: more keys may be due beyond it.
+            more_due |= found.len() >= DUE_SCAN && found.last().is_some_and(|d| d.due_ms <= due_by);
             due.extend(
                 found
                     .into_iter()
@@ -83,7 +86,11 @@ impl KeyPatterns {
             .first()
             .map(|d| Duration::from_millis(d.due_ms.saturating_sub(due_by)));
         let keys = due.into_iter().take_while(|d| d.due_ms <= due_by).collect();
-        Ok(Some(DueLook { keys, next_in }))
+        Ok(Some(DueLook {
+            keys,
+            next_in,
+            more_due,
+        }))
     }
 
     /// Every key that exists and is served, sorted.
@@ -116,9 +123,17 @@ pub struct ReadyKey {
     pub ready_since_wall_ms: u64,
 }
 
-/// How many keys a look at the due index reads per prefix: the earliest due. More due keys
-/// than this wait for a later look (they are served earliest first, so none waits forever).
-pub const DUE_SCAN: usize = 256;
+/// How many keys a look at the due index reads per prefix: the earliest due. A worker claims
+/// one job per look, so it needs only enough keys to get past those other workers take at the
+/// same moment; every key read costs the store (on PostgreSQL, 256 keys a look were most of
+/// its work per job). More due keys than this wait for a later look (they are served earliest
+/// first, so none waits forever), and a look that found this many due and claimed none looks
+/// again at once ([`LOOKS_PER_CLAIM`]).
+pub const DUE_SCAN: usize = 32;
+
+/// How many looks at the due index one [`look_for_job`] makes when each found a full scan of
+/// keys due ([`DUE_SCAN`]) and every one of them was taken by other workers first.
+const LOOKS_PER_CLAIM: usize = 4;
 
 /// How far apart the wall clocks of two machines may be for a job's due time (on a store
 /// without a clock) to count as now: a later look finds it anyway; this only spares a wait.
@@ -136,6 +151,8 @@ struct DueLook {
     keys: Vec<baton_store::DueKey>,
     /// When the earliest served key is due, from now (zero: due now).
     next_in: Option<Duration>,
+    /// A prefix had more keys due now than the look read ([`DUE_SCAN`]).
+    more_due: bool,
 }
 
 /// The served keys whose head job may be claimed now, longest waiting first.
@@ -249,29 +266,52 @@ pub async fn claim_next(
 }
 
 /// [`claim_next`], saying also when to look again if there is nothing to claim: one read of
-/// the due index serves both.
+/// the due index serves both. A look whose keys were all taken by other workers while more
+/// were due than it read looks again, up to [`LOOKS_PER_CLAIM`] times.
 pub async fn look_for_job(
     coord: &Arc<Coordinator>,
     patterns: &KeyPatterns,
     options: &ClaimOptions,
 ) -> Result<Look, ClientError> {
+    let mut looks = 0;
+    loop {
+        looks += 1;
+        let (look, more_due) = look_once(coord, patterns, options).await?;
+        if matches!(look, Look::Claimed(_)) || !more_due || looks >= LOOKS_PER_CLAIM {
+            return Ok(look);
+        }
+    }
+}
+
+/// One look: the served keys in order of service, each tried by a claim until one gives a job;
+/// and whether more keys were due than the look read.
+async fn look_once(
+    coord: &Arc<Coordinator>,
+    patterns: &KeyPatterns,
+    options: &ClaimOptions,
+) -> Result<(Look, bool), ClientError> {
     // With a due index, its order is the order of service (a key's due time is since when
     // its head job could run): try the keys in it, each read only by its own claim. Without
     // one, read every served key to find the ready ones and their order.
-    let (keys, next_due_in): (
-        Vec<(String, Option<baton_store::Versioned>)>,
-        Option<Duration>,
-    ) = match patterns.look_at_due_index(coord).await? {
-        Some(look) => (
-            look.keys.into_iter().map(|d| (d.key, d.doc)).collect(),
-            look.next_in,
-        ),
-        None => {
-            let ready = ready_keys(coord, patterns).await?;
-            (ready.into_iter().map(|r| (r.key, None)).collect(), None)
-        }
+    let look = match patterns.look_at_due_index(coord).await? {
+        Some(look) => look,
+        None => DueLook {
+            keys: ready_keys(coord, patterns)
+                .await?
+                .into_iter()
+                .map(|r| baton_store::DueKey {
+                    key: r.key,
+                    due_ms: r.ready_since_wall_ms,
+                    doc: None,
+                })
+                .collect(),
+            next_in: None,
+            more_due: false,
+        },
     };
-    let mut keys = keys;
+    let (next_due_in, more_due) = (look.next_in, look.more_due);
+    let mut keys: Vec<(String, Option<baton_store::Versioned>)> =
+        look.keys.into_iter().map(|d| (d.key, d.doc)).collect();
     for i in 0..keys.len() {
         let (key, doc) = std::mem::take(&mut keys[i]);
         let read_version = doc.as_ref().map(|d| d.version.clone());
@@ -279,7 +319,7 @@ pub async fn look_for_job(
             coord.take_read(&key, doc)?;
         }
         if let Some(job) = claim(coord, &key, options).await? {
-            return Ok(Look::Claimed(Box::new(job)));
+            return Ok((Look::Claimed(Box::new(job)), more_due));
         }
         // Lost to another writer, not merely not ready yet (a key due within the reading's
         // slack): the key changed since the index showed it.
@@ -288,7 +328,7 @@ pub async fn look_for_job(
             spread_after_a_loss(&mut keys[i + 1..]);
         }
     }
-    Ok(Look::Idle { next_due_in })
+    Ok((Look::Idle { next_due_in }, more_due))
 }
 
 /// How many of the next keys a worker tries in a random order after losing a key to another

@@ -384,7 +384,9 @@ pub(super) const DUE_PAGE: &str = "SELECT key, due_ms, under,
                  ORDER BY due_ms, key LIMIT $2) AS page) AS due
      ORDER BY due_ms, key";
 
-/// How many due keys a read of [`DUE_PAGE`] takes.
+/// The most due keys a read of [`DUE_PAGE`] takes. The first page is as many as the caller
+/// asked for (under a prefix that holds most due keys, one page is enough), each next one
+/// twice the last, up to this: every row read and sent is the server's work.
 pub(super) const DUE_PAGE_KEYS: i64 = 256;
 
 /// Writes a record: `$1` key, `$2` name, `$3` bytes. Replaces the record of that name.

@@ -464,20 +464,23 @@ impl Store for PostgresStore {
         let due_by_ms = i64::try_from(docs.due_by_ms).unwrap_or(i64::MAX);
         let mut due: Vec<DueKey> = Vec::new();
         let mut after: (i64, String) = (i64::MIN, String::new());
+        let mut page = i64::try_from(limit)
+            .unwrap_or(DUE_PAGE_KEYS)
+            .clamp(1, DUE_PAGE_KEYS);
         loop {
             let first = i64::try_from(docs.first.saturating_sub(due.len())).unwrap_or(i64::MAX);
             let rows = self
                 .fetch(Kind::Read, || {
                     sqlx::query(DUE_PAGE)
                         .bind(prefix)
-                        .bind(DUE_PAGE_KEYS)
+                        .bind(page)
                         .bind(first)
                         .bind(due_by_ms)
                         .bind(after.0)
                         .bind(after.1.as_str())
                 })
                 .await?;
-            let full_page = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= DUE_PAGE_KEYS;
+            let full_page = i64::try_from(rows.len()).unwrap_or(i64::MAX) >= page;
             for row in &rows {
                 let key: String = row.try_get("key").map_err(|e| self.backend(e))?;
                 let due_ms: i64 = row.try_get("due_ms").map_err(|e| self.backend(e))?;
@@ -494,6 +497,7 @@ impl Store for PostgresStore {
             if !full_page || due.len() >= limit {
                 break;
             }
+            page = page.saturating_mul(2).min(DUE_PAGE_KEYS);
         }
         Ok(Some(due))
     }

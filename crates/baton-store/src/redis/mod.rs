@@ -587,8 +587,12 @@ impl Store for RedisStore {
         _docs: WithDocs,
     ) -> Result<Option<Vec<DueKey>>> {
         // The index is one sorted set for every key of the namespace, ordered by due time:
-        // read it a page at a time, earliest first, keeping the keys under `prefix`.
-        const PAGE: isize = 256;
+        // read it a page at a time, earliest first, keeping the keys under `prefix`. The first
+        // page is as many keys as asked for, each next one twice the last, up to `PAGE_MAX`.
+        const PAGE_MAX: isize = 256;
+        let mut size = isize::try_from(limit)
+            .unwrap_or(PAGE_MAX)
+            .clamp(1, PAGE_MAX);
         let mut due = Vec::new();
         let mut start: isize = 0;
         let mut connection = self.inner.connection.clone();
@@ -597,7 +601,7 @@ impl Store for RedisStore {
             command
                 .arg(self.inner.names.due())
                 .arg(start)
-                .arg(start + PAGE - 1)
+                .arg(start + size - 1)
                 .arg("WITHSCORES");
             let page: Vec<(Vec<u8>, f64)> = self
                 .bounded(Access::Read, command.query_async(&mut connection))
@@ -617,10 +621,11 @@ impl Store for RedisStore {
                     });
                 }
             }
-            if n_read < PAGE as usize {
+            if n_read < size.unsigned_abs() {
                 break;
             }
-            start += PAGE;
+            start += size;
+            size = size.saturating_mul(2).min(PAGE_MAX);
         }
         Ok(Some(due))
     }
