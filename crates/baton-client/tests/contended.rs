@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
+use baton_client::jobs::{self, ClaimOptions, SubmitOptions};
 use baton_client::{ClientError, Coordinator};
+use baton_core::job::JobResult;
 use baton_core::Outcome;
 use baton_store::memory::MemoryStore;
 
@@ -101,6 +103,58 @@ async fn a_write_that_lost_its_cas_twice_is_written_under_the_lock() {
     );
     let doc = coord.read("k").await.unwrap().doc.unwrap();
     assert_eq!(doc.holders().count(), 0, "released: {doc:?}");
+}
+
+/// Job workers: a claim that lost its CAS to another worker's claim of the same job finds, in
+/// the document the conflict returned, nothing left to claim and writes nothing. That says the
+/// job was taken, not that writers queue on the key: the worker's next write to the key (its
+/// claim of the key's next job) goes by CAS, not under the lock.
+#[tokio::test]
+async fn a_claim_that_lost_its_job_to_another_worker_leaves_the_key_cold() {
+    let (memory, lock) = (Arc::new(MemoryStore::new()), Arc::default());
+    let a = Probe::row_locked(memory.clone(), &lock);
+    let b = Probe::row_locked(memory.clone(), &lock);
+    let (coord_a, coord_b) = (
+        Arc::new(Coordinator::new(a.clone())),
+        Arc::new(Coordinator::new(b.clone())),
+    );
+    let claim = ClaimOptions {
+        ttl: Duration::from_secs(30),
+    };
+    for _ in 0..2 {
+        jobs::submit(&coord_b, "q", b"{}", &SubmitOptions::default())
+            .await
+            .unwrap();
+    }
+    coord_a.read("q").await.unwrap();
+    let first = jobs::claim(&coord_b, "q", &claim).await.unwrap().unwrap();
+    let before = counts(&a);
+
+    let lost = jobs::claim(&coord_a, "q", &claim).await.unwrap();
+    assert!(lost.is_none(), "the head job is b's: nothing to claim");
+    let after_loss = counts(&a);
+    assert_eq!(
+        (
+            after_loss.0 - before.0,
+            after_loss.1 - before.1,
+            after_loss.2
+        ),
+        (1, 1, 0),
+        "one CAS, lost; the document it returned answered the claim"
+    );
+
+    first.complete(JobResult::Succeeded).await.unwrap();
+    // As a worker's look at the due index brings the key's document along.
+    coord_a.read("q").await.unwrap();
+    let after_loss = counts(&a);
+    let second = jobs::claim(&coord_a, "q", &claim).await.unwrap().unwrap();
+    let (cases, _, updates) = counts(&a);
+    assert_eq!(
+        (cases - after_loss.0, updates),
+        (1, 0),
+        "the next job is claimed by one CAS: the key is not hot"
+    );
+    second.complete(JobResult::Succeeded).await.unwrap();
 }
 
 /// Holders counted at the protected resource: never more than one, whichever path each

@@ -11,8 +11,8 @@
 //! (SQLite: [`LockWhen::Always`]) every write takes it; where it costs round trips
 //! (PostgreSQL's row lock: [`LockWhen::Contended`]) a write first tries a CAS, then one more
 //! from the document the conflict returned, and takes the lock only once that lost too; this
-//! coordinator's next writes to a key that lost one take it at once for a while
-//! ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
+//! coordinator's next writes to a key where a write lost and still had to be made take it at
+//! once for a while ([`HotKeys`]). The rules are the core's, as on the CAS path: only where the core's work
 //! happens moves.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,7 +37,8 @@ use crate::time::mono_ms;
 /// One lost write is mostly a release that meets a waiter's enqueue it had not seen (a turn
 /// shorter than [`crate::follow::FOLLOW_AFTER`] does not follow its key), which that document
 /// settles in one more statement; under the lock it took four (`BEGIN`, `SELECT … FOR
-/// UPDATE`, the write, `COMMIT`). Either loss marks the key hot all the same.
+/// UPDATE`, the write, `COMMIT`). A loss marks the key hot all the same, unless the
+/// operation then had nothing to write: a claim that lost its job to another worker's claim.
 const CAS_TRIES: usize = 2;
 
 /// Which writes take the store's lock.
@@ -93,16 +94,22 @@ impl Executor for Locked {
                     .run_from(key, request, cached, fresh, lost, OnConflict::HandOver)
                     .await?;
                 match ran {
-                    Ran::Done(executed) => return Ok(executed),
+                    Ran::Done(executed) => {
+                        // A write after a lost one: writers meet on this key. A lost write
+                        // that then had nothing to write (a claim whose job another worker
+                        // took) says only that the key moved on.
+                        if fresh && executed.version.is_some() {
+                            self.hot.lost_on(key);
+                        }
+                        return Ok(executed);
+                    }
                     Ran::HandedOver {
                         current,
                         lost: left,
-                    } => {
-                        self.hot.lost_on(key);
-                        (cached, lost, fresh) = (current, left, true);
-                    }
+                    } => (cached, lost, fresh) = (current, left, true),
                 }
             }
+            self.hot.lost_on(key);
         }
         match self.run_locked(key, request, cached, &mut lost).await? {
             Update::Done(executed) => Ok(*executed),
