@@ -16,6 +16,8 @@
 //!   worker costs next to many keys whose jobs are done.
 //! - [`peers`]: baton next to flock, Redis `SET NX`, PostgreSQL advisory locks, etcd's lock,
 //!   the seed S3 list lock and DynamoDB conditional puts, on the same stores in one run.
+//! - [`jobs_floor`]: the least a job queue of one row per key, claimed and completed by
+//!   compare-and-swap, costs on PostgreSQL: the floor under `jobs-throughput`.
 //! - [`counting`]: a `Store` wrapper that counts calls, for the round trips.
 //! - [`stats`]: percentiles; [`setup`]: the store, the temporary directory and the clocks.
 //!
@@ -26,6 +28,7 @@ mod counting;
 mod delay_proxy;
 mod handoff;
 mod jobs;
+mod jobs_floor;
 mod notify_kv;
 mod peers;
 mod polling;
@@ -210,6 +213,21 @@ enum Command {
         /// run is too short for the overlap check to see much
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         run_for: Duration,
+    },
+    /// The floor under `jobs-throughput` on PostgreSQL: one row per key, a look at the due
+    /// index, a claim by CAS and a completion by CAS per job, and nothing else
+    JobsFloor {
+        #[command(flatten)]
+        common: Common,
+        /// Keys the jobs are spread over
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        keys: u32,
+        /// No-op jobs
+        #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+        jobs: u32,
+        /// Workers (tasks of this process, each with its own connection)
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+        workers: u32,
     },
     /// Claim latency of an idle library worker: from just before a submit to its claim
     JobsLatency {
@@ -482,6 +500,19 @@ async fn dispatch(command: Command) -> Result<()> {
                 report.n_failures
             );
             Ok(())
+        }
+        Command::JobsFloor {
+            common,
+            keys,
+            jobs,
+            workers,
+        } => {
+            let Some(url) = common.store.as_deref() else {
+                anyhow::bail!("jobs-floor runs on PostgreSQL: give --store postgres://…");
+            };
+            let report =
+                jobs_floor::floor(url, keys as usize, jobs as usize, workers as usize).await?;
+            output(&common, &report, jobs_floor::print_floor)
         }
         Command::JobsLatency {
             common,
