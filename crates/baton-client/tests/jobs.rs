@@ -233,6 +233,63 @@ async fn a_look_whose_due_keys_were_all_taken_looks_again() {
     }
 }
 
+/// A worker with no room rests its waker: no pushes while it is busy. Its next wait subscribes
+/// again and returns at once, since what changed meanwhile was not pushed: the worker looks
+/// again before it waits, and a job submitted while it rested is claimed at once, not after
+/// the poll. From then on, pushes wake it again.
+#[tokio::test]
+async fn a_rested_waker_has_the_worker_look_again_then_pushes_again() {
+    // SQLite: a store whose prefix watches push (the in-memory one has none).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let open = || async {
+        let store = baton_store::sqlite::SqliteStore::open(&path).await.unwrap();
+        Arc::new(Coordinator::new(Arc::new(store)))
+    };
+    let (submitter, worker) = (open().await, open().await);
+    let patterns = KeyPatterns::new(vec!["rest/".into()]);
+    let mut waker = jobs::WorkWaker::new(&worker, &patterns).await.unwrap();
+    assert!(waker.pushes());
+    waker.rest();
+    assert!(
+        waker.pushes(),
+        "resting, it still wakes on a push once it waits"
+    );
+    jobs::submit(&submitter, "rest/a", b"{}", &SubmitOptions::default())
+        .await
+        .unwrap();
+    let poll = Duration::from_secs(30);
+    tokio::time::timeout(Duration::from_secs(5), waker.wait(poll))
+        .await
+        .expect("the first wait after a rest returns at once");
+    let job = jobs::claim_next(&worker, &patterns, &claim_options())
+        .await
+        .unwrap()
+        .expect("the job submitted while the waker rested");
+    job.complete(JobResult::Succeeded).await.unwrap();
+    // The claim's and the completion's own commits may wake it (SQLite's wake-ups are per
+    // commit, for any key): spurious wake-ups are allowed, missed ones are not.
+    for _ in 0..5 {
+        if tokio::time::timeout(Duration::from_millis(200), waker.wait(poll))
+            .await
+            .is_err()
+        {
+            break;
+        }
+    }
+
+    let waiting = tokio::spawn(async move { waker.wait(poll).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "nothing new: it waits");
+    jobs::submit(&submitter, "rest/b", b"{}", &SubmitOptions::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a push wakes it again")
+        .unwrap();
+}
+
 /// Finding work reads only the keys that need a worker: 200 keys whose jobs are done, one whose
 /// job waits for its `--not-before`, and 3 with ready jobs cost an idle worker's look the 3
 /// ready keys' reads (the due index, kept by the same writes as the documents), not 204.

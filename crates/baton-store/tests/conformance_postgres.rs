@@ -610,6 +610,46 @@ async fn a_process_is_told_only_of_the_keys_it_watches() {
     );
 }
 
+/// A channel whose watchers have all gone is left at its first notification, not kept until
+/// the process watches something else: the server signals every backend that listens on any
+/// channel at every notifying commit in the database, so a process with nothing to wait for (a
+/// worker busy with its jobs) should listen on nothing.
+#[tokio::test]
+async fn a_channel_nobody_watches_is_left_at_its_first_notification() {
+    let watching = shared_store().await;
+    let writer = shared_store().await;
+    let under = format!("{}{}/", prefix("left-at-first"), nanos());
+    let key = format!("{under}k");
+    drop(watching.watch(&key).await.unwrap().expect("LISTEN works"));
+    drop(
+        watching
+            .watch_prefix(&under)
+            .await
+            .unwrap()
+            .expect("LISTEN works"),
+    );
+    let before = watching.notifications_received().await;
+    let mut version = None;
+    for _ in 0..20 {
+        let outcome = writer.cas(&key, version.as_ref(), b"x", &[]).await.unwrap();
+        version = Some(written_version(outcome));
+    }
+    // Notifications come in commit order: once the marker's has come, the others have.
+    let marker = format!("{}marker", prefix("left-at-first"));
+    let mut handle = watching
+        .watch(&marker)
+        .await
+        .unwrap()
+        .expect("LISTEN works");
+    let written = written_version(writer.cas(&marker, None, b"m", &[]).await.unwrap());
+    assert!(next_pushed(&mut handle, &written).await.is_some());
+    let told = watching.notifications_received().await - before;
+    assert!(
+        told <= 8,
+        "{told} notifications for 20 writes to a key and prefix no longer watched (and 1 marker)"
+    );
+}
+
 /// A baton that listened only on the shared channel (before wake-ups went by key) is still
 /// woken by every write, told the key to read again.
 #[tokio::test]

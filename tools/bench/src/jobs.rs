@@ -3,7 +3,8 @@
 //! Every worker here is what `baton worker` runs, without the child process: a loop of
 //! [`jobs::claim_next`] over a prefix, [`jobs::Job::complete`] with success (a no-op job), and,
 //! when nothing is ready, [`WorkWaker::wait`] (a push from the store where it has one, else
-//! the poll interval). Each worker has its own store connection and [`Coordinator`], as
+//! the poll interval), rested while it runs a job ([`WorkWaker::rest`], as `baton worker` rests
+//! its waker while every slot is taken). Each worker has its own store connection and [`Coordinator`], as
 //! separate processes would, so nothing is shared between them but the store; they run as
 //! tasks of this process so that their instants can be compared on one monotonic clock.
 //!
@@ -439,6 +440,8 @@ async fn throughput_worker(
             }
         };
         let claimed = Instant::now();
+        // A worker of one slot, full now, as `baton worker` rests its waker.
+        worker.waker.rest();
         let (key, id, fence) = (job.key().to_owned(), job.id().to_owned(), job.lease.fence);
         if !run_for.is_zero() {
             tokio::time::sleep(run_for).await;

@@ -170,6 +170,11 @@ async fn serve(opened: &Opened, args: WorkerArgs) -> Result<i32, Failure> {
                 Ok(jobs::Look::Claimed(job)) => {
                     let job = *job;
                     running.spawn_local(run_job(job, ctx.clone(), stop_rx.clone()));
+                    if running.len() >= ctx.args.concurrency as usize {
+                        // No room: no wake-up is wanted until a job ends (and on PostgreSQL
+                        // a listening connection costs the server at every write).
+                        waker.rest();
+                    }
                     continue;
                 }
                 Ok(jobs::Look::Idle { next_due_in }) => {

@@ -351,8 +351,17 @@ fn spread_after_a_loss<T>(rest: &mut [T]) {
 /// pattern (a prefix, an exact key, or every key) where the store pushes, else nothing — then
 /// [`WorkWaker::wait`] is the poll interval alone. A wake-up is a hint to look again
 /// ([`claim_next`]), never a claim.
+///
+/// A worker with no room for another job needs no wake-up: [`WorkWaker::rest`] drops the
+/// subscriptions until its next [`WorkWaker::wait`]. On PostgreSQL that is more than a message
+/// saved: the server signals every connection that listens at every write that notifies, and
+/// busy workers listening cost it a third of its work in a jobs run (BENCHMARKS.md).
 pub struct WorkWaker {
+    store: Arc<dyn baton_store::Store>,
+    patterns: Vec<String>,
     handles: Vec<baton_store::WatchHandle>,
+    /// Dropped by [`WorkWaker::rest`]: subscribed again by the next wait.
+    resting: bool,
 }
 
 impl WorkWaker {
@@ -361,29 +370,59 @@ impl WorkWaker {
         coord: &Coordinator,
         patterns: &KeyPatterns,
     ) -> Result<WorkWaker, ClientError> {
-        let store = coord.store();
-        let mut handles = Vec::new();
-        let prefixes: Vec<&str> = if patterns.0.is_empty() {
-            vec![""]
+        let patterns = if patterns.0.is_empty() {
+            vec![String::new()]
         } else {
-            patterns.0.iter().map(String::as_str).collect()
+            patterns.0.clone()
         };
-        for pattern in prefixes {
+        let mut waker = WorkWaker {
+            store: coord.store().clone(),
+            patterns,
+            handles: Vec::new(),
+            resting: false,
+        };
+        waker.subscribe().await?;
+        Ok(waker)
+    }
+
+    async fn subscribe(&mut self) -> Result<(), ClientError> {
+        let mut handles = Vec::new();
+        for pattern in &self.patterns {
             // An exact key is a prefix too: a wake-up for a longer key is only spurious.
-            if let Some(handle) = store.watch_prefix(pattern).await? {
+            if let Some(handle) = self.store.watch_prefix(pattern).await? {
                 handles.push(handle);
             }
         }
-        Ok(WorkWaker { handles })
+        self.handles = handles;
+        self.resting = false;
+        Ok(())
     }
 
     /// Whether a push will wake [`WorkWaker::wait`] (else it waits the poll interval).
     pub fn pushes(&self) -> bool {
-        !self.handles.is_empty()
+        !self.handles.is_empty() || self.resting
+    }
+
+    /// Stops the pushes while the worker has no room for a job: the next
+    /// [`WorkWaker::wait`] subscribes again.
+    pub fn rest(&mut self) {
+        if !self.handles.is_empty() {
+            self.handles.clear();
+            self.resting = true;
+        }
     }
 
     /// Resolves at the next push that may mean new work, or after `poll`, whichever is first.
+    /// After [`WorkWaker::rest`] it subscribes again and resolves at once: what changed while
+    /// it rested was not pushed, so the worker looks again before it waits.
     pub async fn wait(&mut self, poll: Duration) {
+        if self.resting {
+            if self.subscribe().await.is_err() {
+                // The store fails: the next look says so; until then, the poll.
+                tokio::time::sleep(poll).await;
+            }
+            return;
+        }
         if self.handles.is_empty() {
             tokio::time::sleep(poll).await;
             return;

@@ -11,7 +11,12 @@
 //! the key it names. The task listens on the channels of the watched keys, and on the shared
 //! one only while a prefix is watched: a process is told of the writes it waits for, not of
 //! every write in the database. A `watch` returns once the server listens on its key's channel;
-//! the channels of keys no longer watched are left at the next `watch`.
+//! the channels of keys no longer watched are left at the next `watch`, or at the first
+//! notification on them, whichever comes first. That matters beyond the messages saved: the
+//! server signals every backend that listens on any channel of the database at every commit
+//! that notifies, and each wakes and reads the queue. A connection that listens on nothing is
+//! not signalled, so a process with nothing to wait for (a worker busy with its jobs) costs
+//! the server nothing at other processes' writes.
 //!
 //! Missed wake-ups are not allowed; spurious ones are. Notifications sent while the connection
 //! was down are lost, so every time the listener reconnects it bumps every counter: each waiter
@@ -57,9 +62,18 @@ pub(super) enum State {
     Failed(Instant),
 }
 
-/// The wake-up channels of the watched keys and prefixes. Entries whose handles have all been
-/// dropped are swept at the next subscription.
-type Counters = Arc<Mutex<WakeRouter>>;
+/// The wake-up channels of the watched keys and prefixes, and the server channels listened on
+/// for them, under one lock: a subscription and the task's leaving of a channel nobody watches
+/// never cross (one that needs a channel the task has just left has it listened on again).
+/// Entries whose handles have all been dropped are swept at the next subscription.
+type Counters = Arc<Mutex<Routes>>;
+
+#[derive(Debug, Default)]
+struct Routes {
+    router: WakeRouter,
+    /// The channels the task listens on, or has been told to.
+    listened: BTreeSet<String>,
+}
 
 /// What the listener's task is asked to do on its connection (which it alone uses).
 enum Command {
@@ -75,7 +89,6 @@ enum Command {
 /// the task (aborted on drop, so the connection closes with the store).
 pub(super) struct Listener {
     counters: Counters,
-    listened: BTreeSet<String>,
     commands: mpsc::UnboundedSender<Command>,
     /// Notifications received, for tests: how many writes woke this process.
     received: Arc<AtomicU64>,
@@ -141,17 +154,18 @@ impl Listener {
     /// than [`LISTEN_WAIT`]: the waiter polls). Callers are serialised by the store's lock on
     /// [`State`], so a second watcher of a key never returns before the first one's `LISTEN`.
     async fn subscribe(&mut self, watched: Watched<'_>) -> Option<WatchHandle> {
-        let (receiver, needed) = {
-            let mut router = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
+        let (receiver, gone, new) = {
+            let mut routes = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
             let receiver = match watched {
-                Watched::Key(key) => router.subscribe_key(key),
-                Watched::Prefix(prefix) => router.subscribe_prefix(prefix),
+                Watched::Key(key) => routes.router.subscribe_key(key),
+                Watched::Prefix(prefix) => routes.router.subscribe_prefix(prefix),
             };
-            (receiver, channels_of(&router))
+            let needed = channels_of(&routes.router);
+            let gone: Vec<String> = routes.listened.difference(&needed).cloned().collect();
+            let new: Vec<String> = needed.difference(&routes.listened).cloned().collect();
+            routes.listened = needed;
+            (receiver, gone, new)
         };
-        let gone: Vec<String> = self.listened.difference(&needed).cloned().collect();
-        let new: Vec<String> = needed.difference(&self.listened).cloned().collect();
-        self.listened = needed;
         if !gone.is_empty() {
             // Nobody waits for it: sent without waiting for the server.
             let _ = self.commands.send(Command::Unlisten(gone));
@@ -232,7 +246,6 @@ async fn start(options: &PgConnectOptions, connections: &Connections) -> Result<
     ));
     Ok(Listener {
         counters,
-        listened: BTreeSet::new(),
         commands,
         received,
         task,
@@ -303,8 +316,14 @@ async fn follow(
         let healthy = match event {
             Event::Received(Ok(Some(notification))) => {
                 received.fetch_add(1, Ordering::Relaxed);
-                route(&counters, notification.channel(), notification.payload());
-                true
+                let channel = notification.channel();
+                match route(&counters, channel, notification.payload()) {
+                    Routed::Told => true,
+                    Routed::Unwatched => {
+                        let gone = Command::Unlisten(vec![channel.to_owned()]);
+                        carry_out(&mut listener, &mut channels, gone).await
+                    }
+                }
             }
             // sqlx reconnected and listens again; what was sent in between is lost.
             Event::Received(Ok(None)) => {
@@ -327,17 +346,39 @@ async fn follow(
     }
 }
 
+/// What became of a notification.
+enum Routed {
+    /// Handed to the watchers of its channel.
+    Told,
+    /// Nobody watches its channel any more: it has been taken out of the channels listened on,
+    /// and the task leaves it.
+    Unwatched,
+}
+
 /// Hands a notification to its watchers: one on a key's channel to the key's, one on the
 /// shared channel (listened on only while a prefix is watched) to the prefixes': the key's own
-/// came on its channel, with the document.
-fn route(counters: &Counters, channel: &str, payload: &str) {
+/// came on its channel, with the document. A channel whose watchers have all gone is marked
+/// left, under the same lock a subscription takes.
+fn route(counters: &Counters, channel: &str, payload: &str) -> Routed {
     let (key, wake) = parse_payload(payload);
-    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
-    if channel == CHANNEL {
-        router.wake_prefixes(key);
-    } else {
-        router.wake_key(key, wake);
+    let mut routes = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    if channel == CHANNEL && routes.router.watches_a_prefix() {
+        routes.router.wake_prefixes(key);
+        return Routed::Told;
     }
+    if channel != CHANNEL && routes.router.watches_key(key) {
+        routes.router.wake_key(key, wake);
+        return Routed::Told;
+    }
+    if channels_of(&routes.router).contains(channel) {
+        // Another watched key's channel (their names are a hash of the key's): nothing to tell.
+        return Routed::Told;
+    }
+    if !routes.listened.remove(channel) {
+        // Already left, or never listened on (a notification that was on its way).
+        return Routed::Told;
+    }
+    Routed::Unwatched
 }
 
 /// Listens on or leaves channels; false when the connection failed meanwhile.
@@ -385,8 +426,8 @@ async fn reconnect(options: &PgConnectOptions, channels: &BTreeSet<String>) -> P
 }
 
 fn wake_all(counters: &Counters) {
-    let router = counters.lock().unwrap_or_else(PoisonError::into_inner);
-    router.wake_all();
+    let routes = counters.lock().unwrap_or_else(PoisonError::into_inner);
+    routes.router.wake_all();
 }
 
 /// The key a notification names and what its watchers learn: the version and document when the
