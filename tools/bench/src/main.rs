@@ -77,6 +77,21 @@ struct Common {
     json: bool,
 }
 
+/// How many keys, jobs and workers a jobs run has (`jobs-throughput`, `jobs-floor`).
+#[derive(Args)]
+struct JobsLoad {
+    /// Keys the jobs are spread over, round-robin
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    keys: u32,
+    /// No-op jobs, submitted before the workers start (not timed)
+    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    jobs: u32,
+    /// Workers: tasks of this process, each with its own store connection (as separate
+    /// processes would have)
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    workers: u32,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Whole-process time of `baton run --store S k -- true` next to `flock FILE true` (on an
@@ -199,16 +214,8 @@ enum Command {
     JobsThroughput {
         #[command(flatten)]
         common: Common,
-        /// Keys the jobs are spread over, round-robin
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        keys: u32,
-        /// No-op jobs submitted (before the workers start, not timed)
-        #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-        jobs: u32,
-        /// Library workers (tasks of this process, each with its own coordinator and store
-        /// connection)
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-        workers: u32,
+        #[command(flatten)]
+        load: JobsLoad,
         /// How long each job runs (a sleep while it holds its key): 0 is a no-op job, whose
         /// run is too short for the overlap check to see much
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
@@ -219,15 +226,8 @@ enum Command {
     JobsFloor {
         #[command(flatten)]
         common: Common,
-        /// Keys the jobs are spread over
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        keys: u32,
-        /// No-op jobs
-        #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
-        jobs: u32,
-        /// Workers (tasks of this process, each with its own connection)
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
-        workers: u32,
+        #[command(flatten)]
+        load: JobsLoad,
     },
     /// Claim latency of an idle library worker: from just before a submit to its claim
     JobsLatency {
@@ -476,16 +476,14 @@ async fn dispatch(command: Command) -> Result<()> {
         }
         Command::JobsThroughput {
             common,
-            keys,
-            jobs,
-            workers,
+            load,
             run_for,
         } => {
             let report = jobs::throughput(
                 &common,
-                keys as usize,
-                jobs as usize,
-                workers as usize,
+                load.keys as usize,
+                load.jobs as usize,
+                load.workers as usize,
                 run_for,
             )
             .await?;
@@ -501,17 +499,12 @@ async fn dispatch(command: Command) -> Result<()> {
             );
             Ok(())
         }
-        Command::JobsFloor {
-            common,
-            keys,
-            jobs,
-            workers,
-        } => {
+        Command::JobsFloor { common, load } => {
             let Some(url) = common.store.as_deref() else {
                 anyhow::bail!("jobs-floor runs on PostgreSQL: give --store postgres://…");
             };
-            let report =
-                jobs_floor::floor(url, keys as usize, jobs as usize, workers as usize).await?;
+            let (keys, jobs, workers) = (load.keys as usize, load.jobs as usize, load.workers);
+            let report = jobs_floor::floor(url, keys, jobs, workers as usize).await?;
             output(&common, &report, jobs_floor::print_floor)
         }
         Command::JobsLatency {
