@@ -355,7 +355,8 @@ fn spread_after_a_loss<T>(rest: &mut [T]) {
 /// A worker with no room for another job needs no wake-up: [`WorkWaker::rest`] drops the
 /// subscriptions until its next [`WorkWaker::wait`]. On PostgreSQL that is more than a message
 /// saved: the server signals every connection that listens at every write that notifies, and
-/// busy workers listening cost it a third of its work in a jobs run (BENCHMARKS.md).
+/// busy workers listening cost it a fifth to a quarter of its CPU in a jobs run
+/// (BENCHMARKS.md).
 pub struct WorkWaker {
     store: Arc<dyn baton_store::Store>,
     patterns: Vec<String>,
