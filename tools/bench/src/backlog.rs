@@ -98,23 +98,26 @@ async fn timed_submit(coord: &Coordinator, key: &str, options: &SubmitOptions) -
 }
 
 /// Prints the report as a table.
-pub fn print_backlog(report: &BacklogReport) {
-    println!(
+pub fn print_backlog(report: &BacklogReport, out: &mut String) {
+    outln!(
+        out,
         "jobs-backlog: a submit to a key with {} queued jobs, next to one to an empty key, {} \
          rounds",
-        report.queued, report.rounds
+        report.queued,
+        report.rounds
     );
-    println!("store:      {}", report.store);
-    println!(
+    outln!(out, "store:      {}", report.store);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!("filled in:  {:.1} s", report.fill_s);
-    println!("deep key's document: {} bytes", report.deep_doc_bytes);
-    println!();
-    print_summary_header();
-    print_summary_row("empty key", &report.empty_ms);
-    print_summary_row("deep key", &report.deep_ms);
-    println!();
-    println!("p50 ratio deep / empty: {:.2}", report.p50_ratio);
+    outln!(out, "filled in:  {:.1} s", report.fill_s);
+    outln!(out, "deep key's document: {} bytes", report.deep_doc_bytes);
+    outln!(out);
+    print_summary_header(out);
+    print_summary_row("empty key", &report.empty_ms, out);
+    print_summary_row("deep key", &report.deep_ms, out);
+    outln!(out);
+    outln!(out, "p50 ratio deep / empty: {:.2}", report.p50_ratio);
 }

@@ -288,36 +288,53 @@ async fn wait_until_queued(
 }
 
 /// Prints the report as a table.
-pub fn print(report: &HandoffReport) {
+pub fn print(report: &HandoffReport, out: &mut String) {
     let (waiter, until) = match report.waiter {
         Waiter::Run => ("baton run -q", "release -> command start (ms)"),
         Waiter::Library => ("another process (library)", "release -> grant (ms)"),
     };
-    println!(
+    outln!(
+        out,
         "handoff: {} rounds after {} warm-up; holder: this process (library), waiter: {waiter}",
-        report.rounds, report.warmup
+        report.rounds,
+        report.warmup
     );
-    println!(
+    outln!(
+        out,
         "settle:  {:.0} ms between seeing the waiter queued and releasing",
         report.settle_ms
     );
-    println!("store:   {}", report.store);
-    println!(
+    outln!(out, "store:   {}", report.store);
+    outln!(
+        out,
         "load:    {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
+    outln!(out);
     let s = &report.handoff_ms;
-    println!(
+    outln!(
+        out,
         "{:<34} {:>8} {:>8} {:>8} {:>8} {:>8}",
-        until, "min", "p50", "p90", "p99", "max"
+        until,
+        "min",
+        "p50",
+        "p90",
+        "p99",
+        "max"
     );
-    println!(
+    outln!(
+        out,
         "{:<34} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-        "handoff", s.min_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
+        "handoff",
+        s.min_ms,
+        s.p50_ms,
+        s.p90_ms,
+        s.p99_ms,
+        s.max_ms
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "goal: p50 under {:.0} ms: {}",
         report.goal_p50_ms,
         if report.goal_met { "met" } else { "NOT met" }

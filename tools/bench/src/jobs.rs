@@ -518,18 +518,22 @@ fn check_serialised(runs: &[Run]) -> (Vec<Violation>, Vec<Violation>) {
 }
 
 /// Prints the report as a table.
-pub fn print_throughput(report: &ThroughputReport) {
+pub fn print_throughput(report: &ThroughputReport, out: &mut String) {
     let job = if report.run_for_ms > 0.0 {
         format!("{:.0} ms", report.run_for_ms)
     } else {
         "no-op".to_owned()
     };
-    println!(
+    outln!(
+        out,
         "jobs-throughput: {} {job} jobs over {} keys (one run at a time per key), {} library \
          workers",
-        report.jobs, report.keys, report.workers
+        report.jobs,
+        report.keys,
+        report.workers
     );
-    println!(
+    outln!(
+        out,
         "store:      {}{}",
         report.store,
         if report.pushes {
@@ -538,17 +542,25 @@ pub fn print_throughput(report: &ThroughputReport) {
             " (no push: idle workers poll every 50 ms)"
         }
     );
-    println!(
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!("submitted:  in {:.2} s (not timed)", report.submit_s);
-    println!();
-    println!(
+    outln!(out, "submitted:  in {:.2} s (not timed)", report.submit_s);
+    outln!(out);
+    outln!(
+        out,
         "{:>8} {:>10} {:>10} {:>12} {:>12} {:>12}",
-        "jobs", "time (s)", "jobs/s", "loads/job", "cas/job", "other/job"
+        "jobs",
+        "time (s)",
+        "jobs/s",
+        "loads/job",
+        "cas/job",
+        "other/job"
     );
-    println!(
+    outln!(
+        out,
         "{:>8} {:>10.2} {:>10.0} {:>12.2} {:>12.2} {:>12.2}",
         report.jobs,
         report.elapsed_s,
@@ -557,16 +569,23 @@ pub fn print_throughput(report: &ThroughputReport) {
         report.cas_per_job,
         report.other_per_job
     );
-    println!();
+    outln!(out);
     let per_worker: Vec<String> = report.per_worker.iter().map(|n| n.to_string()).collect();
-    println!("jobs per worker: {}", per_worker.join(" "));
+    outln!(out, "jobs per worker: {}", per_worker.join(" "));
     let c = &report.counts;
-    println!(
+    outln!(
+        out,
         "store calls of all workers: {} load, {} cas ({} conflicts), {} clock, {} watch, {} \
          other (due index, list)",
-        c.load, c.cas, c.cas_conflicts, c.clock, c.watch, c.other
+        c.load,
+        c.cas,
+        c.cas_conflicts,
+        c.clock,
+        c.watch,
+        c.other
     );
-    println!(
+    outln!(
+        out,
         "claims: {} for {} jobs ({} claimed more than once); claim to complete: p50 {:.2} ms, \
          p99 {:.2} ms",
         report.claims,
@@ -575,13 +594,13 @@ pub fn print_throughput(report: &ThroughputReport) {
         report.run_ms.p50_ms,
         report.run_ms.p99_ms
     );
-    println!();
+    outln!(out);
     if report.n_failures == 0 {
-        println!("failed operations: none");
+        outln!(out, "failed operations: none");
     } else {
-        println!("failed operations: {}, the first:", report.n_failures);
+        outln!(out, "failed operations: {}, the first:", report.n_failures);
         for failure in &report.failures {
-            println!("  {failure}");
+            outln!(out, "  {failure}");
         }
     }
     let list = |violations: &[Violation]| -> String {
@@ -592,18 +611,20 @@ pub fn print_throughput(report: &ThroughputReport) {
         pairs.join(", ")
     };
     if report.n_overlaps == 0 {
-        println!("runs of one key: none overlaps the next");
+        outln!(out, "runs of one key: none overlaps the next");
     } else {
-        println!(
+        outln!(
+            out,
             "runs of one key: {} OVERLAPPING: {}",
             report.n_overlaps,
             list(&report.overlaps)
         );
     }
     if report.n_fences_not_rising == 0 {
-        println!("fences of one key: rising, run after run");
+        outln!(out, "fences of one key: rising, run after run");
     } else {
-        println!(
+        outln!(
+            out,
             "fences of one key: {} NOT RISING: {}",
             report.n_fences_not_rising,
             list(&report.fences_not_rising)
@@ -901,8 +922,9 @@ pub async fn latency(
 }
 
 /// Prints the report as a table.
-pub fn print_latency(report: &LatencyReport) {
-    println!(
+pub fn print_latency(report: &LatencyReport, out: &mut String) {
+    outln!(
+        out,
         "jobs-latency: from just before a submit to an idle library worker's claim, {} rounds \
          after {} warm-up{}",
         report.rounds,
@@ -913,7 +935,8 @@ pub fn print_latency(report: &LatencyReport) {
             ", one key"
         }
     );
-    println!(
+    outln!(
+        out,
         "store:      {}{}",
         report.store,
         if report.pushes {
@@ -922,37 +945,51 @@ pub fn print_latency(report: &LatencyReport) {
             " (no push: the worker polls)"
         }
     );
-    println!("poll:       {:.0} ms", report.poll_ms);
-    println!(
+    outln!(out, "poll:       {:.0} ms", report.poll_ms);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
-    print_summary_header();
-    print_summary_row("submit → claim", &report.claim_ms);
-    print_summary_row("submit alone", &report.submit_ms);
-    println!();
-    print_empty_looks(report.rounds_with_empty_looks, report.rounds);
+    outln!(out);
+    print_summary_header(out);
+    print_summary_row("submit → claim", &report.claim_ms, out);
+    print_summary_row("submit alone", &report.submit_ms, out);
+    outln!(out);
+    print_empty_looks(report.rounds_with_empty_looks, report.rounds, out);
 }
 
-fn print_empty_looks(with_empty_looks: usize, rounds: usize) {
-    println!(
+fn print_empty_looks(with_empty_looks: usize, rounds: usize, out: &mut String) {
+    outln!(
+        out,
         "rounds in which the worker looked after the submit, found nothing, and claimed the job \
          at a later look: {with_empty_looks} of {rounds}"
     );
 }
 
-pub(crate) fn print_summary_header() {
-    println!(
+pub(crate) fn print_summary_header(out: &mut String) {
+    outln!(
+        out,
         "{:<16} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "", "min (ms)", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"
+        "",
+        "min (ms)",
+        "p50 (ms)",
+        "p90 (ms)",
+        "p99 (ms)",
+        "max (ms)"
     );
 }
 
-pub(crate) fn print_summary_row(what: &str, s: &Summary) {
-    println!(
+pub(crate) fn print_summary_row(what: &str, s: &Summary, out: &mut String) {
+    outln!(
+        out,
         "{:<16} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
-        what, s.min_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
+        what,
+        s.min_ms,
+        s.p50_ms,
+        s.p90_ms,
+        s.p99_ms,
+        s.max_ms
     );
 }
 
@@ -1159,13 +1196,16 @@ async fn prepare_idle_keys(coord: &Arc<Coordinator>, prefix: &str, n: usize) -> 
 }
 
 /// Prints the report as a table.
-pub fn print_idle(report: &IdleReport) {
-    println!(
+pub fn print_idle(report: &IdleReport, out: &mut String) {
+    outln!(
+        out,
         "jobs-idle: an idle library worker next to {} keys whose jobs are done and {} with a job \
          ready only in an hour",
-        report.idle_keys, report.queued_keys
+        report.idle_keys,
+        report.queued_keys
     );
-    println!(
+    outln!(
+        out,
         "store:      {} ({}, {})",
         report.store,
         if report.pushes {
@@ -1179,19 +1219,30 @@ pub fn print_idle(report: &IdleReport) {
             "no due index: reads every key"
         }
     );
-    println!("poll:       {:.0} ms", report.poll_ms);
-    println!(
+    outln!(out, "poll:       {:.0} ms", report.poll_ms);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!("prepared:   in {:.1} s", report.prepare_s);
-    println!();
-    println!("idle worker over {:.1} s, per minute:", report.measured_s);
-    println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10}",
-        "loads", "other", "cas", "clock", "looks"
+    outln!(out, "prepared:   in {:.1} s", report.prepare_s);
+    outln!(out);
+    outln!(
+        out,
+        "idle worker over {:.1} s, per minute:",
+        report.measured_s
     );
-    println!(
+    outln!(
+        out,
+        "{:>10} {:>10} {:>10} {:>10} {:>10}",
+        "loads",
+        "other",
+        "cas",
+        "clock",
+        "looks"
+    );
+    outln!(
+        out,
         "{:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
         report.loads_per_minute,
         report.other_per_minute,
@@ -1199,12 +1250,16 @@ pub fn print_idle(report: &IdleReport) {
         report.clock_per_minute,
         report.looks_per_minute
     );
-    println!();
-    println!("then a fresh job's claim, {} rounds:", report.claim_ms.n);
-    print_summary_header();
-    print_summary_row("submit → claim", &report.claim_ms);
-    println!();
-    print_empty_looks(report.rounds_with_empty_looks, report.claim_ms.n);
+    outln!(out);
+    outln!(
+        out,
+        "then a fresh job's claim, {} rounds:",
+        report.claim_ms.n
+    );
+    print_summary_header(out);
+    print_summary_row("submit → claim", &report.claim_ms, out);
+    outln!(out);
+    print_empty_looks(report.rounds_with_empty_looks, report.claim_ms.n, out);
 }
 
 #[cfg(test)]

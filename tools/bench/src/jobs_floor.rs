@@ -238,22 +238,33 @@ fn rand_below(n: usize) -> usize {
 }
 
 /// The report as a table.
-pub fn print_floor(report: &FloorReport) {
-    println!(
+pub fn print_floor(report: &FloorReport, out: &mut String) {
+    outln!(
+        out,
         "jobs-floor: {} no-op jobs over {} keys, {} workers: one row per key, a look at the \
          due index, a claim by CAS, a completion by CAS; nothing else",
-        report.jobs, report.keys, report.workers
+        report.jobs,
+        report.keys,
+        report.workers
     );
-    println!(
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "{:>8} {:>10} {:>10} {:>14} {:>12} {:>12}",
-        "jobs", "time (s)", "jobs/s", "statements/job", "looks/job", "lost/job"
+        "jobs",
+        "time (s)",
+        "jobs/s",
+        "statements/job",
+        "looks/job",
+        "lost/job"
     );
-    println!(
+    outln!(
+        out,
         "{:>8} {:>10.2} {:>10.0} {:>14.2} {:>12.2} {:>12.2}",
         report.jobs,
         report.elapsed_s,

@@ -23,6 +23,19 @@
 //!
 //! Every subcommand prints a small table, or with `--json` one JSON object on stdout.
 
+/// Appends one formatted line to a table being built in a `String` (`outln!(out, "{x}")`).
+/// Tables are built whole and written once by [`output`], so that a reader gone (`| head`) ends
+/// the output instead of panicking in `println!`. Writing into a `String` cannot fail.
+macro_rules! outln {
+    ($out:expr) => {
+        $out.push('\n')
+    };
+    ($out:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
 mod backlog;
 mod counting;
 mod delay_proxy;
@@ -582,12 +595,29 @@ async fn dispatch(command: Command) -> Result<()> {
 }
 
 /// Prints `report` as a table or, with `--json`, as JSON.
-fn output<T: serde::Serialize>(common: &Common, report: &T, table: fn(&T)) -> Result<()> {
+fn output<T: serde::Serialize>(
+    common: &Common,
+    report: &T,
+    table: fn(&T, &mut String),
+) -> Result<()> {
+    let mut text = String::new();
     if common.json {
-        let json = serde_json::to_string_pretty(report).context("cannot encode the report")?;
-        println!("{json}");
+        text = serde_json::to_string_pretty(report).context("cannot encode the report")?;
+        text.push('\n');
     } else {
-        table(report);
+        table(report, &mut text);
     }
-    Ok(())
+    write_stdout(&text)
+}
+
+/// Writes `text` to standard output. A reader gone (`baton-bench … | head`) is the end of the
+/// output, as for any Unix filter, not an error: the run's exit status stays what it would have
+/// been (`peers` still says whether its goals were met).
+fn write_stdout(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to standard output"),
+    }
 }

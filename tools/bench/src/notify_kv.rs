@@ -141,32 +141,43 @@ pub async fn cycle(coord: &Coordinator, key: &str, options: &AcquireOptions) -> 
 }
 
 /// Prints the report as a table.
-pub fn print_notify(report: &NotifyReport) {
-    println!(
+pub fn print_notify(report: &NotifyReport, out: &mut String) {
+    outln!(
+        out,
         "notify-overhead: acquire + release, {} rounds per key, alternating",
         report.rounds
     );
-    println!("store:      {}", report.store);
-    println!("rule:       --on {}", report.on);
-    println!(
+    outln!(out, "store:      {}", report.store);
+    outln!(out, "rule:       --on {}", report.on);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!(
+    outln!(
+        out,
         "outbox:     {} undelivered, {} dropped, {} failed tries at the end",
-        report.undelivered, report.dropped, report.tries
+        report.undelivered,
+        report.dropped,
+        report.tries
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "{:<22} {:>10} {:>10} {:>10} {:>10}",
-        "", "p50 (µs)", "p90 (µs)", "mean (µs)", "ratio p50"
+        "",
+        "p50 (µs)",
+        "p90 (µs)",
+        "mean (µs)",
+        "ratio p50"
     );
     let base = report.without_rule_ms.p50_ms;
     for (name, s) in [
         ("no rule", &report.without_rule_ms),
         ("rule, receiver down", &report.receiver_down_ms),
     ] {
-        println!(
+        outln!(
+            out,
             "{:<22} {:>10.1} {:>10.1} {:>10.1} {:>10.2}",
             name,
             s.p50_ms * 1e3,
@@ -233,22 +244,37 @@ pub async fn kv_latency(common: &Common, rounds: usize, warmup: usize) -> Result
 }
 
 /// Prints the report as a table.
-pub fn print_kv(report: &KvReport) {
-    println!("kv: set then get of one value, {} rounds", report.rounds);
-    println!("store:      {}", report.store);
-    println!(
+pub fn print_kv(report: &KvReport, out: &mut String) {
+    outln!(
+        out,
+        "kv: set then get of one value, {} rounds",
+        report.rounds
+    );
+    outln!(out, "store:      {}", report.store);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "{:<6} {:>10} {:>10} {:>10} {:>10}",
-        "", "p50 (ms)", "p90 (ms)", "p99 (ms)", "max (ms)"
+        "",
+        "p50 (ms)",
+        "p90 (ms)",
+        "p99 (ms)",
+        "max (ms)"
     );
     for (name, s) in [("set", &report.set_ms), ("get", &report.get_ms)] {
-        println!(
+        outln!(
+            out,
             "{:<6} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
-            name, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
+            name,
+            s.p50_ms,
+            s.p90_ms,
+            s.p99_ms,
+            s.max_ms
         );
     }
 }

@@ -178,8 +178,9 @@ async fn wait_queued(coord: &Coordinator, key: &str, id: &str, place: usize) -> 
 }
 
 /// Prints the report as a table.
-pub fn print(report: &Report) {
-    println!(
+pub fn print(report: &Report, out: &mut String) {
+    outln!(
+        out,
         "polling: requests per waiter and minute, {} waiters behind a holder for {:.0} s \
          (--poll {}ms..{}ms)",
         report.waiters.len(),
@@ -187,7 +188,8 @@ pub fn print(report: &Report) {
         report.poll_min_ms,
         report.poll_max_ms
     );
-    println!(
+    outln!(
+        out,
         "store: {}{}",
         report.store,
         if report.pushes {
@@ -196,16 +198,23 @@ pub fn print(report: &Report) {
             " (no push: waiters poll)"
         }
     );
-    println!(
+    outln!(
+        out,
         "load average (1 min): {}",
         describe_load(report.load_average_1m)
     );
-    println!(
+    outln!(
+        out,
         "{:>6} {:>10} {:>10} {:>10} {:>12}",
-        "place", "reads/min", "writes/min", "clock/min", "reads bound"
+        "place",
+        "reads/min",
+        "writes/min",
+        "clock/min",
+        "reads bound"
     );
     for waiter in &report.waiters {
-        println!(
+        outln!(
+            out,
             "{:>6} {:>10.1} {:>10.1} {:>10.1} {:>12}",
             waiter.position,
             waiter.reads_per_minute,

@@ -173,20 +173,28 @@ pub fn time_command(program: &Path, args: &[String]) -> Result<Duration> {
 }
 
 /// Prints the report as a table.
-pub fn print(report: &ProcessReport) {
-    println!(
+pub fn print(report: &ProcessReport, out: &mut String) {
+    outln!(
+        out,
         "process: {} rounds after {} warm-up, one of each per round, alternating which goes first",
-        report.rounds, report.warmup
+        report.rounds,
+        report.warmup
     );
-    println!("store:   {}", report.store);
-    println!(
+    outln!(out, "store:   {}", report.store);
+    outln!(
+        out,
         "load:    {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "{:<40} {:>8} {:>8} {:>8} {:>8}",
-        "whole process (ms)", "min", "median", "p90", "max"
+        "whole process (ms)",
+        "min",
+        "median",
+        "p90",
+        "max"
     );
     let baseline = report
         .baseline_command
@@ -202,13 +210,19 @@ pub fn print(report: &ProcessReport) {
         ("baton run --store S k -- true", &report.baton_ms),
         (baseline_name, &report.baseline_ms),
     ] {
-        println!(
+        outln!(
+            out,
             "{:<40} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-            name, s.min_ms, s.p50_ms, s.p90_ms, s.max_ms
+            name,
+            s.min_ms,
+            s.p50_ms,
+            s.p90_ms,
+            s.max_ms
         );
     }
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "ratio of medians (baton / {}): {:.2}x; goal: within {:.0}x: {}",
         baseline,
         report.ratio_of_medians,

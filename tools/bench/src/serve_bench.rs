@@ -183,28 +183,49 @@ pub async fn overhead(
     })
 }
 
-pub fn print_overhead(r: &OverheadReport) {
-    println!(
+/// The store a report ran on and the machine's load when it started.
+fn print_store(out: &mut String, store: &str, load_average_1m: Option<f64>) {
+    outln!(out, "store: {store}");
+    outln!(
+        out,
+        "load average (1 min): {}",
+        describe_load(load_average_1m)
+    );
+}
+
+/// The header of a table of percentiles, the last column `last`.
+fn print_columns(out: &mut String, last: &str) {
+    outln!(out, "{:<22} {:>9} {:>9} {last:>9}", "", "p50 ms", "p90 ms");
+}
+
+pub fn print_overhead(r: &OverheadReport, out: &mut String) {
+    outln!(
+        out,
         "serve-overhead: acquire + release, {} rounds each way, alternating",
         r.rounds
     );
-    println!("store: {}", r.store);
+    print_store(out, &r.store, r.load_average_1m);
     if let Some(rtt) = r.store_rtt_ms {
-        println!("store round trip added: {rtt} ms (direct and server alike)");
+        outln!(
+            out,
+            "store round trip added: {rtt} ms (direct and server alike)"
+        );
     }
-    println!("load average (1 min): {}", describe_load(r.load_average_1m));
-    println!("{:<22} {:>9} {:>9} {:>9}", "", "p50 ms", "p90 ms", "p99 ms");
+    print_columns(out, "p99 ms");
     for (name, s) in [
         ("direct", &r.direct_ms),
         ("through baton serve", &r.through_server_ms),
         ("GET /healthz alone", &r.empty_request_ms),
     ] {
-        println!(
+        outln!(
+            out,
             "{name:<22} {:>9.2} {:>9.2} {:>9.2}",
-            s.p50_ms, s.p90_ms, s.p99_ms
+            s.p50_ms,
+            s.p90_ms,
+            s.p99_ms
         );
     }
-    println!("ratio (p50, through / direct): {:.2}", r.ratio_p50);
+    outln!(out, "ratio (p50, through / direct): {:.2}", r.ratio_p50);
 }
 
 /// The results of `serve-handoff`.
@@ -300,21 +321,24 @@ async fn one_handoff(
     Ok(got.saturating_duration_since(released))
 }
 
-pub fn print_handoff(r: &HandoffReport) {
-    println!(
+pub fn print_handoff(r: &HandoffReport, out: &mut String) {
+    outln!(
+        out,
         "serve-handoff: a release to the waiter's turn, {} rounds each way, alternating",
         r.rounds
     );
-    println!("store: {}", r.store);
-    println!("load average (1 min): {}", describe_load(r.load_average_1m));
-    println!("{:<22} {:>9} {:>9} {:>9}", "", "p50 ms", "p90 ms", "max ms");
+    print_store(out, &r.store, r.load_average_1m);
+    print_columns(out, "max ms");
     for (name, s) in [
         ("direct", &r.direct_ms),
         ("through baton serve", &r.through_server_ms),
     ] {
-        println!(
+        outln!(
+            out,
             "{name:<22} {:>9.1} {:>9.1} {:>9.1}",
-            s.p50_ms, s.p90_ms, s.max_ms
+            s.p50_ms,
+            s.p90_ms,
+            s.max_ms
         );
     }
 }
@@ -431,17 +455,21 @@ pub async fn idle(
     })
 }
 
-pub fn print_idle(r: &IdleReport) {
-    println!(
+pub fn print_idle(r: &IdleReport, out: &mut String) {
+    outln!(
+        out,
         "serve-idle: {} idle waiters over {} keys through one baton serve",
-        r.waiters, r.keys
+        r.waiters,
+        r.keys
     );
-    println!("store: {}", r.store);
-    println!("load average (1 min): {}", describe_load(r.load_average_1m));
-    println!("attached in {:.1} s", r.attach_s);
-    println!(
+    print_store(out, &r.store, r.load_average_1m);
+    outln!(out, "attached in {:.1} s", r.attach_s);
+    outln!(
+        out,
         "server memory: {} KiB before, {} KiB with the waiters: {:.1} KiB per waiter",
-        r.rss_before_kib, r.rss_with_waiters_kib, r.kib_per_waiter
+        r.rss_before_kib,
+        r.rss_with_waiters_kib,
+        r.kib_per_waiter
     );
-    println!("server file descriptors: {}", r.fds);
+    outln!(out, "server file descriptors: {}", r.fds);
 }

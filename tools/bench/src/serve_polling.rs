@@ -218,22 +218,31 @@ async fn wait_all_queued(coord: &Coordinator, key: &str, n: usize) -> Result<()>
 }
 
 /// Prints the report as a table.
-pub fn print(report: &Report) {
-    println!(
+pub fn print(report: &Report, out: &mut String) {
+    outln!(
+        out,
         "serve-polling: store calls per minute for {} waiters on one key, {:.0} s each way",
-        report.waiters, report.measured_s
+        report.waiters,
+        report.measured_s
     );
-    println!("store: {}", report.store);
-    println!(
+    outln!(out, "store: {}", report.store);
+    outln!(
+        out,
         "load average (1 min): {}",
         describe_load(report.load_average_1m)
     );
-    println!(
+    outln!(
+        out,
         "{:<22} {:>10} {:>10} {:>13} {:>10}",
-        "", "reads/min", "writes/min", "requests/min", "clock/min"
+        "",
+        "reads/min",
+        "writes/min",
+        "requests/min",
+        "clock/min"
     );
     for way in &report.ways {
-        println!(
+        outln!(
+            out,
             "{:<22} {:>10.1} {:>10.1} {:>13.1} {:>10.1}",
             way.how,
             way.reads_per_minute,
@@ -242,7 +251,8 @@ pub fn print(report: &Report) {
             way.clock_per_minute
         );
     }
-    println!(
+    outln!(
+        out,
         "store requests, through the server / direct: {:.3}",
         report.ratio
     );

@@ -113,23 +113,32 @@ fn cycle_options(context: &str) -> AcquireOptions {
 }
 
 /// Prints the report as a table.
-pub fn print_single(report: &SingleReport) {
-    println!(
+pub fn print_single(report: &SingleReport, out: &mut String) {
+    outln!(
+        out,
         "throughput: one client, uncontended acquire + release, {} cycles after {} warm-up",
-        report.cycles, report.warmup
+        report.cycles,
+        report.warmup
     );
-    println!("store:      {}", report.store);
-    println!(
+    outln!(out, "store:      {}", report.store);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
+    outln!(out);
     let s = &report.cycle_ms;
-    println!(
+    outln!(
+        out,
         "{:>12} {:>10} {:>10} {:>10} {:>10}",
-        "cycles/s", "p50 (µs)", "p90 (µs)", "p99 (µs)", "max (µs)"
+        "cycles/s",
+        "p50 (µs)",
+        "p90 (µs)",
+        "p99 (µs)",
+        "max (µs)"
     );
-    println!(
+    outln!(
+        out,
         "{:>12.0} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
         report.cycles_per_s,
         s.p50_ms * 1e3,
@@ -137,21 +146,23 @@ pub fn print_single(report: &SingleReport) {
         s.p99_ms * 1e3,
         s.max_ms * 1e3
     );
-    println!();
-    print_counts(&report.counts, report.cycles as f64, "cycle");
+    outln!(out);
+    print_counts(&report.counts, report.cycles as f64, "cycle", out);
 }
 
 /// Store calls per unit (cycle, grant).
-fn print_counts(counts: &Counts, units: f64, unit: &str) {
+fn print_counts(counts: &Counts, units: f64, unit: &str, out: &mut String) {
     let per = |n: u64| n as f64 / units;
-    println!(
+    outln!(
+        out,
         "store round trips per {unit}: {:.2} ({:.2} load + {:.2} cas, of which {:.2} conflicts)",
         per(counts.round_trips()),
         per(counts.load),
         per(counts.cas),
         per(counts.cas_conflicts)
     );
-    println!(
+    outln!(
+        out,
         "other store calls per {unit}: {:.2} clock, {:.2} watch, {:.2} history/list",
         per(counts.clock),
         per(counts.watch),
@@ -403,22 +414,31 @@ pub async fn many(common: &Common, processes: u32, duration: Duration) -> Result
 }
 
 /// Prints the report as a table.
-pub fn print_many(report: &ManyReport) {
-    println!(
+pub fn print_many(report: &ManyReport, out: &mut String) {
+    outln!(
+        out,
         "throughput: {} processes cycling acquire + release on one key for {:.0} s",
-        report.processes, report.duration_s
+        report.processes,
+        report.duration_s
     );
-    println!("store:      {}", report.store);
-    println!(
+    outln!(out, "store:      {}", report.store);
+    outln!(
+        out,
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    println!();
-    println!(
+    outln!(out);
+    outln!(
+        out,
         "{:>10} {:>10} {:>14} {:>14} {:>14}",
-        "grants", "grants/s", "wait p50 (ms)", "wait p99 (ms)", "wait max (ms)"
+        "grants",
+        "grants/s",
+        "wait p50 (ms)",
+        "wait p99 (ms)",
+        "wait max (ms)"
     );
-    println!(
+    outln!(
+        out,
         "{:>10} {:>10.0} {:>14.2} {:>14.2} {:>14.2}",
         report.total_grants,
         report.grants_per_s,
@@ -426,32 +446,37 @@ pub fn print_many(report: &ManyReport) {
         report.wait_ms.p99_ms,
         report.wait_ms.max_ms
     );
-    println!();
+    outln!(out);
     let counts: Vec<String> = report.per_process.iter().map(|n| n.to_string()).collect();
     let fewest = report.per_process.iter().min().unwrap_or(&0);
     let most = report.per_process.iter().max().unwrap_or(&0);
-    println!(
+    outln!(
+        out,
         "grants per process: {} (fewest {fewest}, most {most})",
         counts.join(" ")
     );
-    print_counts(&report.counts, report.total_grants as f64, "grant");
-    println!();
+    print_counts(&report.counts, report.total_grants as f64, "grant", out);
+    outln!(out);
     if report.n_failures == 0 {
-        println!("failed operations: none");
+        outln!(out, "failed operations: none");
     } else {
-        println!("failed operations: {}, the first:", report.n_failures);
+        outln!(out, "failed operations: {}, the first:", report.n_failures);
         for failure in &report.failures {
-            println!("  {failure}");
+            outln!(out, "  {failure}");
         }
     }
     if report.duplicate_fences.is_empty() {
-        println!("fences: all {} distinct", report.total_grants);
+        outln!(out, "fences: all {} distinct", report.total_grants);
     } else {
-        println!("fences: DUPLICATED: {:?}", report.duplicate_fences);
+        outln!(out, "fences: DUPLICATED: {:?}", report.duplicate_fences);
     }
     if report.overlaps.is_empty() {
-        println!("holds in fence order: none overlaps the next");
+        outln!(out, "holds in fence order: none overlaps the next");
     } else {
-        println!("holds in fence order: OVERLAPPING: {:?}", report.overlaps);
+        outln!(
+            out,
+            "holds in fence order: OVERLAPPING: {:?}",
+            report.overlaps
+        );
     }
 }

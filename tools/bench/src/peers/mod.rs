@@ -660,8 +660,8 @@ async fn prepare(url: &str) -> Result<()> {
 }
 
 /// Prints the table (Markdown).
-pub fn print(report: &PeersReport) {
-    table::print(report);
+pub fn print(report: &PeersReport, out: &mut String) {
+    table::print(report, out);
 }
 
 /// Whether every goal of the run was met.

@@ -457,22 +457,24 @@ fn cell(value: Option<f64>) -> String {
 }
 
 /// Prints the report as a Markdown table.
-pub fn print(report: &PeersReport) {
-    println!(
+pub fn print(report: &PeersReport, out: &mut String) {
+    outln!(
+        out,
         "Machine: {}; load average (1 min) {} at the start, {} at the end.\n",
         report.machine,
         describe_load(report.load_average_1m.0),
         describe_load(report.load_average_1m.1)
     );
-    println!(
+    outln!(out,
         "| | store | measure | baton p50 | baton p99 | peer | peer p50 | peer p99 | baton/peer | goal | notes |"
     );
-    println!("|---|---|---|---:|---:|---|---:|---:|---:|---|---|");
+    outln!(out, "|---|---|---|---:|---:|---|---:|---:|---:|---|---|");
     for row in &report.rows {
         let goal = row.goal.as_ref().map_or(String::new(), |g| {
             format!("{} {}", g.text, if g.met { "met" } else { "**not met**" })
         });
-        println!(
+        outln!(
+            out,
             "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2}x | {} | {} |",
             row.scenario,
             row.store,
