@@ -55,6 +55,8 @@ pub struct Coordinator {
     /// Its writes run the core here (not on a server): its waiters may wait in a key's
     /// backlog, since it can withdraw them from a segment there.
     direct: bool,
+    /// Whether its workers have lately lost claims to other workers ([`crate::jobs`]).
+    claims: crate::jobs::ClaimRaces,
 }
 
 /// How a coordinator's writes reach its store.
@@ -155,7 +157,14 @@ impl Coordinator {
             settings,
             executor,
             direct,
+            claims: crate::jobs::ClaimRaces::default(),
         }
+    }
+
+    /// Whether its workers have lately lost claims to other workers: kept here, as the one
+    /// object every worker slot of a process shares.
+    pub(crate) fn claim_races(&self) -> &crate::jobs::ClaimRaces {
+        &self.claims
     }
 
     /// Whether its waiters may wait in a key's backlog ([`baton_core::backlog`]): its writes

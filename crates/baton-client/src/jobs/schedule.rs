@@ -312,6 +312,10 @@ async fn look_once(
     let (next_due_in, more_due) = (look.next_in, look.more_due);
     let mut keys: Vec<(String, Option<baton_store::Versioned>)> =
         look.keys.into_iter().map(|d| (d.key, d.doc)).collect();
+    let races = coord.claim_races();
+    if races.lately(coord.mono_ms()) {
+        spread(&mut keys);
+    }
     for i in 0..keys.len() {
         let (key, doc) = std::mem::take(&mut keys[i]);
         let read_version = doc.as_ref().map(|d| d.version.clone());
@@ -325,25 +329,54 @@ async fn look_once(
         // slack): the key changed since the index showed it.
         let lost = read_version.is_some_and(|read| coord.cached_version(&key) != Some(read));
         if lost {
-            spread_after_a_loss(&mut keys[i + 1..]);
+            races.lost(coord.mono_ms());
+            spread(&mut keys[i + 1..]);
         }
     }
     Ok((Look::Idle { next_due_in }, more_due))
 }
 
 /// How many of the next keys a worker tries in a random order after losing a key to another
-/// worker.
-const LOSER_SPREAD: usize = 4;
+/// worker, and from the start of its looks while it loses keys ([`ClaimRaces`]).
+const LOSER_SPREAD: usize = 8;
 
 /// After a claim found nothing on a key the due index had just shown due (another worker took
 /// it a moment earlier): the workers that read the same index are going down the same list,
 /// and in the same order they would collide again key after key, each collision a wasted
 /// write. The next few keys, all due now, are tried in a random order instead; service stays
 /// in due order to within those few keys.
-fn spread_after_a_loss<T>(rest: &mut [T]) {
+fn spread<T>(rest: &mut [T]) {
     let n = rest.len().min(LOSER_SPREAD);
     for i in (1..n).rev() {
         rest.swap(i, rand::random_range(0..=i));
+    }
+}
+
+/// How long after a lost claim a worker's looks start spread ([`ClaimRaces`]).
+const RACES_LAST_MS: u64 = 1_000;
+
+/// Whether the workers of a process have lost a claim to another worker lately. Workers that
+/// look at the index at the same moment read the same first keys, and each would try the
+/// first: one wins, and the others' claims are a write, a read of the key and a read of the
+/// job's parameters wasted (on PostgreSQL about one a job, with 4 workers). While they lose,
+/// each look tries its first few keys in a random order, as after a loss within a look; a
+/// worker that does not lose (the only one, or one ahead of the others) serves in strict due
+/// order.
+#[derive(Debug, Default)]
+pub(crate) struct ClaimRaces {
+    /// The last loss, on this process's monotonic clock (0: none yet).
+    last_lost_ms: std::sync::atomic::AtomicU64,
+}
+
+impl ClaimRaces {
+    fn lost(&self, now_ms: u64) {
+        self.last_lost_ms
+            .store(now_ms.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn lately(&self, now_ms: u64) -> bool {
+        let last = self.last_lost_ms.load(std::sync::atomic::Ordering::Relaxed);
+        last != 0 && now_ms.saturating_sub(last) < RACES_LAST_MS
     }
 }
 
@@ -447,4 +480,46 @@ async fn first_of<F: std::future::Future + Unpin>(futures: impl Iterator<Item = 
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_spread_for_a_while_after_a_lost_claim_and_not_before() {
+        let races = ClaimRaces::default();
+        assert!(!races.lately(0), "no loss yet, even at the clock's start");
+        assert!(!races.lately(50_000));
+        races.lost(50_000);
+        assert!(races.lately(50_000));
+        assert!(races.lately(50_000 + RACES_LAST_MS - 1));
+        assert!(
+            !races.lately(50_000 + RACES_LAST_MS),
+            "a second without a loss"
+        );
+        races.lost(0);
+        assert!(
+            races.lately(0),
+            "a loss at the clock's very start counts too"
+        );
+    }
+
+    #[test]
+    fn a_spread_shuffles_only_the_first_few_keys() {
+        for _ in 0..100 {
+            let mut keys: Vec<usize> = (0..10).collect();
+            spread(&mut keys);
+            let mut first: Vec<usize> = keys[..LOSER_SPREAD].to_vec();
+            first.sort_unstable();
+            assert_eq!(first, (0..LOSER_SPREAD).collect::<Vec<_>>());
+            assert_eq!(
+                keys[LOSER_SPREAD..],
+                (LOSER_SPREAD..10).collect::<Vec<_>>()[..]
+            );
+        }
+        let mut short = vec![7];
+        spread(&mut short);
+        assert_eq!(short, [7]);
+    }
 }
