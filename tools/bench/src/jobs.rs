@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, watch, Barrier};
 use tokio::task::JoinHandle;
 
 use crate::counting::{CountingStore, Counts};
-use crate::setup::{describe_load, fresh_key, load_average_1m, Workdir};
+use crate::setup::{describe_load, fresh_key, is_postgres, load_average_1m, Workdir};
 use crate::stats::Summary;
 use crate::Common;
 
@@ -179,6 +179,9 @@ pub struct ThroughputReport {
     pub store: String,
     /// Whether the workers are woken by the store's push (`WorkWaker::pushes`), else they poll.
     pub pushes: bool,
+    /// Whether the database was vacuumed between the submission and the timed part
+    /// (PostgreSQL only: [`crate::setup::vacuum`]).
+    pub vacuumed: bool,
     /// Keys the jobs were spread over (round-robin).
     pub keys: usize,
     /// Jobs submitted.
@@ -238,6 +241,7 @@ pub async fn throughput(
     jobs: usize,
     workers: usize,
     run_for: Duration,
+    vacuum: bool,
 ) -> Result<ThroughputReport> {
     if keys == 0 || jobs == 0 || workers == 0 {
         bail!("--keys, --jobs and --workers must each be at least 1");
@@ -260,6 +264,10 @@ pub async fn throughput(
     let submit_started = Instant::now();
     submit_round_robin(&submitter, &key_names, jobs).await?;
     let submit_s = submit_started.elapsed().as_secs_f64();
+    let vacuumed = vacuum && is_postgres(&workdir.store_url);
+    if vacuumed {
+        crate::setup::vacuum(&workdir.store_url).await?;
+    }
 
     // Opened and subscribed before the common start, as workers already running would be.
     let progress = Arc::new(Progress {
@@ -334,6 +342,7 @@ pub async fn throughput(
         load_average_1m,
         store: workdir.store_url.clone(),
         pushes,
+        vacuumed,
         keys,
         jobs,
         workers,
@@ -542,6 +551,12 @@ pub fn print_throughput(report: &ThroughputReport, out: &mut String) {
             " (no push: idle workers poll every 50 ms)"
         }
     );
+    if report.vacuumed {
+        outln!(
+            out,
+            "vacuumed:   the database, after the submission (--no-vacuum: not)"
+        );
+    }
     outln!(
         out,
         "load:       {} (1-minute average at the start)",

@@ -19,7 +19,7 @@ use serde::Serialize;
 use sqlx::Connection;
 use tokio::sync::Barrier;
 
-use crate::setup::{describe_load, load_average_1m};
+use crate::setup::{describe_load, is_postgres, load_average_1m};
 
 /// The floor's table, dropped and made again at each run (its name is written out in each
 /// statement below: sqlx takes only literal statements).
@@ -62,6 +62,8 @@ const STALL: Duration = Duration::from_secs(60);
 pub struct FloorReport {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
+    /// Whether the database was vacuumed before the timed part ([`crate::setup::vacuum`]).
+    pub vacuumed: bool,
     /// Keys the jobs were spread over.
     pub keys: usize,
     /// Jobs.
@@ -91,12 +93,22 @@ struct Tally {
 }
 
 /// Runs `jobs` no-op jobs over `keys` keys through `workers` workers on the PostgreSQL at `url`.
-pub async fn floor(url: &str, keys: usize, jobs: usize, workers: usize) -> Result<FloorReport> {
-    if !url.starts_with("postgres://") && !url.starts_with("postgresql://") {
+/// With `vacuum`, the database is vacuumed before the timed part ([`crate::setup::vacuum`]).
+pub async fn floor(
+    url: &str,
+    keys: usize,
+    jobs: usize,
+    workers: usize,
+    vacuum: bool,
+) -> Result<FloorReport> {
+    if !is_postgres(url) {
         bail!("jobs-floor runs on PostgreSQL only: give --store postgres://…");
     }
     let load_average_1m = load_average_1m();
     prepare(url, keys, jobs).await?;
+    if vacuum {
+        crate::setup::vacuum(url).await?;
+    }
     let tally = Arc::new(Tally::default());
     let start = Arc::new(Barrier::new(workers + 1));
     let mut tasks = Vec::with_capacity(workers);
@@ -122,6 +134,7 @@ pub async fn floor(url: &str, keys: usize, jobs: usize, workers: usize) -> Resul
     let statements = per_job(&tally.looks) + per_job(&tally.claims) + per_job(&tally.completions);
     Ok(FloorReport {
         load_average_1m,
+        vacuumed: vacuum,
         keys,
         jobs,
         workers,
@@ -151,15 +164,11 @@ async fn prepare(url: &str, keys: usize, jobs: usize) -> Result<()> {
         .execute(&mut conn)
         .await
         .context("cannot fill the floor's table")?;
-    for statement in [
-        "DELETE FROM baton_bench_jobs_floor WHERE jobs_left = 0",
-        "VACUUM ANALYZE baton_bench_jobs_floor",
-    ] {
-        sqlx::query(statement)
-            .execute(&mut conn)
-            .await
-            .with_context(|| format!("cannot prepare the floor's table: {statement}"))?;
-    }
+    let statement = "DELETE FROM baton_bench_jobs_floor WHERE jobs_left = 0";
+    sqlx::query(statement)
+        .execute(&mut conn)
+        .await
+        .with_context(|| format!("cannot prepare the floor's table: {statement}"))?;
     Ok(())
 }
 
@@ -252,6 +261,12 @@ pub fn print_floor(report: &FloorReport, out: &mut String) {
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
+    if report.vacuumed {
+        outln!(
+            out,
+            "vacuumed:   the database, after the table was filled (--no-vacuum: not)"
+        );
+    }
     outln!(out);
     outln!(
         out,

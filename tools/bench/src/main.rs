@@ -103,6 +103,11 @@ struct JobsLoad {
     /// processes would have)
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     workers: u32,
+    /// On PostgreSQL, no `VACUUM ANALYZE` of the database between the (untimed) submission and
+    /// the timed run: the run then starts among the dead rows the submission and earlier runs
+    /// left
+    #[arg(long)]
+    no_vacuum: bool,
 }
 
 #[derive(Subcommand)]
@@ -498,6 +503,7 @@ async fn dispatch(command: Command) -> Result<()> {
                 load.jobs as usize,
                 load.workers as usize,
                 run_for,
+                !load.no_vacuum,
             )
             .await?;
             output(&common, &report, jobs::print_throughput)?;
@@ -517,7 +523,8 @@ async fn dispatch(command: Command) -> Result<()> {
                 anyhow::bail!("jobs-floor runs on PostgreSQL: give --store postgres://…");
             };
             let (keys, jobs, workers) = (load.keys as usize, load.jobs as usize, load.workers);
-            let report = jobs_floor::floor(url, keys, jobs, workers as usize).await?;
+            let vacuum = !load.no_vacuum;
+            let report = jobs_floor::floor(url, keys, jobs, workers as usize, vacuum).await?;
             output(&common, &report, jobs_floor::print_floor)
         }
         Command::JobsLatency {

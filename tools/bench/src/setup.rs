@@ -111,3 +111,29 @@ pub fn load_average_1m() -> Option<f64> {
 pub fn describe_load(load: Option<f64>) -> String {
     load.map_or_else(|| "unknown".to_string(), |l| format!("{l:.2}"))
 }
+
+/// Whether `url` is a PostgreSQL store's.
+pub fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// `VACUUM ANALYZE` of the whole PostgreSQL database at `url`, between a jobs run's untimed
+/// preparation and its timed part. A table of jobs churns: every claim and completion leaves a
+/// dead row and dead index entries behind, and a look at the earliest due keys walks past them
+/// until a vacuum clears them. Without one, each run starts among the dead rows of its own
+/// submission and of every run before it (the autovacuum of a short benchmark comes late), and
+/// the rounds of a side-by-side run slow one after another. Every jobs runner vacuums here
+/// (`jobs-throughput`, `jobs-floor`, graphile-worker's `bench.mjs`) unless told `--no-vacuum`.
+pub async fn vacuum(url: &str) -> Result<()> {
+    use sqlx::Connection as _;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .with_context(|| format!("cannot connect to {url}"))?;
+    sqlx::query("VACUUM ANALYZE")
+        .execute(&mut conn)
+        .await
+        .context("cannot vacuum the database before the run")?;
+    conn.close()
+        .await
+        .context("cannot close the vacuum's connection")
+}

@@ -2,6 +2,7 @@
 // key (graphile-worker runs the jobs of one `queueName` one at a time, in order).
 //
 //   node bench.mjs --pg URL [--keys 1000] [--jobs 4000] [--workers 4] [--schema baton_bench_graphile]
+//                  [--no-vacuum]
 //
 // Prints one JSON line on stdout; graphile-worker's warnings and errors go to stderr.
 import { EventEmitter } from "node:events";
@@ -18,6 +19,7 @@ const { values: args } = parseArgs({
     jobs: { type: "string", default: "4000" },
     workers: { type: "string", default: "4" },
     schema: { type: "string", default: "baton_bench_graphile" },
+    "no-vacuum": { type: "boolean", default: false },
   },
 });
 const positive = (name) => {
@@ -63,6 +65,10 @@ for (let start = 0; start < jobs; start += BATCH) {
   await utils.addJobs(specs);
 }
 await utils.release();
+// As baton-bench's jobs runners do: the timed run starts with no dead rows left by the
+// enqueueing or by earlier runs in this database, unless told --no-vacuum.
+const vacuumed = !args["no-vacuum"];
+if (vacuumed) await pool.query("vacuum analyze");
 
 // 3. Start the workers and time them. `--workers W` is W separate runners, each with its own
 // connection pool and concurrency 1, all in this one Node process (so they share one event
@@ -128,5 +134,6 @@ console.log(
     workers,
     seconds: Number(seconds.toFixed(3)),
     jobs_per_s: Math.round(jobs / seconds),
+    vacuumed,
   }),
 );
