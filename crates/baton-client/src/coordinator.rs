@@ -56,7 +56,7 @@ pub struct Coordinator {
     /// backlog, since it can withdraw them from a segment there.
     direct: bool,
     /// Whether its workers have lately lost claims to other workers ([`crate::jobs`]).
-    claims: crate::jobs::ClaimRaces,
+    claims: crate::claim_races::ClaimRaces,
 }
 
 /// How a coordinator's writes reach its store.
@@ -157,13 +157,13 @@ impl Coordinator {
             settings,
             executor,
             direct,
-            claims: crate::jobs::ClaimRaces::default(),
+            claims: crate::claim_races::ClaimRaces::default(),
         }
     }
 
     /// Whether its workers have lately lost claims to other workers: kept here, as the one
     /// object every worker slot of a process shares.
-    pub(crate) fn claim_races(&self) -> &crate::jobs::ClaimRaces {
+    pub(crate) fn claim_races(&self) -> &crate::claim_races::ClaimRaces {
         &self.claims
     }
 

@@ -36,7 +36,6 @@ pub use claim::{claim, complete, complete_job, ClaimOptions, Job, RunReport};
 pub use listing::{last_report, list, params, reports, runs, JobRow};
 pub use liveness::{last_worker_seen, worker_seen, WorkerSeen, EVERY_KEY, SEEN_EVERY, SEEN_RECORD};
 pub use records::{check_params, job_record, run_record};
-pub(crate) use schedule::ClaimRaces;
 pub use schedule::{
     claim_next, look_for_job, ready_keys, KeyPatterns, Look, ReadyKey, WorkWaker, DUE_SCAN,
 };

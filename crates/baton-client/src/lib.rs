@@ -45,6 +45,7 @@
 //! - [`durations`]: durations and times as people write them, bounded where they are parsed
 //!   (the CLI's flags and the server's request bodies).
 //! - [`error`]: what can go wrong, in words a CLI can print.
+//! - `claim_races`: whether a process's workers lost claims lately (their looks then spread).
 //! - `traced`: `-vv`, every request made of the store, logged (a wrapper, only when asked for).
 //!
 //! What `-v` shows is logged at info in one place each: an operation in
@@ -53,6 +54,7 @@
 #![deny(missing_docs)]
 
 pub mod acquire;
+mod claim_races;
 pub mod coordinator;
 mod delivery;
 pub mod durations;
