@@ -302,10 +302,9 @@ fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
             ctx,
             "w",
             &["--async", "--ttl", "30s", &key],
-            "printf %s \"$BATON_JOB_TOKEN\" > \"$TEST_DIR/token\"",
+            "printf '%s\\n' \"$BATON_JOB_TOKEN\" > \"$TEST_DIR/token\"",
         );
-        ctx.wait_file("token", PROMPT);
-        let token = ctx.read("token");
+        let token = ctx.wait_line("token", PROMPT);
         // The job stays held after its command exited 0.
         std::thread::sleep(Duration::from_millis(500));
         let view = ctx.key_view(&key);

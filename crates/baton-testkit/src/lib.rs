@@ -355,6 +355,17 @@ impl Ctx {
         wait_until(&format!("{name} to appear"), timeout, || path.exists());
     }
 
+    /// Reads the line a child wrote (`printf '%s\n' … > FILE`), once the file holds it whole:
+    /// the shell's `>` creates the file before the command writes it, so a file that exists
+    /// may still be empty.
+    pub fn wait_line(&self, name: &str, timeout: Duration) -> String {
+        wait_for(&format!("a whole line in {name}"), timeout, || {
+            let text = self.read(name);
+            text.ends_with('\n')
+                .then(|| text.trim_end_matches('\n').to_owned())
+        })
+    }
+
     /// Reads a pid a child wrote, once the file holds a whole line.
     pub fn wait_pid(&self, name: &str, timeout: Duration) -> i32 {
         wait_for(&format!("a pid in {name}"), timeout, || {
