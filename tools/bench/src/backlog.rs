@@ -58,7 +58,7 @@ pub async fn backlog(common: &Common, queued: usize, rounds: usize) -> Result<Ba
             .await
             .with_context(|| format!("filling the deep key, job {n}"))?;
         if n > 0 && n % 10_000 == 0 {
-            eprintln!("jobs-backlog: {n} of {queued} queued");
+            errln!("jobs-backlog: {n} of {queued} queued");
         }
     }
     let fill_s = started.elapsed().as_secs_f64();

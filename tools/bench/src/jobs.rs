@@ -1195,7 +1195,7 @@ async fn prepare_idle_keys(coord: &Arc<Coordinator>, prefix: &str, n: usize) -> 
                     .with_context(|| format!("cannot complete job {id} on {key}"))?;
                 let count = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if count % step == 0 || count == n {
-                    eprintln!(
+                    errln!(
                         "jobs-idle: {count}/{n} idle keys prepared ({:.1} s)",
                         started.elapsed().as_secs_f64()
                     );

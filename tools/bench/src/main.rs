@@ -36,6 +36,16 @@ macro_rules! outln {
     }};
 }
 
+/// Writes one line to standard error: progress, a goal not met, the error that ended a run.
+/// `eprintln!` panics when standard error's reader has gone (`baton-bench … 2>&1 | head`), and
+/// nothing written there is worth a panic: a failed write is dropped.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod backlog;
 mod counting;
 mod delay_proxy;
@@ -383,7 +393,7 @@ fn main() {
     let started_ns = setup::realtime_ns();
     let cli = Cli::parse();
     if let Err(error) = run(cli, started_ns) {
-        eprintln!("baton-bench: {error:#}");
+        errln!("baton-bench: {error:#}");
         std::process::exit(1);
     }
 }
@@ -585,7 +595,7 @@ async fn dispatch(command: Command) -> Result<()> {
             let report = peers::run(&args).await?;
             output(&args.common, &report, peers::print)?;
             if !peers::goals_met(&report) {
-                eprintln!("baton-bench: some goals were not met (see the table)");
+                errln!("baton-bench: some goals were not met (see the table)");
                 std::process::exit(GOALS_NOT_MET);
             }
             Ok(())

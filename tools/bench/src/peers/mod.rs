@@ -412,14 +412,14 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
     for target in &targets {
         let baton_spec = target.baton(args.ttl);
         let baton = baton_spec.contender();
-        eprintln!("peers: {} ({})", target.name, target.url);
+        errln!("peers: {} ({})", target.name, target.url);
         prepare(&target.url).await?;
         let mut single_rate = None;
         for spec in &target.peers {
             let peer = spec.contender();
             let peer_name = peer.name();
             if wants(Scenario::B1) {
-                eprintln!("  B1 vs {peer_name}");
+                errln!("  B1 vs {peer_name}");
                 let [b, p] =
                     scenarios::uncontended(baton.as_ref(), peer.as_ref(), args.rounds, args.cycles)
                         .await
@@ -428,7 +428,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 detail("B1", target.name, &peer_name, serde_json::json!([b, p]));
             }
             if wants(Scenario::B9) && target.pushes {
-                eprintln!("  B9 vs {peer_name}, {} idle holders", args.idle_holders);
+                errln!("  B9 vs {peer_name}, {} idle holders", args.idle_holders);
                 let [b, p] = beside_idle_holders(args, target, baton.as_ref(), peer.as_ref())
                     .await
                     .with_context(|| format!("B9 on {}", target.name))?;
@@ -443,7 +443,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             }
             if wants(Scenario::B2) || wants(Scenario::B3) {
                 for n in [1, 8, 64] {
-                    eprintln!("  B2 vs {peer_name}, {n} clients");
+                    errln!("  B2 vs {peer_name}, {n} clients");
                     let [b, p] = scenarios::distinct_keys(
                         baton.as_ref(),
                         peer.as_ref(),
@@ -466,7 +466,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 }
             }
             if wants(Scenario::B3) {
-                eprintln!("  B3 vs {peer_name}");
+                errln!("  B3 vs {peer_name}");
                 let [b, p] = scenarios::hot_key(
                     baton.as_ref(),
                     peer.as_ref(),
@@ -487,7 +487,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 detail("B3", target.name, &peer_name, serde_json::json!([b, p]));
             }
             if wants(Scenario::B5) {
-                eprintln!("  B5 vs {peer_name}");
+                errln!("  B5 vs {peer_name}");
                 let baton_bin = baton_path(&args.common)?;
                 let settle = Duration::from_secs(1);
                 let b = takeover::takeover(
@@ -518,7 +518,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             let (floor, against) = (floor_spec.contender(), against_spec.contender());
             let (floor_name, against_name) = (floor.name(), against.name());
             if wants(Scenario::B1) {
-                eprintln!("  B1: {floor_name} vs {against_name}");
+                errln!("  B1: {floor_name} vs {against_name}");
                 let [f, a] = scenarios::uncontended(
                     floor.as_ref(),
                     against.as_ref(),
@@ -534,7 +534,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 detail("B1", target.name, &floor_name, serde_json::json!([f, a]));
             }
             if wants(Scenario::B9) {
-                eprintln!("  B9: {floor_name} vs {against_name}");
+                errln!("  B9: {floor_name} vs {against_name}");
                 let [f, a] = beside_idle_holders(args, target, floor.as_ref(), against.as_ref())
                     .await
                     .with_context(|| format!("B9 (floor) on {}", target.name))?;
@@ -543,7 +543,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 detail("B9", target.name, &floor_name, serde_json::json!([f, a]));
             }
             if wants(Scenario::B4) {
-                eprintln!("  B4: {floor_name} vs {against_name}");
+                errln!("  B4: {floor_name} vs {against_name}");
                 let [f, a] = scenarios::handoff(
                     floor.as_ref(),
                     against.as_ref(),
@@ -560,11 +560,11 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             }
         }
         if wants(Scenario::B6) {
-            eprintln!("  B6: queue");
+            errln!("  B6: queue");
             let mut growth = growth::queue(&target.url, args.growth_rounds)
                 .await
                 .with_context(|| format!("B6 (queue) on {}", target.name))?;
-            eprintln!("  B6: jobs");
+            errln!("  B6: jobs");
             growth.push(
                 growth::jobs(&target.url, args.growth_rounds)
                     .await
@@ -572,14 +572,14 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             );
             if target.name == "SQLite" {
                 let n = args.growth_size;
-                eprintln!("  B6: history, {n} entries");
+                errln!("  B6: history, {n} entries");
                 let url = format!(
                     "sqlite:{}?history_keep={}",
                     workdir.path("b6-history.db").display(),
                     n * 2
                 );
                 growth.push(growth::history(&url, n, args.growth_rounds).await?);
-                eprintln!("  B6: keys, {n} keys");
+                errln!("  B6: keys, {n} keys");
                 let small = format!("sqlite:{}", workdir.path("b6-few-keys.db").display());
                 let large = format!("sqlite:{}", workdir.path("b6-many-keys.db").display());
                 growth.extend(growth::keys(&small, &large, n, args.growth_rounds).await?);
@@ -591,7 +591,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             for spec in &target.handoff_peers {
                 let peer = spec.contender();
                 let peer_name = peer.name();
-                eprintln!("  B4 vs {peer_name}");
+                errln!("  B4 vs {peer_name}");
                 let [b, p] =
                     scenarios::handoff(baton.as_ref(), peer.as_ref(), args.handoffs, args.settle)
                         .await
@@ -626,13 +626,13 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             if let Some(url) = &args.etcd {
                 commands.push(whole::Cmd::etcdctl(&contenders::etcd_endpoint(url)?));
             }
-            eprintln!("  B7: {} commands", commands.len());
+            errln!("  B7: {} commands", commands.len());
             let figures = whole::processes(&commands, args.processes, 3)?;
             rows.extend(table::b7(&figures));
             detail("B7", "SQLite", "", serde_json::json!(figures));
         }
         if wants(Scenario::B8) {
-            eprintln!("  B8");
+            errln!("  B8");
             let ways = [(baton_run.clone(), 16), (baton_run, 1), (flock, 16)];
             let figures = whole::loops(&ways, args.loop_rounds, args.loop_duration).await?;
             rows.extend(table::b8(&figures));
