@@ -78,8 +78,37 @@ impl Locked {
 #[async_trait]
 impl Executor for Locked {
     async fn run(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
+        let ran = self.run_write(key, request).await;
         let direct = self.direct();
         direct.settings.prefetch(&direct.store, mono_ms());
+        ran
+    }
+
+    async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
+        self.cas.write_value(name, write).await
+    }
+
+    async fn change_settings(
+        &self,
+        change: SettingsChange,
+    ) -> Result<SettingsChanged, ClientError> {
+        self.cas.change_settings(change).await
+    }
+
+    async fn freezes(&self) -> Result<Freezes, ClientError> {
+        self.cas.freezes().await
+    }
+
+    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
+        self.cas.put_record(key, name, bytes).await
+    }
+}
+
+impl Locked {
+    /// The write of [`Executor::run`]: optimistic attempts while the key is not hot, then
+    /// under the store's lock.
+    async fn run_write(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
+        let direct = self.direct();
         let mut lost = Lost::of(request);
         let mut cached = direct.known.cached(key);
         if self.when == LockWhen::Contended && !self.hot.is_hot(key) {
@@ -119,25 +148,6 @@ impl Executor for Locked {
                     .await
             }
         }
-    }
-
-    async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {
-        self.cas.write_value(name, write).await
-    }
-
-    async fn change_settings(
-        &self,
-        change: SettingsChange,
-    ) -> Result<SettingsChanged, ClientError> {
-        self.cas.change_settings(change).await
-    }
-
-    async fn freezes(&self) -> Result<Freezes, ClientError> {
-        self.cas.freezes().await
-    }
-
-    async fn put_record(&self, key: &str, name: &str, bytes: &[u8]) -> Result<(), ClientError> {
-        self.cas.put_record(key, name, bytes).await
     }
 }
 

@@ -232,10 +232,12 @@ impl Optimistic {
 impl Executor for Optimistic {
     async fn run(&self, key: &str, request: &mut Request) -> Result<Executed, ClientError> {
         let direct = &self.0;
-        direct.settings.prefetch(&direct.store, mono_ms());
         let current = direct.known.cached(key);
-        self.run_retrying(key, request, current, false, Lost::of(request))
-            .await
+        let ran = self
+            .run_retrying(key, request, current, false, Lost::of(request))
+            .await;
+        direct.settings.prefetch(&direct.store, mono_ms());
+        ran
     }
 
     async fn write_value(&self, name: &str, write: &Write) -> Result<u64, ClientError> {

@@ -65,6 +65,9 @@ pub struct Probe {
     pub updates: AtomicU64,
     /// Reads of the due index made through this view.
     pub due_looks: AtomicU64,
+    /// CASes under way through this view, and the loads made while one was.
+    pub writing: AtomicU64,
+    pub loads_while_writing: AtomicU64,
     /// Answers the next reads of the due index give instead of the store's, first first: the
     /// index as it was a moment before (other workers have claimed since).
     pub stale_due: Mutex<Vec<Vec<baton_store::DueKey>>>,
@@ -124,6 +127,8 @@ impl Probe {
             conflicts: AtomicU64::new(0),
             updates: AtomicU64::new(0),
             due_looks: AtomicU64::new(0),
+            writing: AtomicU64::new(0),
+            loads_while_writing: AtomicU64::new(0),
             stale_due: Mutex::new(Vec::new()),
         })
     }
@@ -147,6 +152,22 @@ impl Probe {
     }
 }
 
+/// A CAS under way, counted in [`Probe::writing`] until dropped.
+struct Writing<'a>(&'a AtomicU64);
+
+impl<'a> Writing<'a> {
+    fn enter(count: &'a AtomicU64) -> Writing<'a> {
+        count.fetch_add(1, Ordering::SeqCst);
+        Writing(count)
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[async_trait]
 impl Store for Probe {
     fn describe(&self) -> String {
@@ -162,6 +183,9 @@ impl Store for Probe {
     async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
         self.reach()?;
         self.loads.fetch_add(1, Ordering::SeqCst);
+        if self.writing.load(Ordering::SeqCst) > 0 {
+            self.loads_while_writing.fetch_add(1, Ordering::SeqCst);
+        }
         self.inner.load(key).await
     }
     async fn cas_due(
@@ -172,6 +196,7 @@ impl Store for Probe {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> baton_store::Result<CasOutcome> {
+        let _writing = Writing::enter(&self.writing);
         self.reach()?;
         if self.down.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable {
