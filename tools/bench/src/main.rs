@@ -106,16 +106,16 @@ struct JobsLoad {
     /// Keys the jobs are spread over, round-robin
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     keys: u32,
-    /// No-op jobs, submitted before the workers start (not timed)
+    /// No-op jobs, queued before the workers start (not timed)
     #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     jobs: u32,
     /// Workers: tasks of this process, each with its own store connection (as separate
     /// processes would have)
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     workers: u32,
-    /// On PostgreSQL, no `VACUUM ANALYZE` of the database between the (untimed) submission and
-    /// the timed run: the run then starts among the dead rows the submission and earlier runs
-    /// left
+    /// On PostgreSQL, no `VACUUM ANALYZE` of the database between queueing the jobs (not
+    /// timed: baton's submits, or the floor's inserts into its table) and the timed run: the
+    /// run then starts among the dead rows the queueing and earlier runs left
     #[arg(long)]
     no_vacuum: bool,
 }

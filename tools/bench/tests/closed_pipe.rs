@@ -71,3 +71,33 @@ fn a_report_into_a_closed_pipe_ends_quietly_with_the_runs_status() {
         assert!(!stderr.contains("Broken pipe"), "{args:?}: {stderr}");
     }
 }
+
+/// Runs `baton-floor-run ARGS` with its standard error a pipe nobody reads, and returns its
+/// exit code.
+fn floor_run_into_a_closed_pipe(args: &[&str]) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_baton-floor-run"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .status()
+        .expect("baton-floor-run starts")
+        .code()
+}
+
+#[test]
+fn the_floor_run_says_its_usage_and_errors_into_a_closed_pipe_without_a_panic() {
+    assert_eq!(
+        floor_run_into_a_closed_pipe(&[]),
+        Some(2),
+        "usage, not a panic"
+    );
+    let missing = "/nonexistent-directory-of-baton-tests/floor.db";
+    assert_eq!(
+        floor_run_into_a_closed_pipe(&[missing, "k", "--", "true"]),
+        Some(1),
+        "an error, not a panic"
+    );
+}

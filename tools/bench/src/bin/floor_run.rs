@@ -21,17 +21,24 @@ fn main() -> ExitCode {
             (db, key, command)
         }
         _ => {
-            eprintln!("usage: baton-floor-run DB KEY -- CMD...");
+            say("usage: baton-floor-run DB KEY -- CMD...");
             return ExitCode::from(2);
         }
     };
     match run(db, key, command) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("baton-floor-run: {error}");
+            say(&format!("baton-floor-run: {error}"));
             ExitCode::from(1)
         }
     }
+}
+
+/// Writes a line to standard error; a line nobody can read (a closed pipe) is dropped, where
+/// `eprintln!` would panic and turn the exit code into 101.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn run(db: &str, key: &str, command: &[String]) -> Result<u8, Box<dyn std::error::Error>> {
