@@ -23,8 +23,20 @@ const PAST_HALF_THE_RULES_LIFE: Duration = Duration::from_millis(600);
 const SLOW_CAS_MS: u64 = 100;
 
 #[tokio::test]
-async fn a_release_sends_the_rules_read_after_its_write_not_beside_it() {
-    let probe = Probe::new(Arc::new(MemoryStore::new()), true);
+async fn a_release_by_cas_sends_the_rules_read_after_its_write_not_beside_it() {
+    release_past_half_the_rules_life(Probe::new(Arc::new(MemoryStore::new()), true)).await;
+}
+
+#[tokio::test]
+async fn a_release_where_writes_may_take_the_row_lock_sends_the_rules_read_after_it_too() {
+    let row_lock = Arc::new(tokio::sync::Mutex::new(()));
+    release_past_half_the_rules_life(Probe::row_locked(Arc::new(MemoryStore::new()), &row_lock))
+        .await;
+}
+
+/// Acquires `k`, waits past half the rules' life, and releases by a slow CAS: no load while
+/// the CAS is under way, and one after it.
+async fn release_past_half_the_rules_life(probe: Arc<Probe>) {
     let coord = Coordinator::new(probe.clone());
     let lease = acquire(&coord, &Pending::new("k"), &AcquireOptions::default())
         .await
