@@ -42,7 +42,9 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
     let give_terminal = !piped && owns_terminal();
-    let mut command = Command::new(on_path(program));
+    let found = on_path(program);
+    let exec = supervisor::Exec::new(&found, argv, env)?;
+    let mut command = Command::new(found);
     command
         .arg0(program)
         .args(args)
@@ -63,9 +65,10 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
             libc::signal(libc::SIGTTOU, libc::SIG_IGN);
         }
     }
-    let plan = supervisor::Plan::new(give_terminal);
+    let plan = supervisor::Plan::new(give_terminal, exec);
     // SAFETY: the closure only makes async-signal-safe system calls (see supervisor.rs): it
-    // turns the forked child into CMD's supervisor and returns only in CMD.
+    // turns the forked child into CMD's supervisor, which starts CMD itself, and returns only
+    // when CMD could not be started.
     unsafe {
         command.pre_exec(move || plan.split());
     }

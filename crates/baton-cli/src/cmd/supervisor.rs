@@ -12,22 +12,28 @@
 //!
 //! ```text
 //! baton ──fork──▶ supervisor (leads the group, blocks every signal, watches baton)
-//!                     └──fork──▶ CMD (same group; exec'd by the standard library)
+//!                     └──vfork──▶ CMD (same group; exec'd here, with the stdio std set up)
 //! ```
 //!
-//! The standard library's `Command` forks the supervisor, which forks again and returns only in
-//! the grandchild: std then execs CMD there, with the stdio and environment it prepared. baton
-//! sees the supervisor as its child: its pid is the group id that signals are forwarded to, and
-//! its exit status is CMD's.
+//! The standard library's `Command` forks the supervisor and sets up its stdio; the supervisor
+//! starts CMD with `CLONE_VM | CLONE_VFORK` (as `posix_spawn` does) and never returns to std.
+//! A second full fork would copy baton's page tables once more, only for CMD's `exec` to throw
+//! the copy away: 0.6 of the 5.8 ms of a whole `baton run k -- true` (BENCHMARKS.md). CMD's
+//! arguments and environment are therefore built here ([`Exec`]), not by std. baton sees the
+//! supervisor as its child: its pid is the group id that signals are forwarded to, and its exit
+//! status is CMD's.
 //!
 //! Everything here runs in a fork of a multi-threaded process: only async-signal-safe calls
 //! (plain system calls), no allocation, no locks, no Rust I/O. What it needs is computed before
-//! the fork, in [`Plan::new`].
+//! the fork, in [`Plan::new`] and [`Exec::new`].
 
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
-use libc::{c_int, pid_t, sigset_t};
+use libc::{c_char, c_int, c_void, pid_t, sigset_t};
 
 /// The signal the supervisor hears baton's death by: catchable (unlike SIGKILL), so that it
 /// can kill the group first. Any other sender only wakes it to look again.
@@ -39,17 +45,85 @@ const BATON_GONE: c_int = 128 + libc::SIGKILL;
 /// Above this, file descriptors are not closed one by one where `close_range` is missing.
 const CLOSE_AT_MOST: c_int = 65_536;
 
+/// The stack CMD's side of the `vfork` runs on until its `exec`, besides a pointer per argument
+/// (the C library's `execvpe` copies the arguments onto the stack to run a script without a
+/// `#!` line through `/bin/sh`). Mapped, not touched: only the pages used cost anything.
+const CMD_STACK: usize = 256 * 1024;
+
+/// CMD's `execvpe`, prepared before the fork: the supervisor may not allocate.
+pub struct Exec {
+    program: CString,
+    /// Own the strings the pointer arrays point into.
+    _strings: (Vec<CString>, Vec<CString>),
+    /// `argv` and `envp`, each ending in a null pointer.
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+}
+
+// SAFETY: the pointers point into the `CString`s the same value owns, which are never changed
+// or moved (a `CString`'s bytes live on the heap) while it lives.
+unsafe impl Send for Exec {}
+// SAFETY: as for `Send`: nothing is ever written through the pointers.
+unsafe impl Sync for Exec {}
+
+impl Exec {
+    /// `program` (as `execvp` finds it) with `argv` (`argv[0]` first), and this process's
+    /// environment with `env` added: what std's `Command` with `envs(env)` would pass.
+    pub fn new(program: &Path, argv: &[String], env: &[(String, String)]) -> io::Result<Exec> {
+        let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+            .filter(|(name, _)| !env.iter().any(|(added, _)| OsStr::new(added) == name))
+            .collect();
+        // As std's `envs`: of a name given twice, the last value.
+        let last_of_each = env
+            .iter()
+            .enumerate()
+            .filter(|(i, (name, _))| !env[i + 1..].iter().any(|(later, _)| later == name));
+        vars.extend(last_of_each.map(|(_, (n, v))| (n.into(), v.into())));
+        let args = argv
+            .iter()
+            .map(|arg| c_string(arg.as_bytes()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let vars = vars
+            .iter()
+            .map(|(name, value)| c_string(&[name.as_bytes(), b"=", value.as_bytes()].concat()))
+            .collect::<io::Result<Vec<_>>>()?;
+        let pointers = |strings: &[CString]| -> Vec<*const c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain([std::ptr::null()])
+                .collect()
+        };
+        Ok(Exec {
+            program: c_string(program.as_os_str().as_bytes())?,
+            argv: pointers(&args),
+            envp: pointers(&vars),
+            _strings: (args, vars),
+        })
+    }
+}
+
+/// `bytes` as a C string; a NUL inside is the error std's `Command` would give.
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "nul byte found in provided data",
+        )
+    })
+}
+
 /// What the supervisor needs, computed before the fork.
-#[derive(Clone, Copy)]
 pub struct Plan {
     baton_pid: pid_t,
     give_terminal: bool,
     open_max: c_int,
+    exec: Exec,
 }
 
 impl Plan {
-    /// A plan for a command that is given the terminal or not.
-    pub fn new(give_terminal: bool) -> Plan {
+    /// A plan to start `exec`, given the terminal or not.
+    pub fn new(give_terminal: bool, exec: Exec) -> Plan {
         // SAFETY: getpid and sysconf have no preconditions.
         let (baton_pid, open_max) = unsafe { (libc::getpid(), libc::sysconf(libc::_SC_OPEN_MAX)) };
         Plan {
@@ -58,12 +132,13 @@ impl Plan {
             open_max: c_int::try_from(open_max)
                 .unwrap_or(CLOSE_AT_MOST)
                 .clamp(3, CLOSE_AT_MOST),
+            exec,
         }
     }
 
-    /// Called in the process std forked for CMD: turns it into the supervisor and forks CMD.
-    /// Returns only in CMD (`Ok`: std then execs it) or when nothing was started (`Err`: std
-    /// reports it to baton); the supervisor itself never returns.
+    /// Called in the process std forked for CMD: turns it into the supervisor and starts CMD.
+    /// Returns only when CMD could not be started (std reports the error to baton); the
+    /// supervisor itself never returns.
     ///
     /// # Safety
     ///
@@ -88,38 +163,109 @@ impl Plan {
             }
             wake_on(PARENT_DIED)?;
             wake_on(libc::SIGCHLD)?;
-            let supervisor = libc::getpid();
-            match raw_fork() {
-                -1 => Err(io::Error::last_os_error()),
-                0 => become_cmd(supervisor, &inherited),
-                cmd => supervise(cmd, self.baton_pid, self.open_max),
-            }
+            let cmd = start_cmd(&self.exec, &inherited)?;
+            supervise(cmd, self.baton_pid, self.open_max)
         }
     }
 }
 
-/// In CMD, before std execs it: dies with the supervisor should that be killed alone, and gets
-/// back the signal mask and the SIGTTOU disposition it would have had without one.
+/// What CMD's side of the `vfork` reads, and the error it leaves for the supervisor.
+struct Start<'a> {
+    exec: &'a Exec,
+    supervisor: pid_t,
+    inherited: sigset_t,
+    /// The `errno` of the step that failed (0: CMD was exec'd).
+    failed: c_int,
+}
+
+/// Starts CMD from the supervisor: `clone` with `CLONE_VM | CLONE_VFORK`, so that nothing is
+/// copied and the supervisor sleeps until CMD's `exec` (or its failure). Returns CMD's pid, or
+/// the error that stopped it before it became CMD (then reaped).
 ///
 /// # Safety
 ///
-/// Only in the process [`raw_fork`] just made.
-unsafe fn become_cmd(supervisor: pid_t, inherited: &sigset_t) -> io::Result<()> {
-    // SAFETY: plain system calls on this process.
+/// Only in the supervisor, with every signal blocked.
+unsafe fn start_cmd(exec: &Exec, inherited: &sigset_t) -> io::Result<pid_t> {
+    // SAFETY: an anonymous private mapping, used only as the stack of the child below; plain
+    // system calls on this process otherwise.
     unsafe {
-        check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
-        if libc::getppid() != supervisor {
+        let size = CMD_STACK + exec.argv.len() * std::mem::size_of::<*const c_char>();
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mut start = Start {
+            exec,
+            supervisor: libc::getpid(),
+            inherited: *inherited,
+            failed: 0,
+        };
+        let start_ptr: *mut Start<'_> = &mut start;
+        let cmd = libc::clone(
+            become_cmd,
+            stack.cast::<u8>().add(size).cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            start_ptr.cast::<c_void>(),
+        );
+        if cmd == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        // Written by the child in this memory before it ended, read once it has.
+        let failed = std::ptr::read_volatile(&raw const (*start_ptr).failed);
+        if failed != 0 {
+            let mut status: c_int = 0;
+            libc::waitpid(cmd, &mut status, 0);
+            return Err(io::Error::from_raw_os_error(failed));
+        }
+        Ok(cmd)
+    }
+}
+
+/// CMD's side of the `vfork`, on its own stack in the supervisor's memory: dies with the
+/// supervisor should that be killed alone, gets back the signal mask and the SIGTTOU
+/// disposition it would have had without one, and execs CMD. On failure it leaves `errno` for
+/// the supervisor and ends.
+extern "C" fn become_cmd(start: *mut c_void) -> c_int {
+    // SAFETY: `start` is the `Start` that `start_cmd` passed, alive while the supervisor
+    // sleeps in `clone`; only plain system calls and `execvpe` follow, as after `vfork`.
+    unsafe {
+        let start = &mut *start.cast::<Start<'_>>();
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+            start.failed = errno();
+            libc::_exit(127);
+        }
+        if libc::getppid() != start.supervisor {
             libc::_exit(BATON_GONE);
         }
         // baton ignores SIGTTOU while it hands over the terminal; CMD must not inherit that.
         libc::signal(libc::SIGTTOU, libc::SIG_DFL);
-        check(libc::sigprocmask(
-            libc::SIG_SETMASK,
-            inherited,
-            std::ptr::null_mut(),
-        ))?;
+        if libc::sigprocmask(libc::SIG_SETMASK, &start.inherited, std::ptr::null_mut()) == -1 {
+            start.failed = errno();
+            libc::_exit(127);
+        }
+        let exec = start.exec;
+        libc::execvpe(
+            exec.program.as_ptr(),
+            exec.argv.as_ptr(),
+            exec.envp.as_ptr(),
+        );
+        start.failed = errno();
+        libc::_exit(127)
     }
-    Ok(())
+}
+
+/// This thread's `errno` (never 0 after a failed call).
+fn errno() -> c_int {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// The supervisor's life: let go of baton's files, then sleep until CMD ends (exit as it did)
@@ -194,27 +340,6 @@ unsafe fn close_all_files(open_max: c_int) {
                 libc::close(fd);
             }
         }
-    }
-}
-
-/// `fork` as the bare system call: glibc's `fork` runs atfork handlers and takes allocator
-/// locks, which a fork of a multi-threaded process must not.
-///
-/// # Safety
-///
-/// The child may only make async-signal-safe calls.
-unsafe fn raw_fork() -> pid_t {
-    // SAFETY: clone with only SIGCHLD and no new stack is fork: the child runs on a copy of
-    // this stack.
-    unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            libc::c_long::from(libc::SIGCHLD),
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        ) as pid_t
     }
 }
 
