@@ -18,7 +18,8 @@
 //! The standard library's `Command` forks the supervisor and sets up its stdio; the supervisor
 //! starts CMD with `CLONE_VM | CLONE_VFORK` (as `posix_spawn` does) and never returns to std.
 //! A second full fork would copy baton's page tables once more, only for CMD's `exec` to throw
-//! the copy away: 0.6 of the 5.8 ms of a whole `baton run k -- true` (BENCHMARKS.md). CMD's
+//! the copy away: 0.4 to 0.6 ms of the 5 to 7 of a whole `baton run k -- true`
+//! (BENCHMARKS.md). CMD's
 //! arguments and environment are therefore built here ([`Exec`]), not by std. baton sees the
 //! supervisor as its child: its pid is the group id that signals are forwarded to, and its exit
 //! status is CMD's.
