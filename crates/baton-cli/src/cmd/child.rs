@@ -38,18 +38,16 @@ pub fn spawn_piped(argv: &[String], env: &[(String, String)]) -> io::Result<Runn
 }
 
 fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Result<Running> {
-    let Some((program, args)) = argv.split_first() else {
+    let Some(program) = argv.first() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no command"));
     };
     let give_terminal = !piped && owns_terminal();
     let found = on_path(program);
     let exec = supervisor::Exec::new(&found, argv, env)?;
+    // std's `Command` forks the supervisor and sets up its stdio; CMD's arguments and
+    // environment are in `exec` alone, since std never execs anything here.
     let mut command = Command::new(found);
-    command
-        .arg0(program)
-        .args(args)
-        .envs(env.iter().cloned())
-        .kill_on_drop(false);
+    command.kill_on_drop(false);
     if piped {
         use std::process::Stdio;
         command
