@@ -182,6 +182,13 @@ impl Store for Traced {
         result
     }
 
+    async fn watch_tagged(&self, key: &str, tag: &str) -> Result<Option<WatchHandle>> {
+        let started = Instant::now();
+        let result = self.inner.watch_tagged(key, tag).await;
+        log("watch", key, started, &result, watching);
+        result
+    }
+
     async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>> {
         let started = Instant::now();
         let result = self.inner.watch_prefix(prefix).await;

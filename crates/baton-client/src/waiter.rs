@@ -72,7 +72,10 @@ async fn wait(
         .cached_doc(&pending.key)
         .is_some_and(|doc| !doc.tickets.is_empty())
     {
-        coord.store().watch(&pending.key).await?
+        coord
+            .store()
+            .watch_tagged(&pending.key, &pending.id)
+            .await?
     } else {
         None
     };
@@ -323,8 +326,14 @@ impl<'a> Waiter<'a> {
         let key = pending.key.as_str();
         // A watch started after the enqueue may have missed a change in between: look first.
         let (watch, missed) = match watched_before {
-            Some(watch) => (Some(watch), false),
-            None => (coord.store().watch(key).await?, true),
+            Some(watch) => {
+                // A store may enter a watch by tag with its next write to the key, the
+                // enqueue; one that wrote nothing (a retry that found its ticket) did not.
+                // Watching again enters it at once if it is still waiting.
+                coord.store().watch_tagged(key, &pending.id).await?;
+                (Some(watch), false)
+            }
+            None => (coord.store().watch_tagged(key, &pending.id).await?, true),
         };
         let doc = &enqueued.executed.doc;
         let held = doc
@@ -427,7 +436,7 @@ impl<'a> Waiter<'a> {
             pause
         } else if self.look_now {
             Duration::ZERO
-        } else if self.coord.store().capabilities().watch_complete {
+        } else if self.watch_is_complete() {
             // A watch that misses nothing needs no timed reads: only the refresh, the
             // expiries and the timeout below wake this waiter, besides the watch.
             self.refresh_every()
@@ -461,6 +470,10 @@ impl<'a> Waiter<'a> {
                             // CPU). Only the latest document can matter: an older one is
                             // dropped, and a bare wake-up after it means a newer change.
                             let pushed = changed?;
+                            // A write that named this ticket changed it: look now.
+                            if watch.named() {
+                                return Ok(pushed);
+                            }
                             let woken = watch.told().wrapping_sub(told_before);
                             if woken >= u64::try_from(wakes_before_look).unwrap_or(u64::MAX) {
                                 return Ok(pushed);
@@ -474,6 +487,14 @@ impl<'a> Waiter<'a> {
                 Ok(None)
             }
         }
+    }
+
+    /// Whether the watch tells of every change: a store's complete watch that does not pass
+    /// by the writes that concern other tickets ([`baton_store::Store::watch_tagged`]; such
+    /// a change can still move this waiter's timers, which it then learns by its timed reads).
+    fn watch_is_complete(&self) -> bool {
+        let capabilities = self.coord.store().capabilities();
+        capabilities.watch_complete && !capabilities.watch_tagged
     }
 
     /// How long until this waiter must look whatever the store says: its refresh, the end of

@@ -31,6 +31,7 @@
 //! - [`history`]: the record of a finished ticket, as appended to the history log.
 //! - [`estimate`]: the wait estimate from the key's recent hold times.
 //! - [`freeze`]: freeze windows (`baton pause`): which freeze holds a key back, and when.
+//! - [`wake`]: whom a write must wake: the waiters whose own ticket it changed, or everyone.
 //! - [`check`]: fence checks for scripts: does the turn with fence F still hold the key?
 //! - [`ci_run`]: which CI run holds a turn, as `baton reap` asks its provider.
 #![deny(missing_docs)]
@@ -57,6 +58,7 @@ pub mod op;
 pub mod order;
 pub mod pool;
 pub mod settings;
+pub mod wake;
 
 pub use apply::{apply, apply_with, Applied, Inputs};
 pub use clock::{Clock, Observer};

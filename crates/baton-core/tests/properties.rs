@@ -57,6 +57,8 @@
 //!    observation, a ticket expires exactly when the applying client's feed log shows its
 //!    current phase unchanged for the phase's duration on that client's monotonic clock, and
 //!    every new phase changes the ticket's heartbeat.
+//! 9. Whom each write wakes ([`baton_core::wake`]): every ticket it granted or ended, the
+//!    enqueuing ticket aside; any ticket it does not wake is live and the same before and after.
 //!
 //! Each of these checks was seen to fail against a deliberately broken core (barging, expiry
 //! off by one either way, an observer that ignores heartbeats, double release, ghost enqueue,
@@ -66,6 +68,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use baton_core::limits::InvalidInput;
+use baton_core::wake::{self, Wakes};
 use baton_core::{
     apply, decode, encode, invariants, Applied, CancelledTicket, Clock, Doc, Enqueue, Mode,
     Observer, Op, Outcome, Refusal, Reply, Request, TicketState, TicketView,
@@ -1444,6 +1447,51 @@ impl World {
         x
     }
 
+    /// Check 9, whom the write wakes ([`wake::to_wake`]): every ticket it granted or ended,
+    /// and every ticket it left out is the same before and after (a waiter not woken has
+    /// nothing to act on); or everyone.
+    fn check_wakes(&self, request: &Request, applied: &Applied) -> Result<(), TestCaseError> {
+        let own = match &request.op {
+            Op::Enqueue(enqueue) => Some(enqueue.id.as_str()),
+            _ => None,
+        };
+        let wakes = wake::to_wake(self.doc.as_ref(), &applied.doc, own);
+        if wakes == Wakes::Every {
+            return Ok(());
+        }
+        if let Wakes::Only { ended, .. } = &wakes {
+            for id in ended {
+                prop_assert!(
+                    applied.doc.by_id(id).is_none(),
+                    "{id} told it ended, and is live{}",
+                    self.at()
+                );
+            }
+        }
+        let granted = applied.granted.iter().map(|(id, _)| id);
+        let ended = applied.finished.iter().map(|f| &f.id);
+        for id in granted.chain(ended) {
+            if Some(id.as_str()) != own {
+                prop_assert!(wakes.wakes(id), "{id} not woken{}", self.at());
+            }
+        }
+        let before = self.doc.as_ref().map_or(&[][..], |d| &d.tickets[..]);
+        for ticket in before.iter().chain(&applied.doc.tickets) {
+            if wakes.wakes(&ticket.id) || Some(ticket.id.as_str()) == own {
+                continue;
+            }
+            let after = applied.doc.by_id(&ticket.id);
+            let was = self.doc.as_ref().and_then(|d| d.by_id(&ticket.id));
+            prop_assert!(
+                after.is_some() && after == was,
+                "{} changed and not woken{}",
+                ticket.id,
+                self.at()
+            );
+        }
+        Ok(())
+    }
+
     /// Applies `request` for client `c` to the latest document, checking everything.
     fn deliver(&mut self, c: usize, request: &Request) -> Result<Option<Refusal>, TestCaseError> {
         let wall_ms = self.wall(c);
@@ -1541,6 +1589,7 @@ impl World {
             "check_settled{}",
             self.at()
         );
+        self.check_wakes(request, &applied)?;
         let pre = self.doc.clone().unwrap_or_default();
         prop_assert_eq!(applied.changed, *doc != pre, "changed flag{}", self.at());
         prop_assert!(doc.fence >= pre.fence, "the fence went down{}", self.at());

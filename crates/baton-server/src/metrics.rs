@@ -479,6 +479,10 @@ impl Store for Measured {
         self.time("watch", self.inner.watch(key)).await
     }
 
+    async fn watch_tagged(&self, key: &str, tag: &str) -> Result<Option<WatchHandle>, StoreError> {
+        self.time("watch", self.inner.watch_tagged(key, tag)).await
+    }
+
     async fn watch_prefix(&self, prefix: &str) -> Result<Option<WatchHandle>, StoreError> {
         self.time("watch", self.inner.watch_prefix(prefix)).await
     }

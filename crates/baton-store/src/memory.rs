@@ -155,6 +155,7 @@ impl Store for MemoryStore {
         Capabilities {
             watch: true,
             watch_documents: true,
+            watch_tagged: false,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,

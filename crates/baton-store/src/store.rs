@@ -102,6 +102,8 @@ pub struct Capabilities {
     /// Wake-ups carry the document each change wrote (up to the size the store's channel
     /// takes: larger documents wake with [`Wake::read_again`]).
     pub watch_documents: bool,
+    /// [`Store::watch_tagged`] passes by the writes that name other tags only.
+    pub watch_tagged: bool,
     /// A failed CAS returns the current document in [`CasOutcome::Conflict`].
     pub conflict_returns_current: bool,
     /// [`Store::clock`] returns [`StoreClock::Time`].
@@ -135,6 +137,14 @@ pub struct Replacement {
     pub due_ms: Option<u64>,
     /// Records written (as [`Store::put_record`] would) in the same transaction.
     pub records: Vec<(String, Vec<u8>)>,
+    /// Whom the write wakes: `None`, every watcher of the key; else the watchers of the whole
+    /// key and those watching one of these tags ([`Store::watch_tagged`]). A store may wake
+    /// more (every watcher, as one that keeps no tags does), never fewer.
+    pub wake: Option<Vec<String>>,
+    /// Tags named for the last time (their tickets ended): woken by this write where
+    /// [`Replacement::wake`] names them, and never again, so the store may forget who watches
+    /// them.
+    pub ended_tags: Vec<String>,
 }
 
 /// What the computation of a [`Store::update`] decided, from the document it was shown.
@@ -215,6 +225,9 @@ pub struct Wake {
     /// [`Wake::send`], modulo 2^64). A watch channel keeps only the latest wake-up; a waiter
     /// that must let a number of writes go by counts those that came while it slept from this.
     pub told: u64,
+    /// The write named the tag this channel watches ([`Store::watch_tagged`]): it concerns
+    /// the watcher, who looks at once.
+    pub named: bool,
 }
 
 impl Wake {
@@ -228,6 +241,7 @@ impl Wake {
             document: None,
             changes: 1,
             told: 0,
+            named: false,
         }
     }
 
@@ -237,6 +251,7 @@ impl Wake {
             document: Some(Arc::new(document)),
             changes: 1,
             told: 0,
+            named: false,
         }
     }
 
@@ -251,6 +266,14 @@ impl Wake {
     /// This wake-up, telling of `changes` changes.
     pub fn of_changes(self, changes: u64) -> Wake {
         Wake { changes, ..self }
+    }
+
+    /// This wake-up, for a watcher whose tag the write named.
+    pub fn naming(self) -> Wake {
+        Wake {
+            named: true,
+            ..self
+        }
     }
 
     /// Sends this wake-up on `sender`, adding its changes to those the channel told before.
@@ -268,6 +291,8 @@ pub struct WatchHandle {
     receiver: tokio::sync::watch::Receiver<Wake>,
     /// [`Wake::told`] of the last wake-up taken.
     told: u64,
+    /// [`Wake::named`] of the last wake-up taken.
+    named: bool,
 }
 
 impl WatchHandle {
@@ -276,7 +301,11 @@ impl WatchHandle {
     /// [`Wake::send`].
     pub fn new(receiver: tokio::sync::watch::Receiver<Wake>) -> Self {
         let told = receiver.borrow().told;
-        Self { receiver, told }
+        Self {
+            receiver,
+            told,
+            named: false,
+        }
     }
 
     /// Waits for the next change, and returns the document it wrote when the store delivered
@@ -290,6 +319,7 @@ impl WatchHandle {
             .map_err(|_| crate::StoreError::Closed)?;
         let wake = self.receiver.borrow_and_update();
         self.told = wake.told;
+        self.named = wake.named;
         Ok(wake.document.as_deref().cloned())
     }
 
@@ -297,6 +327,12 @@ impl WatchHandle {
     /// [`WatchHandle::changed`]: one wake-up may stand for several ([`Wake::told`]).
     pub fn told(&self) -> u64 {
         self.told
+    }
+
+    /// Whether the last wake-up taken came from a write that named this handle's tag
+    /// ([`Store::watch_tagged`]).
+    pub fn named(&self) -> bool {
+        self.named
     }
 }
 
@@ -388,6 +424,16 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// A subscription to changes of `key`, or `None` when this store cannot push.
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>>;
+    /// A subscription to the changes of `key` that concern `tag` (a waiter's ticket): woken
+    /// by every write whose [`Replacement::wake`] is `None` or names `tag`; writes that name
+    /// other tags only may pass it by ([`WatchHandle::named`] tells a wake-up that named it).
+    /// A store that keeps who watches in the backend may enter the tag with this store
+    /// object's next write to `key` instead of a write of its own (a waiter watches before
+    /// its enqueue): until then, writes naming only other tags may pass it by; watching `key`
+    /// again enters it at once. The default is [`Store::watch`], which passes nothing by.
+    async fn watch_tagged(&self, key: &str, _tag: &str) -> Result<Option<WatchHandle>> {
+        self.watch(key).await
+    }
 
     /// A subscription to changes of every key starting with `prefix` (`""`: every key), or
     /// `None` when this store cannot push them. A wake-up only says that something under the

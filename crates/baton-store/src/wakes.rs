@@ -14,6 +14,8 @@ use crate::Wake;
 #[derive(Debug, Default)]
 pub(crate) struct WakeRouter {
     keys: HashMap<String, watch::Sender<Wake>>,
+    /// Per key, one channel per watched tag ([`crate::Store::watch_tagged`]).
+    tagged: HashMap<String, HashMap<String, watch::Sender<Wake>>>,
     /// Few (a worker process watches its patterns' prefixes): a list, checked at each change.
     prefixes: Vec<(String, watch::Sender<Wake>)>,
 }
@@ -26,6 +28,30 @@ impl WakeRouter {
             .entry(key.to_owned())
             .or_insert_with(|| watch::Sender::new(Wake::read_again()))
             .subscribe()
+    }
+
+    /// A receiver that changes after each write to `key` that names `tag` or names none
+    /// ([`WakeRouter::wake_named`]).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn subscribe_tagged(&mut self, key: &str, tag: &str) -> watch::Receiver<Wake> {
+        self.forget_unwatched();
+        self.tagged
+            .entry(key.to_owned())
+            .or_default()
+            .entry(tag.to_owned())
+            .or_insert_with(|| watch::Sender::new(Wake::read_again()))
+            .subscribe()
+    }
+
+    /// Whether anyone watches `key` by tag, and which tags.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn watched_tags(&self, key: &str) -> Vec<String> {
+        self.tagged.get(key).map_or_else(Vec::new, |tags| {
+            tags.iter()
+                .filter(|(_, sender)| sender.receiver_count() > 0)
+                .map(|(tag, _)| tag.clone())
+                .collect()
+        })
     }
 
     /// A receiver that changes after each write to any key starting with `prefix` (it learns
@@ -81,8 +107,28 @@ impl WakeRouter {
         }
     }
 
-    /// Tells `key`'s own watchers that it changed.
+    /// Tells `key`'s own watchers that it changed, those watching it by tag included.
     pub(crate) fn wake_key(&self, key: &str, wake: Wake) {
+        for sender in self.tagged.get(key).into_iter().flat_map(HashMap::values) {
+            wake.clone().send(sender);
+        }
+        if let Some(sender) = self.keys.get(key) {
+            wake.send(sender);
+        }
+    }
+
+    /// Tells `key`'s watchers of the whole key, and those watching one of `tags`, that a write
+    /// naming those tags changed it; the watchers of other tags are passed by.
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn wake_named(&self, key: &str, wake: Wake, tags: &[String]) {
+        self.wake_prefixes(key);
+        if let Some(by_tag) = self.tagged.get(key) {
+            for tag in tags {
+                if let Some(sender) = by_tag.get(tag) {
+                    wake.clone().naming().send(sender);
+                }
+            }
+        }
         if let Some(sender) = self.keys.get(key) {
             wake.send(sender);
         }
@@ -107,6 +153,7 @@ impl WakeRouter {
         let senders = self
             .keys
             .values()
+            .chain(self.tagged.values().flat_map(HashMap::values))
             .chain(self.prefixes.iter().map(|(_, s)| s));
         for sender in senders {
             wake().send(sender);
@@ -118,6 +165,10 @@ impl WakeRouter {
     /// closed.
     fn forget_unwatched(&mut self) {
         self.keys.retain(|_, sender| sender.receiver_count() > 0);
+        self.tagged.retain(|_, tags| {
+            tags.retain(|_, sender| sender.receiver_count() > 0);
+            !tags.is_empty()
+        });
         self.prefixes
             .retain(|(_, sender)| sender.receiver_count() > 0);
     }

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use baton_store::sqlite::SqliteStore;
-use baton_store::{conformance, CasOutcome, Store, StoreError, WithDocs};
+use baton_store::{conformance, CasOutcome, Change, Replacement, Store, StoreError, WithDocs};
 use baton_testkit::files::ReadOnlyFile;
 use tempfile::TempDir;
 
@@ -564,6 +564,90 @@ async fn a_watcher_whose_process_is_gone_is_removed_by_the_next_writes() {
         store.watcher_names("bell/k").await.unwrap(),
         Vec::<String>::new()
     );
+}
+
+/// An update that writes a document and wakes only the watchers of `wake`, telling them of
+/// `ended` for the last time.
+fn naming(wake: &[&str], ended: &[&str]) -> baton_store::Compute {
+    let owned = |tags: &[&str]| tags.iter().map(|t| (*t).to_owned()).collect::<Vec<_>>();
+    let (wake, ended_tags) = (Some(owned(wake)), owned(ended));
+    Box::new(move |_| {
+        Change::Write(Replacement {
+            bytes: b"doc".to_vec(),
+            wake,
+            ended_tags,
+            ..Replacement::default()
+        })
+    })
+}
+
+/// A watcher by tag whose process is gone is removed too: a write naming other tags only
+/// passes it by, but the write that ends its ticket (its own release, while it lives) forgets
+/// its tag, after which it is sent every write, and once it is gone the next writes find it so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_by_tag_is_removed_once_its_ticket_ended_and_its_process_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.cas("bell/k", None, b"1", &[]).await.unwrap();
+    // Another store object: a socket of its own, as another process has.
+    let waiter = SqliteStore::open(&path).await.unwrap();
+    let handle = waiter.watch_tagged("bell/k", "t1").await.unwrap().unwrap();
+    // Its ticket ends while it lives: told, and its tag forgotten.
+    waiter
+        .update("bell/k", naming(&["t1"], &["t1"]))
+        .await
+        .unwrap();
+    drop((handle, waiter));
+    // The aborted doorbell task drops its socket when the runtime next runs it.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(store.watcher_names("bell/k").await.unwrap().len(), 1);
+    for _ in 0..2 {
+        store.update("bell/k", naming(&["t2"], &[])).await.unwrap();
+    }
+    assert!(
+        store.watcher_names("bell/k").await.unwrap().is_empty(),
+        "a write naming t2 found the socket gone"
+    );
+}
+
+/// A watch by tag of a key the store already watches is entered by the store's next write to
+/// the key, in that write's transaction, or at once by the next watch of the key: a loop of
+/// waits in one process writes no transaction of its own per wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_by_tag_is_entered_with_the_next_write_or_the_next_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let writer = SqliteStore::open(&path).await.unwrap();
+    writer.cas("bell/k", None, b"1", &[]).await.unwrap();
+    let waiter = SqliteStore::open(&path).await.unwrap();
+    let _first = waiter.watch_tagged("bell/k", "t1").await.unwrap().unwrap();
+    let mut second = waiter.watch_tagged("bell/k", "t2").await.unwrap().unwrap();
+    let within = Duration::from_millis(300);
+    writer.update("bell/k", naming(&["t2"], &[])).await.unwrap();
+    assert!(
+        tokio::time::timeout(within, second.changed())
+            .await
+            .is_err(),
+        "t2 is not entered before the waiter's next write"
+    );
+    // The waiter's own write (its enqueue) enters t2.
+    waiter.update("bell/k", naming(&[], &[])).await.unwrap();
+    writer.update("bell/k", naming(&["t2"], &[])).await.unwrap();
+    tokio::time::timeout(within * 10, second.changed())
+        .await
+        .expect("entered with the waiter's write")
+        .unwrap();
+    assert!(second.named());
+    // A third tag, entered at once by watching again (no write of the waiter's came between).
+    let mut third = waiter.watch_tagged("bell/k", "t3").await.unwrap().unwrap();
+    drop(waiter.watch_tagged("bell/k", "t3").await.unwrap());
+    writer.update("bell/k", naming(&["t3"], &[])).await.unwrap();
+    tokio::time::timeout(within * 10, third.changed())
+        .await
+        .expect("entered by the second watch")
+        .unwrap();
+    assert!(third.named());
 }
 
 /// A store that no longer watches a key removes its entry at its next watch, so a long-lived

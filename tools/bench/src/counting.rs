@@ -194,6 +194,15 @@ impl Store for CountingStore {
         self.inner.watch(key).await
     }
 
+    async fn watch_tagged(
+        &self,
+        key: &str,
+        tag: &str,
+    ) -> baton_store::Result<Option<baton_store::WatchHandle>> {
+        bump(&self.watch);
+        self.inner.watch_tagged(key, tag).await
+    }
+
     async fn watch_prefix(
         &self,
         prefix: &str,

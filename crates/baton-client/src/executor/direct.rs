@@ -10,7 +10,8 @@ use baton_core::freeze::Paused;
 use baton_core::lease::Basis;
 use baton_core::notify::{self, Rule, Settings};
 use baton_core::op::Refusal;
-use baton_core::{apply_with, encode, Applied, Clock, Doc, Inputs, Observer, Request};
+use baton_core::wake::{self, Wakes};
+use baton_core::{apply_with, encode, Applied, Clock, Doc, Inputs, Observer, Op, Request};
 use baton_store::{Replacement, Store, StoreClock, Version};
 
 use super::{EventsDue, Executed};
@@ -202,6 +203,7 @@ impl Prepared {
 
     /// The bytes that carry `applied`: the document, its history entries, its place in the due
     /// index and the backlog segment it spilled (written before the document that counts it).
+    /// It wakes every watcher ([`Replacement::wake`]: see [`wakes`]).
     pub(super) fn replacement(
         &self,
         key: &str,
@@ -221,7 +223,36 @@ impl Prepared {
                 .iter()
                 .map(|segment| (segment.record_name(), segment.encode()))
                 .collect(),
+            wake: None,
+            ended_tags: Vec::new(),
         })
+    }
+}
+
+/// `replacement`, which writes `after` for `request` over `before`, waking only whom
+/// [`baton_core::wake`]'s rule says: the tickets it changed and those it ended (whose tags the
+/// store may then forget), or everyone. Only a store's locked update takes this; a CAS wakes
+/// everyone.
+pub(super) fn waking_only_changed(
+    replacement: Replacement,
+    before: Option<&Doc>,
+    after: &Doc,
+    request: &Request,
+) -> Replacement {
+    let enqueued = match &request.op {
+        Op::Enqueue(enqueue) => Some(enqueue.id.as_str()),
+        _ => None,
+    };
+    match wake::to_wake(before, after, enqueued) {
+        Wakes::Every => replacement,
+        Wakes::Only { mut changed, ended } => {
+            changed.extend(ended.iter().cloned());
+            Replacement {
+                wake: Some(changed),
+                ended_tags: ended,
+                ..replacement
+            }
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use baton_core::op::Refusal;
 use baton_core::{decode, Applied, Doc, Request};
 use baton_store::{Change, StoreClock, StoreError, Updated, Versioned};
 
-use super::direct::{Direct, Lost, Prepared};
+use super::direct::{waking_only_changed, Direct, Lost, Prepared};
 use super::hot::HotKeys;
 use super::optimistic::{OnConflict, Optimistic, Ran};
 use super::{Executed, Executor};
@@ -333,13 +333,14 @@ fn compute(
         return (Found::Unchanged { seen, applied }, Change::Keep);
     }
     match prepared.replacement(key, &applied) {
-        Ok(replacement) => (
-            Found::Write {
-                applied,
-                before: seen.doc,
-            },
-            Change::Write(replacement),
-        ),
+        Ok(replacement) => {
+            // Under the lock the document written over is the one computed from: only those
+            // whose tickets the write changed need waking.
+            let before = seen.doc;
+            let replacement =
+                waking_only_changed(replacement, before.as_ref(), &applied.doc, request);
+            (Found::Write { applied, before }, Change::Write(replacement))
+        }
         Err(error) => (Found::Failed(error), Change::Keep),
     }
 }

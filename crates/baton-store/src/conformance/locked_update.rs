@@ -71,6 +71,8 @@ fn first_update(expected: Option<Versioned>) -> (Arc<AtomicBool>, crate::Compute
                 history: vec![b"h1".to_vec()],
                 due_ms: Some(700),
                 records: vec![("r/first".to_owned(), b"record".to_vec())],
+                wake: None,
+                ended_tags: Vec::new(),
             })
         })
     };

@@ -148,3 +148,78 @@ pub(super) async fn expect_pushed(
         }
     }
 }
+
+/// A watch by tag ([`Store::watch_tagged`]) misses no write that concerns it: one that names no
+/// one (every CAS) or names its tag wakes it, and every write wakes the watchers of the whole
+/// key. Where the store passes by the others ([`crate::Capabilities::watch_tagged`]), a write
+/// that names only other tags does not wake it (while nobody watches the whole key through the
+/// same store object), and one that names it says so ([`WatchHandle::named`]). Where a store
+/// cannot push, `watch_tagged` returns `None`.
+pub async fn watch_tagged_wakes(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}watch_tagged_wakes/k");
+    let Some(mut tagged) = ok("watch_tagged", store.watch_tagged(&key, "t1").await) else {
+        assert!(
+            !store.capabilities().watch,
+            "a store that pushes returns a handle"
+        );
+        return;
+    };
+    written(store.cas(&key, None, b"1", &[]).await, "create");
+    woken(
+        &mut tagged,
+        "a CAS, which names no one, wakes a watcher by tag",
+    )
+    .await;
+    let capabilities = store.capabilities();
+    if capabilities.locked_update {
+        ok("update", store.update(&key, naming(&["t2"], b"2")).await);
+        if capabilities.watch_tagged {
+            let passed_by = tokio::time::timeout(WATCH_WAKE_WITHIN / 4, tagged.changed()).await;
+            assert!(passed_by.is_err(), "a write naming only t2 passed t1 by");
+        }
+        ok(
+            "update",
+            store.update(&key, naming(&["t1", "t3"], b"3")).await,
+        );
+        woken(&mut tagged, "a write naming t1 wakes its watcher").await;
+        assert_eq!(
+            tagged.named(),
+            capabilities.watch_tagged,
+            "it says t1 was named"
+        );
+        let mut whole = ok("watch", store.watch(&key).await).expect("a handle");
+        ok("update", store.update(&key, naming(&["t2"], b"4")).await);
+        woken(
+            &mut whole,
+            "a write naming other tags wakes the whole key's watcher",
+        )
+        .await;
+        assert!(!whole.named());
+    }
+    let current = ok("load", store.load(&key).await).map(|v| v.version);
+    written(
+        store.cas(&key, current.as_ref(), b"5", &[]).await,
+        "update by CAS",
+    );
+    woken(&mut tagged, "a CAS after them still wakes a watcher by tag").await;
+    assert!(!tagged.named(), "a CAS names no one");
+}
+
+/// An update that writes `bytes` and names `tags` to wake.
+fn naming(tags: &[&str], bytes: &'static [u8]) -> crate::Compute {
+    let wake = Some(tags.iter().map(|t| (*t).to_owned()).collect());
+    Box::new(move |_: Option<&crate::Versioned>| {
+        crate::Change::Write(crate::Replacement {
+            bytes: bytes.to_vec(),
+            wake,
+            ..crate::Replacement::default()
+        })
+    })
+}
+
+async fn woken(handle: &mut WatchHandle, what: &str) {
+    tokio::time::timeout(WATCH_WAKE_WITHIN, handle.changed())
+        .await
+        .unwrap_or_else(|_| panic!("{what}"))
+        .expect("the store must stay open");
+}

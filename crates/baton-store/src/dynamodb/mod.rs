@@ -504,6 +504,7 @@ impl Store for DynamoStore {
         Capabilities {
             watch: false,
             watch_documents: false,
+            watch_tagged: false,
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,

@@ -252,6 +252,7 @@ impl Store for EtcdStore {
         Capabilities {
             watch: true,
             watch_documents: true,
+            watch_tagged: false,
             conflict_returns_current: true,
             clock: false,
             clock_uncertain_ms: 0,

@@ -396,6 +396,7 @@ impl Store for PostgresStore {
         Capabilities {
             watch: true,
             watch_documents: true,
+            watch_tagged: false,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,

@@ -429,6 +429,7 @@ impl Store for RedisStore {
         Capabilities {
             watch: true,
             watch_documents: true,
+            watch_tagged: false,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,

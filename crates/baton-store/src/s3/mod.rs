@@ -366,6 +366,7 @@ impl Store for S3Store {
         Capabilities {
             watch: false,
             watch_documents: false,
+            watch_tagged: false,
             // A 412 carries no body; only a CAS that had to read the record first knows it.
             conflict_returns_current: false,
             clock: true,

@@ -32,7 +32,7 @@
 //! (in its next write transaction); a store object removes the entries of keys it no longer
 //! watches at its next `watch`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::tags::{plan, Entered, Entries, Target};
 use crate::wakes::WakeRouter;
 use crate::{Version, Versioned, Wake};
 
@@ -56,7 +57,11 @@ pub(super) const PUSHED_DOCUMENT_MAX: usize = 16 * 1024;
 const KEY_MAX: usize = 4096;
 
 /// The largest datagram: a header, the key, the version and the document.
-const DATAGRAM_MAX: usize = HEADER_BYTES + KEY_MAX + PUSHED_DOCUMENT_MAX;
+const DATAGRAM_MAX: usize = HEADER_BYTES + 1 + TAGS_MAX + KEY_MAX + PUSHED_DOCUMENT_MAX;
+
+/// The most bytes of tags a datagram lists (with their lengths); a write that would name more
+/// to one socket sends it a wake-up for all its watchers instead.
+const TAGS_MAX: usize = 2048;
 
 /// A datagram's fixed part: its format (1 byte), the key's length (2), the version (8), whether
 /// the document follows (1).
@@ -64,6 +69,9 @@ const HEADER_BYTES: usize = 12;
 
 /// The format of the datagrams this code sends; a receiver ignores others (a newer baton's).
 const FORMAT: u8 = 1;
+
+/// The format of a datagram that names tags ([`encode`]).
+const FORMAT_NAMING: u8 = 2;
 
 /// How long a send waits for room (a full receiver queue, a full send buffer) before giving that
 /// watcher up. The writer's transaction has committed; only its caller waits.
@@ -77,8 +85,9 @@ const NAME_PREFIX: &str = "baton-wake/";
 pub(super) struct Doorbell {
     name: String,
     router: Arc<Mutex<WakeRouter>>,
-    /// Keys entered in `baton_watchers` under this name.
-    registered: tokio::sync::Mutex<HashSet<String>>,
+    /// Keys entered in `baton_watchers` under this name, each with the tags entered for it in
+    /// `baton_watch_tags` (none: woken by every write).
+    registered: tokio::sync::Mutex<Entered>,
     task: JoinHandle<()>,
 }
 
@@ -98,7 +107,7 @@ impl Doorbell {
         Ok(Doorbell {
             name,
             router,
-            registered: tokio::sync::Mutex::new(HashSet::new()),
+            registered: tokio::sync::Mutex::new(Entered::new()),
             task,
         })
     }
@@ -111,24 +120,32 @@ impl Doorbell {
     /// The keys entered in `baton_watchers` under this name, locked while a watch changes
     /// them: a key found unwatched and removed must not be a key another watch of this store
     /// is subscribing to meanwhile.
-    pub(super) async fn entries(&self) -> tokio::sync::MutexGuard<'_, HashSet<String>> {
+    pub(super) async fn entries(&self) -> tokio::sync::MutexGuard<'_, Entered> {
         self.registered.lock().await
     }
 
-    /// A receiver for `key`'s wake-ups. Subscribe before entering the key, so nothing sent after
-    /// the entry commits is missed.
-    pub(super) fn subscribe(&self, key: &str) -> watch::Receiver<Wake> {
-        lock(&self.router).subscribe_key(key)
+    /// A receiver for `key`'s wake-ups (by `tag`: [`crate::Store::watch_tagged`]). Subscribe
+    /// before entering the key, so nothing sent after the entry commits is missed.
+    pub(super) fn subscribe(&self, key: &str, tag: Option<&str>) -> watch::Receiver<Wake> {
+        let mut router = lock(&self.router);
+        match tag {
+            Some(tag) => router.subscribe_tagged(key, tag),
+            None => router.subscribe_key(key),
+        }
     }
 
-    /// The keys of `entered` nobody here watches any more.
-    pub(super) fn unwatched(&self, entered: &HashSet<String>) -> Vec<String> {
+    /// What the file's entries need for the watchers here of `key` ([`plan`]), given what is
+    /// `entered`.
+    pub(super) fn plan(&self, entered: &Entered, key: &str) -> Entries {
         let router = lock(&self.router);
-        entered
-            .iter()
-            .filter(|k| !router.watches_key(k))
+        let unwatched = entered
+            .keys()
+            .filter(|k| k.as_str() != key && !router.watches_key(k))
+            .filter(|k| router.watched_tags(k).is_empty())
             .cloned()
-            .collect()
+            .collect();
+        let tags = router.watched_tags(key);
+        plan(entered, key, router.watches_key(key), &tags, unwatched)
     }
 }
 
@@ -157,17 +174,17 @@ struct Sockets {
 const SLOW_FOR: Duration = Duration::from_secs(1);
 
 impl Ringer {
-    /// Sends `key`'s new version (and its document, when small enough) to each watcher name.
-    /// Returns the names nobody holds any more (their process is gone), for the writer to
-    /// remove. Blocking, by at most [`SEND_WAIT`] per watcher that has no room.
+    /// Sends `key`'s new version (and its document, when small enough) to each target, naming
+    /// its tags. Returns the names nobody holds any more (their process is gone), for the
+    /// writer to remove. Blocking, by at most [`SEND_WAIT`] per watcher that has no room.
     pub(super) fn ring(
         &self,
-        watchers: &[String],
+        targets: &[Target],
         key: &str,
         version: i64,
         doc: &[u8],
     ) -> Vec<String> {
-        let Some(datagram) = encode(key, version, doc) else {
+        let Some(datagram) = encode(key, version, doc, &[]) else {
             return Vec::new();
         };
         let mut sockets = lock(&self.sockets);
@@ -188,13 +205,16 @@ impl Ringer {
             .slow
             .retain(|_, since| now.duration_since(*since) < SLOW_FOR);
         let mut gone = Vec::new();
-        for name in watchers {
+        for Target { name, tags } in targets {
             let socket = if sockets.slow.contains_key(name) {
                 &sockets.not_waiting
             } else {
                 &sockets.waiting
             };
-            match send(socket, name, &datagram) {
+            let naming = tags
+                .as_deref()
+                .and_then(|tags| encode(key, version, doc, tags));
+            match send(socket, name, naming.as_deref().unwrap_or(&datagram)) {
                 Ok(()) => {}
                 Err(error) if is_gone(&error) => gone.push(name.clone()),
                 // No room in time: the receiver's queue was full, which it notices and answers
@@ -358,18 +378,41 @@ fn queue_limit() -> usize {
         .max(1)
 }
 
-/// A wake-up as sent: `None` for a key too long to name.
-fn encode(key: &str, version: i64, doc: &[u8]) -> Option<Vec<u8>> {
+/// A wake-up as sent, naming `tags` (none: for every watcher of the key): `None` for a key too
+/// long to name, or tags too many or too long to list (the caller then sends one naming none).
+///
+/// Format 1 is the header, the key and the document. A wake-up that names tags is format 2,
+/// sent only to sockets that entered tags, hence only to a baton that reads it: after the
+/// header, the number of tags (1 byte), each tag's length (1 byte) and bytes, then the key and
+/// the document.
+fn encode(key: &str, version: i64, doc: &[u8], tags: &[String]) -> Option<Vec<u8>> {
     let key_len = u16::try_from(key.len())
         .ok()
         .filter(|&n| usize::from(n) <= KEY_MAX)?;
+    let tag_count = u8::try_from(tags.len()).ok()?;
     let carries = doc.len() <= PUSHED_DOCUMENT_MAX;
-    let mut datagram =
-        Vec::with_capacity(HEADER_BYTES + key.len() + if carries { doc.len() } else { 0 });
-    datagram.push(FORMAT);
+    let tag_bytes: usize = tags.iter().map(|t| 1 + t.len()).sum();
+    if tag_bytes > TAGS_MAX {
+        return None;
+    }
+    let mut datagram = Vec::with_capacity(
+        HEADER_BYTES + 1 + tag_bytes + key.len() + if carries { doc.len() } else { 0 },
+    );
+    datagram.push(if tags.is_empty() {
+        FORMAT
+    } else {
+        FORMAT_NAMING
+    });
     datagram.extend_from_slice(&key_len.to_be_bytes());
     datagram.extend_from_slice(&version.to_be_bytes());
     datagram.push(u8::from(carries));
+    if !tags.is_empty() {
+        datagram.push(tag_count);
+        for tag in tags {
+            datagram.push(u8::try_from(tag.len()).ok()?);
+            datagram.extend_from_slice(tag.as_bytes());
+        }
+    }
     datagram.extend_from_slice(key.as_bytes());
     if carries {
         datagram.extend_from_slice(doc);
@@ -383,17 +426,33 @@ struct Rung {
     key: String,
     version: i64,
     doc: Option<Vec<u8>>,
+    /// The tags it names (empty: it is for every watcher of the key).
+    tags: Vec<String>,
 }
 
 /// Reads a datagram; `None` for anything this code did not send (a newer format, garbage).
 fn decode(datagram: &[u8]) -> Option<Rung> {
     let (&format, rest) = datagram.split_first()?;
-    if format != FORMAT {
+    if format != FORMAT && format != FORMAT_NAMING {
         return None;
     }
     let (key_len, rest) = rest.split_first_chunk::<2>()?;
     let (version, rest) = rest.split_first_chunk::<8>()?;
-    let (&carries, rest) = rest.split_first()?;
+    let (&carries, mut rest) = rest.split_first()?;
+    let mut tags = Vec::new();
+    if format == FORMAT_NAMING {
+        let (&count, mut after) = rest.split_first()?;
+        for _ in 0..count {
+            let (&len, more) = after.split_first()?;
+            let (tag, more) = more.split_at_checked(usize::from(len))?;
+            tags.push(std::str::from_utf8(tag).ok()?.to_owned());
+            after = more;
+        }
+        if tags.is_empty() {
+            return None;
+        }
+        rest = after;
+    }
     let key_len = usize::from(u16::from_be_bytes(*key_len));
     let (key, doc) = (rest.get(..key_len)?, rest.get(key_len..)?);
     let key = std::str::from_utf8(key).ok()?.to_owned();
@@ -406,6 +465,7 @@ fn decode(datagram: &[u8]) -> Option<Rung> {
         key,
         version: i64::from_be_bytes(*version),
         doc,
+        tags,
     })
 }
 
@@ -503,7 +563,12 @@ fn deliver(router: &Mutex<WakeRouter>, latest: &mut Latest, rung: Rung) {
         }),
         None => Wake::read_again(),
     };
-    lock(router).wake(&rung.key, wake.of_changes(writes));
+    let wake = wake.of_changes(writes);
+    if rung.tags.is_empty() {
+        lock(router).wake(&rung.key, wake);
+    } else {
+        lock(router).wake_named(&rung.key, wake, &rung.tags);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -517,17 +582,18 @@ mod tests {
 
     #[test]
     fn a_datagram_round_trips_with_and_without_its_document() {
-        let sent = encode("deploy/prod", 42, b"{\"a\":\n1}\x00\xff").unwrap();
+        let sent = encode("deploy/prod", 42, b"{\"a\":\n1}\x00\xff", &[]).unwrap();
         assert_eq!(
             decode(&sent),
             Some(Rung {
                 key: "deploy/prod".into(),
                 version: 42,
                 doc: Some(b"{\"a\":\n1}\x00\xff".to_vec()),
+                tags: vec![],
             })
         );
         let large = vec![7u8; PUSHED_DOCUMENT_MAX + 1];
-        let sent = encode("k", 7, &large).unwrap();
+        let sent = encode("k", 7, &large, &[]).unwrap();
         assert!(
             sent.len() < 64,
             "a large document is announced by version only"
@@ -537,10 +603,11 @@ mod tests {
             Some(Rung {
                 key: "k".into(),
                 version: 7,
-                doc: None
+                doc: None,
+                tags: vec![],
             })
         );
-        assert!(encode("k", 1, &vec![0u8; PUSHED_DOCUMENT_MAX])
+        assert!(encode("k", 1, &vec![0u8; PUSHED_DOCUMENT_MAX], &[])
             .is_some_and(|d| d.len() <= DATAGRAM_MAX));
     }
 
@@ -554,8 +621,14 @@ mod tests {
         ] {
             assert_eq!(decode(bytes), None, "{bytes:?}");
         }
-        let mut sent = encode("k", 1, b"doc").unwrap();
-        sent[0] = 2;
+        let mut sent = encode("k", 1, b"doc", &[]).unwrap();
+        sent[0] = 3;
+        assert_eq!(decode(&sent), None);
+        // A format 2 datagram that names no tag, or whose tags run past its end.
+        let mut sent = encode("k", 1, b"doc", &["t1".into()]).unwrap();
+        sent[HEADER_BYTES] = 0;
+        assert_eq!(decode(&sent), None);
+        sent[HEADER_BYTES] = 200;
         assert_eq!(decode(&sent), None);
     }
 
@@ -566,6 +639,7 @@ mod tests {
             key: key.into(),
             version,
             doc: None,
+            tags: vec![],
         };
         assert_eq!(latest.writes_told(&rung("a", 5)), Some(1));
         assert_eq!(latest.writes_told(&rung("a", 4)), None);
@@ -578,6 +652,34 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_that_names_tags_round_trips() {
+        let tags = vec!["t-1".to_owned(), "ticket-ü".to_owned()];
+        let sent = encode("deploy/prod", 3, b"doc", &tags).unwrap();
+        assert_eq!(sent[0], FORMAT_NAMING);
+        assert_eq!(
+            decode(&sent),
+            Some(Rung {
+                key: "deploy/prod".into(),
+                version: 3,
+                doc: Some(b"doc".to_vec()),
+                tags,
+            })
+        );
+        // Tags too long to list: the caller sends one for every watcher instead.
+        assert_eq!(encode("k", 1, b"", &["x".repeat(256)]), None);
+        let many: Vec<String> = (0..300).map(|n| n.to_string()).collect();
+        assert_eq!(encode("k", 1, b"", &many), None);
+        let most: Vec<String> = (0..(TAGS_MAX / 9)).map(|n| format!("{n:08}")).collect();
+        assert!(encode(
+            "k",
+            1,
+            &vec![0u8; PUSHED_DOCUMENT_MAX],
+            &most[..255.min(most.len())]
+        )
+        .is_some_and(|d| d.len() <= DATAGRAM_MAX));
+    }
+
+    #[test]
     fn a_watcher_with_a_full_queue_is_sent_to_without_waiting_for_a_while() {
         // A watcher that never reads (a stopped process): its queue fills, a send then finds no
         // room in time, and the next sends to it do not wait.
@@ -586,7 +688,10 @@ mod tests {
             UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
                 .unwrap();
         let ringer = Ringer::default();
-        let watchers = [name.clone()];
+        let watchers = [Target {
+            name: name.clone(),
+            tags: None,
+        }];
         for version in 0..=i64::try_from(queue_limit()).unwrap() + 1 {
             assert!(ringer.ring(&watchers, "k", version, b"doc").is_empty());
         }
@@ -654,11 +759,15 @@ mod tests {
         let file = dir.path().join("baton.db");
         std::fs::write(&file, b"").unwrap();
         let bell = Doorbell::start(&file).unwrap();
-        let mut receiver = bell.subscribe("k");
+        let mut receiver = bell.subscribe("k", None);
         // A forged grant, newer than the real write that follows: had it been taken, the real
         // one would be dropped as older.
-        send_as(65534, bell.name(), &encode("k", 11, b"forged").unwrap());
-        let gone = Ringer::default().ring(&[bell.name().to_owned()], "k", 10, b"genuine");
+        send_as(
+            65534,
+            bell.name(),
+            &encode("k", 11, b"forged", &[]).unwrap(),
+        );
+        let gone = Ringer::default().ring(&[Target::of(bell.name(), None)], "k", 10, b"genuine");
         assert!(gone.is_empty());
         tokio::time::timeout(Duration::from_secs(2), receiver.changed())
             .await
@@ -677,7 +786,7 @@ mod tests {
     #[tokio::test]
     async fn a_ring_reaches_the_watcher_and_a_dead_name_is_reported_gone() {
         let bell = Doorbell::start(Path::new("/nonexistent")).unwrap();
-        let mut receiver = bell.subscribe("k");
+        let mut receiver = bell.subscribe("k", None);
         let gone_name = {
             let dead = Doorbell::start(Path::new("/nonexistent")).unwrap();
             dead.name().to_owned()
@@ -685,7 +794,8 @@ mod tests {
         // The aborted task drops its socket when the runtime next runs it.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let ringer = Ringer::default();
-        let gone = ringer.ring(&[bell.name().to_owned(), gone_name.clone()], "k", 3, b"doc");
+        let targets = [Target::of(bell.name(), None), Target::of(&gone_name, None)];
+        let gone = ringer.ring(&targets, "k", 3, b"doc");
         assert_eq!(gone, [gone_name]);
         tokio::time::timeout(Duration::from_secs(2), receiver.changed())
             .await
@@ -697,5 +807,32 @@ mod tests {
             (doc.version.0.as_str(), doc.bytes.as_slice()),
             ("3", &b"doc"[..])
         );
+    }
+
+    #[tokio::test]
+    async fn a_ring_that_names_a_tag_wakes_its_watchers_and_those_of_the_whole_key_only() {
+        let bell = Doorbell::start(Path::new("/nonexistent")).unwrap();
+        let mut whole = bell.subscribe("k", None);
+        let mut named = bell.subscribe("k", Some("t1"));
+        let mut other = bell.subscribe("k", Some("t2"));
+        let ringer = Ringer::default();
+        let gone = ringer.ring(&[Target::of(bell.name(), Some(&["t1"]))], "k", 4, b"doc");
+        assert!(gone.is_empty());
+        for receiver in [&mut whole, &mut named] {
+            tokio::time::timeout(Duration::from_secs(2), receiver.changed())
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        assert!(named.borrow_and_update().named, "t1 was named");
+        assert!(!whole.borrow_and_update().named);
+        assert!(!other.has_changed().unwrap(), "t2 was passed by");
+        // A ring for everyone wakes t2 too, not named.
+        ringer.ring(&[Target::of(bell.name(), None)], "k", 5, b"doc");
+        tokio::time::timeout(Duration::from_secs(2), other.changed())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!other.borrow_and_update().named);
     }
 }

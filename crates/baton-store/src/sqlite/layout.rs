@@ -1,4 +1,4 @@
-//! How documents, history, records and watchers lie in the file: four tables (created and
+//! How documents, history, records and watchers lie in the file: five tables (created and
 //! migrated by `schema.rs`) and the statements that read and write them.
 //!
 //! | table | key | holds |
@@ -7,6 +7,7 @@
 //! | `baton_history` | `key`, `seq` | `entry`, `written_ms`; seqs count from 1 per key |
 //! | `baton_records` | `key`, `name` | `bytes` |
 //! | `baton_watchers` | `key`, `socket` | who to wake when the key changes (`doorbell.rs`) |
+//! | `baton_watch_tags` | `key`, `socket`, `tag` | a watcher woken only by writes that name one of its tags |
 //!
 //! Keys are TEXT compared with memcmp, which for UTF-8 is code point order: `list` is a range
 //! on the primary key up to [`crate::key_range::successor_text`], never `LIKE` (so `%` and `_`
@@ -71,8 +72,29 @@ pub const PUT_RECORD: &str = "INSERT INTO baton_records (key, name, bytes) VALUE
 /// Reads a record: `?1` key, `?2` name.
 pub const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = ?1 AND name = ?2";
 
-/// The abstract socket names watching `?1` (`doorbell.rs`), read by a CAS under its write lock.
+/// The abstract socket names watching `?1` (`doorbell.rs`).
 pub const WATCHERS_OF: &str = "SELECT socket FROM baton_watchers WHERE key = ?1";
+
+/// The sockets watching `?1`, each with its tags (a NULL tag: woken by every write), read by a
+/// write under its lock.
+pub const WATCHERS_AND_TAGS_OF: &str = "SELECT w.socket, t.tag FROM baton_watchers w
+     LEFT JOIN baton_watch_tags t ON t.key = w.key AND t.socket = w.socket
+     WHERE w.key = ?1";
+
+/// Enters tag `?3` of watcher `?2` of `?1`.
+pub const ENTER_WATCH_TAG: &str =
+    "INSERT INTO baton_watch_tags (key, socket, tag) VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING";
+
+/// Removes tag `?3` of watcher `?2` of `?1`.
+pub const REMOVE_WATCH_TAG: &str =
+    "DELETE FROM baton_watch_tags WHERE key = ?1 AND socket = ?2 AND tag = ?3";
+
+/// Removes tag `?2` of every watcher of `?1`: its ticket ended. A socket left with no tag is
+/// woken by every write, so the first write after its process died finds it gone.
+pub const FORGET_WATCH_TAG: &str = "DELETE FROM baton_watch_tags WHERE key = ?1 AND tag = ?2";
+
+/// Removes every tag of watcher `?2` of `?1`.
+pub const REMOVE_WATCH_TAGS: &str = "DELETE FROM baton_watch_tags WHERE key = ?1 AND socket = ?2";
 
 /// Enters `?2` as a watcher of `?1`.
 pub const ENTER_WATCHER: &str =

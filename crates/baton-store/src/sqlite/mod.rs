@@ -17,9 +17,11 @@ mod doorbell;
 mod errors;
 mod layout;
 mod schema;
+mod tags;
 pub mod url;
 mod watch;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -67,6 +69,8 @@ struct Inner {
     ringer: doorbell::Ringer,
     /// Watchers whose names nobody holds any more, removed by this store's next write.
     gone_watchers: Mutex<Vec<(String, String)>>,
+    /// Per key, this store's watch tags left for its next write to the key (`watch_by`).
+    deferred_tags: Mutex<HashMap<String, tags::Entries>>,
     /// `sqlite:<absolute path>`, computed once.
     description: String,
     /// How much history each CAS leaves per key.
@@ -153,6 +157,7 @@ impl SqliteStore {
                 doorbell: std::sync::OnceLock::new(),
                 ringer: doorbell::Ringer::default(),
                 gone_watchers: Mutex::new(Vec::new()),
+                deferred_tags: Mutex::new(HashMap::new()),
                 description,
                 retention,
             }),
@@ -175,6 +180,54 @@ impl SqliteStore {
                 .collect()
         })
         .await
+    }
+
+    /// A watch of `key` (by `tag`: [`Store::watch_tagged`]) through this store's doorbell,
+    /// its entries in the file brought to what its watchers need (`tags::plan`); through
+    /// the file's inotify watch where no doorbell can be bound.
+    ///
+    /// The entries are written before it returns, but for a watch by tag of a key already
+    /// entered here, whose tag entries are left to this store's next write to the key (in that
+    /// write's transaction): a waiter watches before its enqueue, and a transaction of its own
+    /// for each wait cost a loop of waits in one process a fifth of its turns. Until then, a
+    /// write naming only other tags may pass the socket by. A second watch of the key before
+    /// that write writes them at once.
+    async fn watch_by(&self, key: &str, tag: Option<&str>) -> Result<Option<WatchHandle>> {
+        let bell = self.inner.doorbell.get_or_init(|| {
+            doorbell::Doorbell::start(&self.inner.path)
+                .inspect_err(|error| {
+                    tracing::debug!(%error, "no wake-up socket; waiters follow the file instead");
+                })
+                .ok()
+        });
+        let Some(bell) = bell else {
+            return Ok(self.watch_file());
+        };
+        let mut entered = bell.entries().await;
+        let receiver = bell.subscribe(key, tag);
+        let entries = bell.plan(&entered, key);
+        let deferred = lock(&self.inner.deferred_tags).remove(key);
+        if tag.is_some() && deferred.is_none() && entries.only_tags() {
+            if !entries.is_empty() {
+                tags::record(&mut entered, key, &entries);
+                lock(&self.inner.deferred_tags).insert(key.to_owned(), entries);
+            }
+            return Ok(Some(WatchHandle::new(receiver)));
+        }
+        let entries = Arc::new(deferred.unwrap_or_default().then(entries));
+        if !entries.is_empty() {
+            let (owned_key, name, planned) =
+                (key.to_owned(), bell.name().to_owned(), Arc::clone(&entries));
+            self.run(move |connection| {
+                let transaction =
+                    connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                enter(&transaction, &owned_key, &name, &planned)?;
+                transaction.commit()
+            })
+            .await?;
+            tags::record(&mut entered, key, &entries);
+        }
+        Ok(Some(WatchHandle::new(receiver)))
     }
 
     /// A wake-up at every write to the file, from inotify: one watcher per store, started on
@@ -238,6 +291,7 @@ impl Store for SqliteStore {
         Capabilities {
             watch: true,
             watch_documents: true,
+            watch_tagged: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
@@ -269,6 +323,8 @@ impl Store for SqliteStore {
             history: history.to_vec(),
             due_ms,
             records: Vec::new(),
+            wake: None,
+            ended_tags: Vec::new(),
         };
         let inner = Arc::clone(&self.inner);
         self.run(move |connection| {
@@ -405,42 +461,11 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
-        let bell = self.inner.doorbell.get_or_init(|| {
-            doorbell::Doorbell::start(&self.inner.path)
-                .inspect_err(|error| {
-                    tracing::debug!(%error, "no wake-up socket; waiters follow the file instead");
-                })
-                .ok()
-        });
-        let Some(bell) = bell else {
-            return Ok(self.watch_file());
-        };
-        let mut entered = bell.entries().await;
-        let receiver = bell.subscribe(key);
-        let unwatched = bell.unwatched(&entered);
-        if !entered.contains(key) || !unwatched.is_empty() {
-            let (owned_key, name, removed) =
-                (key.to_owned(), bell.name().to_owned(), unwatched.clone());
-            self.run(move |connection| {
-                let transaction =
-                    connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                for gone in &removed {
-                    transaction
-                        .prepare_cached(layout::REMOVE_WATCHER)?
-                        .execute((gone, &name))?;
-                }
-                transaction
-                    .prepare_cached(layout::ENTER_WATCHER)?
-                    .execute((&owned_key, &name))?;
-                transaction.commit()
-            })
-            .await?;
-            for gone in &unwatched {
-                entered.remove(gone);
-            }
-            entered.insert(key.to_owned());
-        }
-        Ok(Some(WatchHandle::new(receiver)))
+        self.watch_by(key, None).await
+    }
+
+    async fn watch_tagged(&self, key: &str, tag: &str) -> Result<Option<WatchHandle>> {
+        self.watch_by(key, Some(tag)).await
     }
 
     async fn clock(&self) -> Result<StoreClock> {
@@ -485,6 +510,39 @@ impl Store for SqliteStore {
     }
 }
 
+/// Brings the entries of watcher `name` to what `entries` says for `key`, in `transaction`.
+fn enter(
+    transaction: &rusqlite::Transaction<'_>,
+    key: &str,
+    name: &str,
+    entries: &tags::Entries,
+) -> rusqlite::Result<()> {
+    for gone in &entries.forget {
+        transaction
+            .prepare_cached(layout::REMOVE_WATCHER)?
+            .execute((gone, name))?;
+        transaction
+            .prepare_cached(layout::REMOVE_WATCH_TAGS)?
+            .execute((gone, name))?;
+    }
+    if let Some(key) = &entries.enter {
+        transaction
+            .prepare_cached(layout::ENTER_WATCHER)?
+            .execute((key, name))?;
+    }
+    for tag in &entries.remove_tags {
+        transaction
+            .prepare_cached(layout::REMOVE_WATCH_TAG)?
+            .execute((key, name, tag))?;
+    }
+    for tag in &entries.add_tags {
+        transaction
+            .prepare_cached(layout::ENTER_WATCH_TAG)?
+            .execute((key, name, tag))?;
+    }
+    Ok(())
+}
+
 /// Writes `replacement` over the key's document at `current_version` (as read in `transaction`,
 /// which holds the write lock), commits, and wakes the key's watchers with the new document: the one write
 /// path of [`Store::cas_due`] and [`Store::update`].
@@ -500,6 +558,8 @@ fn replace(
         history,
         due_ms,
         records,
+        wake,
+        ended_tags,
     } = replacement;
     // SQLite's integers are i64; a due time past that is "never" for any real clock.
     let due_ms: Option<i64> = due_ms.and_then(|ms| i64::try_from(ms).ok());
@@ -525,16 +585,30 @@ fn replace(
         append_history(&transaction, key, &history, inner.retention)?;
     }
     let gone = std::mem::take(&mut *lock(&inner.gone_watchers));
-    let watchers = match watchers_of(&transaction, key, &gone) {
+    let deferred = lock(&inner.deferred_tags).remove(key);
+    let put_back = |inner: &Inner, gone, deferred: Option<tags::Entries>| {
+        lock(&inner.gone_watchers).extend(gone);
+        if let Some(entries) = deferred {
+            lock(&inner.deferred_tags).insert(key.to_owned(), entries);
+        }
+    };
+    let watchers = match watchers_of(&transaction, key, &gone, &ended_tags).and_then(|watchers| {
+        enter_deferred(inner, &transaction, key, deferred.as_ref())?;
+        Ok(watchers)
+    }) {
         Ok(watchers) => watchers,
         Err(error) => {
-            lock(&inner.gone_watchers).extend(gone);
+            put_back(inner, gone, deferred);
             return Err(error);
         }
     };
-    transaction.commit()?;
-    if !watchers.is_empty() {
-        let gone = inner.ringer.ring(&watchers, key, new_version, &bytes);
+    if let Err(error) = transaction.commit() {
+        put_back(inner, Vec::new(), deferred);
+        return Err(error);
+    }
+    let targets = tags::targets(watchers, wake.as_deref());
+    if !targets.is_empty() {
+        let gone = inner.ringer.ring(&targets, key, new_version, &bytes);
         lock(&inner.gone_watchers).extend(gone.into_iter().map(|name| (key.to_owned(), name)));
     }
     Ok(Version(new_version.to_string()))
@@ -573,22 +647,51 @@ fn append_history(
     Ok(())
 }
 
-/// The watchers of `key` a write must wake, read under the write lock; first removes the
-/// `gone` ones (names whose sends were refused).
+/// Writes this store's watch tags of `key` left for its next write (`SqliteStore::watch_by`).
+fn enter_deferred(
+    inner: &Inner,
+    transaction: &rusqlite::Transaction<'_>,
+    key: &str,
+    deferred: Option<&tags::Entries>,
+) -> rusqlite::Result<()> {
+    let name = inner
+        .doorbell
+        .get()
+        .and_then(Option::as_ref)
+        .map(|bell| bell.name());
+    match (deferred, name) {
+        (Some(entries), Some(name)) => enter(transaction, key, name, entries),
+        _ => Ok(()),
+    }
+}
+
+/// The watchers of `key`, each with its tags, read under the write lock; first removes the
+/// `gone` ones (names whose sends were refused), and after the read the `ended` tags, which no
+/// later write names.
 fn watchers_of(
     transaction: &rusqlite::Transaction<'_>,
     key: &str,
     gone: &[(String, String)],
-) -> rusqlite::Result<Vec<String>> {
+    ended: &[String],
+) -> rusqlite::Result<Vec<(String, Option<String>)>> {
     for (key, name) in gone {
         transaction
             .prepare_cached(layout::REMOVE_WATCHER)?
             .execute((key, name))?;
+        transaction
+            .prepare_cached(layout::REMOVE_WATCH_TAGS)?
+            .execute((key, name))?;
     }
-    transaction
-        .prepare_cached(layout::WATCHERS_OF)?
-        .query_map([key], |row| row.get(0))?
-        .collect()
+    let watchers = transaction
+        .prepare_cached(layout::WATCHERS_AND_TAGS_OF)?
+        .query_map([key], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for tag in ended {
+        transaction
+            .prepare_cached(layout::FORGET_WATCH_TAG)?
+            .execute((key, tag))?;
+    }
+    Ok(watchers)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

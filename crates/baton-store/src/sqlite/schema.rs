@@ -92,15 +92,23 @@ const HISTORY_WRITTEN_V4: &str = "
     ALTER TABLE baton_history ADD COLUMN written_ms INTEGER;
 ";
 
-/// Who to wake when a key changes (`doorbell.rs`). Not a schema version of its own: an older
-/// baton must keep opening the file (it neither reads nor writes this table, and only its
-/// wake-ups are slower for a newer watcher, which then reads by timer). `IF NOT EXISTS` on a
-/// table that exists takes no write lock, so opening an existing file writes nothing.
+/// Who to wake when a key changes, and the tags a watcher is woken for alone (`doorbell.rs`).
+/// Not a schema version of its own: an older baton must keep opening the file (it neither
+/// reads nor writes these tables, and only its wake-ups are slower for a newer watcher, which
+/// then reads by timer; it wakes a tagged watcher at every write, as it wakes any). `IF NOT
+/// EXISTS` on a table that exists takes no write lock, so opening an existing file writes
+/// nothing.
 const CREATE_WATCHERS: &str = "
     CREATE TABLE IF NOT EXISTS baton_watchers (
         key TEXT NOT NULL,
         socket TEXT NOT NULL,
         PRIMARY KEY (key, socket)
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS baton_watch_tags (
+        key TEXT NOT NULL,
+        socket TEXT NOT NULL,
+        tag TEXT NOT NULL,
+        PRIMARY KEY (key, socket, tag)
     ) WITHOUT ROWID;
 ";
 
