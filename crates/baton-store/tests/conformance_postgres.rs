@@ -629,18 +629,31 @@ async fn a_channel_nobody_watches_is_left_at_its_first_notification() {
             .expect("LISTEN works"),
     );
     let before = watching.notifications_received().await;
-    let mut version = None;
-    for _ in 0..20 {
-        let outcome = writer.cas(&key, version.as_ref(), b"x", &[]).await.unwrap();
-        version = Some(written_version(outcome));
+    let mut version = Some(written_version(
+        writer.cas(&key, None, b"x", &[]).await.unwrap(),
+    ));
+    // The key's channel was left at the prefix's watch; the first write's notification on the
+    // shared one leaves that. The listener carries out one thing at a time, so the marker's
+    // LISTEN below returns after that UNLISTEN, however slowly a loaded machine runs it.
+    let waited = std::time::Instant::now();
+    while watching.notifications_received().await == before {
+        assert!(
+            waited.elapsed() < Duration::from_secs(10),
+            "the first write's notification never came"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // Notifications come in commit order: once the marker's has come, the others have.
     let marker = format!("{}marker", prefix("left-at-first"));
     let mut handle = watching
         .watch(&marker)
         .await
         .unwrap()
         .expect("LISTEN works");
+    for _ in 1..20 {
+        let outcome = writer.cas(&key, version.as_ref(), b"x", &[]).await.unwrap();
+        version = Some(written_version(outcome));
+    }
+    // Notifications come in commit order: once the marker's has come, the others have.
     let written = written_version(writer.cas(&marker, None, b"m", &[]).await.unwrap());
     assert!(next_pushed(&mut handle, &written).await.is_some());
     let told = watching.notifications_received().await - before;
