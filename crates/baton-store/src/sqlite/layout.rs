@@ -75,11 +75,9 @@ pub const GET_RECORD: &str = "SELECT bytes FROM baton_records WHERE key = ?1 AND
 /// The abstract socket names watching `?1` (`doorbell.rs`).
 pub const WATCHERS_OF: &str = "SELECT socket FROM baton_watchers WHERE key = ?1";
 
-/// The sockets watching `?1`, each with its tags (a NULL tag: woken by every write), read by a
-/// write under its lock.
-pub const WATCHERS_AND_TAGS_OF: &str = "SELECT w.socket, t.tag FROM baton_watchers w
-     LEFT JOIN baton_watch_tags t ON t.key = w.key AND t.socket = w.socket
-     WHERE w.key = ?1";
+/// The tags of the sockets watching `?1` by tag (a socket with none is woken by every write),
+/// read by a write under its lock.
+pub const WATCH_TAGS_OF: &str = "SELECT socket, tag FROM baton_watch_tags WHERE key = ?1";
 
 /// Enters tag `?3` of watcher `?2` of `?1`.
 pub const ENTER_WATCH_TAG: &str =

@@ -682,10 +682,28 @@ fn watchers_of(
             .prepare_cached(layout::REMOVE_WATCH_TAGS)?
             .execute((key, name))?;
     }
-    let watchers = transaction
-        .prepare_cached(layout::WATCHERS_AND_TAGS_OF)?
+    // Two statements, not a join: SQLite prepared the join again at every step (half of a
+    // lone writer's lost cycles, measured in BENCHMARKS.md).
+    let mut watchers: Vec<(String, Option<String>)> = transaction
+        .prepare_cached(layout::WATCHERS_OF)?
+        .query_map([key], |row| Ok((row.get(0)?, None)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let tags: Vec<(String, String)> = transaction
+        .prepare_cached(layout::WATCH_TAGS_OF)?
         .query_map([key], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    if !tags.is_empty() {
+        let mut with_tags = Vec::new();
+        for (socket, _) in watchers.drain(..) {
+            let mine: Vec<_> = tags.iter().filter(|(s, _)| *s == socket).collect();
+            if mine.is_empty() {
+                with_tags.push((socket, None));
+            } else {
+                with_tags.extend(mine.into_iter().map(|(s, t)| (s.clone(), Some(t.clone()))));
+            }
+        }
+        watchers = with_tags;
+    }
     for tag in ended {
         transaction
             .prepare_cached(layout::FORGET_WATCH_TAG)?
