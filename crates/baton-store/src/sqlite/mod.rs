@@ -688,23 +688,36 @@ fn watchers_of(
         .prepare_cached(layout::WATCHERS_OF)?
         .query_map([key], |row| Ok((row.get(0)?, None)))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    let tags: Vec<(String, String)> = transaction
+    // A socket's tags are entered with or after its own entry and removed with it, so a key
+    // nobody watches has no tags to read or forget: a lone writer's case, spared two
+    // statements a write.
+    if watchers.is_empty() {
+        return Ok(watchers);
+    }
+    let mut tags: HashMap<String, Vec<String>> = HashMap::new();
+    for row in transaction
         .prepare_cached(layout::WATCH_TAGS_OF)?
-        .query_map([key], |row| Ok((row.get(0)?, row.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .query_map([key], |row| Ok((row.get::<_, String>(0)?, row.get(1)?)))?
+    {
+        let (socket, tag) = row?;
+        tags.entry(socket).or_default().push(tag);
+    }
     if !tags.is_empty() {
-        let mut with_tags = Vec::new();
+        let mut with_tags = Vec::with_capacity(watchers.len());
         for (socket, _) in watchers.drain(..) {
-            let mine: Vec<_> = tags.iter().filter(|(s, _)| *s == socket).collect();
-            if mine.is_empty() {
-                with_tags.push((socket, None));
-            } else {
-                with_tags.extend(mine.into_iter().map(|(s, t)| (s.clone(), Some(t.clone()))));
+            match tags.get(&socket) {
+                Some(mine) => {
+                    with_tags.extend(mine.iter().map(|t| (socket.clone(), Some(t.clone()))))
+                }
+                None => with_tags.push((socket, None)),
             }
         }
         watchers = with_tags;
     }
-    for tag in ended {
+    // Only tags some socket entered: most tickets end with no watcher ever tagged by them (a
+    // turn granted at once), and the statement would find nothing.
+    let entered = |tag: &String| tags.values().any(|mine| mine.contains(tag));
+    for tag in ended.iter().filter(|tag| entered(tag)) {
         transaction
             .prepare_cached(layout::FORGET_WATCH_TAG)?
             .execute((key, tag))?;
