@@ -328,9 +328,11 @@ impl<'a> Waiter<'a> {
         let (watch, missed) = match watched_before {
             Some(watch) => {
                 // A store may enter a watch by tag with its next write to the key, the
-                // enqueue; one that wrote nothing (a retry that found its ticket) did not.
-                // Watching again enters it at once if it is still waiting.
-                coord.store().watch_tagged(key, &pending.id).await?;
+                // enqueue; one that wrote nothing here (a retry that found its ticket, or a
+                // server's write) did not. Watching again enters it at once.
+                if enqueued.executed.version.is_none() {
+                    coord.store().watch_tagged(key, &pending.id).await?;
+                }
                 (Some(watch), false)
             }
             None => (coord.store().watch_tagged(key, &pending.id).await?, true),
