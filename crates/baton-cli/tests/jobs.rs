@@ -611,13 +611,19 @@ fn killed_workers_lose_no_job_and_no_key_ever_runs_twice_at_once() {
                 done.describe()
             );
         }
-        for proc in workers
-            .into_iter()
-            .filter_map(|mut p| (!p.has_exited()).then_some(p))
-        {
-            stop(proc);
+        for proc in workers.iter_mut() {
+            if !proc.has_exited() {
+                common::send_signal(proc.pid(), libc::SIGTERM);
+                proc.wait(PROMPT).assert_code(0);
+            }
         }
-        check_many_log(&ctx.lines("log"), &submitted, &killed_pids);
+        let stderr: Vec<String> = workers.iter().map(|w| w.stderr()).collect();
+        check_many_log(
+            &ctx.lines("log"),
+            &submitted,
+            &killed_pids,
+            &commands_killed(&stderr),
+        );
         // The resource itself saw no two holds of a key overlap, fences rise in the order
         // holds began, and no write came with a stale fence.
         let verdict = resource.verdict();
@@ -680,25 +686,67 @@ fn wait_for_running_worker(ctx: &Ctx, workers: &mut [common::Proc], killed: &[i3
     })
 }
 
+/// The runs (job id, attempt) whose command a worker killed because it could not renew its
+/// lease in time, as the workers' `stderr` says: such a run logs no end.
+fn commands_killed(stderr: &[String]) -> Vec<(String, String)> {
+    stderr
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter(|line| line.contains(": lease lost, command killed"))
+        .filter_map(|line| {
+            // `baton: KEY ID attempt N: lease lost, command killed: …`
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["baton:", _key, id, "attempt", attempt, ..] => {
+                    Some(((*id).to_owned(), attempt.trim_end_matches(':').to_owned()))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_command_killed_for_a_lost_lease_is_read_from_the_workers_stderr() {
+    let stderr = [
+        "baton: t1/many/5 j-5a29 attempt 1: queued again after 206ms, next attempt 2 (exit 3)\n\
+         baton: t1/many/5 j-5a29 attempt 2: lease lost, command killed: could not renew the \
+         lease in time (was this process paused or suspended, or the store unreachable?)\n"
+            .to_owned(),
+        "baton: t1/many/2 j-77 attempt 1: succeeded after 611ms\n".to_owned(),
+    ];
+    assert_eq!(
+        commands_killed(&stderr),
+        [("j-5a29".to_owned(), "2".to_owned())]
+    );
+}
+
 /// Checks the run log: per key, runs never overlap (a run's end comes before the next start,
-/// unless its worker was killed) and fences rise; jobs first start in submit order; a
-/// `fail-once` job succeeds at attempt 2 or later.
-fn check_many_log(lines: &[String], submitted: &[(String, String, &str)], killed: &[i32]) {
+/// unless its worker was killed, or its command was, for a lease the worker could not renew:
+/// the fenced resource checks those runs' holds) and fences rise; jobs first start in submit
+/// order; a `fail-once` job succeeds at attempt 2 or later.
+fn check_many_log(
+    lines: &[String],
+    submitted: &[(String, String, &str)],
+    killed: &[i32],
+    commands_killed: &[(String, String)],
+) {
     use std::collections::HashMap;
     let text = || lines.join("\n");
-    // key -> (the run going on: id, fence, worker pid), last fence, jobs in first-start order
-    let mut open: HashMap<&str, (String, u64, i32)> = HashMap::new();
+    // key -> (the run going on: id, attempt, worker pid), last fence, jobs in first-start order
+    let mut open: HashMap<&str, (String, String, i32)> = HashMap::new();
     let mut last_fence: HashMap<&str, u64> = HashMap::new();
     let mut first_starts: HashMap<&str, Vec<String>> = HashMap::new();
     for line in lines {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
-            ["start", key, id, fence, _attempt, ppid] => {
+            ["start", key, id, fence, attempt, ppid] => {
                 let fence: u64 = fence.parse().expect("fence");
                 let ppid: i32 = ppid.parse().expect("ppid");
-                if let Some((other, _, pid)) = open.get(key) {
+                if let Some((other, other_attempt, pid)) = open.get(key) {
+                    let lost = (other.clone(), other_attempt.clone());
                     assert!(
-                        killed.contains(pid),
+                        killed.contains(pid) || commands_killed.contains(&lost),
                         "{key}: {id} started while {other} ran:\n{}",
                         text()
                     );
@@ -709,7 +757,7 @@ fn check_many_log(lines: &[String], submitted: &[(String, String, &str)], killed
                     "{key}: fence {fence} after {last}:\n{}",
                     text()
                 );
-                open.insert(key, ((*id).to_owned(), fence, ppid));
+                open.insert(key, ((*id).to_owned(), (*attempt).to_owned(), ppid));
                 let order = first_starts.entry(key).or_default();
                 if !order.iter().any(|seen| seen == id) {
                     order.push((*id).to_owned());
