@@ -27,8 +27,10 @@ fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
         // Renewed every second, so it hears the ask within about a second.
         let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "3s"]);
         ctx.wait_started("H");
+        // N's ticket waits only until H is stopped (a renewal and a SIGTERM): on a loaded
+        // machine that is over before a `status` call sees it, so nothing waits for it here.
+        // H can only be asked to stop by a queued N, which is what the stderr check shows.
         let mut newer = spawn_canceller(ctx, "N", &key, &[]);
-        ctx.wait_queued(&key, "N");
 
         let stopped = holder.wait(PROMPT);
         stopped.assert_code(76);
