@@ -110,9 +110,11 @@ fn mutex_never_overlaps_and_fences_increase_in_grant_order() {
         );
         let started = Instant::now();
         let mut loops = start_loops(ctx, N_LOOPS, N_TURNS, &command, &[("KEY", &key)]);
+        // The deadline catches a hang, not slowness: how fast turns are handed over is
+        // measured by the benchmarks (B8), where a figure does not depend on what else a
+        // loaded CI machine is running.
         wait_loops(&mut loops, started + Duration::from_secs(240));
-        let elapsed = started.elapsed();
-        eprintln!("{} turns in {elapsed:?}", N_LOOPS * N_TURNS);
+        eprintln!("{} turns in {:?}", N_LOOPS * N_TURNS, started.elapsed());
 
         assert_eq!(
             ctx.read("failures"),
@@ -142,11 +144,6 @@ fn mutex_never_overlaps_and_fences_increase_in_grant_order() {
             view.fence(),
             fences.last().copied(),
             "status shows the last fence handed out"
-        );
-        // A budget, not a correctness check: 400 turns on 2 cores in a debug build.
-        assert!(
-            elapsed < Duration::from_secs(120),
-            "400 turns took {elapsed:?}: hand-over is far too slow"
         );
     });
 }
