@@ -49,9 +49,13 @@ fn a_queue_longer_than_the_window_runs_in_arrival_order() {
         ctx.wait_started("H");
         let mut waiters: Vec<(String, common::Proc)> = Vec::new();
         for i in 1..=WAITERS {
-            // Polls up to 2 s make a claim window of 6 s: 50 processes polling the emulated S3
-            // and DynamoDB load them so that a grant may take over 2 s to be claimed.
-            let args = ["--poll", "200ms..2s", "--waiter-ttl", "10s"];
+            // 50 waiters load the emulated S3 and DynamoDB (one Python process, shared with
+            // the tests beside this one): polls of up to 2 s and waiter refreshes every 3 s
+            // were 40 requests a second, and on a loaded CI machine a release took longer
+            // than a grant's claim window (9 s at 2 s) and an enqueue over 30 s behind the
+            // refreshes. Polls up to 4 s (a claim window of 13 s) and a waiter lease of 20 s
+            // halve that; the killed waiter still lapses, only later.
+            let args = ["--poll", "200ms..4s", "--waiter-ttl", "20s"];
             let proc = ctx.spawn_gated(&name(i), &key, &args);
             ctx.wait_status(&format!("{} queued", name(i)), &key, PROMPT, |view| {
                 let (window, backlog) = waiting(view);
