@@ -36,7 +36,7 @@ fn worker(ctx: &Ctx, name: &str, extra: &[&str], script: &str) -> common::Proc {
 
 /// Stops a worker as an operator would (SIGTERM: it lets running jobs finish) and checks it
 /// exited 0.
-fn stop(mut proc: common::Proc) {
+fn stop(proc: &mut common::Proc) {
     common::send_signal(proc.pid(), libc::SIGTERM);
     proc.wait(PROMPT).assert_code(0);
 }
@@ -56,16 +56,16 @@ fn a_busy_key_never_delays_a_free_one_and_one_key_runs_in_submit_order() {
         let a2 = submit(ctx, &a, &[]);
         let b1 = submit(ctx, &b, &[]);
         let prefix = ctx.key("env/");
-        let w1 = worker(ctx, "w1", &[&prefix], &logging_job("1", 0));
-        let w2 = worker(ctx, "w2", &[&prefix], &logging_job("1", 0));
+        let mut w1 = worker(ctx, "w1", &[&prefix], &logging_job("1", 0));
+        let mut w2 = worker(ctx, "w2", &[&prefix], &logging_job("1", 0));
         for id in [&a1, &a2, &b1] {
             let key = if id == &b1 { &b } else { &a };
             ctx.baton(["wait", key.as_str(), id.as_str()])
                 .run()
                 .assert_code(0);
         }
-        stop(w1);
-        stop(w2);
+        stop(&mut w1);
+        stop(&mut w2);
         let log = ctx.lines("log");
         let at = |what: &str, key: &str, id: &str| log_index(&log, &format!("{what} {key} {id}"));
         assert!(
@@ -95,7 +95,7 @@ fn a_key_with_a_backlog_delays_another_key_by_one_run_at_most() {
         // Hot jobs of a second: the mark is written before `submit` starts, and a loaded
         // machine may take a few hundred milliseconds to start it and land its write; a hot
         // job that starts meanwhile counts against the rule, so each must outlast that.
-        let w = worker(ctx, "w", &[&prefix], &logging_job("1", 0));
+        let mut w = worker(ctx, "w", &[&prefix], &logging_job("1", 0));
         let hot_lines = |ctx: &Ctx, what: &str| {
             let head = format!("{what} {hot} ");
             ctx.lines("log")
@@ -110,7 +110,7 @@ fn a_key_with_a_backlog_delays_another_key_by_one_run_at_most() {
         ctx.baton(["wait", cold.as_str(), cold_id.as_str()])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
         let log = ctx.lines("log");
         let marked = log_index(&log, "submitting cold");
         let cold_started = log_index(&log, &format!("start {cold} {cold_id}"));
@@ -166,11 +166,11 @@ fn not_before_holds_a_job_until_its_time() {
         assert!(row["ready_at"].is_string(), "{}", listed.describe());
         let now_key = ctx.key("now");
         let past = submit(ctx, &now_key, &["--not-before", "2020-01-01T00:00:00Z"]);
-        let w = worker(ctx, "w", &[&now_key], "true");
+        let mut w = worker(ctx, "w", &[&now_key], "true");
         ctx.baton(["wait", now_key.as_str(), past.as_str()])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
     });
 }
 
@@ -190,11 +190,11 @@ fn a_superseding_submit_ends_the_queued_jobs_and_wait_exits_76() {
         let status = ctx.baton(["status", key.as_str()]).run();
         status.assert_code(0);
         assert!(status.stdout.contains(&new), "{}", status.describe());
-        let w = worker(ctx, "w", &[&key], "true");
+        let mut w = worker(ctx, "w", &[&key], "true");
         ctx.baton(["wait", key.as_str(), new.as_str()])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
         // Both are in `baton log`, with how they ended.
         let log = ctx.baton(["log", key.as_str()]).run();
         log.assert_code(0);
@@ -215,7 +215,7 @@ fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
     for_each_store(|ctx| {
         let key = ctx.key("flaky");
         let id = submit(ctx, &key, &["--max-attempts", "2", "--backoff", "500ms"]);
-        let w = worker(
+        let mut w = worker(
             ctx,
             "w",
             &[&key],
@@ -226,7 +226,7 @@ fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
         assert!(done.stdout.contains("attempt 2"), "{}", done.describe());
         assert!(done.stderr.contains("oops"), "{}", done.describe());
         assert!(done.stderr.contains("dead"), "{}", done.describe());
-        stop(w);
+        stop(&mut w);
         // `jobs` lists it as dead with its error; `jobs show` has both runs and their output.
         let prefix = ctx.key("");
         let done = ctx
@@ -258,11 +258,11 @@ fn a_failing_job_is_retried_then_dead_and_wait_says_so_with_its_output() {
         ctx.baton(["retry", key.as_str(), id.as_str()])
             .run()
             .assert_code(0);
-        let w = worker(ctx, "w2", &[&key], "echo \"attempt $BATON_ATTEMPT\"");
+        let mut w = worker(ctx, "w2", &[&key], "echo \"attempt $BATON_ATTEMPT\"");
         let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
         done.assert_code(0);
         assert!(done.stdout.contains("attempt 1"), "{}", done.describe());
-        stop(w);
+        stop(&mut w);
         // The runs before the retry keep their reports; the new one is the third.
         let done = ctx
             .baton(["jobs", "show", "--json", key.as_str(), id.as_str()])
@@ -284,11 +284,11 @@ fn exit_75_releases_the_job_back_without_spending_an_attempt() {
         // The first run asks to be released back; the second succeeds. Attempt stays 1.
         let script = "echo \"run $BATON_ATTEMPT\" >> \"$TEST_DIR/log\"; \
                       if [ ! -e \"$TEST_DIR/once\" ]; then touch \"$TEST_DIR/once\"; exit 75; fi";
-        let w = worker(ctx, "w", &["--release-delay", "200ms", &key], script);
+        let mut w = worker(ctx, "w", &["--release-delay", "200ms", &key], script);
         ctx.baton(["wait", key.as_str(), id.as_str()])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert_eq!(ctx.lines("log"), ["run 1", "run 1"]);
     });
 }
@@ -298,7 +298,7 @@ fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
     for_each_store(|ctx| {
         let key = ctx.key("async");
         let id = submit(ctx, &key, &[]);
-        let w = worker(
+        let mut w = worker(
             ctx,
             "w",
             &["--async", "--ttl", "30s", &key],
@@ -330,7 +330,7 @@ fn an_async_job_is_completed_by_another_process_and_refused_a_wrong_token() {
         ctx.baton(["wait", key.as_str(), id.as_str()])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
     });
 }
 
@@ -339,11 +339,11 @@ fn a_job_past_its_max_run_is_stopped_as_a_failed_attempt() {
     for_each_store(|ctx| {
         let key = ctx.key("slow");
         let id = submit(ctx, &key, &["--max-run", "1s", "--max-attempts", "1"]);
-        let w = worker(ctx, "w", &[&key], "sleep 60");
+        let mut w = worker(ctx, "w", &[&key], "sleep 60");
         let done = ctx.baton(["wait", key.as_str(), id.as_str()]).run();
         done.assert_code(1);
         assert!(done.stderr.contains("max-run"), "{}", done.describe());
-        stop(w);
+        stop(&mut w);
     });
 }
 
@@ -369,7 +369,7 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
         assert!(done.stderr.contains("256 KiB"), "{}", done.describe());
         // The parameters reach the command exactly as first submitted, on stdin and in the
         // environment.
-        let w = worker(
+        let mut w = worker(
             ctx,
             "w",
             &[&key],
@@ -378,7 +378,7 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
         ctx.baton(["wait", key.as_str(), "deploy-1"])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert_eq!(ctx.read("stdin"), "{\"v\":1}");
         assert_eq!(ctx.read("env"), "{\"v\":1}");
         wait_until("nothing left", PROMPT, || {
@@ -391,9 +391,9 @@ fn submit_is_idempotent_by_id_and_refuses_bad_parameters() {
 /// of the key (`baton run`), more than the document remembers finished tickets.
 fn run_then_turns(ctx: &Ctx, key: &str, id: &str, turns: usize) {
     submit(ctx, key, &["--id", id]);
-    let w = worker(ctx, "w", &[key], &logging_job("0", 0));
+    let mut w = worker(ctx, "w", &[key], &logging_job("0", 0));
     ctx.baton(["wait", key, id]).run().assert_code(0);
-    stop(w);
+    stop(&mut w);
     for _ in 0..turns {
         ctx.baton(["run", key, "--", "true"]).run().assert_code(0);
     }
@@ -613,8 +613,7 @@ fn killed_workers_lose_no_job_and_no_key_ever_runs_twice_at_once() {
         }
         for proc in workers.iter_mut() {
             if !proc.has_exited() {
-                common::send_signal(proc.pid(), libc::SIGTERM);
-                proc.wait(PROMPT).assert_code(0);
+                stop(proc);
             }
         }
         let stderr: Vec<String> = workers.iter().map(|w| w.stderr()).collect();
@@ -815,7 +814,7 @@ fn why_says_what_a_job_waits_for() {
             .assert_code(0);
         // A worker serves it; its first attempt fails and it backs off for an hour.
         let prefix = ctx.key("");
-        let w = worker(ctx, "w", &[&prefix], "exit 3");
+        let mut w = worker(ctx, "w", &[&prefix], "exit 3");
         wait_until("the first attempt failed", PROMPT, || {
             let done = ctx.baton(["why", key.as_str()]).run();
             done.stdout
@@ -832,7 +831,7 @@ fn why_says_what_a_job_waits_for() {
             "{}",
             done.describe()
         );
-        stop(w);
+        stop(&mut w);
         ctx.baton(["cancel", key.as_str(), id.as_str()])
             .run()
             .assert_code(0);
@@ -850,13 +849,13 @@ fn an_async_job_whose_lease_runs_out_is_a_failed_attempt() {
     for_each_store(|ctx| {
         let key = ctx.key("async-lapse");
         let id = submit(ctx, &key, &["--max-attempts", "1"]);
-        let w = worker(ctx, "w", &["--async", "--ttl", "1s", &key], "true");
+        let mut w = worker(ctx, "w", &["--async", "--ttl", "1s", &key], "true");
         let done = ctx
             .baton(["wait", key.as_str(), id.as_str()])
             .run_within(Duration::from_secs(60));
         done.assert_code(1);
         assert!(done.stderr.contains("lease ran out"), "{}", done.describe());
-        stop(w);
+        stop(&mut w);
     });
 }
 
@@ -908,12 +907,12 @@ fn a_run_that_reported_success_and_died_before_its_end_is_recorded_not_run_again
         let key = ctx.key("reported");
         let id = submit(ctx, &key, &["--backoff", "100ms"]);
         claim_report_and_die(ctx, &key, false);
-        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let mut w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
         let done = ctx
             .baton(["wait", key.as_str(), id.as_str()])
             .run_within(Duration::from_secs(60));
         done.assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert!(
             !ctx.path("ran").exists(),
             "the command ran again after a run had reported its success"
@@ -968,12 +967,12 @@ fn a_run_that_said_it_succeeded_and_died_ends_the_job_succeeded_when_its_lease_r
         let told = runtime.block_on(job.succeeded()).expect("told the store");
         assert!(told, "the run held the job");
         job.heartbeat.stop_all();
-        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let mut w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
         let done = ctx
             .baton(["wait", key.as_str(), id.as_str()])
             .run_within(Duration::from_secs(60));
         done.assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert!(!ctx.path("ran").exists(), "the command ran again");
         let end = ctx.history(&key);
         let end = end
@@ -995,12 +994,12 @@ fn a_success_told_after_the_lease_ran_out_is_refused_and_the_job_runs_once_more(
         let id = submit(ctx, &key, &["--backoff", "100ms"]);
         let (runtime, job) = claim_by_hand(ctx, &key);
         job.heartbeat.stop_all();
-        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let mut w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
         let done = ctx
             .baton(["wait", key.as_str(), id.as_str()])
             .run_within(Duration::from_secs(60));
         done.assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert!(ctx.path("ran").exists(), "{}", done.describe());
         let told = runtime.block_on(job.succeeded()).expect("an answer");
         assert!(!told, "a run whose lease ran out cannot say it succeeded");
@@ -1015,12 +1014,12 @@ fn an_async_run_that_exited_0_and_was_never_completed_runs_again() {
         let key = ctx.key("async-reported");
         let id = submit(ctx, &key, &["--backoff", "100ms"]);
         claim_report_and_die(ctx, &key, true);
-        let w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
+        let mut w = worker(ctx, "w", &["--ttl", "2s", &key], "touch \"$TEST_DIR/ran\"");
         let done = ctx
             .baton(["wait", key.as_str(), id.as_str()])
             .run_within(Duration::from_secs(60));
         done.assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert!(ctx.path("ran").exists(), "{}", done.describe());
     });
 }
@@ -1078,7 +1077,7 @@ fn baton_run_turns_and_jobs_share_one_queue_on_a_key() {
         let job = submit(ctx, &key, &["--context", "J"]);
         let mut r2 = ctx.spawn_gated("R2", &key, &["--poll", "100ms"]);
         ctx.wait_queued(&key, "R2");
-        let w = worker(
+        let mut w = worker(
             ctx,
             "w",
             &[&key],
@@ -1098,7 +1097,7 @@ fn baton_run_turns_and_jobs_share_one_queue_on_a_key() {
         ctx.wait_started("R2");
         ctx.open_gate("R2");
         r2.wait(PROMPT).assert_code(0);
-        stop(w);
+        stop(&mut w);
         assert_eq!(
             ctx.log(),
             ["R1 start", "R1 end", "J start", "J end", "R2 start", "R2 end"],
@@ -1122,7 +1121,7 @@ fn an_idle_worker_is_woken_by_a_submit_where_the_store_pushes() {
         let script = "echo \"ran $BATON_JOB_ID\" >> \"$TEST_DIR/log\"";
         let mut args = vec!["worker", "--poll", "1h", ctx.prefix.as_str()];
         args.extend_from_slice(&["--", "sh", "-c", script]);
-        let w = ctx.baton(args).name("w").spawn();
+        let mut w = ctx.baton(args).name("w").spawn();
         let mut ran = Vec::new();
         for n in 0..3 {
             let key = ctx.key(&format!("k{n}"));
@@ -1132,7 +1131,7 @@ fn an_idle_worker_is_woken_by_a_submit_where_the_store_pushes() {
                 .assert_code(0);
             ran.push(format!("ran {id}"));
         }
-        stop(w);
+        stop(&mut w);
         assert_eq!(ctx.lines("log"), ran);
     });
 }
@@ -1144,7 +1143,7 @@ fn submit_wait_exits_with_the_jobs_end() {
     for_each_store(|ctx| {
         let key = ctx.key("waited");
         let script = "read -r p; case \"$p\" in *fail*) exit 3 ;; esac";
-        let w = worker(ctx, "w", &[&key], script);
+        let mut w = worker(ctx, "w", &[&key], script);
         let ok = ctx
             .baton(["submit", key.as_str(), "--params", "\"fine\"", "--wait"])
             .run_within(PROMPT);
@@ -1162,7 +1161,7 @@ fn submit_wait_exits_with_the_jobs_end() {
             ])
             .run_within(PROMPT);
         dead.assert_code(1);
-        stop(w);
+        stop(&mut w);
     });
 }
 
@@ -1211,11 +1210,11 @@ fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
         ctx.baton(["wait", key.as_str(), "j30"])
             .run()
             .assert_code(77);
-        let w = worker(ctx, "w", &[&key], &logging_job("0", 0));
+        let mut w = worker(ctx, "w", &[&key], &logging_job("0", 0));
         ctx.baton(["wait", key.as_str(), "j60"])
             .run()
             .assert_code(0);
-        stop(w);
+        stop(&mut w);
         let starts: Vec<String> = ctx
             .lines("log")
             .iter()
@@ -1267,7 +1266,7 @@ fn a_worker_never_runs_parameters_replaced_after_the_submit() {
         rewrite_record(ctx, &key, &format!("job/{id}"), |record| {
             record.replace("good", "evil")
         });
-        let w = worker(
+        let mut w = worker(
             ctx,
             "w",
             &[&key],
@@ -1284,7 +1283,7 @@ fn a_worker_never_runs_parameters_replaced_after_the_submit() {
             PROMPT,
             || w.stderr().contains(&replaced),
         );
-        stop(w);
+        stop(&mut w);
         assert!(
             !ctx.exists("log"),
             "the worker ran a command: {}",
