@@ -192,11 +192,14 @@ pub async fn serve(
     let address = listener
         .local_addr()
         .map_err(|e| ServeError::Io(format!("cannot read the address listened on: {e}")))?;
+    // Listened for before the line that says the server is up: a SIGTERM sent as soon as it
+    // is read stops the server gracefully, not by the signal's default action.
+    let shutdown = ShutdownSignals::listen()?;
     on_listening(address, acceptor.is_some());
     let feeds = state.feeds.clone();
     let app = routes::router(Arc::new(state));
     let stopping = async move {
-        shutdown_signal().await;
+        shutdown.recv().await;
         // Waits are handed back: every feed ends, and its client follows another server.
         feeds.close();
     };
@@ -250,19 +253,31 @@ pub fn reload_tokens_on_sighup(
     Ok(())
 }
 
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = term => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and SIGINT, caught from the moment [`ShutdownSignals::listen`] returns (a Tokio
+/// signal stream replaces the default action when it is made, not when it is first awaited).
+struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn listen() -> Result<Self, ServeError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind).map_err(|e| ServeError::Io(format!("cannot listen for {name}: {e}")))
+        };
+        Ok(Self {
+            term: listen(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+        })
     }
-    tracing::info!("stopping: no new connections; finishing the requests under way");
+
+    /// Resolves on the first SIGTERM or SIGINT.
+    async fn recv(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
+        tracing::info!("stopping: no new connections; finishing the requests under way");
+    }
 }
