@@ -7,7 +7,7 @@ use baton_testkit as common;
 
 use std::time::Duration;
 
-use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT};
+use common::{as_u64_lenient, for_each_store, with_fresh_sqlite, Ctx, PROMPT, RENEWING_TTL};
 
 /// Spawns `baton run KEY --cancel-running --context NAME -- (log NAME start, fence)`.
 fn spawn_canceller(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::Proc {
@@ -24,8 +24,8 @@ fn spawn_canceller(ctx: &Ctx, name: &str, key: &str, extra: &[&str]) -> common::
 fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
     for_each_store(|ctx| {
         let key = ctx.key("deploy");
-        // Renewed every second, so it hears the ask within about a second.
-        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "3s"]);
+        // Renewed every 2 s, so it hears the ask within about 2 s.
+        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", RENEWING_TTL]);
         ctx.wait_started("H");
         // N's ticket waits only until H is stopped (a renewal and a SIGTERM): on a loaded
         // machine that is over before a `status` call sees it, so nothing waits for it here.
@@ -72,12 +72,12 @@ fn a_running_holder_is_stopped_recorded_superseded_and_the_newer_run_follows() {
 fn a_holder_started_with_keep_is_not_asked_and_finishes_first() {
     for_each_store(|ctx| {
         let key = ctx.key("deploy");
-        let mut holder = ctx.spawn_gated("K", &key, &["--ttl", "3s", "--keep"]);
+        let mut holder = ctx.spawn_gated("K", &key, &["--ttl", RENEWING_TTL, "--keep"]);
         ctx.wait_started("K");
         let mut newer = spawn_canceller(ctx, "N", &key, &[]);
         ctx.wait_queued(&key, "N");
         // Several renewals pass: nobody asks a kept holder to stop.
-        std::thread::sleep(Duration::from_millis(2_500));
+        std::thread::sleep(Duration::from_millis(4_500));
         assert!(!holder.has_exited(), "the kept holder still runs");
         assert_eq!(ctx.log(), ["K start"]);
         ctx.open_gate("K");
@@ -158,7 +158,7 @@ while :; do sleep 0.1; done"#;
 fn a_job_submitted_with_cancel_running_stops_the_running_holder() {
     for_each_store(|ctx| {
         let key = ctx.key("deploy");
-        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", "3s"]);
+        let mut holder = ctx.spawn_gated("H", &key, &["--ttl", RENEWING_TTL]);
         ctx.wait_started("H");
         let submitted = ctx
             .baton(["submit", &key, "--cancel-running", "--context", "J"])
@@ -186,7 +186,16 @@ fn a_job_running_under_a_worker_is_stopped_and_ends_superseded() {
         let script = r#"echo "job start" >> "$TEST_DIR/log"; echo $$ > "$TEST_DIR/J.pid"; while :; do sleep 0.05; done"#;
         let mut worker = ctx
             .baton([
-                "worker", "--poll", "100ms", "--ttl", "3s", &key, "--", "sh", "-c", script,
+                "worker",
+                "--poll",
+                "100ms",
+                "--ttl",
+                RENEWING_TTL,
+                &key,
+                "--",
+                "sh",
+                "-c",
+                script,
             ])
             .name("worker")
             .spawn();

@@ -271,12 +271,8 @@ fn shared_holders_overlap_and_never_overtake_a_waiting_writer() {
 fn operator_cancel_ends_waiters_and_holders() {
     for_each_store(|ctx| {
         let key = ctx.key("ops");
-        // A short TTL, so the holder renews (and learns of the force-release) every two
-        // seconds. Not 3 s: on S3, whose clock reads whole seconds, such a lease stands 1.7 s
-        // after the renewal that sets it is sent, and the emulator on a loaded CI machine took
-        // longer to answer (the lease was lost, as it must be, and W2 was granted while the
-        // test waited to see it queued).
-        let mut holder = hold(ctx, "H", &key, &["--ttl", "6s"]);
+        // A short TTL, so the holder renews (and learns of the force-release) every 2 s.
+        let mut holder = hold(ctx, "H", &key, &["--ttl", common::RENEWING_TTL]);
         let holder_cmd_pid = ctx.wait_started("H");
         let mut waiter = enqueue(ctx, "W", &key, &[]);
         let view = ctx.key_view(&key);

@@ -76,6 +76,12 @@ pub fn baton_bin() -> &'static Path {
 /// How long a `baton` invocation that should finish promptly may take before the test fails.
 pub const PROMPT: Duration = Duration::from_secs(30);
 
+/// The `--ttl` of a holder that should hear an ask or a cancel within a renewal or two, yet
+/// keep its lease on every store of a loaded CI machine. Not 3 s: on S3, whose clock reads
+/// whole seconds, such a lease stands 1.7 s after the renewal that sets it is sent, and the
+/// emulator on a loaded machine took longer to answer (the holder lost its lease, as it must).
+pub const RENEWING_TTL: &str = "6s";
+
 /// Runs `test` once per store under test, each time with a fresh [`Ctx`].
 pub fn for_each_store(test: impl Fn(&Ctx)) {
     for store in stores_under_test() {
