@@ -52,11 +52,7 @@ fn main() {
             Err(message) => fail(Failure::usage(message)),
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_for(&cli.command) {
         Ok(runtime) => runtime,
         Err(error) => fail(Failure::new(exit::ERROR, format!("cannot start: {error}"))),
     };
@@ -76,6 +72,32 @@ fn main() {
     }
 }
 
+/// Whether the command stays to serve many things at once (a server, a worker, a keeper),
+/// rather than doing one thing and exiting.
+fn stays(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Serve(_) | Command::Worker(_) | Command::Keep(_)
+    )
+}
+
+/// A command that stays gets worker threads. One that does one thing and exits runs every task
+/// on the main thread: its work is a few store requests, a heartbeat and a child, and starting
+/// worker threads cost a cold `baton run` more CPU than that work (BENCHMARKS.md, B8's
+/// profile). Blocking work (SQLite, name lookups) still goes to the blocking pool.
+fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
+    if stays(command) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    }
+}
+
 fn fail(failure: Failure) -> ! {
     if failure.is_quiet() {
         std::process::exit(failure.code)
@@ -90,10 +112,7 @@ async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     // A process that runs one command leaves a SQLite store's WAL short for the next one; a
     // server, a worker or a keeper stays, and checkpoints at SQLite's default.
     #[cfg(feature = "sqlite")]
-    if !matches!(
-        cli.command,
-        Command::Serve(_) | Command::Worker(_) | Command::Keep(_)
-    ) {
+    if !stays(&cli.command) {
         baton_store::sqlite::one_command_per_process();
     }
     // The store `--store` names, with whether this command may create it.
