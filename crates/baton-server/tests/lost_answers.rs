@@ -9,6 +9,8 @@
 //! rather than run a second time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -24,19 +26,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// A server over a fresh SQLite store; its store, for direct looks.
 async fn server(dir: &tempfile::TempDir) -> (SocketAddr, Arc<dyn Store>) {
-    let url = format!("sqlite:{}/baton.db", dir.path().display());
-    let store = baton_store::url::open(&url).await.unwrap();
-    let options = baton_server::Options {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: None,
-        insecure: false,
-        allow_hosts: Vec::new(),
-        poll: Duration::from_millis(250),
-        tls: None,
-        metrics_public: false,
-        trust: None,
-        turn_wait: std::time::Duration::from_secs(50),
-    };
+    let store = common::sqlite_store(dir).await;
+    let options = common::loopback_options(Duration::from_millis(250), Duration::from_secs(50));
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {

@@ -9,6 +9,8 @@
 //! when the scope suffices (a refusal of the input or the key's state comes after the check).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -416,8 +418,7 @@ impl Who {
 
 /// A server's router over a fresh SQLite file: with the callers' tokens, or with none.
 async fn app(dir: &tempfile::TempDir, callers: &[Who]) -> axum::Router {
-    let url = format!("sqlite:{}/baton.db", dir.path().display());
-    let store = baton_store::url::open(&url).await.unwrap();
+    let store = common::sqlite_store(dir).await;
     let tokens = if callers.is_empty() {
         None
     } else {
@@ -433,15 +434,8 @@ async fn app(dir: &tempfile::TempDir, callers: &[Who]) -> axum::Router {
         Some(path)
     };
     let options = baton_server::Options {
-        listen: "127.0.0.1:0".parse().unwrap(),
         tokens,
-        insecure: false,
-        allow_hosts: Vec::new(),
-        poll: Duration::from_millis(250),
-        tls: None,
-        metrics_public: false,
-        trust: None,
-        turn_wait: std::time::Duration::from_secs(50),
+        ..common::loopback_options(Duration::from_millis(250), Duration::from_secs(50))
     };
     router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

@@ -3,6 +3,8 @@
 //! A test binary of its own, because the signals are raised at the whole process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::time::Duration;
 
 /// Far beyond a graceful stop with no request under way: a hang, not a slow machine.
@@ -12,19 +14,8 @@ const STOP_DEADLINE: Duration = Duration::from_secs(60);
 /// line that says the server is up could be printed: `serve` must return `Ok`.
 async fn serve_and_raise(signal: libc::c_int) {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}/baton.db", dir.path().display());
-    let store = baton_store::url::open(&url).await.unwrap();
-    let options = baton_server::Options {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: None,
-        insecure: false,
-        allow_hosts: Vec::new(),
-        poll: Duration::from_millis(100),
-        tls: None,
-        metrics_public: false,
-        trust: None,
-        turn_wait: Duration::from_secs(50),
-    };
+    let store = common::sqlite_store(&dir).await;
+    let options = common::loopback_options(Duration::from_millis(100), Duration::from_secs(50));
     let state = baton_server::prepare(&options, store).unwrap();
     let mut listened = false;
     let served = baton_server::serve(&options, state, |_, _| {

@@ -3,6 +3,7 @@
 //! file. Nothing reaches beyond loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod trust {
     pub mod issuer;
 }
@@ -29,18 +30,10 @@ async fn server(dir: &tempfile::TempDir, issuer_url: &str, refresh_min: Duration
     );
     let path = dir.path().join("trust.toml");
     std::fs::write(&path, trust).unwrap();
-    let url = format!("sqlite:{}/baton.db", dir.path().display());
-    let store = baton_store::url::open(&url).await.unwrap();
+    let store = common::sqlite_store(dir).await;
     let options = baton_server::Options {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        tokens: None,
-        insecure: false,
-        allow_hosts: Vec::new(),
-        poll: Duration::from_millis(250),
-        tls: None,
-        metrics_public: false,
         trust: Some(baton_server::TrustFile { path, refresh_min }),
-        turn_wait: std::time::Duration::from_secs(50),
+        ..common::loopback_options(Duration::from_millis(250), Duration::from_secs(50))
     };
     baton_server::routes::router(Arc::new(baton_server::prepare(&options, store).unwrap()))
 }

@@ -10,21 +10,33 @@ use baton_store::Store;
 use reqwest::StatusCode;
 use serde_json::Value;
 
-/// A server over a fresh SQLite store that answers a waiting turn with 202 after `turn_wait`.
-pub async fn server(dir: &tempfile::TempDir, turn_wait: Duration) -> (String, Arc<dyn Store>) {
+/// A fresh SQLite store in `dir`.
+pub async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
     let url = format!("sqlite:{}/baton.db", dir.path().display());
-    let store = baton_store::url::open(&url).await.unwrap();
-    let options = baton_server::Options {
+    baton_store::url::open(&url).await.unwrap()
+}
+
+/// What a test server is told unless its test says otherwise: loopback on a port the kernel
+/// picks, no tokens, no trust file, no TLS; watches polled every `poll`, a waiting turn
+/// answered with 202 after `turn_wait`.
+pub fn loopback_options(poll: Duration, turn_wait: Duration) -> baton_server::Options {
+    baton_server::Options {
         listen: "127.0.0.1:0".parse().unwrap(),
         tokens: None,
         insecure: false,
         allow_hosts: Vec::new(),
-        poll: Duration::from_millis(100),
+        poll,
         tls: None,
         metrics_public: false,
         trust: None,
         turn_wait,
-    };
+    }
+}
+
+/// A server over a fresh SQLite store that answers a waiting turn with 202 after `turn_wait`.
+pub async fn server(dir: &tempfile::TempDir, turn_wait: Duration) -> (String, Arc<dyn Store>) {
+    let store = sqlite_store(dir).await;
+    let options = loopback_options(Duration::from_millis(100), turn_wait);
     let state = baton_server::prepare(&options, store.clone()).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<SocketAddr>();
     tokio::spawn(async move {
