@@ -5,7 +5,9 @@
 //! One of each per round, alternating which goes first, so that whatever else the machine does
 //! (another build, the page cache, CPU frequency) falls on both alike rather than on whichever
 //! ran in a quiet stretch. Each is timed from just before the spawn to just after its exit has
-//! been reaped, as a shell would see it.
+//! been reaped, as a shell would see it, and its CPU time is taken from the kernel's account of
+//! reaped children (user + system, its own descendants included): on a machine whose neighbours
+//! steal time, CPU time moves far less from run to run than the wall clock does.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -68,6 +70,12 @@ pub struct ProcessReport {
     pub baseline_ms: Summary,
     /// Median of baton over median of the baseline.
     pub ratio_of_medians: f64,
+    /// `baton run`'s CPU time (user + system, with its supervisor and CMD).
+    pub baton_cpu_ms: Summary,
+    /// The baseline's CPU time (with its CMD).
+    pub baseline_cpu_ms: Summary,
+    /// Median CPU time of baton over that of the baseline.
+    pub cpu_ratio_of_medians: f64,
     /// The goal for that ratio.
     pub goal_ratio: f64,
     /// Whether the goal was met.
@@ -109,25 +117,32 @@ pub async fn run(common: &Common, rounds: usize, warmup: usize) -> Result<Proces
         ),
     };
 
-    let mut baton_times = Vec::with_capacity(rounds);
-    let mut base_times = Vec::with_capacity(rounds);
+    let mut baton_runs = Vec::with_capacity(rounds);
+    let mut base_runs = Vec::with_capacity(rounds);
     for round in 0..warmup + rounds {
         let baton_first = round % 2 == 0;
-        let (baton_time, base_time) = if baton_first {
-            let b = time_command(&baton, &baton_args)?;
-            (b, time_command(base_program, &base_args)?)
+        let (baton_run, base_run) = if baton_first {
+            let b = measure_command(&baton, &baton_args)?;
+            (b, measure_command(base_program, &base_args)?)
         } else {
-            let f = time_command(base_program, &base_args)?;
-            (time_command(&baton, &baton_args)?, f)
+            let f = measure_command(base_program, &base_args)?;
+            (measure_command(&baton, &baton_args)?, f)
         };
         if round >= warmup {
-            baton_times.push(baton_time);
-            base_times.push(base_time);
+            baton_runs.push(baton_run);
+            base_runs.push(base_run);
         }
     }
-    let baton_ms = Summary::of(&baton_times).context("no rounds were measured")?;
-    let baseline_ms = Summary::of(&base_times).context("no rounds were measured")?;
+    let summary = |runs: &[Measured], of: fn(&Measured) -> Duration| {
+        let values: Vec<Duration> = runs.iter().map(of).collect();
+        Summary::of(&values).context("no rounds were measured")
+    };
+    let baton_ms = summary(&baton_runs, |m| m.wall)?;
+    let baseline_ms = summary(&base_runs, |m| m.wall)?;
+    let baton_cpu_ms = summary(&baton_runs, |m| m.cpu)?;
+    let baseline_cpu_ms = summary(&base_runs, |m| m.cpu)?;
     let ratio_of_medians = baton_ms.p50_ms / baseline_ms.p50_ms;
+    let cpu_ratio_of_medians = baton_cpu_ms.p50_ms / baseline_cpu_ms.p50_ms;
     Ok(ProcessReport {
         load_average_1m,
         store: workdir.store_url.clone(),
@@ -139,9 +154,50 @@ pub async fn run(common: &Common, rounds: usize, warmup: usize) -> Result<Proces
         baton_ms,
         baseline_ms,
         ratio_of_medians,
+        baton_cpu_ms,
+        baseline_cpu_ms,
+        cpu_ratio_of_medians,
         goal_ratio,
         goal_met: ratio_of_medians <= goal_ratio,
     })
+}
+
+/// One run of a command: its wall time and its CPU time.
+#[derive(Clone, Copy, Debug)]
+pub struct Measured {
+    /// From just before the spawn to just after the exit was reaped.
+    pub wall: Duration,
+    /// User + system time of the command and of its descendants that were reaped.
+    pub cpu: Duration,
+}
+
+/// Runs `program args` to completion, measuring its wall and CPU time; fails unless it exits 0.
+/// The CPU time is what the kernel added to this process's account of reaped children while the
+/// command ran, so nothing else may spawn and reap children of this process meanwhile: the
+/// harness runs its commands one at a time.
+pub fn measure_command(program: &Path, args: &[String]) -> Result<Measured> {
+    let cpu_before = children_cpu()?;
+    let wall = time_command(program, args)?;
+    let cpu = children_cpu()?.saturating_sub(cpu_before);
+    Ok(Measured { wall, cpu })
+}
+
+/// User + system time of this process's children that have ended and been reaped.
+fn children_cpu() -> Result<Duration> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes one `rusage` into the pointer it is given, which points at a
+    // zeroed value of that type owned by this frame.
+    let status = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
+    if status != 0 {
+        return Err(std::io::Error::last_os_error()).context("getrusage(RUSAGE_CHILDREN)");
+    }
+    // SAFETY: getrusage succeeded, so it filled the value (which was zeroed before anyway).
+    let usage = unsafe { usage.assume_init() };
+    let of = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    Ok(of(usage.ru_utime) + of(usage.ru_stime))
 }
 
 /// Runs `program args` to completion and returns how long it took; fails unless it exits 0.
@@ -186,16 +242,6 @@ pub fn print(report: &ProcessReport, out: &mut String) {
         "load:    {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
-    outln!(out);
-    outln!(
-        out,
-        "{:<40} {:>8} {:>8} {:>8} {:>8}",
-        "whole process (ms)",
-        "min",
-        "median",
-        "p90",
-        "max"
-    );
     let baseline = report
         .baseline_command
         .split_whitespace()
@@ -206,19 +252,37 @@ pub fn print(report: &ProcessReport, out: &mut String) {
     } else {
         "flock FILE true"
     };
-    for (name, s) in [
-        ("baton run --store S k -- true", &report.baton_ms),
-        (baseline_name, &report.baseline_ms),
-    ] {
+    let baton_name = "baton run --store S k -- true";
+    let tables = [
+        ("whole process (ms)", &report.baton_ms, &report.baseline_ms),
+        (
+            "CPU, user + system (ms)",
+            &report.baton_cpu_ms,
+            &report.baseline_cpu_ms,
+        ),
+    ];
+    for (title, baton, base) in tables {
+        outln!(out);
         outln!(
             out,
-            "{:<40} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-            name,
-            s.min_ms,
-            s.p50_ms,
-            s.p90_ms,
-            s.max_ms
+            "{:<40} {:>8} {:>8} {:>8} {:>8}",
+            title,
+            "min",
+            "median",
+            "p90",
+            "max"
         );
+        for (name, s) in [(baton_name, baton), (baseline_name, base)] {
+            outln!(
+                out,
+                "{:<40} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                name,
+                s.min_ms,
+                s.p50_ms,
+                s.p90_ms,
+                s.max_ms
+            );
+        }
     }
     outln!(out);
     outln!(
@@ -228,5 +292,11 @@ pub fn print(report: &ProcessReport, out: &mut String) {
         report.ratio_of_medians,
         report.goal_ratio,
         if report.goal_met { "met" } else { "NOT met" }
+    );
+    outln!(
+        out,
+        "ratio of median CPU times (baton / {}): {:.2}x",
+        baseline,
+        report.cpu_ratio_of_medians
     );
 }
