@@ -301,8 +301,8 @@ impl Ticket {
 /// do is answer a stray release with the ticket's outcome instead of "unknown token". Format 1
 /// documents stored marks as objects with the full hash and attempt; they are read and
 /// shortened.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "MarkWire", into = "String")]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "MarkWire")]
 pub struct FinishedMark {
     /// The ticket's id.
     pub id: String,
@@ -322,11 +322,7 @@ pub const TAG_HEX: usize = 12;
 
 /// The short digest of an attempt id kept in a [`FinishedMark`].
 pub fn attempt_tag(attempt: &str) -> String {
-    let digest = Sha256::digest(attempt.as_bytes());
-    digest[..TAG_HEX / 2]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex_of(&Sha256::digest(attempt.as_bytes())[..TAG_HEX / 2])
 }
 
 impl FinishedMark {
@@ -420,18 +416,28 @@ impl TryFrom<MarkWire> for FinishedMark {
     }
 }
 
-impl From<FinishedMark> for String {
-    fn from(mark: FinishedMark) -> String {
-        let code = mark.outcome.code();
-        let code = if mark.forced {
+/// The stored string, `CODE:ID:TOKEN[:ATTEMPT]`.
+impl std::fmt::Display for FinishedMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let code = self.outcome.code();
+        let code = if self.forced {
             code.to_ascii_uppercase()
         } else {
             code
         };
-        match mark.attempt_tag {
-            Some(attempt) => format!("{code}:{}:{}:{attempt}", mark.id, mark.token_tag),
-            None => format!("{code}:{}:{}", mark.id, mark.token_tag),
+        write!(f, "{code}:{}:{}", self.id, self.token_tag)?;
+        match &self.attempt_tag {
+            Some(attempt) => write!(f, ":{attempt}"),
+            None => Ok(()),
         }
+    }
+}
+
+/// Written as its stored string straight into the document's bytes: through a `String` (serde's
+/// `into`), every mark of every write was cloned and formatted first.
+impl Serialize for FinishedMark {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -685,27 +691,54 @@ pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     } else {
         FORMAT_LOCKS
     };
-    // Serialising plain structs with string keys cannot fail.
-    let bytes = if doc.format == format {
-        serde_json::to_vec(doc).unwrap_or_default()
-    } else {
-        serde_json::to_vec(&Doc {
-            format,
-            ..doc.clone()
-        })
-        .unwrap_or_default()
-    };
+    let bytes = with_format_number(doc, format);
     if bytes.len() > DOC_MAX_BYTES {
         return Err(TooLarge { bytes: bytes.len() });
     }
     Ok(bytes)
 }
 
+/// `doc` as JSON, with `format` as its format number.
+///
+/// A document read is held in the newest format's shape, so its `format` field rarely says
+/// what it is written in; cloning it to change one number cost as much as the encode itself
+/// (`codec/encode` of BENCHMARKS.md). The field is declared first, so it opens the bytes
+/// (`{"format":4,…`) and is written over there; should it ever not open them, the clone is the
+/// way.
+fn with_format_number(doc: &Doc, format: u32) -> Vec<u8> {
+    // Serialising plain structs with string keys cannot fail.
+    let mut bytes = serde_json::to_vec(doc).unwrap_or_default();
+    if doc.format == format {
+        return bytes;
+    }
+    let held = format!("{{\"format\":{},", doc.format);
+    if !bytes.starts_with(held.as_bytes()) {
+        return serde_json::to_vec(&Doc {
+            format,
+            ..doc.clone()
+        })
+        .unwrap_or_default();
+    }
+    let written = format!("{{\"format\":{format},");
+    bytes.splice(..held.len(), written.into_bytes());
+    bytes
+}
+
 /// The stored form of a token: the first 128 bits of its SHA-256, in hex. Reading the store
 /// reveals no token.
 pub fn token_hash(token: &str) -> String {
-    let digest = Sha256::digest(token.as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    hex_of(&Sha256::digest(token.as_bytes())[..16])
+}
+
+/// `bytes` in lower-case hex.
+fn hex_of(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    hex
 }
 
 fn is_false(b: &bool) -> bool {
@@ -855,6 +888,53 @@ mod tests {
             assert!(err.contains("corrupt"), "{mark}: {err}");
         }
         assert!(decode(&doc_with("\"s:t-1:abc\"")).is_ok());
+    }
+
+    #[test]
+    fn hashes_and_tags_keep_their_stored_spelling() {
+        // SHA-256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad:
+        // stored hashes and tags are its first bytes in lower-case hex, in every release.
+        assert_eq!(token_hash("abc"), "ba7816bf8f01cfea414140de5dae2223");
+        assert_eq!(attempt_tag("abc"), "ba7816bf8f01");
+        let mark = FinishedMark::new(
+            "t-1",
+            &token_hash("abc"),
+            Outcome::Failed,
+            true,
+            Some("abc"),
+        );
+        assert_eq!(
+            serde_json::to_string(&mark).expect("a string"),
+            "\"F:t-1:ba7816bf8f01:ba7816bf8f01\""
+        );
+    }
+
+    #[test]
+    fn a_document_read_in_the_newest_shape_is_written_in_its_own_format_without_a_clone() {
+        let hash = token_hash("tok");
+        let mut doc = Doc::default();
+        doc.finished.push(FinishedMark::new(
+            "t-1",
+            &hash,
+            Outcome::Expired,
+            false,
+            None,
+        ));
+        doc.finishes = 1;
+        doc.format = FORMAT;
+        let held = serde_json::to_vec(&doc).expect("JSON");
+        assert!(
+            held.starts_with(format!("{{\"format\":{FORMAT},").as_bytes()),
+            "the format number no longer opens the bytes, so every encode clones: {}",
+            String::from_utf8_lossy(&held)
+        );
+        let cloned = serde_json::to_vec(&Doc {
+            format: FORMAT_LOCKS,
+            ..doc.clone()
+        })
+        .expect("JSON");
+        assert_eq!(encode(&doc), Ok(cloned));
+        assert_eq!(with_format_number(&doc, FORMAT), held);
     }
 
     #[test]
