@@ -66,23 +66,31 @@ fn fn_name(line: &str) -> Option<&str> {
     (end > 0).then(|| &name[..end])
 }
 
-/// The braces of `line` that are code: (opened, closed, ends with `;`).
-fn braces(line: &str) -> (usize, usize, bool) {
+/// The braces of `line` that are code: (opened, closed, ends with `;`). `in_string` says whether
+/// the line starts inside a string literal, and is left saying whether it ends in one: a string
+/// may run over several lines (a `\` at a line's end), and braces inside it are text.
+fn braces(line: &str, in_string: &mut bool) -> (usize, usize, bool) {
     let chars: Vec<char> = line.chars().collect();
     let (mut opened, mut closed, mut i) = (0, 0, 0);
     let mut code_end = chars.len();
     while i < chars.len() {
+        if *in_string {
+            match chars[i] {
+                '\\' => i += 2,
+                '"' => {
+                    *in_string = false;
+                    i += 1;
+                }
+                _ => i += 1,
+            }
+            continue;
+        }
         match chars[i] {
             '/' if chars.get(i + 1) == Some(&'/') => {
                 code_end = i;
                 break;
             }
-            '"' => {
-                i += 1;
-                while i < chars.len() && chars[i] != '"' {
-                    i += if chars[i] == '\\' { 2 } else { 1 };
-                }
-            }
+            '"' => *in_string = true,
             // A char literal ('{', '\''); a lifetime ('a) is left as it is.
             '\'' if chars.get(i + 1) == Some(&'\\') => i += 3,
             '\'' if chars.get(i + 2) == Some(&'\'') => i += 2,
@@ -107,8 +115,9 @@ fn long_functions(text: &str, max: usize) -> Vec<(usize, String, usize)> {
             continue;
         };
         let (mut depth, mut started, mut j) = (0usize, false, i);
+        let mut in_string = false;
         while j < lines.len() {
-            let (opened, closed, semicolon) = braces(lines[j]);
+            let (opened, closed, semicolon) = braces(lines[j], &mut in_string);
             started |= opened > 0;
             depth = (depth + opened).saturating_sub(closed);
             if (started && depth == 0) || (!started && semicolon) {
@@ -173,4 +182,14 @@ fn functions_are_measured_from_fn_to_their_closing_brace() {
     assert_eq!(fn_name("    pub(in crate::a) unsafe fn f_1()"), Some("f_1"));
     assert_eq!(fn_name("    // fn commented()"), None);
     assert_eq!(fn_name("let fnord = 1;"), None);
+}
+
+/// A string literal that runs over lines (a `\` at their ends) hides its braces on every line.
+#[test]
+fn a_string_over_several_lines_hides_its_braces() {
+    let text = "fn with_json() {\n    let s = \"{\\\n        {{\\\"a\\\":1}},\\\n        {\";\n}\n\
+                fn after() {\n    one();\n    two();\n    three();\n}\n";
+    let five_lines_each = [(1, "with_json".to_owned(), 5), (6, "after".to_owned(), 5)];
+    assert_eq!(long_functions(text, 4), five_lines_each);
+    assert_eq!(long_functions(text, 5), []);
 }
