@@ -96,7 +96,16 @@ pub fn apply_with(
     clock: &Clock<'_>,
     inputs: Inputs<'_>,
 ) -> Result<Applied, Refusal> {
-    let original = doc.cloned().unwrap_or_default();
+    // The document as given, to tell whether the operation changed it: borrowed, not cloned
+    // (a clone of a long-used key's document cost as much as its encode).
+    let never_used;
+    let original = match doc {
+        Some(doc) => doc,
+        None => {
+            never_used = Doc::default();
+            &never_used
+        }
+    };
     let mut work = Work {
         doc: original.clone(),
         clock,
@@ -119,7 +128,7 @@ pub fn apply_with(
     };
     debug_assert_eq!(invariants::check(&work.doc), Ok(()));
     debug_assert_eq!(invariants::check_settled(&work.doc), Ok(()));
-    let changed = work.doc != original;
+    let changed = work.doc != *original;
     Ok(Applied {
         doc: work.doc,
         reply,
