@@ -266,7 +266,7 @@ impl Coordinator {
             let cached = self.known.load(self.store.as_ref(), key).await?;
             let clock = self.store.clock().await?;
             Ok(KeySnapshot {
-                doc: cached.doc,
+                doc: cached.doc.map(Arc::unwrap_or_clone),
                 clock,
                 wall_ms: wall_ms(),
                 read_from_ms,
@@ -302,7 +302,7 @@ impl Coordinator {
         skip: impl FnOnce(&Doc) -> bool,
     ) -> Result<Option<KeySnapshot>, ClientError> {
         let cached = self.known.decode(key, pushed)?;
-        if cached.doc.as_ref().is_some_and(skip) {
+        if cached.doc.as_deref().is_some_and(skip) {
             return Ok(None);
         }
         self.taken(key, cached).await.map(Some)
@@ -315,7 +315,7 @@ impl Coordinator {
         let read_from_ms = self.local_ms();
         let clock = self.store.clock().await?;
         Ok(KeySnapshot {
-            doc: cached.doc,
+            doc: cached.doc.map(Arc::unwrap_or_clone),
             clock,
             wall_ms: wall_ms(),
             read_from_ms,
@@ -335,7 +335,10 @@ impl Coordinator {
     /// The document of `key` this coordinator last read or wrote, if any: possibly stale, so a
     /// hint (what to read ahead), never an answer.
     pub fn cached_doc(&self, key: &str) -> Option<Doc> {
-        self.known.cached(key).and_then(|cached| cached.doc)
+        self.known
+            .cached(key)
+            .and_then(|cached| cached.doc)
+            .map(Arc::unwrap_or_clone)
     }
 
     /// The version of `key` this coordinator last read or wrote, if any.

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use baton_core::{decode, Doc, Observer};
 use baton_store::{Store, Version, Versioned};
@@ -20,8 +20,10 @@ use crate::time::mono_ms;
 pub(crate) struct Cached {
     /// Its version (`None`: the key has no document, or a server wrote it).
     pub(crate) version: Option<Version>,
-    /// The document (`None`: the key has never been used).
-    pub(crate) doc: Option<Doc>,
+    /// The document (`None`: the key has never been used). Shared with the cache: every write
+    /// starts from the cached document, and a deep copy of a long-used key's cost as much as
+    /// encoding it.
+    pub(crate) doc: Option<Arc<Doc>>,
 }
 
 /// The keys a coordinator has seen.
@@ -61,7 +63,7 @@ impl Known {
         }
         Ok(Cached {
             version: Some(versioned.version),
-            doc: Some(doc),
+            doc: Some(Arc::new(doc)),
         })
     }
 
@@ -71,7 +73,7 @@ impl Known {
     }
 
     /// Takes `doc` at `version` as the key's latest.
-    pub(crate) fn remember(&self, key: &str, version: Option<Version>, doc: Option<Doc>) {
+    pub(crate) fn remember(&self, key: &str, version: Option<Version>, doc: Option<Arc<Doc>>) {
         if let (Some(doc), Ok(mut observers)) = (&doc, self.observers.lock()) {
             observers
                 .entry(key.to_string())

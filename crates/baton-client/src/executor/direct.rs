@@ -107,8 +107,11 @@ impl Direct {
         version: Version,
         prepared: &Prepared,
     ) -> Executed {
-        self.known
-            .remember(key, Some(version.clone()), Some(applied.doc.clone()));
+        self.known.remember(
+            key,
+            Some(version.clone()),
+            Some(Arc::new(applied.doc.clone())),
+        );
         let due = applied
             .doc
             .outbox

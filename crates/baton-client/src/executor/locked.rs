@@ -130,7 +130,7 @@ impl Locked {
                         if fresh && executed.version.is_some() {
                             self.hot.lost_on(key);
                         }
-                        return Ok(executed);
+                        return Ok(*executed);
                     }
                     Ran::HandedOver {
                         current,
@@ -168,7 +168,7 @@ enum Found {
     /// It wrote `applied`, computed from `before`.
     Write {
         applied: Applied,
-        before: Option<Doc>,
+        before: Option<Arc<Doc>>,
     },
     /// The core needed no write.
     Unchanged { seen: Cached, applied: Applied },
@@ -193,7 +193,7 @@ impl Locked {
     ) -> Result<Update, ClientError> {
         let direct = self.direct();
         let prepared = direct
-            .prepare(key, cached.as_ref().and_then(|c| c.doc.as_ref()))
+            .prepare(key, cached.as_ref().and_then(|c| c.doc.as_deref()))
             .await?;
         if matches!(prepared.store_clock, StoreClock::None) {
             // Without a clock, leases are judged by observing documents as they are read: the
@@ -220,7 +220,7 @@ impl Locked {
             Err(StoreError::Ambiguous { .. }) => {
                 // Only a computation that wrote can have landed.
                 if let Some(Found::Write { applied, before }) = found {
-                    lost.ambiguous(request, before.as_ref(), prepared.basis, applied.granted);
+                    lost.ambiguous(request, before.as_deref(), prepared.basis, applied.granted);
                 }
                 direct.known.forget(key);
                 Ok(Update::Fallback {
@@ -308,7 +308,7 @@ fn compute(
             doc
         }
         (Some(current), _) => match decode(&current.bytes) {
-            Ok(doc) => Some(doc),
+            Ok(doc) => Some(Arc::new(doc)),
             Err(source) => {
                 let error = ClientError::Corrupt {
                     key: key.to_owned(),
@@ -322,10 +322,10 @@ fn compute(
         version: current.map(|current| current.version.clone()),
         doc,
     };
-    if seen.doc.as_ref().and_then(Doc::segment_wanted) != prepared.wanted {
+    if seen.doc.as_deref().and_then(Doc::segment_wanted) != prepared.wanted {
         return (Found::OtherSegment { seen }, Change::Keep);
     }
-    let applied = match prepared.apply(key, seen.doc.as_ref(), request) {
+    let applied = match prepared.apply(key, seen.doc.as_deref(), request) {
         Ok(applied) => applied,
         Err(refusal) => return (Found::Refused { seen, refusal }, Change::Keep),
     };
@@ -338,7 +338,7 @@ fn compute(
             // whose tickets the write changed need waking.
             let before = seen.doc;
             let replacement =
-                waking_only_changed(replacement, before.as_ref(), &applied.doc, request);
+                waking_only_changed(replacement, before.as_deref(), &applied.doc, request);
             (Found::Write { applied, before }, Change::Write(replacement))
         }
         Err(error) => (Found::Failed(error), Change::Keep),

@@ -42,8 +42,8 @@ pub(super) enum OnConflict {
 
 /// How [`Optimistic::run_from`] ended.
 pub(super) enum Ran {
-    /// With an answer.
-    Done(Executed),
+    /// With an answer (boxed: it carries a document, the other variant shares one).
+    Done(Box<Executed>),
     /// A CAS lost ([`OnConflict::HandOver`]): the document it returned (`None`: read it), and
     /// what earlier attempts that may have landed left.
     HandedOver { current: Option<Cached>, lost: Lost },
@@ -87,8 +87,8 @@ impl Optimistic {
                     direct.known.load(direct.store.as_ref(), key).await?
                 }
             };
-            let prepared = direct.prepare(key, cached.doc.as_ref()).await?;
-            let applied = match prepared.apply(key, cached.doc.as_ref(), request) {
+            let prepared = direct.prepare(key, cached.doc.as_deref()).await?;
+            let applied = match prepared.apply(key, cached.doc.as_deref(), request) {
                 Ok(applied) => applied,
                 Err(_) if !fresh => continue,
                 Err(refusal) => {
@@ -102,12 +102,12 @@ impl Optimistic {
                 if !fresh {
                     continue;
                 }
-                return Ok(Ran::Done(lost.unchanged(applied)));
+                return Ok(Ran::Done(Box::new(lost.unchanged(applied))));
             }
             let yields = queues_only(request, &applied);
             let sent = Instant::now();
             match self.write(key, &cached, &prepared, applied).await? {
-                Wrote::Done(executed) => return Ok(Ran::Done(executed)),
+                Wrote::Done(executed) => return Ok(Ran::Done(Box::new(executed))),
                 Wrote::Conflict(now) if on_conflict == OnConflict::HandOver => {
                     direct.known.conflicted();
                     let current = self.returned(key, now)?;
@@ -119,7 +119,7 @@ impl Optimistic {
                     fresh = current.is_some();
                 }
                 Wrote::Ambiguous(applied) => {
-                    let (doc, basis) = (cached.doc.as_ref(), prepared.basis);
+                    let (doc, basis) = (cached.doc.as_deref(), prepared.basis);
                     lost.ambiguous(request, doc, basis, applied.granted);
                     direct.known.forget(key);
                 }
@@ -217,7 +217,7 @@ impl Optimistic {
                 .run_from(key, request, current, fresh, lost, OnConflict::Retry)
                 .await?;
             match ran {
-                Ran::Done(executed) => return Ok(executed),
+                Ran::Done(executed) => return Ok(*executed),
                 // Not sent by a run that retries; were it, the run would go on from there.
                 Ran::HandedOver {
                     current: returned,

@@ -79,7 +79,8 @@ impl Server {
         maybe_landed: Option<Basis>,
         retried: bool,
     ) -> Executed {
-        self.known.remember(key, None, Some(ran.doc.clone()));
+        self.known
+            .remember(key, None, Some(Arc::new(ran.doc.clone())));
         let (basis, granted) = match ran.started_before_ms {
             Some(behind_ms) => (Some(Basis { behind_ms, ..sent }), ran.granted),
             None if retried => (None, Vec::new()),
