@@ -322,7 +322,7 @@ pub const TAG_HEX: usize = 12;
 
 /// The short digest of an attempt id kept in a [`FinishedMark`].
 pub fn attempt_tag(attempt: &str) -> String {
-    hex_of(&Sha256::digest(attempt.as_bytes())[..TAG_HEX / 2])
+    hex::encode(&Sha256::digest(attempt.as_bytes())[..TAG_HEX / 2])
 }
 
 impl FinishedMark {
@@ -727,18 +727,7 @@ fn with_format_number(doc: &Doc, format: u32) -> Vec<u8> {
 /// The stored form of a token: the first 128 bits of its SHA-256, in hex. Reading the store
 /// reveals no token.
 pub fn token_hash(token: &str) -> String {
-    hex_of(&Sha256::digest(token.as_bytes())[..16])
-}
-
-/// `bytes` in lower-case hex.
-fn hex_of(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        hex.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        hex.push(char::from(DIGITS[usize::from(byte & 0xf)]));
-    }
-    hex
+    hex::encode(&Sha256::digest(token.as_bytes())[..16])
 }
 
 fn is_false(b: &bool) -> bool {

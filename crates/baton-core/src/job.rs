@@ -242,10 +242,7 @@ impl From<RunMark> for String {
 /// also keeps the record readable by batons older than the binding.
 pub fn record_sha256(record: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(record)
-        .iter()
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    hex::encode(sha2::Sha256::digest(record))
 }
 
 /// Checks a [`record_sha256`] given in a submit: 64 lowercase hex digits.
@@ -486,6 +483,17 @@ fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_hash_is_the_whole_sha256_in_lower_case_hex() {
+        let hash = record_sha256(b"abc");
+        assert_eq!(
+            hash,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(check_params_sha256(&hash).is_ok());
+        assert!(check_params_sha256(&hash.to_uppercase()).is_err());
+    }
 
     fn state(backoff_ms: u64) -> JobState {
         JobState::new(

@@ -272,25 +272,19 @@ pub fn hash(token: &str) -> [u8; 32] {
 
 /// The SHA-256 of a token in hex, as the tokens file keeps it.
 pub fn hash_hex(token: &str) -> String {
-    hash(token).iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(hash(token))
 }
 
-fn parse_hash(hex: &str) -> Option<[u8; 32]> {
-    if hex.len() != 64 || !hex.is_ascii() {
-        return None;
-    }
+fn parse_hash(text: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
+    hex::decode_to_slice(text, &mut out).ok()?;
     Some(out)
 }
 
 /// A new token: `bt_` and 256 random bits in hex.
 pub fn new_token() -> String {
     let bytes: [u8; 32] = rand::random();
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("bt_{hex}")
+    format!("bt_{}", hex::encode(bytes))
 }
 
 /// The tokens-file entry for `token`.
@@ -308,6 +302,21 @@ mod tests {
 
     fn file(entries: &[Entry]) -> String {
         serde_json::json!({ "tokens": entries }).to_string()
+    }
+
+    #[test]
+    fn a_hash_is_written_in_lower_case_hex_and_read_back() {
+        let written = hash_hex("abc");
+        assert_eq!(
+            written,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(parse_hash(&written), Some(hash("abc")));
+        assert_eq!(parse_hash(&written[..62]), None, "too short");
+        assert_eq!(parse_hash(&format!("{written}00")), None, "too long");
+        assert_eq!(parse_hash(&written.replace('b', "g")), None, "not hex");
+        let token = new_token();
+        assert!(token.starts_with("bt_") && token.len() == 3 + 64, "{token}");
     }
 
     #[test]

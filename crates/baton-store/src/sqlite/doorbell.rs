@@ -274,8 +274,7 @@ fn fresh_name() -> io::Result<String> {
         }
         filled += n.unsigned_abs();
     }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    Ok(format!("{NAME_PREFIX}{hex}"))
+    Ok(format!("{NAME_PREFIX}{}", hex::encode(bytes)))
 }
 
 /// The users whose datagrams a receiver takes: its own, root, and the store file's owner.
