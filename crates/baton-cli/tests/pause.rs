@@ -126,8 +126,10 @@ fn a_scheduled_window_starts_and_ends_by_itself() {
                 "maintenance",
                 "--from",
                 "3s",
+                // Five seconds open: the waiter starts, says so, and the status is read inside
+                // it; with two, a loaded machine read a status whose window had closed.
                 "--until",
-                "5s",
+                "8s",
             ],
         );
         let (from, until) = (
