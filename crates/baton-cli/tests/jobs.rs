@@ -1211,8 +1211,11 @@ fn a_backlog_beyond_the_window_is_listed_cancelled_and_run_in_order() {
             .run()
             .assert_code(77);
         let mut w = worker(ctx, "w", &[&key], &logging_job("0", 0));
+        // One worker runs the 58 jobs one after another, each a claim, a process and its
+        // end: near a second each through a server beside the torture runs, past the
+        // default 30 s.
         ctx.baton(["wait", key.as_str(), "j60"])
-            .run()
+            .run_within(Duration::from_secs(150))
             .assert_code(0);
         stop(&mut w);
         let starts: Vec<String> = ctx

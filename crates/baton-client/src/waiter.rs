@@ -21,7 +21,7 @@
 
 use std::time::{Duration, Instant};
 
-use baton_core::backlog::BacklogStanding;
+use baton_core::backlog::{BacklogStanding, WINDOW_JOBS};
 use baton_core::lease::{self, Reading};
 use baton_core::op::Enqueue;
 use baton_core::{apply, Doc, Mode, Op, Outcome, Refusal, Request, Ticket, TicketState};
@@ -313,6 +313,15 @@ struct Waiter<'a> {
     /// Whether that write was made: once, whatever it raised (a rule removed meanwhile raises
     /// nothing, and must not make the waiter write again and again).
     waited_written: bool,
+    /// When the latest look began.
+    looked_at: Instant,
+    /// Since when the key's document has been as last seen (as far as this waiter knows):
+    /// how long nobody has written it.
+    unchanged_since: Instant,
+    /// How long this waiter's latest read and latest write took: the store's round trip,
+    /// which spaces the waiters that may write for the same event ([`Waiter::step`]).
+    read_took: Duration,
+    write_took: Duration,
 }
 
 impl<'a> Waiter<'a> {
@@ -342,6 +351,8 @@ impl<'a> Waiter<'a> {
             .by_id(&pending.id)
             .is_some_and(|t| t.state == TicketState::Held);
         let arrival = enqueued.arrival;
+        // The enqueue's round trip: this waiter's only write so far.
+        let enqueue_took = coord.local_ms().saturating_sub(enqueued.queued_at_ms);
         let clock = coord.store().clock().await?;
         let waited_after_ms = coord.waited_after_ms(key).await;
         Ok(Waiter {
@@ -362,6 +373,10 @@ impl<'a> Waiter<'a> {
             retry_in: None,
             waited_after_ms,
             waited_written: false,
+            looked_at: Instant::now(),
+            unchanged_since: Instant::now(),
+            read_took: Duration::ZERO,
+            write_took: Duration::from_millis(enqueue_took),
         })
     }
 
@@ -512,15 +527,48 @@ impl<'a> Waiter<'a> {
             refresh_at.saturating_duration_since(now)
         };
         // A turn in the backlog is not woken by each expiry: the window's own waiters write
-        // for those, and it looks at its next poll.
-        let expiry = self.next_expiry().filter(|_| !in_backlog);
-        for until in [expiry, self.freeze_ends_in(), self.waited_due_in()]
-            .into_iter()
-            .flatten()
-        {
+        // for those, and it looks at its next poll. One in the window looks when its turn to
+        // write for an expiry or the end of a freeze comes ([`Waiter::stagger`]).
+        let stagger = self.stagger();
+        let ends = [
+            self.expiry_in_ms().filter(|_| !in_backlog),
+            self.freeze_ends_in_ms(),
+        ];
+        let ends = ends.into_iter().flatten().map(|ms| after_ms(ms, stagger));
+        for until in ends.chain(self.waited_due_in()) {
             sleep = sleep.min(until + Duration::from_millis(2));
         }
         sleep
+    }
+
+    /// How long after another ticket's phase ends (or a freeze) this waiter in the window
+    /// writes for it, unless someone has: the next in line at once, each one behind it a
+    /// [`Waiter::step`] later. Every waiter that saw the end writing at once was a burst of
+    /// conflicting writes on a busy key, which on a slow store held up the grantee's claim
+    /// and the holder's release past their windows.
+    fn stagger(&self) -> Duration {
+        let position = u32::try_from(self.position()).unwrap_or(u32::MAX);
+        self.step().saturating_mul(position)
+    }
+
+    /// The pause between two waiters' turns to write for the same event: twice this
+    /// waiter's longest latest round trip (one write lands before the next waiter looks),
+    /// at least the shortest poll.
+    fn step(&self) -> Duration {
+        let round_trip = self.read_took.max(self.write_took);
+        round_trip.saturating_mul(2).max(self.options.poll.min)
+    }
+
+    /// Whether this waiter's turn has come to write for the ends its look found: the
+    /// earliest of them ended a [`Waiter::stagger`] ago or more.
+    fn tends_now(&self) -> bool {
+        let ended_ms = [self.expiry_in_ms(), self.freeze_ends_in_ms()]
+            .into_iter()
+            .flatten()
+            .map(|ms| ms.saturating_neg())
+            .max()
+            .unwrap_or(0);
+        Duration::from_millis(u64::try_from(ended_ms).unwrap_or(0)) >= self.stagger()
     }
 
     /// How many wake-ups to let pass before looking ([`poll::wakes_before_look`]), by
@@ -533,11 +581,12 @@ impl<'a> Waiter<'a> {
         poll::wakes_before_look(self.position(), self.doc.limit, always)
     }
 
-    /// How long until the freeze the document records ends by itself, if it does: the write
-    /// that follows grants the next in line (nobody else may write the key then).
-    fn freeze_ends_in(&self) -> Option<Duration> {
+    /// Milliseconds until the freeze the document records ends by itself, if it does
+    /// (negative: it ended that long ago): the write that follows grants the next in line
+    /// (nobody else may write the key then).
+    fn freeze_ends_in_ms(&self) -> Option<i64> {
         let until = self.doc.paused.as_ref()?.until_ms?;
-        Some(Duration::from_millis(until.saturating_sub(wall_ms())))
+        Some(signed_ms(until) - signed_ms(wall_ms()))
     }
 
     /// Whether the document records a freeze that has ended since it was written.
@@ -548,8 +597,9 @@ impl<'a> Waiter<'a> {
             .is_some_and(|paused| !paused.holds_at(wall_ms()))
     }
 
-    /// How long until the earliest phase of another ticket of the key ends, if known.
-    fn next_expiry(&self) -> Option<Duration> {
+    /// Milliseconds until the earliest phase of another ticket of the key ends, if known
+    /// (negative: it ended that long ago).
+    fn expiry_in_ms(&self) -> Option<i64> {
         let (clock, read_at) = &self.clock_reading;
         let others = self.doc.tickets.iter().filter(|t| t.id != self.pending.id);
         match clock {
@@ -557,22 +607,22 @@ impl<'a> Waiter<'a> {
                 let uncertain_ms = self.coord.store().capabilities().clock_uncertain_ms;
                 let earliest = others.filter_map(|t| t.deadline_ms).min()?;
                 let ends = lease::phase_ends_store_ms(earliest, uncertain_ms);
-                let left = Duration::from_millis(ends.saturating_sub(*now_ms));
-                Some(left.saturating_sub(read_at.elapsed()))
+                let since_read = u64::try_from(read_at.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Some(signed_ms(ends) - signed_ms(now_ms.saturating_add(since_read)))
             }
             StoreClock::None => {
                 let observer = self.coord.observer(self.key());
                 let earliest = others
                     .filter_map(|t| observer.expires_at_mono_ms(t))
                     .min()?;
-                let left_ms = earliest.saturating_sub(self.coord.mono_ms());
-                Some(Duration::from_millis(left_ms))
+                Some(signed_ms(earliest) - signed_ms(self.coord.mono_ms()))
             }
         }
     }
 
     /// One look at the key, and what follows from it.
     async fn look(&mut self, pushed: Option<Versioned>) -> Result<Next, ClientError> {
+        let previous_look = std::mem::replace(&mut self.looked_at, Instant::now());
         let Some(snapshot) = self.snapshot(pushed).await? else {
             return Ok(Next::Wait);
         };
@@ -584,7 +634,16 @@ impl<'a> Waiter<'a> {
             let ended = BacklogStanding::Absent;
             return Err(lost(self.key(), &self.doc, &self.pending.id, ended));
         };
+        if doc != self.doc {
+            self.unchanged_since = self.looked_at;
+        }
+        let was_in_backlog = self.waits_in_backlog();
         self.doc = doc;
+        if was_in_backlog && self.doc.by_id(&self.pending.id).is_some() {
+            // Taken into the window by someone's write since the previous look, which still
+            // saw it in the backlog: its waiter lease started at that write, after that look.
+            self.last_refresh = previous_look;
+        }
         let Some(mine) = self.doc.by_id(&self.pending.id).cloned() else {
             if self.waits_in_backlog() {
                 return self.tend_window(&snapshot).await;
@@ -603,9 +662,9 @@ impl<'a> Waiter<'a> {
         }
         let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
         let waited_due = self.waited_due_in() == Some(Duration::ZERO);
+        let ended = self.something_expired(&snapshot) || self.freeze_ended();
         if mine.state == TicketState::Held
-            || self.something_expired(&snapshot)
-            || self.freeze_ended()
+            || (ended && self.tends_now())
             || refresh_due
             || waited_due
         {
@@ -640,7 +699,9 @@ impl<'a> Waiter<'a> {
                 }
             }
         }
+        let sent = Instant::now();
         let snapshot = self.coord.read(self.key()).await?;
+        self.read_took = sent.elapsed();
         let (id, keep) = (&self.pending.id, self.options.keep);
         // Queued (in the window or the backlog) at this read: a grant comes after it.
         let queued = snapshot.doc.as_ref().is_some_and(|doc| {
@@ -700,9 +761,10 @@ impl<'a> Waiter<'a> {
         let key = self.key();
         let token = self.pending.token.clone();
         let mut request = Request::new(ids::new_attempt_id(), Op::Refresh { token });
-        let sent_ms = self.coord.local_ms();
+        let (sent, sent_ms) = (Instant::now(), self.coord.local_ms());
         let executed = self.coord.execute(key, &mut request).await;
         let executed = executed.map_err(|e| ended_is_lost(key, e))?;
+        self.write_took = sent.elapsed();
         self.last_refresh = Instant::now();
         if let Some(lease) = turn_from_write(self.coord, self.pending, &request.op, &executed)? {
             return Ok(Next::Turn(lease));
@@ -718,21 +780,46 @@ impl<'a> Waiter<'a> {
 
     /// A look that found this turn waiting in the backlog, where it writes nothing: unless the
     /// window wants refilling from a written segment, or something in it has ended or a freeze
-    /// lifted, and nobody has written since. Then a tick takes the next turns in (the
-    /// coordinator reads the segment) and grants what it can.
+    /// lifted, and nobody has written the key for longer than a live waiter of the window
+    /// leaves between its refreshes ([`Waiter::quiet_enough`]). Then a tick takes the next
+    /// turns in (the coordinator reads the segment) and grants what it can.
+    ///
+    /// Any write refills the window and ends what has ended, whoever makes it: while the
+    /// window has a live waiter or holder, theirs do. A backlog waiter writing whenever it saw
+    /// the window low made dozens of writers of one moment on a busy key.
     async fn tend_window(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
         let refill = self.doc.segment_wanted().is_some();
-        if !(refill || self.something_expired(snapshot) || self.freeze_ended()) {
+        let wanted = refill || self.something_expired(snapshot) || self.freeze_ended();
+        if !(wanted && self.quiet_enough()) {
             return Ok(Next::Wait);
         }
         let mut request = Request::new(ids::new_attempt_id(), Op::Tick);
+        let sent = Instant::now();
         let executed = self.coord.execute(self.key(), &mut request).await?;
+        self.write_took = sent.elapsed();
         self.doc = executed.doc;
         if self.doc.by_id(&self.pending.id).is_some() {
-            // Taken in: its waiter lease started at that write; refresh at the next look.
+            // Taken in: its waiter lease started at that write. Held already: claim it now.
+            self.last_refresh = sent;
             self.look_now = true;
         }
         Ok(Next::Wait)
+    }
+
+    /// Whether the key has gone unwritten long enough for this backlog waiter to write for
+    /// the window: a waiter lease's refresh interval (every live waiter of the window writes
+    /// within it), then a [`Waiter::step`] per turn that arrived before it in the backlog (at
+    /// most [`WINDOW_JOBS`]), so that the first of them writes and the others find it done.
+    /// (Its arrival tells that apart where its position cannot: every turn in a segment
+    /// counts the whole segment ahead of it.)
+    fn quiet_enough(&self) -> bool {
+        let ahead = self.doc.backlog.as_ref().map_or(0, |backlog| {
+            self.arrival
+                .saturating_sub(backlog.taken_through.saturating_add(1))
+        });
+        let ahead = u32::try_from(ahead.min(WINDOW_JOBS as u64)).unwrap_or(u32::MAX);
+        let wait = self.refresh_every() + self.step().saturating_mul(ahead);
+        self.unchanged_since.elapsed() >= wait
     }
 
     /// A look failed: a transient error is ridden out (a pause, then a fresh look) until the
@@ -778,6 +865,17 @@ impl<'a> Waiter<'a> {
             Err(error) => Err(ended_is_lost(key, error)),
         }
     }
+}
+
+/// `ms` as a signed count (saturating).
+fn signed_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+/// How long from now until `stagger` after a moment `ms` away (negative: past), at least zero.
+fn after_ms(ms: i64, stagger: Duration) -> Duration {
+    let stagger_ms = i64::try_from(stagger.as_millis()).unwrap_or(i64::MAX);
+    Duration::from_millis(u64::try_from(ms.saturating_add(stagger_ms)).unwrap_or(0))
 }
 
 /// A refresh refused because the ticket has ended (abandoned after an outage longer than its
