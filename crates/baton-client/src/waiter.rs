@@ -551,11 +551,12 @@ impl<'a> Waiter<'a> {
         }
         let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
         let waited_due = self.waited_due_in() == Some(Duration::ZERO);
-        let ended = self.something_expired(&snapshot) || self.freeze_ended();
+        // Whose turn it is to write for an end is asked first: that is cheap, and for most
+        // waiters the answer is no; whether anything ended runs the core on the document.
         if mine.state == TicketState::Held
-            || (ended && self.tends_now())
             || refresh_due
             || waited_due
+            || (self.tends_now() && (self.freeze_ended() || self.something_expired(&snapshot)))
         {
             self.waited_written |= waited_due;
             return self.refresh().await;
