@@ -70,6 +70,18 @@ async fn waiter(
     (task, probe)
 }
 
+/// Waits for every waiter's turn and checks they came in arrival order (fences rising).
+async fn every_turn_in_order(tasks: Vec<tokio::task::JoinHandle<u64>>) {
+    let mut fences = Vec::new();
+    for task in tasks {
+        fences.push(task.await.unwrap());
+    }
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "granted out of arrival order: fences {fences:?}"
+    );
+}
+
 fn writes(probes: &[Arc<Probe>]) -> u64 {
     probes.iter().map(|p| p.cases()).sum()
 }
@@ -110,14 +122,7 @@ async fn an_expiry_in_the_window_is_written_by_one_waiter_not_by_all() {
     release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
         .unwrap();
-    let mut fences = Vec::new();
-    for task in tasks {
-        fences.push(task.await.unwrap());
-    }
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "granted out of queue order: fences {fences:?}"
-    );
+    every_turn_in_order(tasks).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -147,14 +152,7 @@ async fn a_queue_beyond_the_window_drains_with_two_writes_a_turn() {
     release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
         .unwrap();
-    let mut fences = Vec::new();
-    for task in tasks {
-        fences.push(task.await.unwrap());
-    }
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "granted out of arrival order: fences {fences:?}"
-    );
+    every_turn_in_order(tasks).await;
     // Each turn: the refresh that claims its grant, and its release. Whatever else was written
     // (a refill nobody else would make, a conflict) stays a handful.
     let extra = writes(&probes) - before - 2 * 50;
