@@ -501,6 +501,75 @@ async fn versions_stay_distinct_after_data_loss() {
     );
 }
 
+/// A key's history stream can outlive its document hash (the hash evicted, or deleted by hand):
+/// the next write that appends continues after the stream's last entry instead of failing on an
+/// entry ID that is not increasing, and writes nothing else when it cannot.
+#[tokio::test]
+async fn history_continues_after_the_document_alone_was_lost() {
+    let (store, url) = store_in_fresh_namespace().await;
+    let namespace = url.rsplit_once("namespace=").unwrap().1.to_owned();
+    let key = "k";
+    let first = written(
+        store
+            .cas(key, None, b"1", &[b"a".to_vec(), b"b".to_vec()])
+            .await
+            .unwrap(),
+    );
+    written(
+        store
+            .cas(key, Some(&first), b"2", &[b"c".to_vec()])
+            .await
+            .unwrap(),
+    );
+    command(&url, &["DEL", &format!("{namespace}doc:{key}")]).await;
+
+    let again = written(store.cas(key, None, b"3", &[b"d".to_vec()]).await.unwrap());
+    assert_eq!(store.load(key).await.unwrap().unwrap().bytes, b"3");
+    written(
+        store
+            .cas(key, Some(&again), b"4", &[b"e".to_vec(), b"f".to_vec()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        history_of(&store, key).await,
+        ["1:a", "2:b", "3:c", "4:d", "5:e", "6:f"]
+    );
+}
+
+/// A document whose count of history entries lags its stream (restored by hand from an older
+/// copy) appends after the stream's last entry too.
+#[tokio::test]
+async fn history_continues_when_the_document_counts_fewer_entries_than_its_stream() {
+    let (store, url) = store_in_fresh_namespace().await;
+    let namespace = url.rsplit_once("namespace=").unwrap().1.to_owned();
+    let key = "k";
+    let mut version = written(
+        store
+            .cas(key, None, b"1", &[b"a".to_vec(), b"b".to_vec()])
+            .await
+            .unwrap(),
+    );
+    command(&url, &["HSET", &format!("{namespace}doc:{key}"), "s", "1"]).await;
+
+    version = written(
+        store
+            .cas(key, Some(&version), b"2", &[b"c".to_vec(), b"d".to_vec()])
+            .await
+            .unwrap(),
+    );
+    written(
+        store
+            .cas(key, Some(&version), b"3", &[b"e".to_vec()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        history_of(&store, key).await,
+        ["1:a", "2:b", "3:c", "4:d", "5:e"]
+    );
+}
+
 // ----- helpers ------------------------------------------------------------------------------
 
 fn written(outcome: CasOutcome) -> Version {
@@ -508,6 +577,15 @@ fn written(outcome: CasOutcome) -> Version {
         CasOutcome::Written { version } => version,
         other => panic!("expected a write, got {other:?}"),
     }
+}
+
+/// A key's whole history, each entry as `seq:text`.
+async fn history_of(store: &RedisStore, key: &str) -> Vec<String> {
+    let records = store.history(key, 0, 100).await.unwrap();
+    records
+        .into_iter()
+        .map(|record| format!("{}:{}", record.seq, String::from_utf8_lossy(&record.bytes)))
+        .collect()
 }
 
 /// The next item of a stream (the tests have no stream combinators).

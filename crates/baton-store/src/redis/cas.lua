@@ -26,7 +26,7 @@ if redis.replicate_commands then
 end
 
 local now = redis.call('TIME')
-local current = redis.call('HMGET', KEYS[1], 'v', 'd')
+local current = redis.call('HMGET', KEYS[1], 'v', 'n', 's')
 local version = current[1]
 
 local matches
@@ -37,42 +37,47 @@ else
 end
 if not matches then
     if version then
-        return {0, now[1], now[2], version, current[2]}
+        return {0, now[1], now[2], version, redis.call('HGET', KEYS[1], 'd')}
     end
     return {0, now[1], now[2]}
-end
-
--- Everything that can fail is checked before the first write: Redis does not roll back the
--- writes of a script that fails halfway. The history's next seq continues from both the
--- document's counter and the stream's last entry, so neither a stream nor a document lost on its
--- own (evicted, deleted by hand) can make an XADD fail on an ID that is not increasing.
-local n_entries = #ARGV - 7
-local trim_how = string.sub(ARGV[6], 1, 1)
-local trim_keep = string.sub(ARGV[6], 2)
-local first_seq = 0
-if n_entries > 0 then
-    local last_seq = tonumber(redis.call('HGET', KEYS[1], 's') or '0') or 0
-    local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-    if top[1] then
-        local top_seq = tonumber(string.match(top[1][1], '^(%d+)')) or 0
-        if top_seq > last_seq then
-            last_seq = top_seq
-        end
-    end
-    first_seq = last_seq + 1
 end
 
 -- The version is the write count plus the server's time in microseconds: a server that lost its
 -- data (no persistence, a restore from an older snapshot) starts counting again, and the time
 -- keeps its new versions distinct from any a client may still hold in its cache.
-local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+local n = (tonumber(current[2] or '0') or 0) + 1
 local new_version = n .. '-' .. now[1] .. string.format('%06d', tonumber(now[2]))
-redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3])
+
+-- History first: Redis does not roll back the writes of a script that fails halfway, so the one
+-- step that can fail (an entry ID not above the stream's last) comes before any other write and
+-- is put right before it is retried. The next seq follows the document's counter; the stream's
+-- last entry is read only when that append fails, where a stream outlived its document (the
+-- hash evicted or deleted by hand) or holds entries past its counter. Reading it at every
+-- append cost a third of the script's time.
+local n_entries = #ARGV - 7
 if n_entries > 0 then
-    for i = 1, n_entries do
+    local trim_how = string.sub(ARGV[6], 1, 1)
+    local trim_keep = string.sub(ARGV[6], 2)
+    local function append(seq, entry)
+        return redis.pcall('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, seq .. '-0', 'e', entry)
+    end
+    local first_seq = (tonumber(current[3] or '0') or 0) + 1
+    local appended = append(first_seq, ARGV[8])
+    if type(appended) == 'table' and appended.err then
+        local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+        local top_seq = top[1] and tonumber(string.match(top[1][1], '^(%d+)')) or 0
+        if top_seq < first_seq then
+            return redis.error_reply(appended.err)
+        end
+        first_seq = top_seq + 1
+        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, first_seq .. '-0', 'e', ARGV[8])
+    end
+    for i = 2, n_entries do
         redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, (first_seq + i - 1) .. '-0', 'e', ARGV[7 + i])
     end
-    redis.call('HSET', KEYS[1], 's', first_seq + n_entries - 1)
+    redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3], 'n', n, 's', first_seq + n_entries - 1)
+else
+    redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3], 'n', n)
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 if ARGV[7] == '' then
