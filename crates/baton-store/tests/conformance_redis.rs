@@ -538,7 +538,8 @@ async fn history_continues_after_the_document_alone_was_lost() {
 }
 
 /// A document whose count of history entries lags its stream (restored by hand from an older
-/// copy) appends after the stream's last entry too.
+/// copy) appends after the stream's last entry too, and so does one whose stream was then
+/// emptied by hand (which still refuses every ID up to its last).
 #[tokio::test]
 async fn history_continues_when_the_document_counts_fewer_entries_than_its_stream() {
     let (store, url) = store_in_fresh_namespace().await;
@@ -558,7 +559,7 @@ async fn history_continues_when_the_document_counts_fewer_entries_than_its_strea
             .await
             .unwrap(),
     );
-    written(
+    version = written(
         store
             .cas(key, Some(&version), b"3", &[b"e".to_vec()])
             .await
@@ -568,6 +569,17 @@ async fn history_continues_when_the_document_counts_fewer_entries_than_its_strea
         history_of(&store, key).await,
         ["1:a", "2:b", "3:c", "4:d", "5:e"]
     );
+
+    let stream = format!("{namespace}hist:{key}");
+    command(&url, &["XTRIM", &stream, "MAXLEN", "0"]).await;
+    command(&url, &["HSET", &format!("{namespace}doc:{key}"), "s", "2"]).await;
+    written(
+        store
+            .cas(key, Some(&version), b"4", &[b"f".to_vec()])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(history_of(&store, key).await, ["6:f"]);
 }
 
 // ----- helpers ------------------------------------------------------------------------------
