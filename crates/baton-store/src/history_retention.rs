@@ -28,6 +28,12 @@ pub const MAX_AGE_PARAMETER: &str = "history_max_age";
 /// Entries kept per key when the URL says nothing: baton's limit on history length.
 pub const KEEP_DEFAULT: u64 = 10_000;
 
+/// A `history_keep` from which a store that trims by count may keep a few more entries than
+/// asked, never fewer, to trim in batches: Redis drops whole stream nodes (`MAXLEN ~`), etcd
+/// deletes the excess once it reaches a batch, rather than one entry after every write. Below
+/// it trimming is exact.
+pub const EXACT_KEEP_BELOW: u64 = 1_000;
+
 /// The age after which S3 and DynamoDB expire history when the URL says nothing: long enough
 /// for `baton log` to show a quarter of work, short enough that a busy key's history does not
 /// grow without bound (they cannot trim by count).

@@ -129,6 +129,43 @@ async fn large_history_batches_fit_in_one_cas() {
     assert_eq!(page, log[501..511].to_vec());
 }
 
+/// From a `history_keep` of 1,000 up, a long-used key's excess is cut 64 entries at a time,
+/// not one after every write: it holds the newest `keep` entries at least, never 64 more, and
+/// what it holds is always the newest.
+#[tokio::test]
+async fn a_large_keep_is_trimmed_in_batches() {
+    let keep = 1_000;
+    let url = with_parameter(&server_url(), &format!("history_keep={keep}"));
+    let store = EtcdStore::open(&url).await.unwrap();
+    let key = format!("{}batches", prefix("trim"));
+    let filled: Vec<Vec<u8>> = (0..keep)
+        .map(|n| format!("entry {n:05}").into_bytes())
+        .collect();
+    let mut version = written(store.cas(&key, None, b"0", &filled).await.unwrap());
+    let mut lengths = Vec::new();
+    for n in keep..keep + 130 {
+        let entry = format!("entry {n:05}").into_bytes();
+        version = written(
+            store
+                .cas(&key, Some(&version), b"n", &[entry])
+                .await
+                .unwrap(),
+        );
+        let log = store.history(&key, 0, 2_000).await.unwrap();
+        let newest = String::from_utf8(log[log.len() - 1].bytes.clone()).unwrap();
+        let oldest = String::from_utf8(log[0].bytes.clone()).unwrap();
+        assert_eq!(newest, format!("entry {n:05}"));
+        assert_eq!(oldest, format!("entry {:05}", n + 1 - log.len()));
+        lengths.push(log.len());
+    }
+    assert!(
+        lengths.iter().all(|len| (keep..keep + 64).contains(len)),
+        "{lengths:?}"
+    );
+    let cuts = lengths.windows(2).filter(|pair| pair[1] < pair[0]).count();
+    assert_eq!(cuts, 2, "two cuts of 64 in 130 writes: {lengths:?}");
+}
+
 /// A version this store never handed out (zero, negative, not a number) conflicts and carries
 /// the current document; it is never taken for "absent".
 #[tokio::test]
@@ -458,6 +495,14 @@ async fn a_cas_without_an_answer_is_ambiguous() {
 // ----- helpers -----------------------------------------------------------------------------
 
 /// `host:port` of an `etcd://host:port/prefix` URL (one endpoint).
+/// The version of a CAS that must have written.
+fn written(outcome: CasOutcome) -> Version {
+    match outcome {
+        CasOutcome::Written { version } => version,
+        other => panic!("expected a write, got {other:?}"),
+    }
+}
+
 fn endpoint_of(url: &str) -> String {
     let rest = url.split_once("://").unwrap().1;
     rest.split(['/', '?']).next().unwrap().to_owned()

@@ -11,6 +11,7 @@ use etcd_client::{
 
 use super::errors::Effect;
 use super::{versioned, EtcdStore, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
+use crate::history_retention::EXACT_KEEP_BELOW;
 use crate::{CasOutcome, Result, Store, Version};
 
 impl EtcdStore {
@@ -120,9 +121,10 @@ impl EtcdStore {
     /// Right after a CAS that appended `n_appended` entries, deletes the key's oldest entries
     /// beyond `history_keep`, from what the CAS's transaction read before its puts (the count
     /// and the oldest keys). One DeleteRange without a condition, sent only when the key holds
-    /// too many: it removes keys up to a cut that were the oldest when read, and writers only
-    /// ever add newer ones, so it never leaves fewer than `history_keep`. A failure only
-    /// leaves a few entries for the next writer to cut: it is logged, never the CAS's error.
+    /// too many (from a `history_keep` of [`EXACT_KEEP_BELOW`] up, [`TRIM_BATCH`] too many):
+    /// it removes keys up to a cut that were the oldest when read, and writers only ever add
+    /// newer ones, so it never leaves fewer than `history_keep`. A failure only leaves a few
+    /// entries for the next writer to cut: it is logged, never the CAS's error.
     async fn trim_history(
         &self,
         key: &str,
@@ -140,7 +142,7 @@ impl EtcdStore {
         let n_before = usize::try_from(read.count()).unwrap_or(0);
         let keep = usize::try_from(self.inner.url.retention.keep).unwrap_or(usize::MAX);
         let n_over = (n_before + n_appended).saturating_sub(keep);
-        if n_over == 0 {
+        if n_over < self.trim_from() {
             return;
         }
         // Oldest first: the keys read, then (when those were all there were) the new ones.
@@ -167,6 +169,16 @@ impl EtcdStore {
             .await;
         if let Err(error) = deleted {
             tracing::debug!(%error, key, "history not trimmed; the next write trims it");
+        }
+    }
+
+    /// How many entries past `history_keep` a key holds before they are cut: exact below
+    /// [`EXACT_KEEP_BELOW`], in batches of [`TRIM_BATCH`] from there up.
+    fn trim_from(&self) -> usize {
+        if self.inner.url.retention.keep < EXACT_KEEP_BELOW {
+            1
+        } else {
+            TRIM_BATCH as usize
         }
     }
 

@@ -85,7 +85,11 @@ const SEQS_PER_REVISION: u64 = 65_536;
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// How many of a key's oldest history keys a CAS reads (keys only, in its own transaction) to
-/// know where to cut; a longer excess is cut over the next writes.
+/// know where to cut; a longer excess is cut over the next writes. From a `history_keep` of
+/// [`EXACT_KEEP_BELOW`](crate::history_retention::EXACT_KEEP_BELOW) up, also how many entries
+/// past it a key holds before they are cut: the cut is a request of its own after the CAS (a
+/// write through the cluster's log), and made after every write it doubled the cost of each
+/// release of a long-used key.
 const TRIM_BATCH: i64 = 64;
 
 /// Keys per page when listing documents.

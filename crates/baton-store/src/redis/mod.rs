@@ -95,7 +95,7 @@ pub const HISTORY_KEPT_MAX: u64 = crate::history_retention::KEEP_DEFAULT;
 /// A `history_keep` from which trimming is approximate (`MAXLEN ~`): Redis then drops whole
 /// stream nodes (100 entries by default), so a little more is kept, never less. Below it a
 /// node would never fill, so trimming is exact (`MAXLEN =`).
-pub const EXACT_TRIM_BELOW: u64 = 1_000;
+pub const EXACT_TRIM_BELOW: u64 = crate::history_retention::EXACT_KEEP_BELOW;
 
 /// The epoch of the server's clock. It is wall time, which a restart keeps, so it never changes:
 /// a restart with persistence must not end every lease.
