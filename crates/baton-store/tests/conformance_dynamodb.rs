@@ -18,9 +18,10 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use baton_store::deferred::Hot;
 use baton_store::dynamodb::{layout, DynamoStore};
-use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreError, Version};
+use baton_store::{conformance, CasOutcome, HistoryRecord, Store, StoreError};
 
 mod common;
+use common::written;
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -771,13 +772,6 @@ async fn history_items_expire_by_the_tables_ttl_which_init_turns_on() {
 }
 
 // ----- helpers -----------------------------------------------------------------------------
-
-fn written(outcome: CasOutcome) -> Version {
-    match outcome {
-        CasOutcome::Written { version } => version,
-        CasOutcome::Conflict { current } => panic!("the CAS conflicted (current: {current:?})"),
-    }
-}
 
 fn entries(records: &[HistoryRecord]) -> Vec<Vec<u8>> {
     records.iter().map(|record| record.bytes.clone()).collect()

@@ -17,7 +17,7 @@ use baton_store::etcd::EtcdStore;
 use baton_store::{conformance, CasOutcome, Store, StoreError, Version};
 
 mod common;
-use common::{free_port, with_parameter};
+use common::{free_port, with_parameter, written};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -493,15 +493,6 @@ async fn a_cas_without_an_answer_is_ambiguous() {
 }
 
 // ----- helpers -----------------------------------------------------------------------------
-
-/// `host:port` of an `etcd://host:port/prefix` URL (one endpoint).
-/// The version of a CAS that must have written.
-fn written(outcome: CasOutcome) -> Version {
-    match outcome {
-        CasOutcome::Written { version } => version,
-        other => panic!("expected a write, got {other:?}"),
-    }
-}
 
 fn endpoint_of(url: &str) -> String {
     let rest = url.split_once("://").unwrap().1;

@@ -24,7 +24,7 @@ use baton_store::{
 use sqlx::{Connection, Executor, PgConnection, Row};
 
 mod common;
-use common::{nanos, wall_ms, with_parameter};
+use common::{nanos, wall_ms, with_parameter, written};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -594,10 +594,10 @@ async fn a_process_is_told_only_of_the_keys_it_watches() {
     for _ in 0..30 {
         for (key, version) in [&other, &left].into_iter().zip(&mut versions) {
             let outcome = writer.cas(key, version.as_ref(), b"x", &[]).await.unwrap();
-            *version = Some(written_version(outcome));
+            *version = Some(written(outcome));
         }
     }
-    let written = written_version(writer.cas(&watched, None, b"1", &[]).await.unwrap());
+    let written = written(writer.cas(&watched, None, b"1", &[]).await.unwrap());
     assert_eq!(
         next_pushed(&mut handle, &written).await.as_deref(),
         Some(&b"1"[..]),
@@ -629,9 +629,7 @@ async fn a_channel_nobody_watches_is_left_at_its_first_notification() {
             .expect("LISTEN works"),
     );
     let before = watching.notifications_received().await;
-    let mut version = Some(written_version(
-        writer.cas(&key, None, b"x", &[]).await.unwrap(),
-    ));
+    let mut version = Some(written(writer.cas(&key, None, b"x", &[]).await.unwrap()));
     // The key's channel was left at the prefix's watch; the first write's notification on the
     // shared one leaves that. The listener carries out one thing at a time, so the marker's
     // LISTEN below returns after that UNLISTEN, however slowly a loaded machine runs it.
@@ -651,10 +649,10 @@ async fn a_channel_nobody_watches_is_left_at_its_first_notification() {
         .expect("LISTEN works");
     for _ in 1..20 {
         let outcome = writer.cas(&key, version.as_ref(), b"x", &[]).await.unwrap();
-        version = Some(written_version(outcome));
+        version = Some(written(outcome));
     }
     // Notifications come in commit order: once the marker's has come, the others have.
-    let written = written_version(writer.cas(&marker, None, b"m", &[]).await.unwrap());
+    let written = written(writer.cas(&marker, None, b"m", &[]).await.unwrap());
     assert!(next_pushed(&mut handle, &written).await.is_some());
     let told = watching.notifications_received().await - before;
     assert!(
@@ -708,7 +706,7 @@ async fn a_wake_up_carries_documents_up_to_the_limit_under_the_longest_key() {
         .cas(&key, Some(&version), &largest, &[])
         .await
         .unwrap();
-    version = written_version(outcome);
+    version = written(outcome);
     assert_eq!(version.0.len(), 19, "{version:?}");
     assert_eq!(
         next_pushed(&mut handle, &version).await.as_deref(),
@@ -717,19 +715,12 @@ async fn a_wake_up_carries_documents_up_to_the_limit_under_the_longest_key() {
     );
     let over: Vec<u8> = vec![b'x'; limit + 1];
     let outcome = store.cas(&key, Some(&version), &over, &[]).await.unwrap();
-    version = written_version(outcome);
+    version = written(outcome);
     assert_eq!(
         next_pushed(&mut handle, &version).await,
         None,
         "a larger one wakes without it"
     );
-}
-
-fn written_version(outcome: CasOutcome) -> Version {
-    match outcome {
-        CasOutcome::Written { version, .. } => version,
-        other => panic!("expected a write, got {other:?}"),
-    }
 }
 
 /// The first wake-up that is `version`'s write or carries no document (any write's, a
@@ -1020,7 +1011,7 @@ async fn a_smaller_history_keep_trims_what_a_larger_left_within_64_entries() {
     let mut lengths = Vec::new();
     for i in 101..=164 {
         let entry = vec![format!("{i}").into_bytes()];
-        version = written_version(
+        version = written(
             smaller
                 .cas(&key, Some(&version), b"doc", &entry)
                 .await

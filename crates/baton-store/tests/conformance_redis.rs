@@ -15,7 +15,7 @@ use baton_store::{conformance, CasOutcome, Store, StoreError, Version, WatchHand
 use tempfile::TempDir;
 
 mod common;
-use common::{free_port, with_parameter};
+use common::{free_port, with_parameter, written};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -583,13 +583,6 @@ async fn history_continues_when_the_document_counts_fewer_entries_than_its_strea
 }
 
 // ----- helpers ------------------------------------------------------------------------------
-
-fn written(outcome: CasOutcome) -> Version {
-    match outcome {
-        CasOutcome::Written { version } => version,
-        other => panic!("expected a write, got {other:?}"),
-    }
-}
 
 /// A key's whole history, each entry as `seq:text`.
 async fn history_of(store: &RedisStore, key: &str) -> Vec<String> {

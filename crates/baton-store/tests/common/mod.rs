@@ -8,6 +8,8 @@
 use std::net::TcpListener;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use baton_store::{CasOutcome, Version};
+
 /// The URL of the test server of `store` (`POSTGRES`, `REDIS`, `ETCD`, `S3`, `DYNAMODB`), from
 /// `BATON_TEST_<STORE>_URL`. Panics when it is not set, saying how to start the server: a test
 /// that needs a server never silently skips.
@@ -63,4 +65,12 @@ pub fn free_port() -> u16 {
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
         .unwrap_or_else(|error| panic!("no free loopback port: {error}"))
+}
+
+/// The version a CAS that must have written wrote (panics, naming what it got, when it did not).
+pub fn written(outcome: CasOutcome) -> Version {
+    match outcome {
+        CasOutcome::Written { version } => version,
+        other => panic!("expected a write, got {other:?}"),
+    }
 }
