@@ -14,13 +14,17 @@ need_tool openssl openssl # the TLS test's throwaway certificate authority
 # launch_redis DIR PORT: starts the server as a daemon on 127.0.0.1:PORT with its data, its pid
 # file (DIR/pid) and its log (DIR/redis.log) in DIR; it has not answered yet (await_redis).
 # start_redis and scripts/restart-server.sh, which starts it again on the same port and data,
-# both launch it here, so a restarted server has the options of the first. appendfsync is
-# Redis's default, everysec: Redis writes to the file before it replies and syncs it every
-# second, so a killed server keeps what it acknowledged (a crashed machine could lose a second;
-# so could a server killed while a slow disk made it postpone its writes, which Redis logs).
+# both launch it here, so a restarted server has the options of the first.
+#
+# appendfsync is BATON_TEST_REDIS_FSYNC, else Redis's default, everysec (what the CLI tests and
+# the benchmarks meet). Under everysec Redis syncs the file from a background thread once a
+# second, and while that sync runs it holds back its writes to the file but not its replies: a
+# server killed in those milliseconds loses writes it acknowledged. The fault runs, which kill it
+# and then check that every acknowledged write is there, set `always` (sync, then reply).
 launch_redis() {
     local dir=$1 port=$2
-    redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly yes --dir "$dir" \
+    redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly yes \
+        --appendfsync "${BATON_TEST_REDIS_FSYNC:-everysec}" --dir "$dir" \
         --daemonize yes --pidfile "$dir/pid" --logfile "$dir/redis.log"
 }
 

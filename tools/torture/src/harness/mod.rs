@@ -17,6 +17,7 @@
 //! - [`verdict`]: the sweep, the history read back, and the takeover times.
 
 mod clients;
+mod durable;
 mod injector;
 mod jobs;
 mod sampler;
@@ -432,6 +433,7 @@ pub struct Verdict {
 /// Runs the clients under the faults and checks the records.
 pub fn run(config: &Config) -> Result<Verdict, String> {
     config.check()?;
+    durable::check_restarted_store(config)?;
     let began = Instant::now();
     let log_path = std::env::temp_dir().join(format!(
         "baton-torture-{}.log",
