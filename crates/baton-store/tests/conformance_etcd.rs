@@ -73,10 +73,12 @@ async fn keys_live_under_the_url_prefix() {
     assert!(store_b.list("").await.unwrap().is_empty());
     assert_eq!(store_a.list("").await.unwrap(), ["deploy/prod"]);
 
-    // What etcdctl sees: the document at P/d/K, the entry at P/h/K\0SEQ, both raw bytes.
+    // What etcdctl sees: the count of appending writes at P/a/K (an empty value), the
+    // document at P/d/K, the entry at P/h/K\0SEQ, both raw bytes.
     let dump = etcdctl(&endpoint, &["get", "--prefix", &format!("/{unique}/a/")]);
     let expected = format!(
-        "/{unique}/a/d/deploy/prod\ndoc\n/{unique}/a/h/deploy/prod\u{0}00000000000000000001\nentry\n"
+        "/{unique}/a/a/deploy/prod\n\n/{unique}/a/d/deploy/prod\ndoc\n\
+         /{unique}/a/h/deploy/prod\u{0}00000000000000000001\nentry\n"
     );
     assert_eq!(dump, expected);
     // The version is the document's mod revision.
@@ -164,6 +166,68 @@ async fn a_large_keep_is_trimmed_in_batches() {
     );
     let cuts = lengths.windows(2).filter(|pair| pair[1] < pair[0]).count();
     assert_eq!(cuts, 2, "two cuts of 64 in 130 writes: {lengths:?}");
+}
+
+/// The batched cut's turn comes with writes, not entries: writes of many entries each grow the
+/// history past the keep until the 64th appending write since the last cut, which cuts all the
+/// excess at once, oldest first.
+#[tokio::test]
+async fn a_batched_cut_comes_every_64_writes_and_cuts_all_the_excess() {
+    let keep = 1_000;
+    let url = with_parameter(&server_url(), &format!("history_keep={keep}"));
+    let store = EtcdStore::open(&url).await.unwrap();
+    let key = format!("{}wide", prefix("trim"));
+    let entries = |from: usize, n: usize| -> Vec<Vec<u8>> {
+        (from..from + n)
+            .map(|n| format!("entry {n:05}").into_bytes())
+            .collect()
+    };
+    // The first appending write, then 62 of 30 entries each: no cut yet.
+    let mut version = written(
+        store
+            .cas(&key, None, b"0", &entries(0, keep))
+            .await
+            .unwrap(),
+    );
+    let mut next = keep;
+    for _ in 0..62 {
+        let batch = entries(next, 30);
+        version = written(store.cas(&key, Some(&version), b"n", &batch).await.unwrap());
+        next += 30;
+    }
+    let log = store.history(&key, 0, 5_000).await.unwrap();
+    assert_eq!(log.len(), keep + 62 * 30, "cut before its turn");
+    // The 64th: its turn.
+    let batch = entries(next, 30);
+    written(store.cas(&key, Some(&version), b"n", &batch).await.unwrap());
+    next += 30;
+    let log = store.history(&key, 0, 5_000).await.unwrap();
+    let kept: Vec<String> = log
+        .iter()
+        .map(|record| String::from_utf8(record.bytes.clone()).unwrap())
+        .collect();
+    let newest: Vec<String> = (next - keep..next)
+        .map(|n| format!("entry {n:05}"))
+        .collect();
+    assert_eq!(kept, newest, "the newest {keep} entries, and only they");
+}
+
+/// The most entries one CAS writes with every operation its transaction needs besides them
+/// (a store that trims in batches, as by default): 3,844 fit, one more is refused whole.
+#[tokio::test]
+async fn the_most_entries_one_cas_can_append() {
+    let store = store().await;
+    let key = format!("{}most", prefix("batch"));
+    let entries =
+        |n: usize| -> Vec<Vec<u8>> { (0..n).map(|i| format!("{i}").into_bytes()).collect() };
+    let version = written(store.cas(&key, None, b"0", &entries(3_844)).await.unwrap());
+    assert_eq!(store.history(&key, 0, 5_000).await.unwrap().len(), 3_844);
+    let refused = store.cas(&key, Some(&version), b"1", &entries(3_845)).await;
+    let Err(error) = refused else {
+        panic!("3,845 entries must be refused, got {refused:?}");
+    };
+    assert!(error.to_string().contains("at most 3844"), "{error}");
+    assert_eq!(store.history(&key, 0, 10_000).await.unwrap().len(), 3_844);
 }
 
 /// A version this store never handed out (zero, negative, not a number) conflicts and carries

@@ -10,9 +10,18 @@ use etcd_client::{
 };
 
 use super::errors::Effect;
-use super::{versioned, EtcdStore, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
+use super::{versioned, EtcdStore, CUT_READ_LIMIT, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
 use crate::history_retention::EXACT_KEEP_BELOW;
 use crate::{CasOutcome, Result, Store, Version};
+
+/// Operations in a CAS's top branch besides its history entries: `trim_reads`' (two at most),
+/// the document's put and the due index's op.
+const TOP_OPS: usize = 4;
+
+/// The most history entries one CAS can write: `n` nested groups of `MAX_TXN_OPS - TOP_OPS - n`
+/// entries, at the best `n`.
+const MAX_HISTORY_PER_CAS: usize =
+    ((MAX_TXN_OPS - TOP_OPS) / 2) * (MAX_TXN_OPS - TOP_OPS - (MAX_TXN_OPS - TOP_OPS) / 2);
 
 impl EtcdStore {
     /// The condition a CAS naming `expected` writes under (the document is absent, or at that
@@ -43,8 +52,8 @@ impl EtcdStore {
         })
     }
 
-    /// The operations of a CAS's transaction when its condition holds: the history read
-    /// `trim_history` needs, the document's put, the history's puts and the due index's op.
+    /// The operations of a CAS's transaction when its condition holds: what `trim_history`
+    /// needs (`trim_reads`), the document's put, the history's puts and the due index's op.
     pub(super) fn cas_writes(
         &self,
         key: &str,
@@ -56,18 +65,7 @@ impl EtcdStore {
         let layout = &self.inner.layout;
         let mut writes = Vec::new();
         if !history.is_empty() {
-            // First, so that it sees the history as it stood: how many entries, and the oldest
-            // keys, which `trim_history` cuts after the write (etcd's transactions cannot
-            // compute a range end from a count).
-            writes.push(TxnOp::get(
-                layout.history_key(key, 0),
-                Some(
-                    GetOptions::new()
-                        .with_range(layout.history_end(key))
-                        .with_keys_only()
-                        .with_limit(TRIM_BATCH),
-                ),
-            ));
+            writes.extend(self.trim_reads(key));
         }
         writes.push(TxnOp::put(layout.doc_key(key), bytes.to_vec(), None));
         writes.extend(self.history_puts(key, expected_revision, history)?);
@@ -77,6 +75,29 @@ impl EtcdStore {
             None => TxnOp::delete(due_key, None),
         });
         Ok(writes)
+    }
+
+    /// What a CAS that appends history reads in its transaction, first, so that it sees the
+    /// key as it stood before its puts: below a `history_keep` of [`EXACT_KEEP_BELOW`], how
+    /// many entries and the oldest keys, which `trim_history` cuts after the write (etcd's
+    /// transactions cannot compute a range end from a count); from there up, the count of
+    /// appending writes, raised by one, whose version tells the writer whether its turn to cut
+    /// has come: a Get of one key, where counting the history visits every entry it holds.
+    fn trim_reads(&self, key: &str) -> Vec<TxnOp> {
+        let layout = &self.inner.layout;
+        if self.trims_in_batches() {
+            let appends = layout.appends_key(key);
+            let options = GetOptions::new().with_keys_only();
+            return vec![
+                TxnOp::get(appends.clone(), Some(options)),
+                TxnOp::put(appends, Vec::new(), None),
+            ];
+        }
+        let options = GetOptions::new()
+            .with_range(layout.history_end(key))
+            .with_keys_only()
+            .with_limit(TRIM_BATCH);
+        vec![TxnOp::get(layout.history_key(key, 0), Some(options))]
     }
 
     /// What the CAS's transaction came to: written at the revision it committed at (its
@@ -119,12 +140,16 @@ impl EtcdStore {
     }
 
     /// Right after a CAS that appended `n_appended` entries, deletes the key's oldest entries
-    /// beyond `history_keep`, from what the CAS's transaction read before its puts (the count
-    /// and the oldest keys). One DeleteRange without a condition, sent only when the key holds
-    /// too many (from a `history_keep` of [`EXACT_KEEP_BELOW`] up, [`TRIM_BATCH`] too many):
-    /// it removes keys up to a cut that were the oldest when read, and writers only ever add
-    /// newer ones, so it never leaves fewer than `history_keep`. A failure only leaves a few
-    /// entries for the next writer to cut: it is logged, never the CAS's error.
+    /// beyond `history_keep`. Below a `history_keep` of [`EXACT_KEEP_BELOW`], after every such
+    /// write, from what its transaction read before its puts (the count and the oldest keys);
+    /// from there up, after one such write in [`TRIM_BATCH`], from a read of its own
+    /// (`cut_in_batches`).
+    ///
+    /// One DeleteRange without a condition, sent only when the key holds too many: it removes
+    /// keys up to a cut that were the oldest when read, and writers only ever add newer ones,
+    /// so it never leaves fewer than `history_keep`; two cuts remove two prefixes of the same
+    /// order, so together no more than the longer one. A failure only leaves a few entries for
+    /// a later writer to cut: it is logged, never the CAS's error.
     async fn trim_history(
         &self,
         key: &str,
@@ -132,32 +157,75 @@ impl EtcdStore {
         n_appended: usize,
         response: &TxnResponse,
     ) {
-        let layout = &self.inner.layout;
         let Some(read) = response.op_responses().into_iter().find_map(|op| match op {
             TxnOpResponse::Get(get) => Some(get),
             _ => None,
         }) else {
             return;
         };
+        if self.trims_in_batches() {
+            let appends_before = read.kvs().first().map_or(0, |kv| kv.version());
+            if (appends_before + 1) % TRIM_BATCH == 0 {
+                self.cut_in_batches(key).await;
+            }
+            return;
+        }
         let n_before = usize::try_from(read.count()).unwrap_or(0);
         let keep = usize::try_from(self.inner.url.retention.keep).unwrap_or(usize::MAX);
         let n_over = (n_before + n_appended).saturating_sub(keep);
-        if n_over < self.trim_from() {
+        if n_over == 0 {
             return;
         }
         // Oldest first: the keys read, then (when those were all there were) the new ones.
         let mut oldest: Vec<Vec<u8>> = read.kvs().iter().map(|kv| kv.key().to_vec()).collect();
         if oldest.len() == n_before {
             let base = expected_revision.saturating_mul(SEQS_PER_REVISION);
+            let layout = &self.inner.layout;
             oldest
                 .extend((1..=n_appended as u64).map(|index| layout.history_key(key, base + index)));
         }
-        let Some(last_cut) = oldest.get(n_over.min(oldest.len()).saturating_sub(1)) else {
+        self.cut(key, &oldest, n_over).await;
+    }
+
+    /// Reads the key's history count and its oldest keys (at most [`CUT_READ_LIMIT`]) and cuts
+    /// what exceeds `history_keep`: a longer excess is cut by the next writer whose turn it is.
+    async fn cut_in_batches(&self, key: &str) {
+        let layout = &self.inner.layout;
+        let start = layout.history_key(key, 0);
+        let options = GetOptions::new()
+            .with_range(layout.history_end(key))
+            .with_keys_only()
+            .with_limit(CUT_READ_LIMIT);
+        let read = self
+            .request(Effect::Read, |mut kv| {
+                let (start, options) = (start.clone(), options.clone());
+                async move { kv.get(start, Some(options)).await }
+            })
+            .await;
+        let read = match read {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::debug!(%error, key, "history not read for its cut; a later write cuts it");
+                return;
+            }
+        };
+        let count = u64::try_from(read.count()).unwrap_or(0);
+        let n_over = count.saturating_sub(self.inner.url.retention.keep);
+        let oldest: Vec<Vec<u8>> = read.kvs().iter().map(|kv| kv.key().to_vec()).collect();
+        self.cut(key, &oldest, usize::try_from(n_over).unwrap_or(usize::MAX))
+            .await;
+    }
+
+    /// Deletes the first `n` of `oldest` (all of them when it holds fewer), a range from the
+    /// key's first possible history key, or nothing when `n` is 0.
+    async fn cut(&self, key: &str, oldest: &[Vec<u8>], n: usize) {
+        let last = n.min(oldest.len()).checked_sub(1);
+        let Some(last_cut) = last.and_then(|last| oldest.get(last)) else {
             return;
         };
         // Just past the last key cut.
         let end = [last_cut.as_slice(), b"\x00"].concat();
-        let start = layout.history_key(key, 0);
+        let start = self.inner.layout.history_key(key, 0);
         let deleted = self
             .request(Effect::Write, |mut kv| {
                 let (start, end) = (start.clone(), end.clone());
@@ -172,14 +240,10 @@ impl EtcdStore {
         }
     }
 
-    /// How many entries past `history_keep` a key holds before they are cut: exact below
-    /// [`EXACT_KEEP_BELOW`], in batches of [`TRIM_BATCH`] from there up.
-    fn trim_from(&self) -> usize {
-        if self.inner.url.retention.keep < EXACT_KEEP_BELOW {
-            1
-        } else {
-            TRIM_BATCH as usize
-        }
+    /// Whether this store cuts history in batches (a `history_keep` of [`EXACT_KEEP_BELOW`]
+    /// or more) rather than after every appending write.
+    fn trims_in_batches(&self) -> bool {
+        self.inner.url.retention.keep >= EXACT_KEEP_BELOW
     }
 
     /// The operations that write `history` after a CAS naming `expected_revision`, nested so
@@ -213,20 +277,22 @@ impl EtcdStore {
                 TxnOp::put(self.inner.layout.history_key(key, seq), entry.clone(), None)
             })
             .collect();
-        // The entries share the top branch with the history read, the document's put and the
-        // due index's op.
-        if puts.len() + 3 <= MAX_TXN_OPS {
+        // The entries share the top branch with `trim_reads`' operations (two at most), the
+        // document's put and the due index's op.
+        if puts.len() + TOP_OPS <= MAX_TXN_OPS {
             return Ok(puts);
         }
         // Else `n_groups` nested transactions (no condition: they always run) of `group_len`
         // entries each. etcd allows a nested branch what the top branch leaves: the top holds
-        // 3 + n_groups operations, so 3 + n_groups + group_len must stay within the limit.
+        // TOP_OPS + n_groups operations, so TOP_OPS + n_groups + group_len must stay within the
+        // limit.
         let n_groups = (1..MAX_TXN_OPS)
-            .find(|n_groups| 3 + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
+            .find(|n_groups| TOP_OPS + n_groups + puts.len().div_ceil(*n_groups) <= MAX_TXN_OPS)
             .ok_or_else(|| {
                 self.backend(format!(
-                    "{} history entries do not fit in one etcd transaction (at most 4,032)",
-                    history.len()
+                    "{} history entries do not fit in one etcd transaction (at most {})",
+                    history.len(),
+                    MAX_HISTORY_PER_CAS
                 ))
             })?;
         let group_len = puts.len().div_ceil(n_groups);

@@ -8,6 +8,8 @@
 //! P/r/K \x00 NAME            record NAME of K (the etcd value is the record's bytes)
 //! P/u/K                      K's place in the due index: when it next needs a worker, as
 //!                            decimal milliseconds (absent: never)
+//! P/a/K                      K's count of writes that appended history: the etcd key's
+//!                            version (its value is empty), so a write learns it in O(1)
 //! ```
 //!
 //! Documents, history and records are separate branches, so listing documents (a range on
@@ -31,6 +33,8 @@ pub struct Layout {
     records_root: Vec<u8>,
     /// `P/u/`.
     due_root: Vec<u8>,
+    /// `P/a/`.
+    appends_root: Vec<u8>,
 }
 
 /// The digits of a seq in a history key: enough for `u64::MAX`.
@@ -44,6 +48,7 @@ impl Layout {
             history_root: format!("{prefix}/h/").into_bytes(),
             records_root: format!("{prefix}/r/").into_bytes(),
             due_root: format!("{prefix}/u/").into_bytes(),
+            appends_root: format!("{prefix}/a/").into_bytes(),
         }
     }
 
@@ -67,6 +72,11 @@ impl Layout {
     /// `P/u/K`: K's entry in the due index.
     pub fn due_key(&self, key: &str) -> Vec<u8> {
         [self.due_root.as_slice(), key.as_bytes()].concat()
+    }
+
+    /// `P/a/K`: K's count of writes that appended history (the key's etcd version).
+    pub fn appends_key(&self, key: &str) -> Vec<u8> {
+        [self.appends_root.as_slice(), key.as_bytes()].concat()
     }
 
     /// The baton key of a due-index entry; `None` for a key not under `P/u/` or not UTF-8.
@@ -126,6 +136,7 @@ mod tests {
             Some("deploy/prod")
         );
         assert_eq!(layout.key_of_doc(b"/baton/h/deploy/prod"), None);
+        assert_eq!(layout.appends_key("deploy/prod"), b"/baton/a/deploy/prod");
         let history_key = layout.history_key("a/b", 42);
         assert_eq!(history_key, b"/baton/h/a/b\x0000000000000000000042");
         assert_eq!(layout.seq_of_history_key("a/b", &history_key), Some(42));

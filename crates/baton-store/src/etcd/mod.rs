@@ -3,8 +3,8 @@
 //!
 //! URL: `etcd://[user:password@]host[:port][,host[:port]…][/prefix][?tls=true&cacert=PATH]`
 //! (the `url` module says every part). Keys (the `layout` module): `P/d/K` for documents,
-//! `P/h/K\x00SEQ` for history, `P/r/K\x00NAME` for records, under the URL's prefix `P`
-//! (default `/baton`). A record is one plain put or get, outside any transaction.
+//! `P/h/K\x00SEQ` for history, `P/r/K\x00NAME` for records, `P/u/K` for the due index, `P/a/K`
+//! for the count of K's appending writes, under the URL's prefix `P` (default `/baton`). A record is one plain put or get, outside any transaction.
 //!
 //! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
 //!   the key, so equality is exactly "nobody wrote since".
@@ -17,8 +17,8 @@
 //!   expected one of at most one successful CAS, whose write makes a later revision the only one
 //!   a further CAS can name, so seqs are unique and increase in append order. etcd allows 128
 //!   operations per transaction branch (`--max-txn-ops`) and a nested transaction only what its
-//!   enclosing branch leaves: up to 127 entries go beside the document's put, more go in nested
-//!   transactions without conditions (so they always run), up to 4,032 entries per CAS.
+//!   enclosing branch leaves: up to 124 entries go beside the document's put, more go in nested
+//!   transactions without conditions (so they always run), up to 3,844 entries per CAS.
 //! - **Watch**: one etcd watch stream per store, one watch per key (the `watch` module).
 //! - **Clock**: none ([`StoreClock::None`]). etcd's revisions are not time and its leases are
 //!   not readable as a clock, so leases are judged by observation of heartbeats: an observer
@@ -84,13 +84,17 @@ const SEQS_PER_REVISION: u64 = 65_536;
 /// The largest reply accepted: a 10,000-entry history page of 1 KiB entries is ~10 MiB.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
-/// How many of a key's oldest history keys a CAS reads (keys only, in its own transaction) to
-/// know where to cut; a longer excess is cut over the next writes. From a `history_keep` of
-/// [`EXACT_KEEP_BELOW`](crate::history_retention::EXACT_KEEP_BELOW) up, also how many entries
-/// past it a key holds before they are cut: the cut is a request of its own after the CAS (a
-/// write through the cluster's log), and made after every write it doubled the cost of each
-/// release of a long-used key.
+/// Below a `history_keep` of [`EXACT_KEEP_BELOW`](crate::history_retention::EXACT_KEEP_BELOW),
+/// how many of a key's oldest history keys a CAS reads (keys only, in its own transaction) to
+/// know where to cut; a longer excess is cut over the next writes. From there up, one write in
+/// this many that append history cuts the excess: counting a key's history visits every entry
+/// it holds, which made each release of a long-used key several times slower, and the cut is a
+/// request of its own (a write through the cluster's log).
 const TRIM_BATCH: i64 = 64;
+
+/// The most of a key's oldest history keys a batched cut reads (keys only): a longer excess
+/// (writes of many entries each) is cut by the next writer whose turn it is.
+const CUT_READ_LIMIT: i64 = 4_096;
 
 /// Keys per page when listing documents.
 const LIST_PAGE: i64 = 1_000;
