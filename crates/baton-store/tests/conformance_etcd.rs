@@ -497,6 +497,46 @@ async fn watches_come_back_after_a_restart() {
         .unwrap();
 }
 
+/// A key's watch outlives its last handle for a while: a process that waits on the same key
+/// again soon gets its handle without a new etcd watch (and without waiting for one to be
+/// confirmed), and the watch is cancelled at the first event after it has gone unwatched for
+/// two seconds. Counted on a server of its own by its `etcd_debugging_mvcc_watcher_total`.
+#[tokio::test]
+async fn a_watch_outlives_its_last_handle_for_a_while() {
+    let server = Server::start();
+    let store = EtcdStore::open(&format!("etcd://{}/linger", server.endpoint))
+        .await
+        .unwrap();
+    let watchers = || watcher_total(&server.endpoint);
+    let watch = store.watch("k").await.unwrap().expect("etcd watches");
+    assert_eq!(watchers(), 1);
+    drop(watch);
+    let mut version = written(store.cas("k", None, b"1", &[]).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        watchers(),
+        1,
+        "cancelled at the first event after its last handle"
+    );
+
+    let mut again = store.watch("k").await.unwrap().expect("etcd watches");
+    version = written(store.cas("k", Some(&version), b"2", &[]).await.unwrap());
+    tokio::time::timeout(Duration::from_secs(2), again.changed())
+        .await
+        .expect("the kept watch wakes its new handle")
+        .unwrap();
+    assert_eq!(watchers(), 1, "a second watch for the same key");
+    drop(again);
+
+    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    written(store.cas("k", Some(&version), b"3", &[]).await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while watchers() != 0 {
+        assert!(Instant::now() < deadline, "never cancelled: {}", watchers());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// etcd stops answering (SIGSTOP) with a CAS in flight: the CAS is `Ambiguous` after the
 /// request timeout, never a hang, and a read is `Unavailable`. Once etcd resumes, the write it
 /// had already received may commit: the outcome really was unknown.
@@ -557,6 +597,24 @@ async fn a_cas_without_an_answer_is_ambiguous() {
 }
 
 // ----- helpers -----------------------------------------------------------------------------
+
+/// The server's count of watchers, from its `/metrics` (plain HTTP on the client port).
+fn watcher_total(endpoint: &str) -> u64 {
+    use std::io::{Read, Write};
+    let mut connection = std::net::TcpStream::connect(endpoint).unwrap();
+    write!(
+        connection,
+        "GET /metrics HTTP/1.0\r\nHost: {endpoint}\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    connection.read_to_string(&mut text).unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .map(|value| value as u64)
+        .unwrap_or_else(|| panic!("no watcher count in {text}"))
+}
 
 fn endpoint_of(url: &str) -> String {
     let rest = url.split_once("://").unwrap().1;

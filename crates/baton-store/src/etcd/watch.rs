@@ -14,11 +14,14 @@
 //!   changes during the gap were not pushed. The task keeps trying for as long as the store
 //!   lives: ending it would close every handle, and a closed handle fails its waiter.
 //!
-//! The task ends when the store is dropped (its command channel closes). Keys nobody watches
-//! any more are cancelled at their next event, so a long-lived process does not pile up watches.
+//! The task ends when the store is dropped (its command channel closes). A key nobody has
+//! watched for [`LINGER`] is cancelled at its next event, so a long-lived process does not pile
+//! up watches; until then its watch stays, so a process that waits on the same key again and
+//! again (a lock taken in a loop) gets its next handle at once, not after etcd confirms a new
+//! watch: a round trip before every enqueue, which then went out behind the writes it raced.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, EventType, WatchOptions, WatchRequestSender, WatchResponse, WatchResponseStream,
@@ -30,6 +33,9 @@ use crate::{StoreError, Version, Versioned, Wake, WatchHandle};
 /// How long `subscribe` waits for etcd to confirm a new watch before handing out the handle
 /// anyway.
 const SUBSCRIBE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long a key's watch outlives its last handle (see the module's doc).
+const LINGER: Duration = Duration::from_secs(2);
 
 /// How long opening a watch stream may take.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -79,6 +85,8 @@ struct Watched {
     /// What the handles receive: the document an event carried, or "read again".
     wakes: watch::Sender<Wake>,
     state: watch::Sender<State>,
+    /// When a handle last held it (as seen at a subscription or an event).
+    last_used: Instant,
 }
 
 impl Watched {
@@ -93,8 +101,13 @@ impl Watched {
         wake.send(&self.wakes);
     }
 
-    fn is_unused(&self) -> bool {
-        self.wakes.receiver_count() == 0 && self.state.receiver_count() == 0
+    /// Whether no handle has held the key for [`LINGER`]; a key held now is marked used.
+    fn unused_past_linger(&mut self) -> bool {
+        let unused = self.wakes.receiver_count() == 0 && self.state.receiver_count() == 0;
+        if !unused {
+            self.last_used = Instant::now();
+        }
+        unused && self.last_used.elapsed() >= LINGER
     }
 }
 
@@ -205,8 +218,10 @@ fn accept(keys: &mut HashMap<Vec<u8>, Watched>, command: Command) -> Option<Vec<
             changes: watch::Sender::new(0),
             wakes: watch::Sender::new(Wake::read_again()),
             state: watch::Sender::new(State::Pending),
+            last_used: Instant::now(),
         }
     });
+    watched.last_used = Instant::now();
     // A refused watch is asked for again: permissions may have changed.
     if *watched.state.borrow() == State::Refused {
         watched.state.send_replace(State::Pending);
@@ -357,21 +372,21 @@ impl Stream {
         let Some(key) = self.ids.get(&watch_id) else {
             return Ok(());
         };
-        match keys.get(key) {
-            Some(watched) if watched.is_unused() => {
-                // Nobody watches this key any more: stop etcd sending its changes.
-                let key = key.clone();
-                keys.remove(&key);
-                self.ids.remove(&watch_id);
-                self.sender
-                    .cancel(watch_id)
-                    .await
-                    .map_err(|error| error.to_string())?;
-            }
-            Some(watched) => watched.wake(latest_document(&response)),
-            None => {}
+        let Some(watched) = keys.get_mut(key) else {
+            return Ok(());
+        };
+        if !watched.unused_past_linger() {
+            watched.wake(latest_document(&response));
+            return Ok(());
         }
-        Ok(())
+        // Nobody has watched this key for a while: stop etcd sending its changes.
+        let key = key.clone();
+        keys.remove(&key);
+        self.ids.remove(&watch_id);
+        self.sender
+            .cancel(watch_id)
+            .await
+            .map_err(|error| error.to_string())
     }
 }
 
