@@ -107,6 +107,45 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
     }
 }
 
+/// B2 measures PostgreSQL's floor beside baton (an upsert with `pg_notify` a write, nobody
+/// listening, as nobody watches the keys of baton's clients there): a row for 1 client and one
+/// for 8, each client on its key, every client cycling.
+#[test]
+fn b2_measures_the_postgres_floor_with_one_and_eight_clients() {
+    assert!(
+        std::env::var_os("BATON_TEST_POSTGRES_URL").is_some(),
+        "BATON_TEST_POSTGRES_URL: run under scripts/test.sh or scripts/with-servers.sh"
+    );
+    let args = [
+        "--scenarios",
+        "b2",
+        "--load-rounds",
+        "1",
+        "--duration",
+        "300ms",
+    ];
+    let others = [
+        "BATON_TEST_REDIS_URL",
+        "BATON_TEST_ETCD_URL",
+        "BATON_TEST_S3_URL",
+        "BATON_TEST_DYNAMODB_URL",
+    ];
+    let (report, stderr) = peers(&args, &others);
+    let rows = report["rows"].as_array().expect("rows");
+    for clients in ["1 clients", "8 clients"] {
+        let floor = rows.iter().find(|r| {
+            r["store"] == "PostgreSQL"
+                && r["scenario"] == "B2"
+                && r["measure"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(clients) && m.contains("floor"))
+        });
+        let floor = floor.unwrap_or_else(|| panic!("no B2 floor row, {clients}: {stderr}"));
+        let cycles = floor["baton"]["median"].as_f64().expect("a median rate");
+        assert!(cycles > 0.0, "the floor's clients cycled: {floor}");
+    }
+}
+
 /// B7 measures the floor beside baton and `flock`: two rows more (the floor against `flock`,
 /// baton against the floor), and the floor is a working program: it takes and gives back its
 /// row around CMD and exits as CMD did.

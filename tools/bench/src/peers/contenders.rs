@@ -526,9 +526,13 @@ const FLOOR_NAME: &str = "baton_bench_floor";
 /// autocommit upsert of the key's row that also calls `pg_notify` (a write the server makes
 /// durable, as baton's CAS); taking a key another client holds waits for the notification of
 /// its release and writes nothing (as a baton waiter granted by that release). Who holds is
-/// kept in this process, shared by the clients of one `PgFloor`: only B1 and B4 use it, whose
-/// clients are tasks of one process, to show how far the store's own costs leave baton from
-/// `pg_advisory_lock`, which writes nothing and wakes its waiter from a semaphore.
+/// kept in this process, shared by the clients of one `PgFloor`: only B1, B2, B4 and B9 use it,
+/// whose clients are tasks of one process, to show how far the store's own costs leave baton
+/// from `pg_advisory_lock`, which writes nothing and wakes its waiter from a semaphore.
+///
+/// A client listens only from its first wait on, as a baton process listens only on the keys
+/// it waits for or follows: a listener on the channel every write notifies is woken by each
+/// commit, a cost that baton's uncontended writes (B1, B2) do not pay.
 pub struct PgFloor {
     /// `postgres://…`.
     pub url: String,
@@ -555,8 +559,10 @@ impl PgFloor {
 }
 
 struct PgFloorLocker {
+    url: String,
     conn: sqlx::PgConnection,
-    listener: sqlx::postgres::PgListener,
+    /// Connected and listening from the first wait on.
+    listener: Option<sqlx::postgres::PgListener>,
     state: Arc<std::sync::Mutex<HashMap<String, FloorKey>>>,
     requests: u64,
 }
@@ -584,13 +590,10 @@ impl Contender for PgFloor {
             })
             .await
             .with_context(|| format!("cannot create {FLOOR_NAME}"))?;
-        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
-            .await
-            .with_context(|| format!("cannot connect to {}", self.url))?;
-        listener.listen(FLOOR_NAME).await.context("LISTEN")?;
         Ok(Box::new(PgFloorLocker {
+            url: self.url.clone(),
             conn,
-            listener,
+            listener: None,
             state: self.state.clone(),
             requests: 0,
         }))
@@ -634,9 +637,30 @@ impl Locker for PgFloorLocker {
         if !was_held {
             return self.write(key, releases).await;
         }
+        let listener = match &mut self.listener {
+            Some(listener) => listener,
+            None => {
+                let mut listener = sqlx::postgres::PgListener::connect(&self.url)
+                    .await
+                    .with_context(|| format!("cannot connect to {}", self.url))?;
+                listener.listen(FLOOR_NAME).await.context("LISTEN")?;
+                // A release before the LISTEN sent its notification to nobody here: the key
+                // is this client's now.
+                let released = self.with_key(key, |k| {
+                    let released = k.releases > releases;
+                    k.held |= released;
+                    released
+                });
+                if released {
+                    self.listener = Some(listener);
+                    return Ok(());
+                }
+                self.listener.insert(listener)
+            }
+        };
         // Notifications of earlier releases may still be queued: wait for a later one.
         loop {
-            let notification = self.listener.recv().await.context("LISTEN")?;
+            let notification = listener.recv().await.context("LISTEN")?;
             let released = notification
                 .payload()
                 .rsplit_once(' ')

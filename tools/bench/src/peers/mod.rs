@@ -243,8 +243,8 @@ struct Target {
     handoff_peers: Vec<Spec>,
     /// Whether the store pushes wake-ups (S3 and DynamoDB: waiters poll).
     pushes: bool,
-    /// What the store's own costs allow, each next to the peer it is compared with, in B1 and
-    /// B4: not locks, so never in B2, B3 or B5.
+    /// What the store's own costs allow, each next to the peer it is compared with, in B1, B2,
+    /// B4 and B9: not locks, so never where clients share a key (B3) or one is killed (B5).
     floors: Vec<(Spec, Spec)>,
 }
 
@@ -532,6 +532,25 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                     &floor_name,
                 ));
                 detail("B1", target.name, &floor_name, serde_json::json!([f, a]));
+            }
+            if wants(Scenario::B2) {
+                for n in [1, 8] {
+                    errln!("  B2: {floor_name} vs {against_name}, {n} clients");
+                    let [f, a] = scenarios::distinct_keys(
+                        floor.as_ref(),
+                        against.as_ref(),
+                        n,
+                        args.load_rounds,
+                        args.duration,
+                    )
+                    .await
+                    .with_context(|| format!("B2 (floor) on {}, {n} clients", target.name))?;
+                    rows.push(table::floor(
+                        table::b2(target.name, &against_name, &f, &a),
+                        &floor_name,
+                    ));
+                    detail("B2", target.name, &floor_name, serde_json::json!([f, a]));
+                }
             }
             if wants(Scenario::B9) {
                 errln!("  B9: {floor_name} vs {against_name}");
