@@ -384,6 +384,65 @@ async fn beside_idle_holders(
     figures
 }
 
+/// One floor's rows: the row, its scenario, the floor's name and its figures for the details.
+type FloorRow = (Row, &'static str, String, serde_json::Value);
+
+/// The floors of `target` (what its store's own costs allow) next to the peers they are
+/// compared with, in the scenarios asked for among B1, B2, B9 and B4.
+async fn floors(args: &PeersArgs, target: &Target) -> Result<Vec<FloorRow>> {
+    let wants = |s: Scenario| args.scenarios.contains(&s);
+    let mut measured = Vec::new();
+    for (floor_spec, against_spec) in &target.floors {
+        let (floor, against) = (floor_spec.contender(), against_spec.contender());
+        let (floor_name, against_name) = (floor.name(), against.name());
+        let (floor, against) = (floor.as_ref(), against.as_ref());
+        let mut push = |row: Row, scenario: &'static str, figures: serde_json::Value| {
+            measured.push((
+                table::floor(row, &floor_name),
+                scenario,
+                floor_name.clone(),
+                figures,
+            ));
+        };
+        if wants(Scenario::B1) {
+            errln!("  B1: {floor_name} vs {against_name}");
+            let [f, a] = scenarios::uncontended(floor, against, args.rounds, args.cycles)
+                .await
+                .with_context(|| format!("B1 (floor) on {}", target.name))?;
+            let row = table::b1(target.name, &against_name, &f, &a);
+            push(row, "B1", serde_json::json!([f, a]));
+        }
+        if wants(Scenario::B2) {
+            for n in [1, 8] {
+                errln!("  B2: {floor_name} vs {against_name}, {n} clients");
+                let [f, a] =
+                    scenarios::distinct_keys(floor, against, n, args.load_rounds, args.duration)
+                        .await
+                        .with_context(|| format!("B2 (floor) on {}, {n} clients", target.name))?;
+                let row = table::b2(target.name, &against_name, &f, &a);
+                push(row, "B2", serde_json::json!([f, a]));
+            }
+        }
+        if wants(Scenario::B9) {
+            errln!("  B9: {floor_name} vs {against_name}");
+            let [f, a] = beside_idle_holders(args, target, floor, against)
+                .await
+                .with_context(|| format!("B9 (floor) on {}", target.name))?;
+            let row = table::b9(target.name, &against_name, &f, &a, args.idle_holders);
+            push(row, "B9", serde_json::json!([f, a]));
+        }
+        if wants(Scenario::B4) {
+            errln!("  B4: {floor_name} vs {against_name}");
+            let [f, a] = scenarios::handoff(floor, against, args.handoffs, args.settle)
+                .await
+                .with_context(|| format!("B4 (floor) on {}", target.name))?;
+            let row = table::b4(target.name, &against_name, [&f, &a], args.settle, false);
+            push(row, "B4", serde_json::json!([f, a]));
+        }
+    }
+    Ok(measured)
+}
+
 /// The shortest `--settle`.
 const SETTLE_MIN: Duration = Duration::from_millis(5);
 
@@ -514,69 +573,9 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
                 detail("B5", target.name, &peer_name, serde_json::json!([b, p]));
             }
         }
-        for (floor_spec, against_spec) in &target.floors {
-            let (floor, against) = (floor_spec.contender(), against_spec.contender());
-            let (floor_name, against_name) = (floor.name(), against.name());
-            if wants(Scenario::B1) {
-                errln!("  B1: {floor_name} vs {against_name}");
-                let [f, a] = scenarios::uncontended(
-                    floor.as_ref(),
-                    against.as_ref(),
-                    args.rounds,
-                    args.cycles,
-                )
-                .await
-                .with_context(|| format!("B1 (floor) on {}", target.name))?;
-                rows.push(table::floor(
-                    table::b1(target.name, &against_name, &f, &a),
-                    &floor_name,
-                ));
-                detail("B1", target.name, &floor_name, serde_json::json!([f, a]));
-            }
-            if wants(Scenario::B2) {
-                for n in [1, 8] {
-                    errln!("  B2: {floor_name} vs {against_name}, {n} clients");
-                    let [f, a] = scenarios::distinct_keys(
-                        floor.as_ref(),
-                        against.as_ref(),
-                        n,
-                        args.load_rounds,
-                        args.duration,
-                    )
-                    .await
-                    .with_context(|| format!("B2 (floor) on {}, {n} clients", target.name))?;
-                    rows.push(table::floor(
-                        table::b2(target.name, &against_name, &f, &a),
-                        &floor_name,
-                    ));
-                    detail("B2", target.name, &floor_name, serde_json::json!([f, a]));
-                }
-            }
-            if wants(Scenario::B9) {
-                errln!("  B9: {floor_name} vs {against_name}");
-                let [f, a] = beside_idle_holders(args, target, floor.as_ref(), against.as_ref())
-                    .await
-                    .with_context(|| format!("B9 (floor) on {}", target.name))?;
-                let row = table::b9(target.name, &against_name, &f, &a, args.idle_holders);
-                rows.push(table::floor(row, &floor_name));
-                detail("B9", target.name, &floor_name, serde_json::json!([f, a]));
-            }
-            if wants(Scenario::B4) {
-                errln!("  B4: {floor_name} vs {against_name}");
-                let [f, a] = scenarios::handoff(
-                    floor.as_ref(),
-                    against.as_ref(),
-                    args.handoffs,
-                    args.settle,
-                )
-                .await
-                .with_context(|| format!("B4 (floor) on {}", target.name))?;
-                rows.push(table::floor(
-                    table::b4(target.name, &against_name, [&f, &a], args.settle, false),
-                    &floor_name,
-                ));
-                detail("B4", target.name, &floor_name, serde_json::json!([f, a]));
-            }
+        for (row, scenario, floor_name, figures) in floors(args, target).await? {
+            rows.push(row);
+            detail(scenario, target.name, &floor_name, figures);
         }
         if wants(Scenario::B6) {
             errln!("  B6: queue");
