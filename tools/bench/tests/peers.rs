@@ -107,7 +107,7 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
     }
 }
 
-/// B2 measures PostgreSQL's floor beside baton (an upsert with `pg_notify` a write, nobody
+/// B2 measures PostgreSQL's floor beside baton (an upsert with `pg_notify` per write, nobody
 /// listening, as nobody watches the keys of baton's clients there): a row for 1 client and one
 /// for 8, each client on its key, every client cycling.
 #[test]
@@ -143,6 +143,71 @@ fn b2_measures_the_postgres_floor_with_one_and_eight_clients() {
         let floor = floor.unwrap_or_else(|| panic!("no B2 floor row, {clients}: {stderr}"));
         let cycles = floor["baton"]["median"].as_f64().expect("a median rate");
         assert!(cycles > 0.0, "the floor's clients cycled: {floor}");
+    }
+}
+
+/// B1 and B2 measure, on PostgreSQL and on Redis, the floor of baton's own writes beside the
+/// store's peer: one real turn recorded, then its two writes replayed by CAS, two requests a
+/// cycle, in a row of their own; and not in B4, where a floor that never waits has no handoff.
+#[test]
+fn b1_and_b2_measure_batons_writes_replayed_on_postgres_and_redis() {
+    for var in ["BATON_TEST_POSTGRES_URL", "BATON_TEST_REDIS_URL"] {
+        assert!(
+            std::env::var_os(var).is_some(),
+            "{var}: run under scripts/test.sh or scripts/with-servers.sh"
+        );
+    }
+    let args = [
+        "--scenarios",
+        "b1,b2,b4",
+        "--rounds",
+        "1",
+        "--cycles",
+        "20",
+        "--load-rounds",
+        "1",
+        "--duration",
+        "300ms",
+        "--handoffs",
+        "2",
+        "--settle",
+        "20ms",
+    ];
+    let others = [
+        "BATON_TEST_ETCD_URL",
+        "BATON_TEST_S3_URL",
+        "BATON_TEST_DYNAMODB_URL",
+    ];
+    let (report, stderr) = peers(&args, &others);
+    let rows = report["rows"].as_array().expect("rows");
+    let replayed = |store: &str, scenario: &str| {
+        rows.iter()
+            .filter(|r| {
+                r["store"] == store
+                    && r["scenario"] == scenario
+                    && r["measure"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("writes replayed"))
+            })
+            .collect::<Vec<_>>()
+    };
+    for store in ["PostgreSQL", "Redis"] {
+        let b1 = replayed(store, "B1");
+        let [b1] = b1.as_slice() else {
+            panic!("one B1 row of baton's writes replayed on {store}: {b1:?}\n{stderr}");
+        };
+        assert!(
+            b1["notes"]
+                .as_str()
+                .is_some_and(|n| n.contains("requests/cycle: floor 2.00")),
+            "two writes a cycle, each a request: {b1}"
+        );
+        assert_eq!(
+            replayed(store, "B2").len(),
+            2,
+            "B2 with 1 and 8 clients on {store}"
+        );
+        assert!(replayed(store, "B4").is_empty(), "no B4 row on {store}");
     }
 }
 

@@ -17,6 +17,7 @@ pub mod cloud;
 pub mod contenders;
 pub mod growth;
 pub mod idle;
+pub mod replay;
 pub mod scenarios;
 pub mod table;
 pub mod takeover;
@@ -160,6 +161,8 @@ pub enum Spec {
     PgAdvisory { url: String },
     /// Not a lock: PostgreSQL's floor for a lock kept in a row and woken by NOTIFY.
     PgFloor { url: String },
+    /// Not a lock: baton's own writes of a turn, replayed through the store alone.
+    BatonWrites { url: String },
     /// etcd's lock service.
     EtcdLock { endpoint: String, ttl_ms: u64 },
     /// The seed Action's S3 list lock.
@@ -182,6 +185,12 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Spec {
+    /// Whether a client of it wakes one that waits for the same key: not so for
+    /// [`Spec::BatonWrites`], which never waits, so it has no handoff (B4) to measure.
+    fn wakes(&self) -> bool {
+        !matches!(self, Spec::BatonWrites { .. })
+    }
+
     /// The contender this describes.
     pub fn contender(&self) -> Arc<dyn Contender> {
         let d = Duration::from_millis;
@@ -203,6 +212,7 @@ impl Spec {
             Spec::RedisBlpop { url } => Arc::new(contenders::RedisBlpop { url }),
             Spec::PgAdvisory { url } => Arc::new(contenders::PgAdvisory { url }),
             Spec::PgFloor { url } => Arc::new(contenders::PgFloor::new(url)),
+            Spec::BatonWrites { url } => Arc::new(replay::BatonWrites { url }),
             Spec::EtcdLock { endpoint, ttl_ms } => Arc::new(contenders::EtcdLock {
                 endpoint,
                 ttl: d(ttl_ms),
@@ -244,7 +254,8 @@ struct Target {
     /// Whether the store pushes wake-ups (S3 and DynamoDB: waiters poll).
     pushes: bool,
     /// What the store's own costs allow, each next to the peer it is compared with, in B1, B2,
-    /// B4 and B9: not locks, so never where clients share a key (B3) or one is killed (B5).
+    /// B4 (where the floor wakes a waiter: [`Spec::wakes`]) and B9: not locks, so never where
+    /// clients share a key (B3) or one is killed (B5).
     floors: Vec<(Spec, Spec)>,
 }
 
@@ -279,7 +290,10 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             peers: vec![pg.clone()],
             handoff_peers: vec![pg.clone()],
             pushes: true,
-            floors: vec![(Spec::PgFloor { url: url.clone() }, pg)],
+            floors: vec![
+                (Spec::PgFloor { url: url.clone() }, pg.clone()),
+                (Spec::BatonWrites { url: url.clone() }, pg),
+            ],
         });
     }
     if let Some(url) = &args.redis {
@@ -292,9 +306,9 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             name: "Redis",
             url: url.clone(),
             peers: vec![set_nx.clone()],
-            handoff_peers: vec![Spec::RedisBlpop { url: url.clone() }, set_nx],
+            handoff_peers: vec![Spec::RedisBlpop { url: url.clone() }, set_nx.clone()],
             pushes: true,
-            floors: Vec::new(),
+            floors: vec![(Spec::BatonWrites { url: url.clone() }, set_nx)],
         });
     }
     if let Some(url) = &args.etcd {
@@ -431,7 +445,7 @@ async fn floors(args: &PeersArgs, target: &Target) -> Result<Vec<FloorRow>> {
             let row = table::b9(target.name, &against_name, &f, &a, args.idle_holders);
             push(row, "B9", serde_json::json!([f, a]));
         }
-        if wants(Scenario::B4) {
+        if wants(Scenario::B4) && floor_spec.wakes() {
             errln!("  B4: {floor_name} vs {against_name}");
             let [f, a] = scenarios::handoff(floor, against, args.handoffs, args.settle)
                 .await
