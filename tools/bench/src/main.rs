@@ -167,6 +167,10 @@ enum Command {
         /// Run this many processes cycling on one key instead of one uncontended client
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
         processes: Option<u32>,
+        /// Cycle baton's two writes replayed through the store instead (one real turn
+        /// recorded first): the store's floor under the library's cycle, as in `peers`' B1
+        #[arg(long, conflicts_with = "processes")]
+        replay: bool,
         /// How long the processes cycle (with --processes)
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: Duration,
@@ -437,9 +441,10 @@ async fn dispatch(command: Command) -> Result<()> {
             cycles,
             warmup,
             processes: None,
+            replay,
             ..
         } => {
-            let report = throughput::single(&common, cycles, warmup).await?;
+            let report = throughput::single(&common, cycles, warmup, replay).await?;
             output(&common, &report, throughput::print_single)
         }
         Command::Throughput {

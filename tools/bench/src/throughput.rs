@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
 use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
 use baton_client::Coordinator;
 use baton_core::Outcome;
@@ -24,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use tokio::process::Command;
 
 use crate::counting::{CountingStore, Counts};
+use crate::peers::contenders::Locker;
+use crate::peers::replay;
 use crate::setup::{describe_load, fresh_key, load_average_1m, own_path, realtime_ns, Workdir};
 use crate::stats::Summary;
 use crate::Common;
@@ -45,6 +48,9 @@ pub struct SingleReport {
     pub cycles: usize,
     /// Unmeasured cycles before them.
     pub warmup: usize,
+    /// The cycles were baton's two writes replayed through the store (`--replay`), not the
+    /// library's acquire + release.
+    pub replayed: bool,
     /// Wall time of the measured cycles.
     pub elapsed_s: f64,
     /// Cycles per second.
@@ -57,17 +63,27 @@ pub struct SingleReport {
     pub round_trips_per_cycle: f64,
 }
 
-/// Runs one uncontended client.
-pub async fn single(common: &Common, cycles: usize, warmup: usize) -> Result<SingleReport> {
+/// Runs one uncontended client; with `replay`, baton's writes replayed through the store
+/// instead ([`replay`], the floor of `peers`' B1 rows), so that the client's own cost shows
+/// as the difference between the two runs, under `perf stat` too.
+pub async fn single(
+    common: &Common,
+    cycles: usize,
+    warmup: usize,
+    replay: bool,
+) -> Result<SingleReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
     let store = baton_store::url::open(&workdir.store_url)
         .await
         .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
     let counting = Arc::new(CountingStore::new(store));
-    let coord = Coordinator::new(counting.clone());
+    let mut client = if replay {
+        replay::locker(workdir.store_url.clone(), counting.clone())
+    } else {
+        Box::new(Library::new(counting.clone()))
+    };
     let key = fresh_key("throughput");
-    let options = cycle_options("baton-bench throughput");
     let mut latencies = Vec::with_capacity(cycles);
     let mut measured_from = Instant::now();
     for cycle in 0..warmup + cycles {
@@ -76,11 +92,12 @@ pub async fn single(common: &Common, cycles: usize, warmup: usize) -> Result<Sin
             measured_from = Instant::now();
         }
         let started = Instant::now();
-        let pending = Pending::new(&key);
-        let lease = acquire(&coord, &pending, &options)
+        client
+            .lock(&key)
             .await
             .with_context(|| format!("cycle {cycle}: cannot acquire {key}"))?;
-        release(&coord, &key, &lease.token, Outcome::Succeeded)
+        client
+            .unlock(&key)
             .await
             .with_context(|| format!("cycle {cycle}: cannot release {key}"))?;
         if cycle >= warmup {
@@ -94,12 +111,51 @@ pub async fn single(common: &Common, cycles: usize, warmup: usize) -> Result<Sin
         store: workdir.store_url.clone(),
         cycles,
         warmup,
+        replayed: replay,
         elapsed_s,
         cycles_per_s: cycles as f64 / elapsed_s,
         cycle_ms: Summary::of(&latencies).context("no cycles were measured")?,
         round_trips_per_cycle: counts.round_trips() as f64 / cycles as f64,
         counts,
     })
+}
+
+/// The library's acquire + release on a warm coordinator, nothing around them: no heartbeat,
+/// no guard.
+struct Library {
+    coord: Coordinator,
+    options: AcquireOptions,
+    token: Option<String>,
+}
+
+impl Library {
+    fn new(store: Arc<CountingStore>) -> Library {
+        Library {
+            coord: Coordinator::new(store),
+            options: cycle_options("baton-bench throughput"),
+            token: None,
+        }
+    }
+}
+
+#[async_trait]
+impl Locker for Library {
+    async fn lock(&mut self, key: &str) -> Result<()> {
+        let lease = acquire(&self.coord, &Pending::new(key), &self.options).await?;
+        self.token = Some(lease.token);
+        Ok(())
+    }
+
+    async fn unlock(&mut self, key: &str) -> Result<()> {
+        let token = self.token.take().context("not held")?;
+        release(&self.coord, key, &token, Outcome::Succeeded).await?;
+        Ok(())
+    }
+
+    /// Not counted here: the store under the coordinator counts them.
+    fn requests(&self) -> u64 {
+        0
+    }
 }
 
 /// Options for a cycle: a normal ticket on a mutex, with a timeout so a benchmark that goes
@@ -116,7 +172,12 @@ fn cycle_options(context: &str) -> AcquireOptions {
 pub fn print_single(report: &SingleReport, out: &mut String) {
     outln!(
         out,
-        "throughput: one client, uncontended acquire + release, {} cycles after {} warm-up",
+        "throughput: one client, uncontended {}, {} cycles after {} warm-up",
+        if report.replayed {
+            "acquire + release replayed (baton's two writes through the store alone)"
+        } else {
+            "acquire + release"
+        },
         report.cycles,
         report.warmup
     );

@@ -40,6 +40,17 @@ struct ReplayLocker {
     requests: u64,
 }
 
+/// A client that replays baton's writes on `store` (whose URL is `url`: the turn that
+/// records them takes a connection of its own).
+pub fn locker(url: String, store: Arc<dyn Store>) -> Box<dyn Locker> {
+    Box::new(ReplayLocker {
+        url,
+        store,
+        keys: HashMap::new(),
+        requests: 0,
+    })
+}
+
 #[async_trait]
 impl Contender for BatonWrites {
     fn name(&self) -> String {
@@ -50,12 +61,7 @@ impl Contender for BatonWrites {
         let store = baton_store::url::open(&self.url)
             .await
             .with_context(|| format!("cannot open the store `{}`", self.url))?;
-        Ok(Box::new(ReplayLocker {
-            url: self.url.clone(),
-            store,
-            keys: HashMap::new(),
-            requests: 0,
-        }))
+        Ok(locker(self.url.clone(), store))
     }
 }
 
