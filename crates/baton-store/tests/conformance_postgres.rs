@@ -932,6 +932,77 @@ async fn the_due_index_is_read_through_its_index_however_stale_the_statistics() 
         .unwrap();
 }
 
+/// A look's documents are those of the first keys under its prefix that are due, across pages
+/// of the due index, each as a load reads it; the keys outside the prefix, past the first few,
+/// or not yet due come without theirs.
+#[tokio::test]
+async fn a_looks_documents_are_the_first_due_under_its_prefix() {
+    let (schema, url) = fresh_schema().await;
+    let store = PostgresStore::open(&url).await.unwrap();
+    let keys = [
+        ("o/1", 1),
+        ("p/a", 2),
+        ("o/2", 3),
+        ("p/b", 4),
+        ("p/c", 5),
+        ("p/d", 6),
+    ];
+    for (key, due_ms) in keys {
+        let doc = format!("doc of {key}");
+        let outcome = store.cas_due(key, None, doc.as_bytes(), &[], Some(due_ms));
+        written(outcome.await.unwrap());
+    }
+    let with_docs = |limit: usize, first: usize, due_by_ms: u64| {
+        let store = &store;
+        async move {
+            let docs = WithDocs { first, due_by_ms };
+            let due = store.due_keys("p/", limit, docs).await.unwrap().unwrap();
+            let mut seen = Vec::new();
+            for key in due {
+                if let Some(doc) = &key.doc {
+                    assert_eq!(Some(doc), store.load(&key.key).await.unwrap().as_ref());
+                }
+                seen.push((key.key, key.doc.is_some()));
+            }
+            seen
+        }
+    };
+    let seen = |list: &[(&str, bool)]| -> Vec<(String, bool)> {
+        list.iter().map(|(k, d)| ((*k).to_owned(), *d)).collect()
+    };
+    assert_eq!(
+        with_docs(10, 2, 100).await,
+        seen(&[("p/a", true), ("p/b", true), ("p/c", false), ("p/d", false)]),
+        "the first two under the prefix, not counting the keys outside it"
+    );
+    assert_eq!(
+        with_docs(10, 3, 4).await,
+        seen(&[("p/a", true), ("p/b", true), ("p/c", false), ("p/d", false)]),
+        "none that is not due yet"
+    );
+    // A limit of 2 reads pages of 1, 2 and 4 keys: the first holds no key under the prefix.
+    assert_eq!(
+        with_docs(2, 2, 100).await,
+        seen(&[("p/a", true), ("p/b", true)]),
+        "across pages"
+    );
+    assert_eq!(
+        with_docs(10, 0, 100).await,
+        seen(&[
+            ("p/a", false),
+            ("p/b", false),
+            ("p/c", false),
+            ("p/d", false)
+        ]),
+        "none asked for"
+    );
+    let mut admin = PgConnection::connect(&url).await.unwrap();
+    admin
+        .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+        .await
+        .unwrap();
+}
+
 /// Every CAS statement is planned once per connection, and the plan reused, however the tables'
 /// statistics stand: the server weighs a generic plan against plans made for each call's
 /// parameters, and one statement whose parts a parameter switched off (no entries, no age)
