@@ -250,3 +250,48 @@ fn b7_measures_the_floor_beside_baton() {
         "no B7 row of the floor against flock: {stderr}"
     );
 }
+
+/// B8 loops B7's floor too: beside baton's two rows with their goals, the floor's 16 loops
+/// against `flock`'s, and baton's against the floor's, each a rate from real loops.
+#[test]
+fn b8_loops_the_floor_beside_baton_and_flock() {
+    let args = [
+        "--scenarios",
+        "b8",
+        "--loop-rounds",
+        "1",
+        "--loop-duration",
+        "1s",
+    ];
+    let (report, stderr) = peers(&args, &[]);
+    let rows: Vec<&Value> = report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["scenario"] == "B8")
+        .collect();
+    let row = |peer: &str, floor_measured: bool| {
+        rows.iter()
+            .find(|r| {
+                r["peer"].as_str().is_some_and(|p| p.starts_with(peer))
+                    && r["measure"].as_str().is_some_and(|m| m.contains("floor")) == floor_measured
+            })
+            .unwrap_or_else(|| {
+                panic!("no B8 row against {peer} (floor measured: {floor_measured}): {stderr}")
+            })
+    };
+    for (peer, floor_measured, goal) in [
+        ("baton run, 1 loop", false, true),
+        ("flock(1), 16 loops", false, true),
+        ("flock(1), 16 loops", true, false),
+        ("floor: baton-floor-run", false, false),
+    ] {
+        let found = row(peer, floor_measured);
+        for side in ["baton", "peer_fig"] {
+            let rate = found[side]["median"].as_f64().expect("a median rate");
+            assert!(rate > 0.0, "{side} of {found}: no turns");
+        }
+        assert_eq!(found["goal"].is_object(), goal, "goal of {found}");
+    }
+    assert_eq!(rows.len(), 4, "{rows:?}");
+}

@@ -648,13 +648,13 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         let key = fresh_key("b78");
         let baton_run = whole::Cmd::baton_run(&baton_bin, &workdir.store_url, &key);
         let flock = whole::Cmd::flock(&workdir.path("b78.lock"));
+        let floor_db = workdir.path("b78-floor.db").display().to_string();
+        // Built beside baton (`cargo build --release` builds both); left out where it is not.
+        let floor = Some(whole::Cmd::floor_run(&baton_bin, &floor_db, &key))
+            .filter(|floor| floor.program.is_file());
         if wants(Scenario::B7) {
-            let floor_db = workdir.path("b7-floor.db").display().to_string();
-            let floor = whole::Cmd::floor_run(&baton_bin, &floor_db, &key);
             let mut commands = vec![baton_run.clone(), flock.clone()];
-            if floor.program.is_file() {
-                commands.push(floor);
-            }
+            commands.extend(floor.clone());
             if let Some(url) = &args.etcd {
                 commands.push(whole::Cmd::etcdctl(&contenders::etcd_endpoint(url)?));
             }
@@ -665,7 +665,8 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         }
         if wants(Scenario::B8) {
             errln!("  B8");
-            let ways = [(baton_run.clone(), 16), (baton_run, 1), (flock, 16)];
+            let mut ways = vec![(baton_run.clone(), 16), (baton_run, 1), (flock, 16)];
+            ways.extend(floor.map(|floor| (floor, 16)));
             let figures = whole::loops(&ways, args.loop_rounds, args.loop_duration).await?;
             rows.extend(table::b8(&figures));
             detail("B8", "SQLite", "", serde_json::json!(figures));

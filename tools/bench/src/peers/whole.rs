@@ -3,7 +3,8 @@
 //! - B7: one `baton run --store S k -- true` next to `flock FILE true` and, when an etcd server
 //!   is given, `etcdctl lock k true`, one of each per round, the order rotating every round.
 //! - B8: shell-style loops, each running its lock command again and again on one hot key for a
-//!   fixed time: 16 loops of `baton run`, one loop of it, and 16 loops of `flock`.
+//!   fixed time: 16 loops of `baton run`, one loop of it, 16 loops of `flock`, and 16 loops of
+//!   B7's floor where it was built.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -36,7 +37,8 @@ impl Cmd {
         }
     }
 
-    /// `baton-floor-run DB KEY -- true`: B7's floor, beside the baton binary it was built with.
+    /// `baton-floor-run DB KEY -- true`: B7's and B8's floor, beside the baton binary it was built
+    /// with.
     pub fn floor_run(baton: &Path, db: &str, key: &str) -> Cmd {
         Cmd {
             program: baton.with_file_name("baton-floor-run"),
