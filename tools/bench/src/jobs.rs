@@ -190,6 +190,12 @@ pub struct ThroughputReport {
     pub workers: usize,
     /// How long each job ran (0: a no-op), in ms.
     pub run_for_ms: f64,
+    /// Keys under another prefix, each with one job due before the measured ones, that no
+    /// worker of the run serves ([`throughput`]'s `due_elsewhere`).
+    pub due_elsewhere: usize,
+    /// Of those jobs, how many were claimed and completed after the run (untimed) to take
+    /// their keys out of the due index again.
+    pub drained_elsewhere: usize,
     /// How long the (untimed) submission took.
     pub submit_s: f64,
     /// From the workers' start to the last job's completion.
@@ -234,7 +240,11 @@ impl ThroughputReport {
     }
 }
 
-/// Runs `jobs-throughput`.
+/// Runs `jobs-throughput`. With `due_elsewhere`, that many keys under a prefix of their own
+/// first get one job each, due before the measured ones and served by no worker of the run (a
+/// pool whose workers are down): every look at the due index meets them first. They are
+/// claimed and completed after the run, whatever its result, so that they leave the due index
+/// of a shared store.
 pub async fn throughput(
     common: &Common,
     keys: usize,
@@ -242,6 +252,7 @@ pub async fn throughput(
     workers: usize,
     run_for: Duration,
     vacuum: bool,
+    due_elsewhere: usize,
 ) -> Result<ThroughputReport> {
     if keys == 0 || jobs == 0 || workers == 0 {
         bail!("--keys, --jobs and --workers must each be at least 1");
@@ -254,15 +265,61 @@ pub async fn throughput(
              {max_live} live jobs: use more keys"
         );
     }
-    let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
     let submitter = Arc::new(Coordinator::new(open(&workdir.store_url).await?));
+    let elsewhere = fresh_prefix("jobs-elsewhere");
+    let elsewhere_keys: Arc<Vec<String>> = Arc::new(
+        (0..due_elsewhere)
+            .map(|k| format!("{elsewhere}k{k:05}"))
+            .collect(),
+    );
+    submit_round_robin(&submitter, &elsewhere_keys, due_elsewhere).await?;
+    let shape = (keys, jobs, workers);
+    let measured = measure(&workdir, &submitter, shape, run_for, vacuum).await;
+    let drained = drain(&workdir.store_url, &elsewhere, due_elsewhere).await;
+    let mut report = measured?;
+    report.due_elsewhere = due_elsewhere;
+    report.drained_elsewhere = drained?;
+    Ok(report)
+}
+
+/// Claims and completes the jobs under `prefix` until `expected` are done or none is left to
+/// claim: how many were.
+async fn drain(url: &str, prefix: &str, expected: usize) -> Result<usize> {
+    if expected == 0 {
+        return Ok(0);
+    }
+    let worker = Worker::open(url, prefix).await?;
+    let options = ClaimOptions::default();
+    let mut done = 0;
+    while done < expected {
+        let Some(job) = jobs::claim_next(&worker.coord, &worker.patterns, &options).await? else {
+            break;
+        };
+        job.complete(JobResult::Succeeded)
+            .await
+            .with_context(|| format!("cannot complete a job under {prefix}"))?;
+        done += 1;
+    }
+    Ok(done)
+}
+
+/// The measured part of `jobs-throughput`: `jobs` jobs over `keys` keys (`shape`, with the
+/// workers), submitted, then run by the workers from a common start.
+async fn measure(
+    workdir: &Workdir,
+    submitter: &Arc<Coordinator>,
+    (keys, jobs, workers): (usize, usize, usize),
+    run_for: Duration,
+    vacuum: bool,
+) -> Result<ThroughputReport> {
+    let load_average_1m = load_average_1m();
     let prefix = fresh_prefix("jobs-throughput");
     let key_names: Arc<Vec<String>> =
         Arc::new((0..keys).map(|k| format!("{prefix}k{k:05}")).collect());
 
     let submit_started = Instant::now();
-    submit_round_robin(&submitter, &key_names, jobs).await?;
+    submit_round_robin(submitter, &key_names, jobs).await?;
     let submit_s = submit_started.elapsed().as_secs_f64();
     let vacuumed = vacuum && is_postgres(&workdir.store_url);
     if vacuumed {
@@ -347,6 +404,8 @@ pub async fn throughput(
         jobs,
         workers,
         run_for_ms: run_for.as_secs_f64() * 1e3,
+        due_elsewhere: 0,
+        drained_elsewhere: 0,
         submit_s,
         elapsed_s,
         jobs_per_s: completed as f64 / elapsed_s,
@@ -562,6 +621,15 @@ pub fn print_throughput(report: &ThroughputReport, out: &mut String) {
         "load:       {} (1-minute average at the start)",
         describe_load(report.load_average_1m)
     );
+    if report.due_elsewhere > 0 {
+        outln!(
+            out,
+            "elsewhere:  {} keys under another prefix, each with a job due before these, served \
+             by no worker; {} drained after the run (not timed)",
+            report.due_elsewhere,
+            report.drained_elsewhere
+        );
+    }
     outln!(out, "submitted:  in {:.2} s (not timed)", report.submit_s);
     outln!(out);
     outln!(

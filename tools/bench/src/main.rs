@@ -252,6 +252,11 @@ enum Command {
         /// run is too short for the overlap check to see much
         #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
         run_for: Duration,
+        /// Keys under another prefix, each given one job before the measured ones, that no
+        /// worker of the run serves (a pool whose workers are down): every look at the due
+        /// index meets them first. Claimed and completed after the run, not timed
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        due_elsewhere: u32,
     },
     /// The floor under `jobs-throughput` on PostgreSQL: one row per key, a look at the due
     /// index, a claim by CAS and a completion by CAS per job, and nothing else
@@ -511,6 +516,7 @@ async fn dispatch(command: Command) -> Result<()> {
             common,
             load,
             run_for,
+            due_elsewhere,
         } => {
             let report = jobs::throughput(
                 &common,
@@ -519,6 +525,7 @@ async fn dispatch(command: Command) -> Result<()> {
                 load.workers as usize,
                 run_for,
                 !load.no_vacuum,
+                due_elsewhere as usize,
             )
             .await?;
             output(&common, &report, jobs::print_throughput)?;

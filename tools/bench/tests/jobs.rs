@@ -62,6 +62,20 @@ fn jobs_throughput_on_postgres_is_vacuumed_unless_told_not_to() {
     assert_eq!(not["vacuumed"], false);
 }
 
+/// Jobs due first under a prefix no worker of the run serves do not stop the run, and are
+/// drained after it, so that they leave a shared store's due index.
+#[test]
+fn jobs_due_elsewhere_are_passed_by_the_run_and_drained_after_it() {
+    let url = postgres_url();
+    let report = throughput(&url, &["--due-elsewhere", "40"]);
+    assert_every_job_ran_once_per_key_at_a_time(&report);
+    assert_eq!(report["due_elsewhere"], 40, "{report}");
+    assert_eq!(report["drained_elsewhere"], 40, "{report}");
+    let plain = throughput(&url, &[]);
+    assert_eq!(plain["due_elsewhere"], 0, "{plain}");
+    assert_eq!(plain["drained_elsewhere"], 0, "{plain}");
+}
+
 #[test]
 fn jobs_throughput_elsewhere_has_nothing_to_vacuum() {
     let dir = std::env::temp_dir().join(format!("baton-bench-jobs-{}", std::process::id()));
