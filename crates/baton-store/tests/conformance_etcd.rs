@@ -32,11 +32,17 @@ async fn store() -> EtcdStore {
     EtcdStore::open(&server_url()).await.unwrap()
 }
 
-baton_store::conformance_tests!(store(), prefix, keep: |keep: u64| async move {
-    EtcdStore::open(&with_parameter(&server_url(), &format!("history_keep={keep}")))
-        .await
-        .unwrap()
-});
+/// A store that keeps `keep` history entries per key.
+async fn keeping(keep: u64) -> EtcdStore {
+    EtcdStore::open(&with_parameter(
+        &server_url(),
+        &format!("history_keep={keep}"),
+    ))
+    .await
+    .unwrap()
+}
+
+baton_store::conformance_tests!(store(), prefix, keep: keeping);
 
 /// Racing stores with a connection each, as separate processes have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -137,8 +143,7 @@ async fn large_history_batches_fit_in_one_cas() {
 #[tokio::test]
 async fn a_large_keep_is_trimmed_in_batches() {
     let keep = 1_000;
-    let url = with_parameter(&server_url(), &format!("history_keep={keep}"));
-    let store = EtcdStore::open(&url).await.unwrap();
+    let store = keeping(keep as u64).await;
     let key = format!("{}batches", prefix("trim"));
     let filled: Vec<Vec<u8>> = (0..keep)
         .map(|n| format!("entry {n:05}").into_bytes())
@@ -174,8 +179,7 @@ async fn a_large_keep_is_trimmed_in_batches() {
 #[tokio::test]
 async fn a_batched_cut_comes_every_64_writes_and_cuts_all_the_excess() {
     let keep = 1_000;
-    let url = with_parameter(&server_url(), &format!("history_keep={keep}"));
-    let store = EtcdStore::open(&url).await.unwrap();
+    let store = keeping(keep as u64).await;
     let key = format!("{}wide", prefix("trim"));
     let entries = |from: usize, n: usize| -> Vec<Vec<u8>> {
         (from..from + n)

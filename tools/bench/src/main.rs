@@ -412,7 +412,9 @@ fn run(cli: Cli, started_ns: u128) -> Result<()> {
         return std::fs::write(file, started_ns.to_string())
             .with_context(|| format!("cannot write the stamp to {}", file.display()));
     }
-    // Two workers, as the `baton` CLI runs with: the figures are those of the same runtime.
+    // Two workers, as the `baton` CLI's long-running commands (`serve`, `worker`, `keep`) run
+    // with; its one-shot commands run on one thread. Redis's B1 came out the same on either
+    // (BENCHMARKS.md), and the harness runs many clients at once, as a server does.
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
