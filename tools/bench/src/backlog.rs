@@ -45,9 +45,7 @@ pub struct BacklogReport {
 pub async fn backlog(common: &Common, queued: usize, rounds: usize) -> Result<BacklogReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let store = baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let store = crate::setup::open_store(&workdir.store_url).await?;
     let coord = Coordinator::new(store);
     let prefix = format!("{}/", fresh_key("jobs-backlog"));
     let deep = format!("{prefix}deep");

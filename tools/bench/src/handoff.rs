@@ -97,9 +97,7 @@ pub async fn run(
     workdir.require_shared_store("`handoff`")?;
     let baton = baton_path(common)?;
     let harness = own_path()?;
-    let store = baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let store = crate::setup::open_store(&workdir.store_url).await?;
     let pushes = store.capabilities().watch;
     let coord = Coordinator::new(store);
     let key = fresh_key("handoff");
@@ -215,9 +213,7 @@ pub async fn run(
 /// (`acquire_many` with a heartbeat), writes CLOCK_REALTIME in ns to `stamp` the moment it
 /// returns, then releases.
 pub async fn grant_stamp(store_url: &str, key: &str, stamp: &std::path::Path) -> Result<()> {
-    let store = baton_store::url::open(store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{store_url}`"))?;
+    let store = crate::setup::open_store(store_url).await?;
     let coord = Arc::new(Coordinator::new(store));
     let heartbeat = Heartbeat::start(coord.clone());
     let options = AcquireOptions {

@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, watch, Barrier};
 use tokio::task::JoinHandle;
 
 use crate::counting::{CountingStore, Counts};
-use crate::setup::{describe_load, fresh_key, is_postgres, load_average_1m, Workdir};
+use crate::setup::{describe_load, fresh_key, is_postgres, load_average_1m, open_store, Workdir};
 use crate::stats::Summary;
 use crate::Common;
 
@@ -80,13 +80,6 @@ const NOT_READY_FOR_MS: u64 = 3_600_000;
 /// Overlaps and out-of-order fences listed in a report, at most.
 const MAX_LISTED: usize = 20;
 
-/// Opens the store at `url` (again: each caller gets a connection of its own).
-async fn open(url: &str) -> Result<Arc<dyn baton_store::Store>> {
-    baton_store::url::open(url)
-        .await
-        .with_context(|| format!("cannot open the store `{url}`"))
-}
-
 /// A fresh prefix (ending in `/`) for one run's keys.
 fn fresh_prefix(what: &str) -> String {
     format!("{}/", fresh_key(what))
@@ -104,7 +97,7 @@ struct Worker {
 impl Worker {
     /// Opens a worker serving the keys under `prefix`.
     async fn open(url: &str, prefix: &str) -> Result<Worker> {
-        let counting = Arc::new(CountingStore::new(open(url).await?));
+        let counting = Arc::new(CountingStore::new(open_store(url).await?));
         let coord = Arc::new(Coordinator::new(counting.clone()));
         let patterns = KeyPatterns::new(vec![prefix.to_owned()]);
         let waker = WorkWaker::new(&coord, &patterns)
@@ -266,7 +259,7 @@ pub async fn throughput(
         );
     }
     let workdir = Workdir::new(common)?;
-    let submitter = Arc::new(Coordinator::new(open(&workdir.store_url).await?));
+    let submitter = Arc::new(Coordinator::new(open_store(&workdir.store_url).await?));
     let elsewhere = fresh_prefix("jobs-elsewhere");
     let elsewhere_keys: Arc<Vec<String>> = Arc::new(
         (0..due_elsewhere)
@@ -968,7 +961,7 @@ pub async fn latency(
 ) -> Result<LatencyReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let coord = Coordinator::new(open(&workdir.store_url).await?);
+    let coord = Coordinator::new(open_store(&workdir.store_url).await?);
     let prefix = fresh_prefix("jobs-latency");
     let mut worker = IdleWorker::start(&workdir.store_url, &prefix, poll)
         .await
@@ -1133,7 +1126,7 @@ pub async fn idle(
     }
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let coord = Arc::new(Coordinator::new(open(&workdir.store_url).await?));
+    let coord = Arc::new(Coordinator::new(open_store(&workdir.store_url).await?));
     let capabilities = coord.store().capabilities();
     let prefix = fresh_prefix("jobs-idle");
 

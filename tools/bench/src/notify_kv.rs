@@ -59,9 +59,7 @@ pub async fn notify_overhead(
         .collect::<Result<Vec<_>>>()?;
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let store = baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let store = crate::setup::open_store(&workdir.store_url).await?;
     let coord = Coordinator::new(store.clone());
     let watched = fresh_key("notify/watched");
     let plain = fresh_key("notify/plain");
@@ -207,9 +205,7 @@ pub struct KvReport {
 pub async fn kv_latency(common: &Common, rounds: usize, warmup: usize) -> Result<KvReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let store = baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let store = crate::setup::open_store(&workdir.store_url).await?;
     let coord = Coordinator::new(store);
     let name = fresh_key("kv");
     let options = SetOptions {

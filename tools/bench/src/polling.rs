@@ -72,11 +72,7 @@ pub async fn run(common: &Common, waiters: usize, duration: Duration) -> Result<
     }
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let open = || async {
-        baton_store::url::open(&workdir.store_url)
-            .await
-            .with_context(|| format!("cannot open the store `{}`", workdir.store_url))
-    };
+    let open = || async { crate::setup::open_store(&workdir.store_url).await };
     let key = fresh_key("polling");
     let holder = Coordinator::new(open().await?);
     let pushes = holder.store().capabilities().watch;

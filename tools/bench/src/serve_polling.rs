@@ -70,11 +70,7 @@ pub async fn run(
     }
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let open = || async {
-        baton_store::url::open(&workdir.store_url)
-            .await
-            .with_context(|| format!("cannot open the store `{}`", workdir.store_url))
-    };
+    let open = || async { crate::setup::open_store(&workdir.store_url).await };
     // Directly: each waiter with its own store connection, counted.
     let mut direct = Vec::new();
     for _ in 0..waiters {

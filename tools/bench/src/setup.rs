@@ -112,6 +112,13 @@ pub fn describe_load(load: Option<f64>) -> String {
     load.map_or_else(|| "unknown".to_string(), |l| format!("{l:.2}"))
 }
 
+/// Opens the store at `url`, saying which when it cannot: every subcommand's first step.
+pub async fn open_store(url: &str) -> Result<std::sync::Arc<dyn baton_store::Store>> {
+    baton_store::url::open(url)
+        .await
+        .with_context(|| format!("cannot open the store `{url}`"))
+}
+
 /// Whether `url` is a PostgreSQL store's.
 pub fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")

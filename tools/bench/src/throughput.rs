@@ -74,9 +74,7 @@ pub async fn single(
 ) -> Result<SingleReport> {
     let load_average_1m = load_average_1m();
     let workdir = Workdir::new(common)?;
-    let store = baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    let store = crate::setup::open_store(&workdir.store_url).await?;
     let counting = Arc::new(CountingStore::new(store));
     let mut client = if replay {
         replay::locker(workdir.store_url.clone(), counting.clone())
@@ -278,9 +276,7 @@ struct Grant {
 
 /// One worker process: cycles on the key from `start_at_ns` to `stop_at_ns`.
 pub async fn worker(args: WorkerArgs) -> Result<()> {
-    let store = baton_store::url::open(&args.store)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", args.store))?;
+    let store = crate::setup::open_store(&args.store).await?;
     let counting = Arc::new(CountingStore::new(store));
     let coord = Coordinator::new(counting.clone());
     let options = cycle_options(&format!("baton-bench worker pid {}", std::process::id()));
@@ -372,9 +368,7 @@ pub async fn many(common: &Common, processes: u32, duration: Duration) -> Result
     let workdir = Workdir::new(common)?;
     workdir.require_shared_store("`throughput --processes`")?;
     // Opened (and so created) once here, so the workers do not all race to create the file.
-    baton_store::url::open(&workdir.store_url)
-        .await
-        .with_context(|| format!("cannot open the store `{}`", workdir.store_url))?;
+    crate::setup::open_store(&workdir.store_url).await?;
     let harness = own_path()?;
     let key = fresh_key("contended");
     let start_at_ns = realtime_ns() + WORKER_START_GRACE.as_nanos();

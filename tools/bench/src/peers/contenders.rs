@@ -119,9 +119,7 @@ impl Contender for Baton {
     }
 
     async fn client(&self) -> Result<Box<dyn Locker>> {
-        let store = baton_store::url::open(&self.url)
-            .await
-            .with_context(|| format!("cannot open the store `{}`", self.url))?;
+        let store = crate::setup::open_store(&self.url).await?;
         let counting = Arc::new(CountingStore::new(store));
         Ok(Box::new(BatonLocker {
             coord: Arc::new(Coordinator::new(counting.clone())),

@@ -49,9 +49,7 @@ pub struct Growth {
 }
 
 async fn open(url: &str) -> Result<Coordinator> {
-    let store = baton_store::url::open(url)
-        .await
-        .with_context(|| format!("cannot open the store `{url}`"))?;
+    let store = crate::setup::open_store(url).await?;
     Ok(Coordinator::new(store))
 }
 

@@ -682,9 +682,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
 
 /// Prepares a store as `baton init` does (DynamoDB's table; idempotent).
 async fn prepare(url: &str) -> Result<()> {
-    let store = baton_store::url::open(url)
-        .await
-        .with_context(|| format!("cannot open the store `{url}`"))?;
+    let store = crate::setup::open_store(url).await?;
     store
         .init()
         .await

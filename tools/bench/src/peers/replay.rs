@@ -58,9 +58,7 @@ impl Contender for BatonWrites {
     }
 
     async fn client(&self) -> Result<Box<dyn Locker>> {
-        let store = baton_store::url::open(&self.url)
-            .await
-            .with_context(|| format!("cannot open the store `{}`", self.url))?;
+        let store = crate::setup::open_store(&self.url).await?;
         Ok(locker(self.url.clone(), store))
     }
 }
