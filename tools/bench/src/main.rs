@@ -255,7 +255,12 @@ enum Command {
         /// Keys under another prefix, each given one job before the measured ones, that no
         /// worker of the run serves (a pool whose workers are down): every look at the due
         /// index meets them first. Claimed and completed after the run, not timed
-        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        #[arg(
+            long,
+            value_name = "N",
+            default_value_t = 0,
+            value_parser = clap::value_parser!(u32).range(0..=1_000_000)
+        )]
         due_elsewhere: u32,
     },
     /// The floor under `jobs-throughput` on PostgreSQL: one row per key, a look at the due
