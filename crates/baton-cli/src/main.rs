@@ -84,7 +84,7 @@ fn stays(command: &Command) -> bool {
 /// A command that stays gets worker threads. One that does one thing and exits runs every task
 /// on the main thread: its work is a few store requests, a heartbeat and a child, and starting
 /// worker threads cost a cold `baton run` more CPU than that work (BENCHMARKS.md, B8's
-/// profile). Blocking work (SQLite, name lookups) still goes to the blocking pool.
+/// profile). Name lookups go to the blocking pool, and SQLite's calls while CMD runs (`dispatch`).
 fn runtime_for(command: &Command) -> std::io::Result<tokio::runtime::Runtime> {
     if stays(command) {
         tokio::runtime::Builder::new_multi_thread()
@@ -109,11 +109,13 @@ fn fail(failure: Failure) -> ! {
 
 async fn dispatch(cli: Cli) -> Result<i32, Failure> {
     warn_of_memory(cli.store.as_deref());
-    // A process that runs one command leaves a SQLite store's WAL short for the next one; a
-    // server, a worker or a keeper stays, and checkpoints at SQLite's default.
+    // A process that runs one command leaves a SQLite store's WAL short for the next one, and
+    // makes its calls on its one thread but while CMD runs (`child.rs`); a server, a worker or
+    // a keeper stays, checkpoints at SQLite's default and calls through the blocking pool.
     #[cfg(feature = "sqlite")]
     if !stays(&cli.command) {
         baton_store::sqlite::one_command_per_process();
+        baton_store::sqlite::calls_on_the_calling_thread();
     }
     // The store `--store` names, with whether this command may create it.
     let store_url = StoreChoice {

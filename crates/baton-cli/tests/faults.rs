@@ -1,11 +1,14 @@
 //! Failures of the processes themselves: a holder killed with `kill -9`, a holder paused past
-//! its lease, waiters that time out or are interrupted.
+//! its lease, a holder whose renewal waits for a locked SQLite file, waiters that time out or
+//! are interrupted.
 
 use baton_testkit as common;
 
 use std::time::{Duration, Instant};
 
-use common::{for_each_store, pid_alive, send_signal, wait_until, Ctx, Proc, PROMPT};
+use common::{
+    for_each_store, pid_alive, send_signal, wait_until, with_fresh_sqlite, Ctx, Proc, PROMPT,
+};
 
 /// A command that records its pid and fence, then sleeps in place of the shell (`exec`), so the
 /// recorded pid is the process that must die with baton.
@@ -209,6 +212,60 @@ fn paused_holder_loses_its_lease_and_kills_its_command_on_resume() {
             "the paused holder's grandchild (same process group) to be killed",
             Duration::from_secs(5),
             || !pid_alive(grandchild_pid),
+        );
+    });
+}
+
+/// Another process holds the SQLite file's write lock while the holder's command runs, so its
+/// renewal waits: the lease must still end on time. baton's one thread stays free while the
+/// renewal waits (it runs on another while CMD does), so the command is killed before the TTL
+/// is over twice, with the file still locked, and baton exits 78 once it can write again.
+#[test]
+fn a_renewal_waiting_for_a_locked_sqlite_file_still_ends_the_lease_on_time() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("locked-file");
+        let mut holder = ctx
+            .baton(["run", &key, "--ttl", "2s", "--", "sh", "-c", &sleeper("H")])
+            .name("H")
+            .spawn();
+        let cmd_pid = ctx.wait_pid("H.pid", PROMPT);
+        let file = rusqlite::Connection::open(ctx.path("baton.db")).expect("open the store file");
+        file.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the file's write lock");
+        let locked_at = Instant::now();
+        wait_until(
+            "the holder's command to be killed at the end of its lease",
+            Duration::from_secs(6),
+            || !pid_alive(cmd_pid),
+        );
+        let killed_after = locked_at.elapsed();
+        eprintln!("command killed {killed_after:?} after the file was locked (TTL 2s)");
+        assert!(
+            killed_after < Duration::from_secs(4),
+            "the command ran {killed_after:?} into the file's lock; the TTL is 2 s"
+        );
+        file.execute_batch("ROLLBACK").expect("let the lock go");
+        holder.wait(PROMPT).assert_code(78);
+    });
+}
+
+/// A `baton run` on SQLite makes its calls on its one thread until its command starts (a
+/// thread of tokio's blocking pool would outlive the call by seconds): the command finds baton
+/// with a single thread.
+#[test]
+fn run_on_sqlite_starts_its_command_from_a_single_thread() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("one-thread");
+        // CMD's parent is its supervisor, whose parent is baton.
+        let script = r#"baton=$(sed -n 's/^PPid:\t//p' /proc/$PPID/status); grep '^Threads:' /proc/$baton/status"#;
+        let done = ctx
+            .baton(["run", "-q", &key, "--", "sh", "-c", script])
+            .run();
+        done.assert_code(0);
+        assert_eq!(
+            done.stdout.split_whitespace().collect::<Vec<_>>(),
+            ["Threads:", "1"],
+            "baton's threads while its command ran"
         );
     });
 }

@@ -4,6 +4,8 @@
 use std::io;
 use std::process::ExitStatus;
 
+#[cfg(feature = "sqlite")]
+use baton_store::sqlite::CallsElsewhere;
 use tokio::process::{Child, Command};
 
 use crate::cmd::supervisor;
@@ -16,6 +18,20 @@ pub struct Running {
     pub pgid: libc::pid_t,
     /// Whether it was given the terminal (and baton must take it back).
     gave_terminal: bool,
+    /// Keeps a SQLite store's calls off baton's one thread until CMD is reaped, so that a
+    /// renewal waiting for the file never holds up the lease's end ([`Running::wait`]).
+    calls_elsewhere: Option<CallsElsewhere>,
+}
+
+/// Without SQLite, no call blocks baton's thread: nothing to keep elsewhere.
+#[cfg(not(feature = "sqlite"))]
+struct CallsElsewhere;
+
+#[cfg(not(feature = "sqlite"))]
+impl CallsElsewhere {
+    fn begin() -> CallsElsewhere {
+        CallsElsewhere
+    }
 }
 
 /// Whether stdin is a terminal whose foreground process group is baton's: then an
@@ -64,6 +80,8 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         }
     }
     let plan = supervisor::Plan::new(give_terminal, exec);
+    // From before CMD can start until it is reaped.
+    let calls_elsewhere = CallsElsewhere::begin();
     // SAFETY: the closure only makes async-signal-safe system calls (see supervisor.rs): it
     // turns the forked child into CMD's supervisor, which starts CMD itself, and returns only
     // when CMD could not be started.
@@ -96,6 +114,7 @@ fn spawn_with(argv: &[String], env: &[(String, String)], piped: bool) -> io::Res
         child,
         pgid,
         gave_terminal: give_terminal,
+        calls_elsewhere: Some(calls_elsewhere),
     })
 }
 
@@ -139,6 +158,16 @@ fn is_executable_file(candidate: &std::path::Path) -> bool {
 }
 
 impl Running {
+    /// Waits for the supervisor, and so CMD, to exit; from then on the store's calls may run
+    /// on baton's thread again. Cancel-safe, as [`Child::wait`].
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        let status = self.child.wait().await;
+        if status.is_ok() {
+            self.calls_elsewhere = None;
+        }
+        status
+    }
+
     /// Sends `signal` to the command's whole process group.
     pub fn signal_group(&self, signal: libc::c_int) {
         if self.pgid > 0 {

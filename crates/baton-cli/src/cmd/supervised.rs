@@ -108,7 +108,7 @@ pub async fn supervise(
         let deadline = watch.deadline.filter(|_| stopping.is_none());
         let kill_at = stopping.as_ref().map(|(_, at)| *at).filter(|_| !killed);
         let stopped = tokio::select! {
-            status = running.child.wait() => break status,
+            status = running.wait() => break status,
             changed = watch.stop_asked.changed(), if stopping.is_none() => {
                 let Some(by) = changed.ok().and(watch.stop_asked.borrow().clone()) else {
                     continue;
@@ -132,7 +132,7 @@ pub async fn supervise(
                 };
                 // The lease may be granted to another any moment: stop the command now.
                 running.signal_group(libc::SIGKILL);
-                let _ = running.child.wait().await;
+                let _ = running.wait().await;
                 running.restore_terminal();
                 return Ended::LeaseLost(lost);
             }

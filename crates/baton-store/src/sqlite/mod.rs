@@ -11,8 +11,10 @@
 //! process sharing the file shares the host, so none is needed from the file.
 //!
 //! rusqlite is blocking: the store keeps one connection behind a mutex and runs every operation
-//! on tokio's blocking pool, never on the async workers.
+//! on tokio's blocking pool, never on the async workers, but in a process that runs one command
+//! and has nothing else to do while a call waits (`blocking.rs`).
 
+mod blocking;
 mod doorbell;
 mod errors;
 mod layout;
@@ -39,6 +41,7 @@ use crate::{
     HistoryRecord, Replacement, Result, Store, StoreClock, StoreError, Updated, Version, Versioned,
     WatchHandle, WithDocs,
 };
+pub use blocking::{calls_on_the_calling_thread, CallsElsewhere};
 use errors::sqlite_error;
 use layout::{history_record, read_row, versioned};
 pub use schema::one_command_per_process;
@@ -56,7 +59,7 @@ pub struct SqliteStore {
 
 struct Inner {
     /// One connection per store: SQLite serialises writers per file anyway, and operations only
-    /// hold the lock inside `spawn_blocking`, never across an `.await`.
+    /// hold the lock inside one blocking call (`blocking.rs`), never across an `.await`.
     connection: Mutex<Connection>,
     path: PathBuf,
     /// Wake-ups for any write to the file, from inotify, started by the first `watch_prefix`
@@ -140,14 +143,11 @@ impl SqliteStore {
         let description = format!("sqlite:{}", path.display());
         let opened = {
             let (path, description) = (path.clone(), description.clone());
-            tokio::task::spawn_blocking(move || {
-                schema::open_connection(&path, &description, vfs, mode)
-            })
-            .await
+            blocking::run(move || schema::open_connection(&path, &description, vfs, mode)).await
         };
         let connection = opened.map_err(|error| StoreError::Backend {
             store: description.clone(),
-            source: Box::new(error),
+            source: error,
         })??;
         Ok(SqliteStore {
             inner: Arc::new(Inner {
@@ -250,13 +250,14 @@ impl SqliteStore {
         watcher.as_ref().map(|w| WatchHandle::new(w.subscribe()))
     }
 
-    /// Runs `operation` on the connection on tokio's blocking pool.
+    /// Runs `operation` on the connection, on tokio's blocking pool or where the process asked
+    /// (`blocking.rs`).
     async fn run<T: Send + 'static>(
         &self,
         operation: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T> {
         let inner = Arc::clone(&self.inner);
-        let joined = tokio::task::spawn_blocking(move || {
+        let joined = blocking::run(move || {
             // A panic while the lock was held cannot leave a transaction open (rusqlite rolls
             // back on drop), so a poisoned connection is still usable.
             let mut connection = inner
@@ -273,9 +274,9 @@ impl SqliteStore {
                 &self.inner.path,
                 error,
             )),
-            Err(join_error) => Err(StoreError::Backend {
+            Err(failed) => Err(StoreError::Backend {
                 store: self.inner.description.clone(),
-                source: Box::new(join_error),
+                source: failed,
             }),
         }
     }

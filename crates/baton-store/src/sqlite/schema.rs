@@ -125,7 +125,7 @@ const MIGRATIONS: [&str; SCHEMA_VERSION as usize] = [
 
 /// Opens `path` (absolute) in WAL mode with the current schema: with [`OpenMode::Create`],
 /// creating it and its directories if missing; with [`OpenMode::Existing`], only a file baton
-/// set up. Blocking: call it from `spawn_blocking`.
+/// set up. Blocking: call it through `blocking::run`.
 pub(super) fn open_connection(
     path: &Path,
     description: &str,
