@@ -233,14 +233,17 @@ pub async fn acquire_unless_interrupted(
     let interruption = crate::signals::interruption()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
     tokio::pin!(interruption);
+    // The interruption first: a signal that came while a store call held the thread is seen
+    // at the call's end, and wins over the turn that call may have brought.
     let acquired = tokio::select! {
-        result = acquire_many(coord, pendings, options, heartbeat) => result,
+        biased;
         code = &mut interruption => {
             finish(line);
             heartbeat.stop_all();
             withdraw(coord, pendings).await;
             return Err(Failure::new(code, interrupted));
         }
+        result = acquire_many(coord, pendings, options, heartbeat) => result,
     };
     finish(line);
     Ok(acquired)

@@ -249,6 +249,58 @@ fn a_renewal_waiting_for_a_locked_sqlite_file_still_ends_the_lease_on_time() {
     });
 }
 
+/// SIGINT comes while baton's first write waits for the SQLite file's write lock, held by
+/// another connection: once the file is free, baton withdraws its ticket and exits 130; its
+/// command never runs, though the write, when it lands, finds the key free.
+#[test]
+fn an_interrupt_while_a_write_waits_for_the_locked_sqlite_file_withdraws_the_ticket() {
+    with_fresh_sqlite(|ctx| {
+        let key = ctx.key("interrupted-write");
+        let file = rusqlite::Connection::open(ctx.path("baton.db")).expect("open the store file");
+        file.execute_batch("BEGIN IMMEDIATE")
+            .expect("take the file's write lock");
+        let mut waiter = ctx
+            .baton(["run", &key, "--", "sh", "-c", &marker("W")])
+            .name("W")
+            .spawn();
+        wait_until(
+            "baton's write to wait for the file's lock (a thread in its busy handler's sleep)",
+            PROMPT,
+            || in_clock_nanosleep(waiter.pid()),
+        );
+        send_signal(waiter.pid(), libc::SIGINT);
+        std::thread::sleep(Duration::from_millis(300));
+        file.execute_batch("ROLLBACK").expect("let the lock go");
+        let done = waiter.wait(PROMPT);
+        done.assert_code(130);
+        assert!(
+            done.stderr.contains("interrupted while waiting") && !done.stderr.contains("holding"),
+            "baton took the turn it was interrupted on (or CMD's death made the 130):\n{}",
+            done.describe()
+        );
+        assert!(!ctx.exists("W.ran"), "the interrupted command ran");
+        let view = ctx.key_view(&key);
+        assert!(
+            view.queue().is_empty() && view.holder_contexts().is_empty(),
+            "the interrupted ticket is still there: {}",
+            view.raw
+        );
+    });
+}
+
+/// Whether a thread of `pid` is in `clock_nanosleep` (`/proc/PID/task/*/syscall`): SQLite's
+/// busy handler sleeping between tries for the write lock; baton sleeps nowhere else.
+fn in_clock_nanosleep(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|task| {
+        std::fs::read_to_string(task.path().join("syscall")).is_ok_and(|line| {
+            line.split_whitespace().next() == Some(&libc::SYS_clock_nanosleep.to_string())
+        })
+    })
+}
+
 /// A `baton run` on SQLite makes its calls on its one thread until its command starts (a
 /// thread of tokio's blocking pool would outlive the call by seconds): the command finds baton
 /// with a single thread.

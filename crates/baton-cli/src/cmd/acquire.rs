@@ -189,13 +189,15 @@ async fn wait_for_turn(
     let interrupted = crate::signals::interruption()
         .map_err(|e| Failure::new(exit::ERROR, format!("cannot install signal handlers: {e}")))?;
     tokio::pin!(interrupted);
+    // The interruption first, as in `wait::acquire_unless_interrupted`.
     let acquired = tokio::select! {
-        result = baton_client::acquire::acquire(coord, pending, options) => result,
+        biased;
         code = &mut interrupted => {
             wait::finish(line);
             wait::withdraw(coord, pendings).await;
             return Err(Failure::new(code, "interrupted while waiting; the ticket was withdrawn"));
         }
+        result = baton_client::acquire::acquire(coord, pending, options) => result,
     };
     wait::finish(line);
     Ok(acquired?)

@@ -55,6 +55,11 @@ pub(super) type Failed = Box<dyn std::error::Error + Send + Sync>;
 
 /// Runs `call` on the calling thread or on the blocking pool, as the process asked. A panic
 /// is an error either way, as it always was on the pool.
+///
+/// A call made here is followed by a yield, through the runtime's drivers: what came while it
+/// blocked (a signal, a timer) is then seen before the caller goes on, as it was while a call
+/// on the pool was awaited. Without it, a SIGINT that came while an enqueue waited for the
+/// file was never seen by a wait that the enqueue's answer already ended.
 pub(super) async fn run<T: Send + 'static>(
     call: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Failed> {
@@ -73,14 +78,16 @@ async fn run_on<T: Send + 'static>(
             .await
             .map_err(Failed::from);
     }
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|panic| {
         let what = panic
             .downcast_ref::<&str>()
             .map(|text| (*text).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
         Failed::from(format!("a call into SQLite panicked: {what}"))
-    })
+    });
+    tokio::task::yield_now().await;
+    done
 }
 
 #[cfg(test)]
