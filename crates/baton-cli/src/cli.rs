@@ -92,7 +92,10 @@ pub fn command() -> clap::Command {
 pub fn parse() -> Result<Cli, clap::Error> {
     use clap::FromArgMatches;
     let mut command = command();
-    let mut matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut matches = command
+        .try_get_matches_from_mut(&args)
+        .map_err(|error| with_token_tip(error, &args))?;
     if let Some((name, sub)) = matches.subcommand() {
         let given = |id| sub.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
         let refused = if given("server_token") && WITHOUT_CLIENT_TOKEN.contains(&name) {
@@ -110,6 +113,42 @@ pub fn parse() -> Result<Cli, clap::Error> {
         }
     }
     Cli::from_arg_matches_mut(&mut matches).map_err(|error| error.format(&mut command))
+}
+
+/// The commands whose turn's token is an argument of its own (`baton release KEY TOKEN`).
+const WITH_TURN_TOKEN: [&str; 2] = ["release", "renew"];
+
+/// `baton release KEY --token T` reads like the turn's token given by name, but `--token` is
+/// the one for `baton serve`: clap then says only that TOKEN is missing, and its usage line
+/// shows `--token <TOKEN>` beside it. Say where the turn's token goes.
+fn with_token_tip(mut error: clap::Error, args: &[std::ffi::OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let token_missing = matches!(
+        error.get(ContextKind::InvalidArg),
+        Some(ContextValue::Strings(missing)) if missing.iter().any(|arg| arg == "<TOKEN>")
+    );
+    let given = |flag: &str| {
+        args.iter()
+            .filter_map(|arg| arg.to_str())
+            .any(|arg| arg == flag || arg.starts_with(&format!("{flag}=")))
+    };
+    let command = args
+        .iter()
+        .filter_map(|arg| arg.to_str())
+        .find(|arg| WITH_TURN_TOKEN.contains(arg));
+    if let (ErrorKind::MissingRequiredArgument, true, true, Some(command)) =
+        (error.kind(), token_missing, given("--token"), command)
+    {
+        error.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![format!(
+                "the turn's token is the argument after the key: `baton {command} KEY TOKEN`; \
+                 `--token` is the token for `baton serve` (--store http://HOST:PORT)"
+            )
+            .into()]),
+        );
+    }
+    error
 }
 
 /// The `baton` command line.

@@ -162,3 +162,27 @@ fn typos_are_answered_with_the_right_word() {
         );
     });
 }
+
+/// `baton release KEY --token T` reads like the turn's token given by name, but `--token` is
+/// the one for `baton serve`: the error says where the turn's token goes.
+#[test]
+fn a_turns_token_given_as_the_servers_is_pointed_to_its_place() {
+    with_fresh_sqlite(|ctx| {
+        for command in ["release", "renew"] {
+            for args in [
+                vec![command, "k", "--token", "t-123"],
+                vec![command, "--token=t-123", "k"],
+            ] {
+                let refused = ctx.baton(args).run();
+                refused.assert_code(2);
+                let tip = format!(
+                    "tip: the turn's token is the argument after the key: `baton {command} KEY TOKEN`"
+                );
+                assert!(refused.stderr.contains(&tip), "{}", refused.describe());
+            }
+        }
+        let refused = ctx.baton(["release", "k"]).run();
+        refused.assert_code(2);
+        assert!(!refused.stderr.contains("tip:"), "{}", refused.describe());
+    });
+}
