@@ -462,6 +462,62 @@ async fn a_write_wakes_the_watchers_of_its_key_only_with_the_document() {
     );
 }
 
+/// A write wakes the watchers of the store object that wrote it in memory, with the document
+/// and the count of writes, and sends datagrams only to other sockets: on a hot key two of
+/// every three wake-ups went to the writer's own socket, each a send, a receive and a copy of
+/// the document through the kernel.
+#[tokio::test]
+async fn a_write_wakes_its_own_stores_watchers_without_a_datagram() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let within = Duration::from_secs(2);
+    let mut whole = store.watch("j").await.unwrap().unwrap();
+    store.cas("j", None, b"1", &[]).await.unwrap();
+    let pushed = tokio::time::timeout(within, whole.changed())
+        .await
+        .expect("the writer's own watcher of the whole key is woken")
+        .unwrap()
+        .expect("with the document it wrote");
+    assert_eq!(
+        (pushed.version.0.as_str(), pushed.bytes.as_slice()),
+        ("1", &b"1"[..])
+    );
+    assert_eq!(whole.told(), 1);
+    // By tag: a write naming t1 wakes t1's watcher here and passes t2's by.
+    let mut t1 = store.watch_tagged("k", "t1").await.unwrap().unwrap();
+    let mut t2 = store.watch_tagged("k", "t2").await.unwrap().unwrap();
+    store.update("k", naming(&["t1"], &[])).await.unwrap();
+    let pushed = tokio::time::timeout(within, t1.changed())
+        .await
+        .expect("the watcher of the tag the write named is woken")
+        .unwrap()
+        .expect("with the document");
+    assert_eq!(pushed.bytes, b"doc");
+    assert!(t1.named());
+    assert_eq!(store.wake_ups_sent(), 0, "nothing went through the kernel");
+    // Another store object has a socket of its own, as another process has: it is sent one.
+    let other = SqliteStore::open(&path).await.unwrap();
+    let mut theirs = other.watch("k").await.unwrap().unwrap();
+    store.update("k", naming(&["t1"], &[])).await.unwrap();
+    tokio::time::timeout(within, theirs.changed())
+        .await
+        .expect("the other store's watcher is woken")
+        .unwrap();
+    assert_eq!(store.wake_ups_sent(), 1);
+    tokio::time::timeout(within, t1.changed())
+        .await
+        .expect("and the writer's own again")
+        .unwrap();
+    assert_eq!(t1.told(), 2);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), t2.changed())
+            .await
+            .is_err(),
+        "writes naming t1 pass the watcher of t2 by"
+    );
+}
+
 /// Set in the environment of a child process of the doorbell tests: the store file.
 const CHILD_BELL_DB_ENV: &str = "BATON_STORE_TEST_CHILD_BELL_DB";
 /// Set in the environment of a child process of the doorbell tests: what it does (`write`: write

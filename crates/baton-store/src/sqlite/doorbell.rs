@@ -10,6 +10,11 @@
 //! the key, the new version and, up to [`PUSHED_DOCUMENT_MAX`] bytes, the document itself: a
 //! waiter then learns of its turn without reading, as on PostgreSQL and Redis.
 //!
+//! A write's wake-up for the writing store object's own socket never goes through the kernel:
+//! it is delivered in memory ([`Doorbell::deliver_own`]), the same wake-up a datagram would
+//! carry, the document whatever its size. On a hot key most wake-ups are the writer's own (a
+//! release to its own ended ticket, a claim to its own ticket).
+//!
 //! Nothing is missed that a watcher subscribed for: the entry commits before `watch` returns,
 //! and a writer reads the entries under the write lock, so every write that commits after the
 //! watch began reads the entry. A datagram can still be lost: the writer dies between its
@@ -38,6 +43,7 @@ use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -85,6 +91,9 @@ const NAME_PREFIX: &str = "baton-wake/";
 pub(super) struct Doorbell {
     name: String,
     router: Arc<Mutex<WakeRouter>>,
+    /// What the socket's reader and this store's own writes ([`Doorbell::deliver_own`]) have
+    /// delivered, per key. Locked before the router.
+    latest: Arc<Mutex<Latest>>,
     /// Keys entered in `baton_watchers` under this name, each with the tags entered for it in
     /// `baton_watch_tags` (none: woken by every write).
     registered: tokio::sync::Mutex<Entered>,
@@ -103,10 +112,17 @@ impl Doorbell {
         pass_credentials(&socket)?;
         let socket = tokio::net::UnixDatagram::from_std(socket)?;
         let router = Arc::new(Mutex::new(WakeRouter::default()));
-        let task = tokio::spawn(receive(socket, Arc::clone(&router), senders, queue_limit()));
+        let latest = Arc::new(Mutex::new(Latest::default()));
+        let task = tokio::spawn(receive(
+            socket,
+            (Arc::clone(&router), Arc::clone(&latest)),
+            senders,
+            queue_limit(),
+        ));
         Ok(Doorbell {
             name,
             router,
+            latest,
             registered: tokio::sync::Mutex::new(Entered::new()),
             task,
         })
@@ -132,6 +148,25 @@ impl Doorbell {
             Some(tag) => router.subscribe_tagged(key, tag),
             None => router.subscribe_key(key),
         }
+    }
+
+    /// Delivers a wake-up of a write by this store to its own watchers, in memory, as the
+    /// datagram to its own socket would have (naming `tags`; `None`: every watcher of the key),
+    /// with the document however large.
+    pub(super) fn deliver_own(
+        &self,
+        key: &str,
+        version: i64,
+        doc: &[u8],
+        tags: Option<Vec<String>>,
+    ) {
+        let rung = Rung {
+            key: key.to_owned(),
+            version,
+            doc: Some(doc.to_vec()),
+            tags: tags.unwrap_or_default(),
+        };
+        deliver(&self.router, &mut lock(&self.latest), rung);
     }
 
     /// What the file's entries need for the watchers here of `key` ([`plan`]), given what is
@@ -161,6 +196,8 @@ impl Drop for Doorbell {
 #[derive(Default)]
 pub(super) struct Ringer {
     sockets: Mutex<Option<Sockets>>,
+    /// Datagrams sent so far, for tests.
+    sent: AtomicU64,
 }
 
 struct Sockets {
@@ -174,6 +211,11 @@ struct Sockets {
 const SLOW_FOR: Duration = Duration::from_secs(1);
 
 impl Ringer {
+    /// How many datagrams this ringer has sent.
+    pub(super) fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
     /// Sends `key`'s new version (and its document, when small enough) to each target, naming
     /// its tags. Returns the names nobody holds any more (their process is gone), for the
     /// writer to remove. Blocking, by at most [`SEND_WAIT`] per watcher that has no room.
@@ -215,7 +257,9 @@ impl Ringer {
                 .as_deref()
                 .and_then(|tags| encode(key, version, doc, tags));
             match send(socket, name, naming.as_deref().unwrap_or(&datagram)) {
-                Ok(()) => {}
+                Ok(()) => {
+                    self.sent.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(error) if is_gone(&error) => gone.push(name.clone()),
                 // No room in time: the receiver's queue was full, which it notices and answers
                 // by waking every watcher to read.
@@ -505,12 +549,11 @@ impl Latest {
 /// Reads the socket until the store object is dropped, waking each datagram's key.
 async fn receive(
     socket: tokio::net::UnixDatagram,
-    router: Arc<Mutex<WakeRouter>>,
+    (router, latest): (Arc<Mutex<WakeRouter>>, Arc<Mutex<Latest>>),
     senders: Senders,
     queue_limit: usize,
 ) {
     let mut buffer = vec![0u8; DATAGRAM_MAX];
-    let mut latest = Latest::default();
     loop {
         if let Err(error) = socket.readable().await {
             tracing::debug!(%error, "the wake-up socket failed; waiters poll");
@@ -532,7 +575,7 @@ async fn receive(
                         continue;
                     }
                     if let Some(rung) = length.and_then(|n| buffer.get(..n)).and_then(decode) {
-                        deliver(&router, &mut latest, rung);
+                        deliver(&router, &mut lock(&latest), rung);
                     }
                 }
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
