@@ -50,6 +50,7 @@ mod backlog;
 mod counting;
 mod delay_proxy;
 mod handoff;
+mod hot_floor;
 mod jobs;
 mod jobs_floor;
 mod notify_kv;
@@ -270,6 +271,22 @@ enum Command {
         common: Common,
         #[command(flatten)]
         load: JobsLoad,
+    },
+    /// The floor under B3 on SQLite: a first-come lock in a SQLite file whose releaser wakes
+    /// the next by datagram, N clients on one key against one alone, in alternating rounds
+    HotFloor {
+        /// Print the results as one JSON object on stdout instead of a table
+        #[arg(long)]
+        json: bool,
+        /// Clients (threads, each with its own connection) on the hot key
+        #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
+        clients: u32,
+        /// Rounds of each (one client alone, then all of them, alternating which goes first)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        rounds: u32,
+        /// How long each round lasts
+        #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+        duration: Duration,
     },
     /// Claim latency of an idle library worker: from just before a submit to its claim
     JobsLatency {
@@ -555,6 +572,24 @@ async fn dispatch(command: Command) -> Result<()> {
             let vacuum = !load.no_vacuum;
             let report = jobs_floor::floor(url, keys, jobs, workers as usize, vacuum).await?;
             output(&common, &report, jobs_floor::print_floor)
+        }
+        Command::HotFloor {
+            json,
+            clients,
+            rounds,
+            duration,
+        } => {
+            let common = Common {
+                store: None,
+                baton: None,
+                json,
+            };
+            let report = tokio::task::spawn_blocking(move || {
+                hot_floor::run(clients as usize, rounds as usize, duration)
+            })
+            .await
+            .context("the floor's run panicked")??;
+            output(&common, &report, hot_floor::print)
         }
         Command::JobsLatency {
             common,
