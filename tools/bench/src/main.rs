@@ -272,12 +272,17 @@ enum Command {
         #[command(flatten)]
         load: JobsLoad,
     },
-    /// The floor under B3 on SQLite: a first-come lock in a SQLite file whose releaser wakes
-    /// the next by datagram, N clients on one key against one alone, in alternating rounds
+    /// The floor under B3: a first-come lock in a SQLite file (or PostgreSQL's rows) whose
+    /// releaser tells the next in line, N clients on one key against one alone, in alternating
+    /// rounds
     HotFloor {
         /// Print the results as one JSON object on stdout instead of a table
         #[arg(long)]
         json: bool,
+        /// Run on this PostgreSQL (tables and functions of its own, made again) instead of a
+        /// fresh SQLite file
+        #[arg(long, value_name = "URL")]
+        postgres: Option<String>,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -575,6 +580,7 @@ async fn dispatch(command: Command) -> Result<()> {
         }
         Command::HotFloor {
             json,
+            postgres,
             clients,
             rounds,
             duration,
@@ -584,11 +590,8 @@ async fn dispatch(command: Command) -> Result<()> {
                 baton: None,
                 json,
             };
-            let report = tokio::task::spawn_blocking(move || {
-                hot_floor::run(clients as usize, rounds as usize, duration)
-            })
-            .await
-            .context("the floor's run panicked")??;
+            let (clients, rounds) = (clients as usize, rounds as usize);
+            let report = hot_floor::run(postgres.as_deref(), clients, rounds, duration).await?;
             output(&common, &report, hot_floor::print)
         }
         Command::JobsLatency {

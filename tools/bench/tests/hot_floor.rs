@@ -1,6 +1,6 @@
 //! `baton-bench hot-floor`, in runs far too short for their figures to mean anything: it runs
-//! both kinds of round, its lock held (no overlap, no grant out of order), and it makes its
-//! own file.
+//! both kinds of round on SQLite and PostgreSQL, its lock held (no overlap, no grant out of
+//! order), and on SQLite it makes its own file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -20,11 +20,12 @@ fn hot_floor(args: &[&str]) -> (Option<i32>, Value, String) {
 
 /// Two rounds of each kind, alternating; a round whose grants overlapped or passed an earlier
 /// arrival would have ended the run with an error.
-#[test]
-fn rounds_of_one_client_and_of_many_alternate_and_grant() {
-    let (code, report, stderr) =
-        hot_floor(&["--clients", "4", "--rounds", "2", "--duration", "300ms"]);
+fn assert_rounds_alternate_and_grant(extra: &[&str], store: &str) {
+    let mut args = vec!["--clients", "4", "--rounds", "2", "--duration", "300ms"];
+    args.extend(extra);
+    let (code, report, stderr) = hot_floor(&args);
     assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(report["store"], store, "{report}");
     for side in ["alone", "contended"] {
         let rates = report[side].as_array().expect("a list of rates");
         assert_eq!(rates.len(), 2, "{report}");
@@ -35,6 +36,19 @@ fn rounds_of_one_client_and_of_many_alternate_and_grant() {
     }
     assert_eq!(report["clients"], 4);
     assert!(report["ratio"].as_f64().unwrap() > 0.0, "{report}");
+}
+
+#[test]
+fn rounds_of_one_client_and_of_many_alternate_and_grant_on_sqlite() {
+    assert_rounds_alternate_and_grant(&[], "sqlite");
+}
+
+/// `BATON_TEST_POSTGRES_URL` is exported by `scripts/test.sh` and `scripts/with-servers.sh`.
+#[test]
+fn rounds_of_one_client_and_of_many_alternate_and_grant_on_postgres() {
+    let url = std::env::var("BATON_TEST_POSTGRES_URL")
+        .expect("BATON_TEST_POSTGRES_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    assert_rounds_alternate_and_grant(&["--postgres", &url], "postgres");
 }
 
 /// The floor is a SQLite file of its own: it takes no store.

@@ -1,67 +1,26 @@
-//! `hot-floor`: what a first-come lock kept in a SQLite file, whose releaser wakes the next in
-//! line, makes of one hot key with N clients against one client alone: the floor under B3 on
-//! SQLite (BENCHMARKS.md). Not a lock anyone should use.
-//!
-//! It does what any such lock cannot skip, and nothing else: each client has its own
-//! connection to the file (WAL, `synchronous = NORMAL`, no checkpoint at close, as baton's
-//! store), enqueues in one write transaction (a row in a queue table, which says whether it is
-//! first), waits on a datagram socket of its own for the releaser's word, and releases in a
-//! second write transaction, which reads the next in line and sends it a datagram: two
-//! commits a grant, as baton's. It has none of the rest: no document, lease, fence, heartbeat,
-//! history or async runtime; a client woken by the datagram takes it as its grant without a
-//! read. One client alone cycles through the same two transactions and never waits. What N
-//! clients make against one here, no lock of this shape can beat; what baton makes against
-//! this is baton's.
-//!
-//! Each client is a thread; a shared count of holders checks that no two hold at once, and the
-//! queue's sequence numbers that grants follow arrival.
+//! The floor on SQLite: each client a thread with its own connection, opened as baton's store
+//! opens the file (WAL, `synchronous = NORMAL`, no checkpoint at close), waiting on a datagram
+//! socket of its own.
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixDatagram};
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::{Connection, TransactionBehavior};
-use serde::Serialize;
 
-use crate::peers::table::median;
-use crate::setup::{describe_load, load_average_1m};
-
-/// How long a waiter waits for the releaser's datagram before it reads the queue itself (a
-/// datagram lost to a full queue).
-const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
+use super::{Checks, WAIT_BEFORE_READING};
 
 /// How long a writer waits for the file's write lock between tries, as baton's store does at
 /// first (`crates/baton-store/src/sqlite/schema.rs`).
 const BUSY_PAUSE: Duration = Duration::from_micros(50);
 
-/// The results of `hot-floor`.
-#[derive(Debug, Serialize)]
-pub struct Report {
-    /// The host's 1-minute load average when the run started.
-    pub load_average_1m: Option<f64>,
-    /// Clients on the hot key in the contended rounds.
-    pub clients: usize,
-    /// Length of each round.
-    pub duration_s: f64,
-    /// Grants a second of one client alone, per round.
-    pub alone: Vec<f64>,
-    /// Grants a second of `clients` clients on one key, per round.
-    pub contended: Vec<f64>,
-    /// The median contended rate over the median lone rate.
-    pub ratio: f64,
-}
-
-/// Rounds of one client alone and of `clients` on one key, alternating, in a fresh file.
-pub fn run(clients: usize, rounds: usize, duration: Duration) -> Result<Report> {
-    let load_average_1m = load_average_1m();
-    let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
-    let path = dir.path().join("floor.db");
-    open(&path)?.execute_batch(
+/// Sets up the file: the queue table, one row per waiting or holding client.
+pub(super) fn prepare(path: &Path) -> Result<()> {
+    open(path)?.execute_batch(
         "CREATE TABLE floor_queue (
              seq INTEGER PRIMARY KEY AUTOINCREMENT,
              key TEXT NOT NULL,
@@ -69,43 +28,11 @@ pub fn run(clients: usize, rounds: usize, duration: Duration) -> Result<Report> 
          );
          CREATE INDEX floor_queue_key ON floor_queue (key, seq);",
     )?;
-    let (mut alone, mut contended) = (Vec::new(), Vec::new());
-    for round in 0..rounds {
-        let sizes = if round % 2 == 0 {
-            [1, clients]
-        } else {
-            [clients, 1]
-        };
-        for n in sizes {
-            let rate = one_round(&path, &format!("r{round}-n{n}"), n, duration)?;
-            if n == 1 {
-                alone.push(rate);
-            } else {
-                contended.push(rate);
-            }
-        }
-    }
-    let ratio = median(&contended) / median(&alone);
-    Ok(Report {
-        load_average_1m,
-        clients,
-        duration_s: duration.as_secs_f64(),
-        alone,
-        contended,
-        ratio,
-    })
-}
-
-/// What the clients of a round share: the checks of mutual exclusion and order.
-#[derive(Default)]
-struct Checks {
-    holders: AtomicU64,
-    last_granted: AtomicI64,
-    violations: AtomicU64,
+    Ok(())
 }
 
 /// `n` clients cycling on `key` for `duration`: grants a second made inside it.
-fn one_round(path: &Path, key: &str, n: usize, duration: Duration) -> Result<f64> {
+pub(super) fn one_round(path: &Path, key: &str, n: usize, duration: Duration) -> Result<f64> {
     let start = Arc::new(Barrier::new(n));
     let checks = Arc::new(Checks::default());
     let threads: Vec<_> = (0..n)
@@ -133,10 +60,7 @@ fn one_round(path: &Path, key: &str, n: usize, duration: Duration) -> Result<f64
             .map_err(|_| anyhow::anyhow!("a client panicked"))?;
         grants += joined?;
     }
-    let violations = checks.violations.load(Ordering::Relaxed);
-    if violations > 0 {
-        bail!("{violations} grants overlapped or passed an earlier arrival: the floor is wrong");
-    }
+    checks.verdict()?;
     Ok(grants as f64 / duration.as_secs_f64())
 }
 
@@ -169,12 +93,7 @@ impl Client {
             self.wait_for(mine)?;
         }
         let held = Instant::now();
-        if checks.holders.fetch_add(1, Ordering::SeqCst) != 0
-            || checks.last_granted.fetch_max(mine, Ordering::SeqCst) > mine
-        {
-            checks.violations.fetch_add(1, Ordering::Relaxed);
-        }
-        checks.holders.fetch_sub(1, Ordering::SeqCst);
+        checks.hold(mine);
         self.release(mine)?;
         Ok(held)
     }
@@ -264,35 +183,4 @@ fn open(path: &Path) -> Result<Connection> {
     connection.pragma_update(None, "synchronous", "NORMAL")?;
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     Ok(connection)
-}
-
-/// The report as a few lines of text.
-pub fn print(report: &Report, out: &mut String) {
-    use std::fmt::Write;
-    let rates = |values: &[f64]| {
-        values
-            .iter()
-            .map(|rate| format!("{rate:.0}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let _ = writeln!(
-        out,
-        "hot-floor: a first-come lock in a SQLite file, the next woken by a datagram; \
-         {} s rounds, load average {}",
-        report.duration_s,
-        describe_load(report.load_average_1m)
-    );
-    let _ = writeln!(out, "grants/s, 1 client alone: {}", rates(&report.alone));
-    let _ = writeln!(
-        out,
-        "grants/s, {} clients on one key: {}",
-        report.clients,
-        rates(&report.contended)
-    );
-    let _ = writeln!(
-        out,
-        "{} vs 1 client, medians: {:.2}x",
-        report.clients, report.ratio
-    );
 }

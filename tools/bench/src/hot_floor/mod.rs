@@ -1,0 +1,168 @@
+//! `hot-floor`: what a first-come lock kept in a store, whose releaser wakes the next in line,
+//! makes of one hot key with N clients against one client alone: the floor under B3 on SQLite
+//! and PostgreSQL (BENCHMARKS.md). Not a lock anyone should use.
+//!
+//! Each does what any such lock cannot skip, and nothing else: a client enqueues in one write
+//! (a row of a queue table, which says whether it is first), waits for the releaser's word,
+//! and releases in a second write, which reads the next in line and tells it: two writes a
+//! grant, as baton's. None has the rest: no document, lease, fence, heartbeat or history; a
+//! client told takes the word as its grant without a read. One client alone cycles through the
+//! same two writes and never waits. What N clients make against one here, no lock of this
+//! shape can beat on that store; what baton makes against this is baton's.
+//!
+//! Every round checks, in this process, that no two clients held at once and that grants
+//! followed arrival (the queue's sequence numbers): a floor that did not lock would be no floor.
+
+mod postgres;
+mod sqlite;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::peers::table::median;
+use crate::setup::{describe_load, load_average_1m};
+
+/// How long a waiter waits for the releaser's word before it reads the queue itself (a
+/// datagram lost to a full queue; a notification is not lost, but a waiter checks all the same).
+const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
+
+/// The results of `hot-floor`.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// The host's 1-minute load average when the run started.
+    pub load_average_1m: Option<f64>,
+    /// `sqlite` or `postgres`.
+    pub store: &'static str,
+    /// Clients on the hot key in the contended rounds.
+    pub clients: usize,
+    /// Length of each round.
+    pub duration_s: f64,
+    /// Grants a second of one client alone, per round.
+    pub alone: Vec<f64>,
+    /// Grants a second of `clients` clients on one key, per round.
+    pub contended: Vec<f64>,
+    /// The median contended rate over the median lone rate.
+    pub ratio: f64,
+}
+
+/// Rounds of one client alone and of `clients` on one key, alternating which goes first: on
+/// PostgreSQL at `postgres` (its own tables, made again), else in a fresh SQLite file.
+pub async fn run(
+    postgres: Option<&str>,
+    clients: usize,
+    rounds: usize,
+    duration: Duration,
+) -> Result<Report> {
+    let load_average_1m = load_average_1m();
+    let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
+    let path = dir.path().join("floor.db");
+    match postgres {
+        Some(url) => postgres::prepare(url).await?,
+        None => sqlite::prepare(&path)?,
+    }
+    let (mut alone, mut contended) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let sizes = if round % 2 == 0 {
+            [1, clients]
+        } else {
+            [clients, 1]
+        };
+        for n in sizes {
+            let key = format!("r{round}-n{n}");
+            let rate = match postgres {
+                Some(url) => postgres::one_round(url, &key, n, duration).await?,
+                None => {
+                    let path = path.clone();
+                    tokio::task::spawn_blocking(move || sqlite::one_round(&path, &key, n, duration))
+                        .await
+                        .context("a round panicked")??
+                }
+            };
+            if n == 1 {
+                alone.push(rate)
+            } else {
+                contended.push(rate)
+            }
+        }
+    }
+    Ok(Report {
+        load_average_1m,
+        store: if postgres.is_some() {
+            "postgres"
+        } else {
+            "sqlite"
+        },
+        clients,
+        duration_s: duration.as_secs_f64(),
+        ratio: median(&contended) / median(&alone),
+        alone,
+        contended,
+    })
+}
+
+/// What the clients of a round share: the checks of mutual exclusion and order.
+#[derive(Default)]
+struct Checks {
+    holders: AtomicU64,
+    last_granted: AtomicI64,
+    violations: AtomicU64,
+}
+
+impl Checks {
+    /// The client whose place is `mine` holds, for no time: counted as a violation if another
+    /// held meanwhile or a later place held before it.
+    fn hold(&self, mine: i64) {
+        if self.holders.fetch_add(1, Ordering::SeqCst) != 0
+            || self.last_granted.fetch_max(mine, Ordering::SeqCst) > mine
+        {
+            self.violations.fetch_add(1, Ordering::Relaxed);
+        }
+        self.holders.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// An error if any grant was a violation.
+    fn verdict(&self) -> Result<()> {
+        let violations = self.violations.load(Ordering::Relaxed);
+        if violations > 0 {
+            bail!(
+                "{violations} grants overlapped or passed an earlier arrival: the floor is wrong"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The report as a few lines of text.
+pub fn print(report: &Report, out: &mut String) {
+    use std::fmt::Write;
+    let rates = |values: &[f64]| {
+        values
+            .iter()
+            .map(|rate| format!("{rate:.0}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let _ = writeln!(
+        out,
+        "hot-floor on {}: a first-come lock, the next in line told by the releaser; {} s rounds, \
+         load average {}",
+        report.store,
+        report.duration_s,
+        describe_load(report.load_average_1m)
+    );
+    let _ = writeln!(out, "grants/s, 1 client alone: {}", rates(&report.alone));
+    let _ = writeln!(
+        out,
+        "grants/s, {} clients on one key: {}",
+        report.clients,
+        rates(&report.contended)
+    );
+    let _ = writeln!(
+        out,
+        "{} vs 1 client, medians: {:.2}x",
+        report.clients, report.ratio
+    );
+}
