@@ -1,5 +1,5 @@
 //! `baton-bench hot-floor`, in runs far too short for their figures to mean anything: it runs
-//! both kinds of round on SQLite and PostgreSQL, its lock held (no overlap, no grant out of
+//! both kinds of round on SQLite, PostgreSQL and Redis, its lock held (no overlap, no grant out of
 //! order), and on SQLite it makes its own file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -57,4 +57,12 @@ fn a_store_is_refused() {
     let (code, _, stderr) = hot_floor(&["--store", "sqlite:/nonexistent/x.db"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--store"), "{stderr}");
+}
+
+/// `BATON_TEST_REDIS_URL` is exported by `scripts/test.sh` and `scripts/with-servers.sh`.
+#[test]
+fn rounds_of_one_client_and_of_many_alternate_and_grant_on_redis() {
+    let url = std::env::var("BATON_TEST_REDIS_URL")
+        .expect("BATON_TEST_REDIS_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    assert_rounds_alternate_and_grant(&["--redis", &url], "redis");
 }

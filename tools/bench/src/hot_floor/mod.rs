@@ -1,6 +1,6 @@
 //! `hot-floor`: what a first-come lock kept in a store, whose releaser wakes the next in line,
-//! makes of one hot key with N clients against one client alone: the floor under B3 on SQLite
-//! and PostgreSQL (BENCHMARKS.md). Not a lock anyone should use.
+//! makes of one hot key with N clients against one client alone: the floor under B3 on SQLite,
+//! PostgreSQL and Redis (BENCHMARKS.md). Not a lock anyone should use.
 //!
 //! Each does what any such lock cannot skip, and nothing else: a client enqueues in one write
 //! (a row of a queue table, which says whether it is first), waits for the releaser's word,
@@ -14,12 +14,15 @@
 //! followed arrival (the queue's sequence numbers): a floor that did not lock would be no floor.
 
 mod postgres;
+mod redis;
 mod sqlite;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
 use serde::Serialize;
 
 use crate::peers::table::median;
@@ -34,7 +37,7 @@ const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
 pub struct Report {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
-    /// `sqlite` or `postgres`.
+    /// `sqlite`, `postgres` or `redis`.
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
@@ -48,20 +51,25 @@ pub struct Report {
     pub ratio: f64,
 }
 
-/// Rounds of one client alone and of `clients` on one key, alternating which goes first: on
-/// PostgreSQL at `postgres` (its own tables, made again), else in a fresh SQLite file.
-pub async fn run(
-    postgres: Option<&str>,
-    clients: usize,
-    rounds: usize,
-    duration: Duration,
-) -> Result<Report> {
+/// Where the floor runs.
+pub enum On {
+    /// A fresh SQLite file in a temporary directory.
+    Sqlite,
+    /// This PostgreSQL (tables and functions of its own, made again).
+    Postgres(String),
+    /// This Redis (keys of its own under `baton-bench-hot-floor/`, cleared first).
+    Redis(String),
+}
+
+/// Rounds of one client alone and of `clients` on one key, alternating which goes first.
+pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> Result<Report> {
     let load_average_1m = load_average_1m();
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
     let path = dir.path().join("floor.db");
-    match postgres {
-        Some(url) => postgres::prepare(url).await?,
-        None => sqlite::prepare(&path)?,
+    match &on {
+        On::Sqlite => sqlite::prepare(&path)?,
+        On::Postgres(url) => postgres::prepare(url).await?,
+        On::Redis(url) => redis::prepare(url).await?,
     }
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -72,14 +80,15 @@ pub async fn run(
         };
         for n in sizes {
             let key = format!("r{round}-n{n}");
-            let rate = match postgres {
-                Some(url) => postgres::one_round(url, &key, n, duration).await?,
-                None => {
+            let rate = match &on {
+                On::Sqlite => {
                     let path = path.clone();
                     tokio::task::spawn_blocking(move || sqlite::one_round(&path, &key, n, duration))
                         .await
                         .context("a round panicked")??
                 }
+                On::Postgres(url) => postgres::one_round(url, &key, n, duration).await?,
+                On::Redis(url) => redis::one_round(url, &key, n, duration).await?,
             };
             if n == 1 {
                 alone.push(rate)
@@ -90,10 +99,10 @@ pub async fn run(
     }
     Ok(Report {
         load_average_1m,
-        store: if postgres.is_some() {
-            "postgres"
-        } else {
-            "sqlite"
+        store: match on {
+            On::Sqlite => "sqlite",
+            On::Postgres(_) => "postgres",
+            On::Redis(_) => "redis",
         },
         clients,
         duration_s: duration.as_secs_f64(),
@@ -133,6 +142,43 @@ impl Checks {
         }
         Ok(())
     }
+}
+
+/// A client of the floors whose clients are tasks.
+#[async_trait]
+trait Cycling: Send + 'static {
+    /// Enqueues, waits for its turn, holds for no time, releases: returns when it held.
+    async fn cycle(&mut self, checks: &Checks) -> Result<Instant>;
+}
+
+/// Runs `clients` as tasks, cycling from a common start for `duration`: grants a second made
+/// inside it.
+async fn cycle_together<C: Cycling>(clients: Vec<C>, duration: Duration) -> Result<f64> {
+    let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
+    let checks = Arc::new(Checks::default());
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
+            let (start, checks) = (start.clone(), checks.clone());
+            tokio::spawn(async move {
+                start.wait().await;
+                let deadline = Instant::now() + duration;
+                let mut granted = 0_u64;
+                while Instant::now() < deadline {
+                    if client.cycle(&checks).await? <= deadline {
+                        granted += 1;
+                    }
+                }
+                anyhow::Ok(granted)
+            })
+        })
+        .collect();
+    let mut grants = 0;
+    for task in tasks {
+        grants += task.await.context("a client panicked")??;
+    }
+    checks.verdict()?;
+    Ok(grants as f64 / duration.as_secs_f64())
 }
 
 /// The report as a few lines of text.

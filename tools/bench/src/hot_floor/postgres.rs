@@ -4,14 +4,13 @@
 //! enqueues that did not see each other would both find themselves first), and commits with
 //! the release's `pg_notify` to the next in line.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use async_trait::async_trait;
 use sqlx::postgres::PgListener;
-use tokio::sync::Barrier;
 
-use super::{Checks, WAIT_BEFORE_READING};
+use super::{cycle_together, Checks, Cycling, WAIT_BEFORE_READING};
 
 /// The floor's tables and functions, made again at each run.
 const PREPARE: [&str; 6] = [
@@ -61,37 +60,18 @@ pub(super) async fn one_round(url: &str, key: &str, n: usize, duration: Duration
         .bind(key)
         .execute(&mut setup)
         .await?;
-    let start = Arc::new(Barrier::new(n));
-    let checks = Arc::new(Checks::default());
-    let mut tasks = Vec::new();
+    let mut clients = Vec::with_capacity(n);
     for client in 0..n {
         let channel = format!("baton_bench_hot_floor_{key}_{client}").replace('-', "_");
         let mut listener = PgListener::connect(url).await?;
         listener.listen(&channel).await?;
-        let mut me = Client {
+        clients.push(Client {
             listener,
             key: key.to_owned(),
             channel,
-        };
-        let (start, checks) = (start.clone(), checks.clone());
-        tasks.push(tokio::spawn(async move {
-            start.wait().await;
-            let deadline = Instant::now() + duration;
-            let mut granted = 0_u64;
-            while Instant::now() < deadline {
-                if me.cycle(&checks).await? <= deadline {
-                    granted += 1;
-                }
-            }
-            anyhow::Ok(granted)
-        }));
+        });
     }
-    let mut grants = 0;
-    for task in tasks {
-        grants += task.await.context("a client panicked")??;
-    }
-    checks.verdict()?;
-    Ok(grants as f64 / duration.as_secs_f64())
+    cycle_together(clients, duration).await
 }
 
 /// One client: its connection, which also listens on its channel.
@@ -101,8 +81,8 @@ struct Client {
     channel: String,
 }
 
-impl Client {
-    /// Enqueues, waits for its turn, holds for no time, releases: returns when it held.
+#[async_trait]
+impl Cycling for Client {
     async fn cycle(&mut self, checks: &Checks) -> Result<Instant> {
         let (mine, first): (i64, i64) =
             sqlx::query_as("SELECT mine, first FROM baton_bench_hot_floor_enqueue($1, $2)")
@@ -122,7 +102,9 @@ impl Client {
             .await?;
         Ok(held)
     }
+}
 
+impl Client {
     /// Waits for the releaser's notification naming `mine`, reading the queue after each
     /// [`WAIT_BEFORE_READING`] without one.
     async fn wait_for(&mut self, mine: i64) -> Result<()> {
