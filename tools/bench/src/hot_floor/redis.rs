@@ -12,6 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 
 use super::{cycle_together, Checks, Cycling, WAIT_BEFORE_READING};
+use crate::peers::contenders::redis_connection;
 
 /// KEYS: the queue, its counter. ARGV: the client. Answers the client's place and the first.
 const ENQUEUE: &str = r"
@@ -35,7 +36,7 @@ return 1
 
 /// Clears what earlier runs left under the floor's keys.
 pub(super) async fn prepare(url: &str) -> Result<()> {
-    let mut connection = connect(url).await?;
+    let mut connection = redis_connection(url).await?;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg("baton-bench-hot-floor/*")
         .query_async(&mut connection)
@@ -49,22 +50,14 @@ pub(super) async fn prepare(url: &str) -> Result<()> {
     Ok(())
 }
 
-async fn connect(url: &str) -> Result<MultiplexedConnection> {
-    redis::Client::open(url)
-        .with_context(|| format!("bad Redis URL {url}"))?
-        .get_multiplexed_async_connection()
-        .await
-        .with_context(|| format!("cannot connect to {url}"))
-}
-
 /// `n` clients cycling on `key` for `duration`: grants a second made inside it.
 pub(super) async fn one_round(url: &str, key: &str, n: usize, duration: Duration) -> Result<f64> {
     let mut clients = Vec::with_capacity(n);
     for client in 0..n {
         let queue = format!("baton-bench-hot-floor/{key}");
         clients.push(Client {
-            writes: connect(url).await?,
-            waits: connect(url).await?,
+            writes: redis_connection(url).await?,
+            waits: redis_connection(url).await?,
             wake: format!("{queue}/wake/{client}"),
             counter: format!("{queue}/seq"),
             queue,

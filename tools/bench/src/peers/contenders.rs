@@ -290,7 +290,8 @@ struct RedisSetNxLocker {
     requests: u64,
 }
 
-async fn redis_connection(url: &str) -> Result<redis::aio::MultiplexedConnection> {
+/// A multiplexed connection to the Redis at `url`, saying which when it cannot.
+pub(crate) async fn redis_connection(url: &str) -> Result<redis::aio::MultiplexedConnection> {
     redis::Client::open(url)
         .with_context(|| format!("bad Redis URL {url}"))?
         .get_multiplexed_async_connection()
