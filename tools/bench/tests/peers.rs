@@ -80,6 +80,16 @@ fn peers_runs_on_every_store_and_baton_is_exclusive_and_fifo() {
             );
         }
     }
+    // baton's writes replayed hand a key over on SQLite too: the waiter woken by the doorbell
+    // of another store object in the same process.
+    assert!(
+        rows.iter().any(|r| r["store"] == "SQLite"
+            && r["scenario"] == "B4"
+            && r["measure"]
+                .as_str()
+                .is_some_and(|m| m.contains("writes replayed"))),
+        "no B4 row of baton's writes replayed on SQLite: {stderr}"
+    );
     let hot: Vec<&Value> = report["details"]
         .as_array()
         .expect("details")
@@ -146,11 +156,13 @@ fn b2_measures_the_postgres_floor_with_one_and_eight_clients() {
     }
 }
 
-/// B1 and B2 measure, on PostgreSQL and on Redis, the floor of baton's own writes beside the
-/// store's peer: one real turn recorded, then its two writes replayed by CAS, two requests a
-/// cycle, in a row of their own; and not in B4, where a floor that never waits has no handoff.
+/// B1, B2 and B4 measure, on PostgreSQL and on Redis, the floor of baton's own writes beside
+/// the store's peer: real turns recorded, then their writes replayed by CAS, two requests a
+/// cycle, in a row of their own; in B4 the waiter writes its recorded enqueue and is woken by
+/// the store's watch when the holder writes the recorded release that grants it: one request
+/// a release.
 #[test]
-fn b1_and_b2_measure_batons_writes_replayed_on_postgres_and_redis() {
+fn b1_b2_and_b4_measure_batons_writes_replayed_on_postgres_and_redis() {
     for var in ["BATON_TEST_POSTGRES_URL", "BATON_TEST_REDIS_URL"] {
         assert!(
             std::env::var_os(var).is_some(),
@@ -207,7 +219,29 @@ fn b1_and_b2_measure_batons_writes_replayed_on_postgres_and_redis() {
             2,
             "B2 with 1 and 8 clients on {store}"
         );
-        assert!(replayed(store, "B4").is_empty(), "no B4 row on {store}");
+        let b4 = replayed(store, "B4");
+        let [b4] = b4.as_slice() else {
+            panic!("one B4 row of baton's writes replayed on {store}: {b4:?}\n{stderr}");
+        };
+        assert!(
+            b4["notes"]
+                .as_str()
+                .is_some_and(|n| n.contains(", 1.00 vs")),
+            "the release is one write, one request: {b4}"
+        );
+        let wake_up = if store == "Redis" {
+            "BLPOP"
+        } else {
+            "pg_advisory_lock"
+        };
+        assert!(
+            b4["peer"].as_str().is_some_and(|p| p.contains(wake_up)),
+            "next to the store's own wake-up: {b4}"
+        );
+        assert!(
+            b4["baton"]["median"].as_f64().is_some_and(|ms| ms > 0.0),
+            "the waiter was woken: {b4}"
+        );
     }
 }
 

@@ -185,12 +185,6 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl Spec {
-    /// Whether a client of it wakes one that waits for the same key: not so for
-    /// [`Spec::BatonWrites`], which never waits, so it has no handoff (B4) to measure.
-    fn wakes(&self) -> bool {
-        !matches!(self, Spec::BatonWrites { .. })
-    }
-
     /// The contender this describes.
     pub fn contender(&self) -> Arc<dyn Contender> {
         let d = Duration::from_millis;
@@ -212,7 +206,7 @@ impl Spec {
             Spec::RedisBlpop { url } => Arc::new(contenders::RedisBlpop { url }),
             Spec::PgAdvisory { url } => Arc::new(contenders::PgAdvisory { url }),
             Spec::PgFloor { url } => Arc::new(contenders::PgFloor::new(url)),
-            Spec::BatonWrites { url } => Arc::new(replay::BatonWrites { url }),
+            Spec::BatonWrites { url } => Arc::new(replay::BatonWrites::new(url)),
             Spec::EtcdLock { endpoint, ttl_ms } => Arc::new(contenders::EtcdLock {
                 endpoint,
                 ttl: d(ttl_ms),
@@ -254,8 +248,7 @@ struct Target {
     /// Whether the store pushes wake-ups (S3 and DynamoDB: waiters poll).
     pushes: bool,
     /// What the store's own costs allow, each next to the peer it is compared with, in B1, B2,
-    /// B4 (where the floor wakes a waiter: [`Spec::wakes`]) and B9: not locks, so never where
-    /// clients share a key (B3) or one is killed (B5).
+    /// B4 and B9: not locks, so never where clients race for a key (B3) or one is killed (B5).
     floors: Vec<(Spec, Spec)>,
 }
 
@@ -278,9 +271,14 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
         name: "SQLite",
         url: workdir.store_url.clone(),
         peers: vec![flock.clone()],
-        handoff_peers: vec![flock],
+        handoff_peers: vec![flock.clone()],
         pushes: true,
-        floors: Vec::new(),
+        floors: vec![(
+            Spec::BatonWrites {
+                url: workdir.store_url.clone(),
+            },
+            flock,
+        )],
     }];
     if let Some(url) = &args.postgres {
         let pg = Spec::PgAdvisory { url: url.clone() };
@@ -320,9 +318,9 @@ fn targets(args: &PeersArgs, workdir: &Workdir) -> Result<Vec<Target>> {
             name: "etcd",
             url: url.clone(),
             peers: vec![lock.clone()],
-            handoff_peers: vec![lock],
+            handoff_peers: vec![lock.clone()],
             pushes: true,
-            floors: Vec::new(),
+            floors: vec![(Spec::BatonWrites { url: url.clone() }, lock)],
         });
     }
     if let Some(url) = &args.s3 {
@@ -402,7 +400,8 @@ async fn beside_idle_holders(
 type FloorRow = (Row, &'static str, String, serde_json::Value);
 
 /// The floors of `target` (what its store's own costs allow) next to the peers they are
-/// compared with, in the scenarios asked for among B1, B2, B9 and B4.
+/// compared with, in the scenarios asked for among B1, B2, B9 and B4 (there next to the
+/// store's own wake-up, the first of its handoff peers).
 async fn floors(args: &PeersArgs, target: &Target) -> Result<Vec<FloorRow>> {
     let wants = |s: Scenario| args.scenarios.contains(&s);
     let mut measured = Vec::new();
@@ -445,12 +444,16 @@ async fn floors(args: &PeersArgs, target: &Target) -> Result<Vec<FloorRow>> {
             let row = table::b9(target.name, &against_name, &f, &a, args.idle_holders);
             push(row, "B9", serde_json::json!([f, a]));
         }
-        if wants(Scenario::B4) && floor_spec.wakes() {
-            errln!("  B4: {floor_name} vs {against_name}");
-            let [f, a] = scenarios::handoff(floor, against, args.handoffs, args.settle)
+        if wants(Scenario::B4) {
+            // Next to the store's own wake-up, as baton's B4 is held to.
+            let wake_up = target.handoff_peers.first().unwrap_or(against_spec);
+            let wake_up = wake_up.contender();
+            let wake_up_name = wake_up.name();
+            errln!("  B4: {floor_name} vs {wake_up_name}");
+            let [f, a] = scenarios::handoff(floor, wake_up.as_ref(), args.handoffs, args.settle)
                 .await
                 .with_context(|| format!("B4 (floor) on {}", target.name))?;
-            let row = table::b4(target.name, &against_name, [&f, &a], args.settle, false);
+            let row = table::b4(target.name, &wake_up_name, [&f, &a], args.settle, false);
             push(row, "B4", serde_json::json!([f, a]));
         }
     }
