@@ -46,8 +46,8 @@ pub async fn acquire(
     // A timeout too long for the clock to count is no deadline at all.
     let deadline = options.timeout.and_then(|t| Instant::now().checked_add(t));
     // Nothing renews the lease this returns: it is claimed before it is returned.
-    let lease = wait_for_turn(coord, pending, options, deadline, false).await?;
-    still_standing(coord, lease).await
+    let granted = wait_for_turn(coord, pending, options, deadline, false).await?;
+    still_standing(coord, granted.lease).await
 }
 
 /// Takes every key, one at a time in sorted order, renewing those already held while waiting
@@ -68,12 +68,14 @@ pub async fn acquire_many(
     let mut leases = Vec::new();
     for pending in sorted {
         let taken = match wait_for_turn(coord, pending, options, deadline, true).await {
-            Ok(lease) => still_standing(coord, lease).await,
+            Ok(granted) => still_standing(coord, granted.lease)
+                .await
+                .map(|lease| (lease, granted.watch)),
             Err(error) => Err(error),
         };
         match taken {
-            Ok(lease) => {
-                heartbeat.add(&lease);
+            Ok((lease, watch)) => {
+                heartbeat.add_following(&lease, watch);
                 leases.push(lease);
             }
             Err(error) => return Err(give_back(coord, heartbeat, &leases, error).await),

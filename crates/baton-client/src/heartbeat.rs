@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use baton_core::lease::safety_margin_ms;
 use baton_core::Refusal;
+use baton_store::WatchHandle;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -128,14 +129,20 @@ impl Heartbeat {
     }
 
     /// Starts renewing `lease`: at a third of its TTL from the write that set it, or, when it
-    /// is unclaimed, a third into the time the grant surely stands (that renewal claims it). It stands until its `holds_until_ms`
-    /// unless a renewal is confirmed before.
+    /// is unclaimed, a third into the time the grant surely stands (that renewal claims it). It
+    /// stands until its `holds_until_ms` unless a renewal is confirmed before.
     pub fn add(&self, lease: &Lease) {
+        self.add_following(lease, None);
+    }
+
+    /// As [`Heartbeat::add`], following the key with `watch` (the wait's subscription, current
+    /// from the grant on) where it can ([`crate::follow`]).
+    pub(crate) fn add_following(&self, lease: &Lease, watch: Option<WatchHandle>) {
         let next_try_ms = lease.next_renewal_ms(self.coord.local_ms());
         if let Ok(mut tracked) = self.tracked.lock() {
             tracked.push(Tracked {
                 lease: lease.clone(),
-                _follower: follow(&self.coord, &lease.key),
+                _follower: follow(&self.coord, &lease.key, watch),
                 next_try_ms,
                 renewing: false,
             });

@@ -37,6 +37,14 @@ use crate::time::wall_ms;
 use crate::turn::poll::{self, PollBounds};
 use crate::turn::{ids, refresh_every, AcquireOptions, HolderView, Lease, Pending, WaitProgress};
 
+/// A turn that came, with the wait's subscription to its key where it had one: the holder's
+/// follower takes it over ([`crate::follow`]), so that a turn of any length sees what others
+/// write from its grant on, at no cost beyond the subscription the wait already paid for.
+pub(crate) struct Granted {
+    pub lease: Lease,
+    pub watch: Option<WatchHandle>,
+}
+
 /// Waits for the turn of `pending`. With `heartbeat_claims`, the caller hands the lease to a
 /// heartbeat at once, so a fresh grant may be returned unclaimed.
 ///
@@ -48,12 +56,15 @@ pub(crate) async fn wait_for_turn(
     options: &AcquireOptions,
     deadline: Option<Instant>,
     heartbeat_claims: bool,
-) -> Result<Lease, ClientError> {
+) -> Result<Granted, ClientError> {
     let started = Instant::now();
     let result = wait(coord, pending, options, deadline, heartbeat_claims).await;
     let (key, ms) = (&pending.key, started.elapsed().as_millis());
     match &result {
-        Ok(lease) => tracing::info!("wait {key}: granted, fence {} ({ms} ms)", lease.fence),
+        Ok(granted) => tracing::info!(
+            "wait {key}: granted, fence {} ({ms} ms)",
+            granted.lease.fence
+        ),
         Err(error) => tracing::info!("wait {key}: over: {error} ({ms} ms)"),
     }
     result
@@ -65,7 +76,7 @@ async fn wait(
     options: &AcquireOptions,
     deadline: Option<Instant>,
     heartbeat_claims: bool,
-) -> Result<Lease, ClientError> {
+) -> Result<Granted, ClientError> {
     let started = Instant::now();
     // On a key that others held or waited for when last seen, the watch starts before the
     // enqueue: every write after the enqueue is then told, and the wait needs no first read.
@@ -83,7 +94,8 @@ async fn wait(
     };
     let enqueued = enqueue(coord, pending, options).await?;
     if let Some(lease) = turn_from_write(coord, pending, &enqueued.op, &enqueued.executed)? {
-        return Ok(lease);
+        let watch = watched_before;
+        return Ok(Granted { lease, watch });
     }
     let mut waiter = Waiter::start(coord, pending, options, enqueued, watched_before).await?;
     waiter.deadline = deadline;
@@ -94,7 +106,9 @@ async fn wait(
     loop {
         waiter.tell_progress();
         if waiter.timed_out() {
-            return waiter.give_up().await;
+            let lease = waiter.give_up().await?;
+            let watch = waiter.watch.take();
+            return Ok(Granted { lease, watch });
         }
         let pushed = waiter.sleep().await?;
         match waiter.look(pushed).await {
@@ -106,7 +120,10 @@ async fn wait(
                     told_ahead = ahead;
                 }
             }
-            Ok(Next::Turn(lease)) => return Ok(lease),
+            Ok(Next::Turn(lease)) => {
+                let watch = waiter.watch.take();
+                return Ok(Granted { lease, watch });
+            }
             Err(error) => waiter.ride_out(error)?,
         }
     }

@@ -19,13 +19,29 @@ mod common;
 
 /// A guarded turn at `key`, as `baton run` takes one, through `probe`.
 async fn hold(probe: &Arc<Probe>, key: &str) -> LeaseGuard {
-    let coord = Arc::new(Coordinator::new(probe.clone()));
+    hold_with(Arc::new(Coordinator::new(probe.clone())), key).await
+}
+
+/// A guarded turn at `key` taken by `coord`.
+async fn hold_with(coord: Arc<Coordinator>, key: &str) -> LeaseGuard {
     let heartbeat = Heartbeat::start(coord.clone());
     let options = AcquireOptions::default();
     let leases = acquire_many(&coord, &[Pending::new(key)], &options, &heartbeat)
         .await
         .unwrap();
     LeaseGuard::new(coord, leases, heartbeat)
+}
+
+/// Until `key`'s document holds `count` live tickets.
+async fn until_tickets(shared: &MemoryStore, key: &str, count: usize) {
+    while decode(&shared.load(key).await.unwrap().unwrap().bytes)
+        .unwrap()
+        .tickets
+        .len()
+        != count
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 #[tokio::test]
@@ -41,14 +57,7 @@ async fn a_release_after_others_wrote_meanwhile_is_one_cas() {
         let probe = Probe::new(shared.clone(), true);
         waiters.push(tokio::spawn(async move { hold(&probe, "k").await }));
     }
-    while decode(&shared.load("k").await.unwrap().unwrap().bytes)
-        .unwrap()
-        .tickets
-        .len()
-        < 3
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    until_tickets(&shared, "k", 3).await;
     // Let the pushes of their enqueues reach the holder.
     tokio::time::sleep(Duration::from_millis(100)).await;
 
@@ -66,6 +75,52 @@ async fn a_release_after_others_wrote_meanwhile_is_one_cas() {
     next.release(Outcome::Succeeded).await.unwrap();
     waiters
         .remove(0)
+        .await
+        .unwrap()
+        .release(Outcome::Succeeded)
+        .await
+        .unwrap();
+}
+
+/// A turn that came after a wait follows its key from the grant on, through the wait's own
+/// subscription: however short the turn, its release is one CAS when another queued during it,
+/// and the turn neither reads nor subscribes again (the follower of a turn granted at once
+/// does both, after a delay a short turn never reaches).
+#[tokio::test]
+async fn a_waited_turn_follows_its_key_from_the_grant_with_the_waits_subscription() {
+    let shared = Arc::new(MemoryStore::new());
+    let first = hold(&Probe::new(shared.clone(), true), "k").await;
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let waited = tokio::spawn(hold_with(coord.clone(), "k"));
+    until_tickets(&shared, "k", 2).await;
+    first.release(Outcome::Succeeded).await.unwrap();
+    let turn = waited.await.unwrap();
+    let (loads, watches) = (probe.loads(), probe.watches());
+
+    // Another queues during the turn; its enqueue's push reaches the holder's cache.
+    let other = Arc::new(Coordinator::new(Probe::new(shared.clone(), true)));
+    let third = tokio::spawn(hold_with(other, "k"));
+    until_tickets(&shared, "k", 2).await;
+    let latest = shared.load("k").await.unwrap().unwrap().version;
+    for _ in 0..1000 {
+        if coord.cached_version("k") == Some(latest.clone()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        coord.cached_version("k"),
+        Some(latest),
+        "the holder's cache took the enqueue's push"
+    );
+    assert_eq!(probe.loads(), loads, "no read during the turn");
+    assert_eq!(probe.watches(), watches, "no new subscription");
+
+    let cases = probe.cases();
+    turn.release(Outcome::Succeeded).await.unwrap();
+    assert_eq!(probe.cases() - cases, 1, "the release is one CAS");
+    third
         .await
         .unwrap()
         .release(Outcome::Succeeded)

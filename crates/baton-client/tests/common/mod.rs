@@ -23,6 +23,8 @@ pub struct Probe {
     pub loads: AtomicU64,
     /// CASes made through this view (not counting those refused while `down`).
     pub cases: AtomicU64,
+    /// Subscriptions made through this view.
+    pub watches: AtomicU64,
     /// Whether `watch` pushes (false: as S3 and DynamoDB, waiters poll).
     push: bool,
     /// Whether its wake-ups leave the document out (as SQLite's, and PostgreSQL's and Redis's
@@ -111,6 +113,7 @@ impl Probe {
             inner,
             loads: AtomicU64::new(0),
             cases: AtomicU64::new(0),
+            watches: AtomicU64::new(0),
             push,
             bare,
             wake_every: None,
@@ -139,6 +142,10 @@ impl Probe {
 
     pub fn cases(&self) -> u64 {
         self.cases.load(Ordering::SeqCst)
+    }
+
+    pub fn watches(&self) -> u64 {
+        self.watches.load(Ordering::SeqCst)
     }
 
     fn reach(&self) -> baton_store::Result<()> {
@@ -290,6 +297,7 @@ impl Store for Probe {
         self.inner.list(prefix).await
     }
     async fn watch(&self, key: &str) -> baton_store::Result<Option<WatchHandle>> {
+        self.watches.fetch_add(1, Ordering::SeqCst);
         if !self.push {
             return Ok(None);
         }
