@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use async_trait::async_trait;
 use baton_store::{CasOutcome, Store, Version};
-use tokio::sync::OnceCell;
+use tokio::sync::{oneshot, OnceCell};
 
 use super::contenders::{Baton, Contender, Locker};
 
@@ -58,8 +58,9 @@ struct KeyState {
     /// The turn recorded on the key.
     turn: Arc<Turn>,
     held: bool,
-    /// A client waits: the next release writes the recorded handoff's grant.
-    waiter: bool,
+    /// A client waits: the next release writes the recorded handoff's grant, once this tells
+    /// that the waiter's enqueue landed (a watch may take longer to start than `--settle`).
+    waiter: Option<oneshot::Receiver<()>>,
 }
 
 /// The bytes one real turn left on a key.
@@ -236,7 +237,7 @@ impl ReplayLocker {
             version,
             turn: Arc::new(turn),
             held: false,
-            waiter: false,
+            waiter: None,
         });
         Ok(())
     }
@@ -263,9 +264,15 @@ impl ReplayLocker {
         }
     }
 
-    /// Enqueues behind the holder of `key` (`expected`: the key's version) and returns once
-    /// the holder's release granted it, watching from before the enqueue as baton's waiter.
-    async fn wait(&mut self, key: &str, expected: Version) -> Result<()> {
+    /// Enqueues behind the holder of `key` (`expected`: the key's version), tells the holder
+    /// through `landed`, and returns once the holder's release granted it, watching from
+    /// before the enqueue as baton's waiter.
+    async fn wait(
+        &mut self,
+        key: &str,
+        expected: Version,
+        landed: oneshot::Sender<()>,
+    ) -> Result<()> {
         let store = self.store.clone();
         let handoff = self.handoff()?;
         let Some(mut watch) = store
@@ -276,6 +283,8 @@ impl ReplayLocker {
             bail!("this store does not push changes: its floor has no handoff");
         };
         self.write(key, &expected, &handoff.enqueue, &[]).await?;
+        // The holder is gone only if the scenario failed: that error is the one to tell.
+        let _ = landed.send(());
         let granted = async {
             loop {
                 let bytes = match watch.changed().await.context("the watch ended")? {
@@ -315,30 +324,40 @@ impl Locker for ReplayLocker {
     async fn lock(&mut self, key: &str) -> Result<()> {
         self.know(key).await?;
         // Free: take it. Held: the holder's release will grant this client.
+        let (landed, enqueue_landed) = oneshot::channel();
         let (free, version, turn) = self.with_key(key, |k| {
             let free = !std::mem::replace(&mut k.held, true);
-            k.waiter |= !free;
+            if !free {
+                k.waiter = Some(enqueue_landed);
+            }
             (free, k.version.clone(), k.turn.clone())
         })?;
         if free {
             self.write(key, &version, &turn.acquire, &[]).await
         } else {
-            self.wait(key, version).await
+            self.wait(key, version, landed).await
         }
     }
 
     async fn unlock(&mut self, key: &str) -> Result<()> {
         // A waiter is granted by this release and holds on; otherwise the key is free.
         let (version, waiter, turn) = self.with_key(key, |k| {
-            let waiter = std::mem::take(&mut k.waiter);
-            k.held = waiter;
+            let waiter = k.waiter.take();
+            k.held = waiter.is_some();
             (k.version.clone(), waiter, k.turn.clone())
         })?;
-        if !waiter {
+        let Some(enqueue_landed) = waiter else {
             return self
                 .write(key, &version, &turn.release, &turn.history)
                 .await;
-        }
+        };
+        tokio::time::timeout(GRANT_WITHIN, enqueue_landed)
+            .await
+            .with_context(|| {
+                format!("the waiter on {key} did not enqueue within {GRANT_WITHIN:?}")
+            })?
+            .with_context(|| format!("the waiter on {key} failed to enqueue"))?;
+        let version = self.with_key(key, |k| k.version.clone())?;
         let handoff = self.handoff()?;
         self.write(key, &version, &handoff.grant, &handoff.history)
             .await
