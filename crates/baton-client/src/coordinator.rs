@@ -332,6 +332,12 @@ impl Coordinator {
         Ok(())
     }
 
+    /// Takes a document pushed to a holder that follows `key` into the cache, unless it is
+    /// surely older than the one there ([`crate::follow`]).
+    pub(crate) fn take_pushed(&self, key: &str, pushed: Versioned) -> Result<bool, ClientError> {
+        self.known.remember_pushed(key, pushed)
+    }
+
     /// The document of `key` this coordinator last read or wrote, if any: possibly stale, so a
     /// hint (what to read ahead), never an answer.
     pub fn cached_doc(&self, key: &str) -> Option<Doc> {

@@ -18,8 +18,11 @@
 //! tickets ([`baton_store::Capabilities::watch_tagged`]), it would not tell a holder of their
 //! enqueues, and the turn follows as one granted at once.
 //!
-//! The cache is only ever a starting point ([`Coordinator::take_read`]): a document pushed
-//! late, after a newer one, costs at most a conflict, never a wrong write.
+//! A pushed document surely older than the cached one is left out: a wait that subscribed
+//! before its enqueue, and was granted by it, may hold wake-ups from before the enqueue, whose
+//! documents do not have the holder's ticket. The cache is only ever a starting point
+//! ([`Coordinator::take_pushed`]): a document pushed late that cannot be told apart from a
+//! newer one costs at most a conflict, never a wrong write.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +65,7 @@ pub(crate) fn follow(
         // A wake-up without a document (too large, or a reconnection) is left to the CAS.
         while let Ok(woken) = handle.changed().await {
             if let Some(pushed) = woken {
-                let _ = coord.take_read(&key, pushed);
+                let _ = coord.take_pushed(&key, pushed);
             }
         }
     })))

@@ -85,6 +85,27 @@ impl Known {
         }
     }
 
+    /// Takes a document pushed to a follower of `key` ([`crate::follow`]) as its latest,
+    /// unless it is surely older than the one cached ([`surely_older`]): a subscription made
+    /// before a write of this process's own may still hold wake-ups from before it. Whether
+    /// it was taken.
+    pub(crate) fn remember_pushed(
+        &self,
+        key: &str,
+        pushed: Versioned,
+    ) -> Result<bool, ClientError> {
+        let doc = decode(&pushed.bytes).map_err(|source| ClientError::Corrupt {
+            key: key.to_string(),
+            source,
+        })?;
+        let cached = self.cached(key).and_then(|cached| cached.doc);
+        if cached.is_some_and(|cached| surely_older(&doc, &cached)) {
+            return Ok(false);
+        }
+        self.remember(key, Some(pushed.version), Some(Arc::new(doc)));
+        Ok(true)
+    }
+
     /// Forgets the key's document: the next write reads it.
     pub(crate) fn forget(&self, key: &str) {
         if let Ok(mut cache) = self.cache.lock() {
@@ -108,5 +129,37 @@ impl Known {
     /// How many writes lost to concurrent ones.
     pub(crate) fn conflicts(&self) -> u64 {
         self.conflicts.load(Ordering::Relaxed)
+    }
+}
+
+/// Whether `doc` was surely written before `than`: it counts fewer arrivals, ends or fences,
+/// which only grow. Writes that move none of them (a renewal, a claim) cannot be told apart:
+/// taking one of those late costs a conflict at most.
+fn surely_older(doc: &Doc, than: &Doc) -> bool {
+    doc.next_arrival < than.next_arrival || doc.finishes < than.finishes || doc.fence < than.fence
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(next_arrival: u64, finishes: u64, fence: u64) -> Doc {
+        Doc {
+            next_arrival,
+            finishes,
+            fence,
+            ..Doc::default()
+        }
+    }
+
+    #[test]
+    fn a_document_with_fewer_arrivals_ends_or_fences_is_surely_older() {
+        let seen = doc(5, 3, 7);
+        assert!(surely_older(&doc(4, 3, 7), &seen));
+        assert!(surely_older(&doc(5, 2, 7), &seen));
+        assert!(surely_older(&doc(5, 3, 6), &seen));
+        assert!(!surely_older(&doc(5, 3, 7), &seen), "a renewal, say");
+        assert!(!surely_older(&doc(6, 3, 7), &seen));
+        assert!(!surely_older(&doc(5, 4, 8), &seen));
     }
 }
