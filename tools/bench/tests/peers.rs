@@ -203,31 +203,29 @@ fn b1_b2_and_b4_measure_batons_writes_replayed_on_postgres_and_redis() {
             })
             .collect::<Vec<_>>()
     };
-    for store in ["PostgreSQL", "Redis"] {
-        let b1 = replayed(store, "B1");
-        let [b1] = b1.as_slice() else {
-            panic!("one B1 row of baton's writes replayed on {store}: {b1:?}\n{stderr}");
+    // The one row of `scenario` on `store`, whose notes say `noted` (`why`).
+    let one_noting = |store: &str, scenario: &str, noted: &str, why: &str| {
+        let rows = replayed(store, scenario);
+        let [row] = rows.as_slice() else {
+            panic!("one {scenario} row of baton's writes replayed on {store}: {rows:?}\n{stderr}");
         };
-        assert!(
-            b1["notes"]
-                .as_str()
-                .is_some_and(|n| n.contains("requests/cycle: floor 2.00")),
-            "two writes a cycle, each a request: {b1}"
-        );
+        let notes = row["notes"].as_str().unwrap_or_default();
+        assert!(notes.contains(noted), "{why}: {row}");
+        (*row).clone()
+    };
+    for store in ["PostgreSQL", "Redis"] {
+        let b1 = "requests/cycle: floor 2.00";
+        one_noting(store, "B1", b1, "two writes a cycle, each a request");
         assert_eq!(
             replayed(store, "B2").len(),
             2,
             "B2 with 1 and 8 clients on {store}"
         );
-        let b4 = replayed(store, "B4");
-        let [b4] = b4.as_slice() else {
-            panic!("one B4 row of baton's writes replayed on {store}: {b4:?}\n{stderr}");
-        };
-        assert!(
-            b4["notes"]
-                .as_str()
-                .is_some_and(|n| n.contains(", 1.00 vs")),
-            "the release is one write, one request: {b4}"
+        let b4 = one_noting(
+            store,
+            "B4",
+            ", 1.00 vs",
+            "the release is one write, one request",
         );
         let wake_up = if store == "Redis" {
             "BLPOP"
