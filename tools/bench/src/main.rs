@@ -272,21 +272,25 @@ enum Command {
         #[command(flatten)]
         load: JobsLoad,
     },
-    /// The floor under B3: a first-come lock in a SQLite file (or PostgreSQL's rows, or Redis's
-    /// lists) whose releaser tells the next in line, N clients on one key against one alone, in
-    /// alternating rounds
+    /// The floor under B3: a first-come lock in a SQLite file (or PostgreSQL's rows, Redis's
+    /// lists, etcd's keys) whose releaser tells the next in line, N clients on one key against
+    /// one alone, in alternating rounds
     HotFloor {
         /// Print the results as one JSON object on stdout instead of a table
         #[arg(long)]
         json: bool,
         /// Run on this PostgreSQL (tables and functions of its own, made again) instead of a
         /// fresh SQLite file
-        #[arg(long, value_name = "URL", conflicts_with = "redis")]
+        #[arg(long, value_name = "URL", conflicts_with_all = ["redis", "etcd"])]
         postgres: Option<String>,
         /// Run on this Redis (keys of its own under `baton-bench-hot-floor/`, cleared first)
         /// instead of a fresh SQLite file
-        #[arg(long, value_name = "URL")]
+        #[arg(long, value_name = "URL", conflicts_with = "etcd")]
         redis: Option<String>,
+        /// Run on this etcd (`etcd://HOST:PORT/…`; keys of its own under
+        /// `baton-bench-hot-floor/`, cleared first) instead of a fresh SQLite file
+        #[arg(long, value_name = "URL")]
+        etcd: Option<String>,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -586,6 +590,7 @@ async fn dispatch(command: Command) -> Result<()> {
             json,
             postgres,
             redis,
+            etcd,
             clients,
             rounds,
             duration,
@@ -596,10 +601,11 @@ async fn dispatch(command: Command) -> Result<()> {
                 json,
             };
             let (clients, rounds) = (clients as usize, rounds as usize);
-            let on = match (postgres, redis) {
-                (Some(url), _) => hot_floor::On::Postgres(url),
-                (None, Some(url)) => hot_floor::On::Redis(url),
-                (None, None) => hot_floor::On::Sqlite,
+            let on = match (postgres, redis, etcd) {
+                (Some(url), _, _) => hot_floor::On::Postgres(url),
+                (None, Some(url), _) => hot_floor::On::Redis(url),
+                (None, None, Some(url)) => hot_floor::On::Etcd(url),
+                (None, None, None) => hot_floor::On::Sqlite,
             };
             let report = hot_floor::run(on, clients, rounds, duration).await?;
             output(&common, &report, hot_floor::print)

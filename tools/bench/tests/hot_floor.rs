@@ -1,6 +1,6 @@
 //! `baton-bench hot-floor`, in runs far too short for their figures to mean anything: it runs
-//! both kinds of round on SQLite, PostgreSQL and Redis, its lock held (no overlap, no grant out of
-//! order), and on SQLite it makes its own file.
+//! both kinds of round on SQLite, PostgreSQL, Redis and etcd, its lock held (no overlap, no
+//! grant out of order), and on SQLite it makes its own file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -65,4 +65,12 @@ fn rounds_of_one_client_and_of_many_alternate_and_grant_on_redis() {
     let url = std::env::var("BATON_TEST_REDIS_URL")
         .expect("BATON_TEST_REDIS_URL: run under scripts/test.sh or scripts/with-servers.sh");
     assert_rounds_alternate_and_grant(&["--redis", &url], "redis");
+}
+
+/// `BATON_TEST_ETCD_URL` is exported by `scripts/test.sh` and `scripts/with-servers.sh`.
+#[test]
+fn rounds_of_one_client_and_of_many_alternate_and_grant_on_etcd() {
+    let url = std::env::var("BATON_TEST_ETCD_URL")
+        .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    assert_rounds_alternate_and_grant(&["--etcd", &url], "etcd");
 }

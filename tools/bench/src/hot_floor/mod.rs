@@ -1,6 +1,6 @@
 //! `hot-floor`: what a first-come lock kept in a store, whose releaser wakes the next in line,
 //! makes of one hot key with N clients against one client alone: the floor under B3 on SQLite,
-//! PostgreSQL and Redis (BENCHMARKS.md). Not a lock anyone should use.
+//! PostgreSQL, Redis and etcd (BENCHMARKS.md). Not a lock anyone should use.
 //!
 //! Each does what any such lock cannot skip, and nothing else: a client enqueues in one write
 //! (a row of a queue table, which says whether it is first), waits for the releaser's word,
@@ -13,6 +13,7 @@
 //! Every round checks, in this process, that no two clients held at once and that grants
 //! followed arrival (the queue's sequence numbers): a floor that did not lock would be no floor.
 
+mod etcd;
 mod postgres;
 mod redis;
 mod sqlite;
@@ -37,7 +38,7 @@ const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
 pub struct Report {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
-    /// `sqlite`, `postgres` or `redis`.
+    /// `sqlite`, `postgres`, `redis` or `etcd`.
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
@@ -59,6 +60,8 @@ pub enum On {
     Postgres(String),
     /// This Redis (keys of its own under `baton-bench-hot-floor/`, cleared first).
     Redis(String),
+    /// This etcd (keys of its own under `baton-bench-hot-floor/`, cleared first).
+    Etcd(String),
 }
 
 /// Rounds of one client alone and of `clients` on one key, alternating which goes first.
@@ -70,6 +73,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         On::Sqlite => sqlite::prepare(&path)?,
         On::Postgres(url) => postgres::prepare(url).await?,
         On::Redis(url) => redis::prepare(url).await?,
+        On::Etcd(url) => etcd::prepare(url).await?,
     }
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -89,6 +93,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
                 }
                 On::Postgres(url) => postgres::one_round(url, &key, n, duration).await?,
                 On::Redis(url) => redis::one_round(url, &key, n, duration).await?,
+                On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?,
             };
             if n == 1 {
                 alone.push(rate)
@@ -103,6 +108,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             On::Sqlite => "sqlite",
             On::Postgres(_) => "postgres",
             On::Redis(_) => "redis",
+            On::Etcd(_) => "etcd",
         },
         clients,
         duration_s: duration.as_secs_f64(),

@@ -1,0 +1,163 @@
+//! The floor on etcd: each client a task with a connection of its own. The enqueue is one
+//! transaction that reads the last entry of the key's queue (by creation) and puts the client's
+//! own after it, so its place is the transaction's revision and the entry it read is the one
+//! before it; a client that read none holds. A waiter holds when the entry before its own is
+//! deleted after its place: the release is one delete, and etcd's watch, its own wake-up, tells
+//! the waiters. With others on the key, every client watches the whole queue from before its
+//! first enqueue, as every waiter of a baton key watches its document: a watch made after the
+//! enqueue would start at a revision etcd has passed, and such a watch catches up only at etcd's
+//! next sweep of its lagging watchers, every 100 ms. A client alone never waits and watches
+//! nothing (its unread watch would fill). Nobody here leaves the queue but by holding, so the
+//! entry before a waiter's is gone only once every earlier one is.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use async_trait::async_trait;
+use etcd_client::{
+    EventType, GetOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, WatchOptions,
+    WatchResponse, WatchStream,
+};
+
+use super::{cycle_together, Checks, Cycling};
+use crate::peers::contenders::etcd_endpoints;
+
+/// Where every key of the floor lives.
+const PREFIX: &str = "baton-bench-hot-floor/";
+
+/// A connection to the etcd of `url` (`etcd://host:port[,host:port…]/…`).
+async fn connect(url: &str) -> Result<etcd_client::Client> {
+    let endpoints = etcd_endpoints(url)?;
+    let each: Vec<&str> = endpoints.split(',').collect();
+    etcd_client::Client::connect(each, None)
+        .await
+        .with_context(|| format!("cannot connect to etcd at {endpoints}"))
+}
+
+/// Clears what earlier runs left under the floor's keys.
+pub(super) async fn prepare(url: &str) -> Result<()> {
+    let mut client = connect(url).await?;
+    client
+        .delete(
+            PREFIX,
+            Some(etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await
+        .context("clearing the floor's keys")?;
+    Ok(())
+}
+
+/// `n` clients cycling on `key` for `duration`: grants a second made inside it.
+pub(super) async fn one_round(
+    url: &str,
+    key: &str,
+    n: usize,
+    duration: std::time::Duration,
+) -> Result<f64> {
+    let mut clients = Vec::with_capacity(n);
+    for client in 0..n {
+        let queue = format!("{PREFIX}{key}/");
+        let mut connection = connect(url).await?;
+        let watches = match n {
+            1 => None,
+            _ => Some(watching(&mut connection, &queue).await?),
+        };
+        clients.push(Client {
+            connection,
+            watches,
+            entry: format!("{queue}{client:04}"),
+            queue,
+        });
+    }
+    cycle_together(clients, duration).await
+}
+
+/// A watch of every key under `queue`, from now on, once etcd says it is made.
+async fn watching(connection: &mut etcd_client::Client, queue: &str) -> Result<WatchStream> {
+    let mut watches = connection
+        .watch(queue, Some(WatchOptions::new().with_prefix()))
+        .await
+        .context("the queue's watch")?;
+    while !next_message(&mut watches).await?.created() {}
+    Ok(watches)
+}
+
+/// The watch's next message.
+async fn next_message(watches: &mut WatchStream) -> Result<WatchResponse> {
+    watches
+        .message()
+        .await
+        .context("the queue's watch")?
+        .context("the watch stream ended")
+}
+
+/// One client: its connection, its watch of the queue (none when alone), and its entry's key in
+/// the queue.
+struct Client {
+    connection: etcd_client::Client,
+    watches: Option<WatchStream>,
+    queue: String,
+    entry: String,
+}
+
+#[async_trait]
+impl Cycling for Client {
+    async fn cycle(&mut self, checks: &Checks) -> Result<Instant> {
+        let last = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1);
+        let enqueue = Txn::new().and_then([
+            TxnOp::get(self.queue.as_str(), Some(last)),
+            TxnOp::put(self.entry.as_str(), "", None),
+        ]);
+        let response = self.connection.txn(enqueue).await.context("the enqueue")?;
+        let mine = response
+            .header()
+            .map(|header| header.revision())
+            .context("the enqueue's revision")?;
+        let before = match response.op_responses().into_iter().next() {
+            Some(TxnOpResponse::Get(read)) => read.kvs().first().map(|kv| kv.key().to_vec()),
+            other => bail!("the enqueue's read answered {other:?}"),
+        };
+        if let Some(before) = before {
+            self.wait_for_deletion(before, mine).await?;
+        }
+        let held = Instant::now();
+        checks.hold(mine);
+        self.connection
+            .delete(self.entry.as_str(), None)
+            .await
+            .context("the release")?;
+        Ok(held)
+    }
+}
+
+impl Client {
+    /// Waits until `before`, the entry ahead of this client's (put at revision `mine`), is
+    /// deleted after `mine`: an earlier deletion of that key was its owner's turn before.
+    async fn wait_for_deletion(&mut self, before: Vec<u8>, mine: i64) -> Result<()> {
+        let Some(watches) = &mut self.watches else {
+            bail!("a client alone found an entry before its own: the floor is wrong");
+        };
+        loop {
+            let response = next_message(watches).await?;
+            if response.canceled() {
+                bail!(
+                    "etcd cancelled the queue's watch (compacted to {}): {}",
+                    response.compact_revision(),
+                    response.cancel_reason()
+                );
+            }
+            let deleted = response.events().iter().any(|event| {
+                event.event_type() == EventType::Delete
+                    && event
+                        .kv()
+                        .is_some_and(|kv| kv.key() == before.as_slice() && kv.mod_revision() > mine)
+            });
+            if deleted {
+                return Ok(());
+            }
+        }
+    }
+}
