@@ -243,6 +243,33 @@ fn b1_b2_and_b4_measure_batons_writes_replayed_on_postgres_and_redis() {
     }
 }
 
+/// The floor opens a fresh file as baton's store does, even while another process holds its
+/// write lock: switching a fresh file to WAL needs that lock, and SQLite answers "database is
+/// locked" at once, whatever the busy timeout (B8's 16 loops of the floor, starting together
+/// on a fresh file, met it under load).
+#[test]
+fn the_floor_waits_out_a_write_lock_on_a_fresh_file() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = dir.path().join("floor.db");
+    let holder = rusqlite::Connection::open(&db).expect("the file opens");
+    holder
+        .execute_batch("CREATE TABLE t (a); BEGIN IMMEDIATE; INSERT INTO t VALUES (1);")
+        .expect("a write transaction, left open");
+    let floor = Command::new(env!("CARGO_BIN_EXE_baton-floor-run"))
+        .args([db.to_str().expect("a UTF-8 path"), "k", "--", "true"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("baton-floor-run starts");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    holder.execute_batch("COMMIT").expect("the commit");
+    let output = floor.wait_with_output().expect("baton-floor-run ends");
+    assert!(
+        output.status.success(),
+        "the floor waited for the lock: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// B7 measures the floor beside baton and `flock`: two rows more (the floor against `flock`,
 /// baton against the floor), and the floor is a working program: it takes and gives back its
 /// row around CMD and exits as CMD did.

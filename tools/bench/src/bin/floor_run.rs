@@ -10,9 +10,10 @@
 //! win; what this costs beyond `flock FILE true` no such lock can.
 
 use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 use rusqlite::config::DbConfig;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,18 +54,44 @@ fn run(db: &str, key: &str, command: &[String]) -> Result<u8, Box<dyn std::error
 }
 
 /// Opens the file as baton's SQLite store does: WAL, `synchronous = NORMAL`, no checkpoint at
-/// close.
+/// close; the switch to WAL and the table's creation tried again while the file is busy.
 fn open(db: &str) -> rusqlite::Result<Connection> {
     let connection = Connection::open(db)?;
-    connection.busy_timeout(std::time::Duration::from_secs(10))?;
-    connection.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))?;
+    connection.busy_timeout(BUSY_FOR)?;
+    while_busy(|| connection.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(())))?;
     connection.pragma_update(None, "synchronous", "NORMAL")?;
     connection.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     connection.pragma_update(None, "wal_autocheckpoint", 128)?;
-    connection.execute_batch(
-        "CREATE TABLE IF NOT EXISTS floor_keys (key TEXT PRIMARY KEY, state TEXT NOT NULL)",
-    )?;
+    while_busy(|| {
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS floor_keys (key TEXT PRIMARY KEY, state TEXT NOT NULL)",
+        )
+    })?;
     Ok(connection)
+}
+
+/// How long the floor waits for a busy file, as baton's store does.
+const BUSY_FOR: Duration = Duration::from_secs(10);
+
+/// Runs `step` again while it fails with the file busy, for at most [`BUSY_FOR`]: SQLite calls
+/// no busy handler where waiting could deadlock, as when a fresh file is switched to WAL while
+/// another process holds its write lock, and answers "database is locked" at once. baton's
+/// store retries the same steps when it opens a file.
+fn while_busy<T>(mut step: impl FnMut() -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+    let started = Instant::now();
+    loop {
+        match step() {
+            Err(error)
+                if matches!(
+                    error.sqlite_error_code(),
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                ) && started.elapsed() < BUSY_FOR =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            done => return done,
+        }
+    }
 }
 
 /// One write transaction: read the key's row, write it (a lock's read-modify-write).
