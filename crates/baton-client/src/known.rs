@@ -51,10 +51,7 @@ impl Known {
 
     /// A document read or pushed, decoded, and shown to the key's observer.
     pub(crate) fn decode(&self, key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
-        let doc = decode(&versioned.bytes).map_err(|source| ClientError::Corrupt {
-            key: key.to_string(),
-            source,
-        })?;
+        let doc = decoded(key, &versioned.bytes)?;
         if let Ok(mut observers) = self.observers.lock() {
             observers
                 .entry(key.to_string())
@@ -94,10 +91,7 @@ impl Known {
         key: &str,
         pushed: Versioned,
     ) -> Result<bool, ClientError> {
-        let doc = decode(&pushed.bytes).map_err(|source| ClientError::Corrupt {
-            key: key.to_string(),
-            source,
-        })?;
+        let doc = decoded(key, &pushed.bytes)?;
         let cached = self.cached(key).and_then(|cached| cached.doc);
         if cached.is_some_and(|cached| surely_older(&doc, &cached)) {
             return Ok(false);
@@ -130,6 +124,14 @@ impl Known {
     pub(crate) fn conflicts(&self) -> u64 {
         self.conflicts.load(Ordering::Relaxed)
     }
+}
+
+/// `key`'s document from its stored bytes; bytes that are no document are [`ClientError::Corrupt`].
+fn decoded(key: &str, bytes: &[u8]) -> Result<Doc, ClientError> {
+    decode(bytes).map_err(|source| ClientError::Corrupt {
+        key: key.to_string(),
+        source,
+    })
 }
 
 /// Whether `doc` was surely written before `than`: it counts fewer arrivals, ends or fences,
