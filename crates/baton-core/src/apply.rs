@@ -21,6 +21,7 @@
 //!
 //! and the steps and rules they share:
 //!
+//! - `arrivals`: enqueues written beside the document, taken in before the operation;
 //! - `expire`: step 1, ending what the clock says has ended;
 //! - `admit`: joining the queue (room, order kind, `--supersede`, `--cancel-running`);
 //! - `grant`: step 3, grants in queue order, fences and phases;
@@ -28,6 +29,7 @@
 //! - `standing`: what an operation answers about a ticket, live or finished.
 
 mod admit;
+mod arrivals;
 mod backlog;
 mod cancel;
 mod expire;
@@ -64,7 +66,8 @@ pub struct Applied {
     pub finished: Vec<Finished>,
     /// Grants made, in grant order: (ticket id, fence).
     pub granted: Vec<(String, u64)>,
-    /// Whether the document changed at all (an unchanged one need not be written).
+    /// Whether the document changed at all, or arrivals were taken in (an unchanged document
+    /// with no arrivals to remove need not be written).
     pub changed: bool,
     /// A backlog segment the caller must write (as its record) *before* it writes the
     /// document ([`crate::backlog`]).
@@ -87,6 +90,10 @@ pub struct Inputs<'a> {
     /// from the writer's copy of the settings: recorded in the document, and no grant is made
     /// while it holds but up to an override.
     pub paused: Option<&'a Paused>,
+    /// The key's arrivals as read with the document, in the order they were appended
+    /// ([`crate::arrival`]): taken in after the expiry, before the operation, and all of them
+    /// removed by the write (those refused too).
+    pub arrivals: &'a [crate::arrival::Arrival],
 }
 
 /// [`apply`], with what the writer read beside the document ([`Inputs`]).
@@ -118,6 +125,7 @@ pub fn apply_with(
     work.doc.paused = inputs.paused.cloned();
     work.expire();
     work.take_in(inputs.segment);
+    work.take_in_arrivals(inputs.arrivals);
     let (reply, looking) = work.op(&request.op)?;
     work.take_in(None);
     work.grant(looking.as_deref())?;
@@ -128,7 +136,8 @@ pub fn apply_with(
     };
     debug_assert_eq!(invariants::check(&work.doc), Ok(()));
     debug_assert_eq!(invariants::check_settled(&work.doc), Ok(()));
-    let changed = work.doc != *original;
+    // Arrivals taken in are removed by the write, even those that changed nothing.
+    let changed = work.doc != *original || !inputs.arrivals.is_empty();
     Ok(Applied {
         doc: work.doc,
         reply,

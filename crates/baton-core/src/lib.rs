@@ -18,6 +18,7 @@
 //! - [`apply`](mod@apply): `apply(doc, request, clock)`, the state machine, one file per op
 //!   family.
 //! - [`backlog`]: jobs queued behind a key's window, kept outside its hot document.
+//! - [`arrival`]: enqueues written beside a key's document, taken in by its next writer.
 //! - [`job`]: what a job is beside a ticket: readiness, backoff, releases back, run marks.
 //! - [`once`]: run-once and sequences: what a key remembers of its runs, and the verdict.
 //! - [`kv`]: shared values: one document per name, judged by [`kv::write`] before each CAS.
@@ -37,6 +38,7 @@
 #![deny(missing_docs)]
 
 pub mod apply;
+pub mod arrival;
 pub mod backlog;
 pub mod check;
 pub mod ci_run;

@@ -197,6 +197,7 @@ impl Prepared {
         let inputs = Inputs {
             segment: self.segment.as_ref(),
             paused: self.paused.as_ref(),
+            arrivals: &[],
         };
         let mut applied = apply_with(doc, request, &clock, inputs)?;
         let rules: Vec<&Rule> = self.settings.watching(key).collect();

@@ -11,8 +11,14 @@ use crate::op::{Enqueue, Refusal, Reply, TicketView};
 impl Work<'_> {
     /// Queues a new ticket, or answers the retry of an enqueue that already landed.
     pub(super) fn enqueue(&mut self, e: &Enqueue) -> Answer {
+        limits::check_token(&e.token)?;
         check_enqueue(e)?;
-        let hash = token_hash(&e.token);
+        self.enqueue_hashed(e, token_hash(&e.token))
+    }
+
+    /// [`Self::enqueue`], of a ticket whose token's hash is `hash` (an arrival carries only
+    /// the hash: `apply/arrivals.rs`), its input checked already.
+    pub(super) fn enqueue_hashed(&mut self, e: &Enqueue, hash: String) -> Answer {
         if let Some(answer) = self.enqueued_before(e, &hash) {
             return answer;
         }
@@ -175,11 +181,10 @@ impl Work<'_> {
     }
 }
 
-/// Checks an enqueue's input at the edge: its id, token, context and order value, its limit,
-/// TTLs and claim window, and a run-once spec.
-fn check_enqueue(e: &Enqueue) -> Result<(), Refusal> {
+/// Checks an enqueue's input at the edge but its token (which an arrival does not carry): its
+/// id, context and order value, its limit, TTLs and claim window, and a run-once spec.
+pub(super) fn check_enqueue(e: &Enqueue) -> Result<(), Refusal> {
     limits::check_id(&e.id)?;
-    limits::check_token(&e.token)?;
     limits::check_context(&e.context)?;
     if let Some(order) = &e.order {
         limits::check_order(order)?;

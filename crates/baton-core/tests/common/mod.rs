@@ -121,6 +121,7 @@ impl World {
         let inputs = baton_core::Inputs {
             segment: segment.as_ref(),
             paused: paused.as_ref(),
+            arrivals: &[],
         };
         let mut applied = baton_core::apply_with(self.doc.as_ref(), request, &clock, inputs)?;
         let rules: Vec<&baton_core::notify::Rule> = self.rules.iter().collect();
