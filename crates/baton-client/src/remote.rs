@@ -634,6 +634,7 @@ fn versioned(body: &Value) -> Option<Versioned> {
         (Some(version), Some(bytes)) => Some(Versioned {
             version: Version(version.to_owned()),
             bytes: bytes.as_bytes().to_vec(),
+            arrivals: Vec::new(),
         }),
         _ => None,
     }

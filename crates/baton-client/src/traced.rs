@@ -94,6 +94,18 @@ impl Store for Traced {
         result
     }
 
+    async fn append_arrival(&self, key: &str, bytes: &[u8]) -> Result<Option<Versioned>> {
+        let started = Instant::now();
+        let result = self.inner.append_arrival(key, bytes).await;
+        log("append arrival", key, started, &result, |found| {
+            let pending = found
+                .as_ref()
+                .map_or(0, |versioned| versioned.arrivals.len());
+            format!("{}, {pending} arrivals pending", doc(found))
+        });
+        result
+    }
+
     async fn cas(
         &self,
         key: &str,

@@ -60,6 +60,13 @@ impl Store for Faulty {
     async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
         self.inner.load(key).await
     }
+    async fn append_arrival(
+        &self,
+        key: &str,
+        bytes: &[u8],
+    ) -> baton_store::Result<Option<Versioned>> {
+        self.inner.append_arrival(key, bytes).await
+    }
     async fn cas_due(
         &self,
         key: &str,

@@ -422,6 +422,15 @@ impl Store for Measured {
         self.time("load", self.inner.load(key)).await
     }
 
+    async fn append_arrival(
+        &self,
+        key: &str,
+        bytes: &[u8],
+    ) -> Result<Option<Versioned>, StoreError> {
+        let work = self.inner.append_arrival(key, bytes);
+        self.time("append_arrival", work).await
+    }
+
     async fn cas_due(
         &self,
         key: &str,

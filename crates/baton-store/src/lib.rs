@@ -44,6 +44,8 @@
 //! - [`url`]: the one table of the stores a URL can name (schemes, feature, forms, opener),
 //!   which `open` and every URL message read, and the URL helpers the stores share.
 //! - [`key_range`]: the successor of a prefix, where every range scan by prefix ends.
+//! - [`arrivals_seen`]: the versions of the stores that keep arrivals beside a document: the
+//!   document's version and the arrivals its reader saw, in one.
 //! - `aws`: the AWS configuration S3 and DynamoDB share (credentials, region, endpoint).
 //!
 //! Every store's folder has the same files: `mod.rs` (the store and its operations), `url.rs`
@@ -79,6 +81,7 @@ pub mod dynamodb;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+pub mod arrivals_seen;
 #[cfg(any(feature = "s3", feature = "dynamodb"))]
 pub mod aws;
 

@@ -12,6 +12,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
+use crate::arrivals_seen;
 use crate::history_retention::HistoryRetention;
 use crate::{
     check_record, check_record_name, Capabilities, CasOutcome, DueKey, HistoryRecord, Result,
@@ -54,6 +55,8 @@ struct Entry {
     history: VecDeque<HistoryRecord>,
     /// When the key next needs a worker ([`Store::cas_due`]).
     due_ms: Option<u64>,
+    /// Pending arrivals, oldest first ([`Store::append_arrival`]).
+    arrivals: Vec<Vec<u8>>,
     /// Told every successful CAS, with the document written; receivers are handed out by
     /// `watch`.
     changes: watch::Sender<Wake>,
@@ -65,15 +68,32 @@ impl Entry {
             document: None,
             history: VecDeque::new(),
             due_ms: None,
+            arrivals: Vec::new(),
             changes: watch::Sender::new(Wake::read_again()),
         }
     }
 
+    /// The document, its version naming the arrivals pending (as many as there are).
     fn versioned(&self) -> Option<Versioned> {
         self.document.as_ref().map(|(version, bytes)| Versioned {
-            version: Version(version.to_string()),
+            version: arrivals_seen::compose(&version.to_string(), self.arrivals.len() as u64),
             bytes: bytes.clone(),
+            arrivals: self.arrivals.clone(),
         })
+    }
+
+    /// Whether a CAS naming `expected` may write: the document is as read (absent for
+    /// `None`) and, for a version, so are the arrivals (as many pending as it read: they only
+    /// grow between writes).
+    fn is_at(&self, expected: Option<&Version>) -> bool {
+        match (&self.document, expected) {
+            (None, None) => true,
+            (Some((current, _)), Some(expected)) => {
+                let (doc, seen) = arrivals_seen::split(expected);
+                doc == current.to_string() && seen == self.arrivals.len() as u64
+            }
+            _ => false,
+        }
     }
 }
 
@@ -165,6 +185,7 @@ impl Store for MemoryStore {
             locked_update: false,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: true,
         }
     }
 
@@ -185,10 +206,9 @@ impl Store for MemoryStore {
             .entries
             .get(key)
             .and_then(|entry| entry.document.as_ref().map(|(version, _)| *version));
-        let matches = match (current_version, expected) {
-            (None, None) => true,
-            (Some(current), Some(expected)) => expected.0 == current.to_string(),
-            _ => false,
+        let matches = match state.entries.get(key) {
+            Some(entry) => entry.is_at(expected),
+            None => expected.is_none(),
         };
         if !matches {
             return Ok(CasOutcome::Conflict {
@@ -203,6 +223,10 @@ impl Store for MemoryStore {
             .or_insert_with(Entry::new);
         entry.document = Some((new_version, bytes.to_vec()));
         entry.due_ms = due_ms;
+        if expected.is_some() {
+            // Every one pending was read (`is_at`); a first write leaves them pending.
+            entry.arrivals.clear();
+        }
         let last_seq = entry.history.back().map_or(0, |record| record.seq);
         entry.history.extend(
             (last_seq + 1..)
@@ -219,11 +243,22 @@ impl Store for MemoryStore {
         Wake::with(Versioned {
             version: Version(new_version.to_string()),
             bytes: bytes.to_vec(),
+            arrivals: Vec::new(),
         })
         .send(&entry.changes);
         Ok(CasOutcome::Written {
             version: Version(new_version.to_string()),
         })
+    }
+
+    async fn append_arrival(&self, key: &str, bytes: &[u8]) -> Result<Option<Versioned>> {
+        let mut state = self.lock();
+        let entry = state
+            .entries
+            .entry(key.to_owned())
+            .or_insert_with(Entry::new);
+        entry.arrivals.push(bytes.to_vec());
+        Ok(entry.versioned())
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

@@ -27,13 +27,19 @@ impl fmt::Display for Version {
     }
 }
 
-/// A document as stored: its bytes and the version a CAS must name to replace them.
+/// A document as stored: its bytes and the version a CAS must name to replace them, and, on
+/// a store that keeps them, the key's arrivals read with it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Versioned {
-    /// The version to pass as `expected` to [`Store::cas`].
+    /// The version to pass as `expected` to [`Store::cas`]. Where the store keeps arrivals
+    /// ([`Capabilities::arrivals`]), it names the arrivals read too: a CAS naming it writes only
+    /// while the document *and* the key's arrivals are as read, and removes those arrivals.
     pub version: Version,
     /// The document, exactly as the last successful CAS wrote it.
     pub bytes: Vec<u8>,
+    /// The key's arrivals ([`Store::append_arrival`]) as read with the document, oldest first;
+    /// always empty on a store without [`Capabilities::arrivals`], and in a wake-up's document.
+    pub arrivals: Vec<Vec<u8>>,
 }
 
 /// What a [`Store::cas`] did.
@@ -124,6 +130,11 @@ pub struct Capabilities {
     /// a CAS on a hot key from losing again, since writers then queue on the lock instead of
     /// racing. It runs nothing and answers `None` for a key that has no document yet.
     pub update_when_contended: bool,
+    /// [`Store::append_arrival`] keeps arrivals beside a key's document: appended without a
+    /// compare, so an enqueue on a busy key never loses to another writer; read with the
+    /// document ([`Versioned::arrivals`]); and removed by the next CAS, which writes only over
+    /// the arrivals its version names (`baton_core::arrival`).
+    pub arrivals: bool,
 }
 
 /// What a [`Store::update`] writes: as [`Store::cas_due`] does, and the records first.
@@ -384,6 +395,20 @@ pub trait Store: Send + Sync + fmt::Debug {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome>;
+
+    /// Appends `bytes` to `key`'s arrivals, without a compare (so it never conflicts), and
+    /// returns the key as it stands right after: its document with every pending arrival,
+    /// this one last (`None`: the key has no document yet; the arrival stays pending until a
+    /// CAS naming a version that read it). Appended twice (a retry after a lost answer), an
+    /// arrival is kept twice: the core takes a copy in as nothing.
+    ///
+    /// Only on a store with [`Capabilities::arrivals`]; the others answer an error.
+    async fn append_arrival(&self, _key: &str, _bytes: &[u8]) -> Result<Option<Versioned>> {
+        Err(StoreError::Backend {
+            store: self.describe(),
+            source: "this store keeps no arrivals beside a key's document".into(),
+        })
+    }
 
     /// Reads `key`'s document, runs `compute` on it and writes what it returns, all in one
     /// transaction under the store's write lock ([`Capabilities::locked_update`]): no other

@@ -864,7 +864,8 @@ async fn a_conflict_with_a_write_committed_meanwhile_carries_the_winner() {
         CasOutcome::Conflict {
             current: Some(Versioned {
                 version: Version("7".to_owned()),
-                bytes: b"winner".to_vec()
+                bytes: b"winner".to_vec(),
+                arrivals: Vec::new(),
             })
         }
     );

@@ -368,7 +368,8 @@ async fn identical_documents_get_new_etags() {
         CasOutcome::Conflict {
             current: Some(baton_store::Versioned {
                 version: third,
-                bytes: b"same".to_vec()
+                bytes: b"same".to_vec(),
+                arrivals: Vec::new(),
             })
         },
         "a cold store that read the record answers with it"

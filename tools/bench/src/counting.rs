@@ -16,6 +16,7 @@ pub struct CountingStore {
     cas: AtomicU64,
     cas_conflicts: AtomicU64,
     updates: AtomicU64,
+    appends: AtomicU64,
     clock: AtomicU64,
     watch: AtomicU64,
     other: AtomicU64,
@@ -34,6 +35,10 @@ pub struct Counts {
     /// transaction on the file; on PostgreSQL four statements, the row locked between them).
     #[serde(default)]
     pub updates: u64,
+    /// `Store::append_arrival`: an enqueue written beside the document, which loses to
+    /// nobody (a round trip).
+    #[serde(default)]
+    pub appends: u64,
     /// `Store::clock`: free on SQLite (the host's clock, no file access), a round trip on a
     /// store whose clock is the server's.
     pub clock: u64,
@@ -47,7 +52,7 @@ pub struct Counts {
 impl Counts {
     /// Reads and writes of the document: the round trips every store pays.
     pub fn round_trips(&self) -> u64 {
-        self.load + self.cas
+        self.load + self.cas + self.appends
     }
 
     /// The sum of two counts (of several processes).
@@ -57,6 +62,7 @@ impl Counts {
             cas: self.cas + other.cas,
             cas_conflicts: self.cas_conflicts + other.cas_conflicts,
             updates: self.updates + other.updates,
+            appends: self.appends + other.appends,
             clock: self.clock + other.clock,
             watch: self.watch + other.watch,
             other: self.other + other.other,
@@ -73,6 +79,7 @@ impl CountingStore {
             cas: AtomicU64::new(0),
             cas_conflicts: AtomicU64::new(0),
             updates: AtomicU64::new(0),
+            appends: AtomicU64::new(0),
             clock: AtomicU64::new(0),
             watch: AtomicU64::new(0),
             other: AtomicU64::new(0),
@@ -86,6 +93,7 @@ impl CountingStore {
             cas: self.cas.load(Ordering::Relaxed),
             cas_conflicts: self.cas_conflicts.load(Ordering::Relaxed),
             updates: self.updates.load(Ordering::Relaxed),
+            appends: self.appends.load(Ordering::Relaxed),
             clock: self.clock.load(Ordering::Relaxed),
             watch: self.watch.load(Ordering::Relaxed),
             other: self.other.load(Ordering::Relaxed),
@@ -99,6 +107,7 @@ impl CountingStore {
             &self.cas,
             &self.cas_conflicts,
             &self.updates,
+            &self.appends,
             &self.clock,
             &self.watch,
             &self.other,
@@ -125,6 +134,15 @@ impl Store for CountingStore {
     async fn load(&self, key: &str) -> baton_store::Result<Option<Versioned>> {
         bump(&self.load);
         self.inner.load(key).await
+    }
+
+    async fn append_arrival(
+        &self,
+        key: &str,
+        bytes: &[u8],
+    ) -> baton_store::Result<Option<Versioned>> {
+        bump(&self.appends);
+        self.inner.append_arrival(key, bytes).await
     }
 
     async fn cas_due(

@@ -195,6 +195,14 @@ impl Store for Probe {
         }
         self.inner.load(key).await
     }
+    async fn append_arrival(
+        &self,
+        key: &str,
+        bytes: &[u8],
+    ) -> baton_store::Result<Option<Versioned>> {
+        self.reach()?;
+        self.inner.append_arrival(key, bytes).await
+    }
     async fn cas_due(
         &self,
         key: &str,

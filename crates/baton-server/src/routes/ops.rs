@@ -155,7 +155,11 @@ pub(super) async fn execute(
             .wrote(&key, doc, &executed.granted, &executed.ended);
         state.feeds.publish(&key, || {
             let bytes = baton_core::encode(doc).ok()?;
-            Some(Versioned { version, bytes })
+            Some(Versioned {
+                version,
+                bytes,
+                arrivals: Vec::new(),
+            })
         });
     }
     let started_before_ms = executed.basis.map(|basis| {

@@ -26,7 +26,8 @@ pub async fn create_if_absent(store: &dyn Store, prefix: &str) {
         ok("load", store.load(&key).await),
         Some(Versioned {
             version: version.clone(),
-            bytes: b"first".to_vec()
+            bytes: b"first".to_vec(),
+            arrivals: Vec::new(),
         }),
         "load must return what the CAS wrote, with the version it returned"
     );
@@ -82,7 +83,8 @@ pub async fn stale_version_refused(store: &dyn Store, prefix: &str) {
                 current,
                 Some(Versioned {
                     version: second.clone(),
-                    bytes: b"v2".to_vec()
+                    bytes: b"v2".to_vec(),
+                    arrivals: Vec::new(),
                 }),
                 "conflict_returns_current: the conflict must carry the current document"
             );
@@ -92,7 +94,8 @@ pub async fn stale_version_refused(store: &dyn Store, prefix: &str) {
         ok("load", store.load(&key).await),
         Some(Versioned {
             version: second.clone(),
-            bytes: b"v2".to_vec()
+            bytes: b"v2".to_vec(),
+            arrivals: Vec::new(),
         }),
         "a refused CAS must write nothing"
     );

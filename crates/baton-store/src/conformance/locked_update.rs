@@ -42,6 +42,7 @@ pub async fn locked_update(store: &dyn Store, prefix: &str) {
         let (ran, first) = first_update(Some(Versioned {
             version: zero,
             bytes: b"zero".to_vec(),
+            arrivals: Vec::new(),
         }));
         let outcome = ok("update", store.update(&key, first).await);
         assert!(
@@ -102,7 +103,8 @@ async fn check_first_update_written(
         loaded,
         Some(Versioned {
             version: v1.clone(),
-            bytes: b"one".to_vec()
+            bytes: b"one".to_vec(),
+            arrivals: Vec::new(),
         })
     );
     assert_eq!(

@@ -23,8 +23,10 @@
 //! - `records`: records beside a key's document.
 //! - `due_index`: the due index that moves with the document.
 //! - `locked_update`: [`Store::update`], alone and racing.
+//! - `arrivals`: arrivals beside a key's document, alone and racing writers.
 //! - `errors`: how a failure must be classified.
 
+mod arrivals;
 mod clock;
 mod concurrent_writes;
 mod documents;
@@ -41,6 +43,7 @@ use std::time::Duration;
 
 use crate::Store;
 
+pub use arrivals::{arrivals_beside_the_document, concurrent_arrivals};
 pub use clock::clock_readings;
 pub use concurrent_writes::{concurrent_increments, increment, increments_through_separate_stores};
 pub use documents::{create_if_absent, largest_document, load_absent, stale_version_refused};
@@ -100,6 +103,8 @@ pub async fn run_all(store: &dyn Store, prefix: &str) {
     watch_prefix_wakes(store, prefix).await;
     locked_update(store, prefix).await;
     concurrent_updates(store, prefix).await;
+    arrivals_beside_the_document(store, prefix).await;
+    concurrent_arrivals(store, prefix).await;
 }
 
 /// What a store test's fixture holds: the store, and whatever must live as long as it (a
@@ -151,9 +156,10 @@ macro_rules! conformance_tests {
             list_by_prefix, keys_round_trip, largest_document, watch_wakes, watch_delivers_documents,
             watch_tagged_wakes, clock_readings, record_round_trip, record_absent, record_replaced,
             records_of_keys_apart, record_names, records_apart_from_documents, bad_records_refused,
-            due_index, watch_prefix_wakes, locked_update);
+            due_index, watch_prefix_wakes, locked_update, arrivals_beside_the_document);
 
-        $crate::conformance_tests!(@threads $open, $prefix; concurrent_increments, concurrent_updates);
+        $crate::conformance_tests!(@threads $open, $prefix; concurrent_increments, concurrent_updates,
+            concurrent_arrivals);
     };
     (@threads $open:expr, $prefix:expr; $($name:ident),*) => {
         $(

@@ -275,7 +275,8 @@ async fn check_records_leave_the_document_alone(store: &dyn Store, key: &str) {
         ok("load", store.load(key).await),
         Some(Versioned {
             version: version.clone(),
-            bytes: b"doc".to_vec()
+            bytes: b"doc".to_vec(),
+            arrivals: Vec::new(),
         }),
         "writing a record must not change the key's document or its version"
     );

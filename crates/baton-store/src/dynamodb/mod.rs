@@ -149,6 +149,7 @@ impl Current {
         Versioned {
             version: self.version.clone(),
             bytes: self.hot.doc.clone(),
+            arrivals: Vec::new(),
         }
     }
 }
@@ -512,6 +513,7 @@ impl Store for DynamoStore {
             locked_update: false,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: false,
         }
     }
 

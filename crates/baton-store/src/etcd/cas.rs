@@ -1,55 +1,185 @@
 //! The CAS of a key's document as one etcd transaction, in the steps every store's `cas_due`
-//! takes: what the expected version stands for (the revision to compare, or a conflict found
-//! without writing), the transaction's writes (document, history, due index), and what its
-//! answer means; then the history trimmed to `history_keep`.
+//! takes: what the expected version stands for (the revisions to compare, or a conflict found
+//! without writing), the transaction's writes (document, history, due index, the arrivals
+//! taken), and what its answer means; then the history trimmed to `history_keep`. And the
+//! reads of a key's document with its arrivals, which a load, an append and a failed CAS make.
+//!
+//! A version names the document's `mod_revision` and, after a `.`, the newest `create_revision`
+//! of the arrivals read with it (none: no suffix). Read in one transaction, so at one revision:
+//! every arrival created up to that one was read, and arrivals are never created with an older
+//! revision. A CAS compares both (every arrival key's `create_revision` up to the newest read),
+//! and deletes the arrivals it read, which are then all there are.
 
 use std::ops::ControlFlow;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 
 use super::errors::Effect;
-use super::{versioned, EtcdStore, CUT_READ_LIMIT, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
+use super::{EtcdStore, CUT_READ_LIMIT, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
+use crate::arrivals_seen;
 use crate::history_retention::EXACT_KEEP_BELOW;
-use crate::{CasOutcome, Result, Store, Version};
+use crate::{CasOutcome, Result, Version, Versioned};
 
 /// Operations in a CAS's top branch besides its history entries: `trim_reads`' (two at most),
-/// the document's put and the due index's op.
-const TOP_OPS: usize = 4;
+/// the document's put, the due index's op and the arrivals' delete.
+const TOP_OPS: usize = 5;
+
+/// What a CAS's expected version stands for: the conditions it writes under, the revision its
+/// history seqs are numbered from (0 for a create) and whether it takes arrivals.
+pub(super) struct Expected {
+    conditions: Vec<Compare>,
+    pub(super) revision: u64,
+    takes_arrivals: bool,
+}
 
 /// The most history entries one CAS can write: `n` nested groups of `MAX_TXN_OPS - TOP_OPS - n`
 /// entries, at the best `n`.
 const MAX_HISTORY_PER_CAS: usize =
     ((MAX_TXN_OPS - TOP_OPS) / 2) * (MAX_TXN_OPS - TOP_OPS - (MAX_TXN_OPS - TOP_OPS) / 2);
 
+/// A name for an arrival's key no other append uses: this process, the time and a count. Two
+/// appends that met under one name would keep one arrival of the two, whose owner, finding it
+/// taken in as nothing, enqueues by a write of its own.
+fn unique_name() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos}-{n}", std::process::id())
+}
+
 impl EtcdStore {
-    /// The condition a CAS naming `expected` writes under (the document is absent, or at that
-    /// revision), and the revision its history seqs are numbered from (0 for a create). A
-    /// version this store never handed out breaks with the conflict to answer, with no write.
+    /// What a CAS naming `expected` writes under: the document is absent (a first write,
+    /// which leaves any arrivals pending), or at that revision with no arrival newer than those
+    /// read. A version this store never handed out breaks with the conflict to answer, with
+    /// no write.
     pub(super) async fn resolve_expected(
         &self,
         key: &str,
         expected: Option<&Version>,
-    ) -> Result<ControlFlow<CasOutcome, (Compare, u64)>> {
-        let doc_key = self.inner.layout.doc_key(key);
+    ) -> Result<ControlFlow<CasOutcome, Expected>> {
+        let layout = &self.inner.layout;
+        let doc_key = layout.doc_key(key);
         let Some(version) = expected else {
-            return Ok(ControlFlow::Continue((
-                Compare::create_revision(doc_key, CompareOp::Equal, 0),
-                0,
-            )));
+            return Ok(ControlFlow::Continue(Expected {
+                conditions: vec![Compare::create_revision(doc_key, CompareOp::Equal, 0)],
+                revision: 0,
+                takes_arrivals: false,
+            }));
         };
-        Ok(match version.0.parse::<i64>() {
-            // Revision 0 is "no such key" to etcd's compare: never a document's version.
-            Ok(revision) if revision > 0 => ControlFlow::Continue((
-                Compare::mod_revision(doc_key, CompareOp::Equal, revision),
-                revision as u64,
-            )),
+        let (doc, seen) = arrivals_seen::split(version);
+        let newest_read = i64::try_from(seen)
+            .ok()
+            .and_then(|seen| seen.checked_add(1));
+        Ok(match (doc.parse::<i64>(), newest_read) {
+            // Revision 0 is "no such key" to etcd's compare: never a document's version. Over
+            // a range, a compare holds for every key in it, and for none as for a key that does
+            // not exist (`create_revision` 0).
+            (Ok(revision), Some(above)) if revision > 0 => ControlFlow::Continue(Expected {
+                conditions: vec![
+                    Compare::mod_revision(doc_key, CompareOp::Equal, revision),
+                    Compare::create_revision(layout.arrivals_start(key), CompareOp::Less, above)
+                        .with_range(layout.arrivals_end(key)),
+                ],
+                revision: revision as u64,
+                takes_arrivals: seen > 0,
+            }),
             // Not a version this store handed out: stale by definition.
             _ => ControlFlow::Break(CasOutcome::Conflict {
-                current: self.load(key).await?,
+                current: self.read_key(key, None).await?,
             }),
         })
+    }
+
+    /// The transaction of a CAS: `writes` if `expected` holds, else the key's reads.
+    pub(super) fn cas_transaction(
+        &self,
+        key: &str,
+        expected: &Expected,
+        writes: Vec<TxnOp>,
+    ) -> Txn {
+        Txn::new()
+            .when(expected.conditions.clone())
+            .and_then(writes)
+            .or_else(self.key_reads(key))
+    }
+
+    /// The reads of a key's document and its arrivals (oldest first), for one transaction.
+    fn key_reads(&self, key: &str) -> [TxnOp; 2] {
+        let layout = &self.inner.layout;
+        let arrivals = GetOptions::new()
+            .with_range(layout.arrivals_end(key))
+            .with_sort(SortTarget::Create, SortOrder::Ascend);
+        [
+            TxnOp::get(layout.doc_key(key), None),
+            TxnOp::get(layout.arrivals_start(key), Some(arrivals)),
+        ]
+    }
+
+    /// The key's document and pending arrivals, in one transaction, after appending `arrival`
+    /// to them if given (under a name no other append uses).
+    pub(super) async fn read_key(
+        &self,
+        key: &str,
+        arrival: Option<&[u8]>,
+    ) -> Result<Option<Versioned>> {
+        let mut ops = Vec::with_capacity(3);
+        if let Some(arrival) = arrival {
+            let name = self.inner.layout.arrival_key(key, &unique_name());
+            ops.push(TxnOp::put(name, arrival.to_vec(), None));
+        }
+        ops.extend(self.key_reads(key));
+        let transaction = Txn::new().and_then(ops);
+        // An append whose answer is lost may have landed: the caller appends again, and the
+        // core takes the copy in as nothing.
+        let effect = if arrival.is_some() {
+            Effect::Write
+        } else {
+            Effect::Read
+        };
+        let response = self
+            .request(effect, |mut kv| {
+                let transaction = transaction.clone();
+                async move { kv.txn(transaction).await }
+            })
+            .await?;
+        self.key_of(response)
+    }
+
+    /// The document and arrivals a transaction's last two reads found ([`Self::key_reads`]).
+    fn key_of(&self, response: TxnResponse) -> Result<Option<Versioned>> {
+        let mut reads: Vec<_> = response
+            .op_responses()
+            .into_iter()
+            .filter_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get),
+                _ => None,
+            })
+            .collect();
+        let (Some(mut arrivals), Some(mut doc)) = (reads.pop(), reads.pop()) else {
+            return Err(self.backend("etcd answered a read without the document".into()));
+        };
+        let Some(doc) = doc.take_kvs().into_iter().next() else {
+            return Ok(None);
+        };
+        let arrivals = arrivals.take_kvs();
+        let newest = arrivals.iter().map(|kv| kv.create_revision()).max();
+        let version = arrivals_seen::compose(
+            &doc.mod_revision().to_string(),
+            newest.map_or(0, |revision| revision.max(0) as u64),
+        );
+        Ok(Some(Versioned {
+            version,
+            bytes: doc.into_key_value().1,
+            arrivals: arrivals
+                .into_iter()
+                .map(|kv| kv.into_key_value().1)
+                .collect(),
+        }))
     }
 
     /// The operations of a CAS's transaction when its condition holds: what `trim_history`
@@ -57,7 +187,7 @@ impl EtcdStore {
     pub(super) fn cas_writes(
         &self,
         key: &str,
-        expected_revision: u64,
+        expected: &Expected,
         bytes: &[u8],
         history: &[Vec<u8>],
         due_ms: Option<u64>,
@@ -68,7 +198,11 @@ impl EtcdStore {
             writes.extend(self.trim_reads(key));
         }
         writes.push(TxnOp::put(layout.doc_key(key), bytes.to_vec(), None));
-        writes.extend(self.history_puts(key, expected_revision, history)?);
+        if expected.takes_arrivals {
+            let range = DeleteOptions::new().with_range(layout.arrivals_end(key));
+            writes.push(TxnOp::delete(layout.arrivals_start(key), Some(range)));
+        }
+        writes.extend(self.history_puts(key, expected.revision, history)?);
         let due_key = layout.due_key(key);
         writes.push(match due_ms {
             Some(ms) => TxnOp::put(due_key, ms.to_string(), None),
@@ -124,18 +258,8 @@ impl EtcdStore {
                 version: Version(revision.to_string()),
             });
         }
-        let current = response
-            .op_responses()
-            .into_iter()
-            .find_map(|op| match op {
-                TxnOpResponse::Get(mut get) => Some(get.take_kvs().into_iter().next()),
-                _ => None,
-            })
-            .ok_or_else(|| {
-                self.backend("etcd answered a failed CAS without the document".into())
-            })?;
         Ok(CasOutcome::Conflict {
-            current: current.map(versioned),
+            current: self.key_of(response)?,
         })
     }
 

@@ -10,6 +10,8 @@
 //!                            decimal milliseconds (absent: never)
 //! P/a/K                      K's count of writes that appended history: the etcd key's
 //!                            version (its value is empty), so a write learns it in O(1)
+//! P/q/K \x00 ID              one pending arrival of K (the value is its bytes); ID is unique
+//!                            to the append, and arrivals are read in the order etcd created them
 //! ```
 //!
 //! Documents, history and records are separate branches, so listing documents (a range on
@@ -35,6 +37,8 @@ pub struct Layout {
     due_root: Vec<u8>,
     /// `P/a/`.
     appends_root: Vec<u8>,
+    /// `P/q/`.
+    arrivals_root: Vec<u8>,
 }
 
 /// The digits of a seq in a history key: enough for `u64::MAX`.
@@ -49,6 +53,7 @@ impl Layout {
             records_root: format!("{prefix}/r/").into_bytes(),
             due_root: format!("{prefix}/u/").into_bytes(),
             appends_root: format!("{prefix}/a/").into_bytes(),
+            arrivals_root: format!("{prefix}/q/").into_bytes(),
         }
     }
 
@@ -100,6 +105,21 @@ impl Layout {
     /// `P/h/K\x01`: just past every history key of K.
     pub fn history_end(&self, key: &str) -> Vec<u8> {
         [self.history_root.as_slice(), key.as_bytes(), b"\x01"].concat()
+    }
+
+    /// `P/q/K\x00ID`: the arrival of K that one append named `id`.
+    pub fn arrival_key(&self, key: &str, id: &str) -> Vec<u8> {
+        [self.arrivals_start(key).as_slice(), id.as_bytes()].concat()
+    }
+
+    /// `P/q/K\x00`: every arrival key of K starts with it.
+    pub fn arrivals_start(&self, key: &str) -> Vec<u8> {
+        [self.arrivals_root.as_slice(), key.as_bytes(), b"\x00"].concat()
+    }
+
+    /// `P/q/K\x01`: just past every arrival key of K (not those of `K/x` or `Kx`).
+    pub fn arrivals_end(&self, key: &str) -> Vec<u8> {
+        [self.arrivals_root.as_slice(), key.as_bytes(), b"\x01"].concat()
     }
 
     /// `P/r/K\x00NAME`: record NAME of K.

@@ -4,21 +4,25 @@
 //! URL: `etcd://[user:password@]host[:port][,host[:port]…][/prefix][?tls=true&cacert=PATH]`
 //! (the `url` module says every part). Keys (the `layout` module): `P/d/K` for documents,
 //! `P/h/K\x00SEQ` for history, `P/r/K\x00NAME` for records, `P/u/K` for the due index, `P/a/K`
-//! for the count of K's appending writes, under the URL's prefix `P` (default `/baton`). A record is one plain put or get, outside any transaction.
+//! for the count of K's appending writes, `P/q/K\x00ID` for K's arrivals, under the URL's
+//! prefix `P` (default `/baton`). A record is one plain put or get, outside any transaction.
 //!
 //! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
-//!   the key, so equality is exactly "nobody wrote since".
-//! - **CAS**: one transaction. `If(mod_revision(P/d/K) == expected)` (a create:
-//!   `create_revision == 0`, the key does not exist) `Then(put the document, put each history
-//!   entry) Else(get the document)`: a conflict carries the current document in the same round
-//!   trip, like etcd's own `concurrency.Mutex`.
+//!   the key, so equality is exactly "nobody wrote since". After a `.`, the newest
+//!   `create_revision` of the arrivals read with the document, in the same transaction.
+//! - **CAS**: one transaction. `If(mod_revision(P/d/K) == expected, no arrival of K created
+//!   after those read)` (a create: `create_revision == 0`, the key does not exist) `Then(put the
+//!   document, put each history entry, delete the arrivals read) Else(get the document and its
+//!   arrivals)`: a conflict carries the current document in the same round trip, like etcd's
+//!   own `concurrency.Mutex`. A load is a transaction of the same two gets, an append of an
+//!   arrival the same with its put first.
 //! - **History seq**: `expected_revision × 65536 + i` for the `i`-th entry (from 1) of a CAS
 //!   that names `expected_revision` (0 for a create). No counter is read: a revision can be the
 //!   expected one of at most one successful CAS, whose write makes a later revision the only one
 //!   a further CAS can name, so seqs are unique and increase in append order. etcd allows 128
 //!   operations per transaction branch (`--max-txn-ops`) and a nested transaction only what its
-//!   enclosing branch leaves: up to 124 entries go beside the document's put, more go in nested
-//!   transactions without conditions (so they always run), up to 3,844 entries per CAS.
+//!   enclosing branch leaves: up to 123 entries go beside the document's put, more go in nested
+//!   transactions without conditions (so they always run), up to 3,782 entries per CAS.
 //! - **Watch**: one etcd watch stream per store, one watch per key (the `watch` module).
 //! - **Clock**: none ([`StoreClock::None`]). etcd's revisions are not time and its leases are
 //!   not readable as a clock, so leases are judged by observation of heartbeats: an observer
@@ -50,9 +54,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn, TxnOp,
-};
+use etcd_client::{Client, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget};
 
 use crate::key_range::successor_bytes;
 use crate::{
@@ -268,18 +270,16 @@ impl Store for EtcdStore {
             locked_update: false,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: true,
         }
     }
 
     async fn load(&self, key: &str) -> Result<Option<Versioned>> {
-        let doc_key = self.inner.layout.doc_key(key);
-        let mut response = self
-            .request(Effect::Read, |mut kv| {
-                let doc_key = doc_key.clone();
-                async move { kv.get(doc_key, None).await }
-            })
-            .await?;
-        Ok(response.take_kvs().into_iter().next().map(versioned))
+        self.read_key(key, None).await
+    }
+
+    async fn append_arrival(&self, key: &str, bytes: &[u8]) -> Result<Option<Versioned>> {
+        self.read_key(key, Some(bytes)).await
     }
 
     async fn cas_due(
@@ -290,15 +290,13 @@ impl Store for EtcdStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        let (condition, expected_revision) = match self.resolve_expected(key, expected).await? {
-            ControlFlow::Continue(condition) => condition,
+        let expected = match self.resolve_expected(key, expected).await? {
+            ControlFlow::Continue(expected) => expected,
             ControlFlow::Break(conflict) => return Ok(conflict),
         };
-        let writes = self.cas_writes(key, expected_revision, bytes, history, due_ms)?;
-        let transaction = Txn::new()
-            .when([condition])
-            .and_then(writes)
-            .or_else([TxnOp::get(self.inner.layout.doc_key(key), None)]);
+        let expected_revision = expected.revision;
+        let writes = self.cas_writes(key, &expected, bytes, history, due_ms)?;
+        let transaction = self.cas_transaction(key, &expected, writes);
         let response = self
             .request(Effect::Write, |mut kv| {
                 let transaction = transaction.clone();
@@ -481,12 +479,6 @@ impl EtcdStore {
             })
             .collect()
     }
-}
-
-fn versioned(kv: etcd_client::KeyValue) -> Versioned {
-    let version = Version(kv.mod_revision().to_string());
-    let (_, bytes) = kv.into_key_value();
-    Versioned { version, bytes }
 }
 
 /// The end of the range of every etcd key that starts with `start` (etcd's

@@ -399,6 +399,7 @@ fn latest_document(response: &WatchResponse) -> Wake {
         (event.event_type() == EventType::Put).then(|| Versioned {
             version: Version(kv.mod_revision().to_string()),
             bytes: kv.value().to_vec(),
+            arrivals: Vec::new(),
         })
     });
     let changes = u64::try_from(response.events().len()).unwrap_or(1).max(1);

@@ -453,6 +453,7 @@ fn parse_payload(payload: &str) -> (&str, Wake) {
             Wake::with(Versioned {
                 version: Version(version.to_owned()),
                 bytes,
+                arrivals: Vec::new(),
             }),
         ),
         None => (key, Wake::read_again()),

@@ -366,6 +366,7 @@ impl PostgresStore {
             (Some(version), Some(bytes)) => Some(Versioned {
                 version: Version(version.to_string()),
                 bytes,
+                arrivals: Vec::new(),
             }),
             _ => None,
         })
@@ -404,6 +405,7 @@ impl Store for PostgresStore {
             locked_update: false,
             update_when_contended: true,
             watch_complete: false,
+            arrivals: false,
         }
     }
 

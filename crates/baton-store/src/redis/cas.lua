@@ -5,8 +5,11 @@
 -- KEYS[2]  the history stream: entry IDs `<seq>-0`, one field `e` holding the entry
 -- KEYS[3]  the sorted set of every key with a document (score 0, for `list`)
 -- KEYS[4]  the due index: a sorted set of the keys that have a due time, scored by it
+-- KEYS[5]  the key's arrivals: a list, oldest first (appended by the store, outside any CAS)
 -- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
--- ARGV[2]  the expected version
+-- ARGV[2]  the expected version: the document's (`v`), and `.N` when its reader also read N
+--          arrivals (none without it). It matches only while both are as read: arrivals are
+--          only appended between writes, so the same count is the same list.
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace; a key's own is ARGV[5] .. ':' .. ARGV[4]
@@ -15,9 +18,10 @@
 -- ARGV[7]  when the key next needs a worker (ms), or '' for never: the key's score in KEYS[4]
 -- ARGV[8..] history entries to append, oldest first
 --
--- Returns {1, seconds, microseconds, new version} when written, and on a stale version
--- {0, seconds, microseconds, current version, current document}, or {0, seconds, microseconds}
--- when the key has no document. The time is the server's TIME, so every CAS also reads the clock.
+-- Returns {1, seconds, microseconds, new version} when written (the arrivals read removed; a
+-- first write leaves any pending), and on a stale version {0, seconds, microseconds, current
+-- version, current document, arrival, ...}, or {0, seconds, microseconds} when the key has no
+-- document. The time is the server's TIME, so every CAS also reads the clock.
 
 -- Redis before 5 replicates scripts verbatim and refuses writes after TIME; since 5 this is the
 -- default and the call a no-op (it is deprecated, so call it only where it exists).
@@ -29,17 +33,32 @@ local now = redis.call('TIME')
 local current = redis.call('HMGET', KEYS[1], 'v', 'n', 's')
 local version = current[1]
 
+local pending = redis.call('LLEN', KEYS[5])
 local matches
 if ARGV[1] == '0' then
     matches = not version
 else
-    matches = version == ARGV[2]
+    local expected, seen = string.match(ARGV[2], '^(.*)%.(%d+)$')
+    if not expected then
+        expected, seen = ARGV[2], '0'
+    end
+    matches = version == expected and pending == tonumber(seen)
 end
 if not matches then
     if version then
-        return {0, now[1], now[2], version, redis.call('HGET', KEYS[1], 'd')}
+        local reply = {0, now[1], now[2], version, redis.call('HGET', KEYS[1], 'd')}
+        if pending > 0 then
+            reply[4] = version .. '.' .. pending
+            for _, arrival in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do
+                reply[#reply + 1] = arrival
+            end
+        end
+        return reply
     end
     return {0, now[1], now[2]}
+end
+if ARGV[1] == '1' and pending > 0 then
+    redis.call('DEL', KEYS[5])
 end
 
 -- The version is the write count plus the server's time in microseconds: a server that lost its

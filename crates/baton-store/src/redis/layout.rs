@@ -10,6 +10,7 @@
 //! | `baton:keys` | sorted set | every key with a document, score 0, for `list` |
 //! | `baton:due` | sorted set | keys with a due time, scored by it (the due index) |
 //! | `baton:rec:K` | hash | K's records: field = record name, value = the record's bytes |
+//! | `baton:arr:K` | list | K's pending arrivals, oldest first |
 //!
 //! and the pub/sub channel `baton:wake:DB:K` carries K's name, new version and document after
 //! each write to it; `baton:wake:DB` the bare name of every key written. `K` is taken byte for byte (Redis keys are binary), so no key needs
@@ -60,6 +61,11 @@ impl Names {
         format!("{}due", self.namespace)
     }
 
+    /// `<namespace>arr:K`: the list of K's pending arrivals, oldest first.
+    pub fn arrivals(&self, key: &str) -> String {
+        format!("{}arr:{key}", self.namespace)
+    }
+
     /// `<namespace>rec:K`: the hash of K's records, one field per record name.
     pub fn records(&self, key: &str) -> String {
         format!("{}rec:{key}", self.namespace)
@@ -88,10 +94,18 @@ pub(super) fn lex_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
     }
 }
 
-pub(super) fn versioned(version: Vec<u8>, bytes: Vec<u8>) -> Versioned {
+/// The document with the arrivals read after it, its version naming how many
+/// ([`crate::arrivals_seen`]).
+pub(super) fn versioned_with(
+    version: Vec<u8>,
+    bytes: Vec<u8>,
+    arrivals: Vec<Vec<u8>>,
+) -> Versioned {
+    let version = String::from_utf8_lossy(&version);
     Versioned {
-        version: version_of(version),
+        version: crate::arrivals_seen::compose(&version, arrivals.len() as u64),
         bytes,
+        arrivals,
     }
 }
 

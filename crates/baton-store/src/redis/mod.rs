@@ -16,7 +16,10 @@
 //!   reply. One round trip, atomic. A version is the write count and the server's time in
 //!   microseconds, so a server that lost its data never hands out a version a client still
 //!   holds from before.
-//! - A load is one pipelined round trip: `HMGET` of the version and document, and `TIME`.
+//! - A load is one pipelined round trip: `HMGET` of the version and document, `LRANGE` of the
+//!   key's arrivals, and `TIME`; an append of an arrival is the same with an `RPUSH` first. A
+//!   version names the document's and how many arrivals were read with it, which the CAS
+//!   script compares too and, when it writes, removes.
 //! - `list(prefix)` is `ZRANGEBYLEX [prefix (successor` on the key set, where the successor is
 //!   the least byte string above every string that starts with the prefix: byte-wise, and no
 //!   character of a key is a wildcard.
@@ -75,7 +78,7 @@ use crate::{
     Store, StoreClock, StoreError, Version, Versioned, WatchHandle, WithDocs,
 };
 use errors::{redis_error, timed_out, Access};
-use layout::{bytes, history_record, integer, lex_range, version_of, versioned, Names};
+use layout::{bytes, history_record, integer, lex_range, version_of, versioned_with, Names};
 use url::parse_url;
 pub use url::{DEFAULT_NAMESPACE, NAMESPACE_MAX_BYTES};
 
@@ -419,6 +422,68 @@ async fn connect(client: &Client, description: &str) -> Result<ConnectionManager
     }
 }
 
+impl RedisStore {
+    /// The key's document and pending arrivals, after appending `arrival` to them if given:
+    /// one pipelined round trip of `RPUSH` (the append), `HMGET` of the version and document,
+    /// `LRANGE` of the arrivals and `TIME`. Not one atomic step, and it need not be: the
+    /// arrivals are read *after* the document, and a CAS naming the version they make matches
+    /// only while the document is still the one read (no write took arrivals since) and as
+    /// many are pending as were read (none appended since), so exactly those read.
+    async fn read_key(&self, key: &str, arrival: Option<&[u8]>) -> Result<Option<Versioned>> {
+        let names = &self.inner.names;
+        let mut pipeline = ::redis::pipe();
+        if let Some(arrival) = arrival {
+            pipeline
+                .cmd("RPUSH")
+                .arg(names.arrivals(key))
+                .arg(arrival)
+                .ignore();
+        }
+        pipeline
+            .cmd("HMGET")
+            .arg(names.doc(key))
+            .arg("v")
+            .arg("d")
+            .cmd("LRANGE")
+            .arg(names.arrivals(key))
+            .arg(0)
+            .arg(-1)
+            .cmd("TIME");
+        let mut connection = self.inner.connection.clone();
+        let sent = BootInstant::now();
+        // An append whose answer is lost may have landed: the caller appends again, and the
+        // core takes the copy in as nothing.
+        let access = if arrival.is_some() {
+            Access::Write
+        } else {
+            Access::Read
+        };
+        let (fields, arrivals, time): (Value, Value, Value) = self
+            .bounded(access, pipeline.query_async(&mut connection))
+            .await?;
+        self.observe_time(&time, sent)?;
+        let Value::Array(fields) = fields else {
+            return Err(self.unexpected("HMGET", &fields));
+        };
+        let Value::Array(arrivals) = arrivals else {
+            return Err(self.unexpected("LRANGE", &arrivals));
+        };
+        let Some(arrivals) = arrivals.iter().map(bytes).collect::<Option<Vec<_>>>() else {
+            return Err(self.unexpected("LRANGE", &Value::Array(arrivals)));
+        };
+        match fields.as_slice() {
+            [Value::Nil, _] => Ok(None),
+            [version, document] => match (bytes(version), bytes(document)) {
+                (Some(version), Some(document)) => {
+                    Ok(Some(versioned_with(version, document, arrivals)))
+                }
+                _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
+            },
+            _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
+        }
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     fn describe(&self) -> String {
@@ -437,34 +502,16 @@ impl Store for RedisStore {
             locked_update: false,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: true,
         }
     }
 
     async fn load(&self, key: &str) -> Result<Option<Versioned>> {
-        let mut pipeline = ::redis::pipe();
-        pipeline
-            .cmd("HMGET")
-            .arg(self.inner.names.doc(key))
-            .arg("v")
-            .arg("d")
-            .cmd("TIME");
-        let mut connection = self.inner.connection.clone();
-        let sent = BootInstant::now();
-        let (fields, time): (Value, Value) = self
-            .bounded(Access::Read, pipeline.query_async(&mut connection))
-            .await?;
-        self.observe_time(&time, sent)?;
-        let Value::Array(fields) = fields else {
-            return Err(self.unexpected("HMGET", &fields));
-        };
-        match fields.as_slice() {
-            [Value::Nil, _] => Ok(None),
-            [version, document] => match (bytes(version), bytes(document)) {
-                (Some(version), Some(document)) => Ok(Some(versioned(version, document))),
-                _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
-            },
-            _ => Err(self.unexpected("HMGET", &Value::Array(fields.clone()))),
-        }
+        self.read_key(key, None).await
+    }
+
+    async fn append_arrival(&self, key: &str, bytes: &[u8]) -> Result<Option<Versioned>> {
+        self.read_key(key, Some(bytes)).await
     }
 
     async fn cas_due(
@@ -482,6 +529,7 @@ impl Store for RedisStore {
             .key(names.history(key))
             .key(names.keys())
             .key(names.due())
+            .key(names.arrivals(key))
             .arg(if expected.is_some() { "1" } else { "0" })
             .arg(expected.map(|version| version.0.as_str()).unwrap_or(""))
             .arg(document)
@@ -511,12 +559,21 @@ impl Store for RedisStore {
                         None => Err(self.unexpected("the CAS script", &reply)),
                     },
                     (Some(0), []) => Ok(CasOutcome::Conflict { current: None }),
-                    (Some(0), [version, document]) => match (bytes(version), bytes(document)) {
-                        (Some(version), Some(document)) => Ok(CasOutcome::Conflict {
-                            current: Some(versioned(version, document)),
-                        }),
-                        _ => Err(self.unexpected("the CAS script", &reply)),
-                    },
+                    (Some(0), [version, document, arrivals @ ..]) => {
+                        let arrivals: Option<Vec<Vec<u8>>> = arrivals.iter().map(bytes).collect();
+                        match (bytes(version), bytes(document), arrivals) {
+                            (Some(version), Some(document), Some(arrivals)) => {
+                                Ok(CasOutcome::Conflict {
+                                    current: Some(Versioned {
+                                        version: version_of(version),
+                                        bytes: document,
+                                        arrivals,
+                                    }),
+                                })
+                            }
+                            _ => Err(self.unexpected("the CAS script", &reply)),
+                        }
+                    }
                     _ => Err(self.unexpected("the CAS script", &reply)),
                 }
             }

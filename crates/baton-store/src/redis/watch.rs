@@ -296,6 +296,7 @@ fn parse_payload(payload: &[u8]) -> (&[u8], Wake) {
                     Wake::with(Versioned {
                         version: Version(version.to_owned()),
                         bytes: document.to_vec(),
+                        arrivals: Vec::new(),
                     }),
                 ),
                 Err(_) => (key, Wake::read_again()),

@@ -36,6 +36,7 @@ impl S3Store {
                 current: Some(Versioned {
                     version: found,
                     bytes: hot.doc,
+                    arrivals: Vec::new(),
                 }),
             }),
             Some(current) => ControlFlow::Continue(Some(current)),

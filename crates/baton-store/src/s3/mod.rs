@@ -376,6 +376,7 @@ impl Store for S3Store {
             locked_update: false,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: false,
         }
     }
 
@@ -383,6 +384,7 @@ impl Store for S3Store {
         Ok(self.read_hot(key).await?.map(|(version, hot)| Versioned {
             version,
             bytes: hot.doc,
+            arrivals: Vec::new(),
         }))
     }
 

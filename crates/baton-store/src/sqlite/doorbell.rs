@@ -602,6 +602,7 @@ fn deliver(router: &Mutex<WakeRouter>, latest: &mut Latest, rung: Rung) {
         Some(bytes) => Wake::with(Versioned {
             version: Version(rung.version.to_string()),
             bytes,
+            arrivals: Vec::new(),
         }),
         None => Wake::read_again(),
     };

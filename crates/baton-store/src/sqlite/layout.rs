@@ -119,6 +119,7 @@ pub fn versioned((version, bytes): (i64, Vec<u8>)) -> Versioned {
     Versioned {
         version: Version(version.to_string()),
         bytes,
+        arrivals: Vec::new(),
     }
 }
 

@@ -306,6 +306,7 @@ impl Store for SqliteStore {
             locked_update: true,
             update_when_contended: false,
             watch_complete: false,
+            arrivals: false,
         }
     }
 
