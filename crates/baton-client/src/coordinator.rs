@@ -310,8 +310,7 @@ impl Coordinator {
 
     /// A pushed document taken as the key's latest: cached, with the store clock read now.
     async fn taken(&self, key: &str, cached: Cached) -> Result<KeySnapshot, ClientError> {
-        self.known
-            .remember(key, cached.version.clone(), cached.doc.clone());
+        self.known.remember_read(key, cached.clone());
         let read_from_ms = self.local_ms();
         let clock = self.store.clock().await?;
         Ok(KeySnapshot {
@@ -328,7 +327,7 @@ impl Coordinator {
     /// conflict if not, never a wrong write.
     pub fn take_read(&self, key: &str, read: Versioned) -> Result<(), ClientError> {
         let cached = self.known.decode(key, read)?;
-        self.known.remember(key, cached.version, cached.doc);
+        self.known.remember_read(key, cached);
         Ok(())
     }
 

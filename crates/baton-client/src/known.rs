@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use baton_core::arrival::Arrival;
 use baton_core::{decode, Doc, Observer};
 use baton_store::{Store, Version, Versioned};
 
@@ -24,6 +25,21 @@ pub(crate) struct Cached {
     /// starts from the cached document, and a deep copy of a long-used key's cost as much as
     /// encoding it.
     pub(crate) doc: Option<Arc<Doc>>,
+    /// The key's arrivals read with it ([`Versioned::arrivals`]), oldest first, for the next
+    /// write to take in: none after a write or a push. One that cannot be read is left out,
+    /// and the write removes it all the same (its owner enqueues by a write of its own).
+    pub(crate) arrivals: Arc<[Arrival]>,
+}
+
+impl Cached {
+    /// `doc` at `version`, with no arrivals known.
+    pub(crate) fn new(version: Option<Version>, doc: Option<Arc<Doc>>) -> Cached {
+        Cached {
+            version,
+            doc,
+            arrivals: Arc::new([]),
+        }
+    }
 }
 
 /// The keys a coordinator has seen.
@@ -40,12 +56,9 @@ impl Known {
     pub(crate) async fn load(&self, store: &dyn Store, key: &str) -> Result<Cached, ClientError> {
         let cached = match store.load(key).await? {
             Some(versioned) => self.decode(key, versioned)?,
-            None => Cached {
-                version: None,
-                doc: None,
-            },
+            None => Cached::new(None, None),
         };
-        self.remember(key, cached.version.clone(), cached.doc.clone());
+        self.remember_read(key, cached.clone());
         Ok(cached)
     }
 
@@ -58,9 +71,21 @@ impl Known {
                 .or_default()
                 .observe(&doc, mono_ms());
         }
+        let arrivals = versioned
+            .arrivals
+            .iter()
+            .filter_map(|bytes| match Arrival::decode(bytes) {
+                Ok(arrival) => Some(arrival),
+                Err(error) => {
+                    tracing::debug!(key, %error, "an arrival left out; its owner enqueues itself");
+                    None
+                }
+            })
+            .collect();
         Ok(Cached {
             version: Some(versioned.version),
             doc: Some(Arc::new(doc)),
+            arrivals,
         })
     }
 
@@ -78,7 +103,20 @@ impl Known {
                 .observe(doc, mono_ms());
         }
         if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key.to_string(), Cached { version, doc });
+            cache.insert(key.to_string(), Cached::new(version, doc));
+        }
+    }
+
+    /// Takes a read of the key (its document, and the arrivals read with it) as its latest.
+    pub(crate) fn remember_read(&self, key: &str, cached: Cached) {
+        if let (Some(doc), Ok(mut observers)) = (&cached.doc, self.observers.lock()) {
+            observers
+                .entry(key.to_string())
+                .or_default()
+                .observe(doc, mono_ms());
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.insert(key.to_string(), cached);
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use baton_core::arrival::Arrival;
 use baton_core::backlog::Segment;
 use baton_core::freeze::Paused;
 use baton_core::lease::Basis;
@@ -185,19 +186,20 @@ impl Prepared {
         )
     }
 
-    /// The core's answer to `request` on `doc`, with its events noted on their tickets in the
-    /// very write that makes them.
+    /// The core's answer to `request` on `doc`, with the `arrivals` read with it taken in
+    /// first, and its events noted on their tickets in the very write that makes them.
     pub(super) fn apply(
         &self,
         key: &str,
         doc: Option<&Doc>,
+        arrivals: &[Arrival],
         request: &Request,
     ) -> Result<Applied, Refusal> {
         let clock = self.clock();
         let inputs = Inputs {
             segment: self.segment.as_ref(),
             paused: self.paused.as_ref(),
-            arrivals: &[],
+            arrivals,
         };
         let mut applied = apply_with(doc, request, &clock, inputs)?;
         let rules: Vec<&Rule> = self.settings.watching(key).collect();

@@ -302,7 +302,7 @@ fn compute(
 ) -> (Found, Change) {
     let doc = match (current, cached) {
         (None, _) => None,
-        (Some(current), Some(Cached { version, doc }))
+        (Some(current), Some(Cached { version, doc, .. }))
             if version.as_ref() == Some(&current.version) =>
         {
             doc
@@ -318,14 +318,12 @@ fn compute(
             }
         },
     };
-    let seen = Cached {
-        version: current.map(|current| current.version.clone()),
-        doc,
-    };
+    // Stores that lock keep no arrivals (none is ever read here).
+    let seen = Cached::new(current.map(|current| current.version.clone()), doc);
     if seen.doc.as_deref().and_then(Doc::segment_wanted) != prepared.wanted {
         return (Found::OtherSegment { seen }, Change::Keep);
     }
-    let applied = match prepared.apply(key, seen.doc.as_deref(), request) {
+    let applied = match prepared.apply(key, seen.doc.as_deref(), &seen.arrivals, request) {
         Ok(applied) => applied,
         Err(refusal) => return (Found::Refused { seen, refusal }, Change::Keep),
     };

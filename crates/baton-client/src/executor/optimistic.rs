@@ -88,16 +88,17 @@ impl Optimistic {
                 }
             };
             let prepared = direct.prepare(key, cached.doc.as_deref()).await?;
-            let applied = match prepared.apply(key, cached.doc.as_deref(), request) {
-                Ok(applied) => applied,
-                Err(_) if !fresh => continue,
-                Err(refusal) => {
-                    return Err(ClientError::Refused {
-                        key: key.to_string(),
-                        refusal,
-                    })
-                }
-            };
+            let applied =
+                match prepared.apply(key, cached.doc.as_deref(), &cached.arrivals, request) {
+                    Ok(applied) => applied,
+                    Err(_) if !fresh => continue,
+                    Err(refusal) => {
+                        return Err(ClientError::Refused {
+                            key: key.to_string(),
+                            refusal,
+                        })
+                    }
+                };
             if !applied.changed {
                 if !fresh {
                     continue;
@@ -195,10 +196,7 @@ impl Optimistic {
         let returns_current = direct.store.capabilities().conflict_returns_current;
         Ok(match now {
             Some(versioned) => Some(direct.known.decode(key, versioned)?),
-            None if returns_current => Some(Cached {
-                version: None,
-                doc: None,
-            }),
+            None if returns_current => Some(Cached::new(None, None)),
             None => None,
         })
     }

@@ -25,6 +25,8 @@ pub struct Probe {
     pub cases: AtomicU64,
     /// Subscriptions made through this view.
     pub watches: AtomicU64,
+    /// Arrivals appended through this view.
+    pub appends: AtomicU64,
     /// Whether `watch` pushes (false: as S3 and DynamoDB, waiters poll).
     push: bool,
     /// Whether its wake-ups leave the document out (as SQLite's, and PostgreSQL's and Redis's
@@ -114,6 +116,7 @@ impl Probe {
             loads: AtomicU64::new(0),
             cases: AtomicU64::new(0),
             watches: AtomicU64::new(0),
+            appends: AtomicU64::new(0),
             push,
             bare,
             wake_every: None,
@@ -184,6 +187,9 @@ impl Store for Probe {
         Capabilities {
             watch: self.push,
             update_when_contended: self.row_lock.is_some(),
+            // A store that locks its rows keeps no arrivals (as PostgreSQL): a locked update
+            // reads the document alone.
+            arrivals: self.row_lock.is_none() && self.inner.capabilities().arrivals,
             ..self.inner.capabilities()
         }
     }
@@ -201,6 +207,7 @@ impl Store for Probe {
         bytes: &[u8],
     ) -> baton_store::Result<Option<Versioned>> {
         self.reach()?;
+        self.appends.fetch_add(1, Ordering::SeqCst);
         self.inner.append_arrival(key, bytes).await
     }
     async fn cas_due(

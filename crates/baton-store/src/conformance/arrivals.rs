@@ -54,6 +54,13 @@ pub async fn arrivals_beside_the_document(store: &dyn Store, prefix: &str) {
         "a CAS removes the arrivals it read"
     );
 
+    arrivals_appended_after_a_write(store, &key, taken).await;
+}
+
+/// After a write at `taken` that left none pending: two appends, a CAS from a version that
+/// read none or one of them conflicts, one from the last append's version takes both.
+async fn arrivals_appended_after_a_write(store: &dyn Store, key: &str, taken: crate::Version) {
+    let key = key.to_owned();
     let one = ok("append", store.append_arrival(&key, b"a1").await).expect("a document");
     assert_eq!(
         (one.bytes.as_slice(), one.arrivals.clone()),
