@@ -94,17 +94,10 @@ impl Known {
         self.cache.lock().ok()?.get(key).cloned()
     }
 
-    /// Takes `doc` at `version` as the key's latest.
+    /// Takes `doc` at `version` as the key's latest, with no arrivals known (a write's, or a
+    /// push's).
     pub(crate) fn remember(&self, key: &str, version: Option<Version>, doc: Option<Arc<Doc>>) {
-        if let (Some(doc), Ok(mut observers)) = (&doc, self.observers.lock()) {
-            observers
-                .entry(key.to_string())
-                .or_default()
-                .observe(doc, mono_ms());
-        }
-        if let Ok(mut cache) = self.cache.lock() {
-            cache.insert(key.to_string(), Cached::new(version, doc));
-        }
+        self.remember_read(key, Cached::new(version, doc));
     }
 
     /// Takes a read of the key (its document, and the arrivals read with it) as its latest.

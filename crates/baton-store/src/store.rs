@@ -370,7 +370,9 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Writes `bytes` as the document of `key` if its current version is `expected` (`None`:
     /// only if the key has no document), and appends `history` to the key's log in the same
-    /// transaction. On a stale `expected`, writes nothing and appends nothing. The key leaves
+    /// transaction. On a stale `expected`, writes nothing and appends nothing. Where the store
+    /// keeps arrivals, `expected` is stale too once an arrival came that it did not read, and a
+    /// write removes those it read ([`Versioned::version`]); a first write leaves them. The key leaves
     /// the due index ([`Store::cas_due`] with `None`).
     async fn cas(
         &self,
