@@ -372,8 +372,8 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// only if the key has no document), and appends `history` to the key's log in the same
     /// transaction. On a stale `expected`, writes nothing and appends nothing. Where the store
     /// keeps arrivals, `expected` is stale too once an arrival came that it did not read, and a
-    /// write removes those it read ([`Versioned::version`]); a first write leaves them. The key leaves
-    /// the due index ([`Store::cas_due`] with `None`).
+    /// write removes those it read ([`Versioned::version`]); a first write leaves them. The key
+    /// leaves the due index ([`Store::cas_due`] with `None`).
     async fn cas(
         &self,
         key: &str,
