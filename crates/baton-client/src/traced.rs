@@ -127,10 +127,23 @@ impl Store for Traced {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
+        self.cas_waking(key, expected, bytes, history, due_ms, None)
+            .await
+    }
+
+    async fn cas_waking(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+        wake: Option<&[String]>,
+    ) -> Result<CasOutcome> {
         let started = Instant::now();
         let result = self
             .inner
-            .cas_due(key, expected, bytes, history, due_ms)
+            .cas_waking(key, expected, bytes, history, due_ms, wake)
             .await;
         log("cas", key, started, &result, cas);
         result

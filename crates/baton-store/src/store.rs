@@ -398,6 +398,22 @@ pub trait Store: Send + Sync + fmt::Debug {
         due_ms: Option<u64>,
     ) -> Result<CasOutcome>;
 
+    /// [`Store::cas_due`], waking only whom `wake` names (`None`: everyone): the watchers of
+    /// the whole key and those watching one of these tags ([`Store::watch_tagged`]), as
+    /// [`Replacement::wake`] does for an update. A store may wake more, never fewer; the
+    /// default wakes everyone.
+    async fn cas_waking(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+        _wake: Option<&[String]>,
+    ) -> Result<CasOutcome> {
+        self.cas_due(key, expected, bytes, history, due_ms).await
+    }
+
     /// Appends `bytes` to `key`'s arrivals, without a compare (so it never conflicts), and
     /// returns the key as it stands right after: its document with every pending arrival,
     /// this one last (`None`: the key has no document yet; the arrival stays pending until a

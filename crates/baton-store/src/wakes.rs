@@ -32,7 +32,7 @@ impl WakeRouter {
 
     /// A receiver that changes after each write to `key` that names `tag` or names none
     /// ([`WakeRouter::wake_named`]).
-    #[cfg(feature = "sqlite")]
+    #[cfg(any(feature = "sqlite", feature = "redis"))]
     pub(crate) fn subscribe_tagged(&mut self, key: &str, tag: &str) -> watch::Receiver<Wake> {
         self.forget_unwatched();
         self.tagged
@@ -82,6 +82,45 @@ impl WakeRouter {
             .iter()
             .filter(|(_, sender)| sender.receiver_count() > 0)
             .map(|(key, _)| key.as_str())
+    }
+
+    /// Every key and tag someone watches by tag (a receiver of its channel is alive).
+    #[cfg(feature = "redis")]
+    pub(crate) fn watched_tagged(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (key, tags) in &self.tagged {
+            for (tag, sender) in tags {
+                if sender.receiver_count() > 0 {
+                    out.push((key.clone(), tag.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Tells `key`'s watchers of the whole key, not those watching it by tag, that it changed
+    /// (Redis tells those on channels of their own: [`WakeRouter::wake_tag`]).
+    #[cfg(feature = "redis")]
+    pub(crate) fn wake_untagged(&self, key: &str, wake: Wake) {
+        if let Some(sender) = self.keys.get(key) {
+            wake.send(sender);
+        }
+    }
+
+    /// Tells `key`'s watchers of `tag` that a write naming it changed the key, or with `tag`
+    /// empty, every watcher of `key` by tag (a write that names no one wakes everyone).
+    #[cfg(feature = "redis")]
+    pub(crate) fn wake_tag(&self, key: &str, tag: &str, wake: Wake) {
+        let Some(by_tag) = self.tagged.get(key) else {
+            return;
+        };
+        if tag.is_empty() {
+            for sender in by_tag.values() {
+                wake.clone().send(sender);
+            }
+        } else if let Some(sender) = by_tag.get(tag) {
+            wake.naming().send(sender);
+        }
     }
 
     /// Whether anyone watches a prefix.

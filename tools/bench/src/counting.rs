@@ -153,10 +153,23 @@ impl Store for CountingStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> baton_store::Result<CasOutcome> {
+        self.cas_waking(key, expected, bytes, history, due_ms, None)
+            .await
+    }
+
+    async fn cas_waking(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+        wake: Option<&[String]>,
+    ) -> baton_store::Result<CasOutcome> {
         bump(&self.cas);
         let outcome = self
             .inner
-            .cas_due(key, expected, bytes, history, due_ms)
+            .cas_waking(key, expected, bytes, history, due_ms, wake)
             .await;
         if matches!(outcome, Ok(CasOutcome::Conflict { .. })) {
             bump(&self.cas_conflicts);

@@ -235,21 +235,37 @@ impl Prepared {
     }
 }
 
+/// Whom the write of `after` for `request` over `before` wakes, by [`baton_core::wake`]'s
+/// rule: the tickets it changed and those it ended, or everyone (`None`). A CAS passes it to
+/// [`Store::cas_waking`].
+pub(super) fn to_wake(before: Option<&Doc>, after: &Doc, request: &Request) -> Option<Vec<String>> {
+    match wake::to_wake(before, after, enqueued_by(request)) {
+        Wakes::Every => None,
+        Wakes::Only { mut changed, ended } => {
+            changed.extend(ended);
+            Some(changed)
+        }
+    }
+}
+
+/// The ticket `request` enqueues, if it is an enqueue: its writer knows of it.
+fn enqueued_by(request: &Request) -> Option<&str> {
+    match &request.op {
+        Op::Enqueue(enqueue) => Some(enqueue.id.as_str()),
+        _ => None,
+    }
+}
+
 /// `replacement`, which writes `after` for `request` over `before`, waking only whom
 /// [`baton_core::wake`]'s rule says: the tickets it changed and those it ended (whose tags the
-/// store may then forget), or everyone. Only a store's locked update takes this; a CAS wakes
-/// everyone.
+/// store may then forget), or everyone. A store's locked update takes this.
 pub(super) fn waking_only_changed(
     replacement: Replacement,
     before: Option<&Doc>,
     after: &Doc,
     request: &Request,
 ) -> Replacement {
-    let enqueued = match &request.op {
-        Op::Enqueue(enqueue) => Some(enqueue.id.as_str()),
-        _ => None,
-    };
-    match wake::to_wake(before, after, enqueued) {
+    match wake::to_wake(before, after, enqueued_by(request)) {
         Wakes::Every => replacement,
         Wakes::Only { mut changed, ended } => {
             changed.extend(ended.iter().cloned());

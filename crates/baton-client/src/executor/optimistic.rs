@@ -107,7 +107,8 @@ impl Optimistic {
             }
             let yields = queues_only(request, &applied);
             let sent = Instant::now();
-            match self.write(key, &cached, &prepared, applied).await? {
+            let wake = super::direct::to_wake(cached.doc.as_deref(), &applied.doc, request);
+            match self.write(key, &cached, &prepared, applied, wake).await? {
                 Wrote::Done(executed) => return Ok(Ran::Done(Box::new(executed))),
                 Wrote::Conflict(now) if on_conflict == OnConflict::HandOver => {
                     direct.known.conflicted();
@@ -138,6 +139,7 @@ impl Optimistic {
         cached: &Cached,
         prepared: &Prepared,
         applied: Applied,
+        wake: Option<Vec<String>>,
     ) -> Result<Wrote, ClientError> {
         let direct = &self.0;
         let replacement = prepared.replacement(key, &applied)?;
@@ -146,12 +148,13 @@ impl Optimistic {
         }
         let written = direct
             .store
-            .cas_due(
+            .cas_waking(
                 key,
                 cached.version.as_ref(),
                 &replacement.bytes,
                 &replacement.history,
                 replacement.due_ms,
+                wake.as_deref(),
             )
             .await;
         match written {

@@ -56,7 +56,9 @@ pub use records::{
     bad_records_refused, record_absent, record_names, record_replaced, record_round_trip,
     records_apart_from_documents, records_of_keys_apart,
 };
-pub use watch::{watch_delivers_documents, watch_prefix_wakes, watch_tagged_wakes, watch_wakes};
+pub use watch::{
+    cas_tagged_wakes, watch_delivers_documents, watch_prefix_wakes, watch_tagged_wakes, watch_wakes,
+};
 
 /// The largest hot document the design allows (256 KiB); every store must hold one.
 pub const DOCUMENT_MAX_BYTES: usize = 256 * 1024;
@@ -91,6 +93,7 @@ pub async fn run_all(store: &dyn Store, prefix: &str) {
     watch_wakes(store, prefix).await;
     watch_delivers_documents(store, prefix).await;
     watch_tagged_wakes(store, prefix).await;
+    cas_tagged_wakes(store, prefix).await;
     clock_readings(store, prefix).await;
     record_round_trip(store, prefix).await;
     record_absent(store, prefix).await;
@@ -154,7 +157,7 @@ macro_rules! conformance_tests {
         $crate::conformance_tests!(@each $open, $prefix;
             load_absent, create_if_absent, stale_version_refused, history_in_order,
             list_by_prefix, keys_round_trip, largest_document, watch_wakes, watch_delivers_documents,
-            watch_tagged_wakes, clock_readings, record_round_trip, record_absent, record_replaced,
+            watch_tagged_wakes, cas_tagged_wakes, clock_readings, record_round_trip, record_absent, record_replaced,
             records_of_keys_apart, record_names, records_apart_from_documents, bad_records_refused,
             due_index, watch_prefix_wakes, locked_update, arrivals_beside_the_document);
 

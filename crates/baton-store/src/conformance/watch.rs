@@ -205,6 +205,47 @@ pub async fn watch_tagged_wakes(store: &dyn Store, prefix: &str) {
     assert!(!tagged.named(), "a CAS names no one");
 }
 
+/// A CAS that names whom it wakes ([`Store::cas_waking`]) passes by the watchers of other
+/// tags where the store keeps tags, and tells a named one so; one that names no one wakes all.
+pub async fn cas_tagged_wakes(store: &dyn Store, prefix: &str) {
+    let key = format!("{prefix}cas_tagged_wakes/k");
+    let Some(mut tagged) = ok("watch_tagged", store.watch_tagged(&key, "t1").await) else {
+        return;
+    };
+    written(store.cas(&key, None, b"1", &[]).await, "create");
+    woken(&mut tagged, "a first CAS wakes a watcher by tag").await;
+    let capabilities = store.capabilities();
+    cas_naming(store, &key, &["t2"], b"2").await;
+    if capabilities.watch_tagged {
+        let passed_by = tokio::time::timeout(WATCH_WAKE_WITHIN / 4, tagged.changed()).await;
+        assert!(passed_by.is_err(), "a CAS naming only t2 passed t1 by");
+    }
+    cas_naming(store, &key, &["t1", "t3"], b"3").await;
+    woken(&mut tagged, "a CAS naming t1 wakes its watcher").await;
+    assert_eq!(
+        tagged.named(),
+        capabilities.watch_tagged,
+        "it says t1 was named"
+    );
+    let current = ok("load", store.load(&key).await).map(|v| v.version);
+    let outcome = store
+        .cas_waking(&key, current.as_ref(), b"4", &[], None, None)
+        .await;
+    written(outcome, "a CAS naming no one");
+    woken(&mut tagged, "a CAS naming no one wakes every watcher").await;
+    assert!(!tagged.named(), "and names no one");
+}
+
+/// A CAS over the key's current version that writes `bytes` and names `tags` to wake.
+async fn cas_naming(store: &dyn Store, key: &str, tags: &[&str], bytes: &[u8]) {
+    let current = ok("load", store.load(key).await).map(|v| v.version);
+    let tags: Vec<String> = tags.iter().map(|t| (*t).to_owned()).collect();
+    let outcome = store
+        .cas_waking(key, current.as_ref(), bytes, &[], None, Some(&tags))
+        .await;
+    written(outcome, "a CAS naming tags");
+}
+
 /// An update that writes `bytes` and names `tags` to wake.
 fn naming(tags: &[&str], bytes: &'static [u8]) -> crate::Compute {
     let wake = Some(tags.iter().map(|t| (*t).to_owned()).collect());

@@ -16,7 +16,8 @@
 -- ARGV[6]  how to trim each key's history: '=N' keeps exactly the newest N entries, '~N' about
 --          N (whole stream nodes at a time: at least N)
 -- ARGV[7]  when the key next needs a worker (ms), or '' for never: the key's score in KEYS[4]
--- ARGV[8..] history entries to append, oldest first
+-- ARGV[8]  whom the write wakes by tag: '*' for every waiter, else the tickets' ids, one per line
+-- ARGV[9..] history entries to append, oldest first
 --
 -- Returns {1, seconds, microseconds, new version} when written (the arrivals read removed; a
 -- first write leaves any pending), and on a stale version {0, seconds, microseconds, current
@@ -74,7 +75,7 @@ local new_version = n .. '-' .. now[1] .. string.format('%06d', tonumber(now[2])
 -- evicted or deleted by hand) or took IDs past its counter. That ID, not the last entry: a
 -- stream emptied by hand still refuses every ID up to it. Reading the last entry at every
 -- append cost a third of the script's time.
-local n_entries = #ARGV - 7
+local n_entries = #ARGV - 8
 if n_entries > 0 then
     local trim_how = string.sub(ARGV[6], 1, 1)
     local trim_keep = string.sub(ARGV[6], 2)
@@ -82,7 +83,7 @@ if n_entries > 0 then
         return redis.pcall('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, seq .. '-0', 'e', entry)
     end
     local first_seq = (tonumber(current[3] or '0') or 0) + 1
-    local appended = append(first_seq, ARGV[8])
+    local appended = append(first_seq, ARGV[9])
     if type(appended) == 'table' and appended.err then
         local info = redis.call('XINFO', 'STREAM', KEYS[2])
         local last_seq = 0
@@ -95,10 +96,10 @@ if n_entries > 0 then
             return redis.error_reply(appended.err)
         end
         first_seq = last_seq + 1
-        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, first_seq .. '-0', 'e', ARGV[8])
+        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, first_seq .. '-0', 'e', ARGV[9])
     end
     for i = 2, n_entries do
-        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, (first_seq + i - 1) .. '-0', 'e', ARGV[7 + i])
+        redis.call('XADD', KEYS[2], 'MAXLEN', trim_how, trim_keep, (first_seq + i - 1) .. '-0', 'e', ARGV[8 + i])
     end
     redis.call('HSET', KEYS[1], 'v', new_version, 'd', ARGV[3], 'n', n, 's', first_seq + n_entries - 1)
 else
@@ -115,11 +116,21 @@ end
 -- holds, so a woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control
 -- characters). Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: Redis disconnects
 -- subscribers that fall behind. The namespace's channel is told the bare key, for prefix
--- watchers (idle job workers) and batons that subscribed to it alone.
+-- watchers (idle job workers) and batons that subscribed to it alone. Waiters watching by their
+-- ticket hear the same message on `CHANNEL:KEY\nID` when the write names them, and on
+-- `CHANNEL:KEY\n` when it names no one (it may concern everyone).
+local payload = ARGV[4]
 if #ARGV[3] <= 8192 then
-    redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3])
+    payload = ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3]
+end
+redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], payload)
+local tagged = ARGV[5] .. ':' .. ARGV[4] .. '\n'
+if ARGV[8] == '*' then
+    redis.call('PUBLISH', tagged, payload)
 else
-    redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], ARGV[4])
+    for tag in string.gmatch(ARGV[8], '[^\n]+') do
+        redis.call('PUBLISH', tagged .. tag, payload)
+    end
 end
 redis.call('PUBLISH', ARGV[5], ARGV[4])
 return {1, now[1], now[2], new_version}

@@ -494,7 +494,7 @@ impl Store for RedisStore {
         Capabilities {
             watch: true,
             watch_documents: true,
-            watch_tagged: false,
+            watch_tagged: true,
             conflict_returns_current: true,
             clock: true,
             clock_uncertain_ms: 0,
@@ -522,6 +522,19 @@ impl Store for RedisStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
+        self.cas_waking(key, expected, document, history, due_ms, None)
+            .await
+    }
+
+    async fn cas_waking(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        document: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+        wake: Option<&[String]>,
+    ) -> Result<CasOutcome> {
         let names = &self.inner.names;
         let mut invocation = self.inner.cas_script.prepare_invoke();
         invocation
@@ -537,6 +550,8 @@ impl Store for RedisStore {
             .arg(&names.channel)
             .arg(&self.inner.history_trim)
             .arg(due_ms.map(|ms| ms.to_string()).unwrap_or_default());
+        // Tags are ticket ids: no newlines, no `*`.
+        invocation.arg(wake.map_or_else(|| "*".to_string(), |tags| tags.join("\n")));
         for entry in history {
             invocation.arg(entry.as_slice());
         }
@@ -690,6 +705,15 @@ impl Store for RedisStore {
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
         let watched = watch::Watched::Key(key);
+        Ok(self
+            .watcher()
+            .subscribe(watched)
+            .await
+            .map(WatchHandle::new))
+    }
+
+    async fn watch_tagged(&self, key: &str, tag: &str) -> Result<Option<WatchHandle>> {
+        let watched = watch::Watched::Tagged(key, tag);
         Ok(self
             .watcher()
             .subscribe(watched)

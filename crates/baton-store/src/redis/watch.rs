@@ -1,7 +1,11 @@
 //! Wake-ups for the Redis store: one pub/sub subscriber per store.
 //!
 //! Every CAS publishes the key it wrote, with the new version and document, on the key's own
-//! channel (`<namespace>wake:<db>:KEY`), and the bare key on the namespace's channel. One
+//! channel (`<namespace>wake:<db>:KEY`), and the bare key on the namespace's channel. A
+//! waiter watches by its ticket ([`crate::Store::watch_tagged`]) on two channels instead: the
+//! key's channel, a newline and its ticket's id, where a CAS naming that ticket publishes, and
+//! the key's channel and a newline, where a CAS naming no one does. So a write on a key many
+//! wait for reaches the processes it concerns, not every waiter. One
 //! background task per store holds a subscriber connection and hands each message's document
 //! to the watchers of the key it names. The connection is subscribed to the channels of the
 //! watched keys, and to the namespace's only while a prefix is watched: a process receives the
@@ -61,6 +65,8 @@ type Counters = Mutex<Shared>;
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Watched<'a> {
     Key(&'a str),
+    /// A key's writes that name this tag, or no one.
+    Tagged(&'a str, &'a str),
     Prefix(&'a str),
 }
 
@@ -107,6 +113,7 @@ impl Watcher {
             let mut shared = self.counters.lock().unwrap_or_else(PoisonError::into_inner);
             let receiver = match watched {
                 Watched::Key(key) => shared.router.subscribe_key(key),
+                Watched::Tagged(key, tag) => shared.router.subscribe_tagged(key, tag),
                 Watched::Prefix(prefix) => shared.router.subscribe_prefix(prefix),
             };
             let Some(sink) = shared.sink.clone() else {
@@ -145,13 +152,19 @@ impl Drop for Watcher {
     }
 }
 
-/// The channels a process subscribes to for its watchers: each watched key's own, and the
-/// namespace's while a prefix is watched (a write under it is told there by its key).
+/// The channels a process subscribes to for its watchers: each watched key's own, those of
+/// each watched tag and of its key's writes that name no one, and the namespace's while a
+/// prefix is watched (a write under it is told there by its key).
 fn channels_of(router: &WakeRouter, names: &Names) -> BTreeSet<String> {
     let mut channels: BTreeSet<String> = router
         .watched_keys()
         .map(|key| names.key_channel(key))
         .collect();
+    for (key, tag) in router.watched_tagged() {
+        let base = format!("{}\n", names.key_channel(&key));
+        channels.insert(format!("{base}{tag}"));
+        channels.insert(base);
+    }
     if router.watches_a_prefix() {
         channels.insert(names.channel.clone());
     }
@@ -261,9 +274,10 @@ fn next_message(stream: &mut Pin<Box<PubSubStream>>) -> impl Future<Output = Opt
     std::future::poll_fn(move |context| stream.as_mut().poll_next(context))
 }
 
-/// Wakes the watchers a message is for: one on a key's channel, the key's; one on the
-/// namespace's (subscribed to only while a prefix is watched), the prefixes' (the key's own
-/// came on its channel, with the document). False when the store is gone.
+/// Wakes the watchers a message is for: one on a key's channel, the key's whole-key watchers;
+/// one on a tag's channel, that tag's (or, on the channel of writes naming no one, every tag's);
+/// one on the namespace's (subscribed to only while a prefix is watched), the prefixes' (the
+/// key's own came on its channel, with the document). False when the store is gone.
 fn bump(counters: &Weak<Counters>, message: &Msg, names: &Names) -> bool {
     let Some(counters) = counters.upgrade() else {
         return false;
@@ -273,10 +287,13 @@ fn bump(counters: &Weak<Counters>, message: &Msg, names: &Names) -> bool {
     if let Ok(key) = std::str::from_utf8(key) {
         let mut shared = counters.lock().unwrap_or_else(PoisonError::into_inner);
         shared.received += 1;
-        if message.get_channel_name() == names.channel {
+        let channel = message.get_channel_name();
+        if channel == names.channel {
             shared.router.wake_prefixes(key);
+        } else if let Some((_, tag)) = channel.split_once('\n') {
+            shared.router.wake_tag(key, tag, wake);
         } else {
-            shared.router.wake_key(key, wake);
+            shared.router.wake_untagged(key, wake);
         }
     }
     true

@@ -324,6 +324,19 @@ impl Store for SqliteStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
+        self.cas_waking(key, expected, bytes, history, due_ms, None)
+            .await
+    }
+
+    async fn cas_waking(
+        &self,
+        key: &str,
+        expected: Option<&Version>,
+        bytes: &[u8],
+        history: &[Vec<u8>],
+        due_ms: Option<u64>,
+        wake: Option<&[String]>,
+    ) -> Result<CasOutcome> {
         let key = key.to_owned();
         let expected = expected.cloned();
         let replacement = Replacement {
@@ -331,7 +344,7 @@ impl Store for SqliteStore {
             history: history.to_vec(),
             due_ms,
             records: Vec::new(),
-            wake: None,
+            wake: wake.map(<[String]>::to_vec),
             ended_tags: Vec::new(),
         };
         let inner = Arc::clone(&self.inner);
