@@ -107,7 +107,13 @@ impl Optimistic {
             }
             let yields = queues_only(request, &applied);
             let sent = Instant::now();
-            let wake = super::direct::to_wake(cached.doc.as_deref(), &applied.doc, request);
+            // Whom it wakes matters only to a store that passes by the waiters of other tickets.
+            let wake = direct
+                .store
+                .capabilities()
+                .watch_tagged
+                .then(|| super::direct::to_wake(cached.doc.as_deref(), &applied.doc, request))
+                .flatten();
             match self.write(key, &cached, &prepared, applied, wake).await? {
                 Wrote::Done(executed) => return Ok(Ran::Done(Box::new(executed))),
                 Wrote::Conflict(now) if on_conflict == OnConflict::HandOver => {
