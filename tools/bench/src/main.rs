@@ -291,6 +291,11 @@ enum Command {
         /// `baton-bench-hot-floor/`, cleared first) instead of a fresh SQLite file
         #[arg(long, value_name = "URL")]
         etcd: Option<String>,
+        /// With --etcd: keep the queue as baton keeps a key, in one etcd key written by
+        /// compare-and-swap (a write that lost tries again at once from the document it read),
+        /// instead of a key per entry
+        #[arg(long, requires = "etcd")]
+        one_document: bool,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -591,6 +596,7 @@ async fn dispatch(command: Command) -> Result<()> {
             postgres,
             redis,
             etcd,
+            one_document,
             clients,
             rounds,
             duration,
@@ -604,6 +610,7 @@ async fn dispatch(command: Command) -> Result<()> {
             let on = match (postgres, redis, etcd) {
                 (Some(url), _, _) => hot_floor::On::Postgres(url),
                 (None, Some(url), _) => hot_floor::On::Redis(url),
+                (None, None, Some(url)) if one_document => hot_floor::On::EtcdDocument(url),
                 (None, None, Some(url)) => hot_floor::On::Etcd(url),
                 (None, None, None) => hot_floor::On::Sqlite,
             };

@@ -1,6 +1,7 @@
 //! `baton-bench hot-floor`, in runs far too short for their figures to mean anything: it runs
-//! both kinds of round on SQLite, PostgreSQL, Redis and etcd, its lock held (no overlap, no
-//! grant out of order), and on SQLite it makes its own file.
+//! both kinds of round on SQLite, PostgreSQL, Redis and etcd (with a key per entry, and with the
+//! queue one document), its lock held (no overlap, no grant out of order), and on SQLite it
+//! makes its own file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -73,4 +74,42 @@ fn rounds_of_one_client_and_of_many_alternate_and_grant_on_etcd() {
     let url = std::env::var("BATON_TEST_ETCD_URL")
         .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
     assert_rounds_alternate_and_grant(&["--etcd", &url], "etcd");
+}
+
+/// The queue one document written by compare-and-swap: one client alone writes twice a turn and
+/// never loses; several write at least that.
+#[test]
+fn rounds_with_the_queue_one_document_count_their_writes_on_etcd() {
+    let url = std::env::var("BATON_TEST_ETCD_URL")
+        .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    let args = ["--etcd", &url, "--one-document"];
+    assert_rounds_alternate_and_grant(&args, "etcd-document");
+    let mut all = vec!["--clients", "4", "--rounds", "2", "--duration", "300ms"];
+    all.extend(args);
+    let (code, report, stderr) = hot_floor(&all);
+    assert_eq!(code, Some(0), "{stderr}");
+    let counts = |name: &str| -> Vec<f64> {
+        let values = report[name].as_array().expect("a list of counts");
+        values.iter().map(|value| value.as_f64().unwrap()).collect()
+    };
+    assert_eq!(counts("alone_requests_per_grant"), [2.0, 2.0], "{report}");
+    let (requests, lost) = (
+        counts("contended_requests_per_grant"),
+        counts("contended_lost_per_grant"),
+    );
+    assert_eq!((requests.len(), lost.len()), (2, 2), "{report}");
+    for (requests, lost) in requests.iter().zip(&lost) {
+        assert!(
+            *requests >= 2.0 && (requests - lost - 2.0).abs() < 0.01,
+            "{report}"
+        );
+    }
+}
+
+/// `--one-document` is a shape of the etcd floor only.
+#[test]
+fn one_document_needs_etcd() {
+    let (code, _, stderr) = hot_floor(&["--one-document"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--etcd"), "{stderr}");
 }

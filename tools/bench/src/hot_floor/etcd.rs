@@ -23,7 +23,7 @@ use super::{cycle_together, Checks, Cycling};
 use crate::peers::contenders::etcd_endpoints;
 
 /// Where every key of the floor lives.
-const PREFIX: &str = "baton-bench-hot-floor/";
+pub(super) const PREFIX: &str = "baton-bench-hot-floor/";
 
 /// A connection to the etcd of `url` (`etcd://host:port[,host:port…]/…`).
 async fn connect(url: &str) -> Result<etcd_client::Client> {
@@ -54,41 +54,70 @@ pub(super) async fn one_round(
     n: usize,
     duration: std::time::Duration,
 ) -> Result<f64> {
+    let queue = format!("{PREFIX}{key}/");
     let mut clients = Vec::with_capacity(n);
     for client in 0..n {
-        let queue = format!("{PREFIX}{key}/");
-        let mut connection = connect(url).await?;
-        let watches = match n {
-            1 => None,
-            _ => Some(watching(&mut connection, &queue).await?),
-        };
+        let (connection, watches) = connect_watching(url, &queue, true, n).await?;
         clients.push(Client {
             connection,
             watches,
             entry: format!("{queue}{client:04}"),
-            queue,
+            queue: queue.clone(),
         });
     }
-    cycle_together(clients, duration).await
+    Ok(cycle_together(clients, duration).await?.0)
 }
 
-/// A watch of every key under `queue`, from now on, once etcd says it is made.
-async fn watching(connection: &mut etcd_client::Client, queue: &str) -> Result<WatchStream> {
+/// A client's connection and, with others on the key (`n` clients in all), its watch of `key`
+/// (with `prefix`: of every key under it). A client alone watches nothing: its unread watch would
+/// fill.
+pub(super) async fn connect_watching(
+    url: &str,
+    key: &str,
+    prefix: bool,
+    n: usize,
+) -> Result<(etcd_client::Client, Option<WatchStream>)> {
+    let mut connection = connect(url).await?;
+    let watches = match n {
+        1 => None,
+        _ => Some(watching(&mut connection, key, prefix).await?),
+    };
+    Ok((connection, watches))
+}
+
+/// A watch of `key` (with `prefix`: every key under it), from now on, once etcd says it is made.
+async fn watching(
+    connection: &mut etcd_client::Client,
+    key: &str,
+    prefix: bool,
+) -> Result<WatchStream> {
+    let options = match prefix {
+        true => WatchOptions::new().with_prefix(),
+        false => WatchOptions::new(),
+    };
     let mut watches = connection
-        .watch(queue, Some(WatchOptions::new().with_prefix()))
+        .watch(key, Some(options))
         .await
         .context("the queue's watch")?;
     while !next_message(&mut watches).await?.created() {}
     Ok(watches)
 }
 
-/// The watch's next message.
-async fn next_message(watches: &mut WatchStream) -> Result<WatchResponse> {
-    watches
+/// The watch's next message; an error if etcd cancelled the watch (compaction, say).
+pub(super) async fn next_message(watches: &mut WatchStream) -> Result<WatchResponse> {
+    let response = watches
         .message()
         .await
         .context("the queue's watch")?
-        .context("the watch stream ended")
+        .context("the watch stream ended")?;
+    if response.canceled() {
+        bail!(
+            "etcd cancelled the queue's watch (compacted to {}): {}",
+            response.compact_revision(),
+            response.cancel_reason()
+        );
+    }
+    Ok(response)
 }
 
 /// One client: its connection, its watch of the queue (none when alone), and its entry's key in
@@ -142,13 +171,6 @@ impl Client {
         };
         loop {
             let response = next_message(watches).await?;
-            if response.canceled() {
-                bail!(
-                    "etcd cancelled the queue's watch (compacted to {}): {}",
-                    response.compact_revision(),
-                    response.cancel_reason()
-                );
-            }
             let deleted = response.events().iter().any(|event| {
                 event.event_type() == EventType::Delete
                     && event

@@ -14,6 +14,7 @@
 //! followed arrival (the queue's sequence numbers): a floor that did not lock would be no floor.
 
 mod etcd;
+mod etcd_document;
 mod postgres;
 mod redis;
 mod sqlite;
@@ -38,7 +39,8 @@ const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
 pub struct Report {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
-    /// `sqlite`, `postgres`, `redis` or `etcd`.
+    /// `sqlite`, `postgres`, `redis`, `etcd` or `etcd-document` (the queue one key written by
+    /// compare-and-swap).
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
@@ -50,6 +52,34 @@ pub struct Report {
     pub contended: Vec<f64>,
     /// The median contended rate over the median lone rate.
     pub ratio: f64,
+    /// Requests sent for each turn (alone, then contended, per round), where the floor counts
+    /// them (the one-document floor on etcd).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alone_requests_per_grant: Vec<f64>,
+    /// The same with `clients` on the key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contended_requests_per_grant: Vec<f64>,
+    /// Of those, writes that lost their compare-and-swap, with `clients` on the key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contended_lost_per_grant: Vec<f64>,
+}
+
+/// What one round made: grants a second, and where the floor counts them, its requests and lost
+/// writes for each turn.
+struct Round {
+    rate: f64,
+    requests_per_grant: Option<f64>,
+    lost_per_grant: Option<f64>,
+}
+
+impl From<f64> for Round {
+    fn from(rate: f64) -> Round {
+        Round {
+            rate,
+            requests_per_grant: None,
+            lost_per_grant: None,
+        }
+    }
 }
 
 /// Where the floor runs.
@@ -62,6 +92,9 @@ pub enum On {
     Redis(String),
     /// This etcd (keys of its own under `baton-bench-hot-floor/`, cleared first).
     Etcd(String),
+    /// This etcd, the queue one key written by compare-and-swap, as baton keeps a key
+    /// (`etcd_document.rs`).
+    EtcdDocument(String),
 }
 
 /// Rounds of one client alone and of `clients` on one key, alternating which goes first.
@@ -73,7 +106,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         On::Sqlite => sqlite::prepare(&path)?,
         On::Postgres(url) => postgres::prepare(url).await?,
         On::Redis(url) => redis::prepare(url).await?,
-        On::Etcd(url) => etcd::prepare(url).await?,
+        On::Etcd(url) | On::EtcdDocument(url) => etcd::prepare(url).await?,
     }
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -84,24 +117,31 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         };
         for n in sizes {
             let key = format!("r{round}-n{n}");
-            let rate = match &on {
+            let round: Round = match &on {
                 On::Sqlite => {
                     let path = path.clone();
                     tokio::task::spawn_blocking(move || sqlite::one_round(&path, &key, n, duration))
                         .await
                         .context("a round panicked")??
+                        .into()
                 }
-                On::Postgres(url) => postgres::one_round(url, &key, n, duration).await?,
-                On::Redis(url) => redis::one_round(url, &key, n, duration).await?,
-                On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?,
+                On::Postgres(url) => postgres::one_round(url, &key, n, duration).await?.into(),
+                On::Redis(url) => redis::one_round(url, &key, n, duration).await?.into(),
+                On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?.into(),
+                On::EtcdDocument(url) => etcd_document::one_round(url, &key, n, duration).await?,
             };
             if n == 1 {
-                alone.push(rate)
+                alone.push(round);
             } else {
-                contended.push(rate)
+                contended.push(round);
             }
         }
     }
+    let rates = |rounds: &[Round]| rounds.iter().map(|round| round.rate).collect::<Vec<_>>();
+    let counted = |rounds: &[Round], count: fn(&Round) -> Option<f64>| {
+        rounds.iter().filter_map(count).collect::<Vec<_>>()
+    };
+    let (alone_rates, contended_rates) = (rates(&alone), rates(&contended));
     Ok(Report {
         load_average_1m,
         store: match on {
@@ -109,12 +149,16 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             On::Postgres(_) => "postgres",
             On::Redis(_) => "redis",
             On::Etcd(_) => "etcd",
+            On::EtcdDocument(_) => "etcd-document",
         },
         clients,
         duration_s: duration.as_secs_f64(),
-        ratio: median(&contended) / median(&alone),
-        alone,
-        contended,
+        ratio: median(&contended_rates) / median(&alone_rates),
+        alone_requests_per_grant: counted(&alone, |round| round.requests_per_grant),
+        contended_requests_per_grant: counted(&contended, |round| round.requests_per_grant),
+        contended_lost_per_grant: counted(&contended, |round| round.lost_per_grant),
+        alone: alone_rates,
+        contended: contended_rates,
     })
 }
 
@@ -158,8 +202,8 @@ trait Cycling: Send + 'static {
 }
 
 /// Runs `clients` as tasks, cycling from a common start for `duration`: grants a second made
-/// inside it.
-async fn cycle_together<C: Cycling>(clients: Vec<C>, duration: Duration) -> Result<f64> {
+/// inside it, and every turn taken (those that ended past it too).
+async fn cycle_together<C: Cycling>(clients: Vec<C>, duration: Duration) -> Result<(f64, u64)> {
     let start = Arc::new(tokio::sync::Barrier::new(clients.len()));
     let checks = Arc::new(Checks::default());
     let tasks: Vec<_> = clients
@@ -169,34 +213,38 @@ async fn cycle_together<C: Cycling>(clients: Vec<C>, duration: Duration) -> Resu
             tokio::spawn(async move {
                 start.wait().await;
                 let deadline = Instant::now() + duration;
-                let mut granted = 0_u64;
+                let (mut granted, mut turns) = (0_u64, 0_u64);
                 while Instant::now() < deadline {
+                    turns += 1;
                     if client.cycle(&checks).await? <= deadline {
                         granted += 1;
                     }
                 }
-                anyhow::Ok(granted)
+                anyhow::Ok((granted, turns))
             })
         })
         .collect();
-    let mut grants = 0;
+    let (mut grants, mut turns) = (0, 0);
     for task in tasks {
-        grants += task.await.context("a client panicked")??;
+        let (granted, taken) = task.await.context("a client panicked")??;
+        grants += granted;
+        turns += taken;
     }
     checks.verdict()?;
-    Ok(grants as f64 / duration.as_secs_f64())
+    Ok((grants as f64 / duration.as_secs_f64(), turns))
 }
 
 /// The report as a few lines of text.
 pub fn print(report: &Report, out: &mut String) {
     use std::fmt::Write;
-    let rates = |values: &[f64]| {
+    let listed = |values: &[f64], decimals: usize| {
         values
             .iter()
-            .map(|rate| format!("{rate:.0}"))
+            .map(|value| format!("{value:.decimals$}"))
             .collect::<Vec<_>>()
             .join(", ")
     };
+    let (rates, counts) = (|values| listed(values, 0), |values| listed(values, 2));
     let _ = writeln!(
         out,
         "hot-floor on {}: a first-come lock, the next in line told by the releaser; {} s rounds, \
@@ -217,4 +265,14 @@ pub fn print(report: &Report, out: &mut String) {
         "{} vs 1 client, medians: {:.2}x",
         report.clients, report.ratio
     );
+    if !report.contended_requests_per_grant.is_empty() {
+        let _ = writeln!(
+            out,
+            "requests/grant, 1 client alone: {}; {} clients: {} (of which lost writes: {})",
+            counts(&report.alone_requests_per_grant),
+            report.clients,
+            counts(&report.contended_requests_per_grant),
+            counts(&report.contended_lost_per_grant)
+        );
+    }
 }

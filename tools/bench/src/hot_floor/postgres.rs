@@ -71,7 +71,7 @@ pub(super) async fn one_round(url: &str, key: &str, n: usize, duration: Duration
             channel,
         });
     }
-    cycle_together(clients, duration).await
+    Ok(cycle_together(clients, duration).await?.0)
 }
 
 /// One client: its connection, which also listens on its channel.

@@ -66,7 +66,7 @@ pub(super) async fn one_round(url: &str, key: &str, n: usize, duration: Duration
             release: Script::new(RELEASE),
         });
     }
-    cycle_together(clients, duration).await
+    Ok(cycle_together(clients, duration).await?.0)
 }
 
 /// One client: a connection for its writes, one for its blocking wait (a multiplexed
