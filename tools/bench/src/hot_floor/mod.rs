@@ -245,10 +245,17 @@ pub fn print(report: &Report, out: &mut String) {
             .join(", ")
     };
     let (rates, counts) = (|values| listed(values, 0), |values| listed(values, 2));
+    let shape = match report.store {
+        "etcd" => "a first-come lock, a key per entry, the next in line woken by etcd's watch",
+        "etcd-document" => {
+            "a first-come lock, the queue one key written by compare-and-swap, waiters woken by \
+             its watch"
+        }
+        _ => "a first-come lock, the next in line told by the releaser",
+    };
     let _ = writeln!(
         out,
-        "hot-floor on {}: a first-come lock, the next in line told by the releaser; {} s rounds, \
-         load average {}",
+        "hot-floor on {}: {shape}; {} s rounds, load average {}",
         report.store,
         report.duration_s,
         describe_load(report.load_average_1m)
