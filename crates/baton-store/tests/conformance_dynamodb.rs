@@ -268,9 +268,7 @@ async fn history_survives_writers_abandoned_at_any_point() {
             Err(_) => n_abandoned += 1,
         }
     }
-    let count: u64 = String::from_utf8_lossy(&store.load(&key).await.unwrap().unwrap().bytes)
-        .parse()
-        .unwrap();
+    let count = settle(&store, &key).await;
     eprintln!("{count} CASes took effect, {n_abandoned} writers abandoned");
     assert!(count > 10 && n_abandoned > 10, "both kinds happened");
     let history = store.history(&key, 0, 1000).await.unwrap();
@@ -287,6 +285,33 @@ async fn history_survives_writers_abandoned_at_any_point() {
         seqs(&tail),
         ((count - 4)..=count).rev().collect::<Vec<u64>>()
     );
+}
+
+/// Writes the counter at `key` once more, retrying until a CAS of its own is written, and
+/// returns the count it wrote. A writer abandoned by its caller may still land: the server can
+/// apply a request it had received after the caller has read the key again (seen under load, an
+/// abandoned CAS landing after the next read). Once a CAS of ours has been written, every
+/// request still in flight names an older version and is refused, so what is read after it is
+/// final.
+async fn settle(store: &DynamoStore, key: &str) -> u64 {
+    loop {
+        let current = store.load(key).await.unwrap().unwrap();
+        let count: u64 = String::from_utf8_lossy(&current.bytes).parse().unwrap();
+        let next = count + 1;
+        let entry = [next.to_string().into_bytes(), vec![b'.'; 400]].concat();
+        let outcome = store
+            .cas(
+                key,
+                Some(&current.version),
+                next.to_string().as_bytes(),
+                std::slice::from_ref(&entry),
+            )
+            .await
+            .unwrap();
+        if let CasOutcome::Written { .. } = outcome {
+            return next;
+        }
+    }
 }
 
 /// A context of 199 bytes: who, what, where, as a CI job writes it.
