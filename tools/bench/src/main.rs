@@ -288,7 +288,7 @@ enum Command {
         #[arg(long, value_name = "URL", conflicts_with = "etcd")]
         redis: Option<String>,
         /// Run on this etcd (`etcd://HOST:PORT/…`; keys of its own under
-        /// `baton-bench-hot-floor/`, cleared first) instead of a fresh SQLite file
+        /// `baton-bench-hot-floor/`, removed at the end) instead of a fresh SQLite file
         #[arg(long, value_name = "URL")]
         etcd: Option<String>,
         /// With --etcd: keep the queue as baton keeps a key, in one etcd key written by
@@ -296,6 +296,11 @@ enum Command {
         /// instead of a key per entry
         #[arg(long, requires = "etcd")]
         one_document: bool,
+        /// With --etcd: keep the queue in one etcd key as --one-document does, but let a client
+        /// that finds the key held enqueue by putting an arrival beside it (a key of its own, no
+        /// compare), which the holder's release takes in
+        #[arg(long, requires = "etcd", conflicts_with = "one_document")]
+        arrivals: bool,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -597,6 +602,7 @@ async fn dispatch(command: Command) -> Result<()> {
             redis,
             etcd,
             one_document,
+            arrivals,
             clients,
             rounds,
             duration,
@@ -611,6 +617,7 @@ async fn dispatch(command: Command) -> Result<()> {
                 (Some(url), _, _) => hot_floor::On::Postgres(url),
                 (None, Some(url), _) => hot_floor::On::Redis(url),
                 (None, None, Some(url)) if one_document => hot_floor::On::EtcdDocument(url),
+                (None, None, Some(url)) if arrivals => hot_floor::On::EtcdArrivals(url),
                 (None, None, Some(url)) => hot_floor::On::Etcd(url),
                 (None, None, None) => hot_floor::On::Sqlite,
             };

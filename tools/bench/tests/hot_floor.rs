@@ -1,7 +1,7 @@
 //! `baton-bench hot-floor`, in runs far too short for their figures to mean anything: it runs
-//! both kinds of round on SQLite, PostgreSQL, Redis and etcd (with a key per entry, and with the
-//! queue one document), its lock held (no overlap, no grant out of order), and on SQLite it
-//! makes its own file.
+//! both kinds of round on SQLite, PostgreSQL, Redis and etcd (with a key per entry, with the
+//! queue one document, and with arrivals beside it), its lock held (no overlap, no grant out
+//! of order), and on SQLite it makes its own file.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -84,6 +84,35 @@ fn rounds_with_the_queue_one_document_count_their_writes_on_etcd() {
         .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
     let args = ["--etcd", &url, "--one-document"];
     assert_rounds_alternate_and_grant(&args, "etcd-document");
+    let (report, alone, contended) = counted(&args);
+    assert_eq!(alone, [2.0, 2.0], "{report}");
+    for (requests, lost) in contended {
+        assert!(
+            requests >= 2.0 && (requests - lost - 2.0).abs() < 0.01,
+            "{report}"
+        );
+    }
+}
+
+/// The queue one document with arrivals beside it: one client alone writes twice a turn and
+/// never loses (it claims and releases); several write at least twice a turn (an arrival or a
+/// claim, and a release), and more only where a waiter on a free key takes arrivals in.
+#[test]
+fn rounds_with_arrivals_beside_the_document_count_their_writes_on_etcd() {
+    let url = std::env::var("BATON_TEST_ETCD_URL")
+        .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    let args = ["--etcd", &url, "--arrivals"];
+    assert_rounds_alternate_and_grant(&args, "etcd-arrivals");
+    let (report, alone, contended) = counted(&args);
+    assert_eq!(alone, [2.0, 2.0], "{report}");
+    for (requests, lost) in contended {
+        assert!(requests - lost >= 2.0, "{report}");
+    }
+}
+
+/// Two rounds of each kind with four clients, on a floor that counts its requests: the report,
+/// the requests of each turn alone, and the requests and lost writes of each turn with four.
+fn counted(args: &[&str]) -> (Value, Vec<f64>, Vec<(f64, f64)>) {
     let mut all = vec!["--clients", "4", "--rounds", "2", "--duration", "300ms"];
     all.extend(args);
     let (code, report, stderr) = hot_floor(&all);
@@ -92,24 +121,31 @@ fn rounds_with_the_queue_one_document_count_their_writes_on_etcd() {
         let values = report[name].as_array().expect("a list of counts");
         values.iter().map(|value| value.as_f64().unwrap()).collect()
     };
-    assert_eq!(counts("alone_requests_per_grant"), [2.0, 2.0], "{report}");
+    let alone = counts("alone_requests_per_grant");
     let (requests, lost) = (
         counts("contended_requests_per_grant"),
         counts("contended_lost_per_grant"),
     );
     assert_eq!((requests.len(), lost.len()), (2, 2), "{report}");
-    for (requests, lost) in requests.iter().zip(&lost) {
-        assert!(
-            *requests >= 2.0 && (requests - lost - 2.0).abs() < 0.01,
-            "{report}"
-        );
-    }
+    let contended = requests.into_iter().zip(lost).collect();
+    (report, alone, contended)
 }
 
-/// `--one-document` is a shape of the etcd floor only.
+/// `--one-document` and `--arrivals` are shapes of the etcd floor only, and one at a time.
 #[test]
-fn one_document_needs_etcd() {
-    let (code, _, stderr) = hot_floor(&["--one-document"]);
+fn the_etcd_shapes_need_etcd() {
+    for shape in ["--one-document", "--arrivals"] {
+        let (code, _, stderr) = hot_floor(&[shape]);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("--etcd"), "{stderr}");
+    }
+    let both = [
+        "--etcd",
+        "etcd://127.0.0.1:1/x",
+        "--one-document",
+        "--arrivals",
+    ];
+    let (code, _, stderr) = hot_floor(&both);
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("--etcd"), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }

@@ -10,6 +10,7 @@
 //! nothing (its unread watch would fill). Nobody here leaves the queue but by holding, so the
 //! entry before a waiter's is gone only once every earlier one is.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
@@ -19,11 +20,32 @@ use etcd_client::{
     WatchResponse, WatchStream,
 };
 
-use super::{cycle_together, Checks, Cycling};
+use super::{cycle_together, Checks, Cycling, Round};
 use crate::peers::contenders::etcd_endpoints;
 
 /// Where every key of the floor lives.
 pub(super) const PREFIX: &str = "baton-bench-hot-floor/";
+
+/// What the clients of a round sent, where a floor counts it: every request, and the
+/// transactions whose compare failed.
+#[derive(Default)]
+pub(super) struct Counts {
+    pub(super) requests: AtomicU64,
+    pub(super) lost: AtomicU64,
+}
+
+impl Counts {
+    /// A round of `rate` grants a second in `turns` turns, with these counts for each turn.
+    pub(super) fn round(&self, rate: f64, turns: u64) -> Round {
+        let per_turn =
+            |count: &AtomicU64| count.load(Ordering::Relaxed) as f64 / turns.max(1) as f64;
+        Round {
+            rate,
+            requests_per_grant: Some(per_turn(&self.requests)),
+            lost_per_grant: Some(per_turn(&self.lost)),
+        }
+    }
+}
 
 /// A connection to the etcd of `url` (`etcd://host:port[,host:port…]/…`).
 async fn connect(url: &str) -> Result<etcd_client::Client> {
@@ -34,16 +56,25 @@ async fn connect(url: &str) -> Result<etcd_client::Client> {
         .with_context(|| format!("cannot connect to etcd at {endpoints}"))
 }
 
-/// Clears what earlier runs left under the floor's keys.
-pub(super) async fn prepare(url: &str) -> Result<()> {
+/// A prefix for one run's keys (`PID-NANOS/`), which no other run shares: its keys are
+/// `PREFIX`, then this, then the round's.
+pub(super) fn run_prefix() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    format!("{}-{nanos}/", std::process::id())
+}
+
+/// Removes the keys of the run whose prefix is `run`.
+pub(super) async fn remove(url: &str, run: &str) -> Result<()> {
     let mut client = connect(url).await?;
     client
         .delete(
-            PREFIX,
+            format!("{PREFIX}{run}"),
             Some(etcd_client::DeleteOptions::new().with_prefix()),
         )
         .await
-        .context("clearing the floor's keys")?;
+        .context("removing the floor's keys")?;
     Ok(())
 }
 

@@ -12,7 +12,7 @@
 //! The document is `NEXT;P1,P2,…`: the next place to hand out and the places waiting, the first
 //! holding. A client alone never waits and watches nothing.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ use etcd_client::{
     Compare, CompareOp, EventType, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchStream,
 };
 
-use super::etcd::{connect_watching, next_message, PREFIX};
+use super::etcd::{connect_watching, next_message, Counts, PREFIX};
 use super::{cycle_together, Checks, Cycling, Round};
 
 /// `n` clients cycling on `key` for `duration`: grants a second made inside it, and the
@@ -33,7 +33,7 @@ pub(super) async fn one_round(
     n: usize,
     duration: std::time::Duration,
 ) -> Result<Round> {
-    let doc_key = format!("{PREFIX}document/{key}");
+    let doc_key = format!("{PREFIX}{key}/document");
     let counts = Arc::new(Counts::default());
     let mut clients = Vec::with_capacity(n);
     for _ in 0..n {
@@ -47,19 +47,7 @@ pub(super) async fn one_round(
         });
     }
     let (rate, turns) = cycle_together(clients, duration).await?;
-    let per_turn = |count: &AtomicU64| count.load(Ordering::Relaxed) as f64 / turns.max(1) as f64;
-    Ok(Round {
-        rate,
-        requests_per_grant: Some(per_turn(&counts.requests)),
-        lost_per_grant: Some(per_turn(&counts.lost)),
-    })
-}
-
-/// What the clients of a round sent: every transaction, and those whose compare failed.
-#[derive(Default)]
-struct Counts {
-    requests: AtomicU64,
-    lost: AtomicU64,
+    Ok(counts.round(rate, turns))
 }
 
 /// The document as a client last saw it, with its mod revision (0: the key has none yet).

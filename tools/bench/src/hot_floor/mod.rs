@@ -14,6 +14,7 @@
 //! followed arrival (the queue's sequence numbers): a floor that did not lock would be no floor.
 
 mod etcd;
+mod etcd_arrivals;
 mod etcd_document;
 mod postgres;
 mod redis;
@@ -39,8 +40,8 @@ const WAIT_BEFORE_READING: Duration = Duration::from_millis(100);
 pub struct Report {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
-    /// `sqlite`, `postgres`, `redis`, `etcd` or `etcd-document` (the queue one key written by
-    /// compare-and-swap).
+    /// `sqlite`, `postgres`, `redis`, `etcd`, `etcd-document` (the queue one key written by
+    /// compare-and-swap) or `etcd-arrivals` (that key, and arrivals beside it).
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
@@ -53,7 +54,7 @@ pub struct Report {
     /// The median contended rate over the median lone rate.
     pub ratio: f64,
     /// Requests sent for each turn (alone, then contended, per round), where the floor counts
-    /// them (the one-document floor on etcd).
+    /// them (the one-document floors on etcd).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub alone_requests_per_grant: Vec<f64>,
     /// The same with `clients` on the key.
@@ -90,11 +91,14 @@ pub enum On {
     Postgres(String),
     /// This Redis (keys of its own under `baton-bench-hot-floor/`, cleared first).
     Redis(String),
-    /// This etcd (keys of its own under `baton-bench-hot-floor/`, cleared first).
+    /// This etcd (keys of its own under `baton-bench-hot-floor/`, removed at the end).
     Etcd(String),
     /// This etcd, the queue one key written by compare-and-swap, as baton keeps a key
     /// (`etcd_document.rs`).
     EtcdDocument(String),
+    /// This etcd, the queue one key as baton keeps a key, enqueued into by arrivals beside it
+    /// (`etcd_arrivals.rs`).
+    EtcdArrivals(String),
 }
 
 /// Rounds of one client alone and of `clients` on one key, alternating which goes first.
@@ -102,12 +106,14 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
     let load_average_1m = load_average_1m();
     let dir = tempfile::tempdir().context("cannot make a temporary directory")?;
     let path = dir.path().join("floor.db");
-    match &on {
-        On::Sqlite => sqlite::prepare(&path)?,
-        On::Postgres(url) => postgres::prepare(url).await?,
-        On::Redis(url) => redis::prepare(url).await?,
-        On::Etcd(url) | On::EtcdDocument(url) => etcd::prepare(url).await?,
-    }
+    // Runs share an etcd (the tests of its shapes run at once): each keeps its keys under a
+    // prefix of its own and removes them when it ends.
+    let run = match &on {
+        On::Sqlite => sqlite::prepare(&path).map(|()| String::new())?,
+        On::Postgres(url) => postgres::prepare(url).await.map(|()| String::new())?,
+        On::Redis(url) => redis::prepare(url).await.map(|()| String::new())?,
+        On::Etcd(_) | On::EtcdDocument(_) | On::EtcdArrivals(_) => etcd::run_prefix(),
+    };
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let sizes = if round % 2 == 0 {
@@ -116,7 +122,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             [clients, 1]
         };
         for n in sizes {
-            let key = format!("r{round}-n{n}");
+            let key = format!("{run}r{round}-n{n}");
             let round: Round = match &on {
                 On::Sqlite => {
                     let path = path.clone();
@@ -129,6 +135,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
                 On::Redis(url) => redis::one_round(url, &key, n, duration).await?.into(),
                 On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?.into(),
                 On::EtcdDocument(url) => etcd_document::one_round(url, &key, n, duration).await?,
+                On::EtcdArrivals(url) => etcd_arrivals::one_round(url, &key, n, duration).await?,
             };
             if n == 1 {
                 alone.push(round);
@@ -136,6 +143,9 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
                 contended.push(round);
             }
         }
+    }
+    if let On::Etcd(url) | On::EtcdDocument(url) | On::EtcdArrivals(url) = &on {
+        etcd::remove(url, &run).await?;
     }
     let rates = |rounds: &[Round]| rounds.iter().map(|round| round.rate).collect::<Vec<_>>();
     let counted = |rounds: &[Round], count: fn(&Round) -> Option<f64>| {
@@ -150,6 +160,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             On::Redis(_) => "redis",
             On::Etcd(_) => "etcd",
             On::EtcdDocument(_) => "etcd-document",
+            On::EtcdArrivals(_) => "etcd-arrivals",
         },
         clients,
         duration_s: duration.as_secs_f64(),
@@ -250,6 +261,10 @@ pub fn print(report: &Report, out: &mut String) {
         "etcd-document" => {
             "a first-come lock, the queue one key written by compare-and-swap, waiters woken by \
              its watch"
+        }
+        "etcd-arrivals" => {
+            "a first-come lock, the queue one key written by compare-and-swap and enqueued into \
+             by arrivals beside it, waiters woken by its watch"
         }
         _ => "a first-come lock, the next in line told by the releaser",
     };
