@@ -96,7 +96,8 @@ fn rounds_with_the_queue_one_document_count_their_writes_on_etcd() {
 
 /// The queue one document with arrivals beside it: one client alone writes twice a turn and
 /// never loses (it claims and releases); several write at least twice a turn (an arrival or a
-/// claim, and a release), and more only where a waiter on a free key takes arrivals in.
+/// claim, and a release), and more only where a waiter on a free key takes arrivals in; their
+/// arrivals' waits are counted.
 #[test]
 fn rounds_with_arrivals_beside_the_document_count_their_writes_on_etcd() {
     let url = std::env::var("BATON_TEST_ETCD_URL")
@@ -108,6 +109,15 @@ fn rounds_with_arrivals_beside_the_document_count_their_writes_on_etcd() {
     for (requests, lost) in contended {
         assert!(requests - lost >= 2.0, "{report}");
     }
+    // Every arrival is taken in by a write after the one its client had seen.
+    let waits = report["contended_arrival_wait_mean"]
+        .as_array()
+        .expect("waits");
+    assert_eq!(waits.len(), 2, "{report}");
+    assert!(
+        waits.iter().all(|wait| wait.as_f64().unwrap() >= 1.0),
+        "{report}"
+    );
 }
 
 /// Two rounds of each kind with four clients, on a floor that counts its requests: the report,

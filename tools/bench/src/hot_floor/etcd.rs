@@ -32,6 +32,10 @@ pub(super) const PREFIX: &str = "baton-bench-hot-floor/";
 pub(super) struct Counts {
     pub(super) requests: AtomicU64,
     pub(super) lost: AtomicU64,
+    /// Arrivals taken in, the document writes they waited for in all, and the most one did.
+    pub(super) arrivals: AtomicU64,
+    pub(super) waited: AtomicU64,
+    pub(super) waited_most: AtomicU64,
 }
 
 impl Counts {
@@ -39,11 +43,24 @@ impl Counts {
     pub(super) fn round(&self, rate: f64, turns: u64) -> Round {
         let per_turn =
             |count: &AtomicU64| count.load(Ordering::Relaxed) as f64 / turns.max(1) as f64;
+        let arrivals = self.arrivals.load(Ordering::Relaxed);
+        let waited = self.waited.load(Ordering::Relaxed);
         Round {
             rate,
             requests_per_grant: Some(per_turn(&self.requests)),
             lost_per_grant: Some(per_turn(&self.lost)),
+            arrival_wait: (arrivals > 0).then(|| {
+                let most = self.waited_most.load(Ordering::Relaxed);
+                (waited as f64 / arrivals as f64, most as f64)
+            }),
         }
+    }
+
+    /// An arrival taken in after `writes` writes of the document.
+    pub(super) fn waited(&self, writes: u64) {
+        self.arrivals.fetch_add(1, Ordering::Relaxed);
+        self.waited.fetch_add(writes, Ordering::Relaxed);
+        self.waited_most.fetch_max(writes, Ordering::Relaxed);
     }
 }
 

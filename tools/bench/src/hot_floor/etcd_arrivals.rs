@@ -15,8 +15,10 @@
 //! writes a turn, as in `etcd_document.rs`. No lease, fence, heartbeat, history, or guard
 //! against a late copy of an arrival: what it measures is the best this shape can do.
 //!
-//! The document is `NEXT;PLACE/CLIENT,…`: the next place to hand out and the queue, the first
-//! holding. An arrival is the key `a/CLIENT` under the round's prefix, empty.
+//! The document is `NEXT;WRITES;PLACE/CLIENT,…`: the next place to hand out, the writes of the
+//! document so far, and the queue, the first holding. An arrival is the key `a/CLIENT` under the
+//! round's prefix; its value is the writes of the document its client had seen, so that the
+//! write that takes it in counts how many it waited for.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -66,10 +68,13 @@ struct Known {
     revision: i64,
     /// The next place to hand out.
     next: i64,
+    /// The document's writes so far.
+    writes: u64,
     /// Places and their clients, the first holding.
     queue: Vec<(i64, usize)>,
-    /// Arrivals not taken in yet: their creation revision and client.
-    pending: BTreeMap<i64, usize>,
+    /// Arrivals not taken in yet: by creation revision, their client and the document writes
+    /// it had seen.
+    pending: BTreeMap<i64, (usize, u64)>,
     /// The revision `pending` is as of: the watch's events up to it are in it.
     as_of: i64,
 }
@@ -78,7 +83,8 @@ impl Known {
     /// The document of a key's value.
     fn parse_document(&mut self, revision: i64, bytes: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(bytes).context("the document is not UTF-8")?;
-        let (next, queue) = text.split_once(';').context("the document has no `;`")?;
+        let (next, rest) = text.split_once(';').context("the document has no `;`")?;
+        let (writes, queue) = rest.split_once(';').context("the document has one `;`")?;
         let mut places = Vec::new();
         for entry in queue.split(',').filter(|entry| !entry.is_empty()) {
             let (place, client) = entry.split_once('/').context("a place has no `/`")?;
@@ -86,6 +92,7 @@ impl Known {
         }
         self.revision = revision;
         self.next = next.parse().context("the document's next place")?;
+        self.writes = writes.parse().context("the document's writes")?;
         self.queue = places;
         Ok(())
     }
@@ -96,14 +103,14 @@ impl Known {
             .iter()
             .map(|(place, client)| format!("{place}/{client}"))
             .collect();
-        format!("{};{}", self.next, places.join(","))
+        format!("{};{};{}", self.next, self.writes, places.join(","))
     }
 
     /// Moves every pending arrival to the queue's end, oldest first, each with the next place:
-    /// returns their creation revisions and clients.
-    fn take_in(&mut self) -> Vec<(i64, usize)> {
-        let taken: Vec<(i64, usize)> = std::mem::take(&mut self.pending).into_iter().collect();
-        for (_, client) in &taken {
+    /// returns their creation revisions, clients and the writes each had seen.
+    fn take_in(&mut self) -> Vec<(i64, (usize, u64))> {
+        let taken: Vec<_> = std::mem::take(&mut self.pending).into_iter().collect();
+        for (_, (client, _)) in &taken {
             self.queue.push((self.next, *client));
             self.next += 1;
         }
@@ -176,7 +183,7 @@ impl Client {
         let key = format!("{}{}", self.arrivals, self.id);
         let response = self
             .connection
-            .put(key, "", None)
+            .put(key, self.known.writes.to_string(), None)
             .await
             .context("an arrival")?;
         Ok(response.header().context("an arrival's header")?.revision())
@@ -190,6 +197,7 @@ impl Client {
     async fn write(&mut self, alone_on_it: bool, change: impl Fn(&mut Known)) -> Result<bool> {
         let mut next = self.known.clone();
         let taken = next.take_in();
+        next.writes += 1;
         change(&mut next);
         let mut compares = vec![Compare::mod_revision(
             self.document.as_str(),
@@ -197,7 +205,7 @@ impl Client {
             self.known.revision,
         )];
         let mut writes = vec![TxnOp::put(self.document.as_str(), next.encode(), None)];
-        for (created, client) in &taken {
+        for (created, (client, _)) in &taken {
             let key = format!("{}{client}", self.arrivals);
             compares.push(Compare::create_revision(
                 key.as_str(),
@@ -221,6 +229,9 @@ impl Client {
         let response = self.connection.txn(transaction).await.context("a write")?;
         let revision = response.header().context("a write's header")?.revision();
         if response.succeeded() {
+            for (_, (_, seen)) in &taken {
+                self.counts.waited(next.writes.saturating_sub(*seen));
+            }
             next.revision = revision;
             self.known = next;
             return Ok(true);
@@ -248,7 +259,7 @@ impl Client {
         for kv in arrivals.kvs() {
             known
                 .pending
-                .insert(kv.create_revision(), self.client_of(kv)?);
+                .insert(kv.create_revision(), self.arrival_of(kv)?);
         }
         Ok(known)
     }
@@ -269,17 +280,27 @@ impl Client {
                     self.known.parse_document(kv.mod_revision(), kv.value())?;
                 }
             } else if kv.mod_revision() > as_of {
-                let client = self.client_of(kv)?;
                 match event.event_type() {
                     EventType::Put => {
-                        self.known.pending.insert(kv.create_revision(), client);
+                        let arrival = self.arrival_of(kv)?;
+                        self.known.pending.insert(kv.create_revision(), arrival);
                     }
-                    EventType::Delete => self.known.pending.retain(|_, c| *c != client),
+                    EventType::Delete => {
+                        let client = self.client_of(kv)?;
+                        self.known.pending.retain(|_, (c, _)| *c != client);
+                    }
                 }
             }
             self.known.as_of = self.known.as_of.max(kv.mod_revision());
         }
         Ok(())
+    }
+
+    /// The client of the arrival `kv` and the document writes it had seen.
+    fn arrival_of(&self, kv: &KeyValue) -> Result<(usize, u64)> {
+        let seen = kv.value_str().context("an arrival is not UTF-8")?;
+        let seen = seen.parse().context("an arrival's writes seen")?;
+        Ok((self.client_of(kv)?, seen))
     }
 
     /// The client whose arrival `kv` is.
@@ -301,18 +322,22 @@ mod tests {
         let mut doc = Known {
             revision: 7,
             next: 12,
+            writes: 30,
             queue: vec![(10, 3), (11, 0)],
-            pending: [(40, 5), (38, 2)].into_iter().collect(),
+            pending: [(40, (5, 29)), (38, (2, 28))].into_iter().collect(),
             as_of: 41,
         };
-        assert_eq!(doc.take_in(), [(38, 2), (40, 5)]);
+        assert_eq!(doc.take_in(), [(38, (2, 28)), (40, (5, 29))]);
         assert_eq!(doc.queue, [(10, 3), (11, 0), (12, 2), (13, 5)]);
         let mut read = Known::default();
         read.parse_document(9, doc.encode().as_bytes())?;
-        assert_eq!((read.next, read.queue, read.revision), (14, doc.queue, 9));
+        assert_eq!(
+            (read.next, read.writes, read.queue, read.revision),
+            (14, 30, doc.queue, 9)
+        );
         let mut empty = Known::default();
-        empty.parse_document(3, b"4;")?;
-        assert_eq!((empty.next, empty.queue.len()), (4, 0));
+        empty.parse_document(3, b"4;2;")?;
+        assert_eq!((empty.next, empty.writes, empty.queue.len()), (4, 2, 0));
         Ok(())
     }
 }

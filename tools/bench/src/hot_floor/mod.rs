@@ -63,6 +63,13 @@ pub struct Report {
     /// Of those, writes that lost their compare-and-swap, with `clients` on the key.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contended_lost_per_grant: Vec<f64>,
+    /// Where enqueues are arrivals (`etcd-arrivals`), with `clients` on the key: the writes
+    /// of the document an arrival waited for before one took it in, on average, per round.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contended_arrival_wait_mean: Vec<f64>,
+    /// ... and the most any arrival waited, per round.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contended_arrival_wait_max: Vec<f64>,
 }
 
 /// What one round made: grants a second, and where the floor counts them, its requests and lost
@@ -71,6 +78,8 @@ struct Round {
     rate: f64,
     requests_per_grant: Option<f64>,
     lost_per_grant: Option<f64>,
+    /// The document writes an arrival waited for: the mean and the most.
+    arrival_wait: Option<(f64, f64)>,
 }
 
 impl From<f64> for Round {
@@ -79,6 +88,7 @@ impl From<f64> for Round {
             rate,
             requests_per_grant: None,
             lost_per_grant: None,
+            arrival_wait: None,
         }
     }
 }
@@ -168,6 +178,8 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         alone_requests_per_grant: counted(&alone, |round| round.requests_per_grant),
         contended_requests_per_grant: counted(&contended, |round| round.requests_per_grant),
         contended_lost_per_grant: counted(&contended, |round| round.lost_per_grant),
+        contended_arrival_wait_mean: counted(&contended, |round| round.arrival_wait.map(|w| w.0)),
+        contended_arrival_wait_max: counted(&contended, |round| round.arrival_wait.map(|w| w.1)),
         alone: alone_rates,
         contended: contended_rates,
     })
@@ -295,6 +307,15 @@ pub fn print(report: &Report, out: &mut String) {
             report.clients,
             counts(&report.contended_requests_per_grant),
             counts(&report.contended_lost_per_grant)
+        );
+    }
+    if !report.contended_arrival_wait_mean.is_empty() {
+        let _ = writeln!(
+            out,
+            "document writes an arrival waited, {} clients: mean {}; most {}",
+            report.clients,
+            counts(&report.contended_arrival_wait_mean),
+            rates(&report.contended_arrival_wait_max)
         );
     }
 }
