@@ -301,6 +301,10 @@ enum Command {
         /// compare), which the holder's release takes in
         #[arg(long, requires = "etcd", conflicts_with = "one_document")]
         arrivals: bool,
+        /// With --arrivals: clients watch the document alone, and the holder reads the arrivals
+        /// (with the document) before its release, instead of every client watching them
+        #[arg(long, requires = "arrivals")]
+        read_arrivals: bool,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -603,6 +607,7 @@ async fn dispatch(command: Command) -> Result<()> {
             etcd,
             one_document,
             arrivals,
+            read_arrivals,
             clients,
             rounds,
             duration,
@@ -617,6 +622,7 @@ async fn dispatch(command: Command) -> Result<()> {
                 (Some(url), _, _) => hot_floor::On::Postgres(url),
                 (None, Some(url), _) => hot_floor::On::Redis(url),
                 (None, None, Some(url)) if one_document => hot_floor::On::EtcdDocument(url),
+                (None, None, Some(url)) if read_arrivals => hot_floor::On::EtcdArrivalsRead(url),
                 (None, None, Some(url)) if arrivals => hot_floor::On::EtcdArrivals(url),
                 (None, None, Some(url)) => hot_floor::On::Etcd(url),
                 (None, None, None) => hot_floor::On::Sqlite,

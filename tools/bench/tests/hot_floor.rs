@@ -120,6 +120,21 @@ fn rounds_with_arrivals_beside_the_document_count_their_writes_on_etcd() {
     );
 }
 
+/// The same with the arrivals read before each release instead of watched: one client alone
+/// sends three requests a turn (its claim, a read, its release), several at least three.
+#[test]
+fn rounds_with_arrivals_read_before_the_release_count_their_requests_on_etcd() {
+    let url = std::env::var("BATON_TEST_ETCD_URL")
+        .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    let args = ["--etcd", &url, "--arrivals", "--read-arrivals"];
+    assert_rounds_alternate_and_grant(&args, "etcd-arrivals-read");
+    let (report, alone, contended) = counted(&args);
+    assert_eq!(alone, [3.0, 3.0], "{report}");
+    for (requests, lost) in contended {
+        assert!(requests - lost >= 3.0, "{report}");
+    }
+}
+
 /// Two rounds of each kind with four clients, on a floor that counts its requests: the report,
 /// the requests of each turn alone, and the requests and lost writes of each turn with four.
 fn counted(args: &[&str]) -> (Value, Vec<f64>, Vec<(f64, f64)>) {
@@ -141,7 +156,8 @@ fn counted(args: &[&str]) -> (Value, Vec<f64>, Vec<(f64, f64)>) {
     (report, alone, contended)
 }
 
-/// `--one-document` and `--arrivals` are shapes of the etcd floor only, and one at a time.
+/// `--one-document` and `--arrivals` are shapes of the etcd floor only, and one at a time;
+/// `--read-arrivals` is a kind of `--arrivals`.
 #[test]
 fn the_etcd_shapes_need_etcd() {
     for shape in ["--one-document", "--arrivals"] {
@@ -158,4 +174,8 @@ fn the_etcd_shapes_need_etcd() {
     let (code, _, stderr) = hot_floor(&both);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let reads_alone = ["--etcd", "etcd://127.0.0.1:1/x", "--read-arrivals"];
+    let (code, _, stderr) = hot_floor(&reads_alone);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--arrivals"), "{stderr}");
 }

@@ -36,22 +36,32 @@ use super::{cycle_together, Checks, Cycling, Round};
 
 /// `n` clients cycling on `key` for `duration`: grants a second made inside it, and the
 /// requests they sent for each of their turns.
+///
+/// With `reads`, clients watch the document alone and read the arrivals (with the document, one
+/// transaction) where they need them: the holder before its release, and a waiter whose arrival
+/// may be pending on a free key.
 pub(super) async fn one_round(
     url: &str,
     key: &str,
     n: usize,
     duration: std::time::Duration,
+    reads: bool,
 ) -> Result<Round> {
     let base = format!("{PREFIX}{key}/");
+    let document = format!("{base}d");
     let counts = Arc::new(Counts::default());
     let mut clients = Vec::with_capacity(n);
     for id in 0..n {
-        let (connection, watches) = connect_watching(url, &base, true, n).await?;
+        let (connection, watches) = match reads {
+            true => connect_watching(url, &document, false, n).await?,
+            false => connect_watching(url, &base, true, n).await?,
+        };
         clients.push(Client {
             connection,
             watches,
             id,
-            document: format!("{base}d"),
+            reads,
+            document: document.clone(),
             arrivals: format!("{base}a/"),
             known: Known::default(),
             counts: counts.clone(),
@@ -124,6 +134,8 @@ struct Client {
     connection: etcd_client::Client,
     watches: Option<WatchStream>,
     id: usize,
+    /// Whether it reads the arrivals where it needs them instead of watching them.
+    reads: bool,
     document: String,
     arrivals: String,
     known: Known,
@@ -149,6 +161,9 @@ impl Cycling for Client {
                     .await?;
                 }
                 None => arrived = Some(self.arrive().await?),
+                Some(revision) if free && self.reads && self.known.as_of < revision => {
+                    self.known = self.read_key().await?;
+                }
                 Some(revision) if free && self.known.as_of >= revision => {
                     if self.known.pending.is_empty() {
                         bail!(
@@ -162,6 +177,9 @@ impl Cycling for Client {
         };
         let held = Instant::now();
         checks.hold(mine);
+        if self.reads {
+            self.known = self.read_key().await?;
+        }
         while !self
             .write(false, |known| {
                 known.queue.retain(|(_, client)| *client != id);
@@ -241,6 +259,21 @@ impl Client {
         Ok(false)
     }
 
+    /// The key as it stands: its document and arrivals, read in one transaction.
+    async fn read_key(&mut self) -> Result<Known> {
+        self.counts.requests.fetch_add(1, Ordering::Relaxed);
+        let reads = Txn::new().and_then([
+            TxnOp::get(self.document.as_str(), None),
+            TxnOp::get(
+                self.arrivals.as_str(),
+                Some(GetOptions::new().with_prefix()),
+            ),
+        ]);
+        let response = self.connection.txn(reads).await.context("a read")?;
+        let revision = response.header().context("a read's header")?.revision();
+        self.read_back(revision, response.op_responses())
+    }
+
     /// The key as a lost write read it at `revision`: its document, then its arrivals.
     fn read_back(&self, revision: i64, reads: Vec<TxnOpResponse>) -> Result<Known> {
         let mut known = Known {
@@ -291,7 +324,10 @@ impl Client {
                     }
                 }
             }
-            self.known.as_of = self.known.as_of.max(kv.mod_revision());
+            // Watching the document alone, a client knows arrivals only as of its last read.
+            if !self.reads {
+                self.known.as_of = self.known.as_of.max(kv.mod_revision());
+            }
         }
         Ok(())
     }

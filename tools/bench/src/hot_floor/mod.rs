@@ -41,7 +41,8 @@ pub struct Report {
     /// The host's 1-minute load average when the run started.
     pub load_average_1m: Option<f64>,
     /// `sqlite`, `postgres`, `redis`, `etcd`, `etcd-document` (the queue one key written by
-    /// compare-and-swap) or `etcd-arrivals` (that key, and arrivals beside it).
+    /// compare-and-swap), `etcd-arrivals` (that key, and arrivals beside it, watched) or
+    /// `etcd-arrivals-read` (the arrivals read before a release instead).
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
@@ -63,7 +64,7 @@ pub struct Report {
     /// Of those, writes that lost their compare-and-swap, with `clients` on the key.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contended_lost_per_grant: Vec<f64>,
-    /// Where enqueues are arrivals (`etcd-arrivals`), with `clients` on the key: the writes
+    /// Where enqueues are arrivals (`etcd-arrivals*`), with `clients` on the key: the writes
     /// of the document an arrival waited for before one took it in, on average, per round.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contended_arrival_wait_mean: Vec<f64>,
@@ -107,8 +108,11 @@ pub enum On {
     /// (`etcd_document.rs`).
     EtcdDocument(String),
     /// This etcd, the queue one key as baton keeps a key, enqueued into by arrivals beside it
-    /// (`etcd_arrivals.rs`).
+    /// (`etcd_arrivals.rs`), which clients watch.
     EtcdArrivals(String),
+    /// The same, with clients that watch the document alone and read the arrivals where they
+    /// need them.
+    EtcdArrivalsRead(String),
 }
 
 /// Rounds of one client alone and of `clients` on one key, alternating which goes first.
@@ -122,7 +126,9 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         On::Sqlite => sqlite::prepare(&path).map(|()| String::new())?,
         On::Postgres(url) => postgres::prepare(url).await.map(|()| String::new())?,
         On::Redis(url) => redis::prepare(url).await.map(|()| String::new())?,
-        On::Etcd(_) | On::EtcdDocument(_) | On::EtcdArrivals(_) => etcd::run_prefix(),
+        On::Etcd(_) | On::EtcdDocument(_) | On::EtcdArrivals(_) | On::EtcdArrivalsRead(_) => {
+            etcd::run_prefix()
+        }
     };
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -145,7 +151,12 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
                 On::Redis(url) => redis::one_round(url, &key, n, duration).await?.into(),
                 On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?.into(),
                 On::EtcdDocument(url) => etcd_document::one_round(url, &key, n, duration).await?,
-                On::EtcdArrivals(url) => etcd_arrivals::one_round(url, &key, n, duration).await?,
+                On::EtcdArrivals(url) => {
+                    etcd_arrivals::one_round(url, &key, n, duration, false).await?
+                }
+                On::EtcdArrivalsRead(url) => {
+                    etcd_arrivals::one_round(url, &key, n, duration, true).await?
+                }
             };
             if n == 1 {
                 alone.push(round);
@@ -154,7 +165,11 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             }
         }
     }
-    if let On::Etcd(url) | On::EtcdDocument(url) | On::EtcdArrivals(url) = &on {
+    if let On::Etcd(url)
+    | On::EtcdDocument(url)
+    | On::EtcdArrivals(url)
+    | On::EtcdArrivalsRead(url) = &on
+    {
         etcd::remove(url, &run).await?;
     }
     let rates = |rounds: &[Round]| rounds.iter().map(|round| round.rate).collect::<Vec<_>>();
@@ -171,6 +186,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             On::Etcd(_) => "etcd",
             On::EtcdDocument(_) => "etcd-document",
             On::EtcdArrivals(_) => "etcd-arrivals",
+            On::EtcdArrivalsRead(_) => "etcd-arrivals-read",
         },
         clients,
         duration_s: duration.as_secs_f64(),
@@ -277,6 +293,11 @@ pub fn print(report: &Report, out: &mut String) {
         "etcd-arrivals" => {
             "a first-come lock, the queue one key written by compare-and-swap and enqueued into \
              by arrivals beside it, waiters woken by its watch"
+        }
+        "etcd-arrivals-read" => {
+            "a first-come lock, the queue one key written by compare-and-swap and enqueued into \
+             by arrivals beside it, which the holder reads before its release; waiters woken by \
+             the key's watch"
         }
         _ => "a first-come lock, the next in line told by the releaser",
     };
