@@ -236,13 +236,10 @@ impl Client {
             let none = Compare::create_revision(self.arrivals.as_str(), CompareOp::Equal, 0);
             compares.push(none.with_prefix());
         }
-        let transaction = Txn::new().when(compares).and_then(writes).or_else([
-            TxnOp::get(self.document.as_str(), None),
-            TxnOp::get(
-                self.arrivals.as_str(),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        ]);
+        let transaction = Txn::new()
+            .when(compares)
+            .and_then(writes)
+            .or_else(self.key_reads());
         self.counts.requests.fetch_add(1, Ordering::Relaxed);
         let response = self.connection.txn(transaction).await.context("a write")?;
         let revision = response.header().context("a write's header")?.revision();
@@ -259,16 +256,19 @@ impl Client {
         Ok(false)
     }
 
+    /// The reads of the key's document and arrivals, in this order ([`Self::read_back`]).
+    fn key_reads(&self) -> [TxnOp; 2] {
+        let arrivals = GetOptions::new().with_prefix();
+        [
+            TxnOp::get(self.document.as_str(), None),
+            TxnOp::get(self.arrivals.as_str(), Some(arrivals)),
+        ]
+    }
+
     /// The key as it stands: its document and arrivals, read in one transaction.
     async fn read_key(&mut self) -> Result<Known> {
         self.counts.requests.fetch_add(1, Ordering::Relaxed);
-        let reads = Txn::new().and_then([
-            TxnOp::get(self.document.as_str(), None),
-            TxnOp::get(
-                self.arrivals.as_str(),
-                Some(GetOptions::new().with_prefix()),
-            ),
-        ]);
+        let reads = Txn::new().and_then(self.key_reads());
         let response = self.connection.txn(reads).await.context("a read")?;
         let revision = response.header().context("a read's header")?.revision();
         self.read_back(revision, response.op_responses())
