@@ -83,14 +83,20 @@ impl Entry {
     }
 
     /// Whether a CAS naming `expected` may write: the document is as read (absent for
-    /// `None`) and, for a version, so are the arrivals (as many pending as it read: they only
-    /// grow between writes).
+    /// `None`) and, for a version that read no arrival, none is pending. The arrivals a version
+    /// read are the first `seen` still pending: they only grow between writes.
     fn is_at(&self, expected: Option<&Version>) -> bool {
         match (&self.document, expected) {
             (None, None) => true,
             (Some((current, _)), Some(expected)) => {
                 let (doc, seen) = arrivals_seen::split(expected);
-                doc == current.to_string() && seen == self.arrivals.len() as u64
+                let pending = self.arrivals.len() as u64;
+                doc == current.to_string()
+                    && if seen == 0 {
+                        pending == 0
+                    } else {
+                        seen <= pending
+                    }
             }
             _ => false,
         }
@@ -223,9 +229,11 @@ impl Store for MemoryStore {
             .or_insert_with(Entry::new);
         entry.document = Some((new_version, bytes.to_vec()));
         entry.due_ms = due_ms;
-        if expected.is_some() {
-            // Every one pending was read (`is_at`); a first write leaves them pending.
-            entry.arrivals.clear();
+        if let Some(expected) = expected {
+            // The first `seen` were read (`is_at`); later ones, and all on a first write, stay.
+            let (_, seen) = arrivals_seen::split(expected);
+            let seen = usize::try_from(seen).unwrap_or(usize::MAX);
+            entry.arrivals.drain(..seen.min(entry.arrivals.len()));
         }
         let last_seq = entry.history.back().map_or(0, |record| record.seq);
         entry.history.extend(

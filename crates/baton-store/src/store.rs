@@ -33,7 +33,8 @@ impl fmt::Display for Version {
 pub struct Versioned {
     /// The version to pass as `expected` to [`Store::cas`]. Where the store keeps arrivals
     /// ([`Capabilities::arrivals`]), it names the arrivals read too: a CAS naming it writes only
-    /// while the document *and* the key's arrivals are as read, and removes those arrivals.
+    /// while the document is as read, and takes (removes) exactly the arrivals read, leaving
+    /// any appended since pending; one that read none writes only while none are pending.
     pub version: Version,
     /// The document, exactly as the last successful CAS wrote it.
     pub bytes: Vec<u8>,
@@ -132,8 +133,9 @@ pub struct Capabilities {
     pub update_when_contended: bool,
     /// [`Store::append_arrival`] keeps arrivals beside a key's document: appended without a
     /// compare, so an enqueue on a busy key never loses to another writer; read with the
-    /// document ([`Versioned::arrivals`]); and removed by the next CAS, which writes only over
-    /// the arrivals its version names (`baton_core::arrival`).
+    /// document ([`Versioned::arrivals`]); and removed by the next CAS that read them, which
+    /// takes exactly those its version names and leaves later ones pending
+    /// (`baton_core::arrival`).
     pub arrivals: bool,
 }
 
@@ -371,8 +373,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Writes `bytes` as the document of `key` if its current version is `expected` (`None`:
     /// only if the key has no document), and appends `history` to the key's log in the same
     /// transaction. On a stale `expected`, writes nothing and appends nothing. Where the store
-    /// keeps arrivals, `expected` is stale too once an arrival came that it did not read, and a
-    /// write removes those it read ([`Versioned::version`]); a first write leaves them. The key
+    /// keeps arrivals, a version that read none is stale too once one is pending, and a write
+    /// removes the arrivals its version read, no others ([`Versioned::version`]); a first write
+    /// leaves them all. The key
     /// leaves the due index ([`Store::cas_due`] with `None`).
     async fn cas(
         &self,

@@ -235,6 +235,64 @@ async fn the_most_entries_one_cas_can_append() {
     assert_eq!(store.history(&key, 0, 10_000).await.unwrap().len(), 3_782);
 }
 
+/// A CAS takes the arrivals its version read by the names its store's read found: from a
+/// version read by another connection (no such memory), it takes them all, so it writes only
+/// while none is newer than those read; from its own read, only those, even past many history
+/// entries (then all, as from another's).
+#[tokio::test]
+async fn arrivals_read_elsewhere_are_taken_only_when_no_later_one_came() {
+    let (mine, other, fresh) = (store().await, store().await, store().await);
+    let key = format!("{}k", prefix("taken_elsewhere"));
+    written(mine.cas(&key, None, b"d1", &[]).await.unwrap());
+    let read = other.append_arrival(&key, b"a1").await.unwrap().unwrap();
+    fresh.append_arrival(&key, b"a2").await.unwrap();
+    let outcome = mine
+        .cas(&key, Some(&read.version), b"lost", &[])
+        .await
+        .unwrap();
+    let CasOutcome::Conflict {
+        current: Some(current),
+    } = outcome
+    else {
+        panic!("a2 came after the other's read, which this store never saw: {outcome:?}");
+    };
+    assert_eq!(current.arrivals, [b"a1".to_vec(), b"a2".to_vec()]);
+    let both = fresh.load(&key).await.unwrap().unwrap();
+    written(
+        mine.cas(&key, Some(&both.version), b"d2", &[])
+            .await
+            .unwrap(),
+    );
+    let now = fresh.load(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (now.bytes, now.arrivals.len()),
+        (b"d2".to_vec(), 0),
+        "all read: all taken"
+    );
+
+    let read = mine.append_arrival(&key, b"a3").await.unwrap().unwrap();
+    other.append_arrival(&key, b"a4").await.unwrap();
+    let history: Vec<Vec<u8>> = (0..100).map(|i| i.to_string().into_bytes()).collect();
+    let outcome = mine
+        .cas(&key, Some(&read.version), b"lost", &history)
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, CasOutcome::Conflict { .. }),
+        "too much history beside the names: taken as all, and a4 came since: {outcome:?}"
+    );
+    written(
+        mine.cas(&key, Some(&read.version), b"d3", &history[..3])
+            .await
+            .unwrap(),
+    );
+    let now = fresh.load(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (now.bytes, now.arrivals),
+        (b"d3".to_vec(), vec![b"a4".to_vec()])
+    );
+}
+
 /// A version this store never handed out (zero, negative, not a number) conflicts and carries
 /// the current document; it is never taken for "absent".
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! Arrivals beside a key's document ([`crate::Capabilities::arrivals`]): appended without a
-//! compare, read with the document, and taken by the next CAS, which writes only over the
-//! arrivals its version read. A store without the capability refuses an append and changes
-//! nothing.
+//! compare, read with the document, and taken by the next CAS that read them, which takes
+//! exactly those and leaves later ones pending; a CAS that read none writes only while none is
+//! pending. A store without the capability refuses an append and changes nothing.
 
 use std::collections::BTreeMap;
 
@@ -9,9 +9,9 @@ use super::support::{join_all, ok, written};
 use crate::{CasOutcome, Store, Versioned};
 
 /// An append returns the key with every pending arrival; a CAS naming a version that read
-/// fewer arrivals than are pending conflicts (and, where conflicts return the document, returns
-/// them all); one naming the current version writes and removes them; a first write leaves
-/// those appended before it pending.
+/// none while one is pending conflicts (and, where conflicts return the document, returns them
+/// all); one naming the current version writes and removes them; a first write leaves those
+/// appended before it pending.
 pub async fn arrivals_beside_the_document(store: &dyn Store, prefix: &str) {
     let key = format!("{prefix}arrivals/key");
     if !store.capabilities().arrivals {
@@ -58,7 +58,8 @@ pub async fn arrivals_beside_the_document(store: &dyn Store, prefix: &str) {
 }
 
 /// After a write at `taken` that left none pending: two appends, a CAS from a version that
-/// read none or one of them conflicts, one from the last append's version takes both.
+/// read none of them conflicts, one from the first append's version takes its arrival and
+/// leaves the second pending, the next one takes that.
 async fn arrivals_appended_after_a_write(store: &dyn Store, key: &str, taken: crate::Version) {
     let key = key.to_owned();
     let one = ok("append", store.append_arrival(&key, b"a1").await).expect("a document");
@@ -75,33 +76,59 @@ async fn arrivals_appended_after_a_write(store: &dyn Store, key: &str, taken: cr
         &["a1", "a2"],
         "a version that read none of them",
     );
-    let stale = store.cas(&key, Some(&one.version), b"lost", &[]).await;
-    assert_conflict(
-        store,
-        stale,
-        &["a1", "a2"],
-        "a version that read one of two",
-    );
     let loaded = ok("load", store.load(&key).await).expect("written");
     assert_eq!(
         (loaded.bytes, loaded.arrivals),
         (two.bytes, two.arrivals),
         "a load reads what the last append returned"
     );
-    let last = written(
-        store.cas(&key, Some(&two.version), b"d3", &[]).await,
-        "taking both",
+    let first_taken = written(
+        store.cas(&key, Some(&one.version), b"d3", &[]).await,
+        "taking a1, read before a2 came",
     );
-    let after = written(
-        store.cas(&key, Some(&last), b"d4", &[]).await,
-        "a CAS with none",
+    let left = ok("load", store.load(&key).await).expect("written");
+    assert_eq!(
+        (left.bytes.as_slice(), left.arrivals.clone()),
+        (&b"d3"[..], bytes(&["a2"])),
+        "a CAS takes the arrivals it read and leaves a later one pending"
+    );
+    let stale = store.cas(&key, Some(&first_taken), b"lost", &[]).await;
+    assert_conflict(
+        store,
+        stale,
+        &["a2"],
+        "the writer's own version, which read none",
+    );
+    let three = ok("append", store.append_arrival(&key, b"a3").await).expect("a document");
+    let last = written(
+        store.cas(&key, Some(&left.version), b"d4", &[]).await,
+        "taking a2",
     );
     let now = ok("load", store.load(&key).await).expect("written");
-    assert_eq!((now.version, now.arrivals.len()), (after, 0));
+    assert_eq!(
+        (now.bytes.as_slice(), now.arrivals.clone()),
+        (&b"d4"[..], bytes(&["a3"])),
+        "a3, appended after the read that took a2, stays"
+    );
+    assert_eq!(three.arrivals, bytes(&["a2", "a3"]));
+    let stale = store.cas(&key, Some(&last), b"lost", &[]).await;
+    assert_conflict(
+        store,
+        stale,
+        &["a3"],
+        "a version that read none, one pending",
+    );
+    let after = written(
+        store.cas(&key, Some(&now.version), b"d5", &[]).await,
+        "taking a3",
+    );
+    let end = ok("load", store.load(&key).await).expect("written");
+    assert_eq!((end.version, end.arrivals.len()), (after, 0));
 }
 
 /// Tasks appending and tasks writing race on one key: every arrival is taken by exactly one
-/// CAS that wrote (or is pending at the end), and none twice.
+/// CAS that wrote (or is pending at the end), none twice, each appender's in the order it
+/// appended them.
 pub async fn concurrent_arrivals(store: &dyn Store, prefix: &str) {
     const APPENDERS: usize = 4;
     const PER_APPENDER: usize = 20;
@@ -157,9 +184,28 @@ pub async fn concurrent_arrivals(store: &dyn Store, prefix: &str) {
     assert!(twice.is_empty(), "arrivals taken twice: {twice:?}");
 }
 
+/// Each appender's arrivals in `read` come in the order it appended them (`A-N`: N rising).
+fn assert_in_append_order(read: &[Vec<u8>]) {
+    let mut last = BTreeMap::<String, usize>::new();
+    for arrival in read {
+        let text = String::from_utf8_lossy(arrival);
+        let Some((appender, n)) = text.split_once('-') else {
+            panic!("not an arrival of this test: {text}");
+        };
+        let n: usize = n.parse().expect("a count");
+        if let Some(before) = last.insert(appender.to_owned(), n) {
+            assert!(
+                before < n,
+                "arrivals out of order: {text} after {appender}-{before}"
+            );
+        }
+    }
+}
+
 /// One load → CAS; the arrivals it read go to `taken` if it wrote.
 async fn take_once(store: &dyn Store, key: &str, taken: &std::sync::Mutex<Vec<Vec<u8>>>) {
     let current = ok("load", store.load(key).await).expect("written");
+    assert_in_append_order(&current.arrivals);
     let next = current.arrivals.len().to_string();
     let outcome = ok(
         "cas",

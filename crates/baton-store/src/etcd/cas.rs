@@ -7,10 +7,17 @@
 //! A version names the document's `mod_revision` and, after a `.`, the newest `create_revision`
 //! of the arrivals read with it (none: no suffix). Read in one transaction, so at one revision:
 //! every arrival created up to that one was read, and arrivals are never created with an older
-//! revision. A CAS compares both (every arrival key's `create_revision` up to the newest read),
-//! and deletes the arrivals it read, which are then all there are.
+//! revision. A version that read none writes only while none is pending (every arrival key's
+//! `create_revision` below 1). One that read some takes exactly those: etcd deletes by name or
+//! range, not by creation revision, so the store remembers the names its reads found
+//! ([`ArrivalsRead`]) and deletes those up to the version's newest by name, comparing the
+//! document alone, which leaves later arrivals pending. Without such a memory (a version read
+//! by another process, or too many arrivals for one transaction) it compares every arrival's
+//! `create_revision` with the newest read and deletes the range, as a version that read all.
 
+use std::collections::HashMap;
 use std::ops::ControlFlow;
+use std::sync::{Mutex, PoisonError};
 
 use etcd_client::{
     Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp,
@@ -28,11 +35,90 @@ use crate::{CasOutcome, Result, Version, Versioned};
 const TOP_OPS: usize = 5;
 
 /// What a CAS's expected version stands for: the conditions it writes under, the revision its
-/// history seqs are numbered from (0 for a create) and whether it takes arrivals.
+/// history seqs are numbered from (0 for a create) and the arrivals it takes.
 pub(super) struct Expected {
     conditions: Vec<Compare>,
     pub(super) revision: u64,
-    takes_arrivals: bool,
+    takes: Takes,
+}
+
+/// The arrivals a CAS removes.
+enum Takes {
+    /// None: a first write, or a version that read none (and compares that none is pending).
+    None,
+    /// Every arrival of the key, compared to be no newer than those read.
+    All,
+    /// These keys, the arrivals read (the document's compare says no write took them since).
+    These(Vec<Vec<u8>>),
+}
+
+/// The most arrivals a CAS takes by name, in a nested transaction beside at most
+/// `MAX_TXN_OPS - TOP_OPS - MAX_TAKEN_BY_NAME` history entries (etcd allows a nested branch
+/// what the enclosing one leaves); more, or more history, and it takes them all.
+const MAX_TAKEN_BY_NAME: usize = 32;
+
+/// What this store's reads last found of each key's arrivals: a CAS naming a version read at
+/// the same document takes the arrivals up to the version's newest by these names.
+#[derive(Default)]
+pub(super) struct ArrivalsRead {
+    by_key: Mutex<HashMap<String, KeyArrivals>>,
+}
+
+/// One read's arrivals of a key: its document's revision, the revision it read at and each
+/// arrival's `create_revision` and key, oldest first.
+struct KeyArrivals {
+    doc_revision: i64,
+    read_revision: i64,
+    arrivals: Vec<(i64, Vec<u8>)>,
+}
+
+/// Keys whose arrivals are remembered at most: past it the memory starts again (a CAS then
+/// compares every arrival, which is correct, only liable to lose to a later append).
+const REMEMBERED_KEYS: usize = 4_096;
+
+impl ArrivalsRead {
+    /// Remembers what a read of `key` found: the document at `doc_revision` and these arrivals,
+    /// at `read_revision`. A read that found none forgets the key.
+    fn remember(
+        &self,
+        key: &str,
+        doc_revision: i64,
+        read_revision: i64,
+        arrivals: Vec<(i64, Vec<u8>)>,
+    ) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        if arrivals.is_empty() {
+            by_key.remove(key);
+            return;
+        }
+        if by_key.len() >= REMEMBERED_KEYS && !by_key.contains_key(key) {
+            by_key.clear();
+        }
+        let read = KeyArrivals {
+            doc_revision,
+            read_revision,
+            arrivals,
+        };
+        by_key.insert(key.to_owned(), read);
+    }
+
+    /// The keys of `key`'s arrivals a version read at `doc_revision` whose newest was created at
+    /// `newest` read: known when this store read the key at that document since `newest`, for
+    /// at most [`MAX_TAKEN_BY_NAME`] arrivals.
+    fn names(&self, key: &str, doc_revision: i64, newest: i64) -> Option<Vec<Vec<u8>>> {
+        let by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        let read = by_key.get(key)?;
+        if read.doc_revision != doc_revision || read.read_revision < newest {
+            return None;
+        }
+        let names: Vec<Vec<u8>> = read
+            .arrivals
+            .iter()
+            .filter(|(created, _)| *created <= newest)
+            .map(|(_, name)| name.clone())
+            .collect();
+        (!names.is_empty() && names.len() <= MAX_TAKEN_BY_NAME).then_some(names)
+    }
 }
 
 /// The most history entries one CAS can write: `n` nested groups of `MAX_TXN_OPS - TOP_OPS - n`
@@ -53,14 +139,16 @@ fn unique_name() -> String {
 }
 
 impl EtcdStore {
-    /// What a CAS naming `expected` writes under: the document is absent (a first write,
-    /// which leaves any arrivals pending), or at that revision with no arrival newer than those
-    /// read. A version this store never handed out breaks with the conflict to answer, with
-    /// no write.
+    /// What a CAS naming `expected` and appending `n_history` entries writes under: the
+    /// document is absent (a first write, which leaves any arrivals pending), or at that
+    /// revision with the arrivals it read still there to take (none pending, for a version
+    /// that read none). A version this store never handed out breaks with the conflict to
+    /// answer, with no write.
     pub(super) async fn resolve_expected(
         &self,
         key: &str,
         expected: Option<&Version>,
+        n_history: usize,
     ) -> Result<ControlFlow<CasOutcome, Expected>> {
         let layout = &self.inner.layout;
         let doc_key = layout.doc_key(key);
@@ -68,31 +156,53 @@ impl EtcdStore {
             return Ok(ControlFlow::Continue(Expected {
                 conditions: vec![Compare::create_revision(doc_key, CompareOp::Equal, 0)],
                 revision: 0,
-                takes_arrivals: false,
+                takes: Takes::None,
             }));
         };
         let (doc, seen) = arrivals_seen::split(version);
-        let newest_read = i64::try_from(seen)
-            .ok()
-            .and_then(|seen| seen.checked_add(1));
-        Ok(match (doc.parse::<i64>(), newest_read) {
-            // Revision 0 is "no such key" to etcd's compare: never a document's version. Over
-            // a range, a compare holds for every key in it, and for none as for a key that does
-            // not exist (`create_revision` 0).
-            (Ok(revision), Some(above)) if revision > 0 => ControlFlow::Continue(Expected {
-                conditions: vec![
-                    Compare::mod_revision(doc_key, CompareOp::Equal, revision),
-                    Compare::create_revision(layout.arrivals_start(key), CompareOp::Less, above)
-                        .with_range(layout.arrivals_end(key)),
-                ],
-                revision: revision as u64,
-                takes_arrivals: seen > 0,
-            }),
-            // Not a version this store handed out: stale by definition.
-            _ => ControlFlow::Break(CasOutcome::Conflict {
-                current: self.read_key(key, None).await?,
-            }),
-        })
+        let (Ok(revision), Ok(newest)) = (doc.parse::<i64>(), i64::try_from(seen)) else {
+            return self.never_handed_out(key).await;
+        };
+        // Revision 0 is "no such key" to etcd's compare: never a document's version.
+        if revision <= 0 || newest == i64::MAX {
+            return self.never_handed_out(key).await;
+        }
+        let mut conditions = vec![Compare::mod_revision(doc_key, CompareOp::Equal, revision)];
+        let by_name = (newest > 0 && n_history + TOP_OPS + MAX_TAKEN_BY_NAME <= MAX_TXN_OPS)
+            .then(|| self.inner.arrivals_read.names(key, revision, newest))
+            .flatten();
+        let takes = match by_name {
+            Some(names) => Takes::These(names),
+            None => {
+                // Over a range, a compare holds for every key in it, and for none as for a key
+                // that does not exist (`create_revision` 0).
+                conditions.push(
+                    Compare::create_revision(
+                        layout.arrivals_start(key),
+                        CompareOp::Less,
+                        newest + 1,
+                    )
+                    .with_range(layout.arrivals_end(key)),
+                );
+                if newest > 0 {
+                    Takes::All
+                } else {
+                    Takes::None
+                }
+            }
+        };
+        Ok(ControlFlow::Continue(Expected {
+            conditions,
+            revision: revision as u64,
+            takes,
+        }))
+    }
+
+    /// The answer to a CAS naming a version this store never handed out: stale by definition.
+    async fn never_handed_out(&self, key: &str) -> Result<ControlFlow<CasOutcome, Expected>> {
+        Ok(ControlFlow::Break(CasOutcome::Conflict {
+            current: self.read_key(key, None).await?,
+        }))
     }
 
     /// The transaction of a CAS: `writes` if `expected` holds, else the key's reads.
@@ -147,11 +257,13 @@ impl EtcdStore {
                 async move { kv.txn(transaction).await }
             })
             .await?;
-        self.key_of(response)
+        self.key_of(key, response)
     }
 
-    /// The document and arrivals a transaction's last two reads found ([`Self::key_reads`]).
-    fn key_of(&self, response: TxnResponse) -> Result<Option<Versioned>> {
+    /// The document and arrivals a transaction's last two reads found ([`Self::key_reads`]),
+    /// remembered for the CAS that may name them ([`ArrivalsRead`]).
+    fn key_of(&self, key: &str, mut response: TxnResponse) -> Result<Option<Versioned>> {
+        let read_revision = response.take_header().map_or(0, |header| header.revision());
         let mut reads: Vec<_> = response
             .op_responses()
             .into_iter()
@@ -172,6 +284,13 @@ impl EtcdStore {
             &doc.mod_revision().to_string(),
             newest.map_or(0, |revision| revision.max(0) as u64),
         );
+        let names = arrivals
+            .iter()
+            .map(|kv| (kv.create_revision(), kv.key().to_vec()))
+            .collect();
+        self.inner
+            .arrivals_read
+            .remember(key, doc.mod_revision(), read_revision, names);
         Ok(Some(Versioned {
             version,
             bytes: doc.into_key_value().1,
@@ -198,9 +317,16 @@ impl EtcdStore {
             writes.extend(self.trim_reads(key));
         }
         writes.push(TxnOp::put(layout.doc_key(key), bytes.to_vec(), None));
-        if expected.takes_arrivals {
-            let range = DeleteOptions::new().with_range(layout.arrivals_end(key));
-            writes.push(TxnOp::delete(layout.arrivals_start(key), Some(range)));
+        match &expected.takes {
+            Takes::None => {}
+            Takes::All => {
+                let range = DeleteOptions::new().with_range(layout.arrivals_end(key));
+                writes.push(TxnOp::delete(layout.arrivals_start(key), Some(range)));
+            }
+            Takes::These(names) => {
+                let deletes = names.iter().map(|name| TxnOp::delete(name.clone(), None));
+                writes.push(TxnOp::txn(Txn::new().and_then(deletes.collect::<Vec<_>>())));
+            }
         }
         writes.extend(self.history_puts(key, expected.revision, history)?);
         let due_key = layout.due_key(key);
@@ -259,7 +385,7 @@ impl EtcdStore {
             });
         }
         Ok(CasOutcome::Conflict {
-            current: self.key_of(response)?,
+            current: self.key_of(key, response)?,
         })
     }
 

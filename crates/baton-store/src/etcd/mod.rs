@@ -10,9 +10,11 @@
 //! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
 //!   the key, so equality is exactly "nobody wrote since". After a `.`, the newest
 //!   `create_revision` of the arrivals read with the document, in the same transaction.
-//! - **CAS**: one transaction. `If(mod_revision(P/d/K) == expected, no arrival of K created
-//!   after those read)` (a create: `create_revision == 0`, the key does not exist) `Then(put the
-//!   document, put each history entry, delete the arrivals read) Else(get the document and its
+//! - **CAS**: one transaction. `If(mod_revision(P/d/K) == expected)` (a create:
+//!   `create_revision == 0`, the key does not exist; a version that read no arrival: and none
+//!   pending) `Then(put the document, put each history entry, delete the arrivals read, by the
+//!   names this store's read found, or all when it knows none and none is newer than those
+//!   read) Else(get the document and its
 //!   arrivals)`: a conflict carries the current document in the same round trip, like etcd's
 //!   own `concurrency.Mutex`. A load is a transaction of the same two gets, an append of an
 //!   arrival the same with its put first.
@@ -116,6 +118,8 @@ struct Inner {
     description: String,
     /// The watch task, started by the first `watch`.
     watcher: Mutex<Option<watch::Watcher>>,
+    /// The arrivals this store's reads found, for the CASes that take them.
+    arrivals_read: cas::ArrivalsRead,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -188,6 +192,7 @@ impl EtcdStore {
                 url,
                 description,
                 watcher: Mutex::new(None),
+                arrivals_read: cas::ArrivalsRead::default(),
             }),
         })
     }
@@ -290,7 +295,7 @@ impl Store for EtcdStore {
         history: &[Vec<u8>],
         due_ms: Option<u64>,
     ) -> Result<CasOutcome> {
-        let expected = match self.resolve_expected(key, expected).await? {
+        let expected = match self.resolve_expected(key, expected, history.len()).await? {
             ControlFlow::Continue(expected) => expected,
             ControlFlow::Break(conflict) => return Ok(conflict),
         };

@@ -8,8 +8,9 @@
 -- KEYS[5]  the key's arrivals: a list, oldest first (appended by the store, outside any CAS)
 -- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
 -- ARGV[2]  the expected version: the document's (`v`), and `.N` when its reader also read N
---          arrivals (none without it). It matches only while both are as read: arrivals are
---          only appended between writes, so the same count is the same list.
+--          arrivals (none without it). It matches while the document is as read and, when it
+--          read none, none is pending: arrivals are only appended between writes, so the first
+--          N pending are the ones read, which the write takes, leaving later ones pending.
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace; a key's own is ARGV[5] .. ':' .. ARGV[4]
@@ -19,8 +20,8 @@
 -- ARGV[8]  whom the write wakes by tag: '*' for every waiter, else the tickets' ids, one per line
 -- ARGV[9..] history entries to append, oldest first
 --
--- Returns {1, seconds, microseconds, new version} when written (the arrivals read removed; a
--- first write leaves any pending), and on a stale version {0, seconds, microseconds, current
+-- Returns {1, seconds, microseconds, new version} when written (the arrivals read removed,
+-- later ones and, on a first write, all left pending), and on a stale version {0, seconds, microseconds, current
 -- version, current document, arrival, ...}, or {0, seconds, microseconds} when the key has no
 -- document. The time is the server's TIME, so every CAS also reads the clock.
 
@@ -36,6 +37,7 @@ local version = current[1]
 
 local pending = redis.call('LLEN', KEYS[5])
 local matches
+local taken = 0
 if ARGV[1] == '0' then
     matches = not version
 else
@@ -43,7 +45,13 @@ else
     if not expected then
         expected, seen = ARGV[2], '0'
     end
-    matches = version == expected and pending == tonumber(seen)
+    seen = tonumber(seen)
+    if seen == 0 then
+        matches = version == expected and pending == 0
+    else
+        matches = version == expected and seen <= pending
+    end
+    taken = seen
 end
 if not matches then
     if version then
@@ -58,8 +66,8 @@ if not matches then
     end
     return {0, now[1], now[2]}
 end
-if ARGV[1] == '1' and pending > 0 then
-    redis.call('DEL', KEYS[5])
+if taken > 0 then
+    redis.call('LTRIM', KEYS[5], taken, -1)
 end
 
 -- The version is the write count plus the server's time in microseconds: a server that lost its

@@ -18,8 +18,9 @@
 //!   holds from before.
 //! - A load is one pipelined round trip: `HMGET` of the version and document, `LRANGE` of the
 //!   key's arrivals, and `TIME`; an append of an arrival is the same with an `RPUSH` first. A
-//!   version names the document's and how many arrivals were read with it, which the CAS
-//!   script compares too and, when it writes, removes.
+//!   version names the document's and how many arrivals were read with it: the CAS script
+//!   takes (`LTRIM`s) that many from the head of the list, leaving later ones pending, and a
+//!   version that read none writes only while none is pending.
 //! - `list(prefix)` is `ZRANGEBYLEX [prefix (successor` on the key set, where the successor is
 //!   the least byte string above every string that starts with the prefix: byte-wise, and no
 //!   character of a key is a wildcard.
