@@ -69,6 +69,8 @@ pub fn options(
         override_freeze: args.override_freeze.clone(),
         ci_run: crate::ci_run::from_env(),
         pool,
+        // A command's first look at a key is its enqueue: it never saw the key held.
+        by_arrival: false,
     })
 }
 

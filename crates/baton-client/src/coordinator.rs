@@ -346,6 +346,24 @@ impl Coordinator {
             .map(Arc::unwrap_or_clone)
     }
 
+    /// The arrivals of `key` read with the document this coordinator last read (none when
+    /// it last wrote the key, or took a push).
+    pub(crate) fn cached_arrivals(&self, key: &str) -> Arc<[baton_core::arrival::Arrival]> {
+        self.known
+            .cached(key)
+            .map_or_else(|| Arc::new([]) as Arc<[_]>, |cached| cached.arrivals)
+    }
+
+    /// The document of `key` this coordinator last read or wrote, if it did so within
+    /// `within_ms`.
+    pub(crate) fn recent_doc(&self, key: &str, within_ms: u64) -> Option<Doc> {
+        let cached = self.known.cached(key)?;
+        if mono_ms().saturating_sub(cached.seen_ms) > within_ms {
+            return None;
+        }
+        cached.doc.map(Arc::unwrap_or_clone)
+    }
+
     /// The version of `key` this coordinator last read or wrote, if any.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
         self.known.cached(key).and_then(|cached| cached.version)

@@ -29,15 +29,18 @@ pub(crate) struct Cached {
     /// write to take in: none after a write or a push. One that cannot be read is left out,
     /// and the write removes it all the same (its owner enqueues by a write of its own).
     pub(crate) arrivals: Arc<[Arrival]>,
+    /// When it was seen, on this process's monotonic clock ([`mono_ms`]).
+    pub(crate) seen_ms: u64,
 }
 
 impl Cached {
-    /// `doc` at `version`, with no arrivals known.
+    /// `doc` at `version`, with no arrivals known, seen now.
     pub(crate) fn new(version: Option<Version>, doc: Option<Arc<Doc>>) -> Cached {
         Cached {
             version,
             doc,
             arrivals: Arc::new([]),
+            seen_ms: mono_ms(),
         }
     }
 }
@@ -86,6 +89,7 @@ impl Known {
             version: Some(versioned.version),
             doc: Some(Arc::new(doc)),
             arrivals,
+            seen_ms: mono_ms(),
         })
     }
 

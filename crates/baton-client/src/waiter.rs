@@ -3,7 +3,8 @@
 //!
 //! The parts, each readable on its own:
 //! - [`enqueue`]: the first write, retried through a failing store with the same request (so
-//!   the core recognises a retry, or refuses it as uncertain).
+//!   the core recognises a retry, or refuses it as uncertain); or, on a key seen held, an
+//!   arrival beside the document for the next writer to take in ([`arrive`]).
 //! - [`turn_from_write`]: whether a write of this wait's own gave it the turn, and its lease.
 //! - [`Waiter::sleep`]: until the next poll, a push, the end of another ticket's phase, a
 //!   refresh, a retry after a store error, or the timeout.
@@ -19,6 +20,7 @@
 //! ([`baton_core::lease::seen_grant_until_local_ms`]). Every lease is built by the turn's rules
 //! ([`Lease::set_by_write`], [`Lease::seen_unclaimed`]).
 
+mod arrive;
 mod timers;
 
 use std::time::{Duration, Instant};
@@ -92,12 +94,25 @@ async fn wait(
     } else {
         None
     };
-    let enqueued = enqueue(coord, pending, options).await?;
-    if let Some(lease) = turn_from_write(coord, pending, &enqueued.op, &enqueued.executed)? {
-        let watch = watched_before;
-        return Ok(Granted { lease, watch });
+    let (enqueued, arriving) = if arrive::arrives(coord, &pending.key, options) {
+        match arrive::append(coord, pending, enqueue_op(pending, options)).await? {
+            Ok((arrived, arriving)) => (Enqueued::arrived(arrived, &arriving), Some(arriving)),
+            Err(appended) => (
+                enqueue(coord, pending, options, Some(appended)).await?,
+                None,
+            ),
+        }
+    } else {
+        (enqueue(coord, pending, options, None).await?, None)
+    };
+    if arriving.is_none() {
+        if let Some(lease) = turn_from_write(coord, pending, &enqueued.op, &enqueued.executed)? {
+            let watch = watched_before;
+            return Ok(Granted { lease, watch });
+        }
     }
     let mut waiter = Waiter::start(coord, pending, options, enqueued, watched_before).await?;
+    waiter.arriving = arriving;
     waiter.deadline = deadline;
     waiter.heartbeat_claims = heartbeat_claims;
     waiter.started = started;
@@ -140,14 +155,35 @@ struct Enqueued {
     arrival: u64,
 }
 
+impl Enqueued {
+    /// An enqueue by arrival, as the append found the key: no write of the document yet.
+    fn arrived(arrived: arrive::Arrived, arriving: &arrive::Arriving) -> Enqueued {
+        Enqueued {
+            op: Op::Enqueue(arriving.enqueue().clone()),
+            executed: Executed {
+                reply: baton_core::Reply::Nothing,
+                doc: arrived.doc,
+                version: None,
+                ended: Vec::new(),
+                granted: Vec::new(),
+                basis: None,
+            },
+            queued_at_ms: arrived.sent_ms,
+            arrival: 0,
+        }
+    }
+}
+
 /// Enqueues `pending`, retrying transient store errors for `store_retry` with the same request:
 /// one that landed unseen is recognised by its ticket id, and the finishes its first attempt
 /// saw travel with it ([`Coordinator::execute`]), so after many tickets ended it is refused as
-/// uncertain instead of making a second ticket with the same id.
+/// uncertain instead of making a second ticket with the same id. After an arrival that may
+/// stand for it (`arrived`: the finishes it carried, and when it was sent), as its retry.
 async fn enqueue(
     coord: &Coordinator,
     pending: &Pending,
     options: &AcquireOptions,
+    arrived: Option<arrive::Appended>,
 ) -> Result<Enqueued, ClientError> {
     let key = pending.key.as_str();
     // A try (`--timeout 0`) is never granted from the backlog: it takes a place in the window
@@ -158,8 +194,9 @@ async fn enqueue(
         ..enqueue_op(pending, options)
     };
     let mut request = Request::new(ids::new_attempt_id(), Op::Enqueue(op));
+    request.finishes_seen = arrived.map(|arrived| arrived.finishes_seen);
     // Any grant to this ticket was written after its first attempt was sent.
-    let first_sent_ms = coord.local_ms();
+    let first_sent_ms = arrived.map_or_else(|| coord.local_ms(), |arrived| arrived.sent_ms);
     let mut failing_since: Option<Instant> = None;
     loop {
         let sent_ms = coord.local_ms();
@@ -319,6 +356,8 @@ struct Waiter<'a> {
     doc: Doc,
     /// This ticket's place in the key's arrivals ([`Doc::next_arrival`] before its enqueue).
     arrival: u64,
+    /// The turn as an arrival beside the document, until a document shows its ticket.
+    arriving: Option<arrive::Arriving>,
     /// The last reading of the store's clock, and when it was taken (for the next expiry).
     clock_reading: (StoreClock, Instant),
     /// While the store fails with transient errors: since when, and the last error.
@@ -387,6 +426,7 @@ impl<'a> Waiter<'a> {
             last_refresh: Instant::now(),
             doc: enqueued.executed.doc,
             arrival,
+            arriving: None,
             clock_reading: (clock, Instant::now()),
             trouble: None,
             retry_in: None,
@@ -404,6 +444,11 @@ impl<'a> Waiter<'a> {
     }
 
     fn position(&self) -> usize {
+        if let Some(arriving) = &self.arriving {
+            if !arrive::taken_in(&self.doc, &self.pending.id) {
+                return arriving.ahead;
+            }
+        }
         if let BacklogStanding::Waiting { position, .. } = self.in_backlog() {
             return position;
         }
@@ -550,6 +595,13 @@ impl<'a> Waiter<'a> {
             // saw it in the backlog: its waiter lease started at that write, after that look.
             self.last_refresh = previous_look;
         }
+        if self.arriving.is_some() {
+            if !arrive::taken_in(&self.doc, &self.pending.id) {
+                return self.still_arriving(&snapshot).await;
+            }
+            self.arriving = None;
+            self.arrival = self.doc.arrival_of(&self.pending.id).unwrap_or(0);
+        }
         let Some(mine) = self.doc.by_id(&self.pending.id).cloned() else {
             if self.waits_in_backlog() {
                 return self.tend_window(&snapshot).await;
@@ -591,7 +643,13 @@ impl<'a> Waiter<'a> {
     ) -> Result<Option<KeySnapshot>, ClientError> {
         if let Some(pushed) = pushed {
             let (id, arrival) = (&self.pending.id, self.arrival);
-            let older = |doc: &Doc| doc.by_id(id).is_none() && doc.next_arrival <= arrival;
+            // An arrival is taken in by the next write of the key, or by this waiter once the
+            // key is free: a held key's push without the ticket tells nothing yet.
+            let arriving = self.arriving.is_some();
+            let older = |doc: &Doc| {
+                doc.by_id(id).is_none()
+                    && (doc.next_arrival <= arrival || (arriving && doc.holders().next().is_some()))
+            };
             match self.coord.adopt_unless(self.key(), pushed, older).await? {
                 None => return Ok(None),
                 Some(snapshot) => {
@@ -682,6 +740,39 @@ impl<'a> Waiter<'a> {
             self.look_now = true;
         }
         self.doc = executed.doc;
+        Ok(Next::Wait)
+    }
+
+    /// A look that found no ticket for this turn, enqueued by arrival: while the arrival is
+    /// pending, the key's next writer takes it in, and this waiter writes only when nobody may
+    /// (the key is free, or its holder's lease ran out) or its own refresh is due, by a
+    /// refresh, which takes it in first. Gone with no ticket for it (refused when taken in,
+    /// which leaves no trace, or ended already), the turn writes its enqueue, as a retry.
+    async fn still_arriving(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
+        let (coord, key, id) = (self.coord, self.key(), &self.pending.id);
+        if arrive::Arriving::is_pending(coord, key, id) {
+            let held = self.doc.holders().next().is_some();
+            let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
+            let tends = self.tends_now() && self.something_expired(snapshot);
+            if held && !refresh_due && !tends {
+                return Ok(Next::Wait);
+            }
+            return self.refresh().await;
+        }
+        let Some(arriving) = self.arriving.take() else {
+            return Ok(Next::Wait);
+        };
+        let mut request = arriving.write_request(coord);
+        let sent = Instant::now();
+        let executed = coord.execute(key, &mut request).await;
+        let executed = executed.map_err(|e| ended_is_lost(key, e))?;
+        self.write_took = sent.elapsed();
+        if let Some(lease) = turn_from_write(coord, self.pending, &request.op, &executed)? {
+            return Ok(Next::Turn(lease));
+        }
+        self.doc = executed.doc;
+        self.arrival = self.doc.arrival_of(id).unwrap_or(0);
+        self.look_now = !is_queued(&self.doc, id);
         Ok(Next::Wait)
     }
 

@@ -1,6 +1,8 @@
 //! Arrivals written beside a key's document (on the in-memory store, which keeps them as Redis
 //! and etcd do) are taken in by the client's next write of the key, from the document it read
-//! with them or, when it wrote from a copy that named none, from the one its lost CAS returned.
+//! with them or, when it wrote from a copy that named none, from the one its lost CAS returned;
+//! and a turn on a key seen held enqueues by arrival, granted by the release that takes it in,
+//! or writing its enqueue itself when nobody else will.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -131,4 +133,159 @@ async fn a_late_copy_of_an_arrival_whose_ticket_ended_queues_nothing() {
     let doc = coord.read("k").await.unwrap().doc.unwrap();
     assert!(doc.by_id("once").is_none(), "not queued again: {doc:?}");
     assert!(memory.load("k").await.unwrap().unwrap().arrivals.is_empty());
+}
+
+/// Options of a turn that enqueues by arrival on a key seen held.
+fn arriving() -> AcquireOptions {
+    AcquireOptions {
+        by_arrival: true,
+        ..options()
+    }
+}
+
+/// Waits until `key` has `n` arrivals pending in `memory`.
+async fn until_pending(memory: &MemoryStore, key: &str, n: usize) {
+    for _ in 0..2_000 {
+        let pending = memory
+            .load(key)
+            .await
+            .unwrap()
+            .map_or(0, |k| k.arrivals.len());
+        if pending >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    panic!("{n} arrivals never came");
+}
+
+#[tokio::test]
+async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let held = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    waiter.read("k").await.unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
+    };
+    until_pending(&memory, "k", 1).await;
+    assert_eq!(probe.cases(), 0, "the turn wrote nothing into the document");
+    let doc = holder.read("k").await.unwrap().doc.unwrap();
+    assert_eq!(doc.tickets.len(), 1, "only the holder's ticket: {doc:?}");
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let lease = waiting.await.unwrap().unwrap();
+    assert!(lease.fence > held.fence);
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let now = memory.load("k").await.unwrap().unwrap();
+    assert!(now.arrivals.is_empty(), "taken in by the release");
+    release(&waiter, "k", &lease.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_arrival_on_a_key_freed_meanwhile_is_written_by_its_own_turn() {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Coordinator::new(probe.clone());
+    let held = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    waiter.read("k").await.unwrap();
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    // Last seen held: it arrives, finds the key free, and writes its enqueue as the
+    // arrival's retry, which takes the arrival in and finds its own ticket there.
+    let lease = acquire(&waiter, &Pending::new("k"), &arriving())
+        .await
+        .unwrap();
+    assert!(lease.fence > held.fence);
+    let now = memory.load("k").await.unwrap().unwrap();
+    assert!(now.arrivals.is_empty());
+    let doc = waiter.read("k").await.unwrap().doc.unwrap();
+    assert_eq!(doc.tickets.len(), 1, "one ticket for the turn: {doc:?}");
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_holder_gone_with_an_arrival_pending_leaves_the_turn_to_take_itself_in() {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Coordinator::new(probe.clone());
+    let short = AcquireOptions {
+        ttl: Duration::from_secs(1),
+        ..options()
+    };
+    // The holder never releases, as after kill -9: nobody writes the key again.
+    let held = acquire(&holder, &Pending::new("k"), &short).await.unwrap();
+    waiter.read("k").await.unwrap();
+    // No deadline of its own (whose withdrawal would take the arrival in): the turn must
+    // come from the waiter's own look at the expired holder.
+    let forever = AcquireOptions {
+        timeout: None,
+        ..arriving()
+    };
+    let turn = Pending::new("k");
+    let waiting = acquire(&waiter, &turn, &forever);
+    let lease = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the turn came after the holder's lease ran out")
+        .unwrap();
+    assert!(lease.fence > held.fence);
+    let doc = waiter.read("k").await.unwrap().doc.unwrap();
+    assert_eq!(doc.holders().count(), 1);
+    assert!(memory.load("k").await.unwrap().unwrap().arrivals.is_empty());
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_arrival_refused_when_taken_in_is_answered_by_its_own_write() {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let held = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    // Another turn queues behind, so the key stays in use with limit 1.
+    let queued = Pending::new("k");
+    let behind = {
+        let holder_store = Coordinator::new(Probe::new(memory.clone(), true));
+        let queued = queued.clone();
+        tokio::spawn(async move { acquire(&holder_store, &queued, &options()).await })
+    };
+    for _ in 0..2_000 {
+        if holder.read("k").await.unwrap().doc.unwrap().tickets.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    waiter.read("k").await.unwrap();
+    let two = AcquireOptions {
+        limit: 2,
+        ..arriving()
+    };
+    let refused = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &two).await })
+    };
+    until_pending(&memory, "k", 1).await;
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let error = refused.await.unwrap().unwrap_err();
+    assert!(error.to_string().contains("limit"), "{error}");
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let next = behind.await.unwrap().unwrap();
+    assert!(next.fence > held.fence, "the queued turn came next");
 }

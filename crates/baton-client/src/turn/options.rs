@@ -57,6 +57,11 @@ pub struct AcquireOptions {
     /// A turn at a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
     /// `limit` must then be the number of slots, or the enqueue is refused.
     pub pool: Option<baton_core::pool::PoolAsk>,
+    /// Enqueue beside the key's document when the key was last seen held, on a store that
+    /// keeps arrivals ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses
+    /// a write to the holder's release or to another waiter, and the release takes it in
+    /// ([`baton_core::arrival`]). For hot keys on etcd.
+    pub by_arrival: bool,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -92,6 +97,7 @@ impl Default for AcquireOptions {
             override_freeze: None,
             ci_run: None,
             pool: None,
+            by_arrival: false,
         }
     }
 }

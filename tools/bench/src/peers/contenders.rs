@@ -102,6 +102,8 @@ pub struct Baton {
     pub url: String,
     /// The lease of a held turn (also the takeover delay after a crash).
     pub ttl: Duration,
+    /// Turns enqueue by arrival on a key seen held ([`AcquireOptions::by_arrival`]).
+    pub by_arrival: bool,
 }
 
 struct BatonLocker {
@@ -129,6 +131,7 @@ impl Contender for Baton {
                 ttl: self.ttl,
                 timeout: Some(Duration::from_secs(600)),
                 context: "baton-bench peers".into(),
+                by_arrival: self.by_arrival,
                 ..AcquireOptions::default()
             },
             held: HashMap::new(),

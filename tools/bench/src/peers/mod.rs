@@ -139,14 +139,24 @@ pub struct PeersArgs {
     /// The short poll of the S3 list lock (it also runs with the seed's default, 5 s)
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub s3_poll: Duration,
+    /// baton's turns enqueue by arrival (beside the document) on a key seen held, where the
+    /// store keeps arrivals (etcd, Redis)
+    #[arg(long)]
+    pub by_arrival: bool,
 }
 
 /// A contender, as data: what the hidden `peer-hold` process is told to hold with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Spec {
-    /// baton through the library.
-    Baton { url: String, ttl_ms: u64 },
+    /// baton through the library; `by_arrival`: its turns enqueue by arrival on a key seen
+    /// held, where the store keeps arrivals.
+    Baton {
+        url: String,
+        ttl_ms: u64,
+        #[serde(default)]
+        by_arrival: bool,
+    },
     /// flock(2) on files in `dir`.
     Flock { dir: PathBuf },
     /// Redis SET NX PX and compare-and-delete.
@@ -189,9 +199,14 @@ impl Spec {
     pub fn contender(&self) -> Arc<dyn Contender> {
         let d = Duration::from_millis;
         match self.clone() {
-            Spec::Baton { url, ttl_ms } => Arc::new(contenders::Baton {
+            Spec::Baton {
+                url,
+                ttl_ms,
+                by_arrival,
+            } => Arc::new(contenders::Baton {
                 url,
                 ttl: d(ttl_ms),
+                by_arrival,
             }),
             Spec::Flock { dir } => Arc::new(contenders::Flock { dir }),
             Spec::RedisSetNx {
@@ -253,10 +268,11 @@ struct Target {
 }
 
 impl Target {
-    fn baton(&self, ttl: Duration) -> Spec {
+    fn baton(&self, ttl: Duration, by_arrival: bool) -> Spec {
         Spec::Baton {
             url: self.url.clone(),
             ttl_ms: ms(ttl),
+            by_arrival,
         }
     }
 }
@@ -486,7 +502,7 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
         }));
     };
     for target in &targets {
-        let baton_spec = target.baton(args.ttl);
+        let baton_spec = target.baton(args.ttl, args.by_arrival);
         let baton = baton_spec.contender();
         errln!("peers: {} ({})", target.name, target.url);
         prepare(&target.url).await?;

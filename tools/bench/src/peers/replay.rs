@@ -183,6 +183,7 @@ fn recorder(url: &str) -> Baton {
     Baton {
         url: url.to_string(),
         ttl: Duration::from_secs(30),
+        by_arrival: false,
     }
 }
 

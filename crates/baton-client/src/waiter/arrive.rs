@@ -1,0 +1,156 @@
+//! Enqueues by arrival ([`baton_core::arrival`]): on a key last seen held, a waiter appends its
+//! enqueue beside the document instead of writing it in, so that it never loses a write to the
+//! holder's release or to another waiter's enqueue; the next writer of the document (the
+//! holder's release, most often) takes it in, and grants it when its turn has come.
+//!
+//! Until a document shows its ticket the waiter knows the turn only as an arrival
+//! ([`Arriving`]). It then writes only when nobody else will take it in for it: the key is
+//! free with the arrival still pending, or the arrival is gone and no ticket stands for it (it
+//! was refused when taken in, which leaves no trace, or its ticket ended already). The write is
+//! the enqueue itself, marked as a retry of the arrival: the core finds the ticket, or its
+//! mark, or answers why it refuses; it never queues the turn twice.
+
+use baton_core::arrival::Arrival;
+use baton_core::op::Enqueue;
+use baton_core::{Doc, Op, Request};
+
+use crate::coordinator::Coordinator;
+use crate::error::ClientError;
+use crate::turn::{ids, AcquireOptions, Pending};
+
+/// A turn enqueued by arrival whose ticket no document has shown yet.
+pub(super) struct Arriving {
+    /// The enqueue as appended.
+    enqueue: Enqueue,
+    /// The finishes the arrival carries ([`Arrival::finishes_seen`]).
+    finishes_seen: u64,
+    /// Turns ahead when it was appended: the document's queue and the arrivals before it.
+    pub(super) ahead: usize,
+}
+
+/// How recently the key must have been seen for a turn to arrive: the arrival carries the
+/// finishes that copy counted, and one taken in after more turns ended than the document
+/// remembers is refused as a possible late copy ([`Arrival::finishes_seen`]).
+const SEEN_WITHIN_MS: u64 = 250;
+
+/// An append that may have landed, when the enqueue is written after all: the finishes its
+/// arrival carried, and when it was sent (any grant to the turn was written after).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Appended {
+    pub(super) finishes_seen: u64,
+    pub(super) sent_ms: u64,
+}
+
+/// An arrival appended to a key seen held: the key as the append found it, and when it was
+/// sent (any grant to the turn was written after).
+pub(super) struct Arrived {
+    pub(super) doc: Doc,
+    pub(super) sent_ms: u64,
+}
+
+/// Whether the turn of `options` enqueues by arrival: asked to, on a store that keeps
+/// arrivals, a plain turn (not a try, which wants its answer from the write, nor a run-once,
+/// superseding, cancelling or pool turn, whose enqueue decides more than a place), and the key
+/// seen held moments ago (its release then takes the arrival in; on a key seen free the
+/// enqueue's own write likely grants at once).
+pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) -> bool {
+    let tries = options.timeout == Some(std::time::Duration::ZERO);
+    let plain = options.once.is_none()
+        && !options.supersede
+        && !options.cancel_running
+        && options.pool.is_none();
+    options.by_arrival
+        && plain
+        && !tries
+        && coord.store().capabilities().arrivals
+        && coord
+            .recent_doc(key, SEEN_WITHIN_MS)
+            .is_some_and(|doc| doc.holders().next().is_some())
+}
+
+/// Appends the arrival of `enqueue` to `pending`'s key. The key as the append found it, and
+/// the turn as an arrival; or the append, when the enqueue must be written after all as its
+/// retry: the key had no document or nobody held it any more, or the append failed (it may
+/// have landed).
+pub(super) async fn append(
+    coord: &Coordinator,
+    pending: &Pending,
+    enqueue: Enqueue,
+) -> Result<Result<(Arrived, Arriving), Appended>, ClientError> {
+    let key = pending.key.as_str();
+    let finishes_seen = coord
+        .recent_doc(key, SEEN_WITHIN_MS)
+        .map_or(0, |doc| doc.finishes);
+    // Taken in by another's write, never beside the window: a full window refuses it (no
+    // trace), and the turn's own write then waits in the backlog if it may.
+    let enqueue = Enqueue {
+        may_wait_in_backlog: false,
+        ..enqueue
+    };
+    let bytes = Arrival::of(&enqueue, finishes_seen).encode();
+    let sent_ms = coord.local_ms();
+    let appended_only = Appended {
+        finishes_seen,
+        sent_ms,
+    };
+    let appended = match coord.store().append_arrival(key, &bytes).await {
+        Ok(Some(appended)) => appended,
+        Ok(None) => return Ok(Err(appended_only)),
+        Err(error) => {
+            tracing::debug!(key, %error, "the arrival's append failed; writing the enqueue");
+            return Ok(Err(appended_only));
+        }
+    };
+    let version = appended.version.clone();
+    coord.take_read(key, appended)?;
+    let Some(doc) = coord.cached_doc(key) else {
+        return Ok(Err(appended_only));
+    };
+    if doc.holders().next().is_none() {
+        return Ok(Err(appended_only));
+    }
+    let arrivals = coord.cached_arrivals(key);
+    let before = arrivals
+        .iter()
+        .take_while(|arrival| arrival.enqueue.id != pending.id)
+        .count();
+    tracing::info!(key, version = %version.0, "wait: arrived beside the document, {before} arrivals before it");
+    let arriving = Arriving {
+        ahead: doc.queued().len() + before,
+        enqueue,
+        finishes_seen,
+    };
+    Ok(Ok((Arrived { doc, sent_ms }, arriving)))
+}
+
+impl Arriving {
+    /// The enqueue as appended.
+    pub(super) fn enqueue(&self) -> &Enqueue {
+        &self.enqueue
+    }
+
+    /// Whether the key's arrivals as last read hold this turn's.
+    pub(super) fn is_pending(coord: &Coordinator, key: &str, id: &str) -> bool {
+        coord
+            .cached_arrivals(key)
+            .iter()
+            .any(|arrival| arrival.enqueue.id == id)
+    }
+
+    /// The enqueue written in place of the arrival, marked as its retry: it takes in any
+    /// arrival still pending (this one too, found by its id), and answers for the ticket.
+    pub(super) fn write_request(&self, coord: &Coordinator) -> Request {
+        let enqueue = Enqueue {
+            may_wait_in_backlog: coord.may_wait_in_backlog(),
+            ..self.enqueue.clone()
+        };
+        let mut request = Request::new(ids::new_attempt_id(), Op::Enqueue(enqueue));
+        request.finishes_seen = Some(self.finishes_seen);
+        request
+    }
+}
+
+/// Whether `doc` shows that a write took the arrival in: its ticket is there.
+pub(super) fn taken_in(doc: &Doc, id: &str) -> bool {
+    doc.by_id(id).is_some()
+}
