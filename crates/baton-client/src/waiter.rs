@@ -745,9 +745,11 @@ impl<'a> Waiter<'a> {
 
     /// A look that found no ticket for this turn, enqueued by arrival: while the arrival is
     /// pending, the key's next writer takes it in, and this waiter writes only when nobody may
-    /// (the key is free, or its holder's lease ran out) or its own refresh is due, by a
-    /// refresh, which takes it in first. Gone with no ticket for it (refused when taken in,
-    /// which leaves no trace, or ended already), the turn writes its enqueue, as a retry.
+    /// (the key is free, or its holder's lease ran out) or its own refresh is due. Gone with no
+    /// ticket for it (refused when taken in, which leaves no trace, or ended already), it
+    /// writes at once. The write is the enqueue, as the arrival's retry: it takes in what is
+    /// pending (this arrival too), then finds the ticket, or its mark, or answers why it is
+    /// refused.
     async fn still_arriving(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
         let (coord, key, id) = (self.coord, self.key(), &self.pending.id);
         if arrive::Arriving::is_pending(coord, key, id) {
@@ -757,7 +759,6 @@ impl<'a> Waiter<'a> {
             if held && !refresh_due && !tends {
                 return Ok(Next::Wait);
             }
-            return self.refresh().await;
         }
         let Some(arriving) = self.arriving.take() else {
             return Ok(Next::Wait);

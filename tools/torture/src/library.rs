@@ -46,10 +46,24 @@ pub struct Turn {
     pub waiter_ttl: Duration,
     /// The poll bounds.
     pub poll: PollBounds,
+    /// Read the key first, and enqueue by arrival if it was held (`AcquireOptions::by_arrival`),
+    /// as a process that takes turns on a hot key one after another does.
+    pub by_arrival: bool,
 }
 
 /// Takes one turn; see the module's doc for the exit status.
 pub fn run(turn: Turn) -> Result<ExitCode, String> {
+    if turn.by_arrival {
+        // Which turns arrived beside the document, in the run's log (the client says so).
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "baton_client::waiter::arrive=info",
+            ))
+            .without_time()
+            .with_ansi(false)
+            .init();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -66,6 +80,16 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         .map_err(|e| format!("cannot open the store {}: {e}", turn.store))?;
     let coord = Arc::new(coord);
     let heartbeat = Heartbeat::start(coord.clone());
+    if turn.by_arrival {
+        // What the turn decides by: a key seen held is enqueued on by arrival. A failed read
+        // leaves it to enqueue by a write, which meets the same store.
+        if let Err(e) = coord.read(&turn.key).await {
+            eprintln!(
+                "baton-torture lib-client ({}): no first read: {e}",
+                turn.who
+            );
+        }
+    }
     let options = AcquireOptions {
         mode: if turn.shared {
             Mode::Shared
@@ -87,6 +111,7 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         waiter_ttl: turn.waiter_ttl,
         poll: turn.poll,
         context: turn.who.clone(),
+        by_arrival: turn.by_arrival,
         ..AcquireOptions::default()
     };
     let leases = match acquire_many(&coord, &[Pending::new(&turn.key)], &options, &heartbeat).await

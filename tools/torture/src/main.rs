@@ -188,6 +188,10 @@ struct RunArgs {
     /// violations, or it could not catch a broken lock either).
     #[arg(long)]
     unprotected: bool,
+    /// Library clients read the key first and enqueue by arrival (beside the document) when
+    /// they saw it held, on a store that keeps arrivals (etcd, Redis)
+    #[arg(long)]
+    by_arrival: bool,
 }
 
 #[derive(clap::Args)]
@@ -263,6 +267,9 @@ struct LibArgs {
     /// A pool's slots, comma-separated (the limit is their number).
     #[arg(long, value_delimiter = ',')]
     slots: Vec<String>,
+    /// Read the key first, and enqueue by arrival if it was held.
+    #[arg(long)]
+    by_arrival: bool,
 }
 
 fn main() -> ExitCode {
@@ -343,6 +350,7 @@ fn run(args: RunArgs) -> Result<ExitCode, String> {
         key,
         unprotected: args.unprotected,
         work: args.work,
+        by_arrival: args.by_arrival,
     };
     let verdict = harness::run(&config)?;
     if args.json {
@@ -521,5 +529,6 @@ fn lib_client(args: LibArgs) -> Result<ExitCode, String> {
         ttl: args.ttl,
         waiter_ttl: args.waiter_ttl,
         poll,
+        by_arrival: args.by_arrival,
     })
 }

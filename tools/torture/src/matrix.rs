@@ -33,6 +33,8 @@ struct Case {
     work: Work,
     /// Client threads, when not the usual number (a queue longer than a key's window).
     clients: Option<usize>,
+    /// Library clients enqueue by arrival on keys they saw held.
+    by_arrival: bool,
 }
 
 /// Clients of a long-queue run: more than a key's window (16 waiting), its backlog's segment
@@ -70,6 +72,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
             clients: None,
+            by_arrival: false,
         },
         // Turns kept alive by a keeper process, as CI jobs take them: killed and paused with
         // their clients.
@@ -83,6 +86,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
             clients: None,
+            by_arrival: false,
         },
         // Turns through two `baton serve` on one SQLite file, taken with the turns API as the
         // clients of other languages take them: the servers wait, the clients keep only the
@@ -97,6 +101,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: true,
             work: Work::Locks,
             clients: None,
+            by_arrival: false,
         },
         Case {
             store: sqlite("mixed.db"),
@@ -108,6 +113,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
             clients: None,
+            by_arrival: false,
         },
         // A queue longer than the window: turns wait in the backlog's tail and written
         // segments, and are killed, paused and stopped mid-write there.
@@ -121,6 +127,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
             clients: Some(LONG_QUEUE_CLIENTS),
+            by_arrival: false,
         },
     ];
     let servers = [
@@ -141,8 +148,26 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 behind_servers: false,
                 work: Work::Locks,
                 clients: None,
+                by_arrival: false,
             });
         }
+    }
+    // Library clients that enqueue by arrival on a key they saw held, on the store they are
+    // for: appends whose answers are lost, appenders killed with their arrival pending,
+    // holders killed with arrivals behind them, restarts between an append and its intake.
+    if let Ok(url) = std::env::var("BATON_TEST_ETCD_URL") {
+        cases.push(Case {
+            store: url,
+            kind: Kind::Mixed,
+            client: ClientKind::Mixed,
+            faults: server_faults(),
+            restart_cmd: restart_of("etcd"),
+            skew: Some(Duration::from_secs(30)),
+            behind_servers: false,
+            work: Work::Locks,
+            clients: None,
+            by_arrival: true,
+        });
     }
     // The long queue on a server, under every fault a server gets: lost and held-back replies
     // to writes into the backlog, restarts between a segment's write and the document's.
@@ -157,6 +182,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: false,
             work: Work::Locks,
             clients: Some(LONG_QUEUE_CLIENTS),
+            by_arrival: false,
         });
     }
     // Two `baton serve` on one PostgreSQL store, each client going to one first and to the
@@ -172,6 +198,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
             behind_servers: true,
             work: Work::Locks,
             clients: None,
+            by_arrival: false,
         });
     }
     let listed = std::env::var("BATON_TEST_STORES").unwrap_or_default();
@@ -198,6 +225,7 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 behind_servers: false,
                 work: Work::Locks,
                 clients: None,
+                by_arrival: false,
             });
         }
     }
@@ -223,11 +251,14 @@ fn work_cases(scratch: &Path, restart: &Path) -> Vec<Case> {
         behind_servers: false,
         work: Work::All,
         clients: None,
+        by_arrival: false,
     }];
     cases.extend(
         self::cases(scratch, restart)
             .into_iter()
-            .filter(|case| !case.store.starts_with("sqlite:") && case.clients.is_none())
+            .filter(|case| {
+                !case.store.starts_with("sqlite:") && case.clients.is_none() && !case.by_arrival
+            })
             .map(|case| Case {
                 work: Work::All,
                 ..case
@@ -315,6 +346,7 @@ pub fn run(
             key: format!("torture/matrix-{}-{n}", std::process::id()),
             unprotected: false,
             work: case.work,
+            by_arrival: case.by_arrival,
         };
         let verdict = harness::run(&config);
         drop(servers);
@@ -459,6 +491,7 @@ fn store_name(summary: &Value) -> &str {
         // The turns clients' servers stand on SQLite, the others' on PostgreSQL.
         "http" if summary["client"] == "turns" => "2 × baton serve, one SQLite (turns API)",
         "http" => "2 × baton serve, one PostgreSQL",
+        "etcd" if summary["by_arrival"] == true => "etcd (library turns by arrival)",
         scheme => scheme,
     }
 }

@@ -5,10 +5,11 @@
 //!
 //! Until a document shows its ticket the waiter knows the turn only as an arrival
 //! ([`Arriving`]). It then writes only when nobody else will take it in for it: the key is
-//! free with the arrival still pending, or the arrival is gone and no ticket stands for it (it
-//! was refused when taken in, which leaves no trace, or its ticket ended already). The write is
-//! the enqueue itself, marked as a retry of the arrival: the core finds the ticket, or its
-//! mark, or answers why it refuses; it never queues the turn twice.
+//! free (or its holder's lease ran out) with the arrival still pending, or the arrival is gone
+//! and no ticket stands for it (it was refused when taken in, which leaves no trace, or its
+//! ticket ended already). The write is the enqueue itself, marked as a retry of the arrival:
+//! it takes in what is pending, this arrival too, then the core finds the ticket, or its mark,
+//! or answers why it refuses; it never queues the turn twice.
 
 use baton_core::arrival::Arrival;
 use baton_core::op::Enqueue;

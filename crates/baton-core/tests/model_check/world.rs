@@ -90,6 +90,19 @@ pub struct Setup {
     pub held_up: bool,
     /// How many late, lost or held-up writes one run may have (each multiplies the world).
     pub faults: u8,
+    /// A client may enqueue on a key it sees held by an arrival beside the document, which
+    /// the key's next writer takes in (`baton_core::arrival`); with `lost`, the append's
+    /// reply may be lost, and the append itself may land late (after its client's retry).
+    pub arrivals: bool,
+}
+
+/// An arrival beside a key's document: client `c`'s enqueue in `round`, with the finish count
+/// its client read before appending it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct PendingArrival {
+    c: u8,
+    round: u8,
+    finishes_seen: u64,
 }
 
 /// What a client makes of a write's reply.
@@ -126,8 +139,12 @@ enum Phase {
     /// Its enqueue landed but the reply was lost (an ambiguous failure): retried later with
     /// the finish count the first attempt read.
     Retrying { finishes_seen: u64 },
+    /// Its arrival was appended at `sent_at` (any grant to it is written after), carrying
+    /// `finishes_seen`; no document has shown its ticket yet.
+    Arriving { sent_at: u64, finishes_seen: u64 },
     /// Its release computed at `sent_at` is on its way; `stale`: another write has landed
-    /// since, so its CAS will conflict and it is applied again.
+    /// since, so its CAS will conflict and it is applied again (as it does when it read no
+    /// arrival and one is pending when it lands).
     Releasing {
         flight: Rc<Written>,
         stale: bool,
@@ -191,6 +208,14 @@ impl Phase {
                 d.u8(4);
                 d.u64(*finishes_seen);
             }
+            Phase::Arriving {
+                sent_at,
+                finishes_seen,
+            } => {
+                d.u8(9);
+                d.u64(*sent_at);
+                d.u64(*finishes_seen);
+            }
             Phase::Releasing {
                 flight,
                 stale,
@@ -240,6 +265,10 @@ pub struct World {
     faults_left: u8,
     /// Whether other participants have already ended [`FINISHED_REMEMBERED`] tickets.
     churned: bool,
+    /// Per key, the arrivals pending beside its document, oldest first.
+    arrivals: Vec<Vec<PendingArrival>>,
+    /// Appends on their way (their clients saw them fail), each to land on its key later.
+    flying: Vec<(u8, PendingArrival)>,
     /// A check broken in the middle of a step (a fence not above the last one).
     violation: Option<String>,
 }
@@ -261,6 +290,11 @@ enum Action {
     Churn,
     Enqueue(Delivery),
     Retry(Delivery),
+    Append(Delivery),
+    AppendHeldUp,
+    AppendLands,
+    SeesItsArrivalTakenIn,
+    WritesForItsArrival(Delivery),
     Read(Delivery),
     Refresh(Delivery),
     GiveUp,
@@ -321,6 +355,15 @@ impl fmt::Display for Step {
             Action::Churn => write!(f, "{FINISHED_REMEMBERED} other tickets come and go")?,
             Action::Enqueue(d) => write!(f, "enqueues on {key}{d}")?,
             Action::Retry(d) => write!(f, "retries its enqueue on {key}{d}")?,
+            Action::Append(d) => write!(f, "appends its arrival to {key}{d}")?,
+            Action::AppendHeldUp => {
+                write!(f, "appends its arrival to {key}, held up, its reply lost")?
+            }
+            Action::AppendLands => write!(f, "a held-up arrival lands")?,
+            Action::SeesItsArrivalTakenIn => write!(f, "sees its arrival on {key} taken in")?,
+            Action::WritesForItsArrival(d) => {
+                write!(f, "writes its enqueue on {key} as its arrival's retry{d}")?
+            }
             Action::Read(d) => write!(f, "reads {key}{d}")?,
             Action::Refresh(d) => write!(f, "refreshes on {key}{d}")?,
             Action::GiveUp => write!(f, "gives up on {key}")?,
@@ -444,6 +487,8 @@ impl World {
             ledger: [0; LEDGER],
             faults_left: setup.faults,
             churned: false,
+            arrivals: vec![Vec::new(); setup.keys],
+            flying: Vec::new(),
             violation: None,
         }
     }
@@ -481,6 +526,22 @@ impl World {
         }
         for entry in &self.ledger {
             d.u8(*entry);
+        }
+        let arrival = |d: &mut Digest, a: &PendingArrival| {
+            d.u8(a.c);
+            d.u8(a.round);
+            d.u64(a.finishes_seen);
+        };
+        for pending in &self.arrivals {
+            d.u64(pending.len() as u64);
+            for a in pending {
+                arrival(&mut d, a);
+            }
+        }
+        d.u64(self.flying.len() as u64);
+        for (k, a) in &self.flying {
+            d.u8(*k);
+            arrival(&mut d, a);
         }
         d.finish()
     }

@@ -236,6 +236,9 @@ impl ClientPlan {
         } else if library {
             command.extend([own, "lib-client".into(), "--store".into(), store]);
             command.append(&mut timing);
+            if config.by_arrival {
+                command.push("--by-arrival".into());
+            }
             if shared {
                 command.push("--shared".into());
             }

@@ -245,6 +245,9 @@ pub struct Config {
     pub key: String,
     pub unprotected: bool,
     pub work: Work,
+    /// Library clients read the key first and enqueue by arrival when they saw it held
+    /// (`AcquireOptions::by_arrival`).
+    pub by_arrival: bool,
 }
 
 impl Config {
@@ -659,6 +662,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "clients": config.clients,
         "work": config.work.name(),
         "client": format!("{:?}", config.client).to_lowercase(),
+        "by_arrival": config.by_arrival,
         "seed": config.seed,
         "faults": config.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "skew_s": config.skew.map(|s| s.as_secs()),

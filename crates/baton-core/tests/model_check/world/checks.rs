@@ -81,7 +81,7 @@ impl World {
     ) -> Result<Vec<(String, Rc<Doc>)>, String> {
         let tick = Request::new("", Op::Tick);
         let judge = |clock: &Clock<'_>| {
-            memo::apply_once(Some(doc), &tick, clock)
+            memo::apply_once(Some(doc), &tick, clock, &[])
                 .map(|written| written.doc.clone())
                 .map_err(|refusal| format!("a tick was refused: {refusal}"))
         };

@@ -11,7 +11,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use baton_core::{apply, Applied, Clock, Doc, Refusal, Request};
+use baton_core::arrival::Arrival;
+use baton_core::{apply_with, Applied, Clock, Doc, Inputs, Refusal, Request};
 
 /// What an apply computed: the document it writes (shared) and the rest of its `Applied`
 /// (whose own `doc` is left empty).
@@ -19,11 +20,14 @@ use baton_core::{apply, Applied, Clock, Doc, Refusal, Request};
 pub struct Written {
     pub doc: Rc<Doc>,
     pub applied: Applied,
+    /// How many arrivals it took in: the first that many pending when it lands.
+    pub took: usize,
 }
 
 /// The input's document (by address), the request (its attempt names the operation, but for a
-/// retry's `finishes_seen`), the clock's reading and wall time.
-type Key = (usize, String, Option<u64>, u64, u64);
+/// retry's `finishes_seen`), the clock's reading and wall time, and the arrivals taken in
+/// (each ticket's id and the finishes its arrival carries).
+type Key = (usize, String, Option<u64>, u64, u64, Vec<(String, u64)>);
 
 /// The input's document, kept alive, and the result.
 type Entry = (Option<Rc<Doc>>, Result<Rc<Written>, Refusal>);
@@ -40,14 +44,25 @@ pub fn forget() {
     MEMO.with(|memo| *memo.borrow_mut() = HashMap::new());
 }
 
-/// `apply(doc, request, clock)`, from the memo on a store clock. An observer's judgement is
-/// not in the key: by observation it is always computed.
+/// `apply(doc, request, clock)` with `arrivals` taken in first, from the memo on a store
+/// clock. An observer's judgement is not in the key: by observation it is always computed.
 pub fn apply_once(
     doc: Option<&Rc<Doc>>,
     request: &Request,
     clock: &Clock<'_>,
+    arrivals: &[Arrival],
 ) -> Result<Rc<Written>, Refusal> {
-    let compute = || written_of(apply(doc.map(|doc| &**doc), request, clock));
+    let inputs = Inputs {
+        arrivals,
+        ..Inputs::default()
+    };
+    let took = arrivals.len();
+    let compute = || {
+        written_of(
+            apply_with(doc.map(|doc| &**doc), request, clock, inputs),
+            took,
+        )
+    };
     let Clock::Store {
         now_ms, wall_ms, ..
     } = *clock
@@ -60,6 +75,10 @@ pub fn apply_once(
         request.finishes_seen,
         now_ms,
         wall_ms,
+        arrivals
+            .iter()
+            .map(|a| (a.enqueue.id.clone(), a.finishes_seen))
+            .collect(),
     );
     if let Some((_, outcome)) = MEMO.with(|memo| memo.borrow().get(&key).cloned()) {
         return outcome;
@@ -75,9 +94,9 @@ pub fn apply_once(
     outcome
 }
 
-fn written_of(outcome: Result<Applied, Refusal>) -> Result<Rc<Written>, Refusal> {
+fn written_of(outcome: Result<Applied, Refusal>, took: usize) -> Result<Rc<Written>, Refusal> {
     outcome.map(|mut applied| {
         let doc = Rc::new(std::mem::take(&mut applied.doc));
-        Rc::new(Written { doc, applied })
+        Rc::new(Written { doc, applied, took })
     })
 }

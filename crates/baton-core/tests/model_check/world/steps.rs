@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use baton_core::arrival::Arrival;
 use baton_core::lease::{self, Basis};
 use baton_core::limits::FINISHED_REMEMBERED;
 use baton_core::{
@@ -30,6 +31,12 @@ impl World {
             let mut w = self.clone();
             w.churn(setup, k);
             next.push((self.step(None, Action::Churn, 0), w));
+        }
+        for i in 0..self.flying.len() {
+            let mut w = self.clone();
+            let (k, arrival) = w.flying.remove(i);
+            w.arrivals[usize::from(k)].push(arrival);
+            next.push((self.step(None, Action::AppendLands, 0), w));
         }
         for c in 0..self.clients.len() {
             for &k in &setup.clients[c].plan {
@@ -70,6 +77,49 @@ impl World {
                         w.write(setup, c, k, request, lag, delivery, None);
                         push(Action::Enqueue(delivery), lag, w);
                     }
+                }
+                if self.may_arrive(setup, k) {
+                    for &delivery in self.deliveries(setup, true) {
+                        if delivery == Delivery::Late {
+                            continue;
+                        }
+                        let mut w = self.clone();
+                        w.append(c, k, delivery, false);
+                        push(Action::Append(delivery), 0, w);
+                    }
+                    if setup.lost && self.faults_left > 0 {
+                        let mut w = self.clone();
+                        w.append(c, k, Delivery::Lost, true);
+                        push(Action::AppendHeldUp, 0, w);
+                    }
+                }
+            }
+            Phase::Arriving {
+                sent_at,
+                finishes_seen,
+            } => {
+                let id = self.id(c, k);
+                if self.docs[k]
+                    .as_ref()
+                    .is_some_and(|doc| doc.by_id(&id).is_some())
+                {
+                    let mut w = self.clone();
+                    w.clients[c].keys[k] = Phase::Waiting {
+                        queued_at: *sent_at,
+                    };
+                    push(Action::SeesItsArrivalTakenIn, 0, w);
+                    return;
+                }
+                // Whenever its client may write (the key free, its holder's lease run out, its
+                // own refresh due, or its arrival gone): the enqueue, as the arrival's retry.
+                for &lag in lags {
+                    for &delivery in self.deliveries(setup, true) {
+                        let w = self.retried(setup, c, k, lag, delivery, *finishes_seen);
+                        push(Action::WritesForItsArrival(delivery), lag, w);
+                    }
+                    let mut w = self.clone();
+                    w.give_up(setup, c, k, lag);
+                    push(Action::GiveUp, lag, w);
                 }
             }
             Phase::Waiting { queued_at } => {
@@ -159,9 +209,7 @@ impl World {
             Phase::Retrying { finishes_seen } => {
                 for &lag in lags {
                     for &delivery in self.deliveries(setup, true) {
-                        let mut w = self.clone();
-                        let request = rules::retry(w.enqueue_request(setup, c, k), *finishes_seen);
-                        w.write(setup, c, k, request, lag, delivery, Some(*finishes_seen));
+                        let w = self.retried(setup, c, k, lag, delivery, *finishes_seen);
                         push(Action::Retry(delivery), lag, w);
                     }
                 }
@@ -207,6 +255,79 @@ impl World {
         plan.iter()
             .take_while(|&&earlier| earlier != k)
             .all(|&earlier| self.clients[c].keys[earlier].holding_until().is_some())
+    }
+
+    /// The world after client `c` writes its enqueue on `k` again, carrying `finishes_seen`
+    /// (rule 3), its reply reaching it as `delivery` says.
+    fn retried(
+        &self,
+        setup: &Setup,
+        c: usize,
+        k: usize,
+        lag: u64,
+        delivery: Delivery,
+        finishes_seen: u64,
+    ) -> World {
+        let mut w = self.clone();
+        let request = rules::retry(w.enqueue_request(setup, c, k), finishes_seen);
+        w.write(setup, c, k, request, lag, delivery, Some(finishes_seen));
+        w
+    }
+
+    /// Whether a client may enqueue on `k` by arrival: the world allows it and the key is held.
+    fn may_arrive(&self, setup: &Setup, k: usize) -> bool {
+        setup.arrivals
+            && self.docs[k]
+                .as_ref()
+                .is_some_and(|doc| doc.holders().next().is_some())
+    }
+
+    /// Client `c` appends its arrival to `k` (`held_up`: it lands later); `delivery`: its
+    /// reply comes now, or is lost (the client then writes its enqueue as the arrival's
+    /// retry).
+    fn append(&mut self, c: usize, k: usize, delivery: Delivery, held_up: bool) {
+        let finishes_seen = self.docs[k].as_ref().map_or(0, |doc| doc.finishes);
+        let arrival = PendingArrival {
+            c: c as u8,
+            round: self.clients[c].round,
+            finishes_seen,
+        };
+        if held_up {
+            self.flying.push((k as u8, arrival));
+        } else {
+            self.arrivals[k].push(arrival);
+        }
+        self.clients[c].keys[k] = match delivery {
+            Delivery::Lost => {
+                self.faults_left -= 1;
+                Phase::Retrying { finishes_seen }
+            }
+            Delivery::Now | Delivery::Late => Phase::Arriving {
+                sent_at: self.now,
+                finishes_seen,
+            },
+        };
+    }
+
+    /// The arrivals pending on `k`, as the core takes them in.
+    fn arrivals_of(&self, setup: &Setup, k: usize) -> Vec<Arrival> {
+        self.arrivals[k]
+            .iter()
+            .map(|a| {
+                let c = usize::from(a.c);
+                let mode = if setup.clients[c].shared {
+                    Mode::Shared
+                } else {
+                    Mode::Normal
+                };
+                let id = ticket_id(c, k, a.round);
+                let op = enqueue_op(id, token(c, k, a.round), mode, setup.limit);
+                let Op::Enqueue(enqueue) = op else {
+                    unreachable!("enqueue_op makes an enqueue")
+                };
+                Arrival::of(&enqueue, a.finishes_seen)
+            })
+            .collect()
     }
 
     /// Whether client `c` holds (or has released) every key of its plan: its command ran.
@@ -265,8 +386,10 @@ impl World {
         lag: u64,
     ) -> Result<Rc<Written>, Refusal> {
         let doc = self.docs[k].clone();
+        let arrivals = self.arrivals_of(setup, k);
         if setup.clock != ClockKind::Observed {
-            return memo::apply_once(doc.as_ref(), request, &self.store_clock(setup, lag));
+            let clock = self.store_clock(setup, lag);
+            return memo::apply_once(doc.as_ref(), request, &clock, &arrivals);
         }
         let observer = &mut self.observers[c][k];
         if let Some(doc) = &doc {
@@ -277,7 +400,7 @@ impl World {
             mono_ms: self.now,
             wall_ms: self.now,
         };
-        memo::apply_once(doc.as_ref(), request, &clock)
+        memo::apply_once(doc.as_ref(), request, &clock, &arrivals)
     }
 
     /// Writes what was computed on `k` (the caller knows its CAS succeeds): records finishes
@@ -285,6 +408,17 @@ impl World {
     /// Returns the document as written.
     fn land(&mut self, k: usize, written: &Written) -> Rc<Doc> {
         let applied = &written.applied;
+        // The arrivals it read are the first pending (later ones stay), each now a ticket, or
+        // one that ended in the write itself, or refused (no trace).
+        let took = written.took.min(self.arrivals[k].len());
+        for arrival in self.arrivals[k].drain(..took) {
+            let id = ticket_id(usize::from(arrival.c), k, arrival.round);
+            let queued = written.doc.by_id(&id).is_some()
+                || applied.finished.iter().any(|finished| finished.id == id);
+            if let (true, Some(entry)) = (queued, ledger_index(&id)) {
+                self.ledger[entry] |= ENQUEUED;
+            }
+        }
         for (id, fence) in &applied.granted {
             if *fence <= self.max_fence[k] && self.violation.is_none() {
                 self.violation = Some(format!(
@@ -551,6 +685,8 @@ impl World {
         let Phase::Releasing { flight, stale, .. } = self.clients[c].keys[k].clone() else {
             return;
         };
+        // A release that read no arrival conflicts once one is pending (the store's CAS).
+        let stale = stale || (flight.took == 0 && !self.arrivals[k].is_empty());
         if stale {
             // The CAS conflicts: the coordinator reads and applies it again.
             let request = self.release_request(c, k);
@@ -644,7 +780,9 @@ impl World {
                     },
                     ClockKind::Exact | ClockKind::Coarse => self.store_clock(setup, 0),
                 };
-                match memo::apply_once(self.docs[k].clone().as_ref(), &request, &clock) {
+                let arrivals = self.arrivals_of(setup, k);
+                let doc = self.docs[k].clone();
+                match memo::apply_once(doc.as_ref(), &request, &clock, &arrivals) {
                     Ok(written) => {
                         self.land(k, &written);
                     }
