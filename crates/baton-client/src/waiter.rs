@@ -760,13 +760,14 @@ impl<'a> Waiter<'a> {
                 return Ok(Next::Wait);
             }
         }
-        let Some(arriving) = self.arriving.take() else {
+        let Some(mut request) = self.arriving.as_ref().map(|a| a.write_request(coord)) else {
             return Ok(Next::Wait);
         };
-        let mut request = arriving.write_request(coord);
         let sent = Instant::now();
         let executed = coord.execute(key, &mut request).await;
+        // Still an arrival after a store error: the next look writes again, as its retry.
         let executed = executed.map_err(|e| ended_is_lost(key, e))?;
+        self.arriving = None;
         self.write_took = sent.elapsed();
         if let Some(lease) = turn_from_write(coord, self.pending, &request.op, &executed)? {
             return Ok(Next::Turn(lease));

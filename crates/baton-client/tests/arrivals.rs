@@ -289,3 +289,36 @@ async fn an_arrival_refused_when_taken_in_is_answered_by_its_own_write() {
     let next = behind.await.unwrap().unwrap();
     assert!(next.fence > held.fence, "the queued turn came next");
 }
+
+#[tokio::test]
+async fn a_turn_by_arrival_rides_out_a_store_that_fails_its_own_write() {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let short = AcquireOptions {
+        ttl: Duration::from_secs(1),
+        ..options()
+    };
+    acquire(&holder, &Pending::new("k"), &short).await.unwrap();
+    waiter.read("k").await.unwrap();
+    // Its appends land; its writes fail until the holder's lease has run out and past.
+    probe.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    let waiting = {
+        let waiter = waiter.clone();
+        let forever = AcquireOptions {
+            timeout: None,
+            ..arriving()
+        };
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &forever).await })
+    };
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    probe.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    let lease = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the turn came once the store took writes again")
+        .unwrap()
+        .expect("a store error while arriving is ridden out, not a lost turn");
+    assert!(lease.fence > 0);
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
