@@ -143,6 +143,15 @@ fn arriving() -> AcquireOptions {
     }
 }
 
+/// One store, a holder's coordinator and a waiter's, whose store is probed.
+fn holder_and_waiter() -> (Arc<MemoryStore>, Coordinator, Arc<Probe>, Arc<Coordinator>) {
+    let memory = Arc::new(MemoryStore::new());
+    let holder = Coordinator::new(Probe::new(memory.clone(), true));
+    let probe = Probe::new(memory.clone(), true);
+    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    (memory, holder, probe, waiter)
+}
+
 /// Waits until `key` has `n` arrivals pending in `memory`.
 async fn until_pending(memory: &MemoryStore, key: &str, n: usize) {
     for _ in 0..2_000 {
@@ -161,10 +170,7 @@ async fn until_pending(memory: &MemoryStore, key: &str, n: usize) {
 
 #[tokio::test]
 async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
-    let memory = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Probe::new(memory.clone(), true));
-    let probe = Probe::new(memory.clone(), true);
-    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let (memory, holder, probe, waiter) = holder_and_waiter();
     let held = acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
@@ -192,10 +198,7 @@ async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
 
 #[tokio::test]
 async fn an_arrival_on_a_key_freed_meanwhile_is_written_by_its_own_turn() {
-    let memory = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Probe::new(memory.clone(), true));
-    let probe = Probe::new(memory.clone(), true);
-    let waiter = Coordinator::new(probe.clone());
+    let (memory, holder, probe, waiter) = holder_and_waiter();
     let held = acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
@@ -218,10 +221,7 @@ async fn an_arrival_on_a_key_freed_meanwhile_is_written_by_its_own_turn() {
 
 #[tokio::test]
 async fn a_holder_gone_with_an_arrival_pending_leaves_the_turn_to_take_itself_in() {
-    let memory = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Probe::new(memory.clone(), true));
-    let probe = Probe::new(memory.clone(), true);
-    let waiter = Coordinator::new(probe.clone());
+    let (memory, holder, probe, waiter) = holder_and_waiter();
     let short = AcquireOptions {
         ttl: Duration::from_secs(1),
         ..options()
@@ -250,10 +250,7 @@ async fn a_holder_gone_with_an_arrival_pending_leaves_the_turn_to_take_itself_in
 
 #[tokio::test]
 async fn an_arrival_refused_when_taken_in_is_answered_by_its_own_write() {
-    let memory = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Probe::new(memory.clone(), true));
-    let probe = Probe::new(memory.clone(), true);
-    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let (memory, holder, probe, waiter) = holder_and_waiter();
     let held = acquire(&holder, &Pending::new("k"), &options())
         .await
         .unwrap();
@@ -292,10 +289,7 @@ async fn an_arrival_refused_when_taken_in_is_answered_by_its_own_write() {
 
 #[tokio::test]
 async fn a_turn_by_arrival_rides_out_a_store_that_fails_its_own_write() {
-    let memory = Arc::new(MemoryStore::new());
-    let holder = Coordinator::new(Probe::new(memory.clone(), true));
-    let probe = Probe::new(memory.clone(), true);
-    let waiter = Arc::new(Coordinator::new(probe.clone()));
+    let (_, holder, probe, waiter) = holder_and_waiter();
     let short = AcquireOptions {
         ttl: Duration::from_secs(1),
         ..options()
