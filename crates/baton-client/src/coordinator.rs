@@ -354,6 +354,15 @@ impl Coordinator {
             .map_or_else(|| Arc::new([]) as Arc<[_]>, |cached| cached.arrivals)
     }
 
+    /// The finishes of the document of `key` this coordinator last read, if the arrivals read
+    /// with it hold ticket `id`'s: that document was written before the arrival was taken in,
+    /// so any ticket of the turn ended after it ([`baton_core::Request::finishes_seen`]).
+    pub(crate) fn finishes_with_arrival(&self, key: &str, id: &str) -> Option<u64> {
+        let cached = self.known.cached(key)?;
+        let pending = cached.arrivals.iter().any(|a| a.enqueue.id == id);
+        pending.then(|| cached.doc.map_or(0, |doc| doc.finishes))
+    }
+
     /// The document of `key` this coordinator last read or wrote, if it did so within
     /// `within_ms`.
     pub(crate) fn recent_doc(&self, key: &str, within_ms: u64) -> Option<Doc> {

@@ -195,6 +195,7 @@ async fn enqueue(
     };
     let mut request = Request::new(ids::new_attempt_id(), Op::Enqueue(op));
     request.finishes_seen = arrived.map(|arrived| arrived.finishes_seen);
+    request.may_arrive_late = arrived.is_some_and(|arrived| arrived.unanswered);
     // Any grant to this ticket was written after its first attempt was sent.
     let first_sent_ms = arrived.map_or_else(|| coord.local_ms(), |arrived| arrived.sent_ms);
     let mut failing_since: Option<Instant> = None;
@@ -752,7 +753,11 @@ impl<'a> Waiter<'a> {
     /// refused.
     async fn still_arriving(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
         let (coord, key, id) = (self.coord, self.key(), &self.pending.id);
-        if arrive::Arriving::is_pending(coord, key, id) {
+        let pending = self
+            .arriving
+            .as_mut()
+            .is_some_and(|arriving| arriving.still_pending(coord, key));
+        if pending {
             let held = self.doc.holders().next().is_some();
             let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
             let tends = self.tends_now() && self.something_expired(snapshot);

@@ -27,14 +27,14 @@ fn options() -> AcquireOptions {
 }
 
 /// The arrival of ticket `id`, as another process would append it.
-fn arrival(id: &str, finishes_seen: u64) -> Vec<u8> {
+fn arrival(id: &str, unsettled_seen: u64) -> Vec<u8> {
     let enqueue: Enqueue = serde_json::from_value(serde_json::json!({
         "id": id, "token": format!("token-of-{id}"), "mode": "normal", "limit": 1,
         "context": "arrived", "supersede": false, "keep": false, "ttl_ms": 30_000,
         "waiter_ttl_ms": 60_000, "claim_ms": 5_000, "max_live": 1_000,
     }))
     .unwrap();
-    Arrival::of(&enqueue, finishes_seen).encode()
+    Arrival::of(&enqueue, unsettled_seen).encode()
 }
 
 /// Takes `key` through `coord`, then has the turns `ids` arrive behind it, in that order.
@@ -315,4 +315,41 @@ async fn a_turn_by_arrival_rides_out_a_store_that_fails_its_own_write() {
         .expect("a store error while arriving is ridden out, not a lost turn");
     assert!(lease.fence > 0);
     assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_turn_arriving_from_a_copy_many_finishes_old_is_still_queued() {
+    let (memory, holder, _, waiter) = holder_and_waiter();
+    let two = AcquireOptions {
+        limit: 2,
+        ..options()
+    };
+    let held = acquire(&holder, &Pending::new("k"), &two).await.unwrap();
+    waiter.read("k").await.unwrap();
+    // More turns end on the other slot than a document remembers, while the waiter's copy
+    // (still showing the key held) stays the one it arrives from.
+    let other = Coordinator::new(Probe::new(memory.clone(), true));
+    for _ in 0..2 * baton_core::limits::FINISHED_REMEMBERED {
+        let lease = acquire(&other, &Pending::new("k"), &two).await.unwrap();
+        release(&other, "k", &lease.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    let waiting = {
+        let waiter = waiter.clone();
+        let arriving_two = AcquireOptions {
+            limit: 2,
+            ..arriving()
+        };
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving_two).await })
+    };
+    until_pending(&memory, "k", 1).await;
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let lease = waiting
+        .await
+        .unwrap()
+        .expect("an arrival is one copy: the finishes since its owner's read do not matter");
+    assert!(lease.fence > held.fence);
 }

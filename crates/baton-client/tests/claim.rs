@@ -204,6 +204,7 @@ async fn a_claim_that_is_refused_is_a_lost_lease() {
     // ...and meanwhile an operator cancels the grant: the next try is refused.
     let mut cancel = Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "operator".into(),
         op: Op::Cancel {
             reason: None,

@@ -321,6 +321,7 @@ async fn the_heartbeat_keeps_a_lease_and_signals_its_loss() {
     let mut lost = heartbeat.lost();
     let mut request = baton_core::Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "op".into(),
         op: baton_core::Op::Cancel {
             reason: None,

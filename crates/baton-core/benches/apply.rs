@@ -25,6 +25,7 @@ fn token(n: u64) -> String {
 fn enqueue(n: u64) -> Request {
     Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
             may_wait_in_backlog: false,
@@ -53,6 +54,7 @@ fn enqueue(n: u64) -> Request {
 fn release(n: u64) -> Request {
     Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: format!("release-{n}"),
         op: Op::Release {
             token: token(n),

@@ -118,6 +118,8 @@ pub fn apply_with(
         clock,
         attempt: &request.attempt,
         finishes_seen: request.finishes_seen,
+        may_arrive_late: request.may_arrive_late,
+        unsettled_seen: None,
         finished: Vec::new(),
         granted: Vec::new(),
         segment_out: None,
@@ -157,6 +159,11 @@ struct Work<'a> {
     attempt: &'a str,
     /// [`Request::finishes_seen`].
     finishes_seen: Option<u64>,
+    /// [`Request::may_arrive_late`] (not while taking arrivals in).
+    may_arrive_late: bool,
+    /// While an arrival is taken in, the [`crate::arrival::Arrival::unsettled_seen`] it
+    /// carries.
+    unsettled_seen: Option<u64>,
     /// [`Applied::finished`], so far.
     finished: Vec<Finished>,
     /// [`Applied::granted`], so far.

@@ -11,20 +11,28 @@
 //! that moment: queued, the queue granted, nobody looking (its owner learns of it from the
 //! document, as a waiter learns of a grant). One that would be refused (the key's limit
 //! changed, its queue is full) leaves no trace; its owner, finding neither its arrival nor its
-//! ticket, enqueues by a write of its own, which answers the refusal. A copy of an arrival
-//! that was taken in already (its append's answer was lost, and its owner appended again)
-//! finds its ticket, or its ticket's mark once it ended, and changes nothing; past the marks a
-//! document keeps ([`Arrival::finishes_seen`]), it is refused as uncertain rather than queued
-//! a second time.
+//! ticket, enqueues by a write of its own, which answers the refusal.
+//!
+//! A client appends an arrival once. The one way a turn can reach the document twice is an
+//! append left unanswered (lost, or held up in the network): its owner then writes the
+//! enqueue itself, and the append may still land after that write queued the turn, after the
+//! ticket ended, after its mark was forgotten. So the write that queues such a turn says so
+//! ([`crate::Request::may_arrive_late`]) and the document remembers it ([`Unsettled`]); the
+//! late copy finds it there and queues nothing. How many turns ended meanwhile does not
+//! matter, which is why an arrival is not judged by the finishes its owner had seen: on a busy
+//! key more than a document remembers end between a client's last read and its append's
+//! landing, and every such arrival would be refused. Past the unsettled turns a document keeps
+//! ([`Arrival::unsettled_seen`]), one whose ticket is not found is refused as uncertain.
 
 use serde::{Deserialize, Serialize};
 
-use crate::doc::token_hash;
+use crate::doc::{token_hash, TAG_HEX};
+use crate::limits::UNSETTLED_REMEMBERED;
 use crate::op::Enqueue;
 
 /// The format of an encoded [`Arrival`]. A newer one is not taken in: its owner enqueues by a
 /// write of its own when it finds it gone.
-pub const ARRIVAL_FORMAT: u32 = 1;
+pub const ARRIVAL_FORMAT: u32 = 2;
 
 /// An enqueue written beside a key's document, for its next writer to take in.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,17 +45,17 @@ pub struct Arrival {
     pub enqueue: Enqueue,
     /// The hash of the ticket's token ([`token_hash`]).
     pub token_hash: String,
-    /// The document's [`crate::Doc::finishes`] as the client read it last before appending:
-    /// taken in after more tickets ended than the document remembers, an arrival whose ticket
-    /// is not found may be a late copy of one that was queued, ended and forgotten, and is
-    /// refused ([`crate::Request::finishes_seen`]).
-    pub finishes_seen: u64,
+    /// [`Unsettled::recorded`] of the document as the client read it last before appending:
+    /// taken in after more unsettled turns were recorded than the document remembers, an
+    /// arrival whose ticket is not found may be a late copy of one its owner queued itself
+    /// and that ended since, and is refused.
+    pub unsettled_seen: u64,
 }
 
 impl Arrival {
-    /// The arrival of `enqueue`, by a client whose last read of the document counted
-    /// `finishes_seen` finishes.
-    pub fn of(enqueue: &Enqueue, finishes_seen: u64) -> Arrival {
+    /// The arrival of `enqueue`, by a client whose last read of the document had recorded
+    /// `unsettled_seen` unsettled turns.
+    pub fn of(enqueue: &Enqueue, unsettled_seen: u64) -> Arrival {
         Arrival {
             format: ARRIVAL_FORMAT,
             enqueue: Enqueue {
@@ -55,7 +63,7 @@ impl Arrival {
                 ..enqueue.clone()
             },
             token_hash: token_hash(&enqueue.token),
-            finishes_seen,
+            unsettled_seen,
         }
     }
 
@@ -85,6 +93,72 @@ impl Arrival {
             }
         }
     }
+}
+
+/// Turns queued by their owners' own writes while their arrivals' appends were unanswered
+/// ([`crate::Request::may_arrive_late`]): each append may still land, and its copy must queue
+/// nothing. The latest [`UNSETTLED_REMEMBERED`] are kept until their copy comes; the count of
+/// all ever recorded tells a copy taken in later whether its turn may have been forgotten.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Unsettled {
+    /// How many turns were ever recorded. Never lowered: a document written by an older baton
+    /// loses it, and an arrival that saw more then is refused, never wrongly queued.
+    pub recorded: u64,
+    /// The latest not yet settled by their copy's landing, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<UnsettledTurn>,
+}
+
+/// A turn whose arrival may still land: its ticket's id and the first [`TAG_HEX`] digits of
+/// its token's hash (as a finished ticket's mark keeps them).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnsettledTurn {
+    /// The ticket's id.
+    pub id: String,
+    /// The first digits of its token's hash.
+    pub token_tag: String,
+}
+
+impl UnsettledTurn {
+    fn of(id: &str, token_hash: &str) -> UnsettledTurn {
+        UnsettledTurn {
+            id: id.to_owned(),
+            token_tag: token_hash.get(..TAG_HEX).unwrap_or(token_hash).to_owned(),
+        }
+    }
+}
+
+impl Unsettled {
+    /// Remembers the turn `id` with token hash `token_hash`, forgetting the oldest past
+    /// [`UNSETTLED_REMEMBERED`].
+    pub fn record(&mut self, id: &str, token_hash: &str) {
+        self.recorded = self.recorded.saturating_add(1);
+        self.recent.push(UnsettledTurn::of(id, token_hash));
+        if self.recent.len() > UNSETTLED_REMEMBERED {
+            self.recent.remove(0);
+        }
+    }
+
+    /// Whether the arrival of `id` with token hash `token_hash` is the late copy of a turn
+    /// remembered, which it then settles (forgets: there is one copy).
+    pub fn settle(&mut self, id: &str, token_hash: &str) -> bool {
+        let turn = UnsettledTurn::of(id, token_hash);
+        let Some(at) = self.recent.iter().position(|t| *t == turn) else {
+            return false;
+        };
+        self.recent.remove(at);
+        true
+    }
+}
+
+/// Whether every turn recorded in `unsettled` since a client saw `seen` recorded is still
+/// remembered: then an arrival of that client's whose turn is not remembered was never queued
+/// by its owner's own write.
+pub fn remembers_since(unsettled: Option<&Unsettled>, seen: u64) -> bool {
+    let recorded = unsettled.map_or(0, |u| u.recorded);
+    recorded >= seen && recorded - seen <= UNSETTLED_REMEMBERED as u64
 }
 
 fn newer(format: u64) -> String {

@@ -21,9 +21,14 @@ use crate::once::{OnceRecord, OnceSpec};
 /// is still written in format 2, so an older baton keeps working on every key that has none.
 /// An older baton refuses a paused key rather than grant it through the freeze it cannot see.
 /// Format 4 has waiting turns in the backlog ([`crate::backlog::Backlog::waiters`]), written
-/// only for a key whose queue outgrew the window. Format 2 stores finished-ticket marks as
-/// short strings ([`FinishedMark`]); a format 1 document is still read.
-pub const FORMAT: u32 = 4;
+/// only for a key whose queue outgrew the window. Format 5 remembers turns whose arrival may
+/// still land late ([`Doc::unsettled`]), written only while it remembers one: an older baton
+/// would drop them and queue such a turn twice. Format 2 stores finished-ticket marks as short
+/// strings ([`FinishedMark`]); a format 1 document is still read.
+pub const FORMAT: u32 = 5;
+
+/// The format of a document with waiting turns in the backlog, and no unsettled turns.
+pub const FORMAT_BACKLOG_TURNS: u32 = 4;
 
 /// The format of a document with jobs, run-once records, outboxes or freezes, but no waiting
 /// turns in the backlog.
@@ -38,6 +43,7 @@ fn release_reading(format: u64) -> &'static str {
         0..=2 => "0.1",
         3 => "0.2",
         4 => "0.3",
+        5 => "0.4",
         _ => "a newer one",
     }
 }
@@ -497,6 +503,10 @@ pub struct Doc {
     /// marks remembered, and a ticket not found may have been forgotten.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub finishes: u64,
+    /// Turns whose owners queued them by a write of their own while their arrival's append was
+    /// unanswered ([`crate::arrival::Unsettled`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsettled: Option<crate::arrival::Unsettled>,
     /// The key's recent past, for the wait estimate and status.
     #[serde(default)]
     pub summary: Summary,
@@ -527,6 +537,7 @@ impl Default for Doc {
             tickets: Vec::new(),
             finished: Vec::new(),
             finishes: 0,
+            unsettled: None,
             summary: Summary::default(),
             backlog: None,
             once: None,
@@ -673,11 +684,13 @@ pub struct TooLarge {
 /// Writes a document, refusing one over [`DOC_MAX_BYTES`].
 ///
 /// A document is written in the oldest format that holds what it has ([`FORMAT_LOCKS`],
-/// [`FORMAT_JOBS`], [`FORMAT`]), so an older baton keeps working on every key it can.
+/// [`FORMAT_JOBS`], [`FORMAT_BACKLOG_TURNS`], [`FORMAT`]), so an older baton keeps working on every key it can.
 pub fn encode(doc: &Doc) -> Result<Vec<u8>, TooLarge> {
     debug_assert_eq!(invariants::check(doc), Ok(()));
-    let format = if doc.backlog.as_ref().is_some_and(|b| b.waiters) {
+    let format = if doc.unsettled.as_ref().is_some_and(|u| !u.recent.is_empty()) {
         FORMAT
+    } else if doc.backlog.as_ref().is_some_and(|b| b.waiters) {
+        FORMAT_BACKLOG_TURNS
     } else if doc.backlog.is_some()
         || doc.once.is_some()
         || doc.outbox.is_some()
@@ -749,13 +762,14 @@ mod tests {
         assert_eq!(decode(&bytes), Ok(doc));
     }
 
+    fn format_of(doc: &Doc) -> Option<u64> {
+        let bytes = encode(doc).expect("encode");
+        let value: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        value["format"].as_u64()
+    }
+
     #[test]
     fn a_paused_document_is_written_in_the_format_older_batons_refuse() {
-        let format_of = |doc: &Doc| {
-            let bytes = encode(doc).expect("encode");
-            let value: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
-            value["format"].as_u64()
-        };
         let mut doc = Doc::default();
         assert_eq!(format_of(&doc), Some(u64::from(FORMAT_LOCKS)));
         doc.paused = Some(crate::freeze::Paused {
@@ -771,12 +785,32 @@ mod tests {
     }
 
     #[test]
+    fn unsettled_turns_are_written_in_format_5_only_while_remembered() {
+        let mut doc = Doc::default();
+        let mut unsettled = crate::arrival::Unsettled::default();
+        unsettled.record("t-1", &token_hash("secret"));
+        doc.unsettled = Some(unsettled.clone());
+        assert_eq!(format_of(&doc), Some(u64::from(FORMAT)));
+        let back = decode(&encode(&doc).expect("encode")).expect("decode");
+        assert_eq!(back.unsettled, doc.unsettled);
+        assert!(unsettled.settle("t-1", &token_hash("secret")));
+        doc.unsettled = Some(unsettled);
+        assert_eq!(
+            format_of(&doc),
+            Some(u64::from(FORMAT_LOCKS)),
+            "the count alone"
+        );
+        let back = decode(&encode(&doc).expect("encode")).expect("decode");
+        assert_eq!(back.unsettled.map(|u| u.recorded), Some(1));
+    }
+
+    #[test]
     fn newer_and_corrupt_documents_are_refused() {
         let check = |bytes: &[u8], expect: &str| {
             let err = decode(bytes).expect_err("must be refused").to_string();
             assert!(err.contains(expect), "{err} does not mention {expect}");
         };
-        check(b"{\"format\": 5, \"anything\": true}", "newer");
+        check(b"{\"format\": 6, \"anything\": true}", "newer");
         check(b"", "not JSON");
         check(b"\xff\xfe", "not JSON");
         check(b"[]", "no format");

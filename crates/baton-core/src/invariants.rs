@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use crate::backlog::{Backlog, SEGMENT_JOBS};
 use crate::doc::{Doc, Mode, TicketState};
 use crate::job::queued_token_hash;
-use crate::limits::{LIMIT_MAX, LIVE_TICKETS_MAX};
+use crate::limits::{LIMIT_MAX, LIVE_TICKETS_MAX, UNSETTLED_REMEMBERED};
 
 /// Invariants every stored document satisfies.
 pub fn check(doc: &Doc) -> Result<(), String> {
@@ -23,6 +23,15 @@ pub fn check(doc: &Doc) -> Result<(), String> {
             doc.finished.len(),
             doc.finishes
         ));
+    }
+    if let Some(unsettled) = &doc.unsettled {
+        let remembered = unsettled.recent.len();
+        if remembered > UNSETTLED_REMEMBERED || (unsettled.recorded as u128) < remembered as u128 {
+            return Err(format!(
+                "{remembered} unsettled turns remembered of {} recorded",
+                unsettled.recorded
+            ));
+        }
     }
     if doc.tickets.len() > LIVE_TICKETS_MAX as usize {
         return Err(format!("{} live tickets", doc.tickets.len()));

@@ -40,6 +40,10 @@ pub const CLAIM_MIN_MS: u64 = 100;
 /// in between than are remembered, an operation whose ticket is not found is refused with
 /// [`crate::Refusal::Uncertain`] instead of being repeated.
 pub const FINISHED_REMEMBERED: usize = 8;
+/// How many tickets a key remembers that their owners queued by a write of their own while their
+/// arrival's append was unanswered ([`crate::arrival::Unsettled`]): a late copy of one
+/// remembered queues nothing; of one forgotten, it is refused as uncertain.
+pub const UNSETTLED_REMEMBERED: usize = 8;
 /// How many recent hold times the summary keeps for the wait estimate.
 pub const HOLD_SAMPLES: usize = 16;
 

@@ -25,6 +25,11 @@ pub struct Request {
     /// than repeated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finishes_seen: Option<u64>,
+    /// Set on the enqueue a client writes itself after its arrival's append went unanswered:
+    /// the append may still land, late, so a turn this queues is remembered
+    /// ([`crate::arrival::Unsettled`]) and that copy queues nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub may_arrive_late: bool,
 }
 
 impl Request {
@@ -35,6 +40,7 @@ impl Request {
             attempt: attempt.into(),
             op,
             finishes_seen: None,
+            may_arrive_late: false,
         }
     }
 }

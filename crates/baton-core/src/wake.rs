@@ -92,6 +92,7 @@ fn same_key_settings(before: &Doc, after: &Doc) -> bool {
         tickets: _,
         finished: _,
         finishes: _,
+        unsettled: _,
         summary: _,
     } = after;
     *format == before.format

@@ -219,6 +219,7 @@ fn tokens_guard_renew_and_release_and_retries_are_recognised() {
     assert_eq!(err, Refusal::UnknownToken);
     let release = Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "release-1".into(),
         op: Op::Release {
             token: token(1),
@@ -267,6 +268,7 @@ fn a_retried_enqueue_makes_no_ghost() {
     let mut w = World::new();
     let request = Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "e1".into(),
         op: Op::Enqueue(enqueue(1)),
     };
@@ -325,6 +327,7 @@ fn a_changed_store_epoch_ends_every_ticket() {
         Some(&doc),
         &Request {
             finishes_seen: None,
+            may_arrive_late: false,
             attempt: "x".into(),
             op: Op::Tick,
         },
@@ -455,6 +458,7 @@ fn observation_expires_only_after_a_heartbeat_is_seen_unchanged_for_the_lease() 
     }
     let req = |op| Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: format!("{op:?}"),
         op,
     };
@@ -511,6 +515,7 @@ fn a_retry_is_recognised_or_refused_as_uncertain_never_repeated() {
     // (as `baton release` would) and then more tickets end than the document remembers.
     let lost = Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "lost-enqueue".into(),
         op: Op::Enqueue(enqueue(100)),
     };
@@ -523,6 +528,7 @@ fn a_retry_is_recognised_or_refused_as_uncertain_never_repeated() {
     .expect("released");
     let retry = Request {
         finishes_seen: seen,
+        may_arrive_late: false,
         ..lost
     };
     // Within the window the retry finds the ticket's mark and answers as before.
@@ -652,6 +658,7 @@ fn a_coarse_store_clock_never_ends_a_lease_early() {
         };
         let request = Request {
             finishes_seen: None,
+            may_arrive_late: false,
             attempt: "tick".into(),
             op: Op::Tick,
         };
@@ -688,6 +695,7 @@ fn tickets_written_on_observation_start_their_phase_on_a_new_store_clock() {
     };
     let request = |n: u32| Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: format!("e{n}"),
         op: Op::Enqueue(enqueue(n)),
     };

@@ -2,17 +2,20 @@
 //! document and taken in by its next writer.
 //!
 //! **Taken in as if written one by one.** From a document built by random steps (enqueues,
-//! releases, refreshes, cancels, time passing), a batch of arrivals (new tickets, copies of
-//! live or ended ones, another token under a live id, a wrong limit, a full queue, supersede,
-//! order values, counts of finishes seen from current to stale) and the writer's own
-//! operation: [`apply_with`] with the arrivals must equal applying each arrival's enqueue as a
-//! request of its own (carrying its finishes seen, its refusal leaving the document as it was),
-//! its grant, if any, unclaimed (its owner was not looking), then the operation. Same
+//! some of them written by their owners after an unanswered append, releases, refreshes,
+//! cancels, time passing), a batch of arrivals (new tickets, copies of live or ended ones,
+//! late copies of turns their owners wrote, another token under a live id, a wrong limit, a
+//! full queue, supersede, order values, counts of unsettled turns seen from current to stale)
+//! and the writer's own operation: [`apply_with`] with the arrivals must equal applying each
+//! arrival's enqueue as a request of its own (its refusal leaving the document as it was;
+//! refused too if it would queue a ticket while the document no longer remembers every turn
+//! recorded unsettled since its owner's read; a late copy of a turn remembered only settling
+//! it), its grant, if any, unclaimed (its owner was not looking), then the operation. Same
 //! document, same tickets ended, same grants, same reply or refusal.
 //!
-//! **No ghost.** The tickets the batch made are then ended by an operator, time passes, more
-//! tickets may end, and the same batch is taken in again (as late copies of the appends would
-//! be): none of those tickets is live again.
+//! **No ghost.** The batch's turns are written instead by their owners, each after its append
+//! went unanswered; those queued are ended by an operator, time passes, more tickets may end,
+//! and the appends land late: none of those turns is live again.
 
 mod common;
 
@@ -38,7 +41,12 @@ fn clock(now_ms: u64) -> Clock<'static> {
 /// A step that builds the document the arrivals meet.
 #[derive(Clone, Debug)]
 enum Step {
-    Enqueue { n: u32, shared: bool },
+    /// `late`: written by its owner after its arrival's append went unanswered.
+    Enqueue {
+        n: u32,
+        shared: bool,
+        late: bool,
+    },
     Release(u32),
     Refresh(u32),
     Cancel(u32),
@@ -47,7 +55,8 @@ enum Step {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        3 => (0..CLIENTS, any::<bool>()).prop_map(|(n, shared)| Step::Enqueue { n, shared }),
+        3 => (0..CLIENTS, any::<bool>(), prop::bool::weighted(0.3))
+            .prop_map(|(n, shared, late)| Step::Enqueue { n, shared, late }),
         2 => (0..CLIENTS).prop_map(Step::Release),
         1 => (0..CLIENTS).prop_map(Step::Refresh),
         1 => (0..CLIENTS).prop_map(Step::Cancel),
@@ -55,8 +64,8 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-/// One arrival of the batch, and the count of finishes its client saw, as steps back from the
-/// document's.
+/// One arrival of the batch, and the count of unsettled turns its client saw, as steps back
+/// from the document's (`None`: more than it has, from before an older baton rewrote it).
 #[derive(Clone, Debug)]
 struct Ask {
     n: u32,
@@ -67,7 +76,7 @@ struct Ask {
     keep: bool,
     order: Option<u8>,
     small_queue: bool,
-    seen_back: u64,
+    seen_back: Option<u64>,
 }
 
 fn ask() -> impl Strategy<Value = Ask> {
@@ -82,7 +91,12 @@ fn ask() -> impl Strategy<Value = Ask> {
             prop::option::weighted(0.2, 0..3u8),
             prop::bool::weighted(0.15),
         ),
-        prop_oneof![4 => Just(0u64), 2 => 1..4u64, 1 => 8..14u64],
+        prop_oneof![
+            4 => Just(Some(0u64)),
+            2 => (1..4u64).prop_map(Some),
+            1 => (8..14u64).prop_map(Some),
+            1 => Just(None),
+        ],
     )
         .prop_map(
             |(
@@ -138,12 +152,16 @@ fn request(attempt: String, op: Op) -> Request {
 fn build(steps: &[Step], limit: u32) -> (Option<Doc>, u64) {
     let (mut doc, mut now_ms) = (None::<Doc>, 1_000u64);
     for (i, step) in steps.iter().enumerate() {
+        let mut late_write = false;
         let op = match step {
             Step::Pass(ms) => {
                 now_ms += ms;
                 continue;
             }
-            Step::Enqueue { n, shared } => Op::Enqueue(ticket_enqueue(*n, *shared, limit)),
+            Step::Enqueue { n, shared, late } => {
+                late_write = *late;
+                Op::Enqueue(ticket_enqueue(*n, *shared, limit))
+            }
             Step::Release(n) => Op::Release {
                 token: token(*n),
                 outcome: Outcome::Succeeded,
@@ -156,15 +174,18 @@ fn build(steps: &[Step], limit: u32) -> (Option<Doc>, u64) {
                 reason: None,
             },
         };
-        if let Ok(applied) = apply(doc.as_ref(), &request(format!("s{i}"), op), &clock(now_ms)) {
+        let mut written = request(format!("s{i}"), op);
+        written.may_arrive_late = late_write;
+        if let Ok(applied) = apply(doc.as_ref(), &written, &clock(now_ms)) {
             doc = Some(applied.doc);
         }
     }
     (doc, now_ms)
 }
 
-/// The enqueue an ask carries, with its token, and the finishes its client saw.
-fn asked(ask: &Ask, limit: u32, finishes: u64) -> (Enqueue, u64) {
+/// The enqueue an ask carries, with its token, and the unsettled turns its client saw of the
+/// `recorded`.
+fn asked(ask: &Ask, limit: u32, recorded: u64) -> (Enqueue, u64) {
     let mut e = ticket_enqueue(
         ask.n,
         ask.shared,
@@ -179,7 +200,16 @@ fn asked(ask: &Ask, limit: u32, finishes: u64) -> (Enqueue, u64) {
     if ask.small_queue {
         e.max_live = 3;
     }
-    (e, finishes.saturating_sub(ask.seen_back))
+    let seen = ask
+        .seen_back
+        .map_or(recorded + 1, |back| recorded.saturating_sub(back));
+    (e, seen)
+}
+
+/// The unsettled turns `doc` ever recorded.
+fn recorded(doc: Option<&Doc>) -> u64 {
+    doc.and_then(|d| d.unsettled.as_ref())
+        .map_or(0, |u| u.recorded)
 }
 
 /// What an apply came to, compared whole.
@@ -194,11 +224,21 @@ fn one_by_one(doc: Option<&Doc>, asks: &[(Enqueue, u64)], last: &Request, now_ms
     let clock = clock(now_ms);
     let (mut doc, mut finished, mut granted) = (doc.cloned(), Vec::new(), Vec::new());
     for (i, (e, seen)) in asks.iter().enumerate() {
-        let mut arrival = request(format!("arrival-{i}"), Op::Enqueue(e.clone()));
-        arrival.finishes_seen = Some(*seen);
+        let hash = baton_core::doc::token_hash(&e.token);
+        if let Some(unsettled) = doc.as_mut().and_then(|d| d.unsettled.as_mut()) {
+            if unsettled.settle(&e.id, &hash) {
+                continue;
+            }
+        }
+        let arrival = request(format!("arrival-{i}"), Op::Enqueue(e.clone()));
         let Ok(mut applied) = apply(doc.as_ref(), &arrival, &clock) else {
             continue;
         };
+        let queued = applied.doc.next_arrival != doc.as_ref().map_or(1, |d| d.next_arrival);
+        let unsettled = doc.as_ref().and_then(|d| d.unsettled.as_ref());
+        if queued && !baton_core::arrival::remembers_since(unsettled, *seen) {
+            continue;
+        }
         if applied.granted.iter().any(|(id, _)| *id == e.id) {
             // Its owner was not looking: the grant waits for its claim.
             let ticket = applied.doc.tickets.iter_mut().find(|t| t.id == e.id);
@@ -242,8 +282,8 @@ proptest! {
         later in prop::collection::vec(step(), 0..12),
     ) {
         let (doc, now_ms) = build(&steps, limit);
-        let finishes = doc.as_ref().map_or(0, |d| d.finishes);
-        let asks: Vec<(Enqueue, u64)> = asks.iter().map(|a| asked(a, limit, finishes)).collect();
+        let recorded = recorded(doc.as_ref());
+        let asks: Vec<(Enqueue, u64)> = asks.iter().map(|a| asked(a, limit, recorded)).collect();
         let arrivals: Vec<Arrival> = asks.iter().map(|(e, seen)| Arrival::of(e, *seen)).collect();
         let last = last_request(&last, limit);
         let inputs = Inputs { arrivals: &arrivals, ..Inputs::default() };
@@ -256,14 +296,31 @@ proptest! {
         let taken = outcome(taken);
         prop_assert_eq!(&taken, &expected);
 
-        // No ghost: the tickets the batch made end, more may end, and the batch comes again.
-        let Ok((doc, ..)) = taken else { return Ok(()) };
+        // No ghost: the batch's turns (under ids of their own) are written by their owners
+        // instead, after unanswered appends; those queued end, more may end, and the appends
+        // land.
+        let asks: Vec<(Enqueue, u64)> = asks
+            .iter()
+            .enumerate()
+            .map(|(i, (e, seen))| {
+                let n = 200 + i as u32;
+                (Enqueue { id: format!("t{n}"), token: token(n), ..e.clone() }, *seen)
+            })
+            .collect();
+        let arrivals: Vec<Arrival> = asks.iter().map(|(e, seen)| Arrival::of(e, *seen)).collect();
+        let mut doc = doc;
+        for (i, (e, _)) in asks.iter().enumerate() {
+            let mut own = request(format!("own{i}"), Op::Enqueue(e.clone()));
+            own.may_arrive_late = true;
+            if let Ok(applied) = apply(doc.as_ref(), &own, &clock(now_ms)) {
+                doc = Some(applied.doc);
+            }
+        }
         let before: std::collections::BTreeSet<&str> = asks
             .iter()
             .map(|(e, _)| e.id.as_str())
-            .filter(|id| doc.by_id(id).is_some())
+            .filter(|id| doc.as_ref().is_some_and(|d| d.by_id(id).is_some()))
             .collect();
-        let mut doc = Some(doc);
         let mut now_ms = now_ms;
         for (i, id) in before.iter().enumerate() {
             let cancel = Op::Cancel { id: (*id).to_owned(), by: "operator".into(), reason: None };
@@ -291,5 +348,6 @@ proptest! {
         for id in before {
             prop_assert!(applied.doc.by_id(id).is_none(), "{id} queued again by a late copy");
         }
+        prop_assert_eq!(invariants::check(&applied.doc), Ok(()));
     }
 }

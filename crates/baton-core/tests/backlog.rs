@@ -293,6 +293,7 @@ fn a_retried_submit_is_uncertain_once_its_tail_may_have_been_written_out() {
         attempt: "late-1".into(),
         op: Op::Submit(submit("late")),
         finishes_seen: Some(0),
+        may_arrive_late: false,
     };
     assert_eq!(w.run_request(&retry), Err(baton_core::Refusal::Uncertain));
     // A first attempt is queued as usual.

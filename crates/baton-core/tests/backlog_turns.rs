@@ -6,7 +6,7 @@
 //! however long the queue, and it is written in the format that says it holds such turns.
 
 use baton_core::backlog::{SEGMENT_JOBS, WINDOW_JOBS};
-use baton_core::doc::FORMAT;
+use baton_core::doc::FORMAT_BACKLOG_TURNS;
 use baton_core::op::TicketView;
 use baton_core::{encode, Enqueue, Op, Outcome, Refusal, Reply, Request, TicketState};
 
@@ -87,7 +87,10 @@ fn a_long_queue_keeps_the_document_small_and_every_turn_comes_in_arrival_order()
     assert!(doc_bytes(&w) < 24 * 1024, "{} bytes", doc_bytes(&w));
     let value: serde_json::Value =
         serde_json::from_slice(&encode(doc).expect("encode")).expect("JSON");
-    assert_eq!(value["format"].as_u64(), Some(u64::from(FORMAT)));
+    assert_eq!(
+        value["format"].as_u64(),
+        Some(u64::from(FORMAT_BACKLOG_TURNS))
+    );
     let status = baton_core::apply::status_of(doc, "t600").expect("the last turn is live");
     assert_eq!(status.position, 599, "the last turn's place");
 
@@ -298,6 +301,7 @@ fn the_retry_of_an_enqueue_that_may_be_in_a_segment_is_uncertain_and_the_bound_c
     let mut w = queue(WINDOW_JOBS as u32 + SEGMENT_JOBS as u32 + 5);
     let retry = Request {
         finishes_seen: Some(0),
+        may_arrive_late: false,
         attempt: "retry".into(),
         op: Op::Enqueue(turn(WINDOW_JOBS as u32 + 2)),
     };

@@ -995,6 +995,7 @@ impl World {
                         attempt,
                         op,
                         finishes_seen: None,
+                        may_arrive_late: false,
                     },
                     false,
                 )
@@ -1134,6 +1135,7 @@ impl World {
         };
         let request = Request {
             finishes_seen: None,
+            may_arrive_late: false,
             attempt: self.attempt(c),
             op,
         };
@@ -2090,6 +2092,7 @@ impl World {
             self.read(0);
             let request = Request {
                 finishes_seen: None,
+                may_arrive_late: false,
                 attempt: self.attempt(0),
                 op: Op::Tick,
             };
@@ -2178,6 +2181,7 @@ fn a_retried_cancel_queued_is_recognised() {
     };
     let enqueue = |n: u64| Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: format!("enqueue-{n}"),
         op: Op::Enqueue(Enqueue {
             may_wait_in_backlog: false,
@@ -2205,6 +2209,7 @@ fn a_retried_cancel_queued_is_recognised() {
     let doc = run(Some(&doc), &enqueue(2)).doc;
     let cancel = Request {
         finishes_seen: None,
+        may_arrive_late: false,
         attempt: "operator-1".into(),
         op: Op::CancelQueued { by: String::new() },
     };

@@ -93,6 +93,7 @@ async fn run(app: &axum::Router, key: &str, op: Op, bearer: Option<&str>) -> (St
         attempt,
         op,
         finishes_seen: None,
+        may_arrive_late: false,
     })
     .unwrap();
     let uri = format!("/v1/keys/{}/ops", key.replace('/', "%2F"));

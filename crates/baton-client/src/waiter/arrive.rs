@@ -9,7 +9,9 @@
 //! and no ticket stands for it (it was refused when taken in, which leaves no trace, or its
 //! ticket ended already). The write is the enqueue itself, marked as a retry of the arrival:
 //! it takes in what is pending, this arrival too, then the core finds the ticket, or its mark,
-//! or answers why it refuses; it never queues the turn twice.
+//! or answers why it refuses; it never queues the turn twice. After an append that went
+//! unanswered the write also says that the append may land late
+//! ([`baton_core::Request::may_arrive_late`]), so that its copy then queues nothing.
 
 use baton_core::arrival::Arrival;
 use baton_core::op::Enqueue;
@@ -23,23 +25,25 @@ use crate::turn::{ids, AcquireOptions, Pending};
 pub(super) struct Arriving {
     /// The enqueue as appended.
     enqueue: Enqueue,
-    /// The finishes the arrival carries ([`Arrival::finishes_seen`]).
+    /// The finishes of the last document read with the arrival still pending (the append's
+    /// own answer, first): any ticket of the turn ended after it.
     finishes_seen: u64,
     /// Turns ahead when it was appended: the document's queue and the arrivals before it.
     pub(super) ahead: usize,
 }
 
-/// How recently the key must have been seen for a turn to arrive: the arrival carries the
-/// finishes that copy counted, and one taken in after more turns ended than the document
-/// remembers is refused as a possible late copy ([`Arrival::finishes_seen`]).
+/// How recently the key must have been seen held for a turn to arrive (its release then
+/// takes the arrival in).
 const SEEN_WITHIN_MS: u64 = 250;
 
-/// An append that may have landed, when the enqueue is written after all: the finishes its
-/// arrival carried, and when it was sent (any grant to the turn was written after).
+/// An append that may have landed, when the enqueue is written after all: the finishes of a
+/// document read before any ticket of the turn could have ended, when it was sent (any grant
+/// to the turn was written after), and whether it went unanswered (it may still land, late).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Appended {
     pub(super) finishes_seen: u64,
     pub(super) sent_ms: u64,
+    pub(super) unanswered: bool,
 }
 
 /// An arrival appended to a key seen held: the key as the append found it, and when it was
@@ -79,36 +83,54 @@ pub(super) async fn append(
     enqueue: Enqueue,
 ) -> Result<Result<(Arrived, Arriving), Appended>, ClientError> {
     let key = pending.key.as_str();
-    let finishes_seen = coord
-        .recent_doc(key, SEEN_WITHIN_MS)
-        .map_or(0, |doc| doc.finishes);
+    let seen = coord.recent_doc(key, SEEN_WITHIN_MS);
+    let finishes_seen = seen.as_ref().map_or(0, |doc| doc.finishes);
+    let unsettled_seen = seen
+        .as_ref()
+        .and_then(|doc| doc.unsettled.as_ref())
+        .map_or(0, |unsettled| unsettled.recorded);
     // Taken in by another's write, never beside the window: a full window refuses it (no
     // trace), and the turn's own write then waits in the backlog if it may.
     let enqueue = Enqueue {
         may_wait_in_backlog: false,
         ..enqueue
     };
-    let bytes = Arrival::of(&enqueue, finishes_seen).encode();
+    let bytes = Arrival::of(&enqueue, unsettled_seen).encode();
     let sent_ms = coord.local_ms();
-    let appended_only = Appended {
-        finishes_seen,
-        sent_ms,
-    };
     let appended = match coord.store().append_arrival(key, &bytes).await {
         Ok(Some(appended)) => appended,
-        Ok(None) => return Ok(Err(appended_only)),
+        // No document: the arrival waits for the first write, and no ticket ended yet.
+        Ok(None) => {
+            return Ok(Err(Appended {
+                finishes_seen: 0,
+                sent_ms,
+                unanswered: false,
+            }))
+        }
         Err(error) => {
             tracing::debug!(key, %error, "the arrival's append failed; writing the enqueue");
-            return Ok(Err(appended_only));
+            return Ok(Err(Appended {
+                finishes_seen,
+                sent_ms,
+                unanswered: true,
+            }));
         }
     };
     let version = appended.version.clone();
     coord.take_read(key, appended)?;
+    // The document the append answered with, its arrival pending.
+    let landed = Appended {
+        finishes_seen: coord
+            .finishes_with_arrival(key, &pending.id)
+            .unwrap_or(finishes_seen),
+        sent_ms,
+        unanswered: false,
+    };
     let Some(doc) = coord.cached_doc(key) else {
-        return Ok(Err(appended_only));
+        return Ok(Err(landed));
     };
     if doc.holders().next().is_none() {
-        return Ok(Err(appended_only));
+        return Ok(Err(landed));
     }
     let arrivals = coord.cached_arrivals(key);
     let before = arrivals
@@ -119,7 +141,7 @@ pub(super) async fn append(
     let arriving = Arriving {
         ahead: doc.queued().len() + before,
         enqueue,
-        finishes_seen,
+        finishes_seen: landed.finishes_seen,
     };
     Ok(Ok((Arrived { doc, sent_ms }, arriving)))
 }
@@ -130,12 +152,16 @@ impl Arriving {
         &self.enqueue
     }
 
-    /// Whether the key's arrivals as last read hold this turn's.
-    pub(super) fn is_pending(coord: &Coordinator, key: &str, id: &str) -> bool {
-        coord
-            .cached_arrivals(key)
-            .iter()
-            .any(|arrival| arrival.enqueue.id == id)
+    /// Whether the key's arrivals as last read hold this turn's; if so, the document read with
+    /// them bounds the finishes its write carries.
+    pub(super) fn still_pending(&mut self, coord: &Coordinator, key: &str) -> bool {
+        match coord.finishes_with_arrival(key, &self.enqueue.id) {
+            Some(finishes) => {
+                self.finishes_seen = finishes;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The enqueue written in place of the arrival, marked as its retry: it takes in any

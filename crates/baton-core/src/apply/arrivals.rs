@@ -26,9 +26,14 @@ impl Work<'_> {
                 granted: self.granted.len(),
                 segment_out: self.segment_out.clone(),
             };
-            let seen = self.finishes_seen.replace(arrival.finishes_seen);
+            // Judged by the unsettled turns its owner had seen, not by the finishes of the
+            // request that takes it in (`crate::arrival`).
+            let finishes_seen = self.finishes_seen.take();
+            let late = std::mem::take(&mut self.may_arrive_late);
+            self.unsettled_seen = Some(arrival.unsettled_seen);
             let taken = self.take_in_arrival(arrival);
-            self.finishes_seen = seen;
+            (self.finishes_seen, self.may_arrive_late) = (finishes_seen, late);
+            self.unsettled_seen = None;
             if taken.is_err() {
                 self.doc = saved.doc;
                 self.finished.truncate(saved.finished);
@@ -43,6 +48,13 @@ impl Work<'_> {
             return Err(crate::limits::InvalidInput("an arrival without a token".into()).into());
         }
         check_enqueue(&arrival.enqueue)?;
+        let (id, hash) = (&arrival.enqueue.id, &arrival.token_hash);
+        if let Some(unsettled) = self.doc.unsettled.as_mut() {
+            if unsettled.settle(id, hash) {
+                // Its owner queued the turn itself: this copy landed late, and is nothing.
+                return Ok(());
+            }
+        }
         self.enqueue_hashed(&arrival.enqueue, arrival.token_hash.clone())?;
         self.take_in(None);
         self.grant(None)

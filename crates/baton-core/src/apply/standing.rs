@@ -79,10 +79,17 @@ pub fn waiting_status(ticket: &Ticket) -> TicketStatus {
 
 impl Work<'_> {
     /// Whether every ticket that ended since the uncertain attempt of a retry still has its
-    /// mark (always, for a first attempt): then a ticket not found was never there.
+    /// mark (always, for a first attempt), and, for an arrival taken in, every turn recorded
+    /// unsettled since its owner's read is still remembered: then a ticket not found was never
+    /// there.
     pub(super) fn marks_cover_retry(&self) -> bool {
-        self.finishes_seen
-            .is_none_or(|seen| self.doc.finishes.saturating_sub(seen) <= FINISHED_REMEMBERED as u64)
+        let finishes = self.finishes_seen.is_none_or(|seen| {
+            self.doc.finishes.saturating_sub(seen) <= FINISHED_REMEMBERED as u64
+        });
+        let unsettled = self
+            .unsettled_seen
+            .is_none_or(|seen| crate::arrival::remembers_since(self.doc.unsettled.as_ref(), seen));
+        finishes && unsettled
     }
 
     /// `refusal` for a ticket not found, or [`Refusal::Uncertain`] when it may have been

@@ -9,11 +9,20 @@ use crate::once;
 use crate::op::{Enqueue, Refusal, Reply, TicketView};
 
 impl Work<'_> {
-    /// Queues a new ticket, or answers the retry of an enqueue that already landed.
+    /// Queues a new ticket, or answers the retry of an enqueue that already landed. A turn
+    /// queued here whose arrival may still land is remembered until it does
+    /// ([`crate::Request::may_arrive_late`]).
     pub(super) fn enqueue(&mut self, e: &Enqueue) -> Answer {
         limits::check_token(&e.token)?;
         check_enqueue(e)?;
-        self.enqueue_hashed(e, token_hash(&e.token))
+        let hash = token_hash(&e.token);
+        let queued_before = self.doc.next_arrival;
+        let answer = self.enqueue_hashed(e, hash.clone())?;
+        if self.may_arrive_late && self.doc.next_arrival != queued_before {
+            let unsettled = self.doc.unsettled.get_or_insert_with(Default::default);
+            unsettled.record(&e.id, &hash);
+        }
+        Ok(answer)
     }
 
     /// [`Self::enqueue`], of a ticket whose token's hash is `hash` (an arrival carries only

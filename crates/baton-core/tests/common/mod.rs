@@ -92,6 +92,7 @@ impl World {
         self.attempts += 1;
         let request = Request {
             finishes_seen: None,
+            may_arrive_late: false,
             attempt: format!("a{}", self.attempts),
             op,
         };

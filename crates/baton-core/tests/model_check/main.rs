@@ -52,8 +52,10 @@
 //!    last queued answer's basis and (on a store clock) of `deadline_stands_until_local_ms` of
 //!    the grant's deadline as read; for a turn enqueued by arrival, the append's sending is
 //!    the first such basis (its grant is written after);
-//! 6. an arrival carries the finish count its client last read, and its retry carries the
-//!    same, so a late copy is refused as uncertain rather than queued again.
+//! 6. an arrival carries the count of unsettled turns its client last read, and the enqueue
+//!    its client writes after the append went unanswered says the append may land late, so
+//!    the turn it queues is remembered and a late copy queues nothing (or, forgotten, is
+//!    refused as uncertain); the finishes since its client's read do not matter.
 //!
 //! In every reachable state:
 //! - each document passes `invariants::check` and `check_settled` (limit, no shared beside
@@ -69,8 +71,8 @@
 //!
 //! Each rule, broken in the model (the old behaviour), is caught here within a few steps: a
 //! lease counted from the reply's handling, a held reply from a retried enqueue trusted, a
-//! retry without `finishes_seen` (a ghost ticket), an arrival taken in without its
-//! `finishes_seen` (a ghost from a late append), a turn by arrival counted queued from when it
+//! retry without `finishes_seen` (a ghost ticket), an enqueue after an unanswered append
+//! without `may_arrive_late` (a ghost from a late append), a turn by arrival counted queued from when it
 //! saw its ticket rather than from its append, one bound for all of a heartbeat's leases,
 //! `behind_ms` ignored (in the lease bound or in the grant's deadline bound), no deadline bound
 //! at all, (by observation) a fresh grant counted from the read that saw it, and (in the core)

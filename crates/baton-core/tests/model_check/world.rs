@@ -96,13 +96,13 @@ pub struct Setup {
     pub arrivals: bool,
 }
 
-/// An arrival beside a key's document: client `c`'s enqueue in `round`, with the finish count
-/// its client read before appending it.
+/// An arrival beside a key's document: client `c`'s enqueue in `round`, with the count of
+/// unsettled turns its client read before appending it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PendingArrival {
     c: u8,
     round: u8,
-    finishes_seen: u64,
+    unsettled_seen: u64,
 }
 
 /// What a client makes of a write's reply.
@@ -137,8 +137,12 @@ enum Phase {
         holding_until: Option<u64>,
     },
     /// Its enqueue landed but the reply was lost (an ambiguous failure): retried later with
-    /// the finish count the first attempt read.
-    Retrying { finishes_seen: u64 },
+    /// the finish count the first attempt read; `late_arrival`: it is the enqueue written
+    /// after its arrival's append went unanswered (which may still land).
+    Retrying {
+        finishes_seen: u64,
+        late_arrival: bool,
+    },
     /// Its arrival was appended at `sent_at` (any grant to it is written after), carrying
     /// `finishes_seen`; no document has shown its ticket yet.
     Arriving { sent_at: u64, finishes_seen: u64 },
@@ -204,9 +208,13 @@ impl Phase {
                     project(d, doc, setup, Some(current.unwrap_or(doc)));
                 }
             }
-            Phase::Retrying { finishes_seen } => {
+            Phase::Retrying {
+                finishes_seen,
+                late_arrival,
+            } => {
                 d.u8(4);
                 d.u64(*finishes_seen);
+                d.u8(u8::from(*late_arrival));
             }
             Phase::Arriving {
                 sent_at,
@@ -530,7 +538,7 @@ impl World {
         let arrival = |d: &mut Digest, a: &PendingArrival| {
             d.u8(a.c);
             d.u8(a.round);
-            d.u64(a.finishes_seen);
+            d.u64(a.unsettled_seen);
         };
         for pending in &self.arrivals {
             d.u64(pending.len() as u64);

@@ -25,9 +25,17 @@ pub struct Written {
 }
 
 /// The input's document (by address), the request (its attempt names the operation, but for a
-/// retry's `finishes_seen`), the clock's reading and wall time, and the arrivals taken in
-/// (each ticket's id and the finishes its arrival carries).
-type Key = (usize, String, Option<u64>, u64, u64, Vec<(String, u64)>);
+/// retry's `finishes_seen` and `may_arrive_late`), the clock's reading and wall time, and the
+/// arrivals taken in (each ticket's id and the unsettled turns its arrival carries).
+type Key = (
+    usize,
+    String,
+    Option<u64>,
+    bool,
+    u64,
+    u64,
+    Vec<(String, u64)>,
+);
 
 /// The input's document, kept alive, and the result.
 type Entry = (Option<Rc<Doc>>, Result<Rc<Written>, Refusal>);
@@ -73,11 +81,12 @@ pub fn apply_once(
         doc.map_or(0, |doc| Rc::as_ptr(doc) as usize),
         request.attempt.clone(),
         request.finishes_seen,
+        request.may_arrive_late,
         now_ms,
         wall_ms,
         arrivals
             .iter()
-            .map(|a| (a.enqueue.id.clone(), a.finishes_seen))
+            .map(|a| (a.enqueue.id.clone(), a.unsettled_seen))
             .collect(),
     );
     if let Some((_, outcome)) = MEMO.with(|memo| memo.borrow().get(&key).cloned()) {

@@ -114,7 +114,7 @@ impl World {
                 // own refresh due, or its arrival gone): the enqueue, as the arrival's retry.
                 for &lag in lags {
                     for &delivery in self.deliveries(setup, true) {
-                        let w = self.retried(setup, c, k, lag, delivery, *finishes_seen);
+                        let w = self.retried(setup, c, k, lag, delivery, *finishes_seen, false);
                         push(Action::WritesForItsArrival(delivery), lag, w);
                     }
                     let mut w = self.clone();
@@ -206,10 +206,14 @@ impl World {
                     push(Action::HandleReply, lag, w);
                 }
             }
-            Phase::Retrying { finishes_seen } => {
+            Phase::Retrying {
+                finishes_seen,
+                late_arrival,
+            } => {
                 for &lag in lags {
                     for &delivery in self.deliveries(setup, true) {
-                        let w = self.retried(setup, c, k, lag, delivery, *finishes_seen);
+                        let (seen, late) = (*finishes_seen, *late_arrival);
+                        let w = self.retried(setup, c, k, lag, delivery, seen, late);
                         push(Action::Retry(delivery), lag, w);
                     }
                 }
@@ -258,7 +262,9 @@ impl World {
     }
 
     /// The world after client `c` writes its enqueue on `k` again, carrying `finishes_seen`
-    /// (rule 3), its reply reaching it as `delivery` says.
+    /// (rule 3) and, after an unanswered append, that its arrival may land late (rule 7), its
+    /// reply reaching it as `delivery` says.
+    #[allow(clippy::too_many_arguments)]
     fn retried(
         &self,
         setup: &Setup,
@@ -267,9 +273,11 @@ impl World {
         lag: u64,
         delivery: Delivery,
         finishes_seen: u64,
+        late_arrival: bool,
     ) -> World {
         let mut w = self.clone();
-        let request = rules::retry(w.enqueue_request(setup, c, k), finishes_seen);
+        let mut request = rules::retry(w.enqueue_request(setup, c, k), finishes_seen);
+        request.may_arrive_late = late_arrival;
         w.write(setup, c, k, request, lag, delivery, Some(finishes_seen));
         w
     }
@@ -286,11 +294,15 @@ impl World {
     /// reply comes now, or is lost (the client then writes its enqueue as the arrival's
     /// retry).
     fn append(&mut self, c: usize, k: usize, delivery: Delivery, held_up: bool) {
-        let finishes_seen = self.docs[k].as_ref().map_or(0, |doc| doc.finishes);
+        let doc = self.docs[k].as_ref();
+        let finishes_seen = doc.map_or(0, |doc| doc.finishes);
+        let unsettled_seen = doc
+            .and_then(|doc| doc.unsettled.as_ref())
+            .map_or(0, |u| u.recorded);
         let arrival = PendingArrival {
             c: c as u8,
             round: self.clients[c].round,
-            finishes_seen,
+            unsettled_seen,
         };
         if held_up {
             self.flying.push((k as u8, arrival));
@@ -300,7 +312,10 @@ impl World {
         self.clients[c].keys[k] = match delivery {
             Delivery::Lost => {
                 self.faults_left -= 1;
-                Phase::Retrying { finishes_seen }
+                Phase::Retrying {
+                    finishes_seen,
+                    late_arrival: true,
+                }
             }
             Delivery::Now | Delivery::Late => Phase::Arriving {
                 sent_at: self.now,
@@ -325,7 +340,7 @@ impl World {
                 let Op::Enqueue(enqueue) = op else {
                     unreachable!("enqueue_op makes an enqueue")
                 };
-                Arrival::of(&enqueue, a.finishes_seen)
+                Arrival::of(&enqueue, a.unsettled_seen)
             })
             .collect()
     }
@@ -494,6 +509,7 @@ impl World {
                 self.faults_left -= 1;
                 self.clients[c].keys[k] = Phase::Retrying {
                     finishes_seen: first_seen.unwrap_or(finishes_read),
+                    late_arrival: request.may_arrive_late,
                 };
             }
         }
