@@ -131,11 +131,17 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
         },
     ];
     let servers = [
-        ("BATON_TEST_POSTGRES_URL", "postgres"),
-        ("BATON_TEST_REDIS_URL", "redis"),
-        ("BATON_TEST_ETCD_URL", "etcd"),
+        ("BATON_TEST_POSTGRES_URL", "postgres", false),
+        ("BATON_TEST_REDIS_URL", "redis", false),
+        ("BATON_TEST_ETCD_URL", "etcd", false),
+        // Library clients that enqueue by arrival on a key they saw held, on the stores that
+        // keep arrivals: appends whose answers are lost, appenders killed with their arrival
+        // pending, holders killed with arrivals behind them, restarts between an append and
+        // its intake.
+        ("BATON_TEST_ETCD_URL", "etcd", true),
+        ("BATON_TEST_REDIS_URL", "redis", true),
     ];
-    for (variable, server) in servers {
+    for (variable, server, by_arrival) in servers {
         if let Ok(url) = std::env::var(variable) {
             cases.push(Case {
                 store: url,
@@ -148,26 +154,9 @@ fn cases(scratch: &Path, restart: &Path) -> Vec<Case> {
                 behind_servers: false,
                 work: Work::Locks,
                 clients: None,
-                by_arrival: false,
+                by_arrival,
             });
         }
-    }
-    // Library clients that enqueue by arrival on a key they saw held, on the store they are
-    // for: appends whose answers are lost, appenders killed with their arrival pending,
-    // holders killed with arrivals behind them, restarts between an append and its intake.
-    if let Ok(url) = std::env::var("BATON_TEST_ETCD_URL") {
-        cases.push(Case {
-            store: url,
-            kind: Kind::Mixed,
-            client: ClientKind::Mixed,
-            faults: server_faults(),
-            restart_cmd: restart_of("etcd"),
-            skew: Some(Duration::from_secs(30)),
-            behind_servers: false,
-            work: Work::Locks,
-            clients: None,
-            by_arrival: true,
-        });
     }
     // The long queue on a server, under every fault a server gets: lost and held-back replies
     // to writes into the backlog, restarts between a segment's write and the document's.
@@ -492,6 +481,7 @@ fn store_name(summary: &Value) -> &str {
         "http" if summary["client"] == "turns" => "2 × baton serve, one SQLite (turns API)",
         "http" => "2 × baton serve, one PostgreSQL",
         "etcd" if summary["by_arrival"] == true => "etcd (library turns by arrival)",
+        "redis" if summary["by_arrival"] == true => "redis (library turns by arrival)",
         scheme => scheme,
     }
 }

@@ -35,6 +35,10 @@ fn every_store_survives_its_faults() {
         assert_eq!(summary["violations"], 0, "{}", with_log());
         assert_eq!(summary["lost"], 0, "{}", with_log());
         assert!(summary["holds"].as_u64().unwrap() > 0, "{}", with_log());
+        if summary["by_arrival"] == true {
+            // Turns really arrived beside the document, under the faults.
+            assert!(summary["arrivals"].as_u64().unwrap() > 0, "{}", with_log());
+        }
         if summary["kind"] == "mixed" {
             // The mixed runs' fourth key is a pool: its slots were held too.
             assert!(

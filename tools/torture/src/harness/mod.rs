@@ -663,6 +663,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "work": config.work.name(),
         "client": format!("{:?}", config.client).to_lowercase(),
         "by_arrival": config.by_arrival,
+        "arrivals": if config.by_arrival { arrivals_in(&log_path) } else { 0 },
         "seed": config.seed,
         "faults": config.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
         "skew_s": config.skew.map(|s| s.as_secs()),
@@ -819,4 +820,15 @@ fn connection(stream: TcpStream, shared: &Shared) {
             }
         },
     );
+}
+
+/// How many turns arrived beside a document, as the library clients of a run by arrival say in
+/// its log (`baton_client::waiter::arrive`'s line): a run by arrival where none did tortured
+/// nothing of it.
+fn arrivals_in(log_path: &std::path::Path) -> usize {
+    std::fs::read_to_string(log_path).map_or(0, |log| {
+        log.lines()
+            .filter(|line| line.contains("arrived beside the document"))
+            .count()
+    })
 }
