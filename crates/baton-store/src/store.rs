@@ -420,8 +420,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Appends `bytes` to `key`'s arrivals, without a compare (so it never conflicts), and
     /// returns the key as it stands right after: its document with every pending arrival,
     /// this one last (`None`: the key has no document yet; the arrival stays pending until a
-    /// CAS naming a version that read it). Appended twice (a retry after a lost answer), an
-    /// arrival is kept twice: the core takes a copy in as nothing.
+    /// CAS naming a version that read it). A store keeps each append once, and a client
+    /// appends once: after a lost answer its owner writes the enqueue itself, and a copy that
+    /// lands after all is taken in by the core as nothing.
     ///
     /// Only on a store with [`Capabilities::arrivals`]; the others answer an error.
     async fn append_arrival(&self, _key: &str, _bytes: &[u8]) -> Result<Option<Versioned>> {

@@ -244,8 +244,8 @@ impl EtcdStore {
         }
         ops.extend(self.key_reads(key));
         let transaction = Txn::new().and_then(ops);
-        // An append whose answer is lost may have landed: the caller appends again, and the
-        // core takes the copy in as nothing.
+        // An append whose answer is lost may have landed (or land later): its caller writes
+        // the enqueue itself instead, and the core takes that copy in as nothing.
         let effect = if arrival.is_some() {
             Effect::Write
         } else {

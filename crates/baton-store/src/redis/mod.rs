@@ -452,8 +452,8 @@ impl RedisStore {
             .cmd("TIME");
         let mut connection = self.inner.connection.clone();
         let sent = BootInstant::now();
-        // An append whose answer is lost may have landed: the caller appends again, and the
-        // core takes the copy in as nothing.
+        // An append whose answer is lost may have landed (or land later): its caller writes
+        // the enqueue itself instead, and the core takes that copy in as nothing.
         let access = if arrival.is_some() {
             Access::Write
         } else {
