@@ -72,11 +72,12 @@
 //! Each rule, broken in the model (the old behaviour), is caught here within a few steps: a
 //! lease counted from the reply's handling, a held reply from a retried enqueue trusted, a
 //! retry without `finishes_seen` (a ghost ticket), an enqueue after an unanswered append
-//! without `may_arrive_late` (a ghost from a late append), a turn by arrival counted queued from when it
-//! saw its ticket rather than from its append, one bound for all of a heartbeat's leases,
-//! `behind_ms` ignored (in the lease bound or in the grant's deadline bound), no deadline bound
-//! at all, (by observation) a fresh grant counted from the read that saw it, and (in the core)
-//! a beat that moves a deadline earlier (`lease::extended_deadline_store_ms`).
+//! without `may_arrive_late` (a ghost from a late append), a turn by arrival counted queued
+//! from when it saw its ticket rather than from its append, one bound for all of a
+//! heartbeat's leases, `behind_ms` ignored (in the lease bound or in the grant's deadline
+//! bound), no deadline bound at all, (by observation) a fresh grant counted from the read that
+//! saw it, and (in the core) a beat that moves a deadline earlier
+//! (`lease::extended_deadline_store_ms`).
 //!
 //! `BATON_MODEL_CHECK=long cargo test -p baton-core --test model_check` explores larger worlds
 //! (longer horizons, more faults, a third client or lagging readings where the default has
