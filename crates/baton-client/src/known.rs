@@ -25,8 +25,8 @@ pub(crate) struct Cached {
     /// starts from the cached document, and a deep copy of a long-used key's cost as much as
     /// encoding it.
     pub(crate) doc: Option<Arc<Doc>>,
-    /// The key's arrivals read with it ([`Versioned::arrivals`]), oldest first, for the next
-    /// write to take in: none after a write or a push. One that cannot be read is left out,
+    /// The key's arrivals read or pushed with it ([`Versioned::arrivals`]), oldest first, for
+    /// the next write to take in: none after a write. One that cannot be read is left out,
     /// and the write removes it all the same (its owner enqueues by a write of its own).
     pub(crate) arrivals: Arc<[Arrival]>,
     /// When it was seen, on this process's monotonic clock ([`mono_ms`]).
@@ -98,8 +98,7 @@ impl Known {
         self.cache.lock().ok()?.get(key).cloned()
     }
 
-    /// Takes `doc` at `version` as the key's latest, with no arrivals known (a write's, or a
-    /// push's).
+    /// Takes `doc` at `version` as the key's latest, with no arrivals known (a write's).
     pub(crate) fn remember(&self, key: &str, version: Option<Version>, doc: Option<Arc<Doc>>) {
         self.remember_read(key, Cached::new(version, doc));
     }
@@ -117,21 +116,23 @@ impl Known {
         }
     }
 
-    /// Takes a document pushed to a follower of `key` ([`crate::follow`]) as its latest,
-    /// unless it is surely older than the one cached ([`surely_older`]): a subscription made
-    /// before a write of this process's own may still hold wake-ups from before it. Whether
-    /// it was taken.
+    /// Takes a document pushed to a follower of `key` ([`crate::follow`]) as its latest, with
+    /// the arrivals it carries (its version names them: the next write must take them in, or
+    /// it would remove them unqueued), unless it is surely older than the one cached
+    /// ([`surely_older`]): a subscription made before a write of this process's own may still
+    /// hold wake-ups from before it. Whether it was taken.
     pub(crate) fn remember_pushed(
         &self,
         key: &str,
         pushed: Versioned,
     ) -> Result<bool, ClientError> {
-        let doc = decoded(key, &pushed.bytes)?;
+        let pushed = self.decode(key, pushed)?;
         let cached = self.cached(key).and_then(|cached| cached.doc);
-        if cached.is_some_and(|cached| surely_older(&doc, &cached)) {
+        let older = pushed.doc.as_deref().zip(cached.as_deref());
+        if older.is_some_and(|(doc, cached)| surely_older(doc, cached)) {
             return Ok(false);
         }
-        self.remember(key, Some(pushed.version), Some(Arc::new(doc)));
+        self.remember_read(key, pushed);
         Ok(true)
     }
 

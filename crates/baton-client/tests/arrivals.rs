@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use baton_client::acquire::{acquire, release, AcquireOptions, Pending};
 use baton_client::Coordinator;
-use baton_core::arrival::Arrival;
-use baton_core::{Enqueue, Outcome, TicketState};
+use baton_core::{Outcome, TicketState};
 use baton_store::memory::MemoryStore;
 use baton_store::Store;
 
 mod common;
-use common::Probe;
+use common::{arrival, Probe};
 
 fn options() -> AcquireOptions {
     AcquireOptions {
@@ -24,17 +23,6 @@ fn options() -> AcquireOptions {
         timeout: Some(Duration::from_secs(20)),
         ..AcquireOptions::default()
     }
-}
-
-/// The arrival of ticket `id`, as another process would append it.
-fn arrival(id: &str, unsettled_seen: u64) -> Vec<u8> {
-    let enqueue: Enqueue = serde_json::from_value(serde_json::json!({
-        "id": id, "token": format!("token-of-{id}"), "mode": "normal", "limit": 1,
-        "context": "arrived", "supersede": false, "keep": false, "ttl_ms": 30_000,
-        "waiter_ttl_ms": 60_000, "claim_ms": 5_000, "max_live": 1_000,
-    }))
-    .unwrap();
-    Arrival::of(&enqueue, unsettled_seen).encode()
 }
 
 /// Takes `key` through `coord`, then has the turns `ids` arrive behind it, in that order.

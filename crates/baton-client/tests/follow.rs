@@ -13,7 +13,7 @@ use baton_client::{Coordinator, Heartbeat, LeaseGuard};
 use baton_core::{decode, Outcome, TicketState};
 use baton_store::memory::MemoryStore;
 use baton_store::Store;
-use common::Probe;
+use common::{arrival, Probe};
 
 mod common;
 
@@ -42,6 +42,19 @@ async fn until_tickets(shared: &MemoryStore, key: &str, count: usize) {
     {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A turn at `k` that came after a wait behind another's, through its probe and coordinator.
+async fn turn_after_a_wait(
+    shared: &Arc<MemoryStore>,
+) -> (Arc<Probe>, Arc<Coordinator>, LeaseGuard) {
+    let first = hold(&Probe::new(shared.clone(), true), "k").await;
+    let probe = Probe::new(shared.clone(), true);
+    let coord = Arc::new(Coordinator::new(probe.clone()));
+    let waited = tokio::spawn(hold_with(coord.clone(), "k"));
+    until_tickets(shared, "k", 2).await;
+    first.release(Outcome::Succeeded).await.unwrap();
+    (probe, coord, waited.await.unwrap())
 }
 
 #[tokio::test]
@@ -89,13 +102,7 @@ async fn a_release_after_others_wrote_meanwhile_is_one_cas() {
 #[tokio::test]
 async fn a_waited_turn_follows_its_key_from_the_grant_with_the_waits_subscription() {
     let shared = Arc::new(MemoryStore::new());
-    let first = hold(&Probe::new(shared.clone(), true), "k").await;
-    let probe = Probe::new(shared.clone(), true);
-    let coord = Arc::new(Coordinator::new(probe.clone()));
-    let waited = tokio::spawn(hold_with(coord.clone(), "k"));
-    until_tickets(&shared, "k", 2).await;
-    first.release(Outcome::Succeeded).await.unwrap();
-    let turn = waited.await.unwrap();
+    let (probe, coord, turn) = turn_after_a_wait(&shared).await;
     let (loads, watches) = (probe.loads(), probe.watches());
 
     // Another queues during the turn; its enqueue's push reaches the holder's cache.
@@ -126,6 +133,47 @@ async fn a_waited_turn_follows_its_key_from_the_grant_with_the_waits_subscriptio
         .release(Outcome::Succeeded)
         .await
         .unwrap();
+}
+
+/// A holder that follows its key takes the arrivals pushed with its document (turns that
+/// enqueued beside it, as `by_arrival` does on a key seen held) into its cache: its release
+/// takes them in, in the order they came, and is one CAS, where without them it lost one to
+/// them. Taking the push's version without its arrivals would remove them unqueued.
+#[tokio::test]
+async fn a_release_takes_in_the_arrivals_pushed_during_the_turn_in_one_cas() {
+    let shared = Arc::new(MemoryStore::new());
+    let (probe, coord, turn) = turn_after_a_wait(&shared).await;
+
+    for id in ["second", "third"] {
+        shared.append_arrival("k", &arrival(id, 0)).await.unwrap();
+    }
+    let latest = shared.load("k").await.unwrap().unwrap();
+    assert_eq!(latest.arrivals.len(), 2);
+    for _ in 0..1000 {
+        if coord.cached_version("k") == Some(latest.version.clone()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        coord.cached_version("k"),
+        Some(latest.version),
+        "the holder's cache took the push naming both arrivals"
+    );
+
+    let cases = probe.cases();
+    turn.release(Outcome::Succeeded).await.unwrap();
+    assert_eq!(probe.cases() - cases, 1, "the release is one CAS");
+    let now = shared.load("k").await.unwrap().unwrap();
+    assert!(now.arrivals.is_empty(), "taken in by the release");
+    let doc = decode(&now.bytes).unwrap();
+    let (second, third) = (doc.by_id("second").unwrap(), doc.by_id("third").unwrap());
+    assert_eq!(
+        second.state,
+        TicketState::Held,
+        "granted, in the order they came"
+    );
+    assert_eq!(third.state, TicketState::Queued);
 }
 
 /// A turn shorter than the follow delay reads nothing more than the turn itself: its release

@@ -57,8 +57,8 @@ struct Entry {
     due_ms: Option<u64>,
     /// Pending arrivals, oldest first ([`Store::append_arrival`]).
     arrivals: Vec<Vec<u8>>,
-    /// Told every successful CAS, with the document written; receivers are handed out by
-    /// `watch`.
+    /// Told every successful CAS, with the document written, and every append under a
+    /// document, with it again (telling of no change); receivers are handed out by `watch`.
     changes: watch::Sender<Wake>,
 }
 
@@ -248,12 +248,10 @@ impl Store for MemoryStore {
         let keep = usize::try_from(self.history_keep).unwrap_or(usize::MAX);
         let n_over = entry.history.len().saturating_sub(keep);
         entry.history.drain(..n_over);
-        Wake::with(Versioned {
-            version: Version(new_version.to_string()),
-            bytes: bytes.to_vec(),
-            arrivals: Vec::new(),
-        })
-        .send(&entry.changes);
+        // As a load would return it: with the arrivals left pending, as etcd pushes them.
+        if let Some(written) = entry.versioned() {
+            Wake::with(written).send(&entry.changes);
+        }
         Ok(CasOutcome::Written {
             version: Version(new_version.to_string()),
         })
@@ -266,7 +264,12 @@ impl Store for MemoryStore {
             .entry(key.to_owned())
             .or_insert_with(Entry::new);
         entry.arrivals.push(bytes.to_vec());
-        Ok(entry.versioned())
+        // The document again, with the new arrival, telling of no change of it (as etcd).
+        let versioned = entry.versioned();
+        if let Some(document) = versioned.clone() {
+            Wake::with(document).of_changes(0).send(&entry.changes);
+        }
+        Ok(versioned)
     }
 
     async fn history(&self, key: &str, after_seq: u64, limit: usize) -> Result<Vec<HistoryRecord>> {

@@ -229,10 +229,14 @@ impl WithDocs {
 #[derive(Clone, Debug, Default)]
 pub struct Wake {
     /// The document the change wrote, as [`Store::load`] would have returned it right then.
+    /// Where the store keeps arrivals it may carry those pending at it (etcd's and the memory
+    /// store's do), its version then naming them as a load's: whoever writes from it must take
+    /// them in, since the CAS removes them.
     pub document: Option<Arc<Versioned>>,
     /// How many changes of the key this wake-up tells of: 1, more where the store knows that
     /// some went by untold (a SQLite waiter sees the gap in the versions), [`Wake::UNTOLD`]
-    /// where it cannot know.
+    /// where it cannot know, 0 for the same document again with other arrivals pending at it
+    /// (an append).
     pub changes: u64,
     /// How many changes the channel has told of so far, this wake-up's included (counted by
     /// [`Wake::send`], modulo 2^64). A watch channel keeps only the latest wake-up; a waiter

@@ -560,10 +560,11 @@ async fn watches_come_back_after_a_restart() {
         .unwrap();
 }
 
-/// A key's watch outlives its last handle for a while: a process that waits on the same key
-/// again soon gets its handle without a new etcd watch (and without waiting for one to be
-/// confirmed), and the watch is cancelled at the first event after it has gone unwatched for
-/// two seconds. Counted on a server of its own by its `etcd_debugging_mvcc_watcher_total`.
+/// A key's watches (its document's and its arrivals') outlive their last handle for a while: a
+/// process that waits on the same key again soon gets its handle without new etcd watches (and
+/// without waiting for them to be confirmed), and they are cancelled at the first event after
+/// the key has gone unwatched for two seconds. Counted on a server of its own by its
+/// `etcd_debugging_mvcc_watcher_total`.
 #[tokio::test]
 async fn a_watch_outlives_its_last_handle_for_a_while() {
     let server = Server::start();
@@ -572,13 +573,14 @@ async fn a_watch_outlives_its_last_handle_for_a_while() {
         .unwrap();
     let watchers = || watcher_total(&server.endpoint);
     let watch = store.watch("k").await.unwrap().expect("etcd watches");
-    assert_eq!(watchers(), 1);
+    // The arrivals' watch follows its seed's read.
+    until_watchers(&server.endpoint, 2).await;
     drop(watch);
     let mut version = written(store.cas("k", None, b"1", &[]).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         watchers(),
-        1,
+        2,
         "cancelled at the first event after its last handle"
     );
 
@@ -588,15 +590,112 @@ async fn a_watch_outlives_its_last_handle_for_a_while() {
         .await
         .expect("the kept watch wakes its new handle")
         .unwrap();
-    assert_eq!(watchers(), 1, "a second watch for the same key");
+    assert_eq!(watchers(), 2, "no second watch for the same key");
     drop(again);
 
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     written(store.cas("k", Some(&version), b"3", &[]).await.unwrap());
+    until_watchers(&server.endpoint, 0).await;
+}
+
+/// Until the etcd at `endpoint` has `n` watchers (at most 5 s).
+async fn until_watchers(endpoint: &str, n: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while watchers() != 0 {
-        assert!(Instant::now() < deadline, "never cancelled: {}", watchers());
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    while watcher_total(endpoint) != n {
+        let now = watcher_total(endpoint);
+        assert!(Instant::now() < deadline, "{now} watchers, not {n}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A pushed document carries the arrivals pending at it, with a version naming them as a
+/// load's does, so that a holder following its key takes them in with its release instead of
+/// losing its CAS to them: an append under the same document pushes it again with the new
+/// arrival; a CAS naming a push's version takes the arrivals it carried and leaves one
+/// appended after it pending (even when it carried none), which the push of the new document
+/// carries.
+#[tokio::test]
+async fn a_push_carries_the_arrivals_pending_at_its_document() {
+    let store = store().await;
+    let key = format!("{}k", prefix("pushed_arrivals"));
+    let first = written(store.cas(&key, None, b"d1", &[]).await.unwrap());
+    let mut watch = store.watch(&key).await.unwrap().expect("etcd watches");
+    store.append_arrival(&key, b"a1").await.unwrap();
+    let one = until_pushed(&mut watch, "a1", |p| p.arrivals == [b"a1"]).await;
+    assert_eq!(one.bytes, b"d1");
+    assert_ne!(one.version, first, "its version names the arrival");
+
+    store.append_arrival(&key, b"a2").await.unwrap();
+    let two = until_pushed(&mut watch, "a1 and a2", |p| p.arrivals.len() == 2).await;
+    assert_eq!(
+        two.arrivals,
+        [b"a1".to_vec(), b"a2".to_vec()],
+        "oldest first"
+    );
+    store.append_arrival(&key, b"a3").await.unwrap();
+    written(
+        store
+            .cas(&key, Some(&two.version), b"d2", &[])
+            .await
+            .unwrap(),
+    );
+    let left = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(left.arrivals, [b"a3"], "a3, appended after the push, stays");
+
+    let pushed = until_pushed(&mut watch, "d2 with a3", |p| {
+        p.bytes == b"d2" && p.arrivals == [b"a3"]
+    })
+    .await;
+    written(
+        store
+            .cas(&key, Some(&pushed.version), b"d3", &[])
+            .await
+            .unwrap(),
+    );
+    let last = store.load(&key).await.unwrap().unwrap();
+    assert!(last.arrivals.is_empty(), "taken by the CAS naming the push");
+
+    // A push that knew none pending: a CAS naming it leaves an arrival appended since pending,
+    // where a version that read none loses to it.
+    let none = until_pushed(&mut watch, "d3, knowing none", |p| {
+        p.bytes == b"d3" && p.version != last.version
+    })
+    .await;
+    assert!(none.arrivals.is_empty());
+    store.append_arrival(&key, b"a4").await.unwrap();
+    let stale = store
+        .cas(&key, Some(&last.version), b"lost", &[])
+        .await
+        .unwrap();
+    assert!(matches!(stale, CasOutcome::Conflict { .. }), "{stale:?}");
+    written(
+        store
+            .cas(&key, Some(&none.version), b"d4", &[])
+            .await
+            .unwrap(),
+    );
+    let end = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (end.bytes, end.arrivals),
+        (b"d4".to_vec(), vec![b"a4".to_vec()])
+    );
+}
+
+/// The next document pushed on `watch` for which `wanted` holds (`what`, for the failure).
+async fn until_pushed(
+    watch: &mut baton_store::WatchHandle,
+    what: &str,
+    wanted: impl Fn(&baton_store::Versioned) -> bool,
+) -> baton_store::Versioned {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let woken = tokio::time::timeout_at(deadline, watch.changed()).await;
+        let pushed = woken
+            .unwrap_or_else(|_| panic!("no push of {what} within 5 s"))
+            .unwrap();
+        if let Some(pushed) = pushed.filter(|pushed| wanted(pushed)) {
+            return pushed;
+        }
     }
 }
 

@@ -415,3 +415,14 @@ impl Store for Probe {
         }
     }
 }
+
+/// The arrival of ticket `id`, as another process would append it.
+pub fn arrival(id: &str, unsettled_seen: u64) -> Vec<u8> {
+    let enqueue: baton_core::Enqueue = serde_json::from_value(serde_json::json!({
+        "id": id, "token": format!("token-of-{id}"), "mode": "normal", "limit": 1,
+        "context": "arrived", "supersede": false, "keep": false, "ttl_ms": 30_000,
+        "waiter_ttl_ms": 60_000, "claim_ms": 5_000, "max_live": 1_000,
+    }))
+    .expect("an enqueue");
+    baton_core::arrival::Arrival::of(&enqueue, unsettled_seen).encode()
+}

@@ -4,16 +4,18 @@
 //! taken), and what its answer means; then the history trimmed to `history_keep`. And the
 //! reads of a key's document with its arrivals, which a load, an append and a failed CAS make.
 //!
-//! A version names the document's `mod_revision` and, after a `.`, the newest `create_revision`
-//! of the arrivals read with it (none: no suffix). Read in one transaction, so at one revision:
-//! every arrival created up to that one was read, and arrivals are never created with an older
-//! revision. A version that read none writes only while none is pending (every arrival key's
-//! `create_revision` below 1). One that read some takes exactly those: etcd deletes by name or
-//! range, not by creation revision, so the store remembers the names its reads found
-//! ([`ArrivalsRead`]) and deletes those up to the version's newest by name, comparing the
-//! document alone, which leaves later arrivals pending. Without such a memory (a version read
-//! by another process, or too many arrivals for one transaction) it compares every arrival's
-//! `create_revision` with the newest read and deletes the range, as a version that read all.
+//! A version names the document's `mod_revision` and, after a `.`, a revision up to which every
+//! arrival created was seen with it (none: no suffix): a read's names the newest arrival it
+//! read (read in one transaction, so at one revision, and arrivals are never created with an
+//! older revision); a push's names the revision its watch knew the arrivals as of, even with
+//! none pending. A version without one writes only while none is pending (every arrival key's
+//! `create_revision` below 1). One with it takes exactly those it saw: etcd deletes by name or
+//! range, not by creation revision, so the store remembers the names its reads and pushes found
+//! ([`ArrivalsRead`]) and deletes those created up to the version's revision by name (none, for
+//! a push that saw none), comparing the document alone, which leaves later arrivals pending.
+//! Without such a memory (a version read by another process, or too many arrivals for one
+//! transaction) it compares every arrival's `create_revision` with the version's and deletes
+//! the range, as a version that read all.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -77,9 +79,10 @@ struct KeyArrivals {
 const REMEMBERED_KEYS: usize = 4_096;
 
 impl ArrivalsRead {
-    /// Remembers what a read of `key` found: the document at `doc_revision` and these arrivals,
-    /// at `read_revision`. A read that found none forgets the key.
-    fn remember(
+    /// Remembers what a read (or a push) of `key` found: the document at `doc_revision` and
+    /// these arrivals (maybe none), pending at it, known as of `read_revision`. What an earlier
+    /// read knew as of a later revision stays: a push can come after a read that saw more.
+    pub(super) fn remember(
         &self,
         key: &str,
         doc_revision: i64,
@@ -87,8 +90,10 @@ impl ArrivalsRead {
         arrivals: Vec<(i64, Vec<u8>)>,
     ) {
         let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
-        if arrivals.is_empty() {
-            by_key.remove(key);
+        if by_key
+            .get(key)
+            .is_some_and(|known| known.read_revision > read_revision)
+        {
             return;
         }
         if by_key.len() >= REMEMBERED_KEYS && !by_key.contains_key(key) {
@@ -102,9 +107,22 @@ impl ArrivalsRead {
         by_key.insert(key.to_owned(), read);
     }
 
-    /// The keys of `key`'s arrivals a version read at `doc_revision` whose newest was created at
-    /// `newest` read: known when this store read the key at that document since `newest`, for
-    /// at most [`MAX_TAKEN_BY_NAME`] arrivals.
+    /// Forgets what was remembered of `key` as of before `read_revision`: a read that found
+    /// none names none in its version, so nothing needs remembering, and a key left in the
+    /// memory only crowds out others.
+    fn forget(&self, key: &str, read_revision: i64) {
+        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        if by_key
+            .get(key)
+            .is_some_and(|known| known.read_revision <= read_revision)
+        {
+            by_key.remove(key);
+        }
+    }
+
+    /// The keys of `key`'s arrivals a version read at `doc_revision` that saw every one
+    /// created up to `newest` read (maybe none): known when this store read the key at that
+    /// document as of `newest` or later, for at most [`MAX_TAKEN_BY_NAME`] arrivals.
     fn names(&self, key: &str, doc_revision: i64, newest: i64) -> Option<Vec<Vec<u8>>> {
         let by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         let read = by_key.get(key)?;
@@ -117,7 +135,7 @@ impl ArrivalsRead {
             .filter(|(created, _)| *created <= newest)
             .map(|(_, name)| name.clone())
             .collect();
-        (!names.is_empty() && names.len() <= MAX_TAKEN_BY_NAME).then_some(names)
+        (names.len() <= MAX_TAKEN_BY_NAME).then_some(names)
     }
 }
 
@@ -172,6 +190,8 @@ impl EtcdStore {
             .then(|| self.inner.arrivals_read.names(key, revision, newest))
             .flatten();
         let takes = match by_name {
+            // Known complete up to `newest` with none pending (a push's): later ones stay.
+            Some(names) if names.is_empty() => Takes::None,
             Some(names) => Takes::These(names),
             None => {
                 // Over a range, a compare holds for every key in it, and for none as for a key
@@ -284,13 +304,16 @@ impl EtcdStore {
             &doc.mod_revision().to_string(),
             newest.map_or(0, |revision| revision.max(0) as u64),
         );
-        let names = arrivals
+        let names: Vec<_> = arrivals
             .iter()
             .map(|kv| (kv.create_revision(), kv.key().to_vec()))
             .collect();
-        self.inner
-            .arrivals_read
-            .remember(key, doc.mod_revision(), read_revision, names);
+        let read = &self.inner.arrivals_read;
+        if names.is_empty() {
+            read.forget(key, read_revision);
+        } else {
+            read.remember(key, doc.mod_revision(), read_revision, names);
+        }
         Ok(Some(Versioned {
             version,
             bytes: doc.into_key_value().1,

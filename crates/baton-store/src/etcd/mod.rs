@@ -49,6 +49,8 @@ mod errors;
 mod layout;
 pub mod url;
 mod watch;
+mod watch_seed;
+mod watched_arrivals;
 
 use std::fmt;
 use std::ops::ControlFlow;
@@ -119,7 +121,7 @@ struct Inner {
     /// The watch task, started by the first `watch`.
     watcher: Mutex<Option<watch::Watcher>>,
     /// The arrivals this store's reads found, for the CASes that take them.
-    arrivals_read: cas::ArrivalsRead,
+    arrivals_read: Arc<cas::ArrivalsRead>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -192,7 +194,7 @@ impl EtcdStore {
                 url,
                 description,
                 watcher: Mutex::new(None),
-                arrivals_read: cas::ArrivalsRead::default(),
+                arrivals_read: Arc::default(),
             }),
         })
     }
@@ -423,7 +425,6 @@ impl Store for EtcdStore {
     }
 
     async fn watch(&self, key: &str) -> Result<Option<WatchHandle>> {
-        let doc_key = self.inner.layout.doc_key(key);
         let watcher = {
             let mut watcher = self
                 .inner
@@ -434,11 +435,15 @@ impl Store for EtcdStore {
             match watcher.as_ref() {
                 Some(running) if running.is_running() => running.clone(),
                 _ => watcher
-                    .insert(watch::Watcher::start(self.inner.client.clone()))
+                    .insert(watch::Watcher::start(
+                        self.inner.client.clone(),
+                        self.inner.layout.clone(),
+                        self.inner.arrivals_read.clone(),
+                    ))
                     .clone(),
             }
         };
-        watcher.subscribe(doc_key).await
+        watcher.subscribe(key.to_owned()).await
     }
 
     async fn clock(&self) -> Result<StoreClock> {

@@ -1,9 +1,15 @@
-//! Push wake-ups from etcd: one watch stream per store, one etcd watch per watched key.
+//! Push wake-ups from etcd: one watch stream per store, two etcd watches per watched key.
 //!
 //! A background task owns the stream. [`Watcher::subscribe`] asks it for a key; the task creates
 //! an etcd watch on the key's document (once per key, shared by every handle of that key) and at
 //! each event hands the document the event carries (value and mod revision: the version a load
 //! would return) to the key's [`WatchHandle`]s, so a woken waiter needs no read.
+//!
+//! It also watches the key's arrivals, from a read of them (the seed) on, and a pushed document
+//! carries the arrivals pending at it when they are surely known ([`watched_arrivals`]), with a
+//! version naming them as a load's would; when the arrivals change under the same document (an
+//! append), the document is pushed again with them, telling of no change of the document. So a
+//! holder that follows its key takes in the arrivals its release would otherwise lose a CAS to.
 //!
 //! Nothing may be missed, so:
 //! - `subscribe` returns only once etcd has confirmed the watch (or after [`SUBSCRIBE_WAIT`],
@@ -21,6 +27,7 @@
 //! watch: a round trip before every enqueue, which then went out behind the writes it raced.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{
@@ -28,6 +35,11 @@ use etcd_client::{
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::cas::ArrivalsRead;
+use super::layout::Layout;
+use super::watch_seed::{self, SeedRead, Seeded};
+use super::watched_arrivals::{self, Pending, WatchedArrivals};
+use crate::arrivals_seen;
 use crate::{StoreError, Version, Versioned, Wake, WatchHandle};
 
 /// How long `subscribe` waits for etcd to confirm a new watch before handing out the handle
@@ -54,7 +66,7 @@ pub struct Watcher {
     commands: mpsc::UnboundedSender<Command>,
 }
 
-/// Where a key's etcd watch stands.
+/// Where a key's etcd watch of its document stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     /// Asked for, not yet confirmed (or the stream is reconnecting).
@@ -65,9 +77,16 @@ enum State {
     Refused,
 }
 
-/// A request to the task: watch `key`, reply with its receivers.
+/// Which of a key's two etcd watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    Document,
+    Arrivals,
+}
+
+/// A request to the task: watch baton key `key`, reply with its receivers.
 struct Command {
-    key: Vec<u8>,
+    key: String,
     reply: oneshot::Sender<Subscription>,
 }
 
@@ -87,9 +106,39 @@ struct Watched {
     state: watch::Sender<State>,
     /// When a handle last held it (as seen at a subscription or an event).
     last_used: Instant,
+    /// The document's revision and bytes as last pushed (`None`: not yet, or deleted).
+    doc: Option<(i64, Vec<u8>)>,
+    /// What the arrivals watch told.
+    arrivals: WatchedArrivals,
+    /// The creation revisions of the arrivals the last push carried (`None`: it did not know
+    /// them).
+    pushed_arrivals: Option<Vec<i64>>,
+    /// Changes of the document told by the watch and not pushed yet ([`Task::flush`]).
+    unpushed: u64,
+    /// Counts the seeds asked for: a seed that answers an older one is dropped.
+    seed_generation: u64,
+    /// etcd's ids of the key's two watches, once confirmed.
+    doc_watch: Option<i64>,
+    arrivals_watch: Option<i64>,
 }
 
 impl Watched {
+    fn new() -> Watched {
+        Watched {
+            changes: watch::Sender::new(0),
+            wakes: watch::Sender::new(Wake::read_again()),
+            state: watch::Sender::new(State::Pending),
+            last_used: Instant::now(),
+            doc: None,
+            arrivals: WatchedArrivals::default(),
+            pushed_arrivals: None,
+            unpushed: 0,
+            seed_generation: 0,
+            doc_watch: None,
+            arrivals_watch: None,
+        }
+    }
+
     /// Wakes the key's handles without a document, after a gap in which changes may have gone
     /// untold: they read.
     fn bump(&self) {
@@ -109,13 +158,72 @@ impl Watched {
         }
         unused && self.last_used.elapsed() >= LINGER
     }
+
+    /// The document as last pushed, with the arrivals pending at it where they are surely
+    /// known (remembered for the CAS that names them), and, when they are, their creation
+    /// revisions.
+    fn document(&self, key: &str, read: &ArrivalsRead) -> Option<(Versioned, Option<Vec<i64>>)> {
+        let (revision, bytes) = self.doc.as_ref()?;
+        let Some(pending) = self.arrivals.at(*revision) else {
+            let alone = Versioned {
+                version: Version(revision.to_string()),
+                bytes: bytes.clone(),
+                arrivals: Vec::new(),
+            };
+            return Some((alone, None));
+        };
+        let creations = pending.creations();
+        let Pending { as_of, arrivals } = pending;
+        let names = arrivals
+            .iter()
+            .map(|(created, arrival)| (*created, arrival.key.clone()))
+            .collect();
+        read.remember(key, *revision, as_of, names);
+        let document = Versioned {
+            // Every arrival created up to `as_of` is among them: later ones stay pending.
+            version: arrivals_seen::compose(&revision.to_string(), as_of.max(0) as u64),
+            bytes: bytes.clone(),
+            arrivals: arrivals.into_iter().map(|(_, a)| a.bytes).collect(),
+        };
+        Some((document, Some(creations)))
+    }
+
+    /// Pushes what the watches told since the last push: the document, if it changed, with
+    /// the arrivals pending at it where they are known; else the document again if the
+    /// arrivals known pending at it are not those the last push carried, telling of no change
+    /// of the document (a waiter counting writes lets it pass).
+    fn push(&mut self, key: &str, read: &ArrivalsRead) {
+        let changes = std::mem::take(&mut self.unpushed);
+        let Some((document, carried)) = self.document(key, read) else {
+            if changes > 0 {
+                self.wake(Wake::read_again().of_changes(changes));
+            }
+            return;
+        };
+        if changes > 0 {
+            self.pushed_arrivals = carried;
+            self.wake(Wake::with(document).of_changes(changes));
+        } else if carried.is_some() && carried != self.pushed_arrivals {
+            self.pushed_arrivals = carried;
+            Wake::with(document).of_changes(0).send(&self.wakes);
+        }
+    }
 }
 
 impl Watcher {
-    /// Starts the task (on the current tokio runtime) with `client`'s connection.
-    pub fn start(client: Client) -> Watcher {
+    /// Starts the task (on the current tokio runtime) with `client`'s connection, for the keys
+    /// of `layout`, remembering the arrivals pushed in `read` for the CASes that take them.
+    pub fn start(client: Client, layout: Layout, read: Arc<ArrivalsRead>) -> Watcher {
         let (commands, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run(client, receiver));
+        let task = Task {
+            client,
+            layout,
+            read,
+            keys: HashMap::new(),
+            seeds: mpsc::unbounded_channel(),
+            dirty: Vec::new(),
+        };
+        tokio::spawn(task.run(receiver));
         Watcher { commands }
     }
 
@@ -124,9 +232,9 @@ impl Watcher {
         !self.commands.is_closed()
     }
 
-    /// A handle woken at each change of the etcd key `key`; `None` when etcd refuses to watch
+    /// A handle woken at each change of baton key `key`; `None` when etcd refuses to watch
     /// it.
-    pub async fn subscribe(&self, key: Vec<u8>) -> Result<Option<WatchHandle>, StoreError> {
+    pub async fn subscribe(&self, key: String) -> Result<Option<WatchHandle>, StoreError> {
         let (reply, replied) = oneshot::channel();
         self.commands
             .send(Command { key, reply })
@@ -163,77 +271,117 @@ impl Watcher {
     }
 }
 
-/// The task: keeps one stream open with a watch per key, until the store goes away.
-async fn run(client: Client, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut keys: HashMap<Vec<u8>, Watched> = HashMap::new();
-    let mut backoff = BACKOFF_MIN;
-    loop {
-        if keys.is_empty() {
-            match commands.recv().await {
-                Some(command) => {
-                    accept(&mut keys, command);
-                }
-                None => return,
-            }
-        }
-        match Stream::open(&client, &keys).await {
-            Ok(mut stream) => {
-                let ended = stream.serve(&mut keys, &mut commands, &mut backoff).await;
-                if ended == Ended::StoreDropped {
-                    return;
-                }
-                tracing::debug!("etcd watch stream ended; reconnecting");
-            }
-            Err(error) => tracing::debug!(%error, "cannot open an etcd watch stream; retrying"),
-        }
-        // Every watch went with the stream: waiters learn of the gap when it is re-created.
-        for watched in keys.values() {
-            watched.state.send_replace(State::Pending);
-        }
-        // Wait before the next try, still answering subscriptions.
-        let sleep = tokio::time::sleep(backoff);
-        tokio::pin!(sleep);
+/// The task's state: the watched keys, and the channel the seeds' reads answer on.
+struct Task {
+    client: Client,
+    layout: Layout,
+    read: Arc<ArrivalsRead>,
+    keys: HashMap<String, Watched>,
+    seeds: (
+        mpsc::UnboundedSender<Seeded>,
+        mpsc::UnboundedReceiver<Seeded>,
+    ),
+    /// Keys told something since the last [`Task::flush`].
+    dirty: Vec<String>,
+}
+
+impl Task {
+    /// Keeps one stream open with the watches of every key, until the store goes away.
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        let mut backoff = BACKOFF_MIN;
         loop {
-            tokio::select! {
-                () = &mut sleep => break,
-                command = commands.recv() => match command {
+            if self.keys.is_empty() {
+                match commands.recv().await {
                     Some(command) => {
-                        accept(&mut keys, command);
+                        self.accept(command);
                     }
                     None => return,
-                },
+                }
             }
+            match Stream::open(&mut self).await {
+                Ok(mut stream) => {
+                    let ended = stream.serve(&mut self, &mut commands, &mut backoff).await;
+                    if ended == Ended::StoreDropped {
+                        return;
+                    }
+                    tracing::debug!("etcd watch stream ended; reconnecting");
+                }
+                Err(error) => tracing::debug!(%error, "cannot open an etcd watch stream; retrying"),
+            }
+            // Every watch went with the stream: waiters learn of the gap when it is re-created.
+            for watched in self.keys.values_mut() {
+                watched.state.send_replace(State::Pending);
+                watched.arrivals.forget();
+                (watched.doc_watch, watched.arrivals_watch) = (None, None);
+            }
+            // Wait before the next try, still answering subscriptions.
+            let sleep = tokio::time::sleep(backoff);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    () = &mut sleep => break,
+                    command = commands.recv() => match command {
+                        Some(command) => {
+                            self.accept(command);
+                        }
+                        None => return,
+                    },
+                }
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
         }
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+
+    /// Registers a subscription. Returns the key when watches must be created for it on the
+    /// stream.
+    fn accept(&mut self, command: Command) -> Option<String> {
+        let Command { key, reply } = command;
+        let mut create = false;
+        let watched = self.keys.entry(key.clone()).or_insert_with(|| {
+            create = true;
+            Watched::new()
+        });
+        watched.last_used = Instant::now();
+        // A refused watch is asked for again: permissions may have changed.
+        if *watched.state.borrow() == State::Refused {
+            watched.state.send_replace(State::Pending);
+            create = true;
+        }
+        // The subscriber may have given up waiting (its future dropped): nothing to do then.
+        let _ = reply.send(Subscription {
+            changes: watched.changes.subscribe(),
+            wakes: watched.wakes.subscribe(),
+            state: watched.state.subscribe(),
+        });
+        create.then_some(key)
+    }
+
+    /// Reads `key`'s arrivals in a task of its own, answering on the seeds' channel; any
+    /// earlier seed of the key is dropped when it answers.
+    fn seed(&mut self, key: &str) {
+        let Some(watched) = self.keys.get_mut(key) else {
+            return;
+        };
+        watched.arrivals.forget();
+        watched.seed_generation += 1;
+        let generation = watched.seed_generation;
+        let kv = self.client.kv_client();
+        watch_seed::spawn(kv, &self.layout, key, generation, self.seeds.0.clone());
     }
 }
 
-/// Registers a subscription. Returns the key when a watch must be created for it on the stream.
-fn accept(keys: &mut HashMap<Vec<u8>, Watched>, command: Command) -> Option<Vec<u8>> {
-    let Command { key, reply } = command;
-    let mut create = false;
-    let watched = keys.entry(key.clone()).or_insert_with(|| {
-        create = true;
-        Watched {
-            changes: watch::Sender::new(0),
-            wakes: watch::Sender::new(Wake::read_again()),
-            state: watch::Sender::new(State::Pending),
-            last_used: Instant::now(),
+impl Task {
+    /// Pushes to the handles of every key told something since the last flush. A flush waits
+    /// for the responses already received: the document's and the arrivals' events of one
+    /// write come in two responses, in either order, and the document is pushed once, with
+    /// the arrivals its write left.
+    fn flush(&mut self) {
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(watched) = self.keys.get_mut(&key) {
+                watched.push(&key, &self.read);
+            }
         }
-    });
-    watched.last_used = Instant::now();
-    // A refused watch is asked for again: permissions may have changed.
-    if *watched.state.borrow() == State::Refused {
-        watched.state.send_replace(State::Pending);
-        create = true;
     }
-    // The subscriber may have given up waiting (its future dropped): nothing to do then.
-    let _ = reply.send(Subscription {
-        changes: watched.changes.subscribe(),
-        wakes: watched.wakes.subscribe(),
-        state: watched.state.subscribe(),
-    });
-    create.then_some(key)
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -246,26 +394,27 @@ enum Ended {
 struct Stream {
     sender: WatchRequestSender,
     responses: WatchResponseStream,
-    /// Keys whose create requests await etcd's confirmation, in the order they were sent:
+    /// Watches whose create requests await etcd's confirmation, in the order they were sent:
     /// etcd answers the creates of one stream in order.
-    creating: VecDeque<Vec<u8>>,
+    creating: VecDeque<(String, Which)>,
     /// etcd's watch ids of the confirmed watches.
-    ids: HashMap<i64, Vec<u8>>,
+    ids: HashMap<i64, (String, Which)>,
 }
 
 impl Stream {
-    /// Opens a stream and asks for a watch on every key.
-    async fn open(client: &Client, keys: &HashMap<Vec<u8>, Watched>) -> Result<Stream, String> {
-        let mut all_keys = keys.keys().cloned();
-        let Some(first) = all_keys.next() else {
+    /// Opens a stream, asks for a watch of every key's document and seeds its arrivals.
+    async fn open(task: &mut Task) -> Result<Stream, String> {
+        let keys: Vec<String> = task.keys.keys().cloned().collect();
+        let Some(first) = keys.first() else {
             return Err("nothing to watch".to_owned());
         };
-        let mut watch_client = client
+        let mut watch_client = task
+            .client
             .watch_client()
             .max_decoding_message_size(MAX_WATCH_MESSAGE_BYTES);
         let opened = tokio::time::timeout(
             OPEN_TIMEOUT,
-            watch_client.watch(first.clone(), Some(options())),
+            watch_client.watch(task.layout.doc_key(first), Some(doc_options())),
         )
         .await
         .map_err(|_| format!("no answer within {} s", OPEN_TIMEOUT.as_secs()))?
@@ -274,140 +423,302 @@ impl Stream {
         let mut stream = Stream {
             sender,
             responses,
-            creating: VecDeque::from([first]),
+            creating: VecDeque::from([(first.clone(), Which::Document)]),
             ids: HashMap::new(),
         };
-        for key in all_keys {
-            stream.create(key).await?;
+        task.seed(first);
+        for key in keys.into_iter().skip(1) {
+            stream.create_document(task, key).await?;
         }
         Ok(stream)
     }
 
-    async fn create(&mut self, key: Vec<u8>) -> Result<(), String> {
-        self.sender
-            .watch(key.clone(), Some(options()))
-            .await
-            .map_err(|error| error.to_string())?;
-        self.creating.push_back(key);
+    /// Asks for a watch of `key`'s document, and seeds its arrivals.
+    async fn create_document(&mut self, task: &mut Task, key: String) -> Result<(), String> {
+        let doc_key = task.layout.doc_key(&key);
+        self.create(doc_key, doc_options(), key.clone(), Which::Document)
+            .await?;
+        task.seed(&key);
         Ok(())
     }
 
-    /// Serves subscriptions and events until the stream ends or the store goes away.
+    async fn create(
+        &mut self,
+        etcd_key: Vec<u8>,
+        options: WatchOptions,
+        key: String,
+        which: Which,
+    ) -> Result<(), String> {
+        self.sender
+            .watch(etcd_key, Some(options))
+            .await
+            .map_err(|error| error.to_string())?;
+        self.creating.push_back((key, which));
+        Ok(())
+    }
+
+    /// Serves subscriptions, seeds and events until the stream ends or the store goes away.
     async fn serve(
         &mut self,
-        keys: &mut HashMap<Vec<u8>, Watched>,
+        task: &mut Task,
         commands: &mut mpsc::UnboundedReceiver<Command>,
         backoff: &mut Duration,
     ) -> Ended {
         loop {
-            tokio::select! {
+            let handled = tokio::select! {
                 command = commands.recv() => {
                     let Some(command) = command else {
                         return Ended::StoreDropped;
                     };
-                    if let Some(key) = accept(keys, command) {
-                        if self.create(key).await.is_err() {
-                            return Ended::StreamLost;
-                        }
+                    match task.accept(command) {
+                        Some(key) => self.create_document(task, key).await,
+                        None => Ok(()),
                     }
+                    .map_err(|_| Ended::StreamLost)
                 }
-                message = self.responses.message() => match message {
-                    Ok(Some(response)) => {
-                        *backoff = BACKOFF_MIN;
-                        if self.handle(response, keys).await.is_err() {
-                            return Ended::StreamLost;
-                        }
-                    }
-                    Ok(None) => return Ended::StreamLost,
-                    Err(error) => {
-                        tracing::debug!(%error, "etcd watch stream failed");
-                        return Ended::StreamLost;
-                    }
+                seeded = task.seeds.1.recv() => match seeded {
+                    Some(seeded) => self.seeded(task, seeded).await.map_err(|_| Ended::StreamLost),
+                    None => Ok(()),
                 },
+                message = self.responses.message() => {
+                    *backoff = BACKOFF_MIN;
+                    self.take_in(message, task).await
+                }
+            };
+            // What was told is pushed once nothing more has come in.
+            task.flush();
+            if let Err(ended) = handled {
+                return ended;
             }
         }
     }
 
-    async fn handle(
+    /// Handles `message` and every further response already received (without waiting).
+    async fn take_in(
         &mut self,
-        response: WatchResponse,
-        keys: &mut HashMap<Vec<u8>, Watched>,
-    ) -> Result<(), String> {
+        mut message: Result<Option<WatchResponse>, etcd_client::Error>,
+        task: &mut Task,
+    ) -> Result<(), Ended> {
+        loop {
+            match message {
+                Ok(Some(response)) => self
+                    .handle(response, task)
+                    .await
+                    .map_err(|_| Ended::StreamLost)?,
+                Ok(None) => return Err(Ended::StreamLost),
+                Err(error) => {
+                    tracing::debug!(%error, "etcd watch stream failed");
+                    return Err(Ended::StreamLost);
+                }
+            }
+            match ready_now(self.responses.message()) {
+                Some(next) => message = next,
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// A seed read: the key's arrivals start from it, and their watch from just after it; the
+    /// document it read, if newer than the last pushed, is pushed with the arrivals pending at
+    /// it (telling of no change: a read would have found the same).
+    async fn seeded(&mut self, task: &mut Task, seeded: Seeded) -> Result<(), String> {
+        let Some(watched) = task.keys.get_mut(&seeded.key) else {
+            return Ok(());
+        };
+        if seeded.generation != watched.seed_generation {
+            return Ok(());
+        }
+        let Some(SeedRead {
+            revision,
+            doc,
+            arrivals,
+        }) = seeded.read
+        else {
+            return Ok(());
+        };
+        let written = doc.as_ref().map_or(0, |(written, _)| *written);
+        watched.arrivals.seed(revision, written, arrivals);
+        let newer = |(seeded, _): &(i64, Vec<u8>)| {
+            watched
+                .doc
+                .as_ref()
+                .is_none_or(|(pushed, _)| pushed < seeded)
+        };
+        if let Some(doc) = doc.filter(newer) {
+            watched.doc = Some(doc);
+        }
+        task.dirty.push(seeded.key.clone());
+        let options = WatchOptions::new()
+            .with_range(task.layout.arrivals_end(&seeded.key))
+            .with_start_revision(revision + 1);
+        let start = task.layout.arrivals_start(&seeded.key);
+        self.create(start, options, seeded.key, Which::Arrivals)
+            .await
+    }
+
+    async fn handle(&mut self, response: WatchResponse, task: &mut Task) -> Result<(), String> {
         let watch_id = response.watch_id();
         if response.created() {
-            let Some(key) = self.creating.pop_front() else {
+            let Some((key, which)) = self.creating.pop_front() else {
                 return Ok(());
             };
-            let Some(watched) = keys.get(&key) else {
-                return Ok(());
-            };
-            if response.canceled() {
-                tracing::debug!(reason = response.cancel_reason(), "etcd refused a watch");
-                watched.state.send_replace(State::Refused);
-            } else {
-                self.ids.insert(watch_id, key);
-                // Wakes handles given out before this watch existed (a reconnection, or a slow
-                // first creation): changes in the gap were not pushed.
-                watched.bump();
-                let changes_at = *watched.changes.borrow();
-                watched.state.send_replace(State::Created { changes_at });
-            }
-            return Ok(());
+            return self.confirmed(task, &response, key, which);
         }
         if response.canceled() || response.compact_revision() != 0 {
             // etcd ended a live watch (it cancels only on request, compaction or lost
             // permissions): wake its waiters to re-read, and ask again.
-            if let Some(key) = self.ids.remove(&watch_id) {
-                if let Some(watched) = keys.get(&key) {
-                    watched.bump();
-                    watched.state.send_replace(State::Pending);
-                    self.create(key).await?;
-                }
+            if let Some((key, which)) = self.ids.remove(&watch_id) {
+                return self.recreate(task, key, which).await;
             }
             return Ok(());
         }
         if response.events().is_empty() {
             return Ok(());
         }
-        let Some(key) = self.ids.get(&watch_id) else {
+        let Some((key, which)) = self.ids.get(&watch_id).cloned() else {
             return Ok(());
         };
-        let Some(watched) = keys.get_mut(key) else {
+        let Some(watched) = task.keys.get_mut(&key) else {
             return Ok(());
         };
         if !watched.unused_past_linger() {
-            watched.wake(latest_document(&response));
+            match which {
+                Which::Document => document_changed(watched, &response),
+                Which::Arrivals => arrivals_changed(watched, &response),
+            }
+            task.dirty.push(key);
             return Ok(());
         }
         // Nobody has watched this key for a while: stop etcd sending its changes.
-        let key = key.clone();
-        keys.remove(&key);
-        self.ids.remove(&watch_id);
-        self.sender
-            .cancel(watch_id)
-            .await
-            .map_err(|error| error.to_string())
+        let ids = [watched.doc_watch, watched.arrivals_watch];
+        task.keys.remove(&key);
+        for id in ids.into_iter().flatten() {
+            self.ids.remove(&id);
+            self.sender
+                .cancel(id)
+                .await
+                .map_err(|error| error.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// etcd's answer to the creation of `key`'s watch `which`.
+    fn confirmed(
+        &mut self,
+        task: &mut Task,
+        response: &WatchResponse,
+        key: String,
+        which: Which,
+    ) -> Result<(), String> {
+        let Some(watched) = task.keys.get_mut(&key) else {
+            return Ok(());
+        };
+        if response.canceled() {
+            tracing::debug!(
+                reason = response.cancel_reason(),
+                ?which,
+                "etcd refused a watch"
+            );
+            match which {
+                Which::Document => {
+                    watched.state.send_replace(State::Refused);
+                }
+                // Pushed without arrivals, as a store whose reads alone name them.
+                Which::Arrivals => watched.arrivals.forget(),
+            }
+            return Ok(());
+        }
+        self.ids.insert(response.watch_id(), (key.clone(), which));
+        match which {
+            Which::Document => {
+                watched.doc_watch = Some(response.watch_id());
+                // Wakes handles given out before this watch existed (a reconnection, or a slow
+                // first creation): changes in the gap were not pushed.
+                watched.bump();
+                let changes_at = *watched.changes.borrow();
+                watched.state.send_replace(State::Created { changes_at });
+            }
+            Which::Arrivals => watched.arrivals_watch = Some(response.watch_id()),
+        }
+        Ok(())
+    }
+
+    /// After etcd ended `key`'s live watch `which`: its document's waiters read, its arrivals
+    /// are seeded again; either way the watch is asked for again.
+    async fn recreate(&mut self, task: &mut Task, key: String, which: Which) -> Result<(), String> {
+        let Some(watched) = task.keys.get_mut(&key) else {
+            return Ok(());
+        };
+        match which {
+            Which::Document => {
+                watched.doc_watch = None;
+                watched.bump();
+                watched.state.send_replace(State::Pending);
+                let doc_key = task.layout.doc_key(&key);
+                self.create(doc_key, doc_options(), key, Which::Document)
+                    .await
+            }
+            Which::Arrivals => {
+                watched.arrivals_watch = None;
+                task.seed(&key);
+                Ok(())
+            }
+        }
     }
 }
 
-/// What the last event of a response tells the key's handles: the document it put, as a load
-/// would return it (version: the mod revision), or "read again" for a delete (baton never deletes
-/// documents; someone did by hand); counting every event of the response.
-fn latest_document(response: &WatchResponse) -> Wake {
-    let put = response.events().last().and_then(|event| {
-        let kv = event.kv()?;
-        (event.event_type() == EventType::Put).then(|| Versioned {
-            version: Version(kv.mod_revision().to_string()),
-            bytes: kv.value().to_vec(),
-            arrivals: Vec::new(),
-        })
-    });
+/// Takes in a response of a key's document watch: the document its last event put, pushed at
+/// the next [`Task::flush`], counting every event of the response; a delete (baton never
+/// deletes documents; someone did by hand) is pushed as "read again".
+fn document_changed(watched: &mut Watched, response: &WatchResponse) {
     let changes = u64::try_from(response.events().len()).unwrap_or(1).max(1);
-    put.map_or_else(Wake::read_again, Wake::with)
-        .of_changes(changes)
+    watched.unpushed = watched.unpushed.saturating_add(changes);
+    watched.doc = response.events().last().and_then(|event| {
+        let kv = event.kv()?;
+        (event.event_type() == EventType::Put).then(|| (kv.mod_revision(), kv.value().to_vec()))
+    });
 }
 
-/// Every watch: the key's document from now on, large revisions split into fragments.
-fn options() -> WatchOptions {
+/// Takes in a response of a key's arrivals watch, for the next [`Task::flush`].
+fn arrivals_changed(watched: &mut Watched, response: &WatchResponse) {
+    let events: Vec<watched_arrivals::Event> = response
+        .events()
+        .iter()
+        .filter_map(|event| {
+            let kv = event.kv()?;
+            Some(match event.event_type() {
+                EventType::Put => watched_arrivals::Event::Created {
+                    created: kv.create_revision(),
+                    arrival: watched_arrivals::Arrival {
+                        key: kv.key().to_vec(),
+                        bytes: kv.value().to_vec(),
+                    },
+                },
+                EventType::Delete => watched_arrivals::Event::Taken {
+                    key: kv.key().to_vec(),
+                    revision: kv.mod_revision(),
+                },
+            })
+        })
+        .collect();
+    let through = response.header().map_or(0, |header| header.revision());
+    watched.arrivals.apply(&events, through);
+}
+
+/// The output of `future` if it is ready at once, without waiting (a response the stream has
+/// already received).
+fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
+/// Every document watch: the key's document from now on, large revisions split into
+/// fragments. (An arrivals watch is made without: each of its responses must hold every event
+/// up to its revision.)
+fn doc_options() -> WatchOptions {
     WatchOptions::new().with_fragment()
 }
