@@ -67,30 +67,14 @@ impl Known {
 
     /// A document read or pushed, decoded, and shown to the key's observer.
     pub(crate) fn decode(&self, key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
-        let doc = decoded(key, &versioned.bytes)?;
-        if let Ok(mut observers) = self.observers.lock() {
+        let cached = cached_of(key, versioned)?;
+        if let (Some(doc), Ok(mut observers)) = (&cached.doc, self.observers.lock()) {
             observers
                 .entry(key.to_string())
                 .or_default()
-                .observe(&doc, mono_ms());
+                .observe(doc, mono_ms());
         }
-        let arrivals = versioned
-            .arrivals
-            .iter()
-            .filter_map(|bytes| match Arrival::decode(bytes) {
-                Ok(arrival) => Some(arrival),
-                Err(error) => {
-                    tracing::debug!(key, %error, "an arrival left out; its owner enqueues itself");
-                    None
-                }
-            })
-            .collect();
-        Ok(Cached {
-            version: Some(versioned.version),
-            doc: Some(Arc::new(doc)),
-            arrivals,
-            seen_ms: mono_ms(),
-        })
+        Ok(cached)
     }
 
     /// The key as last seen, if it was.
@@ -126,7 +110,9 @@ impl Known {
         key: &str,
         pushed: Versioned,
     ) -> Result<bool, ClientError> {
-        let pushed = self.decode(key, pushed)?;
+        // Shown to the observer only if taken (`remember_read`): a document surely older
+        // than the cached one would set its sightings back.
+        let pushed = cached_of(key, pushed)?;
         let cached = self.cached(key).and_then(|cached| cached.doc);
         let older = pushed.doc.as_deref().zip(cached.as_deref());
         if older.is_some_and(|(doc, cached)| surely_older(doc, cached)) {
@@ -160,6 +146,30 @@ impl Known {
     pub(crate) fn conflicts(&self) -> u64 {
         self.conflicts.load(Ordering::Relaxed)
     }
+}
+
+/// `versioned` decoded, with the arrivals read or pushed with it, oldest first; one that cannot
+/// be read is left out (the write removes it all the same, and its owner enqueues by a write of
+/// its own).
+fn cached_of(key: &str, versioned: Versioned) -> Result<Cached, ClientError> {
+    let doc = decoded(key, &versioned.bytes)?;
+    let arrivals = versioned
+        .arrivals
+        .iter()
+        .filter_map(|bytes| match Arrival::decode(bytes) {
+            Ok(arrival) => Some(arrival),
+            Err(error) => {
+                tracing::debug!(key, %error, "an arrival left out; its owner enqueues itself");
+                None
+            }
+        })
+        .collect();
+    Ok(Cached {
+        version: Some(versioned.version),
+        doc: Some(Arc::new(doc)),
+        arrivals,
+        seen_ms: mono_ms(),
+    })
 }
 
 /// `key`'s document from its stored bytes; bytes that are no document are [`ClientError::Corrupt`].

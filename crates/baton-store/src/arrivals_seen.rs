@@ -1,9 +1,10 @@
 //! The versions of a store that keeps arrivals ([`crate::Capabilities::arrivals`]): the
 //! document's own version, and what a reader saw of the key's arrivals, in one opaque
 //! [`Version`]. A version without the second part (every version a store handed out before it
-//! kept arrivals, a write's, and a wake-up's that carries no arrivals) saw none, so a CAS naming it writes only while the key has
-//! none pending; one with it takes the arrivals it saw and leaves those appended since pending,
-//! so an append never makes a write that read the key lose.
+//! kept arrivals, a write's, and a wake-up's that carries no arrivals) saw none, so a CAS
+//! naming it writes only while the key has none pending; one with it takes the arrivals it saw
+//! and leaves those appended since pending, so an append never makes a write that read the key
+//! lose.
 
 use crate::Version;
 

@@ -563,7 +563,8 @@ async fn watches_come_back_after_a_restart() {
 /// A key's watches (its document's and its arrivals') outlive their last handle for a while: a
 /// process that waits on the same key again soon gets its handle without new etcd watches (and
 /// without waiting for them to be confirmed), and they are cancelled at the first event after
-/// the key has gone unwatched for two seconds. Counted on a server of its own by its
+/// the key has gone unwatched for two seconds; watched again after that, it has its two
+/// watches again. Counted on a server of its own by its
 /// `etcd_debugging_mvcc_watcher_total`.
 #[tokio::test]
 async fn a_watch_outlives_its_last_handle_for_a_while() {
@@ -596,6 +597,13 @@ async fn a_watch_outlives_its_last_handle_for_a_while() {
     tokio::time::sleep(Duration::from_millis(2_200)).await;
     written(store.cas("k", Some(&version), b"3", &[]).await.unwrap());
     until_watchers(&server.endpoint, 0).await;
+
+    // Watched again: two watches again, and its pushes carry its arrivals.
+    let mut last = store.watch("k").await.unwrap().expect("etcd watches");
+    until_watchers(&server.endpoint, 2).await;
+    store.append_arrival("k", b"a1").await.unwrap();
+    until_pushed(&mut last, "a1", |pushed| pushed.arrivals == [b"a1"]).await;
+    assert_eq!(watchers(), 2);
 }
 
 /// Until the etcd at `endpoint` has `n` watchers (at most 5 s).

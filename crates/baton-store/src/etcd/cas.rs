@@ -46,11 +46,13 @@ pub(super) struct Expected {
 
 /// The arrivals a CAS removes.
 enum Takes {
-    /// None: a first write, or a version that read none (and compares that none is pending).
+    /// None: a first write; a version that saw none (and compares that none is pending); or
+    /// a push's that knew none pending as of its revision (later ones stay).
     None,
-    /// Every arrival of the key, compared to be no newer than those read.
+    /// Every arrival of the key, compared to be no newer than the version's revision.
     All,
-    /// These keys, the arrivals read (the document's compare says no write took them since).
+    /// These keys, the arrivals a read or a push saw (the document's compare says no write took
+    /// them since).
     These(Vec<Vec<u8>>),
 }
 
@@ -59,15 +61,15 @@ enum Takes {
 /// what the enclosing one leaves); more, or more history, and it takes them all.
 const MAX_TAKEN_BY_NAME: usize = 32;
 
-/// What this store's reads last found of each key's arrivals: a CAS naming a version read at
-/// the same document takes the arrivals up to the version's newest by these names.
+/// What this store's reads and pushes last found of each key's arrivals: a CAS naming a version
+/// seen at the same document takes the arrivals up to the version's revision by these names.
 #[derive(Default)]
 pub(super) struct ArrivalsRead {
     by_key: Mutex<HashMap<String, KeyArrivals>>,
 }
 
-/// One read's arrivals of a key: its document's revision, the revision it read at and each
-/// arrival's `create_revision` and key, oldest first.
+/// One read's (or push's) arrivals of a key: its document's revision, the revision they are
+/// known as of, and each arrival's `create_revision` and key, oldest first.
 struct KeyArrivals {
     doc_revision: i64,
     read_revision: i64,

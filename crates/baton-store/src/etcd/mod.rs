@@ -120,7 +120,7 @@ struct Inner {
     description: String,
     /// The watch task, started by the first `watch`.
     watcher: Mutex<Option<watch::Watcher>>,
-    /// The arrivals this store's reads found, for the CASes that take them.
+    /// The arrivals this store's reads and pushes found, for the CASes that take them.
     arrivals_read: Arc<cas::ArrivalsRead>,
 }
 

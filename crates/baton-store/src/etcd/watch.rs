@@ -2,14 +2,17 @@
 //!
 //! A background task owns the stream. [`Watcher::subscribe`] asks it for a key; the task creates
 //! an etcd watch on the key's document (once per key, shared by every handle of that key) and at
-//! each event hands the document the event carries (value and mod revision: the version a load
-//! would return) to the key's [`WatchHandle`]s, so a woken waiter needs no read.
+//! each event hands the document the event carries (value and mod revision) to the key's
+//! [`WatchHandle`]s, so a woken waiter needs no read.
 //!
 //! It also watches the key's arrivals, from a read of them (the seed) on, and a pushed document
 //! carries the arrivals pending at it when they are surely known ([`watched_arrivals`]), with a
-//! version naming them as a load's would; when the arrivals change under the same document (an
-//! append), the document is pushed again with them, telling of no change of the document. So a
-//! holder that follows its key takes in the arrivals its release would otherwise lose a CAS to.
+//! version naming the revision they are known as of (without them: the mod revision alone, as
+//! a read that found none); when the arrivals change under the same document (an append), the
+//! document is pushed again with them, telling of no change of the document. So a holder that
+//! follows its key takes in the arrivals its release would otherwise lose a CAS to. A watch of
+//! the arrivals from a replaced seed (a reconnection, a key watched again) is cancelled at its
+//! first word, its events dropped.
 //!
 //! Nothing may be missed, so:
 //! - `subscribe` returns only once etcd has confirmed the watch (or after [`SUBSCRIBE_WAIT`],
@@ -56,6 +59,9 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
+/// The most responses taken in before the ones told are pushed ([`Stream::take_in`]).
+const TAKEN_IN_AT_ONCE: usize = 64;
+
 /// The largest watch response accepted: a document is at most 256 KiB and responses are
 /// fragmented above etcd's request limit, so this leaves room for bursts of events.
 const MAX_WATCH_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -77,11 +83,12 @@ enum State {
     Refused,
 }
 
-/// Which of a key's two etcd watches.
+/// Which of a key's two etcd watches: its document's, or its arrivals' started from the seed
+/// of this generation (an older one's events are dropped: a newer seed replaced it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Which {
     Document,
-    Arrivals,
+    Arrivals(u64),
 }
 
 /// A request to the task: watch baton key `key`, reply with its receivers.
@@ -98,15 +105,16 @@ struct Subscription {
 
 /// One watched key, in the task.
 struct Watched {
-    /// Bumped at each change of the key (and once after each (re)creation of its watch), with
-    /// each wake-up: a new handle compares it with its watch's confirmation.
+    /// Bumped at each change of the key's document (and once after each (re)creation of its
+    /// watch), with its wake-up: a new handle compares it with its watch's confirmation.
     changes: watch::Sender<u64>,
     /// What the handles receive: the document an event carried, or "read again".
     wakes: watch::Sender<Wake>,
     state: watch::Sender<State>,
     /// When a handle last held it (as seen at a subscription or an event).
     last_used: Instant,
-    /// The document's revision and bytes as last pushed (`None`: not yet, or deleted).
+    /// The document's revision and bytes as last told (`None`: not yet, deleted, or after a
+    /// gap in its watch).
     doc: Option<(i64, Vec<u8>)>,
     /// What the arrivals watch told.
     arrivals: WatchedArrivals,
@@ -115,7 +123,8 @@ struct Watched {
     pushed_arrivals: Option<Vec<i64>>,
     /// Changes of the document told by the watch and not pushed yet ([`Task::flush`]).
     unpushed: u64,
-    /// Counts the seeds asked for: a seed that answers an older one is dropped.
+    /// The seed asked for last ([`Task::seed`]; 0: none since the last gap): an older seed,
+    /// and the arrivals watch it started, are dropped.
     seed_generation: u64,
     /// etcd's ids of the key's two watches, once confirmed.
     doc_watch: Option<i64>,
@@ -205,6 +214,8 @@ impl Watched {
             self.wake(Wake::with(document).of_changes(changes));
         } else if carried.is_some() && carried != self.pushed_arrivals {
             self.pushed_arrivals = carried;
+            // It may stand in for a "read again" not taken yet: the document is cleared at
+            // every gap, and told again only from after it.
             Wake::with(document).of_changes(0).send(&self.wakes);
         }
     }
@@ -222,6 +233,7 @@ impl Watcher {
             keys: HashMap::new(),
             seeds: mpsc::unbounded_channel(),
             dirty: Vec::new(),
+            seeds_asked: 0,
         };
         tokio::spawn(task.run(receiver));
         Watcher { commands }
@@ -283,6 +295,8 @@ struct Task {
     ),
     /// Keys told something since the last [`Task::flush`].
     dirty: Vec<String>,
+    /// Numbers every seed, across keys and their comings and goings.
+    seeds_asked: u64,
 }
 
 impl Task {
@@ -313,6 +327,8 @@ impl Task {
                 watched.state.send_replace(State::Pending);
                 watched.arrivals.forget();
                 (watched.doc_watch, watched.arrivals_watch) = (None, None);
+                (watched.doc, watched.pushed_arrivals) = (None, None);
+                watched.seed_generation = 0;
             }
             // Wait before the next try, still answering subscriptions.
             let sleep = tokio::time::sleep(backoff);
@@ -363,8 +379,9 @@ impl Task {
             return;
         };
         watched.arrivals.forget();
-        watched.seed_generation += 1;
-        let generation = watched.seed_generation;
+        self.seeds_asked += 1;
+        let generation = self.seeds_asked;
+        watched.seed_generation = generation;
         let kv = self.client.kv_client();
         watch_seed::spawn(kv, &self.layout, key, generation, self.seeds.0.clone());
     }
@@ -402,7 +419,7 @@ struct Stream {
 }
 
 impl Stream {
-    /// Opens a stream, asks for a watch of every key's document and seeds its arrivals.
+    /// Opens a stream and asks for a watch of every key's document.
     async fn open(task: &mut Task) -> Result<Stream, String> {
         let keys: Vec<String> = task.keys.keys().cloned().collect();
         let Some(first) = keys.first() else {
@@ -426,20 +443,17 @@ impl Stream {
             creating: VecDeque::from([(first.clone(), Which::Document)]),
             ids: HashMap::new(),
         };
-        task.seed(first);
         for key in keys.into_iter().skip(1) {
             stream.create_document(task, key).await?;
         }
         Ok(stream)
     }
 
-    /// Asks for a watch of `key`'s document, and seeds its arrivals.
+    /// Asks for a watch of `key`'s document (its arrivals are seeded once it is confirmed).
     async fn create_document(&mut self, task: &mut Task, key: String) -> Result<(), String> {
         let doc_key = task.layout.doc_key(&key);
-        self.create(doc_key, doc_options(), key.clone(), Which::Document)
-            .await?;
-        task.seed(&key);
-        Ok(())
+        self.create(doc_key, doc_options(), key, Which::Document)
+            .await
     }
 
     async fn create(
@@ -493,12 +507,14 @@ impl Stream {
         }
     }
 
-    /// Handles `message` and every further response already received (without waiting).
+    /// Handles `message` and the further responses already received (without waiting; at most
+    /// [`TAKEN_IN_AT_ONCE`], so that subscriptions and seeds are served under a flood too).
     async fn take_in(
         &mut self,
         mut message: Result<Option<WatchResponse>, etcd_client::Error>,
         task: &mut Task,
     ) -> Result<(), Ended> {
+        let mut taken = 0;
         loop {
             match message {
                 Ok(Some(response)) => self
@@ -510,6 +526,10 @@ impl Stream {
                     tracing::debug!(%error, "etcd watch stream failed");
                     return Err(Ended::StreamLost);
                 }
+            }
+            taken += 1;
+            if taken >= TAKEN_IN_AT_ONCE {
+                return Ok(());
             }
             match ready_now(self.responses.message()) {
                 Some(next) => message = next,
@@ -552,8 +572,13 @@ impl Stream {
             .with_range(task.layout.arrivals_end(&seeded.key))
             .with_start_revision(revision + 1);
         let start = task.layout.arrivals_start(&seeded.key);
-        self.create(start, options, seeded.key, Which::Arrivals)
-            .await
+        self.create(
+            start,
+            options,
+            seeded.key,
+            Which::Arrivals(seeded.generation),
+        )
+        .await
     }
 
     async fn handle(&mut self, response: WatchResponse, task: &mut Task) -> Result<(), String> {
@@ -562,7 +587,7 @@ impl Stream {
             let Some((key, which)) = self.creating.pop_front() else {
                 return Ok(());
             };
-            return self.confirmed(task, &response, key, which);
+            return self.confirmed(task, &response, key, which).await;
         }
         if response.canceled() || response.compact_revision() != 0 {
             // etcd ended a live watch (it cancels only on request, compaction or lost
@@ -581,10 +606,15 @@ impl Stream {
         let Some(watched) = task.keys.get_mut(&key) else {
             return Ok(());
         };
+        if matches!(which, Which::Arrivals(seed) if seed != watched.seed_generation) {
+            // A watch from a replaced seed: its events would be told twice, or out of order.
+            self.ids.remove(&watch_id);
+            return self.cancel(watch_id).await;
+        }
         if !watched.unused_past_linger() {
             match which {
                 Which::Document => document_changed(watched, &response),
-                Which::Arrivals => arrivals_changed(watched, &response),
+                Which::Arrivals(_) => arrivals_changed(watched, &response),
             }
             task.dirty.push(key);
             return Ok(());
@@ -594,16 +624,20 @@ impl Stream {
         task.keys.remove(&key);
         for id in ids.into_iter().flatten() {
             self.ids.remove(&id);
-            self.sender
-                .cancel(id)
-                .await
-                .map_err(|error| error.to_string())?;
+            self.cancel(id).await?;
         }
         Ok(())
     }
 
+    async fn cancel(&mut self, watch_id: i64) -> Result<(), String> {
+        self.sender
+            .cancel(watch_id)
+            .await
+            .map_err(|error| error.to_string())
+    }
+
     /// etcd's answer to the creation of `key`'s watch `which`.
-    fn confirmed(
+    async fn confirmed(
         &mut self,
         task: &mut Task,
         response: &WatchResponse,
@@ -613,6 +647,13 @@ impl Stream {
         let Some(watched) = task.keys.get_mut(&key) else {
             return Ok(());
         };
+        let stale = matches!(which, Which::Arrivals(seed) if seed != watched.seed_generation);
+        if stale && !response.canceled() {
+            return self.cancel(response.watch_id()).await;
+        }
+        if stale {
+            return Ok(());
+        }
         if response.canceled() {
             tracing::debug!(
                 reason = response.cancel_reason(),
@@ -624,7 +665,7 @@ impl Stream {
                     watched.state.send_replace(State::Refused);
                 }
                 // Pushed without arrivals, as a store whose reads alone name them.
-                Which::Arrivals => watched.arrivals.forget(),
+                Which::Arrivals(_) => watched.arrivals.forget(),
             }
             return Ok(());
         }
@@ -637,8 +678,11 @@ impl Stream {
                 watched.bump();
                 let changes_at = *watched.changes.borrow();
                 watched.state.send_replace(State::Created { changes_at });
+                // Read now, the seed's document is no older than any change of the gap: its
+                // push may stand for the bump's "read again".
+                task.seed(&key);
             }
-            Which::Arrivals => watched.arrivals_watch = Some(response.watch_id()),
+            Which::Arrivals(_) => watched.arrivals_watch = Some(response.watch_id()),
         }
         Ok(())
     }
@@ -652,17 +696,23 @@ impl Stream {
         match which {
             Which::Document => {
                 watched.doc_watch = None;
+                // Its document may be stale now: nothing is pushed again until the next one, or
+                // the seed asked for when the new watch is confirmed (one in flight is older).
+                (watched.doc, watched.pushed_arrivals) = (None, None);
+                watched.seed_generation = 0;
                 watched.bump();
                 watched.state.send_replace(State::Pending);
                 let doc_key = task.layout.doc_key(&key);
                 self.create(doc_key, doc_options(), key, Which::Document)
                     .await
             }
-            Which::Arrivals => {
+            Which::Arrivals(seed) if seed == watched.seed_generation => {
                 watched.arrivals_watch = None;
                 task.seed(&key);
                 Ok(())
             }
+            // A replaced seed's watch: nothing to ask again.
+            Which::Arrivals(_) => Ok(()),
         }
     }
 }
@@ -701,8 +751,7 @@ fn arrivals_changed(watched: &mut Watched, response: &WatchResponse) {
             })
         })
         .collect();
-    let through = response.header().map_or(0, |header| header.revision());
-    watched.arrivals.apply(&events, through);
+    watched.arrivals.apply(&events);
 }
 
 /// The output of `future` if it is ready at once, without waiting (a response the stream has
