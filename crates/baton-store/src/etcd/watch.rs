@@ -604,7 +604,9 @@ impl Stream {
             return Ok(());
         };
         let Some(watched) = task.keys.get_mut(&key) else {
-            return Ok(());
+            // The key went (unwatched past its linger) while this watch was being replaced.
+            self.ids.remove(&watch_id);
+            return self.cancel(watch_id).await;
         };
         if matches!(which, Which::Arrivals(seed) if seed != watched.seed_generation) {
             // A watch from a replaced seed: its events would be told twice, or out of order.
@@ -645,7 +647,11 @@ impl Stream {
         which: Which,
     ) -> Result<(), String> {
         let Some(watched) = task.keys.get_mut(&key) else {
-            return Ok(());
+            // The key went while its watch was being made.
+            if response.canceled() {
+                return Ok(());
+            }
+            return self.cancel(response.watch_id()).await;
         };
         let stale = matches!(which, Which::Arrivals(seed) if seed != watched.seed_generation);
         if stale && !response.canceled() {

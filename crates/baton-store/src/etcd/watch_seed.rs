@@ -12,13 +12,16 @@ use tokio::sync::mpsc;
 use super::layout::Layout;
 use super::watched_arrivals;
 
-/// How many times a seed's read is tried; a key whose seed fails is pushed without arrivals
-/// until the stream is next opened.
-const SEED_TRIES: u32 = 3;
+/// How many times a seed's read is tried, pausing about 15 s in all (a reconnection's seeds
+/// may meet an etcd still electing its leader); a key whose seed fails is pushed without
+/// arrivals until its document's watch is next made. A read that can never succeed (the
+/// arrivals not readable with the store's role) is not tried for ever.
+const SEED_TRIES: u32 = 8;
 
-/// How long one try may take, and the pause after a failed one.
+/// How long one try may take; the pause after a failed one, doubling up to the most.
 const TRY_TIMEOUT: Duration = Duration::from_secs(10);
 const PAUSE: Duration = Duration::from_millis(100);
+const PAUSE_MOST: Duration = Duration::from_secs(5);
 
 /// A seed's read of a key's document and arrivals, back from its task, for the seed asked for
 /// as `generation`; `None` when the read failed.
@@ -70,13 +73,15 @@ pub(super) fn spawn(
 /// The key's document and arrivals as `reads` finds them; `None` when no try of
 /// [`SEED_TRIES`] answered.
 async fn read_seed(mut kv: KvClient, reads: Txn) -> Option<SeedRead> {
+    let mut pause = PAUSE;
     for _ in 0..SEED_TRIES {
         match tokio::time::timeout(TRY_TIMEOUT, kv.txn(reads.clone())).await {
             Ok(Ok(response)) => return seed_of(response),
             Ok(Err(error)) => tracing::debug!(%error, "an etcd watch's seed not read"),
             Err(_) => tracing::debug!("an etcd watch's seed not read in time"),
         }
-        tokio::time::sleep(PAUSE).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(PAUSE_MOST);
     }
     None
 }
