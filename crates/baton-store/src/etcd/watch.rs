@@ -168,52 +168,58 @@ impl Watched {
         unused && self.last_used.elapsed() >= LINGER
     }
 
-    /// The document as last pushed, with the arrivals pending at it where they are surely
-    /// known (remembered for the CAS that names them), and, when they are, their creation
-    /// revisions.
-    fn document(&self, key: &str, read: &ArrivalsRead) -> Option<(Versioned, Option<Vec<i64>>)> {
+    /// The document as last told, with `pending`, the arrivals pending at it where they are
+    /// surely known (remembered for the CAS that names them).
+    fn document(
+        &self,
+        key: &str,
+        pending: Option<Pending>,
+        read: &ArrivalsRead,
+    ) -> Option<Versioned> {
         let (revision, bytes) = self.doc.as_ref()?;
-        let Some(pending) = self.arrivals.at(*revision) else {
-            let alone = Versioned {
+        let Some(Pending { as_of, arrivals }) = pending else {
+            return Some(Versioned {
                 version: Version(revision.to_string()),
                 bytes: bytes.clone(),
                 arrivals: Vec::new(),
-            };
-            return Some((alone, None));
+            });
         };
-        let creations = pending.creations();
-        let Pending { as_of, arrivals } = pending;
         let names = arrivals
             .iter()
             .map(|(created, arrival)| (*created, arrival.key.clone()))
             .collect();
         read.remember(key, *revision, as_of, names);
-        let document = Versioned {
+        Some(Versioned {
             // Every arrival created up to `as_of` is among them: later ones stay pending.
             version: arrivals_seen::compose(&revision.to_string(), as_of.max(0) as u64),
             bytes: bytes.clone(),
             arrivals: arrivals.into_iter().map(|(_, a)| a.bytes).collect(),
-        };
-        Some((document, Some(creations)))
+        })
     }
 
     /// Pushes what the watches told since the last push: the document, if it changed, with
     /// the arrivals pending at it where they are known; else the document again if the
     /// arrivals known pending at it are not those the last push carried, telling of no change
-    /// of the document (a waiter counting writes lets it pass).
+    /// of the document (a waiter counting writes lets it pass). Nothing is copied for an
+    /// arrivals response that changes nothing a push would carry.
     fn push(&mut self, key: &str, read: &ArrivalsRead) {
         let changes = std::mem::take(&mut self.unpushed);
-        let Some((document, carried)) = self.document(key, read) else {
-            if changes > 0 {
-                self.wake(Wake::read_again().of_changes(changes));
-            }
+        let pending = self
+            .doc
+            .as_ref()
+            .and_then(|(revision, _)| self.arrivals.at(*revision));
+        let carried = pending.as_ref().map(Pending::creations);
+        if changes == 0 && (carried.is_none() || carried == self.pushed_arrivals) {
+            return;
+        }
+        let Some(document) = self.document(key, pending, read) else {
+            self.wake(Wake::read_again().of_changes(changes));
             return;
         };
+        self.pushed_arrivals = carried;
         if changes > 0 {
-            self.pushed_arrivals = carried;
             self.wake(Wake::with(document).of_changes(changes));
-        } else if carried.is_some() && carried != self.pushed_arrivals {
-            self.pushed_arrivals = carried;
+        } else {
             // It may stand in for a "read again" not taken yet: the document is cleared at
             // every gap, and told again only from after it.
             Wake::with(document).of_changes(0).send(&self.wakes);
