@@ -568,6 +568,13 @@ impl Doc {
             .collect()
     }
 
+    /// How many turns were ever recorded as unsettled ([`crate::arrival::Unsettled::recorded`]),
+    /// 0 while none was: what an arrival appended now has seen
+    /// ([`crate::arrival::Arrival::unsettled_seen`]).
+    pub fn unsettled_recorded(&self) -> u64 {
+        self.unsettled.as_ref().map_or(0, |u| u.recorded)
+    }
+
     /// The live ticket with this token hash.
     pub fn by_token_hash(&self, hash: &str) -> Option<&Ticket> {
         self.tickets.iter().find(|t| t.token_hash == hash)

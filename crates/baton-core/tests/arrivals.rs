@@ -208,8 +208,7 @@ fn asked(ask: &Ask, limit: u32, recorded: u64) -> (Enqueue, u64) {
 
 /// The unsettled turns `doc` ever recorded.
 fn recorded(doc: Option<&Doc>) -> u64 {
-    doc.and_then(|d| d.unsettled.as_ref())
-        .map_or(0, |u| u.recorded)
+    doc.map_or(0, Doc::unsettled_recorded)
 }
 
 /// What an apply came to, compared whole.

@@ -85,10 +85,7 @@ pub(super) async fn append(
     let key = pending.key.as_str();
     let seen = coord.recent_doc(key, SEEN_WITHIN_MS);
     let finishes_seen = seen.as_ref().map_or(0, |doc| doc.finishes);
-    let unsettled_seen = seen
-        .as_ref()
-        .and_then(|doc| doc.unsettled.as_ref())
-        .map_or(0, |unsettled| unsettled.recorded);
+    let unsettled_seen = seen.as_ref().map_or(0, Doc::unsettled_recorded);
     // Taken in by another's write, never beside the window: a full window refuses it (no
     // trace), and the turn's own write then waits in the backlog if it may.
     let enqueue = Enqueue {

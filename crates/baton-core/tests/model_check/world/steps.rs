@@ -296,9 +296,7 @@ impl World {
     fn append(&mut self, c: usize, k: usize, delivery: Delivery, held_up: bool) {
         let doc = self.docs[k].as_ref();
         let finishes_seen = doc.map_or(0, |doc| doc.finishes);
-        let unsettled_seen = doc
-            .and_then(|doc| doc.unsettled.as_ref())
-            .map_or(0, |u| u.recorded);
+        let unsettled_seen = doc.map_or(0, |doc| doc.unsettled_recorded());
         let arrival = PendingArrival {
             c: c as u8,
             round: self.clients[c].round,
