@@ -69,8 +69,9 @@ pub fn options(
         override_freeze: args.override_freeze.clone(),
         ci_run: crate::ci_run::from_env(),
         pool,
-        // A command's first look at a key is its enqueue: it never saw the key held.
-        by_arrival: false,
+        // The store's choice, though a command's first look at a key is its enqueue: it has
+        // not seen the key held, so it writes its enqueue.
+        by_arrival: None,
     })
 }
 

@@ -126,7 +126,7 @@ async fn a_late_copy_of_an_arrival_whose_ticket_ended_queues_nothing() {
 /// Options of a turn that enqueues by arrival on a key seen held.
 fn arriving() -> AcquireOptions {
     AcquireOptions {
-        by_arrival: true,
+        by_arrival: Some(true),
         ..options()
     }
 }
@@ -182,6 +182,61 @@ async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
     release(&waiter, "k", &lease.token, Outcome::Succeeded)
         .await
         .unwrap();
+}
+
+/// Whether a turn on a key seen held arrives is the store's choice unless the turn says:
+/// `(the store's, the turn's, arrives)`.
+#[tokio::test]
+async fn a_turn_that_does_not_say_arrives_where_the_store_does_by_default() {
+    let cases = [
+        (true, None, true),
+        (false, None, false),
+        (true, Some(false), false),
+        (false, Some(true), true),
+    ];
+    for (by_default, asked, arrives) in cases {
+        let (memory, holder, probe, waiter) = holder_and_waiter();
+        probe
+            .arrivals_by_default
+            .store(by_default, std::sync::atomic::Ordering::SeqCst);
+        let held = acquire(&holder, &Pending::new("k"), &options())
+            .await
+            .unwrap();
+        waiter.read("k").await.unwrap();
+        let turn = AcquireOptions {
+            by_arrival: asked,
+            ..options()
+        };
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &turn).await })
+        };
+        // Queued either way: beside the document, or in it.
+        let mut queued = false;
+        for _ in 0..2_000 {
+            let now = memory.load("k").await.unwrap().unwrap();
+            let tickets = baton_core::doc::decode(&now.bytes).unwrap().tickets.len();
+            if !now.arrivals.is_empty() || tickets == 2 {
+                queued = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(queued, "the turn never queued");
+        let case = format!("store {by_default}, turn {asked:?}");
+        let appends = probe.appends.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(appends, u64::from(arrives), "{case}");
+        assert_eq!(
+            probe.cases() == 0,
+            arrives,
+            "{case}: a turn that arrived wrote nothing"
+        );
+        release(&holder, "k", &held.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+        let lease = waiting.await.unwrap().unwrap();
+        assert!(lease.fence > held.fence, "{case}");
+    }
 }
 
 #[tokio::test]

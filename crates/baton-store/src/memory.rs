@@ -192,6 +192,7 @@ impl Store for MemoryStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: true,
+            arrivals_by_default: false,
         }
     }
 

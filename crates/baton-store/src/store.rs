@@ -137,6 +137,12 @@ pub struct Capabilities {
     /// takes exactly those its version names and leaves later ones pending
     /// (`baton_core::arrival`).
     pub arrivals: bool,
+    /// A turn on a key seen held does better to arrive ([`Store::append_arrival`]) than to
+    /// write its enqueue, unless it says otherwise: where a write that lost on a hot key costs
+    /// a round through consensus and a read again (etcd). Where a write is one script on one
+    /// server (Redis), losing costs little, and an enqueue's own write keeps the holder's
+    /// release short. Only with `arrivals`.
+    pub arrivals_by_default: bool,
 }
 
 /// What a [`Store::update`] writes: as [`Store::cas_due`] does, and the records first.

@@ -111,7 +111,7 @@ async fn take(turn: Turn) -> Result<ExitCode, String> {
         waiter_ttl: turn.waiter_ttl,
         poll: turn.poll,
         context: turn.who.clone(),
-        by_arrival: turn.by_arrival,
+        by_arrival: Some(turn.by_arrival),
         ..AcquireOptions::default()
     };
     let leases = match acquire_many(&coord, &[Pending::new(&turn.key)], &options, &heartbeat).await

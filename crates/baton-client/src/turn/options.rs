@@ -60,8 +60,9 @@ pub struct AcquireOptions {
     /// Enqueue beside the key's document when the key was last seen held, on a store that
     /// keeps arrivals ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses
     /// a write to the holder's release or to another waiter, and the release takes it in
-    /// ([`baton_core::arrival`]). For hot keys on etcd.
-    pub by_arrival: bool,
+    /// ([`baton_core::arrival`]). Unset, the store decides
+    /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does).
+    pub by_arrival: Option<bool>,
 }
 
 impl std::fmt::Debug for AcquireOptions {
@@ -97,7 +98,7 @@ impl Default for AcquireOptions {
             override_freeze: None,
             ci_run: None,
             pool: None,
-            by_arrival: false,
+            by_arrival: None,
         }
     }
 }

@@ -53,8 +53,8 @@ pub(super) struct Arrived {
     pub(super) sent_ms: u64,
 }
 
-/// Whether the turn of `options` enqueues by arrival: asked to, on a store that keeps
-/// arrivals, a plain turn (not a try, which wants its answer from the write, nor a run-once,
+/// Whether the turn of `options` enqueues by arrival: asked to (or left to a store that does
+/// by default), on a store that keeps arrivals, a plain turn (not a try, which wants its answer from the write, nor a run-once,
 /// superseding, cancelling or pool turn, whose enqueue decides more than a place), and the key
 /// seen held moments ago (its release then takes the arrival in; on a key seen free the
 /// enqueue's own write likely grants at once).
@@ -64,10 +64,13 @@ pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) 
         && !options.supersede
         && !options.cancel_running
         && options.pool.is_none();
-    options.by_arrival
+    let capabilities = coord.store().capabilities();
+    options
+        .by_arrival
+        .unwrap_or(capabilities.arrivals_by_default)
         && plain
         && !tries
-        && coord.store().capabilities().arrivals
+        && capabilities.arrivals
         && coord
             .recent_doc(key, SEEN_WITHIN_MS)
             .is_some_and(|doc| doc.holders().next().is_some())

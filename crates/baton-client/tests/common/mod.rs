@@ -27,6 +27,8 @@ pub struct Probe {
     pub watches: AtomicU64,
     /// Arrivals appended through this view.
     pub appends: AtomicU64,
+    /// What this view says of `Capabilities::arrivals_by_default` (the memory store: no).
+    pub arrivals_by_default: AtomicBool,
     /// Whether `watch` pushes (false: as S3 and DynamoDB, waiters poll).
     push: bool,
     /// Whether its wake-ups leave the document out (as SQLite's, and PostgreSQL's and Redis's
@@ -117,6 +119,7 @@ impl Probe {
             cases: AtomicU64::new(0),
             watches: AtomicU64::new(0),
             appends: AtomicU64::new(0),
+            arrivals_by_default: AtomicBool::new(false),
             push,
             bare,
             wake_every: None,
@@ -190,6 +193,7 @@ impl Store for Probe {
             // A store that locks its rows keeps no arrivals (as PostgreSQL): a locked update
             // reads the document alone.
             arrivals: self.row_lock.is_none() && self.inner.capabilities().arrivals,
+            arrivals_by_default: self.arrivals_by_default.load(Ordering::SeqCst),
             ..self.inner.capabilities()
         }
     }

@@ -514,6 +514,7 @@ impl Store for DynamoStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: false,
+            arrivals_by_default: false,
         }
     }
 

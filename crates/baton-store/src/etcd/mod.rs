@@ -278,6 +278,7 @@ impl Store for EtcdStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: true,
+            arrivals_by_default: true,
         }
     }
 

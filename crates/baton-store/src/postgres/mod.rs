@@ -406,6 +406,7 @@ impl Store for PostgresStore {
             update_when_contended: true,
             watch_complete: false,
             arrivals: false,
+            arrivals_by_default: false,
         }
     }
 

@@ -504,6 +504,7 @@ impl Store for RedisStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: true,
+            arrivals_by_default: false,
         }
     }
 

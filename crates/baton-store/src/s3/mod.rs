@@ -377,6 +377,7 @@ impl Store for S3Store {
             update_when_contended: false,
             watch_complete: false,
             arrivals: false,
+            arrivals_by_default: false,
         }
     }
 

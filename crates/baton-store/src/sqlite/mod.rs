@@ -307,6 +307,7 @@ impl Store for SqliteStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: false,
+            arrivals_by_default: false,
         }
     }
 

@@ -102,8 +102,8 @@ pub struct Baton {
     pub url: String,
     /// The lease of a held turn (also the takeover delay after a crash).
     pub ttl: Duration,
-    /// Turns enqueue by arrival on a key seen held ([`AcquireOptions::by_arrival`]).
-    pub by_arrival: bool,
+    /// Whether turns enqueue by arrival on a key seen held ([`AcquireOptions::by_arrival`]).
+    pub by_arrival: Option<bool>,
 }
 
 struct BatonLocker {

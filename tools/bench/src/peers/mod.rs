@@ -139,23 +139,24 @@ pub struct PeersArgs {
     /// The short poll of the S3 list lock (it also runs with the seed's default, 5 s)
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub s3_poll: Duration,
-    /// baton's turns enqueue by arrival (beside the document) on a key seen held, where the
-    /// store keeps arrivals (etcd, Redis)
-    #[arg(long)]
-    pub by_arrival: bool,
+    /// Whether baton's turns enqueue by arrival (beside the document) on a key seen held,
+    /// where the store keeps arrivals (etcd, Redis) [default: the store's choice: etcd yes,
+    /// Redis no]
+    #[arg(long, value_name = "true|false")]
+    pub by_arrival: Option<bool>,
 }
 
 /// A contender, as data: what the hidden `peer-hold` process is told to hold with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Spec {
-    /// baton through the library; `by_arrival`: its turns enqueue by arrival on a key seen
-    /// held, where the store keeps arrivals.
+    /// baton through the library; `by_arrival`: whether its turns enqueue by arrival on a key
+    /// seen held, where the store keeps arrivals (unset: the store's choice).
     Baton {
         url: String,
         ttl_ms: u64,
         #[serde(default)]
-        by_arrival: bool,
+        by_arrival: Option<bool>,
     },
     /// flock(2) on files in `dir`.
     Flock { dir: PathBuf },
@@ -268,7 +269,7 @@ struct Target {
 }
 
 impl Target {
-    fn baton(&self, ttl: Duration, by_arrival: bool) -> Spec {
+    fn baton(&self, ttl: Duration, by_arrival: Option<bool>) -> Spec {
         Spec::Baton {
             url: self.url.clone(),
             ttl_ms: ms(ttl),

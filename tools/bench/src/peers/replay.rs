@@ -183,7 +183,8 @@ fn recorder(url: &str) -> Baton {
     Baton {
         url: url.to_string(),
         ttl: Duration::from_secs(30),
-        by_arrival: false,
+        // The floor replays writes to the document: a turn that arrived wrote none.
+        by_arrival: Some(false),
     }
 }
 
