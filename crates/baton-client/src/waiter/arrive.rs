@@ -54,10 +54,10 @@ pub(super) struct Arrived {
 }
 
 /// Whether the turn of `options` enqueues by arrival: asked to (or left to a store that does
-/// by default), on a store that keeps arrivals, a plain turn (not a try, which wants its answer from the write, nor a run-once,
-/// superseding, cancelling or pool turn, whose enqueue decides more than a place), and the key
-/// seen held moments ago (its release then takes the arrival in; on a key seen free the
-/// enqueue's own write likely grants at once).
+/// by default), on a store that keeps arrivals, a plain turn (not a try, which wants its answer
+/// from the write, nor a run-once, superseding, cancelling or pool turn, whose enqueue decides
+/// more than a place), and the key seen held moments ago (its release then takes the arrival
+/// in; on a key seen free the enqueue's own write likely grants at once).
 pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) -> bool {
     let tries = options.timeout == Some(std::time::Duration::ZERO);
     let plain = options.once.is_none()

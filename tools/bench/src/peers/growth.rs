@@ -60,6 +60,9 @@ fn options(timeout: Option<Duration>) -> AcquireOptions {
         timeout,
         max_live: 5000,
         context: "baton-bench peers B6".into(),
+        // The queue is counted in the document: an arrival would wait beside it for a write
+        // to take it in, and nobody writes while the tickets are queued.
+        by_arrival: Some(false),
         ..AcquireOptions::default()
     }
 }
