@@ -61,7 +61,7 @@ pub struct AcquireOptions {
     /// keeps arrivals ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses
     /// a write to the holder's release or to another waiter, and the release takes it in
     /// ([`baton_core::arrival`]). Unset, the store decides
-    /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does).
+    /// ([`baton_store::Capabilities::arrivals_by_default`]; no store does today).
     pub by_arrival: Option<bool>,
 }
 

@@ -278,7 +278,11 @@ impl Store for EtcdStore {
             update_when_contended: false,
             watch_complete: false,
             arrivals: true,
-            arrivals_by_default: true,
+            // An arrival is a key of its own, and etcd's index keeps every deleted key until it
+            // compacts: every read of a key's arrivals visits all those taken in since, so a
+            // long-used hot key's reads and lost writes slow down by the hour (0.3 ms against
+            // 3.2 ms for a range over 30,000 deleted keys). Off until arrivals stop piling up.
+            arrivals_by_default: false,
         }
     }
 
