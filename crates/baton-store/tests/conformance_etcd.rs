@@ -293,6 +293,104 @@ async fn arrivals_read_elsewhere_are_taken_only_when_no_later_one_came() {
     );
 }
 
+/// The URL of a store under a prefix of this test's own, a plain etcd client that reads
+/// and writes its arrival keys directly, and where those are (`P/q/`).
+async fn with_raw_client(name: &str) -> (String, etcd_client::Client, String) {
+    let endpoint = endpoint_of(&server_url());
+    let unique = prefix(name).trim_end_matches('/').to_owned();
+    let raw = etcd_client::Client::connect([endpoint.clone()], None)
+        .await
+        .unwrap();
+    (
+        format!("etcd://{endpoint}/{unique}"),
+        raw,
+        format!("/{unique}/q/"),
+    )
+}
+
+/// The names of `key`'s arrival keys pending now, after `P/q/K\0`.
+async fn arrival_names(raw: &mut etcd_client::Client, arrivals: &str, key: &str) -> Vec<String> {
+    let start = format!("{arrivals}{key}\0");
+    let options = etcd_client::GetOptions::new()
+        .with_prefix()
+        .with_keys_only();
+    let found = raw.get(start.clone(), Some(options)).await.unwrap();
+    let names = found
+        .kvs()
+        .iter()
+        .map(|kv| kv.key()[start.len()..].to_vec());
+    names.map(|name| String::from_utf8(name).unwrap()).collect()
+}
+
+/// etcd's index keeps a deleted key until it compacts, and a read of the arrivals visits every
+/// one kept: turn after turn, a key's appends come back to a few names (slots) instead of one
+/// new name each, so its arrivals range stays as small as its queue.
+#[tokio::test]
+async fn a_keys_arrivals_come_back_to_a_few_names() {
+    let (url, mut raw, arrivals) = with_raw_client("slots").await;
+    let (store, taker) = (EtcdStore::open(&url).await, EtcdStore::open(&url).await);
+    let (store, taker) = (store.unwrap(), taker.unwrap());
+    let key = "k";
+    written(store.cas(key, None, b"d0", &[]).await.unwrap());
+    let mut used = std::collections::BTreeSet::new();
+    for turn in 0..60 {
+        let pending = store.append_arrival(key, b"a").await.unwrap().unwrap();
+        assert_eq!(pending.arrivals, [b"a"], "turn {turn}");
+        used.extend(arrival_names(&mut raw, &arrivals, key).await);
+        let read = taker.load(key).await.unwrap().unwrap();
+        written(
+            taker
+                .cas(key, Some(&read.version), b"d", &[])
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(
+        used.len() <= 17 && used.iter().all(|name| name.starts_with('s')),
+        "60 turns, one pending at a time, used {} names: {used:?}",
+        used.len()
+    );
+}
+
+/// An append whose slot another arrival holds puts nothing over it: it learns the key's
+/// arrivals from the same answer and lands in a free slot, last of them all.
+#[tokio::test]
+async fn an_append_never_overwrites_a_pending_arrival() {
+    let (url, mut raw, arrivals) = with_raw_client("slots_taken").await;
+    let store = EtcdStore::open(&url).await.unwrap();
+    let key = "k";
+    written(store.cas(key, None, b"d0", &[]).await.unwrap());
+    // Every slot a store that knows of no arrival offers (the lowest 16), taken behind its back.
+    for n in 0..16 {
+        let name = format!("{arrivals}{key}\0s{n}");
+        raw.put(name, format!("held {n}"), None).await.unwrap();
+    }
+    let read = store.append_arrival(key, b"mine").await.unwrap().unwrap();
+    let mut expected: Vec<Vec<u8>> = (0..16).map(|n| format!("held {n}").into_bytes()).collect();
+    expected.push(b"mine".to_vec());
+    assert_eq!(read.arrivals, expected, "all kept, the append last");
+    let names = arrival_names(&mut raw, &arrivals, key).await;
+    assert_eq!(names.len(), 17, "{names:?}");
+    assert!(
+        names.iter().any(|name| name
+            .strip_prefix('s')
+            .and_then(|n| n.parse::<usize>().ok())
+            .is_some_and(|n| n >= 16)),
+        "the append took a slot past those held: {names:?}"
+    );
+    written(
+        store
+            .cas(key, Some(&read.version), b"d1", &[])
+            .await
+            .unwrap(),
+    );
+    let taken = store.load(key).await.unwrap().unwrap();
+    assert!(
+        taken.arrivals.is_empty(),
+        "all 17 taken by the CAS that read them"
+    );
+}
+
 /// A version this store never handed out (zero, negative, not a number) conflicts and carries
 /// the current document; it is never taken for "absent".
 #[tokio::test]

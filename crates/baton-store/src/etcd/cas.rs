@@ -26,6 +26,7 @@ use etcd_client::{
     TxnOpResponse, TxnResponse,
 };
 
+use super::arrival_names;
 use super::errors::Effect;
 use super::{EtcdStore, CUT_READ_LIMIT, MAX_TXN_OPS, SEQS_PER_REVISION, TRIM_BATCH};
 use crate::arrivals_seen;
@@ -122,6 +123,15 @@ impl ArrivalsRead {
         }
     }
 
+    /// The keys of `key`'s arrivals last known pending (maybe none): what an append's slot
+    /// must not be.
+    pub(super) fn pending(&self, key: &str) -> Vec<Vec<u8>> {
+        let by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
+        by_key.get(key).map_or_else(Vec::new, |read| {
+            read.arrivals.iter().map(|(_, name)| name.clone()).collect()
+        })
+    }
+
     /// The keys of `key`'s arrivals a version read at `doc_revision` that saw every one
     /// created up to `newest` read (maybe none): known when this store read the key at that
     /// document as of `newest` or later, for at most [`MAX_TAKEN_BY_NAME`] arrivals.
@@ -145,18 +155,6 @@ impl ArrivalsRead {
 /// entries, at the best `n`.
 const MAX_HISTORY_PER_CAS: usize =
     ((MAX_TXN_OPS - TOP_OPS) / 2) * (MAX_TXN_OPS - TOP_OPS - (MAX_TXN_OPS - TOP_OPS) / 2);
-
-/// A name for an arrival's key no other append uses: this process, the time and a count. Two
-/// appends that met under one name would keep one arrival of the two, whose owner, finding it
-/// taken in as nothing, enqueues by a write of its own.
-fn unique_name() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{}-{nanos}-{n}", std::process::id())
-}
 
 impl EtcdStore {
     /// What a CAS naming `expected` and appending `n_history` entries writes under: the
@@ -253,33 +251,59 @@ impl EtcdStore {
     }
 
     /// The key's document and pending arrivals, in one transaction, after appending `arrival`
-    /// to them if given (under a name no other append uses).
+    /// to them if given (in a slot free when it is put, [`arrival_names`]).
     pub(super) async fn read_key(
         &self,
         key: &str,
         arrival: Option<&[u8]>,
     ) -> Result<Option<Versioned>> {
-        let mut ops = Vec::with_capacity(3);
-        if let Some(arrival) = arrival {
-            let name = self.inner.layout.arrival_key(key, &unique_name());
-            ops.push(TxnOp::put(name, arrival.to_vec(), None));
-        }
-        ops.extend(self.key_reads(key));
-        let transaction = Txn::new().and_then(ops);
-        // An append whose answer is lost may have landed (or land later): its caller writes
-        // the enqueue itself instead, and the core takes that copy in as nothing.
-        let effect = if arrival.is_some() {
-            Effect::Write
-        } else {
-            Effect::Read
+        let Some(arrival) = arrival else {
+            let transaction = Txn::new().and_then(self.key_reads(key));
+            let response = self
+                .request(Effect::Read, |mut kv| {
+                    let transaction = transaction.clone();
+                    async move { kv.txn(transaction).await }
+                })
+                .await?;
+            return self.key_of(key, response);
         };
-        let response = self
-            .request(effect, |mut kv| {
-                let transaction = transaction.clone();
-                async move { kv.txn(transaction).await }
-            })
-            .await?;
-        self.key_of(key, response)
+        for n_tried in 0..=arrival_names::SLOT_TRIES {
+            let name = if n_tried < arrival_names::SLOT_TRIES {
+                let pending = self.inner.arrivals_read.pending(key);
+                let start = self.inner.layout.arrivals_start(key);
+                let names = pending
+                    .iter()
+                    .filter_map(|name| name.strip_prefix(start.as_slice()));
+                arrival_names::slot(arrival_names::free_slot(names))
+            } else {
+                arrival_names::unique()
+            };
+            let name = self.inner.layout.arrival_key(key, &name);
+            let transaction = Txn::new()
+                .when([Compare::create_revision(name.clone(), CompareOp::Equal, 0)])
+                .and_then(
+                    [TxnOp::put(name, arrival.to_vec(), None)]
+                        .into_iter()
+                        .chain(self.key_reads(key))
+                        .collect::<Vec<_>>(),
+                )
+                .or_else(self.key_reads(key));
+            // An append whose answer is lost may have landed (or land later): its caller writes
+            // the enqueue itself instead, and the core takes that copy in as nothing.
+            let response = self
+                .request(Effect::Write, |mut kv| {
+                    let transaction = transaction.clone();
+                    async move { kv.txn(transaction).await }
+                })
+                .await?;
+            let succeeded = response.succeeded();
+            // Taken: the answer says which slots are, for the next try.
+            let read = self.key_of(key, response)?;
+            if succeeded {
+                return Ok(read);
+            }
+        }
+        Err(self.backend("an arrival's own name was taken".into()))
     }
 
     /// The document and arrivals a transaction's last two reads found ([`Self::key_reads`]),

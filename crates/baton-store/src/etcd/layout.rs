@@ -10,8 +10,10 @@
 //!                            decimal milliseconds (absent: never)
 //! P/a/K                      K's count of writes that appended history: the etcd key's
 //!                            version (its value is empty), so a write learns it in O(1)
-//! P/q/K \x00 ID              one pending arrival of K (the value is its bytes); ID is unique
-//!                            to the append, and arrivals are read in the order etcd created them
+//! P/q/K \x00 ID              one pending arrival of K (the value is its bytes); ID is a slot
+//!                            `sN` free when it was put, or (a crowded key's, or an older
+//!                            baton's) a name unique to the append; arrivals are read in the
+//!                            order etcd created them
 //! ```
 //!
 //! Documents, history and records are separate branches, so listing documents (a range on
@@ -107,7 +109,7 @@ impl Layout {
         [self.history_root.as_slice(), key.as_bytes(), b"\x01"].concat()
     }
 
-    /// `P/q/K\x00ID`: the arrival of K that one append named `id`.
+    /// `P/q/K\x00ID`: the arrival of K put under the name `id`.
     pub fn arrival_key(&self, key: &str, id: &str) -> Vec<u8> {
         [self.arrivals_start(key).as_slice(), id.as_bytes()].concat()
     }

@@ -17,7 +17,7 @@
 //!   read) Else(get the document and its
 //!   arrivals)`: a conflict carries the current document in the same round trip, like etcd's
 //!   own `concurrency.Mutex`. A load is a transaction of the same two gets, an append of an
-//!   arrival the same with its put first.
+//!   arrival the same with its put first, if its name is free (`create_revision == 0`).
 //! - **History seq**: `expected_revision × 65536 + i` for the `i`-th entry (from 1) of a CAS
 //!   that names `expected_revision` (0 for a create). No counter is read: a revision can be the
 //!   expected one of at most one successful CAS, whose write makes a later revision the only one
@@ -43,10 +43,12 @@
 //! `--auto-compaction-mode=periodic --auto-compaction-retention=1h`). A document deleted by
 //! hand (`etcdctl del`) makes its key new again: its next history entries reuse seqs from 1 and
 //! overwrite the old ones. baton itself never deletes anything. An arrival (a turn that asked
-//! for `by_arrival`) is a key of its own, deleted when a write takes it in; etcd's index keeps
-//! each until it compacts past it, and every read of the key's arrivals walks them all, so a hot
-//! key used by arrival wants a short retention.
+//! for `by_arrival`) is a key of its own, deleted when a write takes it in; etcd's index keeps a
+//! deleted key until it compacts past it, and every read of the key's arrivals walks those too,
+//! so arrivals are put in slots whose names come back turn after turn (`arrival_names`): a
+//! key's arrivals range holds about as many names as it ever had arrivals pending at once.
 
+mod arrival_names;
 mod cas;
 mod errors;
 mod layout;
