@@ -139,10 +139,9 @@ pub struct Capabilities {
     pub arrivals: bool,
     /// A turn on a key seen held does better to arrive ([`Store::append_arrival`]) than to
     /// write its enqueue, unless it says otherwise: where a write that lost on a hot key costs
-    /// a round through consensus and a read again (etcd's case, though its arrivals cost more
-    /// with every one taken in until it compacts past them, so it says no). Where a write is
-    /// one script on one server (Redis), losing costs little, and an enqueue's own write keeps
-    /// the holder's release short. Only with `arrivals`.
+    /// a round through consensus and a read again (etcd). Where a write is one script on one
+    /// server (Redis), losing costs little, and an enqueue's own write keeps the holder's
+    /// release short. Only with `arrivals`.
     pub arrivals_by_default: bool,
 }
 

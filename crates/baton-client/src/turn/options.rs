@@ -61,9 +61,8 @@ pub struct AcquireOptions {
     /// keeps arrivals ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses
     /// a write to the holder's release or to another waiter, and the release takes it in
     /// ([`baton_core::arrival`]). Unset, the store decides
-    /// ([`baton_store::Capabilities::arrivals_by_default`]; no store does today). It pays on a
-    /// hot etcd key (2.3 requests a grant against 5.5), but etcd's index keeps each arrival taken
-    /// in until it compacts past it, and every read of the key's arrivals walks them all.
+    /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does, where it pays on a hot
+    /// key, 2.2 requests a grant against 5.5).
     pub by_arrival: Option<bool>,
 }
 

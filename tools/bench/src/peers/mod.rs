@@ -140,8 +140,8 @@ pub struct PeersArgs {
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub s3_poll: Duration,
     /// Whether baton's turns enqueue by arrival (beside the document) on a key seen held,
-    /// where the store keeps arrivals (etcd, Redis) [default: the store's choice, which is no
-    /// on both]
+    /// where the store keeps arrivals (etcd, Redis) [default: the store's choice: etcd yes,
+    /// Redis no]
     #[arg(long, value_name = "true|false")]
     pub by_arrival: Option<bool>,
 }
