@@ -132,9 +132,9 @@ pub struct Capabilities {
     /// racing. It runs nothing and answers `None` for a key that has no document yet.
     pub update_when_contended: bool,
     /// [`Store::append_arrival`] keeps arrivals beside a key's document: appended without a
-    /// compare, so an enqueue on a busy key never loses to another writer; read with the
-    /// document ([`Versioned::arrivals`]); and removed by the next CAS that read them, which
-    /// takes exactly those its version names and leaves later ones pending
+    /// compare of the document, so an enqueue on a busy key never loses to another writer;
+    /// read with the document ([`Versioned::arrivals`]); and removed by the next CAS that read
+    /// them, which takes exactly those its version names and leaves later ones pending
     /// (`baton_core::arrival`).
     pub arrivals: bool,
     /// A turn on a key seen held does better to arrive ([`Store::append_arrival`]) than to
@@ -427,10 +427,12 @@ pub trait Store: Send + Sync + fmt::Debug {
         self.cas_due(key, expected, bytes, history, due_ms).await
     }
 
-    /// Appends `bytes` to `key`'s arrivals, without a compare (so it never conflicts), and
-    /// returns the key as it stands right after: its document with every pending arrival,
-    /// this one last (`None`: the key has no document yet; the arrival stays pending until a
-    /// CAS naming a version that read it). A store keeps each append once, and a client
+    /// Appends `bytes` to `key`'s arrivals, without a compare of the document (so it never
+    /// conflicts), and returns the key as it stands right after: its document with every
+    /// pending arrival, this one among them (`None`: the key has no document yet; the arrival
+    /// stays pending until a CAS naming a version that read it). A store keeps each append
+    /// once (etcd's, sent again after an error that said it was not sent, finds itself already
+    /// there), and a client
     /// appends once: after a lost answer its owner writes the enqueue itself, and a copy that
     /// lands after all is taken in by the core as nothing.
     ///

@@ -391,6 +391,77 @@ async fn an_append_never_overwrites_a_pending_arrival() {
     );
 }
 
+/// A name comes back only after a write of the document took its arrival: a CAS naming a read
+/// from before that write conflicts, and never deletes the arrival that came back under it.
+#[tokio::test]
+async fn a_name_that_came_back_is_never_taken_by_a_read_from_before() {
+    let (url, mut raw, arrivals) = with_raw_client("slot_again").await;
+    let (mine, taker) = (EtcdStore::open(&url).await, EtcdStore::open(&url).await);
+    let (mine, taker) = (mine.unwrap(), taker.unwrap());
+    let (key, slot) = ("k", format!("{arrivals}k\0s0"));
+    written(mine.cas(key, None, b"d0", &[]).await.unwrap());
+    raw.put(slot.clone(), "first", None).await.unwrap();
+    let stale = mine.load(key).await.unwrap().unwrap();
+    assert_eq!(stale.arrivals, [b"first"]);
+    let read = taker.load(key).await.unwrap().unwrap();
+    written(
+        taker
+            .cas(key, Some(&read.version), b"d1", &[])
+            .await
+            .unwrap(),
+    );
+    raw.put(slot, "again", None).await.unwrap();
+    let outcome = mine.cas(key, Some(&stale.version), b"lost", &[]).await;
+    let CasOutcome::Conflict {
+        current: Some(current),
+    } = outcome.unwrap()
+    else {
+        panic!("a read from before d1 must not write");
+    };
+    assert_eq!(
+        (current.bytes, current.arrivals),
+        (b"d1".to_vec(), vec![b"again".to_vec()])
+    );
+}
+
+/// On a key without a document the answer of an append whose slot was taken still tells which
+/// are: its next try takes a free one, not a name of its own.
+#[tokio::test]
+async fn an_append_on_a_key_without_a_document_learns_the_slots_taken() {
+    let (url, mut raw, arrivals) = with_raw_client("slots_no_doc").await;
+    let store = EtcdStore::open(&url).await.unwrap();
+    let key = "k";
+    for n in 0..16 {
+        raw.put(format!("{arrivals}{key}\0s{n}"), "held", None)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.append_arrival(key, b"mine").await.unwrap(), None);
+    let names = arrival_names(&mut raw, &arrivals, key).await;
+    assert_eq!(names.len(), 17, "{names:?}");
+    assert!(names.iter().all(|name| name.starts_with('s')), "{names:?}");
+}
+
+/// An append whose try landed, sent again after an error that said it was not, finds its own
+/// arrival in the slot it chose: landed once, not put again in another slot.
+#[tokio::test]
+async fn an_append_that_finds_itself_in_its_slot_has_landed() {
+    let (url, mut raw, arrivals) = with_raw_client("slot_mine").await;
+    let store = EtcdStore::open(&url).await.unwrap();
+    let key = "k";
+    written(store.cas(key, None, b"d0", &[]).await.unwrap());
+    // Every slot the store may choose holds the very arrival it appends.
+    for n in 0..16 {
+        raw.put(format!("{arrivals}{key}\0s{n}"), "mine", None)
+            .await
+            .unwrap();
+    }
+    let read = store.append_arrival(key, b"mine").await.unwrap().unwrap();
+    assert_eq!(read.arrivals.len(), 16);
+    let names = arrival_names(&mut raw, &arrivals, key).await;
+    assert_eq!(names.len(), 16, "put again in another slot: {names:?}");
+}
+
 /// A version this store never handed out (zero, negative, not a number) conflicts and carries
 /// the current document; it is never taken for "absent".
 #[tokio::test]

@@ -36,7 +36,7 @@ pub struct Counts {
     #[serde(default)]
     pub updates: u64,
     /// `Store::append_arrival`: an enqueue written beside the document, which loses to
-    /// nobody (a round trip).
+    /// nobody (a round trip; on etcd another, rarely, for each slot it finds taken).
     #[serde(default)]
     pub appends: u64,
     /// `Store::clock`: free on SQLite (the host's clock, no file access), a round trip on a

@@ -12,7 +12,9 @@
 //! key's arrivals, so that appenders racing on a key rarely pick the same. One that finds its
 //! slot taken learns the key's arrivals from the same answer and tries another; after
 //! [`SLOT_TRIES`] it takes a name no other append uses, as baton did before slots, which
-//! every reader still takes (arrivals are read in creation order, whatever their names).
+//! every reader still takes (arrivals are read in creation order, whatever their names). One
+//! that finds its own arrival in its slot has landed: the same try, sent again after an error
+//! that said it was not sent.
 
 use std::hash::{BuildHasher, RandomState};
 

@@ -156,6 +156,19 @@ impl ArrivalsRead {
 const MAX_HISTORY_PER_CAS: usize =
     ((MAX_TXN_OPS - TOP_OPS) / 2) * (MAX_TXN_OPS - TOP_OPS - (MAX_TXN_OPS - TOP_OPS) / 2);
 
+/// Whether the answer of an append that found its slot taken holds this very arrival there:
+/// the same try, applied once already, sent again after an error that said it was not (the
+/// bytes name the turn's ticket, so no other append's are equal).
+fn holds(response: &TxnResponse, name: &[u8], arrival: &[u8]) -> bool {
+    response.op_responses().into_iter().any(|op| match op {
+        TxnOpResponse::Get(get) => get
+            .kvs()
+            .iter()
+            .any(|kv| kv.key() == name && kv.value() == arrival),
+        _ => false,
+    })
+}
+
 impl EtcdStore {
     /// What a CAS naming `expected` and appending `n_history` entries writes under: the
     /// document is absent (a first write, which leaves any arrivals pending), or at that
@@ -282,7 +295,7 @@ impl EtcdStore {
             let transaction = Txn::new()
                 .when([Compare::create_revision(name.clone(), CompareOp::Equal, 0)])
                 .and_then(
-                    [TxnOp::put(name, arrival.to_vec(), None)]
+                    [TxnOp::put(name.clone(), arrival.to_vec(), None)]
                         .into_iter()
                         .chain(self.key_reads(key))
                         .collect::<Vec<_>>(),
@@ -296,10 +309,10 @@ impl EtcdStore {
                     async move { kv.txn(transaction).await }
                 })
                 .await?;
-            let succeeded = response.succeeded();
+            let landed = response.succeeded() || holds(&response, &name, arrival);
             // Taken: the answer says which slots are, for the next try.
             let read = self.key_of(key, response)?;
-            if succeeded {
+            if landed {
                 return Ok(read);
             }
         }
@@ -321,15 +334,8 @@ impl EtcdStore {
         let (Some(mut arrivals), Some(mut doc)) = (reads.pop(), reads.pop()) else {
             return Err(self.backend("etcd answered a read without the document".into()));
         };
-        let Some(doc) = doc.take_kvs().into_iter().next() else {
-            return Ok(None);
-        };
+        let doc = doc.take_kvs().into_iter().next();
         let arrivals = arrivals.take_kvs();
-        let newest = arrivals.iter().map(|kv| kv.create_revision()).max();
-        let version = arrivals_seen::compose(
-            &doc.mod_revision().to_string(),
-            newest.map_or(0, |revision| revision.max(0) as u64),
-        );
         let names: Vec<_> = arrivals
             .iter()
             .map(|kv| (kv.create_revision(), kv.key().to_vec()))
@@ -338,8 +344,19 @@ impl EtcdStore {
         if names.is_empty() {
             read.forget(key, read_revision);
         } else {
-            read.remember(key, doc.mod_revision(), read_revision, names);
+            // Without a document too (revision 0, which no CAS names): an append's next slot
+            // must not be one of these.
+            let doc_revision = doc.as_ref().map_or(0, |doc| doc.mod_revision());
+            read.remember(key, doc_revision, read_revision, names);
         }
+        let Some(doc) = doc else {
+            return Ok(None);
+        };
+        let newest = arrivals.iter().map(|kv| kv.create_revision()).max();
+        let version = arrivals_seen::compose(
+            &doc.mod_revision().to_string(),
+            newest.map_or(0, |revision| revision.max(0) as u64),
+        );
         Ok(Some(Versioned {
             version,
             bytes: doc.into_key_value().1,

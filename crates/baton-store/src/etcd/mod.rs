@@ -46,7 +46,8 @@
 //! for `by_arrival`) is a key of its own, deleted when a write takes it in; etcd's index keeps a
 //! deleted key until it compacts past it, and every read of the key's arrivals walks those too,
 //! so arrivals are put in slots whose names come back turn after turn (`arrival_names`): a
-//! key's arrivals range holds about as many names as it ever had arrivals pending at once.
+//! key's arrivals range holds about as many names as it ever had arrivals pending at once, and
+//! 16 more.
 
 mod arrival_names;
 mod cas;

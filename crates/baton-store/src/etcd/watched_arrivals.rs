@@ -29,7 +29,8 @@ pub(super) struct Arrival {
 /// One event of the arrivals watch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Event {
-    /// An append: the arrival created at `created` (its revision, too: arrivals are put once).
+    /// An append: the arrival created at `created` (its revision, too: an arrival's key is put
+    /// only while absent, so every put creates it).
     Created { created: i64, arrival: Arrival },
     /// A write of the document took the arrival of `key`, at `revision`.
     Taken { key: Vec<u8>, revision: i64 },
@@ -235,22 +236,29 @@ mod tests {
     }
 
     /// A key's history as etcd numbers it: revision 1 writes the document; each step after
-    /// appends an arrival or writes the document taking the oldest `n` pending.
+    /// appends an arrival or writes the document taking the oldest `n` pending. An arrival takes
+    /// the lowest slot no pending one holds, so names come back as the store's do.
     struct History {
         /// Per revision: the arrivals watch's events at it, and whether it wrote the document.
         events: Vec<(Vec<Event>, bool)>,
+        /// Each arrival's name, by creation revision.
+        names: BTreeMap<i64, String>,
     }
 
     impl History {
         fn of(steps: &[Option<usize>]) -> History {
             let mut events = vec![(Vec::new(), true)];
+            let mut names = BTreeMap::new();
             let mut pending: Vec<String> = Vec::new();
             for (index, step) in steps.iter().enumerate() {
                 let revision = index as i64 + 2;
                 events.push(match step {
                     None => {
-                        let name = format!("a{revision}");
+                        let free = (0..).map(|n| format!("s{n}"));
+                        let name = free.into_iter().find(|name| !pending.contains(name));
+                        let name = name.unwrap_or_default();
                         pending.push(name.clone());
+                        names.insert(revision, name.clone());
                         (vec![created(&name, revision)], false)
                     }
                     Some(n) => {
@@ -259,7 +267,7 @@ mod tests {
                     }
                 });
             }
-            History { events }
+            History { events, names }
         }
 
         /// The arrivals pending at `revision`, by creation revision.
@@ -295,7 +303,7 @@ mod tests {
         fn seed_at(&self, revision: i64) -> Vec<(i64, Arrival)> {
             let mut seed: Vec<(i64, Arrival)> = Vec::new();
             for created in self.pending_at(revision) {
-                seed.push((created, arrival(&format!("a{created}"))));
+                seed.push((created, arrival(&self.names[&created])));
             }
             seed
         }
