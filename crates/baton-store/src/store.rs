@@ -431,10 +431,12 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// conflicts), and returns the key as it stands right after: its document with every
     /// pending arrival, this one among them (`None`: the key has no document yet; the arrival
     /// stays pending until a CAS naming a version that read it). A store keeps each append
-    /// once (etcd's, sent again after an error that said it was not sent, finds itself already
-    /// there), and a client
-    /// appends once: after a lost answer its owner writes the enqueue itself, and a copy that
-    /// lands after all is taken in by the core as nothing.
+    /// once: etcd's, sent again after an error that said it was not sent, finds itself already
+    /// there, by its bytes (baton's name their ticket: two appends of equal bytes may be kept
+    /// as one), unless a write took it in meanwhile, and then the copy names a ticket the
+    /// document holds and is taken in as nothing. A client appends once: after a lost answer
+    /// its owner writes the enqueue itself, and a copy that lands after all is taken in by the
+    /// core as nothing.
     ///
     /// Only on a store with [`Capabilities::arrivals`]; the others answer an error.
     async fn append_arrival(&self, _key: &str, _bytes: &[u8]) -> Result<Option<Versioned>> {

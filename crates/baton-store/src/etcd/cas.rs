@@ -63,14 +63,16 @@ enum Takes {
 const MAX_TAKEN_BY_NAME: usize = 32;
 
 /// What this store's reads and pushes last found of each key's arrivals: a CAS naming a version
-/// seen at the same document takes the arrivals up to the version's revision by these names.
+/// seen at the same document takes the arrivals up to the version's revision by these names,
+/// and an append chooses its slot among those these do not hold.
 #[derive(Default)]
 pub(super) struct ArrivalsRead {
     by_key: Mutex<HashMap<String, KeyArrivals>>,
 }
 
-/// One read's (or push's) arrivals of a key: its document's revision, the revision they are
-/// known as of, and each arrival's `create_revision` and key, oldest first.
+/// One read's (or push's) arrivals of a key: its document's revision (0: the key had none),
+/// the revision they are known as of, and each arrival's `create_revision` and key, oldest
+/// first.
 struct KeyArrivals {
     doc_revision: i64,
     read_revision: i64,
@@ -320,7 +322,8 @@ impl EtcdStore {
     }
 
     /// The document and arrivals a transaction's last two reads found ([`Self::key_reads`]),
-    /// remembered for the CAS that may name them ([`ArrivalsRead`]).
+    /// remembered for the CAS that may name them and the next append's slot
+    /// ([`ArrivalsRead`]).
     fn key_of(&self, key: &str, mut response: TxnResponse) -> Result<Option<Versioned>> {
         let read_revision = response.take_header().map_or(0, |header| header.revision());
         let mut reads: Vec<_> = response

@@ -254,9 +254,10 @@ mod tests {
                 let revision = index as i64 + 2;
                 events.push(match step {
                     None => {
-                        let free = (0..).map(|n| format!("s{n}"));
-                        let name = free.into_iter().find(|name| !pending.contains(name));
-                        let name = name.unwrap_or_default();
+                        let name = (0..)
+                            .map(|n| format!("s{n}"))
+                            .find(|name| !pending.contains(name))
+                            .unwrap_or_default();
                         pending.push(name.clone());
                         names.insert(revision, name.clone());
                         (vec![created(&name, revision)], false)
