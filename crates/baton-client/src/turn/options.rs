@@ -62,7 +62,7 @@ pub struct AcquireOptions {
     /// a write to the holder's release or to another waiter, and the release takes it in
     /// ([`baton_core::arrival`]). Unset, the store decides
     /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does, where it pays on a hot
-    /// key, 2.2 requests a grant against 5.5).
+    /// key: 2.2 requests a grant against 5.7 in BENCHMARKS.md).
     pub by_arrival: Option<bool>,
 }
 
