@@ -273,14 +273,8 @@ impl EtcdStore {
         arrival: Option<&[u8]>,
     ) -> Result<Option<Versioned>> {
         let Some(arrival) = arrival else {
-            let transaction = Txn::new().and_then(self.key_reads(key));
-            let response = self
-                .request(Effect::Read, |mut kv| {
-                    let transaction = transaction.clone();
-                    async move { kv.txn(transaction).await }
-                })
-                .await?;
-            return self.key_of(key, response);
+            let reads = Txn::new().and_then(self.key_reads(key));
+            return self.key_of(key, self.txn(Effect::Read, reads).await?);
         };
         for n_tried in 0..=arrival_names::SLOT_TRIES {
             let name = if n_tried < arrival_names::SLOT_TRIES {
@@ -305,12 +299,7 @@ impl EtcdStore {
                 .or_else(self.key_reads(key));
             // An append whose answer is lost may have landed (or land later): its caller writes
             // the enqueue itself instead, and the core takes that copy in as nothing.
-            let response = self
-                .request(Effect::Write, |mut kv| {
-                    let transaction = transaction.clone();
-                    async move { kv.txn(transaction).await }
-                })
-                .await?;
+            let response = self.txn(Effect::Write, transaction).await?;
             let landed = response.succeeded() || holds(&response, &name, arrival);
             // Taken: the answer says which slots are, for the next try.
             let read = self.key_of(key, response)?;

@@ -64,7 +64,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget};
+use etcd_client::{
+    Client, ConnectOptions, GetOptions, KvClient, SortOrder, SortTarget, Txn, TxnResponse,
+};
 
 use crate::key_range::successor_bytes;
 use crate::{
@@ -205,6 +207,15 @@ impl EtcdStore {
         })
     }
 
+    /// One transaction, through [`Self::request`].
+    async fn txn(&self, effect: Effect, transaction: Txn) -> Result<TxnResponse> {
+        self.request(effect, |mut kv| {
+            let transaction = transaction.clone();
+            async move { kv.txn(transaction).await }
+        })
+        .await
+    }
+
     /// Runs a request (made afresh by `make` for each try) within [`OPERATION_TIMEOUT`],
     /// mapping its errors.
     ///
@@ -315,12 +326,7 @@ impl Store for EtcdStore {
         let expected_revision = expected.revision;
         let writes = self.cas_writes(key, &expected, bytes, history, due_ms)?;
         let transaction = self.cas_transaction(key, &expected, writes);
-        let response = self
-            .request(Effect::Write, |mut kv| {
-                let transaction = transaction.clone();
-                async move { kv.txn(transaction).await }
-            })
-            .await?;
+        let response = self.txn(Effect::Write, transaction).await?;
         self.outcome_of_write(key, expected_revision, history.len(), response)
             .await
     }
