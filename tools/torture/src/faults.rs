@@ -142,6 +142,12 @@ impl Schedule {
         deck
     }
 
+    /// Deals `fault` again after the rest of this round: one that found nothing to hit gets
+    /// another chance in this run, after the faults still to come had theirs.
+    pub fn deal_later(&mut self, fault: Fault) {
+        self.deck.insert(0, fault);
+    }
+
     /// One of `n` candidates (`None` when there are none).
     pub fn pick(&mut self, n: usize) -> Option<usize> {
         (n > 0).then(|| self.rng.random_range(0..n))
@@ -204,6 +210,24 @@ mod tests {
             // Rounds are shuffled, not repeated.
             assert!(rounds.windows(2).any(|w| w[0] != w[1]), "seed {seed}");
         }
+    }
+
+    #[test]
+    fn a_fault_dealt_later_comes_after_the_rest_of_its_round() {
+        let faults = [Fault::KillHolder, Fault::PauseHolder, Fault::Restart];
+        let mut schedule = Schedule::new(7, &faults, Duration::from_secs(1));
+        let mut deal = || schedule.next_fault().map(|(_, fault)| fault);
+        let first = deal();
+        let rest: Vec<Option<Fault>> = (0..2).map(|_| deal()).collect();
+        let mut schedule = Schedule::new(7, &faults, Duration::from_secs(1));
+        assert_eq!(schedule.next_fault().map(|(_, f)| f), first);
+        schedule.deal_later(first.expect("a fault"));
+        let again: Vec<Option<Fault>> = (0..3)
+            .map(|_| schedule.next_fault().map(|(_, f)| f))
+            .collect();
+        // The rest of the round as before, then the fault dealt later.
+        assert_eq!(again[..2], rest[..]);
+        assert_eq!(again[2], first);
     }
 
     #[test]

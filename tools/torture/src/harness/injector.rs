@@ -56,12 +56,35 @@ impl Injector {
             // is tried again shortly rather than skipped, so each fault dealt lands (a run
             // on etcd once dealt `pause-holder` twice and never caught a holder).
             let give_up = Instant::now() + RETRY_FOR;
-            while !self.inject(fault) && Instant::now() < give_up {
+            let mut landed = self.inject(fault);
+            while !landed && Instant::now() < give_up {
                 if self.sleep(RETRY_EVERY) {
                     return;
                 }
+                landed = self.inject(fault);
+            }
+            if !landed {
+                // Under a loaded machine a run can go that long without a holder (a black
+                // hole, a restart, leases run out meanwhile): the log says what was seen, and
+                // the fault is dealt again before this round ends.
+                self.shared.miss(fault, self.what_was_there());
+                self.schedule.deal_later(fault);
             }
         }
+    }
+
+    /// What a process fault that found no one to hit saw, for the log.
+    fn what_was_there(&self) -> String {
+        let shared = &self.shared;
+        let holders = lock(&shared.resource).holders();
+        let running = lock(&shared.running).len();
+        let fenced = holders.iter().filter(|h| shared.is_fenced(&h.key)).count();
+        format!(
+            "{} holders ({fenced} of fenced keys), {running} clients running, {} killed or \
+             paused so far",
+            holders.len(),
+            self.untouchable().len()
+        )
     }
 
     /// Sleeps `wait` unless the run ends first (true then).

@@ -384,6 +384,9 @@ struct Shared {
     killed: Mutex<HashSet<String>>,
     paused: Mutex<Vec<(String, Vec<i32>)>>,
     events: Mutex<Vec<Event>>,
+    /// Process faults that found no one to hit for as long as they were tried: when (ns on
+    /// the run's clock), and what they saw.
+    missed: Mutex<Vec<(Fault, u64, String)>>,
     done: AtomicBool,
     /// The run's key, which every client's [`CLIENT_MARK`] starts with.
     run: String,
@@ -416,6 +419,50 @@ impl Shared {
             who,
             lasted,
         });
+    }
+
+    fn miss(&self, fault: Fault, seen: String) {
+        let at_ns = self.now_ns();
+        lock(&self.missed).push((fault, at_ns, seen));
+    }
+}
+
+/// Writes the holds, then the faults, to the run's log: its last lines, which a failed test
+/// prints, are then the faults and the ones that found no one to hit.
+fn log_timeline(
+    log: &File,
+    intervals: &[Interval],
+    events: &[Event],
+    missed: &[(Fault, u64, String)],
+) {
+    let mut log = log;
+    for interval in intervals {
+        let _ = writeln!(
+            log,
+            "hold {:.3}s..{:.3}s: {} fence {}",
+            interval.start_ns as f64 / 1e9,
+            interval.end_ns as f64 / 1e9,
+            interval.who,
+            interval.fence
+        );
+    }
+    for event in events {
+        let _ = writeln!(
+            log,
+            "fault at {:.3}s: {} {} for {:?}",
+            event.at_ns as f64 / 1e9,
+            event.fault.name(),
+            event.who.as_deref().unwrap_or("-"),
+            event.lasted
+        );
+    }
+    for (fault, at_ns, seen) in missed {
+        let _ = writeln!(
+            log,
+            "fault missed at {:.3}s: {} found no one to hit: {seen}",
+            *at_ns as f64 / 1e9,
+            fault.name()
+        );
     }
 }
 
@@ -476,6 +523,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         killed: Mutex::new(HashSet::new()),
         paused: Mutex::new(Vec::new()),
         events: Mutex::new(Vec::new()),
+        missed: Mutex::new(Vec::new()),
         run: config.key.clone(),
         done: AtomicBool::new(false),
     });
@@ -571,26 +619,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     let processes = lock(&processes).clone();
     let exits = lock(&exits).clone();
     let events = lock(&shared.events).clone();
-    for event in &events {
-        let _ = writeln!(
-            &log,
-            "fault at {:.3}s: {} {} for {:?}",
-            event.at_ns as f64 / 1e9,
-            event.fault.name(),
-            event.who.as_deref().unwrap_or("-"),
-            event.lasted
-        );
-    }
-    for interval in &intervals {
-        let _ = writeln!(
-            &log,
-            "hold {:.3}s..{:.3}s: {} fence {}",
-            interval.start_ns as f64 / 1e9,
-            interval.end_ns as f64 / 1e9,
-            interval.who,
-            interval.fence
-        );
-    }
+    let missed = lock(&shared.missed).clone();
+    log_timeline(&log, &intervals, &events, &missed);
 
     let (mut violations, details) = match config.work {
         Work::Locks => lock_verdict(config, &keys, &intervals, &processes, &events, &log)?,
@@ -650,6 +680,10 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
     for event in &events {
         *injected.entry(event.fault.name()).or_default() += 1;
     }
+    let mut missed_counts = BTreeMap::<&str, u64>::new();
+    for (fault, _, _) in &missed {
+        *missed_counts.entry(fault.name()).or_default() += 1;
+    }
     let lost = violations
         .iter()
         .filter(|v| matches!(v, Violation::Lost { .. }))
@@ -679,6 +713,8 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "writes": writes,
         "fenced_off": fenced_off.len(),
         "injected": injected,
+        // Process faults dealt that found no one to hit (the log says what they saw).
+        "missed": missed_counts,
         // What the fault proxy saw: whether the reply faults had writes to work with.
         "proxy": proxy_stats.map(|p| json!({
             "connections": p.connections_accepted,
