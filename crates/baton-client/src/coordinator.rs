@@ -373,6 +373,16 @@ impl Coordinator {
         cached.doc.map(Arc::unwrap_or_clone)
     }
 
+    /// Whether this coordinator has read or written `key` (its cache holds what it saw).
+    pub(crate) fn knows(&self, key: &str) -> bool {
+        self.known.cached(key).is_some()
+    }
+
+    /// Reads `key` into the cache, from which the next operation on it writes.
+    pub(crate) async fn load(&self, key: &str) -> Result<(), ClientError> {
+        self.known.load(self.store.as_ref(), key).await.map(drop)
+    }
+
     /// The version of `key` this coordinator last read or wrote, if any.
     pub fn cached_version(&self, key: &str) -> Option<Version> {
         self.known.cached(key).and_then(|cached| cached.version)

@@ -80,6 +80,15 @@ async fn wait(
     heartbeat_claims: bool,
 ) -> Result<Granted, ClientError> {
     let started = Instant::now();
+    // A process that knows nothing of its key yet (a fresh `baton run`) reads it first where
+    // its turn may arrive: the read its enqueue would have made anyway, and the enqueue writes
+    // from it; but on a key seen held the turn then arrives beside the document rather than
+    // racing the holder's release with a CAS, and conflicts again with every write after.
+    if arrive::may_arrive(coord, options) && !coord.knows(&pending.key) {
+        if let Err(error) = coord.load(&pending.key).await {
+            tracing::debug!(key = pending.key, %error, "the first read failed; enqueueing");
+        }
+    }
     // On a key that others held or waited for when last seen, the watch starts before the
     // enqueue: every write after the enqueue is then told, and the wait needs no first read.
     // On a key seen free the enqueue likely grants, and a watch would be paid for nothing.

@@ -184,6 +184,56 @@ async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
         .unwrap();
 }
 
+/// A process that knows nothing of its key (a fresh `baton run`) reads it first where its
+/// turn may arrive: behind a holder the turn arrives, writing nothing into the document.
+#[tokio::test]
+async fn a_fresh_turn_on_a_held_key_reads_it_first_and_arrives() {
+    let (memory, holder, probe, waiter) = holder_and_waiter();
+    let held = acquire(&holder, &Pending::new("k"), &options())
+        .await
+        .unwrap();
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
+    };
+    until_pending(&memory, "k", 1).await;
+    assert_eq!(probe.cases(), 0, "the turn wrote nothing into the document");
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let lease = waiting.await.unwrap().unwrap();
+    assert!(lease.fence > held.fence);
+    release(&waiter, "k", &lease.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+}
+
+/// On a free key the read a fresh turn makes first is the one its enqueue would have made:
+/// as many reads and writes as a fresh turn that does not arrive, and granted.
+#[tokio::test]
+async fn a_fresh_turn_on_a_free_key_costs_what_one_that_does_not_arrive_does() {
+    let mut costs = Vec::new();
+    for by_arrival in [true, false] {
+        let (_memory, _holder, probe, waiter) = holder_and_waiter();
+        let turn = AcquireOptions {
+            by_arrival: Some(by_arrival),
+            ..options()
+        };
+        let lease = acquire(&waiter, &Pending::new("k"), &turn).await.unwrap();
+        let appends = probe.appends.load(std::sync::atomic::Ordering::SeqCst);
+        costs.push((probe.loads(), probe.cases(), appends));
+        release(&waiter, "k", &lease.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        costs[0], costs[1],
+        "(reads, writes, appends) by arrival, and not"
+    );
+    assert_eq!(costs[0].1, 1, "one write: the grant");
+}
+
 /// Whether a turn on a key seen held arrives is the store's choice unless the turn says:
 /// `(the store's, the turn's, arrives)`.
 #[tokio::test]

@@ -53,12 +53,21 @@ pub(super) struct Arrived {
     pub(super) sent_ms: u64,
 }
 
-/// Whether the turn of `options` enqueues by arrival: asked to (or left to a store that does
-/// by default), on a store that keeps arrivals, a plain turn (not a try, which wants its answer
-/// from the write, nor a run-once, superseding, cancelling or pool turn, whose enqueue decides
-/// more than a place), and the key seen held moments ago (its release then takes the arrival
-/// in; on a key seen free the enqueue's own write likely grants at once).
+/// Whether the turn of `options` enqueues by arrival: it may ([`may_arrive`]), and the key was
+/// seen held moments ago (its release then takes the arrival in; on a key seen free the
+/// enqueue's own write likely grants at once).
 pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) -> bool {
+    may_arrive(coord, options)
+        && coord
+            .recent_doc(key, SEEN_WITHIN_MS)
+            .is_some_and(|doc| doc.holders().next().is_some())
+}
+
+/// Whether the turn of `options` may enqueue by arrival, on a key seen held: asked to (or left
+/// to a store that does by default), on a store that keeps arrivals, a plain turn (not a try,
+/// which wants its answer from the write, nor a run-once, superseding, cancelling or pool turn,
+/// whose enqueue decides more than a place).
+pub(super) fn may_arrive(coord: &Coordinator, options: &AcquireOptions) -> bool {
     let tries = options.timeout == Some(std::time::Duration::ZERO);
     let plain = options.once.is_none()
         && !options.supersede
@@ -71,9 +80,6 @@ pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) 
         && plain
         && !tries
         && capabilities.arrivals
-        && coord
-            .recent_doc(key, SEEN_WITHIN_MS)
-            .is_some_and(|doc| doc.holders().next().is_some())
 }
 
 /// Appends the arrival of `enqueue` to `pending`'s key. The key as the append found it, and

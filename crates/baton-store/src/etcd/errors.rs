@@ -32,6 +32,8 @@ pub(super) fn classify(
     let detail = chain_text(&error);
     let status = match &error {
         etcd_client::Error::GRpcStatus(status) => status,
+        // etcd-client makes these only while building its channel (an endpoint, a TLS file),
+        // before any request: a request's own failure comes back as a gRPC status.
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
             return unreachable(url, store, &detail)
         }
