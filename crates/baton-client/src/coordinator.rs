@@ -373,13 +373,13 @@ impl Coordinator {
         cached.doc.map(Arc::unwrap_or_clone)
     }
 
-    /// Whether this coordinator has read or written `key` (its cache holds what it saw).
+    /// Whether this coordinator's cache holds a sight of `key` (a read, a write, a push).
     pub(crate) fn knows(&self, key: &str) -> bool {
         self.known.cached(key).is_some()
     }
 
     /// Reads `key` into the cache, from which the next operation on it writes.
-    pub(crate) async fn load(&self, key: &str) -> Result<(), ClientError> {
+    pub(crate) async fn read_into_cache(&self, key: &str) -> Result<(), ClientError> {
         self.known.load(self.store.as_ref(), key).await.map(drop)
     }
 

@@ -21,6 +21,7 @@
 //! ([`Lease::set_by_write`], [`Lease::seen_unclaimed`]).
 
 mod arrive;
+mod before_enqueue;
 mod timers;
 
 use std::time::{Duration, Instant};
@@ -80,30 +81,12 @@ async fn wait(
     heartbeat_claims: bool,
 ) -> Result<Granted, ClientError> {
     let started = Instant::now();
-    // A process that knows nothing of its key yet (a fresh `baton run`) reads it first where
-    // its turn may arrive: the read its enqueue would have made anyway, and the enqueue writes
-    // from it; but on a key seen held the turn then arrives beside the document rather than
-    // racing the holder's release with a CAS, and conflicts again with every write after.
-    if arrive::may_arrive(coord, options) && !coord.knows(&pending.key) {
-        if let Err(error) = coord.load(&pending.key).await {
-            tracing::debug!(key = pending.key, %error, "the first read failed; enqueueing");
-        }
-    }
-    // On a key that others held or waited for when last seen, the watch starts before the
-    // enqueue: every write after the enqueue is then told, and the wait needs no first read.
-    // On a key seen free the enqueue likely grants, and a watch would be paid for nothing.
-    let watched_before = if coord
-        .cached_doc(&pending.key)
-        .is_some_and(|doc| !doc.tickets.is_empty())
-    {
-        coord
-            .store()
-            .watch_tagged(&pending.key, &pending.id)
-            .await?
-    } else {
-        None
-    };
-    let (enqueued, arriving) = if arrive::arrives(coord, &pending.key, options) {
+    let watched_before = before_enqueue::look(coord, pending, options).await?;
+    // A `waited` rule counts a wait from its ticket's enqueue, and an arrival has no ticket
+    // until a write takes it in: a turn such a rule watches writes its enqueue.
+    let arrives = arrive::arrives(coord, &pending.key, options)
+        && coord.waited_after_ms(&pending.key).await.is_none();
+    let (enqueued, arriving) = if arrives {
         match arrive::append(coord, pending, enqueue_op(pending, options)).await? {
             Ok((arrived, arriving)) => (Enqueued::arrived(arrived, &arriving), Some(arriving)),
             Err(appended) => (

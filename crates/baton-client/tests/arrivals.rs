@@ -210,28 +210,60 @@ async fn a_fresh_turn_on_a_held_key_reads_it_first_and_arrives() {
 }
 
 /// On a free key the read a fresh turn makes first is the one its enqueue would have made:
-/// as many reads and writes as a fresh turn that does not arrive, and granted.
+/// as many reads, writes and watches as a fresh turn that does not arrive, and granted; on a
+/// key never used and on one used and freed before.
 #[tokio::test]
 async fn a_fresh_turn_on_a_free_key_costs_what_one_that_does_not_arrive_does() {
-    let mut costs = Vec::new();
-    for by_arrival in [true, false] {
-        let (_memory, _holder, probe, waiter) = holder_and_waiter();
-        let turn = AcquireOptions {
-            by_arrival: Some(by_arrival),
-            ..options()
-        };
-        let lease = acquire(&waiter, &Pending::new("k"), &turn).await.unwrap();
-        let appends = probe.appends.load(std::sync::atomic::Ordering::SeqCst);
-        costs.push((probe.loads(), probe.cases(), appends));
-        release(&waiter, "k", &lease.token, Outcome::Succeeded)
-            .await
-            .unwrap();
+    for used_before in [false, true] {
+        let mut costs = Vec::new();
+        for by_arrival in [true, false] {
+            let (_memory, holder, probe, waiter) = holder_and_waiter();
+            if used_before {
+                let held = acquire(&holder, &Pending::new("k"), &options())
+                    .await
+                    .unwrap();
+                release(&holder, "k", &held.token, Outcome::Succeeded)
+                    .await
+                    .unwrap();
+            }
+            let turn = AcquireOptions {
+                by_arrival: Some(by_arrival),
+                ..options()
+            };
+            let lease = acquire(&waiter, &Pending::new("k"), &turn).await.unwrap();
+            let appends = probe.appends.load(std::sync::atomic::Ordering::SeqCst);
+            costs.push((probe.loads(), probe.cases(), appends, probe.watches()));
+            release(&waiter, "k", &lease.token, Outcome::Succeeded)
+                .await
+                .unwrap();
+        }
+        let case = format!("used before: {used_before}; (reads, writes, appends, watches)");
+        assert_eq!(costs[0], costs[1], "{case}: by arrival, and not");
+        assert_eq!(costs[0].1, 1, "{case}: one write, the grant");
     }
-    assert_eq!(
-        costs[0], costs[1],
-        "(reads, writes, appends) by arrival, and not"
-    );
-    assert_eq!(costs[0].1, 1, "one write: the grant");
+}
+
+/// A window that arrivals would fill: the turn writes its enqueue, which takes them in and
+/// waits behind them in order, where an arrival the full window refused would write itself in
+/// whenever its owner noticed.
+#[tokio::test]
+async fn a_turn_behind_a_window_full_of_arrivals_writes_its_enqueue() {
+    let (memory, holder, probe, waiter) = holder_and_waiter();
+    let ids: Vec<String> = (0..16).map(|i| format!("a{i:02}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let held = held_with_arrivals(&holder, &memory, &ids).await;
+    waiter.read("k").await.unwrap();
+    let turn = AcquireOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..arriving()
+    };
+    let waited = acquire(&waiter, &Pending::new("k"), &turn).await;
+    assert!(waited.is_err(), "the key stays held: {waited:?}");
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert!(probe.cases() >= 1, "the turn wrote its enqueue");
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
 }
 
 /// Whether a turn on a key seen held arrives is the store's choice unless the turn says:

@@ -104,6 +104,8 @@ pub struct Schedule {
     every: Duration,
     /// What is left of this round's shuffled deck of faults (dealt from the end).
     deck: Vec<Fault>,
+    /// The faults dealt again in this round ([`Schedule::deal_later`]): once each.
+    dealt_again: Vec<Fault>,
 }
 
 impl Schedule {
@@ -114,6 +116,7 @@ impl Schedule {
             faults: faults.to_vec(),
             every,
             deck: Vec::new(),
+            dealt_again: Vec::new(),
         }
     }
 
@@ -126,6 +129,7 @@ impl Schedule {
         let wait = self.every.mul_f64(self.rng.random_range(0.5..1.5));
         if self.deck.is_empty() {
             self.deck = self.shuffled();
+            self.dealt_again.clear();
         }
         let fault = self.deck.pop()?;
         Some((wait, fault))
@@ -143,9 +147,13 @@ impl Schedule {
     }
 
     /// Deals `fault` again after the rest of this round: one that found nothing to hit gets
-    /// another chance in this run, after the faults still to come had theirs.
+    /// another chance in this run, after the faults still to come had theirs. Once a round: a
+    /// fault that misses again waits for the next round, and the others are dealt meanwhile.
     pub fn deal_later(&mut self, fault: Fault) {
-        self.deck.insert(0, fault);
+        if !self.dealt_again.contains(&fault) {
+            self.dealt_again.push(fault);
+            self.deck.insert(0, fault);
+        }
     }
 
     /// One of `n` candidates (`None` when there are none).
@@ -228,6 +236,15 @@ mod tests {
         // The rest of the round as before, then the fault dealt later.
         assert_eq!(again[..2], rest[..]);
         assert_eq!(again[2], first);
+        // Missed again, last of its round: the next round comes, every fault in it.
+        schedule.deal_later(first.expect("a fault"));
+        let mut next: Vec<Option<Fault>> = (0..3)
+            .map(|_| schedule.next_fault().map(|(_, f)| f))
+            .collect();
+        next.sort();
+        let mut all: Vec<Option<Fault>> = faults.iter().copied().map(Some).collect();
+        all.sort();
+        assert_eq!(next, all);
     }
 
     #[test]

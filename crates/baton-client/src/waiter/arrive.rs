@@ -14,6 +14,7 @@
 //! ([`baton_core::Request::may_arrive_late`]), so that its copy then queues nothing.
 
 use baton_core::arrival::Arrival;
+use baton_core::backlog::WINDOW_JOBS;
 use baton_core::op::Enqueue;
 use baton_core::{Doc, Op, Request};
 
@@ -53,14 +54,22 @@ pub(super) struct Arrived {
     pub(super) sent_ms: u64,
 }
 
-/// Whether the turn of `options` enqueues by arrival: it may ([`may_arrive`]), and the key was
+/// Whether the turn of `options` enqueues by arrival: it may ([`may_arrive`]), the key was
 /// seen held moments ago (its release then takes the arrival in; on a key seen free the
-/// enqueue's own write likely grants at once).
+/// enqueue's own write likely grants at once), and its window had room ([`has_room`]).
 pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) -> bool {
     may_arrive(coord, options)
-        && coord
-            .recent_doc(key, SEEN_WITHIN_MS)
-            .is_some_and(|doc| doc.holders().next().is_some())
+        && coord.recent_doc(key, SEEN_WITHIN_MS).is_some_and(|doc| {
+            doc.holders().next().is_some() && has_room(&doc, coord.cached_arrivals(key).len())
+        })
+}
+
+/// Whether an arrival would find room in `doc`'s window when taken in, behind `arriving` more:
+/// no backlog (a turn behind one waits there, in order) and fewer waiting in the window and
+/// arriving than it holds. An arrival a full window refuses leaves no trace, and its owner
+/// writes the turn itself whenever it notices: after turns that came later.
+fn has_room(doc: &Doc, arriving: usize) -> bool {
+    doc.backlog.is_none() && doc.window_waiting() + arriving < WINDOW_JOBS
 }
 
 /// Whether the turn of `options` may enqueue by arrival, on a key seen held: asked to (or left

@@ -66,7 +66,7 @@ impl Injector {
             if !landed {
                 // Under a loaded machine a run can go that long without a holder (a black
                 // hole, a restart, leases run out meanwhile): the log says what was seen, and
-                // the fault is dealt again before this round ends.
+                // the fault is dealt again at the end of this round (once a round).
                 self.shared.miss(fault, self.what_was_there());
                 self.schedule.deal_later(fault);
             }
@@ -80,8 +80,8 @@ impl Injector {
         let running = lock(&shared.running).len();
         let fenced = holders.iter().filter(|h| shared.is_fenced(&h.key)).count();
         format!(
-            "{} holders ({fenced} of fenced keys), {running} clients running, {} killed or \
-             paused so far",
+            "{} holders ({fenced} of fenced keys), {running} clients running, {} killed so far \
+             or paused now",
             holders.len(),
             self.untouchable().len()
         )

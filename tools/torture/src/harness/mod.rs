@@ -384,8 +384,8 @@ struct Shared {
     killed: Mutex<HashSet<String>>,
     paused: Mutex<Vec<(String, Vec<i32>)>>,
     events: Mutex<Vec<Event>>,
-    /// Process faults that found no one to hit for as long as they were tried: when (ns on
-    /// the run's clock), and what they saw.
+    /// Faults on a holder or a waiter that found no one to hit for as long as they were tried:
+    /// when (ns on the run's clock), and what they saw.
     missed: Mutex<Vec<(Fault, u64, String)>>,
     done: AtomicBool,
     /// The run's key, which every client's [`CLIENT_MARK`] starts with.
@@ -713,7 +713,7 @@ pub fn run(config: &Config) -> Result<Verdict, String> {
         "writes": writes,
         "fenced_off": fenced_off.len(),
         "injected": injected,
-        // Process faults dealt that found no one to hit (the log says what they saw).
+        // Faults on a holder or a waiter that found no one to hit (the log says what they saw).
         "missed": missed_counts,
         // What the fault proxy saw: whether the reply faults had writes to work with.
         "proxy": proxy_stats.map(|p| json!({
