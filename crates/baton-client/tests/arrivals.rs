@@ -243,27 +243,43 @@ async fn a_fresh_turn_on_a_free_key_costs_what_one_that_does_not_arrive_does() {
     }
 }
 
-/// A window that arrivals would fill: the turn writes its enqueue, which takes them in and
-/// waits behind them in order, where an arrival the full window refused would write itself in
-/// whenever its owner noticed.
+/// A window that arrivals would fill: the turn writes its enqueue, which takes them in, in
+/// order, and waits in the backlog behind them, where an arrival taken in would overfill the
+/// window. With one place left, the turn arrives.
 #[tokio::test]
-async fn a_turn_behind_a_window_full_of_arrivals_writes_its_enqueue() {
-    let (memory, holder, probe, waiter) = holder_and_waiter();
-    let ids: Vec<String> = (0..16).map(|i| format!("a{i:02}")).collect();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    let held = held_with_arrivals(&holder, &memory, &ids).await;
-    waiter.read("k").await.unwrap();
-    let turn = AcquireOptions {
-        timeout: Some(Duration::from_millis(300)),
-        ..arriving()
-    };
-    let waited = acquire(&waiter, &Pending::new("k"), &turn).await;
-    assert!(waited.is_err(), "the key stays held: {waited:?}");
-    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 0);
-    assert!(probe.cases() >= 1, "the turn wrote its enqueue");
-    release(&holder, "k", &held.token, Outcome::Succeeded)
-        .await
-        .unwrap();
+async fn a_turn_arrives_only_while_the_window_has_room() {
+    for ahead in [15, 16] {
+        let (memory, holder, probe, waiter) = holder_and_waiter();
+        let ids: Vec<String> = (0..ahead).map(|i| format!("a{i:02}")).collect();
+        let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let held = held_with_arrivals(&holder, &memory, &ids).await;
+        waiter.read("k").await.unwrap();
+        let waiting = {
+            let waiter = waiter.clone();
+            tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
+        };
+        if ahead == 15 {
+            until_pending(&memory, "k", 16).await;
+            assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert_eq!(probe.cases(), 0, "the last place: the turn arrived");
+        } else {
+            for _ in 0..2_000 {
+                if memory.load("k").await.unwrap().unwrap().arrivals.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            let doc = holder.read("k").await.unwrap().doc.unwrap();
+            let queued: Vec<&str> = doc.queued().iter().map(|t| t.id.as_str()).collect();
+            assert_eq!(queued, ids, "taken in by the turn's write, in order");
+            assert!(doc.backlog.is_some(), "the turn waits behind them: {doc:?}");
+            assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 0);
+        }
+        waiting.abort();
+        release(&holder, "k", &held.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+    }
 }
 
 /// Whether a turn on a key seen held arrives is the store's choice unless the turn says:

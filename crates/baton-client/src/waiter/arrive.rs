@@ -65,9 +65,11 @@ pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) 
 }
 
 /// Whether an arrival would find room in `doc`'s window when taken in, behind `arriving` more:
-/// no backlog (a turn behind one waits there, in order) and fewer waiting in the window and
-/// arriving than it holds. An arrival a full window refuses leaves no trace, and its owner
-/// writes the turn itself whenever it notices: after turns that came later.
+/// no backlog, and fewer waiting in the window and arriving than it holds. An arrival cannot
+/// wait in the backlog (its taker writes no segment for it): taken in behind a full window, or
+/// beside a backlog, it is admitted into the window, which then overfills and carries every
+/// waiter, what the backlog is there to spare every write. Judged on a copy up to
+/// [`SEEN_WITHIN_MS`] old: arrivals appended at once may overfill the window by a few.
 fn has_room(doc: &Doc, arriving: usize) -> bool {
     doc.backlog.is_none() && doc.window_waiting() + arriving < WINDOW_JOBS
 }
@@ -104,8 +106,8 @@ pub(super) async fn append(
     let seen = coord.recent_doc(key, SEEN_WITHIN_MS);
     let finishes_seen = seen.as_ref().map_or(0, |doc| doc.finishes);
     let unsettled_seen = seen.as_ref().map_or(0, Doc::unsettled_recorded);
-    // Taken in by another's write, never beside the window: a full window refuses it (no
-    // trace), and the turn's own write then waits in the backlog if it may.
+    // Taken in by another's write, never into the backlog: the taker writes no segment for
+    // it ([`has_room`]); the turn's own write, when it comes to that, waits there if it may.
     let enqueue = Enqueue {
         may_wait_in_backlog: false,
         ..enqueue
