@@ -81,13 +81,14 @@ async fn wait(
     heartbeat_claims: bool,
 ) -> Result<Granted, ClientError> {
     let started = Instant::now();
-    let watched_before = before_enqueue::look(coord, pending, options).await?;
     // A `waited` rule counts a wait from its ticket's enqueue, and an arrival has no ticket
     // until a write takes it in: a turn such a rule watches writes its enqueue. The rules are
-    // read before the key is judged, whose copy must be fresh for the append that follows.
-    let arrives = arrive::may_arrive(coord, options)
-        && coord.waited_after_ms(&pending.key).await.is_none()
-        && arrive::arrives(coord, &pending.key, options);
+    // read first (the enqueue's write reads the same copy of them), so that nothing ages the
+    // copy of the key judged next, which the append follows.
+    let may_arrive =
+        arrive::may_arrive(coord, options) && coord.waited_after_ms(&pending.key).await.is_none();
+    let watched_before = before_enqueue::look(coord, pending, may_arrive).await?;
+    let arrives = may_arrive && arrive::arrives(coord, &pending.key, options);
     let (enqueued, arriving) = if arrives {
         match arrive::append(coord, pending, enqueue_op(pending, options)).await? {
             Ok((arrived, arriving)) => (Enqueued::arrived(arrived, &arriving), Some(arriving)),

@@ -3,18 +3,18 @@
 
 use baton_store::WatchHandle;
 
-use super::arrive;
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
-use crate::turn::{AcquireOptions, Pending};
+use crate::turn::Pending;
 
 /// The watch a wait starts before its enqueue, if any.
 ///
 /// A process that knows nothing of its key yet (a fresh `baton run`) reads it first where its
-/// turn may arrive: the read its enqueue would have made anyway, from which the enqueue then
-/// writes; but on a key seen held the turn arrives beside the document, where a CAS would lose
-/// to the holder's release and be applied again to every write after it. A read that fails
-/// leaves the turn to enqueue as before (its write retries the store's errors).
+/// turn may arrive (`may_arrive`): the read its enqueue would have made anyway, from which the
+/// enqueue then writes; but on a key seen held (with room in its window) the turn arrives
+/// beside the document, where a CAS would lose to the holder's release and be applied again to
+/// every write after it. A read that fails leaves the turn to enqueue as before (its write
+/// retries the store's errors).
 ///
 /// On a key that others held or waited for when last seen, the watch starts before the
 /// enqueue: every write after the enqueue is then told, and the wait needs no first read. On a
@@ -22,10 +22,10 @@ use crate::turn::{AcquireOptions, Pending};
 pub(super) async fn look(
     coord: &Coordinator,
     pending: &Pending,
-    options: &AcquireOptions,
+    may_arrive: bool,
 ) -> Result<Option<WatchHandle>, ClientError> {
     let key = pending.key.as_str();
-    if arrive::may_arrive(coord, options) && !coord.knows(key) {
+    if may_arrive && !coord.knows(key) {
         if let Err(error) = coord.read_into_cache(key).await {
             tracing::debug!(key, %error, "the first read failed; enqueueing");
         }

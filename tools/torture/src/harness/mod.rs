@@ -428,7 +428,8 @@ impl Shared {
 }
 
 /// Writes the holds, then the faults, to the run's log: its last lines, which a failed test
-/// prints, are then the faults and the ones that found no one to hit.
+/// prints, are then the faults and the ones that found no one to hit (but for what the
+/// verdict's own commands may write after them).
 fn log_timeline(
     log: &File,
     intervals: &[Interval],
