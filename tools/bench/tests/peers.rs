@@ -311,9 +311,10 @@ fn b7_measures_the_floor_beside_baton() {
 }
 
 /// B8 loops B7's floor too: beside baton's two rows with their goals, the floor's 16 loops
-/// against `flock`'s, and baton's against the floor's, each a rate from real loops.
+/// against `flock`'s, and baton's against the floor's, each a rate from real loops. Given etcd,
+/// it loops `baton run` on it beside one loop of it and 16 loops of `etcdctl lock`.
 #[test]
-fn b8_loops_the_floor_beside_baton_and_flock() {
+fn b8_loops_the_floor_beside_baton_and_flock_and_on_etcd() {
     let args = [
         "--scenarios",
         "b8",
@@ -329,28 +330,34 @@ fn b8_loops_the_floor_beside_baton_and_flock() {
         .iter()
         .filter(|r| r["scenario"] == "B8")
         .collect();
-    let row = |peer: &str, floor_measured: bool| {
+    let row = |store: &str, peer: &str, floor_measured: bool| {
         rows.iter()
             .find(|r| {
-                r["peer"].as_str().is_some_and(|p| p.starts_with(peer))
+                r["store"] == store
+                    && r["peer"].as_str().is_some_and(|p| p.starts_with(peer))
                     && r["measure"].as_str().is_some_and(|m| m.contains("floor")) == floor_measured
             })
             .unwrap_or_else(|| {
-                panic!("no B8 row against {peer} (floor measured: {floor_measured}): {stderr}")
+                panic!("no B8 row on {store} against {peer} (floor: {floor_measured}): {stderr}")
             })
     };
-    for (peer, floor_measured, goal) in [
-        ("baton run, 1 loop", false, true),
-        ("flock(1), 16 loops", false, true),
-        ("flock(1), 16 loops", true, false),
-        ("floor: baton-floor-run", false, false),
-    ] {
-        let found = row(peer, floor_measured);
+    let mut expected = vec![
+        ("SQLite", "baton run, 1 loop", false, true),
+        ("SQLite", "flock(1), 16 loops", false, true),
+        ("SQLite", "flock(1), 16 loops", true, false),
+        ("SQLite", "floor: baton-floor-run", false, false),
+    ];
+    if std::env::var_os("BATON_TEST_ETCD_URL").is_some() {
+        expected.push(("etcd", "baton run, 1 loop", false, true));
+        expected.push(("etcd", "etcdctl lock, 16 loops", false, false));
+    }
+    for &(store, peer, floor_measured, goal) in &expected {
+        let found = row(store, peer, floor_measured);
         for side in ["baton", "peer_fig"] {
             let rate = found[side]["median"].as_f64().expect("a median rate");
             assert!(rate > 0.0, "{side} of {found}: no turns");
         }
         assert_eq!(found["goal"].is_object(), goal, "goal of {found}");
     }
-    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(rows.len(), expected.len(), "{rows:?}");
 }

@@ -690,6 +690,15 @@ pub async fn run(args: &PeersArgs) -> Result<PeersReport> {
             let figures = whole::loops(&ways, args.loop_rounds, args.loop_duration).await?;
             rows.extend(table::b8(&figures));
             detail("B8", "SQLite", "", serde_json::json!(figures));
+            if let Some(url) = &args.etcd {
+                errln!("  B8 on etcd");
+                let run = whole::Cmd::baton_run(&baton_bin, url, &fresh_key("b8"));
+                let etcdctl = whole::Cmd::etcdctl(&contenders::etcd_endpoint(url)?);
+                let ways = [(run.clone(), 16), (run, 1), (etcdctl, 16)];
+                let figures = whole::loops(&ways, args.loop_rounds, args.loop_duration).await?;
+                rows.extend(table::b8_etcd(&figures));
+                detail("B8", "etcd", "", serde_json::json!(figures));
+            }
         }
     }
     Ok(PeersReport {

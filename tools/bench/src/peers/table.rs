@@ -416,13 +416,15 @@ pub fn b8(figures: &[Loops]) -> Vec<Row> {
     let [sixteen, one, flock, rest @ ..] = figures else {
         return Vec::new();
     };
+    let sqlite =
+        |ours, measured, peer, other, goal| b8_row("SQLite", ours, measured, peer, other, goal);
     let mut rows = vec![
-        b8_row(sixteen, "", "baton run, 1 loop", one, Some(1.0)),
-        b8_row(sixteen, "", "flock(1), 16 loops", flock, Some(0.5)),
+        sqlite(sixteen, "", "baton run, 1 loop", one, Some(1.0)),
+        sqlite(sixteen, "", "flock(1), 16 loops", flock, Some(0.5)),
     ];
     if let Some(floor) = rest.first() {
-        rows.push(b8_row(floor, B8_FLOOR, "flock(1), 16 loops", flock, None));
-        rows.push(b8_row(
+        rows.push(sqlite(floor, B8_FLOOR, "flock(1), 16 loops", flock, None));
+        rows.push(sqlite(
             sixteen,
             "",
             "floor: baton-floor-run, 16 loops",
@@ -433,17 +435,37 @@ pub fn b8(figures: &[Loops]) -> Vec<Row> {
     rows
 }
 
+/// B8 on etcd: 16 loops of `baton run` against one loop of it (≥ 1x: a queue must not make a
+/// hot key slower than no contention), and against 16 loops of `etcdctl lock` on a key of its
+/// own, shown without a goal (the issue sets none; B7 holds one process of each to a ratio).
+pub fn b8_etcd(figures: &[Loops]) -> Vec<Row> {
+    let [sixteen, one, etcdctl] = figures else {
+        return Vec::new();
+    };
+    vec![
+        b8_row("etcd", sixteen, "", "baton run, 1 loop", one, Some(1.0)),
+        b8_row("etcd", sixteen, "", "etcdctl lock, 16 loops", etcdctl, None),
+    ]
+}
+
 /// How B8's floor is named where it stands in the baton columns: B7's floor, looping. It has
 /// no queue (a taken key is overwritten), so its loops never wait: the least CPU a turn of a
 /// lock kept in a SQLite row and run as its own process could cost.
 const B8_FLOOR: &str = "; the baton columns: floor: baton-floor-run, 16 loops, no queue";
 
-fn b8_row(ours: &Loops, measured: &str, peer: &str, other: &Loops, goal: Option<f64>) -> Row {
+fn b8_row(
+    store: &str,
+    ours: &Loops,
+    measured: &str,
+    peer: &str,
+    other: &Loops,
+    goal: Option<f64>,
+) -> Row {
     let (b, p) = (rate(&ours.per_round), rate(&other.per_round));
     let r = ratio(b.median, p.median);
     Row {
         scenario: "B8",
-        store: "SQLite".into(),
+        store: store.into(),
         measure: format!("turns/s, 16 loops of `baton run hk -- true`{measured}"),
         baton: b,
         peer: peer.into(),

@@ -4,7 +4,8 @@
 //!   is given, `etcdctl lock k true`, one of each per round, the order rotating every round.
 //! - B8: shell-style loops, each running its lock command again and again on one hot key for a
 //!   fixed time: 16 loops of `baton run`, one loop of it, 16 loops of `flock`, and 16 loops of
-//!   B7's floor where it was built.
+//!   B7's floor where it was built; when an etcd server is given, 16 loops and one loop of
+//!   `baton run` on it and 16 loops of `etcdctl lock`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
