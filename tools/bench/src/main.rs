@@ -305,6 +305,12 @@ enum Command {
         /// (with the document) before its release, instead of every client watching them
         #[arg(long, requires = "arrivals")]
         read_arrivals: bool,
+        /// With --arrivals: this many bytes of filler in every write of the document, as
+        /// baton's tickets make its document kilobytes where the floor's is a few places (every
+        /// write is sent to every client's watch)
+        #[arg(long, requires = "arrivals", default_value_t = 0, value_name = "BYTES",
+              value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        pad_document: u32,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
         clients: u32,
@@ -608,6 +614,7 @@ async fn dispatch(command: Command) -> Result<()> {
             one_document,
             arrivals,
             read_arrivals,
+            pad_document,
             clients,
             rounds,
             duration,
@@ -622,8 +629,11 @@ async fn dispatch(command: Command) -> Result<()> {
                 (Some(url), _, _) => hot_floor::On::Postgres(url),
                 (None, Some(url), _) => hot_floor::On::Redis(url),
                 (None, None, Some(url)) if one_document => hot_floor::On::EtcdDocument(url),
-                (None, None, Some(url)) if read_arrivals => hot_floor::On::EtcdArrivalsRead(url),
-                (None, None, Some(url)) if arrivals => hot_floor::On::EtcdArrivals(url),
+                (None, None, Some(url)) if arrivals => hot_floor::On::EtcdArrivals {
+                    url,
+                    reads: read_arrivals,
+                    pad: pad_document as usize,
+                },
                 (None, None, Some(url)) => hot_floor::On::Etcd(url),
                 (None, None, None) => hot_floor::On::Sqlite,
             };

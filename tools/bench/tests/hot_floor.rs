@@ -135,6 +135,18 @@ fn rounds_with_arrivals_read_before_the_release_count_their_requests_on_etcd() {
     }
 }
 
+/// With every write of the document padded, as baton's tickets make its document kilobytes,
+/// the floor still locks (no overlap, no grant out of order) and says how much it padded.
+#[test]
+fn rounds_with_a_padded_document_grant_and_say_so_on_etcd() {
+    let url = std::env::var("BATON_TEST_ETCD_URL")
+        .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
+    let args = ["--etcd", &url, "--arrivals", "--pad-document", "5000"];
+    assert_rounds_alternate_and_grant(&args, "etcd-arrivals");
+    let (report, _, _) = counted(&args);
+    assert_eq!(report["document_pad_bytes"], 5000, "{report}");
+}
+
 /// Two rounds of each kind with four clients, on a floor that counts its requests: the report,
 /// the requests of each turn alone, and the requests and lost writes of each turn with four.
 fn counted(args: &[&str]) -> (Value, Vec<f64>, Vec<(f64, f64)>) {

@@ -34,22 +34,31 @@ use etcd_client::{
 use super::etcd::{connect_watching, next_message, Counts, PREFIX};
 use super::{cycle_together, Checks, Cycling, Round};
 
+/// How the clients of a round use the key.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Shape {
+    /// Clients watch the document alone and read the arrivals (with the document, one
+    /// transaction) where they need them: the holder before its release, and a waiter whose
+    /// arrival may be pending on a free key.
+    pub(super) reads: bool,
+    /// Bytes of filler in every write of the document (after a fourth `;`).
+    pub(super) pad: usize,
+}
+
 /// `n` clients cycling on `key` for `duration`: grants a second made inside it, and the
 /// requests they sent for each of their turns.
-///
-/// With `reads`, clients watch the document alone and read the arrivals (with the document, one
-/// transaction) where they need them: the holder before its release, and a waiter whose arrival
-/// may be pending on a free key.
 pub(super) async fn one_round(
     url: &str,
     key: &str,
     n: usize,
     duration: std::time::Duration,
-    reads: bool,
+    shape: Shape,
 ) -> Result<Round> {
     let base = format!("{PREFIX}{key}/");
     let document = format!("{base}d");
     let counts = Arc::new(Counts::default());
+    let pad: Arc<str> = "p".repeat(shape.pad).into();
+    let reads = shape.reads;
     let mut clients = Vec::with_capacity(n);
     for id in 0..n {
         let (connection, watches) = match reads {
@@ -61,6 +70,7 @@ pub(super) async fn one_round(
             watches,
             id,
             reads,
+            pad: pad.clone(),
             document: document.clone(),
             arrivals: format!("{base}a/"),
             known: Known::default(),
@@ -94,7 +104,9 @@ impl Known {
     fn parse_document(&mut self, revision: i64, bytes: &[u8]) -> Result<()> {
         let text = std::str::from_utf8(bytes).context("the document is not UTF-8")?;
         let (next, rest) = text.split_once(';').context("the document has no `;`")?;
-        let (writes, queue) = rest.split_once(';').context("the document has one `;`")?;
+        let (writes, rest) = rest.split_once(';').context("the document has one `;`")?;
+        // A fourth field is filler (`Shape::pad`).
+        let queue = rest.split(';').next().unwrap_or_default();
         let mut places = Vec::new();
         for entry in queue.split(',').filter(|entry| !entry.is_empty()) {
             let (place, client) = entry.split_once('/').context("a place has no `/`")?;
@@ -107,13 +119,19 @@ impl Known {
         Ok(())
     }
 
-    fn encode(&self) -> String {
+    /// The document's bytes, `pad` after a fourth `;` when there is any.
+    fn encode(&self, pad: &str) -> String {
         let places: Vec<String> = self
             .queue
             .iter()
             .map(|(place, client)| format!("{place}/{client}"))
             .collect();
-        format!("{};{};{}", self.next, self.writes, places.join(","))
+        let mut document = format!("{};{};{}", self.next, self.writes, places.join(","));
+        if !pad.is_empty() {
+            document.push(';');
+            document.push_str(pad);
+        }
+        document
     }
 
     /// Moves every pending arrival to the queue's end, oldest first, each with the next place:
@@ -136,6 +154,8 @@ struct Client {
     id: usize,
     /// Whether it reads the arrivals where it needs them instead of watching them.
     reads: bool,
+    /// The filler every write of the document carries.
+    pad: Arc<str>,
     document: String,
     arrivals: String,
     known: Known,
@@ -222,7 +242,11 @@ impl Client {
             CompareOp::Equal,
             self.known.revision,
         )];
-        let mut writes = vec![TxnOp::put(self.document.as_str(), next.encode(), None)];
+        let mut writes = vec![TxnOp::put(
+            self.document.as_str(),
+            next.encode(&self.pad),
+            None,
+        )];
         for (created, (client, _)) in &taken {
             let key = format!("{}{client}", self.arrivals);
             compares.push(Compare::create_revision(
@@ -365,12 +389,15 @@ mod tests {
         };
         assert_eq!(doc.take_in(), [(38, (2, 28)), (40, (5, 29))]);
         assert_eq!(doc.queue, [(10, 3), (11, 0), (12, 2), (13, 5)]);
-        let mut read = Known::default();
-        read.parse_document(9, doc.encode().as_bytes())?;
-        assert_eq!(
-            (read.next, read.writes, read.queue, read.revision),
-            (14, 30, doc.queue, 9)
-        );
+        for pad in ["", "ppp"] {
+            let mut read = Known::default();
+            read.parse_document(9, doc.encode(pad).as_bytes())?;
+            assert_eq!(
+                (read.next, read.writes, &read.queue, read.revision),
+                (14, 30, &doc.queue, 9)
+            );
+        }
+        assert_eq!(doc.encode("ppp"), "14;30;10/3,11/0,12/2,13/5;ppp");
         let mut empty = Known::default();
         empty.parse_document(3, b"4;2;")?;
         assert_eq!((empty.next, empty.writes, empty.queue.len()), (4, 2, 0));

@@ -46,6 +46,9 @@ pub struct Report {
     pub store: &'static str,
     /// Clients on the hot key in the contended rounds.
     pub clients: usize,
+    /// Bytes of filler in every write of the document (`etcd-arrivals*`; 0: none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub document_pad_bytes: usize,
     /// Length of each round.
     pub duration_s: f64,
     /// Grants a second of one client alone, per round.
@@ -108,11 +111,17 @@ pub enum On {
     /// (`etcd_document.rs`).
     EtcdDocument(String),
     /// This etcd, the queue one key as baton keeps a key, enqueued into by arrivals beside it
-    /// (`etcd_arrivals.rs`), which clients watch.
-    EtcdArrivals(String),
-    /// The same, with clients that watch the document alone and read the arrivals where they
-    /// need them.
-    EtcdArrivalsRead(String),
+    /// (`etcd_arrivals.rs`).
+    EtcdArrivals {
+        /// The etcd.
+        url: String,
+        /// Whether clients watch the document alone and read the arrivals where they need them,
+        /// instead of watching the arrivals too.
+        reads: bool,
+        /// Bytes of filler every write of the document carries, as baton's tickets and fences
+        /// make its document larger than the floor's few places: what each watcher is sent.
+        pad: usize,
+    },
 }
 
 /// Rounds of one client alone and of `clients` on one key, alternating which goes first.
@@ -126,9 +135,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         On::Sqlite => sqlite::prepare(&path).map(|()| String::new())?,
         On::Postgres(url) => postgres::prepare(url).await.map(|()| String::new())?,
         On::Redis(url) => redis::prepare(url).await.map(|()| String::new())?,
-        On::Etcd(_) | On::EtcdDocument(_) | On::EtcdArrivals(_) | On::EtcdArrivalsRead(_) => {
-            etcd::run_prefix()
-        }
+        On::Etcd(_) | On::EtcdDocument(_) | On::EtcdArrivals { .. } => etcd::run_prefix(),
     };
     let (mut alone, mut contended) = (Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -151,11 +158,12 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
                 On::Redis(url) => redis::one_round(url, &key, n, duration).await?.into(),
                 On::Etcd(url) => etcd::one_round(url, &key, n, duration).await?.into(),
                 On::EtcdDocument(url) => etcd_document::one_round(url, &key, n, duration).await?,
-                On::EtcdArrivals(url) => {
-                    etcd_arrivals::one_round(url, &key, n, duration, false).await?
-                }
-                On::EtcdArrivalsRead(url) => {
-                    etcd_arrivals::one_round(url, &key, n, duration, true).await?
+                On::EtcdArrivals { url, reads, pad } => {
+                    let shape = etcd_arrivals::Shape {
+                        reads: *reads,
+                        pad: *pad,
+                    };
+                    etcd_arrivals::one_round(url, &key, n, duration, shape).await?
                 }
             };
             if n == 1 {
@@ -165,11 +173,7 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             }
         }
     }
-    if let On::Etcd(url)
-    | On::EtcdDocument(url)
-    | On::EtcdArrivals(url)
-    | On::EtcdArrivalsRead(url) = &on
-    {
+    if let On::Etcd(url) | On::EtcdDocument(url) | On::EtcdArrivals { url, .. } = &on {
         etcd::remove(url, &run).await?;
     }
     let rates = |rounds: &[Round]| rounds.iter().map(|round| round.rate).collect::<Vec<_>>();
@@ -185,8 +189,12 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
             On::Redis(_) => "redis",
             On::Etcd(_) => "etcd",
             On::EtcdDocument(_) => "etcd-document",
-            On::EtcdArrivals(_) => "etcd-arrivals",
-            On::EtcdArrivalsRead(_) => "etcd-arrivals-read",
+            On::EtcdArrivals { reads: false, .. } => "etcd-arrivals",
+            On::EtcdArrivals { reads: true, .. } => "etcd-arrivals-read",
+        },
+        document_pad_bytes: match on {
+            On::EtcdArrivals { pad, .. } => pad,
+            _ => 0,
         },
         clients,
         duration_s: duration.as_secs_f64(),
@@ -301,9 +309,13 @@ pub fn print(report: &Report, out: &mut String) {
         }
         _ => "a first-come lock, the next in line told by the releaser",
     };
+    let padded = match report.document_pad_bytes {
+        0 => String::new(),
+        bytes => format!(", every write of the document padded with {bytes} bytes"),
+    };
     let _ = writeln!(
         out,
-        "hot-floor on {}: {shape}; {} s rounds, load average {}",
+        "hot-floor on {}: {shape}{padded}; {} s rounds, load average {}",
         report.store,
         report.duration_s,
         describe_load(report.load_average_1m)
@@ -339,4 +351,8 @@ pub fn print(report: &Report, out: &mut String) {
             rates(&report.contended_arrival_wait_max)
         );
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
