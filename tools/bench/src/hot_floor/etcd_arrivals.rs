@@ -15,10 +15,11 @@
 //! writes a turn, as in `etcd_document.rs`. No lease, fence, heartbeat, history, or guard
 //! against a late copy of an arrival: what it measures is the best this shape can do.
 //!
-//! The document is `NEXT;WRITES;PLACE/CLIENT,…`: the next place to hand out, the writes of the
-//! document so far, and the queue, the first holding. An arrival is the key `a/CLIENT` under the
-//! round's prefix; its value is the writes of the document its client had seen, so that the
-//! write that takes it in counts how many it waited for.
+//! The document is `NEXT;WRITES;PLACE/CLIENT,…` (then `;PAD`, filler, with `--pad-document`):
+//! the next place to hand out, the writes of the document so far, and the queue, the first
+//! holding. An arrival is the key `a/CLIENT` under the round's prefix; its value is the writes
+//! of the document its client had seen, so that the write that takes it in counts how many it
+//! waited for.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -41,7 +42,7 @@ pub(super) struct Shape {
     /// transaction) where they need them: the holder before its release, and a waiter whose
     /// arrival may be pending on a free key.
     pub(super) reads: bool,
-    /// Bytes of filler in every write of the document (after a fourth `;`).
+    /// Bytes of filler in every write of the document (a fourth field, after a third `;`).
     pub(super) pad: usize,
 }
 
@@ -119,7 +120,7 @@ impl Known {
         Ok(())
     }
 
-    /// The document's bytes, `pad` after a fourth `;` when there is any.
+    /// The document's bytes, `pad` a fourth field (after a third `;`) when there is any.
     fn encode(&self, pad: &str) -> String {
         let places: Vec<String> = self
             .queue
