@@ -309,7 +309,7 @@ enum Command {
         /// baton's tickets make its document kilobytes where the floor's is a few places (every
         /// write is sent to every client's watch)
         #[arg(long, requires = "arrivals", default_value_t = 0, value_name = "BYTES",
-              value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+              value_parser = clap::value_parser!(u32).range(0..=262_144))]
         pad_document: u32,
         /// Clients (threads, each with its own connection) on the hot key
         #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(2..=256))]
@@ -345,7 +345,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// Keys given one job each, claimed and completed before the measurement
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(0..=262_144))]
         idle_keys: u32,
         /// Keys with one job queued that is ready only in an hour
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]

@@ -136,15 +136,26 @@ fn rounds_with_arrivals_read_before_the_release_count_their_requests_on_etcd() {
 }
 
 /// With every write of the document padded, as baton's tickets make its document kilobytes,
-/// the floor still locks (no overlap, no grant out of order) and says how much it padded.
+/// the floor still locks (no overlap, no grant out of order), says how much it padded, and its
+/// clients were sent documents that large (without the padding, a few places).
 #[test]
 fn rounds_with_a_padded_document_grant_and_say_so_on_etcd() {
     let url = std::env::var("BATON_TEST_ETCD_URL")
         .expect("BATON_TEST_ETCD_URL: run under scripts/test.sh or scripts/with-servers.sh");
-    let args = ["--etcd", &url, "--arrivals", "--pad-document", "5000"];
-    assert_rounds_alternate_and_grant(&args, "etcd-arrivals");
-    let (report, _, _) = counted(&args);
-    assert_eq!(report["document_pad_bytes"], 5000, "{report}");
+    for (pad, least, most) in [("5000", 5000.0, 6000.0), ("0", 1.0, 200.0)] {
+        let args = ["--etcd", &url, "--arrivals", "--pad-document", pad];
+        let (report, _, _) = counted(&args);
+        assert_eq!(report["store"], "etcd-arrivals", "{report}");
+        let padded = report["document_pad_bytes"].as_u64().unwrap_or(0);
+        assert_eq!(padded, pad.parse::<u64>().unwrap(), "{report}");
+        let sizes = report["contended_document_bytes_most"]
+            .as_array()
+            .expect("sizes");
+        assert_eq!(sizes.len(), 2, "{report}");
+        for size in sizes.iter().map(|size| size.as_f64().unwrap()) {
+            assert!((least..=most).contains(&size), "pad {pad}: {report}");
+        }
+    }
 }
 
 /// Two rounds of each kind with four clients, on a floor that counts its requests: the report,

@@ -36,6 +36,8 @@ pub(super) struct Counts {
     pub(super) arrivals: AtomicU64,
     pub(super) waited: AtomicU64,
     pub(super) waited_most: AtomicU64,
+    /// The largest document a client read or was sent, in bytes (0: none counted).
+    pub(super) document_bytes_most: AtomicU64,
 }
 
 impl Counts {
@@ -53,7 +55,15 @@ impl Counts {
                 let most = self.waited_most.load(Ordering::Relaxed);
                 (waited as f64 / arrivals as f64, most as f64)
             }),
+            document_bytes_most: Some(self.document_bytes_most.load(Ordering::Relaxed))
+                .filter(|bytes| *bytes > 0),
         }
+    }
+
+    /// A document of `bytes` read or sent to a client.
+    pub(super) fn document(&self, bytes: usize) {
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        self.document_bytes_most.fetch_max(bytes, Ordering::Relaxed);
     }
 
     /// An arrival taken in after `writes` writes of the document.

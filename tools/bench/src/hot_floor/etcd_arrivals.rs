@@ -312,6 +312,7 @@ impl Client {
             bail!("a lost write's reads answered something else");
         };
         if let Some(kv) = document.kvs().first() {
+            self.counts.document(kv.value().len());
             known.parse_document(kv.mod_revision(), kv.value())?;
         }
         for kv in arrivals.kvs() {
@@ -335,6 +336,7 @@ impl Client {
             let Some(kv) = event.kv() else { continue };
             if kv.key() == self.document.as_bytes() {
                 if kv.mod_revision() > self.known.revision {
+                    self.counts.document(kv.value().len());
                     self.known.parse_document(kv.mod_revision(), kv.value())?;
                 }
             } else if kv.mod_revision() > as_of {

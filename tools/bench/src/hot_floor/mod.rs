@@ -74,6 +74,10 @@ pub struct Report {
     /// ... and the most any arrival waited, per round.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub contended_arrival_wait_max: Vec<f64>,
+    /// Where the floor counts it (`etcd-arrivals*`), with `clients` on the key: the largest
+    /// document a client read or was sent, in bytes, per round: what `--pad-document` made it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub contended_document_bytes_most: Vec<f64>,
 }
 
 /// What one round made: grants a second, and where the floor counts them, its requests and lost
@@ -84,6 +88,8 @@ struct Round {
     lost_per_grant: Option<f64>,
     /// The document writes an arrival waited for: the mean and the most.
     arrival_wait: Option<(f64, f64)>,
+    /// The largest document a client read or was sent, where the floor counts it.
+    document_bytes_most: Option<u64>,
 }
 
 impl From<f64> for Round {
@@ -93,6 +99,7 @@ impl From<f64> for Round {
             requests_per_grant: None,
             lost_per_grant: None,
             arrival_wait: None,
+            document_bytes_most: None,
         }
     }
 }
@@ -204,6 +211,9 @@ pub async fn run(on: On, clients: usize, rounds: usize, duration: Duration) -> R
         contended_lost_per_grant: counted(&contended, |round| round.lost_per_grant),
         contended_arrival_wait_mean: counted(&contended, |round| round.arrival_wait.map(|w| w.0)),
         contended_arrival_wait_max: counted(&contended, |round| round.arrival_wait.map(|w| w.1)),
+        contended_document_bytes_most: counted(&contended, |round| {
+            round.document_bytes_most.map(|bytes| bytes as f64)
+        }),
         alone: alone_rates,
         contended: contended_rates,
     })

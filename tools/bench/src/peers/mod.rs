@@ -69,7 +69,7 @@ pub struct PeersArgs {
     /// Redis store
     #[arg(long, env = "BATON_TEST_REDIS_URL", value_name = "URL")]
     pub redis: Option<String>,
-    /// etcd store (also the server of `etcdctl lock` in B7)
+    /// etcd store (also the server of `etcdctl lock` in B7 and B8)
     #[arg(long, env = "BATON_TEST_ETCD_URL", value_name = "URL")]
     pub etcd: Option<String>,
     /// S3 store (`s3://bucket/prefix`; the endpoint and credentials from the AWS variables)

@@ -62,7 +62,7 @@ impl Cmd {
             args: vec![
                 format!("--endpoints={endpoint}"),
                 "lock".into(),
-                fresh_key("b7-etcdctl"),
+                fresh_key("b78-etcdctl"),
                 "true".into(),
             ],
         }
