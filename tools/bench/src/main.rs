@@ -345,7 +345,7 @@ enum Command {
         #[command(flatten)]
         common: Common,
         /// Keys given one job each, claimed and completed before the measurement
-        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(0..=262_144))]
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         idle_keys: u32,
         /// Keys with one job queued that is ready only in an hour
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(0..=100_000))]
