@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use baton_store::etcd::EtcdStore;
-use baton_store::{conformance, CasOutcome, Store, StoreError, Version};
+use baton_store::{arrivals_seen, conformance, CasOutcome, Store, StoreError, Version};
 
 mod common;
 use common::{free_port, with_parameter, written};
@@ -855,6 +855,57 @@ async fn a_push_carries_the_arrivals_pending_at_its_document() {
     assert_eq!(
         (end.bytes, end.arrivals),
         (b"d4".to_vec(), vec![b"a4".to_vec()])
+    );
+}
+
+/// A write that takes no arrival, from a push that knew none pending, is pushed knowing the
+/// arrivals as of it at once, not when the next one is appended: its holder's release, written
+/// after an append, leaves that arrival pending rather than losing to it. The stamp the write
+/// puts is in no read of the arrivals.
+#[tokio::test]
+async fn a_write_that_takes_none_is_pushed_knowing_none_at_once() {
+    let store = store().await;
+    let key = format!("{}k", prefix("stamped"));
+    written(store.cas(&key, None, b"d1", &[]).await.unwrap());
+    let mut watch = store.watch(&key).await.unwrap().expect("etcd watches");
+    store.append_arrival(&key, b"a1").await.unwrap();
+    let one = until_pushed(&mut watch, "a1", |p| p.arrivals == [b"a1"]).await;
+    let knows = |p: &baton_store::Versioned| arrivals_seen::split(&p.version).1 > 0;
+    written(
+        store
+            .cas(&key, Some(&one.version), b"d2", &[])
+            .await
+            .unwrap(),
+    );
+    let two = until_pushed(&mut watch, "d2, knowing none", |p| {
+        p.bytes == b"d2" && knows(p)
+    })
+    .await;
+    assert!(two.arrivals.is_empty(), "a1 was taken: {two:?}");
+    // Takes none: only its stamp tells the arrivals' watch of it.
+    written(
+        store
+            .cas(&key, Some(&two.version), b"d3", &[])
+            .await
+            .unwrap(),
+    );
+    let three = until_pushed(&mut watch, "d3, knowing none", |p| {
+        p.bytes == b"d3" && knows(p)
+    })
+    .await;
+    assert!(three.arrivals.is_empty(), "{three:?}");
+    store.append_arrival(&key, b"a2").await.unwrap();
+    written(
+        store
+            .cas(&key, Some(&three.version), b"d4", &[])
+            .await
+            .unwrap(),
+    );
+    let end = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (end.bytes, end.arrivals),
+        (b"d4".to_vec(), vec![b"a2".to_vec()]),
+        "a2, appended after the push, stays pending"
     );
 }
 

@@ -12,8 +12,9 @@
 //! `create_revision` below 1). One with it takes exactly those it saw: etcd deletes by name or
 //! range, not by creation revision, so the store remembers the names its reads and pushes found
 //! ([`ArrivalsRead`]) and deletes those created up to the version's revision by name (none, for
-//! a push that saw none), comparing the document alone, which leaves later arrivals pending.
-//! Without such a memory (a version read by another process, or too many arrivals for one
+//! a push that saw none: it puts the key's arrivals stamp instead, so that the watchers of the
+//! arrivals learn of the write), comparing the document alone, which leaves later arrivals
+//! pending. Without such a memory (a version read by another process, or too many arrivals for one
 //! transaction) it compares every arrival's `create_revision` with the version's and deletes
 //! the range, as a version that read all.
 
@@ -34,7 +35,7 @@ use crate::history_retention::EXACT_KEEP_BELOW;
 use crate::{CasOutcome, Result, Version, Versioned};
 
 /// Operations in a CAS's top branch besides its history entries: `trim_reads`' (two at most),
-/// the document's put, the due index's op and the arrivals' delete.
+/// the document's put, the due index's op and the arrivals' delete (or their stamp's put).
 const TOP_OPS: usize = 5;
 
 /// What a CAS's expected version stands for: the conditions it writes under, the revision its
@@ -47,9 +48,12 @@ pub(super) struct Expected {
 
 /// The arrivals a CAS removes.
 enum Takes {
-    /// None: a first write; a version that saw none (and compares that none is pending); or
-    /// a push's that knew none pending as of its revision (later ones stay).
+    /// None: a first write, or a version that saw none (and compares that none is pending).
     None,
+    /// None, for a version (a push's) that knew none pending as of its revision: later ones
+    /// stay. The write puts the key's arrivals stamp, so that the watchers of its arrivals
+    /// learn of its revision as they do of a write that took some ([`super::watch`]).
+    NoneOfThoseSeen,
     /// Every arrival of the key, compared to be no newer than the version's revision.
     All,
     /// These keys, the arrivals a read or a push saw (the document's compare says no write took
@@ -206,7 +210,7 @@ impl EtcdStore {
             .flatten();
         let takes = match by_name {
             // Known complete up to `newest` with none pending (a push's): later ones stay.
-            Some(names) if names.is_empty() => Takes::None,
+            Some(names) if names.is_empty() => Takes::NoneOfThoseSeen,
             Some(names) => Takes::These(names),
             None => {
                 // Over a range, a compare holds for every key in it, and for none as for a key
@@ -360,7 +364,8 @@ impl EtcdStore {
     }
 
     /// The operations of a CAS's transaction when its condition holds: what `trim_history`
-    /// needs (`trim_reads`), the document's put, the history's puts and the due index's op.
+    /// needs (`trim_reads`), the document's put, the arrivals' delete (or their stamp's put),
+    /// the history's puts and the due index's op.
     pub(super) fn cas_writes(
         &self,
         key: &str,
@@ -377,6 +382,9 @@ impl EtcdStore {
         writes.push(TxnOp::put(layout.doc_key(key), bytes.to_vec(), None));
         match &expected.takes {
             Takes::None => {}
+            Takes::NoneOfThoseSeen => {
+                writes.push(TxnOp::put(layout.arrivals_stamp(key), Vec::new(), None));
+            }
             Takes::All => {
                 let range = DeleteOptions::new().with_range(layout.arrivals_end(key));
                 writes.push(TxnOp::delete(layout.arrivals_start(key), Some(range)));
@@ -586,7 +594,7 @@ impl EtcdStore {
             })
             .collect();
         // The entries share the top branch with `trim_reads`' operations (two at most), the
-        // document's put and the due index's op.
+        // document's put, the arrivals' op and the due index's op ([`TOP_OPS`]).
         if puts.len() + TOP_OPS <= MAX_TXN_OPS {
             return Ok(puts);
         }

@@ -14,6 +14,11 @@
 //!                            `sN` free when it was put, or (a crowded key's, or an older
 //!                            baton's) a name unique to the append; arrivals are read in the
 //!                            order etcd created them
+//! P/q/K                      K's arrivals stamp (its value is empty): put by a write that takes
+//!                            no arrival from a pushed version that knew none pending, so that
+//!                            a watch of `[P/q/K, P/q/K\x01)` tells of that write's revision
+//!                            too; no read of the arrivals (`[P/q/K\x00, P/q/K\x01)`) meets
+//!                            it; it stays once put, one small key per such key
 //! ```
 //!
 //! Documents, history and records are separate branches, so listing documents (a range on
@@ -119,6 +124,13 @@ impl Layout {
         [self.arrivals_root.as_slice(), key.as_bytes(), b"\x00"].concat()
     }
 
+    /// `P/q/K`: K's arrivals stamp, just before every arrival key of K and in no other key's
+    /// arrivals range or watch (an arrival key holds a NUL right after its key, which no baton
+    /// key holds).
+    pub fn arrivals_stamp(&self, key: &str) -> Vec<u8> {
+        [self.arrivals_root.as_slice(), key.as_bytes()].concat()
+    }
+
     /// `P/q/K\x01`: just past every arrival key of K (not those of `K/x` or `Kx`).
     pub fn arrivals_end(&self, key: &str) -> Vec<u8> {
         [self.arrivals_root.as_slice(), key.as_bytes(), b"\x01"].concat()
@@ -198,6 +210,37 @@ mod tests {
             for key in ["a", "a/b", "ab"] {
                 assert_eq!(layout.seq_of_history_key(key, record_key), None);
                 assert!(!record_key.starts_with(&layout.doc_key(key)));
+            }
+        }
+    }
+
+    /// A key's arrivals stamp is in the range its arrivals watch covers and in no read of
+    /// arrivals, its own or another key's (`a`'s stamp is not among `a/b`'s or `ab`'s arrivals,
+    /// nor theirs among `a`'s).
+    #[test]
+    fn the_arrivals_stamp_is_watched_and_never_read() {
+        let layout = Layout::new("/p");
+        assert_eq!(layout.arrivals_stamp("a/b"), b"/p/q/a/b");
+        let read = |key: &str, etcd_key: &[u8]| {
+            layout.arrivals_start(key).as_slice() <= etcd_key
+                && etcd_key < layout.arrivals_end(key).as_slice()
+        };
+        let watched = |key: &str, etcd_key: &[u8]| {
+            layout.arrivals_stamp(key).as_slice() <= etcd_key
+                && etcd_key < layout.arrivals_end(key).as_slice()
+        };
+        let keys = ["a", "a/b", "ab", "a b", "a/", "é", "éé"];
+        for key in keys {
+            let stamp = layout.arrivals_stamp(key);
+            assert!(watched(key, &stamp) && !read(key, &stamp), "{key}");
+            assert!(watched(key, &layout.arrival_key(key, "s0")), "{key}");
+            for other in keys.into_iter().filter(|other| *other != key) {
+                assert!(!watched(other, &stamp), "{key}'s stamp in {other}'s watch");
+                let arrival = layout.arrival_key(other, "s0");
+                assert!(
+                    !watched(key, &arrival),
+                    "{other}'s arrival in {key}'s watch"
+                );
             }
         }
     }

@@ -4,8 +4,9 @@
 //! URL: `etcd://[user:password@]host[:port][,host[:port]…][/prefix][?tls=true&cacert=PATH]`
 //! (the `url` module says every part). Keys (the `layout` module): `P/d/K` for documents,
 //! `P/h/K\x00SEQ` for history, `P/r/K\x00NAME` for records, `P/u/K` for the due index, `P/a/K`
-//! for the count of K's appending writes, `P/q/K\x00ID` for K's arrivals, under the URL's
-//! prefix `P` (default `/baton`). A record is one plain put or get, outside any transaction.
+//! for the count of K's appending writes, `P/q/K\x00ID` for K's arrivals and `P/q/K` for their
+//! stamp, under the URL's prefix `P` (default `/baton`). A record is one plain put or get,
+//! outside any transaction.
 //!
 //! - **Version**: the document's `mod_revision`, in decimal. etcd raises it at every write of
 //!   the key, so equality is exactly "nobody wrote since". After a `.`, the newest
@@ -14,10 +15,11 @@
 //!   `create_revision == 0`, the key does not exist; a version that read no arrival: and none
 //!   pending) `Then(put the document, put each history entry, delete the arrivals read, by the
 //!   names this store's read found, or all when it knows none and none is newer than those
-//!   read) Else(get the document and its
-//!   arrivals)`: a conflict carries the current document in the same round trip, like etcd's
-//!   own `concurrency.Mutex`. A load is a transaction of the same two gets, an append of an
-//!   arrival the same with its put first, if its name is free (`create_revision == 0`).
+//!   read; or put the stamp, for a version a push gave that knew none pending) Else(get the
+//!   document and its arrivals)`: a conflict carries the current document in the same round
+//!   trip, like etcd's own `concurrency.Mutex`. A load is a transaction of the same two gets,
+//!   an append of an arrival the same with its put first, if its name is free
+//!   (`create_revision == 0`).
 //! - **History seq**: `expected_revision × 65536 + i` for the `i`-th entry (from 1) of a CAS
 //!   that names `expected_revision` (0 for a create). No counter is read: a revision can be the
 //!   expected one of at most one successful CAS, whose write makes a later revision the only one

@@ -5,14 +5,15 @@
 //! each event hands the document the event carries (value and mod revision) to the key's
 //! [`WatchHandle`]s, so a woken waiter needs no read.
 //!
-//! It also watches the key's arrivals, from a read of them (the seed) on, and a pushed document
-//! carries the arrivals pending at it when they are surely known ([`watched_arrivals`]), with a
-//! version naming the revision they are known as of (without them: the mod revision alone, as
-//! a read that found none); when the arrivals change under the same document (an append), the
-//! document is pushed again with them, telling of no change of the document. So a holder that
-//! follows its key takes in the arrivals its release would otherwise lose a CAS to. A watch of
-//! the arrivals from a replaced seed (a reconnection, a key watched again) is cancelled at its
-//! first word, its events dropped.
+//! It also watches the key's arrivals (and their stamp, put by a write that took none), from a
+//! read of them (the seed) on, and a pushed document carries the arrivals pending at it when
+//! they are surely known ([`watched_arrivals`]), with a version naming the revision they are
+//! known as of (without them: the mod revision alone, as a read that found none); when the
+//! arrivals change under the same document (an append), or become known at it (the events of
+//! its write came in a response of their own), the document is pushed again with them, telling
+//! of no change of the document. So a holder that follows its key takes in the arrivals its
+//! release would otherwise lose a CAS to. A watch of the arrivals from a replaced seed (a
+//! reconnection, a key watched again) is cancelled at its first word, its events dropped.
 //!
 //! Nothing may be missed, so:
 //! - `subscribe` returns only once etcd has confirmed the watch (or after [`SUBSCRIBE_WAIT`],
@@ -577,7 +578,8 @@ impl Stream {
         let options = WatchOptions::new()
             .with_range(task.layout.arrivals_end(&seeded.key))
             .with_start_revision(revision + 1);
-        let start = task.layout.arrivals_start(&seeded.key);
+        // From the stamp on: the arrivals, and the writes that took none.
+        let start = task.layout.arrivals_stamp(&seeded.key);
         self.create(
             start,
             options,
@@ -622,7 +624,9 @@ impl Stream {
         if !watched.unused_past_linger() {
             match which {
                 Which::Document => document_changed(watched, &response),
-                Which::Arrivals(_) => arrivals_changed(watched, &response),
+                Which::Arrivals(_) => {
+                    arrivals_changed(watched, &response, &task.layout.arrivals_stamp(&key));
+                }
             }
             task.dirty.push(key);
             return Ok(());
@@ -741,13 +745,18 @@ fn document_changed(watched: &mut Watched, response: &WatchResponse) {
     });
 }
 
-/// Takes in a response of a key's arrivals watch, for the next [`Task::flush`].
-fn arrivals_changed(watched: &mut Watched, response: &WatchResponse) {
+/// Takes in a response of a key's arrivals watch, for the next [`Task::flush`]; `stamp` is
+/// the key's arrivals stamp, whose puts tell of a write that took none.
+fn arrivals_changed(watched: &mut Watched, response: &WatchResponse, stamp: &[u8]) {
     let events: Vec<watched_arrivals::Event> = response
         .events()
         .iter()
         .filter_map(|event| {
             let kv = event.kv()?;
+            if kv.key() == stamp {
+                let revision = kv.mod_revision();
+                return Some(watched_arrivals::Event::Stamped { revision });
+            }
             Some(match event.event_type() {
                 EventType::Put => watched_arrivals::Event::Created {
                     created: kv.create_revision(),

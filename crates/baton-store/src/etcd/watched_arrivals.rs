@@ -10,7 +10,11 @@
 //!
 //! - the arrivals are known as of `d` or later: every one created up to `d` is in, and every
 //!   one taken in up to `d` is out (only a write of the document takes arrivals, in the same
-//!   transaction, so at the document's own revision);
+//!   transaction, so at the document's own revision). A write that takes none from a pushed
+//!   version that knew none pending puts the key's arrivals stamp, which the watch tells of as
+//!   well: its document is known as soon as that comes, not at the next event of the arrivals
+//!   (which any other write that takes none waits for: a create, one from a version that read
+//!   none or another process's, an older baton's);
 //! - no arrival was taken after `d`: that was a later write of the document, whose push is
 //!   still to come, and whose taking would otherwise make arrivals pending at `d` look taken.
 //!
@@ -34,13 +38,15 @@ pub(super) enum Event {
     Created { created: i64, arrival: Arrival },
     /// A write of the document took the arrival of `key`, at `revision`.
     Taken { key: Vec<u8>, revision: i64 },
+    /// A write of the document took none, at `revision` (it put the arrivals stamp).
+    Stamped { revision: i64 },
 }
 
 impl Event {
     fn revision(&self) -> i64 {
         match self {
             Event::Created { created, .. } => *created,
-            Event::Taken { revision, .. } => *revision,
+            Event::Taken { revision, .. } | Event::Stamped { revision } => *revision,
         }
     }
 }
@@ -121,6 +127,7 @@ impl WatchedArrivals {
                     known.pending.retain(|_, arrival| arrival.key != *key);
                     known.last_taken = known.last_taken.max(*revision);
                 }
+                Event::Stamped { .. } => continue,
             }
             changed = true;
         }
@@ -228,16 +235,41 @@ mod tests {
     }
 
     #[test]
+    fn a_write_that_took_none_is_known_by_its_stamp() {
+        let mut watched = WatchedArrivals::default();
+        watched.seed(10, 4, vec![(5, arrival("a"))]);
+        assert!(watched.apply(&[taken("a", 11)]));
+        assert_eq!(
+            watched.at(12),
+            None,
+            "a write at 12 may have taken one untold"
+        );
+        let stamp = Event::Stamped { revision: 12 };
+        assert!(
+            !watched.apply(&[stamp]),
+            "a stamp leaves the arrivals pending"
+        );
+        let at_12 = watched.at(12).expect("known as of 12");
+        assert_eq!((at_12.as_of, at_12.creations()), (12, vec![]));
+        assert!(watched.apply(&[created("b", 13)]));
+        assert_eq!(names(watched.at(12)), Some(vec!["b".into()]));
+    }
+
+    #[test]
     fn events_the_seed_holds_are_passed_over() {
         let mut watched = WatchedArrivals::default();
         watched.seed(10, 4, vec![(5, arrival("a"))]);
         assert!(!watched.apply(&[created("z", 9), taken("a", 10)]));
+        assert!(!watched.apply(&[Event::Stamped { revision: 8 }]));
         assert_eq!(names(watched.at(10)), Some(vec!["a".into()]));
+        assert_eq!(watched.at(10).expect("known as of 10").as_of, 10);
     }
 
     /// A key's history as etcd numbers it: revision 1 writes the document; each step after
-    /// appends an arrival or writes the document taking the oldest `n` pending. An arrival takes
-    /// the lowest slot no pending one holds, so names come back as the store's do.
+    /// appends an arrival or writes the document taking the oldest `n` pending, putting the
+    /// stamp when it takes none and `stamps` says so (a version that knew none pending; not an
+    /// older baton, nor one that read none). An arrival takes the lowest slot no pending one
+    /// holds, so names come back as the store's do.
     struct History {
         /// Per revision: the arrivals watch's events at it, and whether it wrote the document.
         events: Vec<(Vec<Event>, bool)>,
@@ -246,7 +278,7 @@ mod tests {
     }
 
     impl History {
-        fn of(steps: &[Option<usize>]) -> History {
+        fn of(steps: &[Option<(usize, bool)>]) -> History {
             let mut events = vec![(Vec::new(), true)];
             let mut names = BTreeMap::new();
             let mut pending: Vec<String> = Vec::new();
@@ -262,9 +294,14 @@ mod tests {
                         names.insert(revision, name.clone());
                         (vec![created(&name, revision)], false)
                     }
-                    Some(n) => {
+                    Some((n, stamps)) => {
                         let taken_now = pending.drain(..(*n).min(pending.len()));
-                        (taken_now.map(|name| taken(&name, revision)).collect(), true)
+                        let mut events: Vec<Event> =
+                            taken_now.map(|name| taken(&name, revision)).collect();
+                        if events.is_empty() && *stamps {
+                            events.push(Event::Stamped { revision });
+                        }
+                        (events, true)
                     }
                 });
             }
@@ -287,6 +324,7 @@ mod tests {
                     Event::Taken { key, .. } => {
                         pending.remove(key);
                     }
+                    Event::Stamped { .. } => {}
                 }
             }
             let mut creations: Vec<i64> = pending.into_values().collect();
@@ -318,7 +356,10 @@ mod tests {
         /// document gets them.
         #[test]
         fn a_document_gets_exactly_the_arrivals_pending_at_it_and_after(
-            steps in proptest::collection::vec(proptest::option::of(0usize..3), 0..24),
+            steps in proptest::collection::vec(
+                proptest::option::of((0usize..3, proptest::bool::ANY)),
+                0..24,
+            ),
             seed_step in 0usize..25,
             schedule in proptest::collection::vec(proptest::bool::ANY, 0..64),
             batches in proptest::collection::vec(1usize..4, 0..64),
@@ -331,7 +372,7 @@ mod tests {
             let mut watched = WatchedArrivals::default();
             watched.seed(seed, written, history.seed_at(seed));
             // The document's watch, made before the seed, tells of every write; the arrivals'
-            // of the revisions after the seed that changed them.
+            // of the revisions after the seed that changed or stamped them.
             let mut docs = (1..=last).filter(writes).peekable();
             let told = |r: &i64| !history.events[*r as usize - 1].0.is_empty();
             let mut arrivals = (seed + 1..=last).filter(told).peekable();
