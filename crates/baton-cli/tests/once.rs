@@ -8,7 +8,7 @@
 
 use baton_testkit as common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{for_each_store, pid_alive, send_signal, wait_until, Ctx, PROMPT};
 use serde_json::Value;
@@ -266,19 +266,25 @@ fn a_sequence_runs_in_order_skips_replays_and_refuses_gaps_with_80() {
 
 #[test]
 fn retain_bounds_how_long_a_success_is_remembered() {
+    // Long enough that A's exit, a status and B fit inside it on a loaded CI machine (2 s once
+    // did not): each is a process of its own, and through a server two hops.
+    let retain = Duration::from_secs(6);
     for_each_store(|ctx| {
         let key = ctx.key("nightly");
-        let flags = ["--retain", "2s"];
+        let flags = ["--retain", "6s"];
         once(ctx, "A", &key, &flags, &logged("A", "0", 0))
             .run()
             .assert_code(0);
+        // A's success was recorded before it exited: forgotten by `retain` from now at the latest.
+        let forgotten_by = Instant::now() + retain;
+        let forget_at = record(ctx, &key)["forget_at"].clone();
+        assert!(forget_at.is_string(), "{forget_at}");
         once(ctx, "B", &key, &flags, &logged("B", "0", 0))
             .run()
             .assert_code(0);
         assert_eq!(runs(ctx).len(), 1, "remembered: B skipped");
-        let forget_at = record(ctx, &key)["forget_at"].clone();
-        assert!(forget_at.is_string(), "{forget_at}");
-        std::thread::sleep(Duration::from_millis(2_100));
+        let margin = Duration::from_millis(100);
+        std::thread::sleep(forgotten_by.saturating_duration_since(Instant::now()) + margin);
         once(ctx, "C", &key, &flags, &logged("C", "0", 0))
             .run()
             .assert_code(0);
