@@ -4,7 +4,8 @@
 //! kept arrivals, a write's, and a wake-up's that carries no arrivals) saw none, so a CAS
 //! naming it writes only while the key has none pending; one with it takes the arrivals it saw
 //! and leaves those appended since pending, so an append never makes a write that read the key
-//! lose.
+//! lose. Redis's wake-ups name the arrivals even when there are none (`V.0`, which [`compose`]
+//! never makes): the write knew that none was pending after it.
 
 use crate::Version;
 

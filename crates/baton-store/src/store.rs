@@ -39,7 +39,8 @@ pub struct Versioned {
     /// The document, exactly as the last successful CAS wrote it.
     pub bytes: Vec<u8>,
     /// The key's arrivals ([`Store::append_arrival`]) as read with the document, oldest first;
-    /// always empty on a store without [`Capabilities::arrivals`], and in a wake-up's document.
+    /// always empty on a store without [`Capabilities::arrivals`], and in a wake-up's document
+    /// where the store carries none ([`Wake::document`]).
     pub arrivals: Vec<Vec<u8>>,
 }
 
@@ -140,8 +141,9 @@ pub struct Capabilities {
     /// A turn on a key seen held does better to arrive ([`Store::append_arrival`]) than to
     /// write its enqueue, unless it says otherwise: where a write that lost on a hot key costs
     /// a round through consensus and a read again (etcd). Where a write is one script on one
-    /// server (Redis), losing costs little, and an enqueue's own write keeps the holder's
-    /// release short. Only with `arrivals`.
+    /// server (Redis), losing costs little: there turns by arrival lose no write, yet 16
+    /// clients on one key made half the grants a second that writing their enqueues made
+    /// (BENCHMARKS.md). Only with `arrivals`.
     pub arrivals_by_default: bool,
 }
 
@@ -235,9 +237,11 @@ impl WithDocs {
 #[derive(Clone, Debug, Default)]
 pub struct Wake {
     /// The document the change wrote, as [`Store::load`] would have returned it right then.
-    /// Where the store keeps arrivals it may carry those pending at it (etcd's and the memory
-    /// store's do), its version then naming them as a load's: whoever writes from it must take
-    /// them in, since the CAS removes them.
+    /// Where the store keeps arrivals it may carry those pending at it (etcd's, Redis's and the
+    /// memory store's do), its version then naming them as a load's: whoever writes from it
+    /// must take them in, since the CAS removes them. etcd's and Redis's name them even when
+    /// none was pending: a CAS naming such a version takes none and leaves any appended since
+    /// pending, where a version that read none loses to them.
     pub document: Option<Arc<Versioned>>,
     /// How many changes of the key this wake-up tells of: 1, more where the store knows that
     /// some went by untold (a SQLite waiter sees the gap in the versions), [`Wake::UNTOLD`]
@@ -383,9 +387,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Writes `bytes` as the document of `key` if its current version is `expected` (`None`:
     /// only if the key has no document), and appends `history` to the key's log in the same
     /// transaction. On a stale `expected`, writes nothing and appends nothing. Where the store
-    /// keeps arrivals, a version that read none is stale too once one is pending, and a write
-    /// removes the arrivals its version read, no others ([`Versioned::version`]); a first write
-    /// leaves them all. The key
+    /// keeps arrivals, a version that read none is stale too once one is pending (not a
+    /// wake-up's that knew none pending, [`Wake::document`]), and a write removes the arrivals
+    /// its version read, no others ([`Versioned::version`]); a first write leaves them all. The
+    /// key
     /// leaves the due index ([`Store::cas_due`] with `None`).
     async fn cas(
         &self,

@@ -17,7 +17,7 @@ use baton_store::etcd::EtcdStore;
 use baton_store::{arrivals_seen, conformance, CasOutcome, Store, StoreError, Version};
 
 mod common;
-use common::{free_port, with_parameter, written};
+use common::{free_port, until_pushed, with_parameter, written};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -907,24 +907,6 @@ async fn a_write_that_takes_none_is_pushed_knowing_none_at_once() {
         (b"d4".to_vec(), vec![b"a2".to_vec()]),
         "a2, appended after the push, stays pending"
     );
-}
-
-/// The next document pushed on `watch` for which `wanted` holds (`what`, for the failure).
-async fn until_pushed(
-    watch: &mut baton_store::WatchHandle,
-    what: &str,
-    wanted: impl Fn(&baton_store::Versioned) -> bool,
-) -> baton_store::Versioned {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let woken = tokio::time::timeout_at(deadline, watch.changed()).await;
-        let pushed = woken
-            .unwrap_or_else(|_| panic!("no push of {what} within 5 s"))
-            .unwrap();
-        if let Some(pushed) = pushed.filter(|pushed| wanted(pushed)) {
-            return pushed;
-        }
-    }
 }
 
 /// etcd stops answering (SIGSTOP) with a CAS in flight: the CAS is `Ambiguous` after the

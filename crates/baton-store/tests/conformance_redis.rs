@@ -15,7 +15,7 @@ use baton_store::{conformance, CasOutcome, Store, StoreError, Version, WatchHand
 use tempfile::TempDir;
 
 mod common;
-use common::{free_port, with_parameter, written};
+use common::{free_port, until_pushed, with_parameter, written};
 
 /// The shared test server's URL (panics, saying how to start it, when it is not set).
 fn server_url() -> String {
@@ -224,7 +224,12 @@ async fn a_process_is_told_only_of_the_keys_it_watches() {
         .expect("woken within 10 s")
         .unwrap()
         .expect("the wake-up carries the document");
-    assert_eq!((pushed.version, pushed.bytes), (version, b"1".to_vec()));
+    assert!(
+        conformance::pushed_as_written(&pushed, &version),
+        "{} for {version}",
+        pushed.version
+    );
+    assert_eq!(pushed.bytes, b"1");
     let told = watching.messages_received() - before;
     assert_eq!(told, 1, "for 1 write to the watched key among 60 to others");
 }
@@ -828,4 +833,70 @@ async fn failures_are_classified() {
     for mode in [OpenMode::Create, OpenMode::Existing] {
         failure_classified(&wrong, mode, Classified::Permanent, "authentication").await;
     }
+}
+
+/// A pushed document carries the arrivals pending after its write, with a version naming them
+/// as a load's does, so that a holder granted by that write takes them in with its release
+/// instead of losing its CAS to them: a CAS naming a push's version takes the arrivals it
+/// carried and leaves those appended after it pending, even when it carried none, where the
+/// writer's own version loses to them. Appends push nothing (waiters listen by ticket).
+#[tokio::test]
+async fn a_push_carries_the_arrivals_pending_after_its_write() {
+    let store = shared_store().await;
+    let key = format!("{}k", prefix("pushed-arrivals"));
+    written(store.cas(&key, None, b"d1", &[]).await.unwrap());
+    let mut watch = store.watch(&key).await.unwrap().expect("Redis watches");
+    store.append_arrival(&key, b"a1").await.unwrap();
+    let read = store.load(&key).await.unwrap().unwrap();
+    store.append_arrival(&key, b"a\n2\xff").await.unwrap();
+    written(
+        store
+            .cas(&key, Some(&read.version), b"d2", &[])
+            .await
+            .unwrap(),
+    );
+    let two = until_pushed(&mut watch, "d2", |p| p.bytes == b"d2").await;
+    assert_eq!(two.arrivals, [b"a\n2\xff"], "a2, appended after the read");
+
+    store.append_arrival(&key, b"a3").await.unwrap();
+    written(
+        store
+            .cas(&key, Some(&two.version), b"d3", &[])
+            .await
+            .unwrap(),
+    );
+    let three = until_pushed(&mut watch, "d3", |p| p.bytes == b"d3").await;
+    assert_eq!(
+        three.arrivals,
+        [b"a3"],
+        "a3, appended after the push, stays"
+    );
+
+    let own = written(
+        store
+            .cas(&key, Some(&three.version), b"d4", &[])
+            .await
+            .unwrap(),
+    );
+    let four = until_pushed(&mut watch, "d4", |p| p.bytes == b"d4").await;
+    assert!(four.arrivals.is_empty(), "{:?}", four.arrivals);
+    assert_ne!(four.version, own, "it names the arrivals it knew of: none");
+    store.append_arrival(&key, b"a4").await.unwrap();
+    let stale = store.cas(&key, Some(&own), b"lost", &[]).await.unwrap();
+    assert!(
+        matches!(stale, CasOutcome::Conflict { .. }),
+        "the writer's own version knew of no arrival: {stale:?}"
+    );
+    written(
+        store
+            .cas(&key, Some(&four.version), b"d5", &[])
+            .await
+            .unwrap(),
+    );
+    let end = store.load(&key).await.unwrap().unwrap();
+    assert_eq!(
+        (end.bytes, end.arrivals),
+        (b"d5".to_vec(), vec![b"a4".to_vec()]),
+        "a4 stays pending for the next writer"
+    );
 }

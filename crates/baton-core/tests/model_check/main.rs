@@ -22,7 +22,8 @@
 //! Where a world keeps arrivals (`arrivals`, as etcd and Redis do), a client may instead
 //! enqueue on a held key by appending its arrival beside the document; every write takes in
 //! the arrivals pending when it is computed (a held-up release the first it read, later ones
-//! staying; one that read none conflicts once one is pending). An append's reply may be lost
+//! staying; one that read none conflicts once one is pending, or, its version a push's that
+//! knew none pending, lands past them, as on etcd and Redis). An append's reply may be lost
 //! (the client writes its enqueue as the arrival's retry), and the append itself may land at
 //! any later step (after that retry, after its ticket ended and was forgotten). Until a
 //! document shows its ticket, the client may write its enqueue as the arrival's retry at any

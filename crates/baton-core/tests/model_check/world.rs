@@ -310,8 +310,20 @@ enum Action {
     Release,
     SendHeldUpRelease,
     HeldUpReleaseLands,
+    HeldUpReleaseLandsPastArrivals,
     HandleReply,
     JudgeLost,
+}
+
+/// What a held-up release's version says of the arrivals pending when it was computed, where
+/// it took none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Knew {
+    /// It read none (a write's own version, a load's): it conflicts once one is pending.
+    NoneRead,
+    /// A push's that knew none pending (etcd's, Redis's): it takes none and leaves those
+    /// appended since pending.
+    NonePending,
 }
 
 /// How a write's reply reaches its client.
@@ -379,6 +391,10 @@ impl fmt::Display for Step {
             Action::Release => write!(f, "releases {key}")?,
             Action::SendHeldUpRelease => write!(f, "sends its release of {key}, held up")?,
             Action::HeldUpReleaseLands => write!(f, "sees its held-up release of {key} land")?,
+            Action::HeldUpReleaseLandsPastArrivals => write!(
+                f,
+                "sees its held-up release of {key} land past the arrivals appended since"
+            )?,
             Action::HandleReply => write!(f, "handles its late reply on {key}")?,
             Action::JudgeLost => write!(f, "judges its lease on {key} lost")?,
         }

@@ -57,7 +57,8 @@ pub use records::{
     records_apart_from_documents, records_of_keys_apart,
 };
 pub use watch::{
-    cas_tagged_wakes, watch_delivers_documents, watch_prefix_wakes, watch_tagged_wakes, watch_wakes,
+    cas_tagged_wakes, pushed_as_written, watch_delivers_documents, watch_prefix_wakes,
+    watch_tagged_wakes, watch_wakes,
 };
 
 /// The largest hot document the design allows (256 KiB); every store must hold one.

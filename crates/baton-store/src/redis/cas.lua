@@ -7,10 +7,11 @@
 -- KEYS[4]  the due index: a sorted set of the keys that have a due time, scored by it
 -- KEYS[5]  the key's arrivals: a list, oldest first (appended by the store, outside any CAS)
 -- ARGV[1]  '1' when ARGV[2] is the expected version, '0' for "only if there is no document"
--- ARGV[2]  the expected version: the document's (`v`), and `.N` when its reader also read N
---          arrivals (none without it). It matches while the document is as read and, when it
---          read none, none is pending: arrivals are only appended between writes, so the first
---          N pending are the ones read, which the write takes, leaving later ones pending.
+-- ARGV[2]  the expected version: the document's (`v`), and `.N` when its reader also knew of N
+--          arrivals (a load's N > 0; a wake-up's N >= 0, `.0` knowing none pending). It matches
+--          while the document is as read and, without `.N`, none is pending: arrivals are only
+--          appended between writes, so the first N pending are the ones known, which the write
+--          takes, leaving later ones pending.
 -- ARGV[3]  the new document
 -- ARGV[4]  the key, as baton names it (member of KEYS[3], first line of the wake-up)
 -- ARGV[5]  the wake-up channel of the store's namespace; a key's own is ARGV[5] .. ':' .. ARGV[4]
@@ -41,15 +42,16 @@ local taken = 0
 if ARGV[1] == '0' then
     matches = not version
 else
+    -- `.N` names the arrivals its reader knew of (a load's N > 0, a push's N >= 0: a push
+    -- carries the arrivals pending after its write); no suffix (a write's own version, a load
+    -- that read none) knew none, so it matches only while none is pending.
     local expected, seen = string.match(ARGV[2], '^(.*)%.(%d+)$')
-    if not expected then
-        expected, seen = ARGV[2], '0'
-    end
-    seen = tonumber(seen)
-    if seen == 0 then
-        matches = version == expected and pending == 0
-    else
+    if expected then
+        seen = tonumber(seen)
         matches = version == expected and seen <= pending
+    else
+        expected, seen = ARGV[2], 0
+        matches = version == expected and pending == 0
     end
     taken = seen
 end
@@ -122,14 +124,26 @@ end
 -- The wake-up goes on the key's own channel (`CHANNEL:KEY`, which only the key's watchers
 -- subscribe to) and says which key changed and, unless the document is large, what it now
 -- holds, so a woken waiter needs no read: `KEY \n VERSION \n DOCUMENT` (keys hold no control
--- characters). Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: Redis disconnects
+-- characters). VERSION names the arrivals pending after the write, `V.N`, followed by each in
+-- hex (` HEX`, oldest first): a CAS naming it takes those and leaves any appended since pending,
+-- so a holder granted by this write releases without losing to an arrival that came after.
+-- Larger documents (PUSHED_DOCUMENT_MAX in mod.rs) go without: Redis disconnects
 -- subscribers that fall behind. The namespace's channel is told the bare key, for prefix
 -- watchers (idle job workers) and batons that subscribed to it alone. Waiters watching by their
 -- ticket hear the same message on `CHANNEL:KEY\nID` when the write names them, and on
 -- `CHANNEL:KEY\n` when it names no one (it may concern everyone).
 local payload = ARGV[4]
-if #ARGV[3] <= 8192 then
-    payload = ARGV[4] .. '\n' .. new_version .. '\n' .. ARGV[3]
+local left = pending - taken
+local known = new_version .. '.' .. left
+if left > 0 then
+    for _, arrival in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do
+        known = known .. ' ' .. string.gsub(arrival, '.', function(c)
+            return string.format('%02x', string.byte(c))
+        end)
+    end
+end
+if #ARGV[3] + #known <= 8192 then
+    payload = ARGV[4] .. '\n' .. known .. '\n' .. ARGV[3]
 end
 redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], payload)
 local tagged = ARGV[5] .. ':' .. ARGV[4] .. '\n'

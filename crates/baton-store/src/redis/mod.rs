@@ -20,7 +20,10 @@
 //!   key's arrivals, and `TIME`; an append of an arrival is the same with an `RPUSH` first. A
 //!   version names the document's and how many arrivals were read with it: the CAS script
 //!   takes (`LTRIM`s) that many from the head of the list, leaving later ones pending, and a
-//!   version that read none writes only while none is pending.
+//!   version that read none writes only while none is pending. A wake-up carries the arrivals
+//!   its write left pending, in hex, its version naming them even when none (`V.0`): a holder
+//!   granted by that write releases from it past any arrival appended since, instead of losing
+//!   to it (appends publish nothing: waiters listen by ticket, and only a write wakes one).
 //! - `list(prefix)` is `ZRANGEBYLEX [prefix (successor` on the key set, where the successor is
 //!   the least byte string above every string that starts with the prefix: byte-wise, and no
 //!   character of a key is a wildcard.

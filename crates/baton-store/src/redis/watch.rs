@@ -301,26 +301,42 @@ fn bump(counters: &Weak<Counters>, message: &Msg, names: &Names) -> bool {
 
 /// The key a message names and what its watchers learn: `KEY \n VERSION \n DOCUMENT` delivers
 /// the document (any bytes, newlines included); a bare key (a large document, or an older baton)
-/// only says the key changed.
+/// only says the key changed. A VERSION of `V.N HEX…` carries the N arrivals pending after the
+/// write, each in hex, oldest first (none after `V.0`), named by the version as a load's are:
+/// a CAS naming it takes those and leaves any appended since pending. A VERSION without the
+/// suffix (an older baton's) knew none.
 fn parse_payload(payload: &[u8]) -> (&[u8], Wake) {
     let mut parts = payload.splitn(3, |byte| *byte == b'\n');
     let key = parts.next().unwrap_or_default();
-    match (parts.next(), parts.next()) {
-        (Some(version), Some(document)) if !version.is_empty() => {
-            match std::str::from_utf8(version) {
-                Ok(version) => (
-                    key,
-                    Wake::with(Versioned {
-                        version: Version(version.to_owned()),
-                        bytes: document.to_vec(),
-                        arrivals: Vec::new(),
-                    }),
-                ),
-                Err(_) => (key, Wake::read_again()),
-            }
-        }
-        _ => (key, Wake::read_again()),
+    let pushed = match (parts.next(), parts.next()) {
+        (Some(version), Some(document)) if !version.is_empty() => std::str::from_utf8(version)
+            .ok()
+            .and_then(|version| pushed(version, document)),
+        _ => None,
+    };
+    (key, pushed.map_or_else(Wake::read_again, Wake::with))
+}
+
+/// The document a message's VERSION line and DOCUMENT make ([`parse_payload`]); `None` when the
+/// line is not what the CAS script writes.
+fn pushed(line: &str, document: &[u8]) -> Option<Versioned> {
+    let mut fields = line.split(' ');
+    let version = fields.next()?;
+    let arrivals = fields
+        .map(|field| hex::decode(field).ok())
+        .collect::<Option<Vec<_>>>()?;
+    let counted = match version.rsplit_once('.') {
+        Some((_, count)) => count.parse::<usize>().ok() == Some(arrivals.len()),
+        None => arrivals.is_empty(),
+    };
+    if !counted {
+        return None;
     }
+    Some(Versioned {
+        version: Version(version.to_owned()),
+        bytes: document.to_vec(),
+        arrivals,
+    })
 }
 
 /// Wakes every watcher once. False when the store is gone.
@@ -362,9 +378,39 @@ mod tests {
     }
 
     #[test]
+    fn a_version_naming_arrivals_carries_them_oldest_first() {
+        let (_, wake) = parse_payload(b"k\n9-17.2 610a 00ff\n{}");
+        let document = wake.document.expect("a document");
+        assert_eq!(document.version.0, "9-17.2");
+        assert_eq!(document.arrivals, [b"a\n".to_vec(), vec![0, 255]]);
+        assert_eq!(document.bytes, b"{}");
+        let (_, wake) = parse_payload(b"k\n9-17.0\n{}");
+        let document = wake.document.expect("a document");
+        assert_eq!(document.version.0, "9-17.0", "knew none: kept, not dropped");
+        assert!(document.arrivals.is_empty());
+    }
+
+    #[test]
+    fn arrivals_that_do_not_add_up_only_say_the_key_changed() {
+        for line in [
+            "9-17.2 610a",
+            "9-17.1 61 62",
+            "9-17 61",
+            "9-17.1 6",
+            "9-17.x 61",
+            "9-17.1 zz",
+        ] {
+            let payload = format!("k\n{line}\n{{}}");
+            let (key, wake) = parse_payload(payload.as_bytes());
+            assert_eq!(key, b"k");
+            assert!(wake.document.is_none(), "{line}");
+        }
+    }
+
+    #[test]
     fn the_script_carries_documents_up_to_the_limit() {
         assert!(super::super::CAS_SCRIPT.contains(&format!(
-            "if #ARGV[3] <= {} then",
+            "if #ARGV[3] + #known <= {} then",
             super::super::PUSHED_DOCUMENT_MAX
         )));
     }

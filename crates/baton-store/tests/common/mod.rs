@@ -1,14 +1,14 @@
 //! What every store's conformance file needs around the suite: the test server's URL from the
 //! environment `scripts/with-servers.sh` sets, key prefixes no other run has used, URLs with
-//! one more parameter, free loopback ports and the wall clock.
+//! one more parameter, free loopback ports, the wall clock and the pushes a watch delivers.
 //!
 //! Each test file compiles this module on its own and uses a part of it.
 #![allow(dead_code)] // each test binary uses only some of the helpers
 
 use std::net::TcpListener;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use baton_store::{CasOutcome, Version};
+use baton_store::{CasOutcome, Version, Versioned, WatchHandle};
 
 /// The URL of the test server of `store` (`POSTGRES`, `REDIS`, `ETCD`, `S3`, `DYNAMODB`), from
 /// `BATON_TEST_<STORE>_URL`. Panics when it is not set, saying how to start the server: a test
@@ -72,5 +72,23 @@ pub fn written(outcome: CasOutcome) -> Version {
     match outcome {
         CasOutcome::Written { version } => version,
         other => panic!("expected a write, got {other:?}"),
+    }
+}
+
+/// The next document `watch` delivers that `wanted` accepts, skipping others; panics after 5 s.
+pub async fn until_pushed(
+    watch: &mut WatchHandle,
+    what: &str,
+    wanted: impl Fn(&Versioned) -> bool,
+) -> Versioned {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let woken = tokio::time::timeout_at(deadline, watch.changed()).await;
+        let pushed = woken
+            .unwrap_or_else(|_| panic!("no push of {what} within 5 s"))
+            .unwrap();
+        if let Some(pushed) = pushed.filter(|pushed| wanted(pushed)) {
+            return pushed;
+        }
     }
 }

@@ -184,13 +184,19 @@ impl World {
                     }
                 }
             }
-            Phase::Releasing { stale, .. } => {
+            Phase::Releasing { stale, flight, .. } => {
                 // A stale release is applied again, with a new reading of the clock.
                 let lags = if *stale { lags } else { &[0] };
                 for &lag in lags {
                     let mut w = self.clone();
-                    w.land_held_up_release(setup, c, k, lag);
+                    w.land_held_up_release(setup, c, k, lag, Knew::NoneRead);
                     push(Action::HeldUpReleaseLands, lag, w);
+                }
+                // Its version a push's that knew none pending: it lands past later arrivals.
+                if !*stale && flight.took == 0 && !self.arrivals[k].is_empty() {
+                    let mut w = self.clone();
+                    w.land_held_up_release(setup, c, k, 0, Knew::NonePending);
+                    push(Action::HeldUpReleaseLandsPastArrivals, 0, w);
                 }
             }
             Phase::Awaiting { heard, .. } => {
@@ -695,12 +701,14 @@ impl World {
         true
     }
 
-    fn land_held_up_release(&mut self, setup: &Setup, c: usize, k: usize, lag: u64) {
+    fn land_held_up_release(&mut self, setup: &Setup, c: usize, k: usize, lag: u64, knew: Knew) {
         let Phase::Releasing { flight, stale, .. } = self.clients[c].keys[k].clone() else {
             return;
         };
-        // A release that read no arrival conflicts once one is pending (the store's CAS).
-        let stale = stale || (flight.took == 0 && !self.arrivals[k].is_empty());
+        // A release that read no arrival conflicts once one is pending (the store's CAS),
+        // unless its version was a push's that knew none pending: later ones stay pending.
+        let read_none = flight.took == 0 && knew == Knew::NoneRead;
+        let stale = stale || (read_none && !self.arrivals[k].is_empty());
         if stale {
             // The CAS conflicts: the coordinator reads and applies it again.
             let request = self.release_request(c, k);
