@@ -157,7 +157,9 @@ fn a_lease_that_ran_out_fails_the_check_on_a_store_with_a_clock() {
             return;
         }
         let key = ctx.key("deploy");
-        let (_token, fence) = acquire(ctx, &key, &["--ttl", "1s"]);
+        // Long enough that the acquire's answer and a check, each a process, fit in it on a
+        // loaded CI machine.
+        let (_token, fence) = acquire(ctx, &key, &["--ttl", "5s"]);
         check(ctx, &key, fence, &[]).0.assert_code(0);
         let mut last = None;
         wait_until("the lease to run out", PROMPT, || {

@@ -166,7 +166,9 @@ fn bad_input_is_refused_with_2_and_nothing_written() {
 fn a_value_expires_after_its_ttl() {
     for_each_store(|ctx| {
         let name = ctx.key("lease/marker");
-        set(ctx, &name, "here", &["--ttl", "2s"]).assert_code(0);
+        // Long enough for the set, a get and a get --json, three processes each, on a loaded CI
+        // machine, before it ends.
+        set(ctx, &name, "here", &["--ttl", "6s"]).assert_code(0);
         assert_eq!(get(ctx, &name), "here");
         let expires = get_json(ctx, &name)["expires_at"].clone();
         assert!(expires.is_string(), "expires_at: {expires}");
