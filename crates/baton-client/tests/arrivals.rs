@@ -1,6 +1,8 @@
-//! Arrivals written beside a key's document (on the in-memory store, which keeps them as Redis
-//! and etcd do) are taken in by the client's next write of the key, from the document it read
-//! with them or, when it wrote from a copy that named none, from the one its lost CAS returned;
+//! Arrivals written beside a key's document (on the in-memory store, which keeps them beside the
+//! document as Redis and etcd do, and pushes every append; `arrivals_redis.rs` has Redis's
+//! wake-ups by ticket) are taken in by the client's next write of the key, from the document it
+//! read with them or, when it wrote from a copy that named none, from the one its lost CAS
+//! returned;
 //! and a turn on a key seen held enqueues by arrival, granted by the release that takes it in,
 //! or writing its enqueue itself when nobody else will.
 #![allow(clippy::unwrap_used)]
@@ -15,7 +17,7 @@ use baton_store::memory::MemoryStore;
 use baton_store::Store;
 
 mod common;
-use common::{arrival, Probe};
+use common::{arrival, until_pending, Probe};
 
 fn options() -> AcquireOptions {
     AcquireOptions {
@@ -140,22 +142,6 @@ fn holder_and_waiter() -> (Arc<MemoryStore>, Coordinator, Arc<Probe>, Arc<Coordi
     (memory, holder, probe, waiter)
 }
 
-/// Waits until `key` has `n` arrivals pending in `memory`.
-async fn until_pending(memory: &MemoryStore, key: &str, n: usize) {
-    for _ in 0..2_000 {
-        let pending = memory
-            .load(key)
-            .await
-            .unwrap()
-            .map_or(0, |k| k.arrivals.len());
-        if pending >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("{n} arrivals never came");
-}
-
 #[tokio::test]
 async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
     let (memory, holder, probe, waiter) = holder_and_waiter();
@@ -167,7 +153,7 @@ async fn a_turn_on_a_held_key_arrives_and_the_holders_release_grants_it() {
         let waiter = waiter.clone();
         tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
     };
-    until_pending(&memory, "k", 1).await;
+    until_pending(memory.as_ref(), "k", 1).await;
     assert_eq!(probe.cases(), 0, "the turn wrote nothing into the document");
     let doc = holder.read("k").await.unwrap().doc.unwrap();
     assert_eq!(doc.tickets.len(), 1, "only the holder's ticket: {doc:?}");
@@ -196,7 +182,7 @@ async fn a_fresh_turn_on_a_held_key_reads_it_first_and_arrives() {
         let waiter = waiter.clone();
         tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
     };
-    until_pending(&memory, "k", 1).await;
+    until_pending(memory.as_ref(), "k", 1).await;
     assert_eq!(probe.cases(), 0, "the turn wrote nothing into the document");
     assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
     release(&holder, "k", &held.token, Outcome::Succeeded)
@@ -259,7 +245,7 @@ async fn a_turn_arrives_only_while_the_window_has_room() {
             tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving()).await })
         };
         if ahead == 15 {
-            until_pending(&memory, "k", 16).await;
+            until_pending(memory.as_ref(), "k", 16).await;
             assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
             assert_eq!(probe.cases(), 0, "the last place: the turn arrived");
         } else {
@@ -417,7 +403,7 @@ async fn an_arrival_refused_when_taken_in_is_answered_by_its_own_write() {
         let waiter = waiter.clone();
         tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &two).await })
     };
-    until_pending(&memory, "k", 1).await;
+    until_pending(memory.as_ref(), "k", 1).await;
     release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
         .unwrap();
@@ -484,7 +470,7 @@ async fn a_turn_arriving_from_a_copy_many_finishes_old_is_still_queued() {
         };
         tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &arriving_two).await })
     };
-    until_pending(&memory, "k", 1).await;
+    until_pending(memory.as_ref(), "k", 1).await;
     release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
         .unwrap();

@@ -11,7 +11,9 @@
 //!
 //! The rule is conservative: a change of anything a waiter judges by beside its own ticket (the
 //! limit, the pool's slots, the clock's epoch, a freeze, the backlog, run-once records, the
-//! notification outbox) wakes everyone, as does a key's first document.
+//! notification outbox) wakes everyone, as does a key's first document, and a write that
+//! leaves the key with no holder where it had one: a turn by arrival, beside the document and
+//! so in no write's names until one takes it in, waits for exactly that to take itself in.
 
 use std::collections::HashMap;
 
@@ -38,6 +40,9 @@ pub fn to_wake(before: Option<&Doc>, after: &Doc, own: Option<&str>) -> Wakes {
         return Wakes::Every;
     };
     if !same_key_settings(before, after) {
+        return Wakes::Every;
+    }
+    if before.holders().next().is_some() && after.holders().next().is_none() {
         return Wakes::Every;
     }
     let was: HashMap<&str, &Ticket> = before.tickets.iter().map(|t| (t.id.as_str(), t)).collect();
@@ -164,6 +169,21 @@ mod tests {
         after.tickets.push(ticket("c", 3, TicketState::Queued));
         after.next_arrival = 4;
         assert_eq!(to_wake(Some(&before), &after, Some("c")), only(&[], &[]));
+    }
+
+    #[test]
+    fn a_write_that_leaves_the_key_with_no_holder_wakes_every_watcher() {
+        let before = doc(vec![ticket("a", 1, TicketState::Held)]);
+        let after = doc(Vec::new());
+        assert_eq!(to_wake(Some(&before), &after, None), Wakes::Every);
+        let free = doc(vec![ticket("b", 2, TicketState::Queued)]);
+        let mut still_free = free.clone();
+        still_free.tickets.push(ticket("c", 3, TicketState::Queued));
+        assert_eq!(
+            to_wake(Some(&free), &still_free, Some("c")),
+            only(&[], &[]),
+            "a key that had no holder"
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The memory store with probes, shared by the client's tests: it counts loads and CASes, can
 //! hide its wake-ups (a store that cannot push, as S3 and DynamoDB), and can be switched off
-//! for writes (a store gone away).
+//! for writes (a store gone away); and waiting for a key's arrivals on any store.
 #![allow(dead_code)] // each test file uses part of it
 
 use std::collections::HashMap;
@@ -429,4 +429,20 @@ pub fn arrival(id: &str, unsettled_seen: u64) -> Vec<u8> {
     }))
     .expect("an enqueue");
     baton_core::arrival::Arrival::of(&enqueue, unsettled_seen).encode()
+}
+
+/// Waits until `key` has `n` arrivals pending in `store`.
+pub async fn until_pending(store: &dyn Store, key: &str, n: usize) {
+    for _ in 0..2_000 {
+        let pending = store
+            .load(key)
+            .await
+            .unwrap()
+            .map_or(0, |k| k.arrivals.len());
+        if pending >= n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{n} arrivals never came");
 }

@@ -112,9 +112,10 @@ pub const CLOCK_EPOCH: &str = "redis-server-time";
 /// load.
 const CAS_SCRIPT: &str = include_str!("cas.lua");
 
-/// The largest document a wake-up carries (bytes). Every subscriber of a namespace receives
-/// every wake-up, and Redis disconnects a subscriber whose unread messages pile up past its
-/// `client-output-buffer-limit`; a long-used key's document is about 640 bytes.
+/// The largest document a wake-up carries (bytes), counted with the arrivals it carries in hex
+/// (`cas.lua`). Every subscriber of a namespace receives every wake-up, and Redis disconnects a
+/// subscriber whose unread messages pile up past its `client-output-buffer-limit`; a long-used
+/// key's document is about 640 bytes.
 pub const PUSHED_DOCUMENT_MAX: usize = 8_192;
 
 /// A [`Store`] on a Redis server. Cheap to clone; clones share the connection.
