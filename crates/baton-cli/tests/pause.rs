@@ -117,7 +117,9 @@ fn a_pause_holds_the_next_waiter_with_its_reason_until_a_resume() {
 fn a_scheduled_window_starts_and_ends_by_itself() {
     for_each_store(|ctx| {
         let key = ctx.key("deploy");
-        // Before the window: granted at once.
+        // Before the window: granted at once. Six seconds before it opens, for the pause's
+        // answer and A's whole run (with three, a loaded CI machine ran A late, into the
+        // window, and W came after it had closed).
         let paused = pause(
             ctx,
             &[
@@ -125,11 +127,11 @@ fn a_scheduled_window_starts_and_ends_by_itself() {
                 "--reason",
                 "maintenance",
                 "--from",
-                "3s",
-                // Five seconds open: the waiter starts, says so, and the status is read inside
+                "6s",
+                // Six seconds open: the waiter starts, says so, and the status is read inside
                 // it; with two, a loaded machine read a status whose window had closed.
                 "--until",
-                "8s",
+                "12s",
             ],
         );
         let (from, until) = (
