@@ -641,10 +641,11 @@ impl<'a> Waiter<'a> {
             let (id, arrival) = (&self.pending.id, self.arrival);
             // An arrival is taken in by the next write of the key, or by this waiter once the
             // key is free: a held key's push without the ticket tells nothing yet.
-            let arriving = self.arriving.is_some();
+            let arriving = self.arriving.is_some().then_some(self.options.mode);
             let older = |doc: &Doc| {
-                doc.by_id(id).is_none()
-                    && (doc.next_arrival <= arrival || (arriving && doc.holders().next().is_some()))
+                let left_to_holder =
+                    arriving.is_some_and(|mode| arrive::waits_for_holder(doc, mode));
+                doc.by_id(id).is_none() && (doc.next_arrival <= arrival || left_to_holder)
             };
             match self.coord.adopt_unless(self.key(), pushed, older).await? {
                 None => return Ok(None),
@@ -741,9 +742,10 @@ impl<'a> Waiter<'a> {
 
     /// A look that found no ticket for this turn, enqueued by arrival: while the arrival is
     /// pending, the key's next writer takes it in, and this waiter writes only when nobody may
-    /// (the key is free, or its holder's lease ran out) or its own refresh is due. Gone with no
-    /// ticket for it (refused when taken in, which leaves no trace, or ended already), it
-    /// writes at once. The write is the enqueue, as the arrival's retry: it takes in what is
+    /// (the key is free, or its holder's lease ran out), when its own write would grant it (a
+    /// permit free beside a holder: [`arrive::waits_for_holder`]), or its refresh is due. Gone
+    /// with no ticket for it (refused when taken in, which leaves no trace, or ended already),
+    /// it writes at once. The write is the enqueue, as the arrival's retry: it takes in what is
     /// pending (this arrival too), then finds the ticket, or its mark, or answers why it is
     /// refused.
     async fn still_arriving(&mut self, snapshot: &KeySnapshot) -> Result<Next, ClientError> {
@@ -753,10 +755,10 @@ impl<'a> Waiter<'a> {
             .as_mut()
             .is_some_and(|arriving| arriving.still_pending(coord, key));
         if pending {
-            let held = self.doc.holders().next().is_some();
+            let left_to_holder = arrive::waits_for_holder(&self.doc, self.options.mode);
             let refresh_due = self.last_refresh.elapsed() >= self.refresh_every();
             let tends = self.tends_now() && self.something_expired(snapshot);
-            if held && !refresh_due && !tends {
+            if left_to_holder && !refresh_due && !tends {
                 return Ok(Next::Wait);
             }
         }

@@ -446,15 +446,19 @@ async fn a_turn_by_arrival_rides_out_a_store_that_fails_its_own_write() {
 
 #[tokio::test]
 async fn a_turn_arriving_from_a_copy_many_finishes_old_is_still_queued() {
-    let (memory, holder, _, waiter) = holder_and_waiter();
+    let (memory, holder, probe, waiter) = holder_and_waiter();
     let two = AcquireOptions {
         limit: 2,
         ..options()
     };
     let held = acquire(&holder, &Pending::new("k"), &two).await.unwrap();
+    let second = acquire(&holder, &Pending::new("k"), &two).await.unwrap();
     waiter.read("k").await.unwrap();
-    // More turns end on the other slot than a document remembers, while the waiter's copy
-    // (still showing the key held) stays the one it arrives from.
+    release(&holder, "k", &second.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    // More turns end on the other permit than a document remembers, the last still holding
+    // it, while the waiter's copy (showing both permits held) stays the one it arrives from.
     let other = Coordinator::new(Probe::new(memory.clone(), true));
     for _ in 0..2 * baton_core::limits::FINISHED_REMEMBERED {
         let lease = acquire(&other, &Pending::new("k"), &two).await.unwrap();
@@ -462,6 +466,7 @@ async fn a_turn_arriving_from_a_copy_many_finishes_old_is_still_queued() {
             .await
             .unwrap();
     }
+    let last = acquire(&other, &Pending::new("k"), &two).await.unwrap();
     let waiting = {
         let waiter = waiter.clone();
         let arriving_two = AcquireOptions {
@@ -478,5 +483,43 @@ async fn a_turn_arriving_from_a_copy_many_finishes_old_is_still_queued() {
         .await
         .unwrap()
         .expect("an arrival is one copy: the finishes since its owner's read do not matter");
-    assert!(lease.fence > held.fence);
+    assert!(lease.fence > last.fence);
+    assert_eq!(probe.appends.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+/// A semaphore with a permit free beside its holder: the turn's own write grants it, so it
+/// writes its enqueue instead of arriving to wait for a release nobody owes it. With every
+/// permit held, the next turn arrives, and a release takes it in.
+#[tokio::test]
+async fn a_turn_beside_a_holder_with_a_permit_free_writes_and_is_granted() {
+    let (memory, holder, probe, waiter) = holder_and_waiter();
+    let two = AcquireOptions {
+        limit: 2,
+        ..options()
+    };
+    let held = acquire(&holder, &Pending::new("k"), &two).await.unwrap();
+    waiter.read("k").await.unwrap();
+    let turn = AcquireOptions {
+        by_arrival: Some(true),
+        ..two.clone()
+    };
+    let beside = acquire(&waiter, &Pending::new("k"), &turn).await.unwrap();
+    let appends = || probe.appends.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(appends(), 0, "a permit was free: the turn did not arrive");
+    assert_eq!(probe.cases(), 1, "one write, its grant");
+    let doc = waiter.read("k").await.unwrap().doc.unwrap();
+    assert_eq!(doc.holders().count(), 2);
+
+    let waiting = {
+        let (waiter, turn) = (waiter.clone(), turn.clone());
+        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &turn).await })
+    };
+    until_pending(memory.as_ref(), "k", 1).await;
+    assert_eq!(appends(), 1, "both permits held: the turn arrived");
+    release(&holder, "k", &held.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    let lease = waiting.await.unwrap().unwrap();
+    assert!(lease.fence > beside.fence);
+    assert!(memory.load("k").await.unwrap().unwrap().arrivals.is_empty());
 }

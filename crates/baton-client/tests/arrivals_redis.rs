@@ -41,10 +41,76 @@ fn woken_only() -> AcquireOptions {
     }
 }
 
-/// B, granted by A's release, holds from the version that release's wake-up carried (which
-/// knew no arrival pending) without claiming it; A then arrives behind it. B's release lands past A's arrival
-/// (taking none) and leaves the key with no holder: it must wake A's turn, which takes itself
-/// in, where a write naming only B's ended ticket would leave it to its next look, a minute on.
+/// Turns that enqueue by writing, looking within 15 s at most: a grant's claim window (from
+/// its longest poll: 35 s) is when a turn that sees it unclaimed would look again by itself,
+/// past each test's wait.
+fn by_write(limit: u32) -> AcquireOptions {
+    AcquireOptions {
+        limit,
+        by_arrival: Some(false),
+        poll: baton_client::poll::PollBounds {
+            min: Duration::from_millis(250),
+            max: Duration::from_secs(15),
+        },
+        ..woken_only()
+    }
+}
+
+/// A turn by arrival on a key of `limit` permits, moved only by wake-ups.
+fn arriving(limit: u32) -> AcquireOptions {
+    AcquireOptions {
+        limit,
+        by_arrival: Some(true),
+        ..woken_only()
+    }
+}
+
+/// B's turn on a key of `limit` permits, queued behind its `tickets - 1` tickets and granted by the release of
+/// `first` (A's): B holds through a heartbeat, as a library holder does, its grant unclaimed
+/// (no write) while it is short, so its copy of the key is the release's wake-up, which knew
+/// no arrival pending.
+async fn held_from_a_wake_up(
+    (a, b): (&Arc<Coordinator>, &Arc<Coordinator>),
+    key: &str,
+    first: Lease,
+    (limit, tickets): (u32, usize),
+) -> LeaseGuard {
+    let options = by_write(limit);
+    let b_turn = {
+        let (b, key) = (b.clone(), key.to_owned());
+        tokio::spawn(async move {
+            let heartbeat = Heartbeat::start(b.clone());
+            let leases = acquire_many(&b, &[Pending::new(&key)], &options, &heartbeat)
+                .await
+                .unwrap();
+            LeaseGuard::new(b, leases, heartbeat)
+        })
+    };
+    until_queued(a, key, tickets).await;
+    // B subscribes after its enqueue's answer: released before that, B would learn of its
+    // grant by a read, not the wake-up these tests are about (and then they show nothing).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    release(a, key, &first.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    b_turn.await.unwrap()
+}
+
+/// Releases B's hold from a copy that knew no arrival pending, so that the release lands past
+/// the arrival that came since, and takes none in: else the test shows nothing.
+async fn release_past_the_arrival(b: &Coordinator, key: &str, held: LeaseGuard) {
+    let version = b.cached_version(key).unwrap();
+    assert!(
+        version.0.ends_with(".0"),
+        "B's copy knew no arrival pending: {version:?}"
+    );
+    held.release(Outcome::Succeeded).await.unwrap();
+}
+
+/// A lock: B, granted by A's release, holds from the version that release's wake-up carried;
+/// A then arrives behind it. B's release lands past A's arrival (taking none) and leaves the
+/// key with no holder: it must wake A's turn, which takes itself in, where a write naming only
+/// B's ended ticket would leave it to its next look, a minute on.
 #[tokio::test]
 async fn a_release_that_leaves_the_key_free_past_an_arrival_wakes_its_turn() {
     let store = redis().await;
@@ -54,49 +120,15 @@ async fn a_release_that_leaves_the_key_free_past_an_arrival_wakes_its_turn() {
     );
     let a = Arc::new(Coordinator::new(store.clone()));
     let b = Arc::new(Coordinator::new(redis().await));
-    // B's grant's claim window (from its longest poll: 35 s) is when a turn that sees it
-    // unclaimed would look again by itself: past the test's wait.
-    let by_write = AcquireOptions {
-        by_arrival: Some(false),
-        poll: baton_client::poll::PollBounds {
-            min: Duration::from_millis(250),
-            max: Duration::from_secs(15),
-        },
-        ..woken_only()
-    };
-    let held_a = acquire(&a, &Pending::new(&key), &by_write).await.unwrap();
-    // B holds through a heartbeat, as a library holder does: its grant stays unclaimed (no
-    // write) while it is short, so its copy is the wake-up's.
-    let b_turn = {
-        let (b, key, options) = (b.clone(), key.clone(), by_write.clone());
-        tokio::spawn(async move {
-            let heartbeat = Heartbeat::start(b.clone());
-            let leases = acquire_many(&b, &[Pending::new(&key)], &options, &heartbeat)
-                .await
-                .unwrap();
-            LeaseGuard::new(b, leases, heartbeat)
-        })
-    };
-    until_queued(&a, &key, 2).await;
-    // B subscribes after its enqueue's answer: released before that, B would learn of its
-    // grant by a read, not the wake-up this test is about (and then the test shows nothing).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    release(&a, &key, &held_a.token, Outcome::Succeeded)
+    let held_a = acquire(&a, &Pending::new(&key), &by_write(1))
         .await
         .unwrap();
-    let held_b = b_turn.await.unwrap();
+    let held_b = held_from_a_wake_up((&a, &b), &key, held_a, (1, 2)).await;
     let b_fence = held_b.leases()[0].fence;
 
-    let a_turn = spawn_acquire(
-        &a,
-        &key,
-        AcquireOptions {
-            by_arrival: Some(true),
-            ..woken_only()
-        },
-    );
+    let a_turn = spawn_acquire(&a, &key, arriving(1));
     until_pending(store.as_ref(), &key, 1).await;
-    held_b.release(Outcome::Succeeded).await.unwrap();
+    release_past_the_arrival(&b, &key, held_b).await;
     let lease = tokio::time::timeout(Duration::from_secs(20), a_turn)
         .await
         .expect("the release that left the key free woke the turn by arrival")
@@ -105,6 +137,48 @@ async fn a_release_that_leaves_the_key_free_past_an_arrival_wakes_its_turn() {
     assert!(lease.fence > b_fence);
     assert!(store.load(&key).await.unwrap().unwrap().arrivals.is_empty());
     release(&a, &key, &lease.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+}
+
+/// A semaphore of two, held by H and by B (granted as above); C arrives behind them. B's
+/// release lands past C's arrival and leaves a permit free beside H: it must wake C's turn,
+/// which writes its enqueue and is granted beside H, though the key is still held.
+#[tokio::test]
+async fn a_release_that_frees_a_permit_past_an_arrival_wakes_its_turn() {
+    let store = redis().await;
+    let key = format!(
+        "baton-client-test/{}/permit-past-an-arrival",
+        std::process::id()
+    );
+    let a = Arc::new(Coordinator::new(store.clone()));
+    let b = Arc::new(Coordinator::new(redis().await));
+    let c = Arc::new(Coordinator::new(redis().await));
+    let held_h = acquire(&a, &Pending::new(&key), &by_write(2))
+        .await
+        .unwrap();
+    let held_a = acquire(&a, &Pending::new(&key), &by_write(2))
+        .await
+        .unwrap();
+    let held_b = held_from_a_wake_up((&a, &b), &key, held_a, (2, 3)).await;
+    let b_fence = held_b.leases()[0].fence;
+
+    let c_turn = spawn_acquire(&c, &key, arriving(2));
+    until_pending(store.as_ref(), &key, 1).await;
+    release_past_the_arrival(&b, &key, held_b).await;
+    let lease = tokio::time::timeout(Duration::from_secs(20), c_turn)
+        .await
+        .expect("the release that freed a permit woke the turn by arrival")
+        .unwrap()
+        .unwrap();
+    assert!(lease.fence > b_fence);
+    let doc = a.read(&key).await.unwrap().doc.unwrap();
+    assert_eq!(doc.holders().count(), 2, "C beside H: {doc:?}");
+    assert!(store.load(&key).await.unwrap().unwrap().arrivals.is_empty());
+    release(&c, &key, &lease.token, Outcome::Succeeded)
+        .await
+        .unwrap();
+    release(&a, &key, &held_h.token, Outcome::Succeeded)
         .await
         .unwrap();
 }

@@ -12,12 +12,13 @@
 //! The rule is conservative: a change of anything a waiter judges by beside its own ticket (the
 //! limit, the pool's slots, the clock's epoch, a freeze, the backlog, run-once records, the
 //! notification outbox) wakes everyone, as does a key's first document, and a write that
-//! leaves the key with no holder where it had one: a turn by arrival, beside the document and
-//! so in no write's names until one takes it in, waits for exactly that to take itself in.
+//! leaves the key with no holder where it had one, or with room for a turn where it had none
+//! (a permit freed beside a holder): a turn by arrival, beside the document and so in no
+//! write's names until one takes it in, waits for exactly that to take itself in.
 
 use std::collections::HashMap;
 
-use crate::doc::{Doc, Ticket};
+use crate::doc::{Doc, Mode, Ticket};
 
 /// Whom a write wakes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +43,8 @@ pub fn to_wake(before: Option<&Doc>, after: &Doc, own: Option<&str>) -> Wakes {
     if !same_key_settings(before, after) {
         return Wakes::Every;
     }
-    if before.holders().next().is_some() && after.holders().next().is_none() {
+    let freed = before.holders().next().is_some() && after.holders().next().is_none();
+    if freed || makes_room(before, after) {
         return Wakes::Every;
     }
     let was: HashMap<&str, &Ticket> = before.tickets.iter().map(|t| (t.id.as_str(), t)).collect();
@@ -76,6 +78,13 @@ impl Wakes {
             }
         }
     }
+}
+
+/// Whether the write leaves room for a turn of some mode that would have waited before it.
+fn makes_room(before: &Doc, after: &Doc) -> bool {
+    [Mode::Normal, Mode::Shared]
+        .into_iter()
+        .any(|mode| before.turn_would_wait(mode) && !after.turn_would_wait(mode))
 }
 
 /// Whether everything in the two documents beside their tickets that a waiter judges by is the
@@ -184,6 +193,31 @@ mod tests {
             only(&[], &[]),
             "a key that had no holder"
         );
+    }
+
+    #[test]
+    fn a_write_that_frees_a_permit_beside_a_holder_wakes_every_watcher() {
+        let semaphore = |tickets| Doc {
+            limit: 2,
+            ..doc(tickets)
+        };
+        let full = semaphore(vec![
+            ticket("a", 1, TicketState::Held),
+            ticket("b", 2, TicketState::Held),
+        ]);
+        let freed = semaphore(vec![ticket("a", 1, TicketState::Held)]);
+        assert_eq!(to_wake(Some(&full), &freed, None), Wakes::Every);
+        // Handed on to the next in line: no room left, only the two tickets named.
+        let mut queue = full.clone();
+        queue.tickets.push(ticket("c", 3, TicketState::Queued));
+        let mut granted = ticket("c", 3, TicketState::Held);
+        granted.fence = 7;
+        let handed = semaphore(vec![ticket("a", 1, TicketState::Held), granted]);
+        assert_eq!(to_wake(Some(&queue), &handed, None), only(&["c"], &["b"]));
+        // Room before and after: an enqueue granted beside the holder wakes nobody.
+        let mut beside = freed.clone();
+        beside.tickets.push(ticket("d", 4, TicketState::Held));
+        assert_eq!(to_wake(Some(&freed), &beside, Some("d")), only(&[], &[]));
     }
 
     #[test]

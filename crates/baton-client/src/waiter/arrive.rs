@@ -5,7 +5,8 @@
 //!
 //! Until a document shows its ticket the waiter knows the turn only as an arrival
 //! ([`Arriving`]). It then writes only when nobody else will take it in for it: the key is
-//! free (or its holder's lease ran out) with the arrival still pending, or the arrival is gone
+//! free (or its holder's lease ran out), or has room for the turn (a permit freed beside a
+//! holder, which its own write grants), with the arrival still pending, or the arrival is gone
 //! and no ticket stands for it (it was refused when taken in, which leaves no trace, or its
 //! ticket ended already). The write is the enqueue itself, marked as a retry of the arrival:
 //! it takes in what is pending, this arrival too, then the core finds the ticket, or its mark,
@@ -16,7 +17,7 @@
 use baton_core::arrival::Arrival;
 use baton_core::backlog::WINDOW_JOBS;
 use baton_core::op::Enqueue;
-use baton_core::{Doc, Op, Request};
+use baton_core::{Doc, Mode, Op, Request};
 
 use crate::coordinator::Coordinator;
 use crate::error::ClientError;
@@ -55,13 +56,22 @@ pub(super) struct Arrived {
 }
 
 /// Whether the turn of `options` enqueues by arrival: it may ([`may_arrive`]), the key was
-/// seen held moments ago (its release then takes the arrival in; on a key seen free the
-/// enqueue's own write likely grants at once), and its window had room ([`has_room`]).
+/// seen moments ago held with no room for it ([`waits_for_holder`]; else the enqueue's own
+/// write likely grants at once), and its window had room ([`has_room`]).
 pub(super) fn arrives(coord: &Coordinator, key: &str, options: &AcquireOptions) -> bool {
     may_arrive(coord, options)
         && coord.recent_doc(key, SEEN_WITHIN_MS).is_some_and(|doc| {
-            doc.holders().next().is_some() && has_room(&doc, coord.cached_arrivals(key).len())
+            waits_for_holder(&doc, options.mode) && has_room(&doc, coord.cached_arrivals(key).len())
         })
+}
+
+/// Whether a turn of `mode` beside `doc` is left to the next write to take in: the key is
+/// held, so its holder's release (if nothing sooner) writes, and the turn could not be granted
+/// now. Else the turn writes its enqueue itself: on a free key nobody may write again, and
+/// with a permit free beside a holder its own write grants it, where waiting for the holder
+/// could take the whole hold.
+pub(super) fn waits_for_holder(doc: &Doc, mode: Mode) -> bool {
+    doc.holders().next().is_some() && doc.turn_would_wait(mode)
 }
 
 /// Whether an arrival would find room in `doc`'s window when taken in, behind `arriving` more:
@@ -95,8 +105,8 @@ pub(super) fn may_arrive(coord: &Coordinator, options: &AcquireOptions) -> bool 
 
 /// Appends the arrival of `enqueue` to `pending`'s key. The key as the append found it, and
 /// the turn as an arrival; or the append, when the enqueue must be written after all as its
-/// retry: the key had no document or nobody held it any more, or the append failed (it may
-/// have landed).
+/// retry: the key had no document, or no holder left to take the arrival in, or room for it
+/// ([`waits_for_holder`]), or the append failed (it may have landed).
 pub(super) async fn append(
     coord: &Coordinator,
     pending: &Pending,
@@ -146,7 +156,7 @@ pub(super) async fn append(
     let Some(doc) = coord.cached_doc(key) else {
         return Ok(Err(landed));
     };
-    if doc.holders().next().is_none() {
+    if !waits_for_holder(&doc, enqueue.mode) {
         return Ok(Err(landed));
     }
     let arrivals = coord.cached_arrivals(key);

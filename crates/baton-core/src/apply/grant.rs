@@ -24,14 +24,7 @@ enum Place {
 impl Work<'_> {
     /// Grants in queue order while the head fits beside the holders.
     pub(super) fn grant(&mut self, looking: Option<&str>) -> Result<(), Refusal> {
-        let holders = self.doc.holders();
-        let (mut n_normal, mut n_shared) = (0u32, 0u32);
-        for t in holders {
-            match t.mode {
-                Mode::Normal => n_normal += 1,
-                Mode::Shared => n_shared += 1,
-            }
-        }
+        let (mut n_normal, mut n_shared) = self.doc.holding();
         let mut queued: Vec<usize> = (0..self.doc.tickets.len())
             .filter(|&i| self.doc.tickets[i].state == TicketState::Queued)
             .collect();
@@ -107,11 +100,7 @@ impl Work<'_> {
                 Take::Block => Place::Stop,
             };
         }
-        let fits = match ticket.mode {
-            Mode::Normal => n_shared == 0 && n_normal < self.doc.limit,
-            Mode::Shared => n_normal == 0,
-        };
-        match fits {
+        match ticket.mode.fits((n_normal, n_shared), self.doc.limit) {
             true => Place::Grant(None),
             false => Place::Stop,
         }
