@@ -900,3 +900,57 @@ async fn a_push_carries_the_arrivals_pending_after_its_write() {
         "a4 stays pending for the next writer"
     );
 }
+
+/// A wake-up whose arrivals would take it past the size a push carries
+/// (`redis::PUSHED_DOCUMENT_MAX`, each arrival in hex) goes bare, for its watchers to read;
+/// one whose arrivals fit carries them.
+#[tokio::test]
+async fn a_push_goes_bare_where_its_arrivals_would_overfill_it() {
+    let store = shared_store().await;
+    let key = format!("{}k", prefix("bare-for-arrivals"));
+    written(store.cas(&key, None, b"d1", &[]).await.unwrap());
+    let mut watch = store.watch(&key).await.unwrap().expect("Redis watches");
+    let big = vec![b'x'; baton_store::redis::PUSHED_DOCUMENT_MAX / 6];
+    for (document, arrivals) in [(&b"fits"[..], 2), (&b"bare"[..], 3)] {
+        // Known to the writer: the first arrival, which its write takes; the rest stay.
+        store.append_arrival(&key, b"taken").await.unwrap();
+        let read = store.load(&key).await.unwrap().unwrap();
+        for _ in 0..arrivals {
+            store.append_arrival(&key, &big).await.unwrap();
+        }
+        written(
+            store
+                .cas(&key, Some(&read.version), document, &[])
+                .await
+                .unwrap(),
+        );
+        let woken = tokio::time::timeout(Duration::from_secs(5), watch.changed())
+            .await
+            .expect("a wake-up within 5 s")
+            .unwrap();
+        match document {
+            b"fits" => {
+                let pushed = woken.expect("two arrivals in hex fit: the document is pushed");
+                assert_eq!(
+                    (pushed.bytes.as_slice(), pushed.arrivals.len()),
+                    (document, 2)
+                );
+            }
+            _ => assert!(woken.is_none(), "three do not: the key alone"),
+        }
+        let left = store.load(&key).await.unwrap().unwrap().arrivals;
+        assert_eq!(left.len(), arrivals, "the write took the one it knew of");
+        let settle = store.load(&key).await.unwrap().unwrap();
+        written(
+            store
+                .cas(&key, Some(&settle.version), b"settled", &[])
+                .await
+                .unwrap(),
+        );
+        // The settling write's own wake-up.
+        tokio::time::timeout(Duration::from_secs(5), watch.changed())
+            .await
+            .expect("a wake-up within 5 s")
+            .unwrap();
+    }
+}

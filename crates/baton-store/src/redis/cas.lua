@@ -132,18 +132,36 @@ end
 -- watchers (idle job workers) and batons that subscribed to it alone. Waiters watching by their
 -- ticket hear the same message on `CHANNEL:KEY\nID` when the write names them, and on
 -- `CHANNEL:KEY\n` when it names no one (it may concern everyone).
+-- The payload is sized before anything is encoded (each arrival takes at least three bytes,
+-- then exactly one and twice its own), so a write that leaves a long line pending sends the
+-- bare key without reading or encoding any; the encoding looks each byte up once a script.
+local pushed_max = 8192
 local payload = ARGV[4]
 local left = pending - taken
 local known = new_version .. '.' .. left
-if left > 0 then
-    for _, arrival in ipairs(redis.call('LRANGE', KEYS[5], 0, -1)) do
-        known = known .. ' ' .. string.gsub(arrival, '.', function(c)
-            return string.format('%02x', string.byte(c))
-        end)
+local size = #ARGV[3] + #known + 3 * left
+local arrivals = {}
+if left > 0 and size <= pushed_max then
+    arrivals = redis.call('LRANGE', KEYS[5], 0, -1)
+    size = #ARGV[3] + #known
+    for _, arrival in ipairs(arrivals) do
+        size = size + 1 + 2 * #arrival
     end
 end
-if #ARGV[3] + #known <= 8192 then
-    payload = ARGV[4] .. '\n' .. known .. '\n' .. ARGV[3]
+if size <= pushed_max then
+    local hex = setmetatable({}, {__index = function(pairs_of, byte)
+        local pair = string.format('%02x', string.byte(byte))
+        pairs_of[byte] = pair
+        return pair
+    end})
+    local parts = {ARGV[4], '\n', known}
+    for _, arrival in ipairs(arrivals) do
+        parts[#parts + 1] = ' '
+        parts[#parts + 1] = (string.gsub(arrival, '.', hex))
+    end
+    parts[#parts + 1] = '\n'
+    parts[#parts + 1] = ARGV[3]
+    payload = table.concat(parts)
 end
 redis.call('PUBLISH', ARGV[5] .. ':' .. ARGV[4], payload)
 local tagged = ARGV[5] .. ':' .. ARGV[4] .. '\n'

@@ -410,7 +410,7 @@ mod tests {
     #[test]
     fn the_script_carries_documents_up_to_the_limit() {
         assert!(super::super::CAS_SCRIPT.contains(&format!(
-            "if #ARGV[3] + #known <= {} then",
+            "local pushed_max = {}\n",
             super::super::PUSHED_DOCUMENT_MAX
         )));
     }
