@@ -640,7 +640,8 @@ impl<'a> Waiter<'a> {
         if let Some(pushed) = pushed {
             let (id, arrival) = (&self.pending.id, self.arrival);
             // An arrival is taken in by the next write of the key, or by this waiter once the
-            // key is free: a held key's push without the ticket tells nothing yet.
+            // key is free or has room for it: a push of a key held with no room for the turn
+            // ([`arrive::waits_for_holder`]) without its ticket tells nothing yet.
             let arriving = self.arriving.is_some().then_some(self.options.mode);
             let older = |doc: &Doc| {
                 let left_to_holder =

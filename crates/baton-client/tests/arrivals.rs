@@ -498,7 +498,7 @@ async fn a_turn_beside_a_holder_with_a_permit_free_writes_and_is_granted() {
         ..options()
     };
     let held = acquire(&holder, &Pending::new("k"), &two).await.unwrap();
-    waiter.read("k").await.unwrap();
+    // New to the key, each turn reads it first, and judges by that read.
     let turn = AcquireOptions {
         by_arrival: Some(true),
         ..two.clone()
@@ -510,12 +510,14 @@ async fn a_turn_beside_a_holder_with_a_permit_free_writes_and_is_granted() {
     let doc = waiter.read("k").await.unwrap().doc.unwrap();
     assert_eq!(doc.holders().count(), 2);
 
+    let third = Probe::new(memory.clone(), true);
     let waiting = {
-        let (waiter, turn) = (waiter.clone(), turn.clone());
-        tokio::spawn(async move { acquire(&waiter, &Pending::new("k"), &turn).await })
+        let (third, turn) = (Coordinator::new(third.clone()), turn.clone());
+        tokio::spawn(async move { acquire(&third, &Pending::new("k"), &turn).await })
     };
     until_pending(memory.as_ref(), "k", 1).await;
-    assert_eq!(appends(), 1, "both permits held: the turn arrived");
+    let third_appends = third.appends.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(third_appends, 1, "both permits held: the turn arrived");
     release(&holder, "k", &held.token, Outcome::Succeeded)
         .await
         .unwrap();

@@ -65,35 +65,72 @@ fn arriving(limit: u32) -> AcquireOptions {
     }
 }
 
-/// B's turn on a key of `limit` permits, queued behind its `tickets - 1` tickets and granted by the release of
-/// `first` (A's): B holds through a heartbeat, as a library holder does, its grant unclaimed
-/// (no write) while it is short, so its copy of the key is the release's wake-up, which knew
-/// no arrival pending.
-async fn held_from_a_wake_up(
-    (a, b): (&Arc<Coordinator>, &Arc<Coordinator>),
-    key: &str,
-    first: Lease,
-    (limit, tickets): (u32, usize),
-) -> LeaseGuard {
-    let options = by_write(limit);
-    let b_turn = {
-        let (b, key) = (b.clone(), key.to_owned());
-        tokio::spawn(async move {
-            let heartbeat = Heartbeat::start(b.clone());
-            let leases = acquire_many(&b, &[Pending::new(&key)], &options, &heartbeat)
+/// A key of `limit` permits: A's turns through `a` hold all but one (`others`), and B, through
+/// `b`, the last, granted by the release of another of A's turns. B holds through a heartbeat,
+/// as a library holder does, its grant unclaimed (no write) while it is short, so its copy of
+/// the key is that release's wake-up, which knew no arrival pending: B's release lands past
+/// any arrival appended since. B learns of its grant by a read where it subscribes only after
+/// the release (a loaded machine), and then B's release would take the arrivals in and the
+/// test show nothing: tried again on a new key, waiting longer for the subscription.
+struct HeldFromAWakeUp {
+    key: String,
+    a: Arc<Coordinator>,
+    b: Arc<Coordinator>,
+    others: Vec<Lease>,
+    held_b: LeaseGuard,
+}
+
+async fn held_from_a_wake_up(name: &str, limit: u32) -> HeldFromAWakeUp {
+    for (attempt, settle_ms) in [300, 1_000, 3_000].into_iter().enumerate() {
+        let key = format!("baton-client-test/{}/{name}-{attempt}", std::process::id());
+        let a = Arc::new(Coordinator::new(redis().await));
+        let b = Arc::new(Coordinator::new(redis().await));
+        let mut others = Vec::new();
+        for _ in 1..limit {
+            others.push(
+                acquire(&a, &Pending::new(&key), &by_write(limit))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let first = acquire(&a, &Pending::new(&key), &by_write(limit))
+            .await
+            .unwrap();
+        let b_turn = {
+            let (b, key, options) = (b.clone(), key.clone(), by_write(limit));
+            tokio::spawn(async move {
+                let heartbeat = Heartbeat::start(b.clone());
+                let leases = acquire_many(&b, &[Pending::new(&key)], &options, &heartbeat)
+                    .await
+                    .unwrap();
+                LeaseGuard::new(b, leases, heartbeat)
+            })
+        };
+        until_queued(&a, &key, limit as usize + 1).await;
+        // B subscribes after its enqueue's answer.
+        tokio::time::sleep(Duration::from_millis(settle_ms)).await;
+        release(&a, &key, &first.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+        let held_b = b_turn.await.unwrap();
+        let from_a_wake_up = b.cached_version(&key).is_some_and(|v| v.0.ends_with(".0"));
+        if from_a_wake_up {
+            return HeldFromAWakeUp {
+                key,
+                a,
+                b,
+                others,
+                held_b,
+            };
+        }
+        held_b.release(Outcome::Succeeded).await.unwrap();
+        for lease in others {
+            release(&a, &key, &lease.token, Outcome::Succeeded)
                 .await
                 .unwrap();
-            LeaseGuard::new(b, leases, heartbeat)
-        })
-    };
-    until_queued(a, key, tickets).await;
-    // B subscribes after its enqueue's answer: released before that, B would learn of its
-    // grant by a read, not the wake-up these tests are about (and then they show nothing).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    release(a, key, &first.token, Outcome::Succeeded)
-        .await
-        .unwrap();
-    b_turn.await.unwrap()
+        }
+    }
+    panic!("B never learnt of its grant from a wake-up: its subscription came too late");
 }
 
 /// Releases B's hold from a copy that knew no arrival pending, so that the release lands past
@@ -108,79 +145,64 @@ async fn release_past_the_arrival(b: &Coordinator, key: &str, held: LeaseGuard) 
 }
 
 /// A lock: B, granted by A's release, holds from the version that release's wake-up carried;
-/// A then arrives behind it. B's release lands past A's arrival (taking none) and leaves the
-/// key with no holder: it must wake A's turn, which takes itself in, where a write naming only
-/// B's ended ticket would leave it to its next look, a minute on.
+/// C (a process new to the key, which reads it first) then arrives behind it. B's release
+/// lands past C's arrival (taking none) and leaves the key with no holder: it must wake C's
+/// turn, which takes itself in, where a write naming only B's ended ticket would leave it to
+/// its next look, a minute on.
 #[tokio::test]
 async fn a_release_that_leaves_the_key_free_past_an_arrival_wakes_its_turn() {
     let store = redis().await;
-    let key = format!(
-        "baton-client-test/{}/free-past-an-arrival",
-        std::process::id()
-    );
-    let a = Arc::new(Coordinator::new(store.clone()));
-    let b = Arc::new(Coordinator::new(redis().await));
-    let held_a = acquire(&a, &Pending::new(&key), &by_write(1))
-        .await
-        .unwrap();
-    let held_b = held_from_a_wake_up((&a, &b), &key, held_a, (1, 2)).await;
-    let b_fence = held_b.leases()[0].fence;
+    let held = held_from_a_wake_up("free-past-an-arrival", 1).await;
+    let key = &held.key;
+    let b_fence = held.held_b.leases()[0].fence;
+    let c = Arc::new(Coordinator::new(redis().await));
 
-    let a_turn = spawn_acquire(&a, &key, arriving(1));
-    until_pending(store.as_ref(), &key, 1).await;
-    release_past_the_arrival(&b, &key, held_b).await;
-    let lease = tokio::time::timeout(Duration::from_secs(20), a_turn)
+    let c_turn = spawn_acquire(&c, key, arriving(1));
+    until_pending(store.as_ref(), key, 1).await;
+    release_past_the_arrival(&held.b, key, held.held_b).await;
+    let lease = tokio::time::timeout(Duration::from_secs(20), c_turn)
         .await
         .expect("the release that left the key free woke the turn by arrival")
         .unwrap()
         .unwrap();
     assert!(lease.fence > b_fence);
-    assert!(store.load(&key).await.unwrap().unwrap().arrivals.is_empty());
-    release(&a, &key, &lease.token, Outcome::Succeeded)
+    assert!(store.load(key).await.unwrap().unwrap().arrivals.is_empty());
+    release(&c, key, &lease.token, Outcome::Succeeded)
         .await
         .unwrap();
 }
 
-/// A semaphore of two, held by H and by B (granted as above); C arrives behind them. B's
-/// release lands past C's arrival and leaves a permit free beside H: it must wake C's turn,
-/// which writes its enqueue and is granted beside H, though the key is still held.
+/// A semaphore of two, held by one of A's turns and by B (granted as above); C (new to the
+/// key) arrives behind them. B's release lands past C's arrival and leaves a permit free beside A's: it must wake
+/// C's turn, which writes its enqueue and is granted, though the key is still held.
 #[tokio::test]
 async fn a_release_that_frees_a_permit_past_an_arrival_wakes_its_turn() {
     let store = redis().await;
-    let key = format!(
-        "baton-client-test/{}/permit-past-an-arrival",
-        std::process::id()
-    );
-    let a = Arc::new(Coordinator::new(store.clone()));
-    let b = Arc::new(Coordinator::new(redis().await));
+    let held = held_from_a_wake_up("permit-past-an-arrival", 2).await;
+    let (key, a) = (&held.key, &held.a);
+    let b_fence = held.held_b.leases()[0].fence;
     let c = Arc::new(Coordinator::new(redis().await));
-    let held_h = acquire(&a, &Pending::new(&key), &by_write(2))
-        .await
-        .unwrap();
-    let held_a = acquire(&a, &Pending::new(&key), &by_write(2))
-        .await
-        .unwrap();
-    let held_b = held_from_a_wake_up((&a, &b), &key, held_a, (2, 3)).await;
-    let b_fence = held_b.leases()[0].fence;
 
-    let c_turn = spawn_acquire(&c, &key, arriving(2));
-    until_pending(store.as_ref(), &key, 1).await;
-    release_past_the_arrival(&b, &key, held_b).await;
+    let c_turn = spawn_acquire(&c, key, arriving(2));
+    until_pending(store.as_ref(), key, 1).await;
+    release_past_the_arrival(&held.b, key, held.held_b).await;
     let lease = tokio::time::timeout(Duration::from_secs(20), c_turn)
         .await
         .expect("the release that freed a permit woke the turn by arrival")
         .unwrap()
         .unwrap();
     assert!(lease.fence > b_fence);
-    let doc = a.read(&key).await.unwrap().doc.unwrap();
-    assert_eq!(doc.holders().count(), 2, "C beside H: {doc:?}");
-    assert!(store.load(&key).await.unwrap().unwrap().arrivals.is_empty());
-    release(&c, &key, &lease.token, Outcome::Succeeded)
+    let doc = a.read(key).await.unwrap().doc.unwrap();
+    assert_eq!(doc.holders().count(), 2, "C beside A's: {doc:?}");
+    assert!(store.load(key).await.unwrap().unwrap().arrivals.is_empty());
+    release(&c, key, &lease.token, Outcome::Succeeded)
         .await
         .unwrap();
-    release(&a, &key, &held_h.token, Outcome::Succeeded)
-        .await
-        .unwrap();
+    for lease in &held.others {
+        release(a, key, &lease.token, Outcome::Succeeded)
+            .await
+            .unwrap();
+    }
 }
 
 fn spawn_acquire(

@@ -434,8 +434,9 @@ impl Doc {
 
     /// Whether a plain turn of `mode` enqueued now would wait: it does not fit beside the
     /// holders, or something is queued (it would stand behind it, or that stands held back).
-    /// What a turn by arrival waits for another's write to change; a freeze is not judged
-    /// here (a turn that would not wait but for one writes, and finds it so).
+    /// What a turn by arrival waits for another's write to change. Judged the safe way round
+    /// for it (a turn that would wait only for a freeze writes, and finds it so); but a turn
+    /// whose `order` would pass a queued job or run-once head is judged to wait, and arrives.
     pub fn turn_would_wait(&self, mode: Mode) -> bool {
         !mode.fits(self.holding(), self.limit)
             || self.tickets.iter().any(|t| t.state == TicketState::Queued)

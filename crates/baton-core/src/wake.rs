@@ -221,6 +221,27 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_leaving_the_line_behind_readers_wakes_every_watcher() {
+        let reader = |id, arrival| Ticket {
+            mode: Mode::Shared,
+            ..ticket(id, arrival, TicketState::Held)
+        };
+        let before = doc(vec![
+            reader("r1", 1),
+            reader("r2", 2),
+            ticket("w", 3, TicketState::Queued),
+        ]);
+        // A reader leaves: the writer still waits for the other, and a reader behind it.
+        let mut one_left = before.clone();
+        one_left.tickets.remove(0);
+        assert_eq!(to_wake(Some(&before), &one_left, None), only(&[], &["r1"]));
+        // The writer gives up: a reader's turn now fits beside the readers.
+        let mut gone = before.clone();
+        gone.tickets.pop();
+        assert_eq!(to_wake(Some(&before), &gone, None), Wakes::Every);
+    }
+
+    #[test]
     fn a_release_wakes_the_ticket_it_granted_and_the_one_it_ended() {
         let before = doc(vec![
             ticket("a", 1, TicketState::Held),

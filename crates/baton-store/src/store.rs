@@ -138,12 +138,12 @@ pub struct Capabilities {
     /// them, which takes exactly those its version names and leaves later ones pending
     /// (`baton_core::arrival`).
     pub arrivals: bool,
-    /// A turn on a key seen held does better to arrive ([`Store::append_arrival`]) than to
-    /// write its enqueue, unless it says otherwise: where a write that lost on a hot key costs
-    /// a round through consensus and a read again (etcd). Where a write is one script on one
-    /// server (Redis), losing costs little: there turns by arrival lose no write, yet 16
-    /// clients on one key made half the grants a second that writing their enqueues made
-    /// (BENCHMARKS.md). Only with `arrivals`.
+    /// A turn on a key seen held (with no room for it) does better to arrive
+    /// ([`Store::append_arrival`]) than to write its enqueue, unless it says otherwise: where a
+    /// write that lost on a hot key costs a round through consensus and a read again (etcd). Where
+    /// a write is one script on one server (Redis), losing costs little: there turns by arrival
+    /// lose no write, yet 16 clients on one key made half the grants a second that writing their
+    /// enqueues made (BENCHMARKS.md). Only with `arrivals`.
     pub arrivals_by_default: bool,
 }
 

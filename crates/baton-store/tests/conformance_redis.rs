@@ -902,25 +902,30 @@ async fn a_push_carries_the_arrivals_pending_after_its_write() {
 }
 
 /// A wake-up whose arrivals would take it past the size a push carries
-/// (`redis::PUSHED_DOCUMENT_MAX`, each arrival in hex) goes bare, for its watchers to read;
-/// one whose arrivals fit carries them.
+/// (`redis::PUSHED_DOCUMENT_MAX`: the document, the version and each arrival in hex) goes bare,
+/// for its watchers to read; up to that size it carries them. Each case: the document's size,
+/// given the one arrival left pending (`None`: sized to the limit exactly), and whether the
+/// push carries it.
 #[tokio::test]
 async fn a_push_goes_bare_where_its_arrivals_would_overfill_it() {
     let store = shared_store().await;
     let key = format!("{}k", prefix("bare-for-arrivals"));
     written(store.cas(&key, None, b"d1", &[]).await.unwrap());
     let mut watch = store.watch(&key).await.unwrap().expect("Redis watches");
-    let big = vec![b'x'; baton_store::redis::PUSHED_DOCUMENT_MAX / 6];
-    for (document, arrivals) in [(&b"fits"[..], 2), (&b"bare"[..], 3)] {
-        // Known to the writer: the first arrival, which its write takes; the rest stay.
+    let arrival = vec![b'x'; 1_000];
+    for (extra, carried) in [(0, true), (1, false)] {
+        // Known to the writer: the first arrival, which its write takes; the second stays.
         store.append_arrival(&key, b"taken").await.unwrap();
         let read = store.load(&key).await.unwrap().unwrap();
-        for _ in 0..arrivals {
-            store.append_arrival(&key, &big).await.unwrap();
-        }
+        store.append_arrival(&key, &arrival).await.unwrap();
+        let size = baton_store::redis::PUSHED_DOCUMENT_MAX
+            - next_version_len(&read.version, 1)
+            - (1 + 2 * arrival.len())
+            + extra;
+        let document = vec![b'd'; size];
         written(
             store
-                .cas(&key, Some(&read.version), document, &[])
+                .cas(&key, Some(&read.version), &document, &[])
                 .await
                 .unwrap(),
         );
@@ -928,19 +933,20 @@ async fn a_push_goes_bare_where_its_arrivals_would_overfill_it() {
             .await
             .expect("a wake-up within 5 s")
             .unwrap();
-        match document {
-            b"fits" => {
-                let pushed = woken.expect("two arrivals in hex fit: the document is pushed");
-                assert_eq!(
-                    (pushed.bytes.as_slice(), pushed.arrivals.len()),
-                    (document, 2)
-                );
-            }
-            _ => assert!(woken.is_none(), "three do not: the key alone"),
+        let case = format!("{extra} byte over");
+        assert_eq!(woken.is_some(), carried, "{case}");
+        if let Some(pushed) = woken {
+            assert_eq!(
+                (pushed.bytes, pushed.arrivals),
+                (document, vec![arrival.clone()])
+            );
         }
-        let left = store.load(&key).await.unwrap().unwrap().arrivals;
-        assert_eq!(left.len(), arrivals, "the write took the one it knew of");
         let settle = store.load(&key).await.unwrap().unwrap();
+        assert_eq!(
+            settle.arrivals.len(),
+            1,
+            "{case}: the write took the one it knew of"
+        );
         written(
             store
                 .cas(&key, Some(&settle.version), b"settled", &[])
@@ -953,4 +959,13 @@ async fn a_push_goes_bare_where_its_arrivals_would_overfill_it() {
             .expect("a wake-up within 5 s")
             .unwrap();
     }
+}
+
+/// The length of the version the next write after one read at `read` names, with `left`
+/// arrivals pending: `N-SECONDSMICROS.LEFT`, N one more than the read's.
+fn next_version_len(read: &Version, left: usize) -> usize {
+    let (writes, rest) = read.0.split_once('-').expect("N-TIME");
+    let time = rest.split('.').next().unwrap_or(rest);
+    let next = writes.parse::<u64>().expect("a write count") + 1;
+    format!("{next}-{time}.{left}").len()
 }

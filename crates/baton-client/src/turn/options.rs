@@ -57,12 +57,13 @@ pub struct AcquireOptions {
     /// A turn at a pool of named slots (`--slots`), and which it wants ([`baton_core::pool`]).
     /// `limit` must then be the number of slots, or the enqueue is refused.
     pub pool: Option<baton_core::pool::PoolAsk>,
-    /// Enqueue beside the key's document when the key was last seen held, on a store that
-    /// keeps arrivals ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses
-    /// a write to the holder's release or to another waiter, and the release takes it in
+    /// Enqueue beside the key's document when the key was last seen held with no room for the turn
+    /// (its own write would only queue it), on a store that keeps arrivals
+    /// ([`baton_store::Capabilities::arrivals`]): the enqueue then never loses a write to the
+    /// holder's release or to another waiter, and the release takes it in
     /// ([`baton_core::arrival`]). Unset, the store decides
-    /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does, where it pays on a hot
-    /// key: 2.2 requests a grant against 5.7 in BENCHMARKS.md).
+    /// ([`baton_store::Capabilities::arrivals_by_default`]: etcd does, where it pays on a hot key:
+    /// 2.2 requests a grant against 5.7 in BENCHMARKS.md).
     pub by_arrival: Option<bool>,
 }
 

@@ -34,8 +34,8 @@ pub(super) struct Arriving {
     pub(super) ahead: usize,
 }
 
-/// How recently the key must have been seen held for a turn to arrive (its release then
-/// takes the arrival in).
+/// How recently the key must have been seen held (with no room for the turn) for a turn to
+/// arrive (its release then takes the arrival in).
 const SEEN_WITHIN_MS: u64 = 250;
 
 /// An append that may have landed, when the enqueue is written after all: the finishes of a
@@ -48,8 +48,8 @@ pub(super) struct Appended {
     pub(super) unanswered: bool,
 }
 
-/// An arrival appended to a key seen held: the key as the append found it, and when it was
-/// sent (any grant to the turn was written after).
+/// An arrival appended to a key seen held with no room for it: the key as the append found it, and
+/// when it was sent (any grant to the turn was written after).
 pub(super) struct Arrived {
     pub(super) doc: Doc,
     pub(super) sent_ms: u64,
@@ -84,7 +84,8 @@ fn has_room(doc: &Doc, arriving: usize) -> bool {
     doc.backlog.is_none() && doc.window_waiting() + arriving < WINDOW_JOBS
 }
 
-/// Whether the turn of `options` may enqueue by arrival, on a key seen held: asked to (or left
+/// Whether the turn of `options` may enqueue by arrival, on a key seen held with no room for
+/// it: asked to (or left
 /// to a store that does by default), on a store that keeps arrivals, a plain turn (not a try,
 /// which wants its answer from the write, nor a run-once, superseding, cancelling or pool turn,
 /// whose enqueue decides more than a place).

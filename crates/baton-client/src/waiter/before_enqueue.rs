@@ -9,11 +9,11 @@ use crate::turn::Pending;
 
 /// The watch a wait starts before its enqueue, if any.
 ///
-/// A process that knows nothing of its key yet (a fresh `baton run`) reads it first where its
-/// turn may arrive (`may_arrive`): the read its enqueue would have made anyway, from which the
-/// enqueue then writes; but on a key seen held (with room in its window) the turn arrives
-/// beside the document, where a CAS would lose to the holder's release and be applied again to
-/// every write after it. A read that fails leaves the turn to enqueue as before (its write
+/// A process that knows nothing of its key yet (a fresh `baton run`) reads it first where its turn
+/// may arrive (`may_arrive`): the read its enqueue would have made anyway, from which the enqueue
+/// then writes; but on a key seen held with no room for the turn (and room in its window) the turn
+/// arrives beside the document, where a CAS would lose to the holder's release and be applied again
+/// to every write after it. A read that fails leaves the turn to enqueue as before (its write
 /// retries the store's errors).
 ///
 /// On a key that others held or waited for when last seen, the watch starts before the
